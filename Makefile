@@ -1,0 +1,78 @@
+# flow — build, test, demo.  `make demo` and `make check` work on a bare Debian
+# machine: both run `make deps` first, which apt-installs whatever is missing.
+
+CC      ?= cc
+PKGS    := lua5.4 libcjson libcurl openssl yaml-0.1 readline
+BUILD   := build
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+CFLAGS  ?= -O2 -g
+ifeq ($(ASAN),1)
+CFLAGS  += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=address,undefined
+BUILD   := build-asan
+endif
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -iquote engine -iquote lua -iquote $(BUILD) $(PKG_CFLAGS) -MMD -MP
+
+ENGINE_SRC := $(filter-out $(EXCLUDE),$(wildcard engine/*.c engine/azureml/*.c))
+LUA_SRC    := $(filter-out lua/main.c,$(wildcard lua/*.c))
+STDLIB     := $(shell find stdlib -name '*.lua' | sort)
+LIB_OBJ    := $(patsubst %.c,$(BUILD)/%.o,$(ENGINE_SRC) $(LUA_SRC)) $(BUILD)/stdlib_embed.o
+UNIT_SRC   := $(wildcard tests/unit/test_*.c)
+UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+
+.PHONY: all deps demo check test unit e2e bench clean asan
+all: flow
+
+deps:
+	@tools/deps.sh
+
+flow: $(BUILD)/flow
+	@cp $< $@
+
+$(BUILD)/flow: $(BUILD)/lua/main.o $(BUILD)/libflow.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -lm
+
+$(BUILD)/libflow.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+# The Lua half of the engine is compiled into the binary (tools/embed.c writes a C array).
+$(BUILD)/tools/embed: tools/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -Wall -Wextra -o $@ $<
+
+$(BUILD)/stdlib_embed.c: $(BUILD)/tools/embed $(STDLIB)
+	$(BUILD)/tools/embed stdlib $(STDLIB) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/stdlib_embed.o: $(BUILD)/stdlib_embed.c
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libflow.a tests/unit/check.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -iquote tests/unit -o $@ $< $(BUILD)/libflow.a $(LDFLAGS) $(PKG_LIBS) -lm
+
+demo: deps
+	@$(MAKE) --no-print-directory flow
+	@cd examples/hello && ../../flow run
+
+check: deps
+	@$(MAKE) --no-print-directory flow $(UNIT_BIN)
+	@tests/run.sh $(BUILD)
+
+asan:
+	@$(MAKE) --no-print-directory ASAN=1 check
+
+bench: deps
+	@$(MAKE) --no-print-directory flow
+	@bench/run.sh
+
+clean:
+	rm -rf build build-asan flow
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,181 @@
+/* config.h — flow's configuration loader: conf/base plus conf/<env> (YAML or JSON) merged
+ * into one cJSON tree per section, run-time overrides, ${...} interpolation, the origin of
+ * every value, and masking of secrets.  Plain C: the Lua side converts cJSON itself.
+ *
+ * Life cycle:
+ *     cfg = config_load("conf", "prod", err, sizeof err);    files, deep-merged, raw
+ *     config_override_spec(cfg, "lr=0.1,epochs=3", ...);      --params (any number of calls)
+ *     config_override_value(cfg, "model", json, ...);         typed overrides (flow.run)
+ *     config_resolve(cfg, err, sizeof err);                   ${env:} ${globals:} ${params:}
+ *     config_get(cfg, "parameters", "model.lr");              lookups, dumps, explain
+ *     config_free(cfg);
+ *
+ * Sections, picked by the file-name prefix: parameters, catalog, azureml, credentials,
+ * globals, flow ("params" is accepted as an alias of "parameters" in every lookup).
+ *
+ * Dotted keys: "a.b.c" walks mappings; a key that itself contains dots is found too (the
+ * longest key that matches wins); a number walks into a list ("layers.0.size").
+ *
+ * Errors: functions that can fail take (char *err, size_t errlen), write one line there and
+ * return NULL or -1.  Messages name the file and line ("conf/prod/parameters.yml:12: ...")
+ * and never contain a secret.
+ *
+ * Pointers returned as const (cJSON trees, origins) belong to the config and stay valid
+ * until the next config_override_*, config_resolve or config_free.  char * results are
+ * malloc'd and the caller frees them.  A config is not thread-safe; use one per thread.
+ */
+#ifndef FLOW_CONFIG_H
+#define FLOW_CONFIG_H
+
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+struct config;
+
+/* Loads conf_dir/base (optional) and then conf_dir/env on top.  env NULL, "" or "base"
+ * loads base only.  A missing env directory is an error listing the ones that exist. */
+struct config *config_load(const char *conf_dir, const char *env, char *err, size_t errlen);
+void config_free(struct config *cfg);
+
+/* The environment given to config_load ("base" when none) and the directory as given. */
+const char *config_env(const struct config *cfg);
+const char *config_dir(const struct config *cfg);
+
+/* Files that looked like config (.yml, .yaml, .json) but matched no section and were
+ * skipped, as warnings ready to print.  *n receives the count. */
+const char *const *config_warnings(const struct config *cfg, size_t *n);
+
+/* --params text: "a.b=1,c=x,d=true,e=null,f=[1,2],g='quoted, string'".  Values are typed
+ * like plain YAML scalars (int, float, bool, null, string); quotes force a string; [...]
+ * is a list.  Dotted keys create nested mappings.  Nothing is applied when the text
+ * does not parse. */
+int config_override_spec(struct config *cfg, const char *spec, char *err, size_t errlen);
+
+/* Sets one parameter from already-typed data (copied).  A mapping merges deeply into an
+ * existing mapping; anything else replaces.  dotted NULL or "" merges a mapping into the
+ * parameters root.  The origin reads "--params"; _from names it (e.g. "flow.run"). */
+int config_override_value(struct config *cfg, const char *dotted, const cJSON *value,
+                          char *err, size_t errlen);
+int config_override_value_from(struct config *cfg, const char *dotted, const cJSON *value,
+                               const char *origin, char *err, size_t errlen);
+
+/* Interpolates every section; call after the last override (calling it again after more
+ * overrides is fine).  Until it succeeds, lookups see the raw merged values. */
+int config_resolve(struct config *cfg, char *err, size_t errlen);
+
+/* A section's tree; never NULL (an empty object for an empty or unknown section). */
+const cJSON *config_section(const struct config *cfg, const char *section);
+
+/* The value at a dotted key, or NULL.  dotted NULL or "" is the section itself. */
+const cJSON *config_get(const struct config *cfg, const char *section, const char *dotted);
+
+/* Where the value was set: "conf/prod/parameters.yml:12" or "--params"; NULL if unknown.
+ * A value inside a mapping or list that was set as a whole reports the whole's origin. */
+const char *config_origin(const struct config *cfg, const char *section, const char *dotted);
+
+/* Multi-line, human-readable story of a key: every file that set it, in order, and which
+ * one won.  Secrets are masked.  Explains a missing key too (with "did you mean"). */
+char *config_explain(const struct config *cfg, const char *section, const char *dotted);
+
+/* YAML text of the resolved config: one section (or all, section NULL), or the value at a
+ * dotted key.  mask_secrets replaces credentials with *** and redacts secrets elsewhere.
+ * NULL if the section or key does not exist. */
+char *config_dump_yaml(const struct config *cfg, const char *section, const char *dotted,
+                       int mask_secrets);
+
+/* A copy of text with every secret replaced by ***.  Secrets: string values of at least
+ * 4 characters in the credentials section, and the values of environment variables
+ * interpolated into it. */
+char *config_redact(const struct config *cfg, const char *text);
+
+/* The existing dotted key closest to `dotted` (edit distance), for "did you mean"; NULL
+ * when nothing is reasonably close. */
+char *config_closest_key(const struct config *cfg, const char *section, const char *dotted);
+
+/* Section names in a fixed order, for iteration; NULL past the end. */
+const char *config_section_name(size_t i);
+
+/* Environments under conf_dir (non-hidden subdirectories, sorted), NULL-terminated;
+ * *n receives the count.  Free with config_list_free.  NULL only when out of memory. */
+char **config_list_envs(const char *conf_dir, size_t *n);
+void config_list_free(char **list);
+
+#ifdef FLOW_CONFIG_INTERNAL
+/* ---- Shared by engine/config*.c only; not part of the API. ---------------------------- */
+#include <stdarg.h>
+
+#define CFG_MAX_DEPTH 100              /* nesting of mappings and lists */
+#define CFG_MAX_NODES 2000000          /* values per file, and per resolution */
+#define CFG_MAX_CHAIN 32               /* references resolved inside one another */
+#define CFG_SECRET_MIN 4               /* shorter credentials are not redacted from text */
+#define CFG_SEP '\x1f'                 /* separates the segments of a canonical path */
+
+enum cfg_section { CFG_PARAMETERS, CFG_CATALOG, CFG_AZUREML, CFG_CREDENTIALS, CFG_GLOBALS,
+                   CFG_FLOW, CFG_NSECTIONS };
+enum cfg_layer { CFG_LAYER_BASE, CFG_LAYER_ENV, CFG_LAYER_OVERRIDE };
+
+/* A growable string; after a failed allocation it stays failed and take() gives NULL. */
+struct cfg_buf { char *s; size_t len, cap; int failed; };
+void cfg_buf_add(struct cfg_buf *b, const char *s, size_t n);
+void cfg_buf_puts(struct cfg_buf *b, const char *s);
+void cfg_buf_printf(struct cfg_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+char *cfg_buf_take(struct cfg_buf *b);
+void cfg_buf_free(struct cfg_buf *b);
+
+/* Pointer -> pointer hash map (values must be non-NULL); entries are never removed. */
+struct cfg_ptrmap { const void **keys; void **vals; size_t n, cap; };
+int cfg_ptrmap_put(struct cfg_ptrmap *m, const void *key, void *val);
+void *cfg_ptrmap_get(const struct cfg_ptrmap *m, const void *key);
+void cfg_ptrmap_free(struct cfg_ptrmap *m);
+
+/* One place a value was set; a canonical path ("parameters\x1fmodel\x1flr") keeps them all. */
+struct cfg_origin { char *where; char *text; enum cfg_layer layer; };
+struct cfg_origin_entry { char *path; struct cfg_origin *v; size_t n, cap; };
+struct cfg_origins { struct cfg_origin_entry **slots; size_t used, cap; };
+
+struct config {
+    char *dir, *env;
+    cJSON *raw[CFG_NSECTIONS];         /* merged files + overrides, uninterpolated */
+    cJSON *res[CFG_NSECTIONS];         /* resolved; NULL until config_resolve */
+    struct cfg_origins origins;
+    char **secrets; size_t nsecrets, capsecrets;
+    char **warnings; size_t nwarnings, capwarnings;
+};
+
+/* Where merged values come from: a file (with a node -> line map) or an override label. */
+struct cfg_source { const char *file; const struct cfg_ptrmap *lines;
+                    enum cfg_layer layer; enum cfg_section section; };
+
+/* config.c */
+extern const char *const cfg_section_names[CFG_NSECTIONS];
+int cfg_section_id(const char *name);
+void cfg_errorf(const struct config *cfg, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+int cfg_add_secret(struct config *cfg, const char *s);
+void cfg_path_push(struct cfg_buf *path, const char *seg);
+void cfg_path_push_index(struct cfg_buf *path, size_t i);
+void cfg_path_display(const char *path, struct cfg_buf *out);
+const char *cfg_path_where(const struct config *cfg, const char *path);
+cJSON *cfg_match_key(const cJSON *obj, const char *rest, size_t *keylen);
+const cJSON *cfg_step(const cJSON *node, const char **rest, struct cfg_buf *path);
+const cJSON *cfg_walk(const cJSON *root, const char *dotted, struct cfg_buf *path);
+int cfg_merge_member(struct config *cfg, struct cfg_buf *path, cJSON *dst, cJSON *item,
+                     const struct cfg_source *from, int top, char *err, size_t errlen);
+int cfg_merge_object(struct config *cfg, struct cfg_buf *path, cJSON *dst, cJSON *src,
+                     const struct cfg_source *from, int top, char *err, size_t errlen);
+size_t cfg_tree_depth(const cJSON *node);
+size_t cfg_tree_size(const cJSON *node);
+
+/* config_yaml.c */
+cJSON *cfg_parse_yaml(const char *text, size_t len, const char *file,
+                      struct cfg_ptrmap *lines, char *err, size_t errlen);
+cJSON *cfg_parse_json(const char *text, size_t len, const char *file,
+                      struct cfg_ptrmap *lines, char *err, size_t errlen);
+cJSON *cfg_scalar_infer(const char *s, size_t len, int empty_is_null);
+cJSON *cfg_number(double d);
+const char *cfg_format_number(double d, char buf[40]);
+char *cfg_yaml_emit(const cJSON *node);
+#endif /* FLOW_CONFIG_INTERNAL */
+
+#endif

@@ -1,0 +1,432 @@
+/* config_yaml.c — text to cJSON and back for the config loader.
+ *
+ * YAML is read event by event with libyaml (not its document loader) so that we can type
+ * plain scalars by the YAML 1.2 core schema, expand aliases and `<<:` merge keys, reject
+ * duplicate keys, and remember the line of every value for origins.  JSON goes through
+ * cJSON; a second, trivial scan of the (already valid) text recovers the lines.
+ * Input is untrusted: nesting, alias expansion and sizes are bounded. */
+#define FLOW_CONFIG_INTERNAL
+#include "config.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#define YAML_TAG "tag:yaml.org,2002:"
+
+/* ---- scalars ------------------------------------------------------------------------ */
+
+cJSON *cfg_number(double d)
+{
+    /* cJSON casts the double to int to fill valueint; a NaN cast is undefined. */
+    cJSON *n = cJSON_CreateNumber(isnan(d) ? 0 : d);
+    if (n && isnan(d))
+        n->valuedouble = d;
+    return n;
+}
+
+const char *cfg_format_number(double d, char buf[40])
+{
+    if (isnan(d))
+        return strcpy(buf, ".nan");
+    if (isinf(d))
+        return strcpy(buf, d < 0 ? "-.inf" : ".inf");
+    if (d == floor(d) && fabs(d) < 1e17) {
+        snprintf(buf, 40, "%.0f", d);
+        return buf;
+    }
+    snprintf(buf, 40, "%.15g", d);
+    if (strtod(buf, NULL) != d)
+        snprintf(buf, 40, "%.17g", d);
+    if (!strpbrk(buf, ".en"))          /* keep it reading as a float */
+        strcat(buf, ".0");
+    return buf;
+}
+
+static int all_digits(const char *s, size_t n, const char *set)
+{
+    if (n == 0)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!strchr(set, s[i]) || s[i] == '\0')
+            return 0;
+    return 1;
+}
+
+static double digits_value(const char *s, size_t n, int base)
+{
+    double v = 0;
+    for (size_t i = 0; i < n; i++) {
+        int c = s[i], d = c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
+        v = v * base + d;
+    }
+    return v;
+}
+
+/* YAML 1.2 core schema ints: [-+]?[0-9]+ | 0o[0-7]+ | 0x[0-9a-fA-F]+ */
+static int parse_int(const char *s, size_t n, double *out)
+{
+    if (n > 2 && s[0] == '0' && (s[1] == 'o' || s[1] == 'x')) {
+        int hex = s[1] == 'x';
+        if (!all_digits(s + 2, n - 2, hex ? "0123456789abcdefABCDEF" : "01234567"))
+            return 0;
+        *out = digits_value(s + 2, n - 2, hex ? 16 : 8);
+        return 1;
+    }
+    size_t i = (n > 0 && (s[0] == '-' || s[0] == '+'));
+    if (!all_digits(s + i, n - i, "0123456789"))
+        return 0;
+    *out = digits_value(s + i, n - i, 10) * (s[0] == '-' ? -1 : 1);
+    return 1;
+}
+
+/* [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)? and the .inf/.nan spellings */
+static int parse_float(const char *s, size_t n, double *out)
+{
+    static const char *const inf[] = {".inf", ".Inf", ".INF"}, *const nan_[] = {".nan", ".NaN", ".NAN"};
+    size_t i = (n > 0 && (s[0] == '-' || s[0] == '+'));
+    for (int k = 0; k < 3; k++) {
+        if (n - i == 4 && memcmp(s + i, inf[k], 4) == 0) {
+            *out = s[0] == '-' ? -INFINITY : INFINITY;
+            return 1;
+        }
+        if (n == 4 && memcmp(s, nan_[k], 4) == 0) {
+            *out = NAN;
+            return 1;
+        }
+    }
+    size_t int_digits = 0, frac_digits = 0, j = i;
+    while (j < n && s[j] >= '0' && s[j] <= '9') j++, int_digits++;
+    if (j < n && s[j] == '.')
+        for (j++; j < n && s[j] >= '0' && s[j] <= '9'; j++) frac_digits++;
+    if (int_digits + frac_digits == 0)
+        return 0;
+    if (j < n && (s[j] == 'e' || s[j] == 'E')) {
+        j++;
+        if (j < n && (s[j] == '-' || s[j] == '+')) j++;
+        size_t exp_digits = 0;
+        while (j < n && s[j] >= '0' && s[j] <= '9') j++, exp_digits++;
+        if (!exp_digits)
+            return 0;
+    }
+    if (j != n)
+        return 0;
+    char tmp[64], *copy = n < sizeof tmp ? tmp : malloc(n + 1);
+    if (!copy)
+        return 0;
+    memcpy(copy, s, n);
+    copy[n] = '\0';
+    *out = strtod(copy, NULL);
+    if (copy != tmp)
+        free(copy);
+    return 1;
+}
+
+static int word_in(const char *s, size_t n, const char *const *words)
+{
+    for (; *words; words++)
+        if (strlen(*words) == n && memcmp(s, *words, n) == 0)
+            return 1;
+    return 0;
+}
+
+/* The YAML 1.2 core schema reading of an unquoted scalar.  Empty text is null in YAML
+ * but an empty string in --params and environment variables (empty_is_null = 0). */
+cJSON *cfg_scalar_infer(const char *s, size_t n, int empty_is_null)
+{
+    static const char *const nulls[] = {"null", "Null", "NULL", "~", NULL};
+    static const char *const trues[] = {"true", "True", "TRUE", NULL};
+    static const char *const falses[] = {"false", "False", "FALSE", NULL};
+    double d;
+    if (n == 0)
+        return empty_is_null ? cJSON_CreateNull() : cJSON_CreateString("");
+    if (word_in(s, n, nulls))
+        return cJSON_CreateNull();
+    if (word_in(s, n, trues))
+        return cJSON_CreateTrue();
+    if (word_in(s, n, falses))
+        return cJSON_CreateFalse();
+    if (parse_int(s, n, &d) || parse_float(s, n, &d))
+        return cfg_number(d);
+    char *copy = strndup(s, n);
+    cJSON *str = copy ? cJSON_CreateString(copy) : NULL;
+    free(copy);
+    return str;
+}
+
+/* Would a plain scalar with this text read back as something other than this string,
+ * in YAML 1.2 or in the YAML 1.1 readers people still use (yes/no/on/off)? */
+static int needs_quotes(const char *s)
+{
+    static const char *const yaml11[] = {"yes", "Yes", "YES", "no", "No", "NO", "on", "On",
+                                         "ON", "off", "Off", "OFF", "y", "Y", "n", "N", NULL};
+    size_t n = strlen(s);
+    if (n == 0 || word_in(s, n, yaml11))
+        return 1;
+    cJSON *v = cfg_scalar_infer(s, n, 1);
+    int quote = !v || !cJSON_IsString(v);
+    cJSON_Delete(v);
+    return quote;
+}
+
+/* ---- YAML reading ------------------------------------------------------------------- */
+
+struct yframe {
+    cJSON *node;                       /* the mapping or sequence being filled */
+    char *key;                         /* mapping: the pending key, once read */
+    int have_key, key_line, merge_key;
+    cJSON *merges;                     /* values of `<<:`, applied at the mapping's end */
+};
+
+struct yanchor { char *name; cJSON *node; int open; };
+
+struct yload {
+    yaml_parser_t parser;
+    const char *text, *file;
+    struct cfg_ptrmap *lines;
+    struct yframe stack[CFG_MAX_DEPTH + 1];
+    size_t depth;
+    struct yanchor *anchors;
+    size_t nanchors, capanchors;
+    cJSON *root;
+    size_t nodes;
+    int docs, root_seen;
+    char *err;
+    size_t errlen;
+};
+
+static int yfail(struct yload *y, const yaml_mark_t *m, const char *fmt, const char *arg)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, fmt, arg ? arg : "");
+    snprintf(y->err, y->errlen, "%s:%zu:%zu: %s", y->file, m->line + 1, m->column + 1, msg);
+    return -1;
+}
+
+static void offset_to_mark(const char *text, size_t off, yaml_mark_t *m)
+{
+    m->line = m->column = 0;
+    for (size_t i = 0; i < off && text[i]; i++) {
+        if (text[i] == '\n')
+            m->line++, m->column = 0;
+        else
+            m->column++;
+    }
+}
+
+static void ysyntax_error(struct yload *y)
+{
+    yaml_parser_t *p = &y->parser;
+    yaml_mark_t m = p->problem_mark;
+    if (p->error == YAML_MEMORY_ERROR) {
+        snprintf(y->err, y->errlen, "%s: out of memory", y->file);
+        return;
+    }
+    if (p->error == YAML_READER_ERROR)
+        offset_to_mark(y->text, p->problem_offset, &m);
+    const char *problem = p->problem ? p->problem : "syntax error";
+    if (p->context)
+        snprintf(y->err, y->errlen, "%s:%zu:%zu: %s (%s at line %zu)", y->file, m.line + 1,
+                 m.column + 1, problem, p->context, p->context_mark.line + 1);
+    else
+        snprintf(y->err, y->errlen, "%s:%zu:%zu: %s", y->file, m.line + 1, m.column + 1, problem);
+}
+
+static cJSON *yscalar(const yaml_event_t *ev)
+{
+    const char *tag = (const char *)ev->data.scalar.tag, *text = (const char *)ev->data.scalar.value;
+    size_t n = ev->data.scalar.length;
+    int plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+    int core_tag = tag && strncmp(tag, YAML_TAG, strlen(YAML_TAG)) == 0;
+    if (tag && (strcmp(tag, YAML_TAG "str") == 0 || strcmp(tag, "!") == 0))
+        return cJSON_CreateString(text);
+    if ((plain && !tag) || core_tag || (plain && tag))
+        return cfg_scalar_infer(text, n, 1);
+    return cJSON_CreateString(text);
+}
+
+static struct yanchor *yfind_anchor(struct yload *y, const char *name)
+{
+    for (size_t i = y->nanchors; i-- > 0;)     /* a later anchor of the same name wins */
+        if (strcmp(y->anchors[i].name, name) == 0)
+            return &y->anchors[i];
+    return NULL;
+}
+
+static int yadd_anchor(struct yload *y, const yaml_char_t *name, cJSON *node, int open)
+{
+    if (!name)
+        return 0;
+    if (y->nanchors == y->capanchors) {
+        size_t cap = y->capanchors ? y->capanchors * 2 : 8;
+        struct yanchor *a = realloc(y->anchors, cap * sizeof *a);
+        if (!a)
+            return -1;
+        y->anchors = a, y->capanchors = cap;
+    }
+    char *copy = strdup((const char *)name);
+    if (!copy)
+        return -1;
+    y->anchors[y->nanchors++] = (struct yanchor){copy, node, open};
+    return 0;
+}
+
+static void yclose_anchors(struct yload *y, const cJSON *node)
+{
+    for (size_t i = 0; i < y->nanchors; i++)
+        if (y->anchors[i].node == node)
+            y->anchors[i].open = 0;
+}
+
+/* Copies the line of every node of src onto the same place in its copy dst. */
+static int copy_lines(struct cfg_ptrmap *lines, const cJSON *src, const cJSON *dst)
+{
+    void *line = cfg_ptrmap_get(lines, src);
+    if (line && cfg_ptrmap_put(lines, dst, line) < 0)
+        return -1;
+    for (src = src->child, dst = dst->child; src && dst; src = src->next, dst = dst->next)
+        if (copy_lines(lines, src, dst) < 0)
+            return -1;
+    return 0;
+}
+
+static cJSON *yduplicate(struct yload *y, const cJSON *node)
+{
+    cJSON *copy = cJSON_Duplicate(node, 1);
+    if (copy && copy_lines(y->lines, node, copy) < 0) {
+        cJSON_Delete(copy);
+        return NULL;
+    }
+    return copy;
+}
+
+/* Hangs a new node where the parser is: the document root, a list, a mapping value or
+ * a `<<:` merge source.  The node is owned by the tree from here on. */
+static int yattach(struct yload *y, cJSON *node, const yaml_mark_t *m)
+{
+    int line = (int)m->line + 1;
+    if (y->depth == 0) {
+        y->root_seen = 1;
+        if (cJSON_IsNull(node)) {
+            cJSON_Delete(node);
+            return 1;
+        }
+        if (!cJSON_IsObject(node)) {
+            cJSON_Delete(node);
+            return yfail(y, m, "the top level of a config file must be a mapping (key: value)", NULL);
+        }
+        y->root = node;
+    } else {
+        struct yframe *f = &y->stack[y->depth - 1];
+        if (cJSON_IsArray(f->node)) {
+            cJSON_AddItemToArray(f->node, node);
+        } else if (f->merge_key) {
+            if (!f->merges && !(f->merges = cJSON_CreateArray())) {
+                cJSON_Delete(node);
+                return -1;
+            }
+            cJSON_AddItemToArray(f->merges, node);
+            f->merge_key = f->have_key = 0;
+        } else {
+            node->string = f->key;
+            f->key = NULL;
+            f->have_key = 0;
+            line = f->key_line;
+            cJSON_AddItemToArray(f->node, node);
+        }
+    }
+    return cfg_ptrmap_put(y->lines, node, (void *)(intptr_t)line);
+}
+
+static int ycount(struct yload *y, size_t n, const yaml_mark_t *m)
+{
+    y->nodes += n;
+    if (y->nodes > CFG_MAX_NODES)
+        return yfail(y, m, "too many values (aliases expand to more than %s)", "2000000");
+    return 0;
+}
+
+/* A scalar or alias read where a mapping expects its key. */
+static int ykey(struct yload *y, const yaml_event_t *ev)
+{
+    struct yframe *f = &y->stack[y->depth - 1];
+    const yaml_mark_t *m = &ev->start_mark;
+    char *key = NULL;
+    if (ev->type == YAML_SCALAR_EVENT) {
+        key = strdup((const char *)ev->data.scalar.value);
+        f->merge_key = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && !ev->data.scalar.tag &&
+                       strcmp((const char *)ev->data.scalar.value, "<<") == 0;
+    } else if (ev->type == YAML_ALIAS_EVENT) {
+        struct yanchor *a = yfind_anchor(y, (const char *)ev->data.alias.anchor);
+        if (!a || cJSON_IsObject(a->node) || cJSON_IsArray(a->node))
+            return yfail(y, m, "an alias used as a key must name a scalar", NULL);
+        char num[40];
+        key = strdup(cJSON_IsString(a->node) ? a->node->valuestring
+                     : cJSON_IsNumber(a->node) ? cfg_format_number(a->node->valuedouble, num)
+                     : cJSON_IsBool(a->node) ? (cJSON_IsTrue(a->node) ? "true" : "false") : "null");
+        f->merge_key = 0;
+    } else {
+        return yfail(y, m, "mapping keys must be plain scalars, not lists or mappings", NULL);
+    }
+    if (!key)
+        return -1;
+    f->key = key;
+    f->have_key = 1;
+    f->key_line = (int)m->line + 1;
+    return 0;
+}
+
+static int ypush(struct yload *y, cJSON *node, const yaml_event_t *ev, const yaml_char_t *anchor)
+{
+    if (y->depth >= CFG_MAX_DEPTH) {
+        cJSON_Delete(node);
+        return yfail(y, &ev->start_mark, "nesting deeper than %s levels", "100");
+    }
+    int rc = yattach(y, node, &ev->start_mark);
+    if (rc != 0)
+        return rc;
+    if (yadd_anchor(y, anchor, node, 1) < 0)
+        return -1;
+    y->stack[y->depth++] = (struct yframe){.node = node};
+    return 0;
+}
+
+/* Duplicate keys are an error in YAML (and a trap in JSON, where the last one silently
+ * wins elsewhere); report the second with the line of the first. */
+struct keyed { const char *key; long line; };
+
+static int keyed_cmp(const void *a, const void *b)
+{
+    const struct keyed *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->line > y->line) - (x->line < y->line);
+}
+
+static int check_dup_keys(const cJSON *obj, const char *file, const struct cfg_ptrmap *lines,
+                          char *err, size_t errlen)
+{
+    size_t n = 0, i = 0;
+    for (const cJSON *c = obj->child; c; c = c->next)
+        n++;
+    if (n < 2)
+        return 0;
+    struct keyed *v = malloc(n * sizeof *v);
+    if (!v) {
+        snprintf(err, errlen, "%s: out of memory", file);
+        return -1;
+    }
+    for (const cJSON *c = obj->child; c; c = c->next, i++)
+        v[i] = (struct keyed){c->string, (long)(intptr_t)cfg_ptrmap_get(lines, c)};
+    qsort(v, n, sizeof *v, keyed_cmp);
+    int rc = 0;
+    for (i = 1; i < n && rc == 0; i++)
+        if (strcmp(v[i - 1].key, v[i].key) == 0) {
+            snprintf(err, errlen, "%s:%ld: duplicate key '%s' (first defined at line %ld)", file,
+                     v[i].line, v[i].key, v[i - 1].line);
+            rc = -1;
+        }
+    free(v);
+    return rc;
+}

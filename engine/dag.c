@@ -1,0 +1,317 @@
+/* dag.c — graph construction, validation with messages a user can act on,
+ * and Kahn's algorithm with a min-heap so that ready steps keep declaration order. */
+#include "dag.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct dag *dag_new(void)
+{
+    return xcalloc(1, sizeof(struct dag));
+}
+
+static void free_io(struct dag_io *io, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(io[i].arg);
+        free(io[i].dataset);
+    }
+    free(io);
+}
+
+static void free_step(struct dag_step *s)
+{
+    free(s->name);
+    free_io(s->inputs, s->n_inputs);
+    free_io(s->outputs, s->n_outputs);
+    for (size_t i = 0; i < s->n_tags; i++) free(s->tags[i]);
+    free(s->tags);
+    free(s->dist.num_nodes_ref);
+    free(s->dist.processes_per_node_ref);
+    free(s->deps);
+    free(s->dependents);
+}
+
+void dag_free(struct dag *dag)
+{
+    if (!dag) return;
+    for (size_t i = 0; i < dag->n_steps; i++) free_step(&dag->steps[i]);
+    for (size_t i = 0; i < dag->n_datasets; i++) free(dag->datasets[i].name);
+    free(dag->steps);
+    free(dag->datasets);
+    free(dag->order);
+    strmap_free(&dag->step_index);
+    strmap_free(&dag->dataset_index);
+    free(dag);
+}
+
+bool dag_is_param_input(const char *dataset)
+{
+    return strncmp(dataset, "params:", 7) == 0 || strcmp(dataset, "parameters") == 0;
+}
+
+static struct dag_io *copy_io(const struct dag_io *io, size_t n)
+{
+    struct dag_io *c = xcalloc(n, sizeof *c);
+    for (size_t i = 0; i < n; i++) {
+        c[i].dataset = xstrdup(io[i].dataset);
+        c[i].arg = xstrdup(io[i].arg ? io[i].arg : io[i].dataset);
+    }
+    return c;
+}
+
+static size_t intern_dataset(struct dag *dag, const char *name)
+{
+    size_t idx;
+    if (strmap_get(&dag->dataset_index, name, &idx)) return idx;
+    ARRAY_GROW(dag->datasets, dag->n_datasets, dag->cap_datasets);
+    idx = dag->n_datasets++;
+    dag->datasets[idx] = (struct dag_dataset){ xstrdup(name), -1, false };
+    strmap_put(&dag->dataset_index, name, idx);
+    return idx;
+}
+
+long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_t errlen)
+{
+    if (strmap_get(&dag->step_index, spec->name, NULL)) {
+        errf(err, errlen, "two steps are named '%s': step names must be unique "
+             "(give one of them name = \"...\")", spec->name);
+        return -1;
+    }
+    ARRAY_GROW(dag->steps, dag->n_steps, dag->cap_steps);
+    struct dag_step *s = &dag->steps[dag->n_steps];
+    *s = *spec;
+    s->name = xstrdup(spec->name);
+    s->inputs = copy_io(spec->inputs, spec->n_inputs);
+    s->outputs = copy_io(spec->outputs, spec->n_outputs);
+    s->tags = xcalloc(spec->n_tags, sizeof *s->tags);
+    for (size_t i = 0; i < spec->n_tags; i++) s->tags[i] = xstrdup(spec->tags[i]);
+    s->dist.num_nodes_ref = spec->dist.num_nodes_ref ? xstrdup(spec->dist.num_nodes_ref) : NULL;
+    s->dist.processes_per_node_ref =
+        spec->dist.processes_per_node_ref ? xstrdup(spec->dist.processes_per_node_ref) : NULL;
+    s->deps = s->dependents = NULL;
+    s->n_deps = s->n_dependents = 0;
+    strmap_put(&dag->step_index, s->name, dag->n_steps);
+    return (long)dag->n_steps++;
+}
+
+void dag_declare_dataset(struct dag *dag, const char *name)
+{
+    size_t di = intern_dataset(dag, name);
+    dag->datasets[di].declared = true;
+}
+
+long dag_find_step(const struct dag *dag, const char *name)
+{
+    size_t idx;
+    return strmap_get(&dag->step_index, name, &idx) ? (long)idx : -1;
+}
+
+long dag_find_dataset(const struct dag *dag, const char *name)
+{
+    size_t idx;
+    return strmap_get(&dag->dataset_index, name, &idx) ? (long)idx : -1;
+}
+
+const char *dag_framework_name(enum dist_framework f)
+{
+    switch (f) {
+    case DIST_PYTORCH: return "PyTorch";
+    case DIST_TENSORFLOW: return "TensorFlow";
+    case DIST_MPI: return "MPI";
+    default: return "none";
+    }
+}
+
+/* Each dataset gets its producer; a second producer is an error naming both. */
+static int assign_producers(struct dag *dag, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < dag->n_steps; i++) {
+        struct dag_step *s = &dag->steps[i];
+        for (size_t o = 0; o < s->n_outputs; o++) {
+            if (dag_is_param_input(s->outputs[o].dataset)) {
+                errf(err, errlen, "step '%s' declares '%s' as an output: parameters are "
+                     "read-only", s->name, s->outputs[o].dataset);
+                return -1;
+            }
+            size_t di = intern_dataset(dag, s->outputs[o].dataset);   /* may realloc */
+            struct dag_dataset *d = &dag->datasets[di];
+            if (d->producer == (long)i) {
+                errf(err, errlen, "step '%s' lists output '%s' twice", s->name, d->name);
+                return -1;
+            }
+            if (d->producer >= 0) {
+                errf(err, errlen, "dataset '%s' is produced by two steps, '%s' and '%s': "
+                     "a dataset has exactly one producer",
+                     d->name, dag->steps[d->producer].name, s->name);
+                return -1;
+            }
+            d->producer = (long)i;
+        }
+    }
+    return 0;
+}
+
+/* Inputs that nothing produces and nothing declares, each with the steps that need it. */
+static int check_missing_inputs(struct dag *dag, char *err, size_t errlen)
+{
+    struct strbuf sb = STRBUF_INIT;
+    size_t missing = 0;
+    for (size_t i = 0; i < dag->n_steps; i++) {
+        const struct dag_step *s = &dag->steps[i];
+        for (size_t k = 0; k < s->n_inputs; k++) {
+            const char *name = s->inputs[k].dataset;
+            if (dag_is_param_input(name)) continue;
+            size_t di = intern_dataset(dag, name);                   /* may realloc */
+            struct dag_dataset *d = &dag->datasets[di];
+            if (d->producer >= 0 || d->declared) continue;
+            d->declared = true;             /* report each dataset once */
+            if (missing++ < 20) {
+                sb_addf(&sb, "\n  '%s', needed by", name);
+                const char *sep = " ";
+                for (size_t j = i; j < dag->n_steps; j++)
+                    for (size_t m = 0; m < dag->steps[j].n_inputs; m++)
+                        if (strcmp(dag->steps[j].inputs[m].dataset, name) == 0) {
+                            sb_addf(&sb, "%s'%s'", sep, dag->steps[j].name);
+                            sep = ", ";
+                            break;
+                        }
+            }
+        }
+    }
+    if (missing) {
+        if (missing > 20) sb_addf(&sb, "\n  ... and %zu more", missing - 20);
+        errf(err, errlen, "%zu input dataset%s that no step produces and the catalog does not "
+             "declare:%s\n(add a step that outputs it, or declare it in conf/base/catalog.yml)",
+             missing, missing == 1 ? "" : "s", sb.buf);
+    }
+    sb_release(&sb);
+    return missing ? -1 : 0;
+}
+
+static void add_unique(size_t **arr, size_t *n, size_t *cap, size_t v)
+{
+    for (size_t i = 0; i < *n; i++) if ((*arr)[i] == v) return;
+    ARRAY_GROW(*arr, *n, *cap);
+    (*arr)[(*n)++] = v;
+}
+
+static void build_edges(struct dag *dag)
+{
+    size_t *caps = xcalloc(dag->n_steps, sizeof *caps);
+    for (size_t i = 0; i < dag->n_steps; i++) {
+        struct dag_step *s = &dag->steps[i];
+        size_t cap = 0;
+        for (size_t k = 0; k < s->n_inputs; k++) {
+            if (dag_is_param_input(s->inputs[k].dataset)) continue;
+            long p = dag->datasets[dag_find_dataset(dag, s->inputs[k].dataset)].producer;
+            if (p < 0) continue;
+            add_unique(&s->deps, &s->n_deps, &cap, (size_t)p);
+        }
+    }
+    for (size_t i = 0; i < dag->n_steps; i++)
+        for (size_t k = 0; k < dag->steps[i].n_deps; k++) {
+            struct dag_step *up = &dag->steps[dag->steps[i].deps[k]];
+            ARRAY_GROW(up->dependents, up->n_dependents, caps[dag->steps[i].deps[k]]);
+            up->dependents[up->n_dependents++] = i;
+        }
+    free(caps);
+}
+
+/* A binary min-heap of step indices: the earliest-declared ready step first. */
+struct heap { size_t *a, n; };
+
+static void heap_push(struct heap *h, size_t v)
+{
+    size_t i = h->n++;
+    while (i > 0 && h->a[(i - 1) / 2] > v) {
+        h->a[i] = h->a[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h->a[i] = v;
+}
+
+static size_t heap_pop(struct heap *h)
+{
+    size_t top = h->a[0], last = h->a[--h->n], i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->n) break;
+        if (c + 1 < h->n && h->a[c + 1] < h->a[c]) c++;
+        if (h->a[c] >= last) break;
+        h->a[i] = h->a[c];
+        i = c;
+    }
+    if (h->n) h->a[i] = last;
+    return top;
+}
+
+/* Walk dependencies among the unordered steps until one repeats: that is a cycle.
+ * Report it in data-flow order: "a -> b -> c -> a". */
+static void describe_cycle(const struct dag *dag, const size_t *pending, char *err, size_t errlen)
+{
+    size_t start = 0;
+    while (!pending[start]) start++;
+    long *seen_at = xmalloc(dag->n_steps * sizeof *seen_at);
+    size_t *path = xmalloc((dag->n_steps + 1) * sizeof *path);
+    for (size_t i = 0; i < dag->n_steps; i++) seen_at[i] = -1;
+    size_t len = 0, cur = start;
+    while (seen_at[cur] < 0) {
+        seen_at[cur] = (long)len;
+        path[len++] = cur;
+        const struct dag_step *s = &dag->steps[cur];
+        for (size_t k = 0; k < s->n_deps; k++)
+            if (pending[s->deps[k]]) { cur = s->deps[k]; break; }
+    }
+    struct strbuf sb = STRBUF_INIT;
+    sb_adds(&sb, dag->steps[cur].name);          /* path is upstream-walking: print reversed */
+    for (long i = (long)len - 1; i >= seen_at[cur]; i--)
+        sb_addf(&sb, " -> %s", dag->steps[path[i]].name);
+    errf(err, errlen, "the pipeline has a cycle: %s\n(a step cannot depend, even indirectly, "
+         "on its own output)", sb.buf);
+    sb_release(&sb);
+    free(seen_at);
+    free(path);
+}
+
+static int topo_sort(struct dag *dag, char *err, size_t errlen)
+{
+    size_t *pending = xmalloc((dag->n_steps + 1) * sizeof *pending);
+    struct heap h = { xmalloc((dag->n_steps + 1) * sizeof(size_t)), 0 };
+    dag->order = xmalloc((dag->n_steps + 1) * sizeof *dag->order);
+    for (size_t i = 0; i < dag->n_steps; i++) {
+        pending[i] = dag->steps[i].n_deps;
+        if (!pending[i]) heap_push(&h, i);
+    }
+    size_t n = 0;
+    while (h.n) {
+        size_t i = heap_pop(&h);
+        dag->order[n++] = i;
+        for (size_t k = 0; k < dag->steps[i].n_dependents; k++)
+            if (--pending[dag->steps[i].dependents[k]] == 0) heap_push(&h, dag->steps[i].dependents[k]);
+    }
+    free(h.a);
+    int rc = 0;
+    if (n < dag->n_steps) {
+        describe_cycle(dag, pending, err, errlen);
+        rc = -1;
+    }
+    free(pending);
+    return rc;
+}
+
+int dag_finalize(struct dag *dag, char *err, size_t errlen)
+{
+    if (dag->order) return 0;
+    if (assign_producers(dag, err, errlen) != 0) return -1;
+    if (check_missing_inputs(dag, err, errlen) != 0) return -1;
+    build_edges(dag);
+    if (topo_sort(dag, err, errlen) != 0) {
+        free(dag->order);
+        dag->order = NULL;
+        return -1;
+    }
+    return 0;
+}

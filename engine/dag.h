@@ -1,0 +1,75 @@
+/* dag.h — the pipeline graph: steps, the datasets between them, validation
+ * and a stable topological order.  Plain data in, plain data out: the Lua side
+ * describes each step with a dag_step_spec and keeps its own handle in `udata`. */
+#ifndef FLOW_DAG_H
+#define FLOW_DAG_H
+
+#include "strmap.h"
+#include <stdbool.h>
+#include <stddef.h>
+
+enum step_kind { STEP_FUNC, STEP_COMMAND };
+enum dist_framework { DIST_NONE, DIST_PYTORCH, DIST_TENSORFLOW, DIST_MPI };
+
+/* One input or output: `arg` is the name the step uses (a function's table key,
+ * `${inputs.arg}`), `dataset` the name in the graph (namespaced). */
+struct dag_io { char *arg, *dataset; };
+
+/* Distribution settings of a distributed_job step.  A count given as
+ * "params:…" keeps its reference until the parameters are resolved. */
+struct dag_dist {
+    enum dist_framework framework;
+    long num_nodes, processes_per_node;
+    char *num_nodes_ref, *processes_per_node_ref;
+};
+
+struct dag_step {
+    char *name;
+    enum step_kind kind;
+    struct dag_io *inputs, *outputs;
+    size_t n_inputs, n_outputs;
+    char **tags;
+    size_t n_tags;
+    struct dag_dist dist;
+    int udata;                      /* the owner's handle for this step */
+    /* Filled by dag_finalize: unique upstream and downstream step indices. */
+    size_t *deps, *dependents;
+    size_t n_deps, n_dependents;
+};
+
+struct dag_dataset {
+    char *name;
+    long producer;                  /* step index, or -1 */
+    bool declared;                  /* exists outside the graph (catalog, persisted) */
+};
+
+struct dag {
+    struct dag_step *steps;
+    size_t n_steps, cap_steps;
+    struct dag_dataset *datasets;
+    size_t n_datasets, cap_datasets;
+    struct strmap step_index, dataset_index;
+    size_t *order;                  /* topological order, after dag_finalize */
+};
+
+struct dag *dag_new(void);
+void dag_free(struct dag *dag);
+
+/* Deep-copies `spec` (its deps/dependents are ignored).  Returns the new
+ * step's index, or -1 with a message when the name is already taken. */
+long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_t errlen);
+/* A dataset that exists without a producer: declared in the catalog, say. */
+void dag_declare_dataset(struct dag *dag, const char *name);
+/* Inputs like "params:a.b" and "parameters" read parameters, not datasets. */
+bool dag_is_param_input(const char *dataset);
+
+/* Checks the graph and computes edges and the order: each dataset has at most
+ * one producer, every input is produced or declared, no cycles.  Among steps
+ * that are ready at once, declaration order wins, so runs are reproducible. */
+int dag_finalize(struct dag *dag, char *err, size_t errlen);
+
+long dag_find_step(const struct dag *dag, const char *name);
+long dag_find_dataset(const struct dag *dag, const char *name);
+const char *dag_framework_name(enum dist_framework f);
+
+#endif

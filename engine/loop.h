@@ -1,0 +1,33 @@
+/* loop.h — the one event loop: file descriptors (pipes, pidfds, later libcurl's
+ * sockets), timers and SIGINT/SIGTERM, all on one thread with epoll. Nothing polls. */
+#ifndef FLOW_LOOP_H
+#define FLOW_LOOP_H
+
+#include <stdbool.h>
+
+struct loop;
+typedef void (*loop_fd_fn)(void *arg, int fd, unsigned events);
+typedef void (*loop_timer_fn)(void *arg);
+
+enum { LOOP_READ = 1, LOOP_WRITE = 2 };
+
+struct loop *loop_new(void);
+void loop_free(struct loop *loop);
+
+int loop_watch(struct loop *loop, int fd, unsigned events, loop_fd_fn fn, void *arg);
+void loop_unwatch(struct loop *loop, int fd);
+
+/* One-shot timer; returns an id for loop_cancel_timer (ids are never reused). */
+unsigned long loop_add_timer(struct loop *loop, double delay_s, loop_timer_fn fn, void *arg);
+void loop_cancel_timer(struct loop *loop, unsigned long id);
+
+/* Waits (at most max_wait_s; < 0 means until something happens) and dispatches. */
+void loop_run_once(struct loop *loop, double max_wait_s);
+
+/* SIGINT and SIGTERM are blocked and delivered through the loop: this returns
+ * how many arrived since the loop was made (so a second Ctrl-C can escalate). */
+int loop_interrupts(const struct loop *loop);
+/* The signal mask children must be started with (everything unblocked). */
+void loop_child_sigmask(void *sigset_out);
+
+#endif

@@ -1,0 +1,283 @@
+/* proc.c — see proc.h.  Exit is noticed through a pidfd (Linux ≥ 5.3), so the
+ * loop needs no SIGCHLD handler and never busy-waits. */
+#include "proc.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/pidfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define TAIL_MAX 4096
+
+struct proc {
+    struct loop *loop;
+    pid_t pid;
+    int pidfd, out_fd, err_fd, log_fd;
+    int status;                    /* from waitpid */
+    bool exited;
+    bool capture_stdout, echo;
+    char *echo_prefix;
+    struct strbuf captured;        /* stdout, with capture_stdout */
+    char tail[TAIL_MAX];           /* ring of the last stderr bytes */
+    size_t tail_len, tail_pos;
+    char *tail_text;               /* tail as a string, made on demand */
+    proc_exit_fn on_exit;
+    void *arg;
+};
+
+static void tail_add(struct proc *p, const char *buf, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        p->tail[p->tail_pos] = buf[i];
+        p->tail_pos = (p->tail_pos + 1) % TAIL_MAX;
+        if (p->tail_len < TAIL_MAX) p->tail_len++;
+    }
+}
+
+static void write_log(struct proc *p, const char *buf, size_t n)
+{
+    if (p->log_fd < 0) return;
+    while (n > 0) {
+        ssize_t w = write(p->log_fd, buf, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return;              /* a full disk must not stop the step */
+        buf += w;
+        n -= (size_t)w;
+    }
+}
+
+static void echo_lines(struct proc *p, const char *buf, size_t n)
+{
+    /* Whole reads at once keep lines of different steps mostly apart. */
+    fprintf(stderr, "%s", p->echo_prefix ? p->echo_prefix : "");
+    for (size_t i = 0; i < n; i++) {
+        fputc(buf[i], stderr);
+        if (buf[i] == '\n' && i + 1 < n) fprintf(stderr, "%s", p->echo_prefix ? p->echo_prefix : "");
+    }
+    if (n && buf[n - 1] != '\n') fputc('\n', stderr);
+}
+
+/* Reads what is available from one output pipe; returns false at EOF. */
+static bool pump(struct proc *p, int fd)
+{
+    char buf[16384];
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return errno == EAGAIN;
+        if (n == 0) return false;
+        if (fd == p->out_fd && p->capture_stdout) sb_add(&p->captured, buf, (size_t)n);
+        else write_log(p, buf, (size_t)n);
+        if (fd == p->err_fd) tail_add(p, buf, (size_t)n);
+        if (p->echo) echo_lines(p, buf, (size_t)n);
+    }
+}
+
+static void close_pipe(struct proc *p, int *fd)
+{
+    if (*fd < 0) return;
+    loop_unwatch(p->loop, *fd);
+    close(*fd);
+    *fd = -1;
+}
+
+static void on_output(void *arg, int fd, unsigned events)
+{
+    struct proc *p = arg;
+    if (!pump(p, fd)) close_pipe(p, fd == p->out_fd ? &p->out_fd : &p->err_fd);
+}
+
+/* The process has exited: reap it, drain what it wrote and report.  Output
+ * pipes may still be held open by a grandchild it left behind; we take what
+ * is there now rather than wait for that grandchild. */
+static void on_pidfd(void *arg, int fd, unsigned events)
+{
+    struct proc *p = arg;
+    if (waitpid(p->pid, &p->status, WNOHANG) != p->pid) return;
+    p->exited = true;
+    loop_unwatch(p->loop, fd);
+    close(p->pidfd);
+    p->pidfd = -1;
+    if (p->out_fd >= 0) pump(p, p->out_fd);
+    if (p->err_fd >= 0) pump(p, p->err_fd);
+    close_pipe(p, &p->out_fd);
+    close_pipe(p, &p->err_fd);
+    if (p->log_fd >= 0) { close(p->log_fd); p->log_fd = -1; }
+    p->on_exit(p, p->arg);
+}
+
+/* environ plus NAME=value pairs; a pair overrides an inherited variable. */
+static char **build_env(char *const *extra, size_t *n_out)
+{
+    size_t n = 0, m = 0;
+    while (environ[n]) n++;
+    while (extra && extra[m]) m++;
+    char **env = xmalloc((n + m + 1) * sizeof *env);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t namelen = strcspn(environ[i], "=");
+        bool overridden = false;
+        for (size_t j = 0; j < m; j++)
+            if (strncmp(extra[j], environ[i], namelen + 1) == 0) overridden = true;
+        if (!overridden) env[k++] = environ[i];
+    }
+    for (size_t j = 0; j < m; j++) env[k++] = extra[j];
+    env[k] = NULL;
+    *n_out = k;
+    return env;
+}
+
+static int setup_spawn(const struct proc_spec *spec, int out_w, int err_w,
+                       posix_spawn_file_actions_t *fa, posix_spawnattr_t *attr)
+{
+    posix_spawn_file_actions_init(fa);
+    posix_spawn_file_actions_addopen(fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(fa, out_w, 1);
+    posix_spawn_file_actions_adddup2(fa, err_w, 2);
+    if (spec->cwd) posix_spawn_file_actions_addchdir_np(fa, spec->cwd);
+    posix_spawnattr_init(attr);
+    sigset_t mask, defaults;
+    loop_child_sigmask(&mask);
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGTERM);
+    sigaddset(&defaults, SIGPIPE);
+    sigaddset(&defaults, SIGCHLD);
+    posix_spawnattr_setsigmask(attr, &mask);
+    posix_spawnattr_setsigdefault(attr, &defaults);
+    posix_spawnattr_setpgroup(attr, 0);
+    return posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                          POSIX_SPAWN_SETPGROUP);
+}
+
+static int start(struct proc *p, const struct proc_spec *spec, char *err, size_t errlen)
+{
+    int out[2], errp[2];
+    if (pipe2(out, O_CLOEXEC) != 0) { errf(err, errlen, "pipe: %s", strerror(errno)); return -1; }
+    if (pipe2(errp, O_CLOEXEC) != 0) {
+        errf(err, errlen, "pipe: %s", strerror(errno));
+        close(out[0]); close(out[1]);
+        return -1;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    setup_spawn(spec, out[1], errp[1], &fa, &attr);
+    size_t n_env;
+    char **env = build_env(spec->env_extra, &n_env);
+    int rc = posix_spawnp(&p->pid, spec->argv[0], &fa, &attr, spec->argv, env);
+    free(env);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    close(out[1]);
+    close(errp[1]);
+    p->out_fd = out[0];
+    p->err_fd = errp[0];
+    if (rc != 0) {
+        if (rc == ENOENT) errf(err, errlen, "command not found: %s", spec->argv[0]);
+        else errf(err, errlen, "cannot run %s: %s", spec->argv[0], strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+struct proc *proc_spawn(struct loop *loop, const struct proc_spec *spec,
+                        proc_exit_fn on_exit, void *arg, char *err, size_t errlen)
+{
+    if (!spec->argv || !spec->argv[0] || !spec->argv[0][0]) {
+        errf(err, errlen, "empty command");
+        return NULL;
+    }
+    struct proc *p = xcalloc(1, sizeof *p);
+    p->loop = loop;
+    p->pidfd = p->out_fd = p->err_fd = p->log_fd = -1;
+    p->on_exit = on_exit;
+    p->arg = arg;
+    p->capture_stdout = spec->capture_stdout;
+    p->echo = spec->echo;
+    p->echo_prefix = spec->echo_prefix ? xstrdup(spec->echo_prefix) : NULL;
+    if (spec->log_path) {
+        p->log_fd = open(spec->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (p->log_fd < 0) {
+            errf(err, errlen, "cannot open log %s: %s", spec->log_path, strerror(errno));
+            proc_free(p);
+            return NULL;
+        }
+    }
+    if (start(p, spec, err, errlen) != 0) { proc_free(p); return NULL; }
+    p->pidfd = pidfd_open(p->pid, 0);
+    if (p->pidfd < 0) {
+        errf(err, errlen, "pidfd_open: %s (flow needs Linux 5.3 or later)", strerror(errno));
+        kill(-p->pid, SIGKILL);
+        waitpid(p->pid, NULL, 0);
+        proc_free(p);
+        return NULL;
+    }
+    fcntl(p->out_fd, F_SETFL, O_NONBLOCK);
+    fcntl(p->err_fd, F_SETFL, O_NONBLOCK);
+    loop_watch(loop, p->out_fd, LOOP_READ, on_output, p);
+    loop_watch(loop, p->err_fd, LOOP_READ, on_output, p);
+    loop_watch(loop, p->pidfd, LOOP_READ, on_pidfd, p);
+    return p;
+}
+
+void proc_kill(struct proc *p, int sig)
+{
+    if (p && !p->exited && p->pid > 0) kill(-p->pid, sig);
+}
+
+void proc_free(struct proc *p)
+{
+    if (!p) return;
+    if (p->pidfd >= 0) {                 /* still running: never leave a zombie or orphan */
+        kill(-p->pid, SIGKILL);
+        waitpid(p->pid, NULL, 0);
+        loop_unwatch(p->loop, p->pidfd);
+        close(p->pidfd);
+    }
+    close_pipe(p, &p->out_fd);
+    close_pipe(p, &p->err_fd);
+    if (p->log_fd >= 0) close(p->log_fd);
+    sb_release(&p->captured);
+    free(p->tail_text);
+    free(p->echo_prefix);
+    free(p);
+}
+
+pid_t proc_pid(const struct proc *p) { return p->pid; }
+
+int proc_exit_code(const struct proc *p)
+{
+    if (WIFSIGNALED(p->status)) return 128 + WTERMSIG(p->status);
+    return WEXITSTATUS(p->status);
+}
+
+int proc_term_signal(const struct proc *p)
+{
+    return WIFSIGNALED(p->status) ? WTERMSIG(p->status) : 0;
+}
+
+const char *proc_stderr_tail(const struct proc *p)
+{
+    struct proc *mp = (struct proc *)p;      /* the text is a cache of the ring */
+    free(mp->tail_text);
+    size_t start = (p->tail_pos + TAIL_MAX - p->tail_len) % TAIL_MAX;
+    mp->tail_text = xmalloc(p->tail_len + 1);
+    for (size_t i = 0; i < p->tail_len; i++) mp->tail_text[i] = p->tail[(start + i) % TAIL_MAX];
+    mp->tail_text[p->tail_len] = '\0';
+    return mp->tail_text;
+}
+
+const char *proc_stdout(const struct proc *p, size_t *len)
+{
+    if (len) *len = p->captured.len;
+    return p->captured.buf ? p->captured.buf : "";
+}

@@ -1,0 +1,40 @@
+/* proc.h — child processes: posix_spawn of an argv (never a shell unless the
+ * caller asks for /bin/sh), each in its own process group, with stdout/stderr
+ * read by the event loop into a log file and a tail kept for error messages. */
+#ifndef FLOW_PROC_H
+#define FLOW_PROC_H
+
+#include "loop.h"
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct proc_spec {
+    char *const *argv;           /* argv[0] is looked up in PATH */
+    const char *cwd;             /* NULL: the engine's */
+    const char *log_path;        /* stdout+stderr appended here; NULL: discarded */
+    char *const *env_extra;      /* "NAME=value" added to the environment, or NULL */
+    bool capture_stdout;         /* keep stdout in memory (flow.sh) instead of the log */
+    bool echo;                   /* also copy output to flow's stderr, prefixed */
+    const char *echo_prefix;
+};
+
+struct proc;
+typedef void (*proc_exit_fn)(struct proc *p, void *arg);
+
+/* Starts the process; `on_exit` runs from the loop once it has exited and its
+ * output is drained.  NULL with a message if it could not be started. */
+struct proc *proc_spawn(struct loop *loop, const struct proc_spec *spec,
+                        proc_exit_fn on_exit, void *arg, char *err, size_t errlen);
+/* Signals the whole process group. */
+void proc_kill(struct proc *p, int sig);
+void proc_free(struct proc *p);
+
+pid_t proc_pid(const struct proc *p);
+/* Exit code, or 128 + signal number when killed by a signal. */
+int proc_exit_code(const struct proc *p);
+int proc_term_signal(const struct proc *p);      /* 0 unless killed by a signal */
+const char *proc_stderr_tail(const struct proc *p);  /* last lines of stderr */
+const char *proc_stdout(const struct proc *p, size_t *len);  /* with capture_stdout */
+
+#endif

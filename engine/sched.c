@@ -1,0 +1,220 @@
+/* sched.c — see sched.h.  The loop wakes for process exits and timers; after
+ * every wake-up, ready steps are started until `jobs` are running. */
+#include "sched.h"
+#include "util.h"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#define STOP_GRACE_S 5.0      /* SIGTERM, then SIGKILL after this long */
+
+struct sched {
+    const struct dag *dag;
+    struct loop *loop;
+    struct sched_options opt;
+    struct sched_executor ex;
+    struct sched_observer obs;
+    enum step_state *state;
+    size_t *pending;               /* unfinished upstream steps */
+    double *started, *finished;
+    size_t *ready;                 /* min-heap of step indices */
+    size_t n_ready, running;
+    bool stopping, interrupted, failed, killed;
+    int interrupts_seen;
+    unsigned long kill_timer;
+};
+
+static void ready_push(struct sched *s, size_t v)
+{
+    size_t i = s->n_ready++;
+    while (i > 0 && s->ready[(i - 1) / 2] > v) {
+        s->ready[i] = s->ready[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    s->ready[i] = v;
+    s->state[v] = STEP_READY;
+}
+
+static size_t ready_pop(struct sched *s)
+{
+    size_t top = s->ready[0], last = s->ready[--s->n_ready], i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= s->n_ready) break;
+        if (c + 1 < s->n_ready && s->ready[c + 1] < s->ready[c]) c++;
+        if (s->ready[c] >= last) break;
+        s->ready[i] = s->ready[c];
+        i = c;
+    }
+    if (s->n_ready) s->ready[i] = last;
+    return top;
+}
+
+struct sched *sched_new(const struct dag *dag, struct loop *loop, const struct sched_options *opt,
+                        const struct sched_executor *ex, const struct sched_observer *obs)
+{
+    struct sched *s = xcalloc(1, sizeof *s);
+    size_t n = dag->n_steps + 1;
+    s->dag = dag;
+    s->loop = loop;
+    s->opt = *opt;
+    if (s->opt.jobs < 1) s->opt.jobs = 1;
+    s->ex = *ex;
+    if (obs) s->obs = *obs;
+    s->state = xcalloc(n, sizeof *s->state);
+    s->pending = xcalloc(n, sizeof *s->pending);
+    s->started = xcalloc(n, sizeof *s->started);
+    s->finished = xcalloc(n, sizeof *s->finished);
+    s->ready = xcalloc(n, sizeof *s->ready);
+    return s;
+}
+
+void sched_free(struct sched *s)
+{
+    if (!s) return;
+    free(s->state);
+    free(s->pending);
+    free(s->started);
+    free(s->finished);
+    free(s->ready);
+    free(s);
+}
+
+static bool is_selected(const struct sched *s, size_t i)
+{
+    return !s->opt.selected || s->opt.selected[i];
+}
+
+/* A failed step's dependents cannot run.  Iterative: a 100,000-step chain
+ * must not overflow the C stack. */
+static void mark_not_run_downstream(struct sched *s, size_t failed)
+{
+    size_t *stack = xmalloc((s->dag->n_steps + 1) * sizeof *stack), n = 0;
+    stack[n++] = failed;
+    while (n) {
+        const struct dag_step *st = &s->dag->steps[stack[--n]];
+        for (size_t k = 0; k < st->n_dependents; k++) {
+            size_t d = st->dependents[k];
+            if (s->state[d] != STEP_WAITING) continue;
+            s->state[d] = STEP_NOT_RUN;
+            stack[n++] = d;            /* each step is pushed at most once */
+        }
+    }
+    free(stack);
+}
+
+static void release_dependents(struct sched *s, size_t i)
+{
+    const struct dag_step *st = &s->dag->steps[i];
+    for (size_t k = 0; k < st->n_dependents; k++) {
+        size_t d = st->dependents[k];
+        if (--s->pending[d] == 0 && s->state[d] == STEP_WAITING) ready_push(s, d);
+    }
+}
+
+void sched_step_done(struct sched *s, size_t i, bool ok)
+{
+    s->state[i] = ok ? STEP_DONE : STEP_FAILED;
+    s->finished[i] = monotonic_seconds();
+    s->running--;
+    if (s->obs.step_finished) s->obs.step_finished(s->obs.ctx, s, i);
+    if (ok) {
+        release_dependents(s, i);
+        return;
+    }
+    s->failed = true;
+    mark_not_run_downstream(s, i);
+    if (!s->opt.keep_going) s->stopping = true;
+}
+
+static void start_step(struct sched *s, size_t i)
+{
+    s->state[i] = STEP_RUNNING;
+    s->started[i] = monotonic_seconds();
+    s->running++;
+    if (s->obs.step_started) s->obs.step_started(s->obs.ctx, s, i);
+    if (s->ex.start(s->ex.ctx, s, i) != 0 && s->state[i] == STEP_RUNNING)
+        sched_step_done(s, i, false);
+}
+
+static void stop_running(struct sched *s, int sig)
+{
+    for (size_t i = 0; i < s->dag->n_steps; i++)
+        if (s->state[i] == STEP_RUNNING) s->ex.stop(s->ex.ctx, s, i, sig);
+}
+
+static void kill_stragglers(void *arg)
+{
+    struct sched *s = arg;
+    s->kill_timer = 0;
+    stop_running(s, SIGKILL);
+}
+
+/* First Ctrl-C: stop starting steps, SIGTERM the running ones, SIGKILL after a
+ * grace period.  A second Ctrl-C kills at once. */
+static void handle_interrupts(struct sched *s)
+{
+    int n = loop_interrupts(s->loop);
+    if (n == s->interrupts_seen) return;
+    s->interrupts_seen = n;
+    if (!s->interrupted) {
+        s->interrupted = s->stopping = true;
+        stop_running(s, SIGTERM);
+        s->kill_timer = loop_add_timer(s->loop, STOP_GRACE_S, kill_stragglers, s);
+    } else {
+        stop_running(s, SIGKILL);
+    }
+}
+
+static void seed_ready(struct sched *s)
+{
+    for (size_t i = 0; i < s->dag->n_steps; i++) {
+        s->pending[i] = s->dag->steps[i].n_deps;
+        s->state[i] = is_selected(s, i) ? STEP_WAITING : STEP_SKIPPED;
+    }
+    /* Unselected steps count as done for their dependents: their outputs must
+     * already exist, which the caller checked. */
+    for (size_t k = 0; k < s->dag->n_steps; k++) {
+        size_t i = s->dag->order[k];
+        if (s->state[i] == STEP_SKIPPED) release_dependents(s, i);
+    }
+    for (size_t i = 0; i < s->dag->n_steps; i++)
+        if (s->state[i] == STEP_WAITING && s->pending[i] == 0) ready_push(s, i);
+}
+
+int sched_run(struct sched *s)
+{
+    seed_ready(s);
+    for (;;) {
+        handle_interrupts(s);
+        while (!s->stopping && s->n_ready && s->running < (size_t)s->opt.jobs)
+            start_step(s, ready_pop(s));
+        if (!s->running) break;
+        loop_run_once(s->loop, -1);
+    }
+    if (s->kill_timer) loop_cancel_timer(s->loop, s->kill_timer);
+    while (s->n_ready) s->state[ready_pop(s)] = STEP_NOT_RUN;
+    for (size_t i = 0; i < s->dag->n_steps; i++)
+        if (s->state[i] == STEP_WAITING) s->state[i] = STEP_NOT_RUN;
+    if (s->interrupted) return 130;
+    return s->failed ? 1 : 0;
+}
+
+const struct dag *sched_dag(const struct sched *s) { return s->dag; }
+struct loop *sched_loop(const struct sched *s) { return s->loop; }
+enum step_state sched_state(const struct sched *s, size_t i) { return s->state[i]; }
+bool sched_interrupted(const struct sched *s) { return s->interrupted; }
+
+double sched_elapsed(const struct sched *s, size_t i)
+{
+    if (s->started[i] == 0) return 0;
+    double end = s->finished[i] ? s->finished[i] : monotonic_seconds();
+    return end - s->started[i];
+}
+
+const char *step_state_name(enum step_state st)
+{
+    static const char *const names[] = { "waiting", "ready", "running", "done",
+                                         "failed", "not run", "skipped" };
+    return names[st];
+}

@@ -1,0 +1,64 @@
+/* strmap.c — linear probing, FNV-1a hash, grows at 70% load. */
+#include "strmap.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static unsigned hash_str(const char *s)
+{
+    unsigned h = 2166136261u;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+void strmap_free(struct strmap *m)
+{
+    for (size_t i = 0; i < m->cap; i++) free(m->slots[i].key);
+    free(m->slots);
+    m->slots = NULL;
+    m->count = m->cap = 0;
+}
+
+static struct strmap_slot *find_slot(const struct strmap *m, const char *key, unsigned h)
+{
+    size_t mask = m->cap - 1;
+    for (size_t i = h & mask; ; i = (i + 1) & mask) {
+        struct strmap_slot *s = &m->slots[i];
+        if (!s->key || (s->hash == h && strcmp(s->key, key) == 0)) return s;
+    }
+}
+
+static void grow(struct strmap *m)
+{
+    struct strmap old = *m;
+    m->cap = old.cap ? old.cap * 2 : 16;
+    m->slots = xcalloc(m->cap, sizeof *m->slots);
+    for (size_t i = 0; i < old.cap; i++) {
+        if (!old.slots[i].key) continue;
+        *find_slot(m, old.slots[i].key, old.slots[i].hash) = old.slots[i];
+    }
+    free(old.slots);
+}
+
+void strmap_put(struct strmap *m, const char *key, size_t value)
+{
+    if ((m->count + 1) * 10 > m->cap * 7) grow(m);
+    unsigned h = hash_str(key);
+    struct strmap_slot *s = find_slot(m, key, h);
+    if (!s->key) {
+        s->key = xstrdup(key);
+        s->hash = h;
+        m->count++;
+    }
+    s->value = value;
+}
+
+bool strmap_get(const struct strmap *m, const char *key, size_t *value)
+{
+    if (!m->cap) return false;
+    struct strmap_slot *s = find_slot(m, key, hash_str(key));
+    if (!s->key) return false;
+    if (value) *value = s->value;
+    return true;
+}

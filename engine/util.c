@@ -1,0 +1,228 @@
+/* util.c — see util.h. */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static void out_of_memory(size_t n)
+{
+    fprintf(stderr, "flow: out of memory (allocating %zu bytes)\n", n);
+    abort();
+}
+
+void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) out_of_memory(n);
+    return p;
+}
+
+void *xcalloc(size_t count, size_t size)
+{
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) out_of_memory(count * size);
+    return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q) out_of_memory(n);
+    return q;
+}
+
+char *xstrdup(const char *s)
+{
+    return xstrndup(s, strlen(s));
+}
+
+char *xstrndup(const char *s, size_t n)
+{
+    char *p = xmalloc(n + 1);
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+char *xasprintf(const char *fmt, ...)
+{
+    struct strbuf sb = STRBUF_INIT;
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vaddf(&sb, fmt, ap);
+    va_end(ap);
+    return sb_detach(&sb);
+}
+
+static void sb_reserve(struct strbuf *sb, size_t extra)
+{
+    if (sb->len + extra + 1 <= sb->cap) return;
+    size_t cap = sb->cap ? sb->cap : 64;
+    while (cap < sb->len + extra + 1) cap *= 2;
+    sb->buf = xrealloc(sb->buf, cap);
+    sb->cap = cap;
+}
+
+void sb_add(struct strbuf *sb, const char *s, size_t n)
+{
+    sb_reserve(sb, n);
+    memcpy(sb->buf + sb->len, s, n);
+    sb->len += n;
+    sb->buf[sb->len] = '\0';
+}
+
+void sb_adds(struct strbuf *sb, const char *s) { sb_add(sb, s, strlen(s)); }
+void sb_addc(struct strbuf *sb, char c) { sb_add(sb, &c, 1); }
+
+void sb_vaddf(struct strbuf *sb, const char *fmt, va_list ap)
+{
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0) return;
+    sb_reserve(sb, (size_t)n);
+    vsnprintf(sb->buf + sb->len, (size_t)n + 1, fmt, ap);
+    sb->len += (size_t)n;
+}
+
+void sb_addf(struct strbuf *sb, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vaddf(sb, fmt, ap);
+    va_end(ap);
+}
+
+char *sb_detach(struct strbuf *sb)
+{
+    char *s = sb->buf ? sb->buf : xstrdup("");
+    sb->buf = NULL;
+    sb->len = sb->cap = 0;
+    return s;
+}
+
+void sb_release(struct strbuf *sb)
+{
+    free(sb->buf);
+    sb->buf = NULL;
+    sb->len = sb->cap = 0;
+}
+
+void errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+int mkdir_p(const char *path, mode_t mode)
+{
+    char *p = xstrdup(path);
+    int rc = 0;
+    for (char *s = p + 1; ; s++) {
+        if (*s != '/' && *s != '\0') continue;
+        char saved = *s;
+        *s = '\0';
+        if (mkdir(p, mode) != 0 && errno != EEXIST) { rc = -1; break; }
+        *s = saved;
+        if (!saved) break;
+    }
+    free(p);
+    return rc;
+}
+
+static int write_all(int fd, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, data, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -1;
+        data += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen)
+{
+    char *tmp = xasprintf("%s.tmp-%ld", path, (long)getpid());
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        errf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        free(tmp);
+        return -1;
+    }
+    if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+        errf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+        free(tmp);
+        return -1;
+    }
+    close(fd);
+    if (rename(tmp, path) != 0) {
+        errf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        unlink(tmp);
+        free(tmp);
+        return -1;
+    }
+    free(tmp);
+    return 0;
+}
+
+char *read_file(const char *path, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    struct strbuf sb = STRBUF_INIT;
+    char chunk[65536];
+    for (;;) {
+        ssize_t n = read(fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            int e = errno;
+            close(fd);
+            sb_release(&sb);
+            errno = e;
+            return NULL;
+        }
+        if (n == 0) break;
+        sb_add(&sb, chunk, (size_t)n);
+    }
+    close(fd);
+    if (len) *len = sb.len;
+    return sb_detach(&sb);
+}
+
+char *safe_file_name(const char *name)
+{
+    char *s = xstrdup(name);
+    for (char *p = s; *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (!(c == '.' || c == '-' || c == '_' || (c >= '0' && c <= '9') ||
+              (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80))
+            *p = '_';
+    }
+    if (s[0] == '.' || s[0] == '\0') {       /* never a hidden file, "." or ".." */
+        char *t = xasprintf("_%s", s);
+        free(s);
+        s = t;
+    }
+    return s;
+}
+
+double monotonic_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}

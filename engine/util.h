@@ -1,0 +1,48 @@
+/* util.h — allocation that never returns NULL, growable strings and arrays,
+ * and the few file-system helpers every part of the engine needs. */
+#ifndef FLOW_UTIL_H
+#define FLOW_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Out of memory is not a condition the engine can recover from: print and abort. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t count, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+char *xstrndup(const char *s, size_t n);
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Grow an array `p` of `n` items with capacity `cap` so one more item fits. */
+#define ARRAY_GROW(p, n, cap) do { if ((n) >= (cap)) { \
+        (cap) = (cap) ? (cap) * 2 : 8; (p) = xrealloc((p), (cap) * sizeof *(p)); } } while (0)
+
+struct strbuf {
+    char *buf;      /* always NUL-terminated once anything was added */
+    size_t len, cap;
+};
+#define STRBUF_INIT { NULL, 0, 0 }
+void sb_add(struct strbuf *sb, const char *s, size_t n);
+void sb_adds(struct strbuf *sb, const char *s);
+void sb_addc(struct strbuf *sb, char c);
+void sb_addf(struct strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sb_vaddf(struct strbuf *sb, const char *fmt, va_list ap);
+char *sb_detach(struct strbuf *sb);          /* caller owns the result ("" if empty) */
+void sb_release(struct strbuf *sb);
+
+/* Write errors the same way everywhere: into a caller's fixed buffer. */
+void errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+int mkdir_p(const char *path, mode_t mode);
+/* Write `data` to a temporary file beside `path`, fsync it, rename it into place. */
+int write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
+/* Whole file into a NUL-terminated buffer; NULL with errno set on failure. */
+char *read_file(const char *path, size_t *len);
+/* A file name made from a dataset or step name: '/' and other unsafe bytes become '_'. */
+char *safe_file_name(const char *name);
+
+double monotonic_seconds(void);
+
+#endif

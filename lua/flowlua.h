@@ -1,0 +1,53 @@
+/* flowlua.h — the C↔Lua boundary: how the engine's Lua state is set up, how
+ * user chunks are read and called, and the C modules the stdlib builds on.
+ * Each module is one luaL_Reg table in its own file (l_*.c). */
+#ifndef FLOW_FLOWLUA_H
+#define FLOW_FLOWLUA_H
+
+#include <cjson/cJSON.h>
+#include <lua.h>
+#include <stddef.h>
+
+struct loop;
+
+/* A fresh engine state: standard libraries, the embedded stdlib searcher,
+ * the C modules (flow.core, flow.dag, flow.proc, flow.sched) and the globals
+ * that pipeline scripts see.  The state owns `loop`. */
+lua_State *flow_state_new(void);
+void flow_state_close(lua_State *L);
+struct loop *flow_state_loop(lua_State *L);
+
+/* Reads a script, desugars `distributed_job<…>` and pushes the chunk.
+ * On error pushes a message "file:line: reason" and returns non-zero. */
+int flow_load_file(lua_State *L, const char *path);
+int flow_load_buffer(lua_State *L, const char *buf, size_t len, const char *chunkname);
+/* lua_pcall with a traceback handler; on error the message has a traceback. */
+int flow_pcall(lua_State *L, int nargs, int nresults);
+int flow_traceback(lua_State *L);
+
+/* Embedded stdlib (generated into build/stdlib_embed.c). */
+struct flow_embedded { const char *name; const unsigned char *data; size_t len; };
+extern const struct flow_embedded flow_stdlib[];
+void flow_open_stdlib(lua_State *L);
+
+/* Value conversion.  lua_to_json returns NULL with a message naming the
+ * offending key path on values JSON cannot hold (functions, userdata, cycles). */
+cJSON *lua_to_json(lua_State *L, int idx, char *err, size_t errlen);
+void json_to_lua(lua_State *L, const cJSON *item);
+
+/* Step coroutines (l_sched.c).  A C function that waits (flow.proc.spawn)
+ * yields only when it runs on a step's own coroutine; anywhere else it drives
+ * the loop itself until the wait is over. */
+struct proc;
+struct dag;
+struct dag *flow_check_dag(lua_State *L, int idx);
+int flow_step_can_yield(lua_State *co);
+void flow_step_track_proc(lua_State *co, struct proc *p, int add);
+void flow_step_resume(lua_State *co, int nargs);
+
+int luaopen_flow_core(lua_State *L);
+int luaopen_flow_dag(lua_State *L);
+int luaopen_flow_proc(lua_State *L);
+int luaopen_flow_sched(lua_State *L);
+
+#endif

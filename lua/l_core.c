@@ -1,0 +1,291 @@
+/* l_core.c — module flow.core: the small file-system, JSON and template
+ * primitives the stdlib is written with. */
+#include "flowlua.h"
+#include "template.h"
+#include "ui.h"
+#include "util.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <lauxlib.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Raise a message as is: no "file:line:" of the C function prepended. */
+static int raise_plain(lua_State *L, const char *msg)
+{
+    lua_pushstring(L, msg);
+    return lua_error(L);
+}
+
+static int l_json_encode(lua_State *L)
+{
+    char err[512];
+    luaL_checkany(L, 1);
+    cJSON *j = lua_to_json(L, 1, err, sizeof err);
+    if (!j) { lua_pushnil(L); lua_pushstring(L, err); return 2; }
+    char *s = lua_toboolean(L, 2) ? cJSON_Print(j) : cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    lua_pushstring(L, s);
+    cJSON_free(s);
+    return 1;
+}
+
+static int l_json_decode(lua_State *L)
+{
+    size_t len;
+    const char *s = luaL_checklstring(L, 1, &len);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(s, len, &end, 0);
+    if (!j) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "invalid JSON near byte %d", (int)(end ? end - s : 0));
+        return 2;
+    }
+    json_to_lua(L, j);
+    cJSON_Delete(j);
+    return 1;
+}
+
+static int lookup_via_lua(void *ctx, const char *ns, const char *key, struct strbuf *out,
+                          char *err, size_t errlen)
+{
+    lua_State *L = ctx;
+    lua_pushvalue(L, 2);
+    lua_pushstring(L, ns);
+    lua_pushstring(L, key);
+    lua_call(L, 2, 2);
+    int rc = 0;
+    if (lua_type(L, -2) == LUA_TSTRING) sb_adds(out, lua_tostring(L, -2));
+    else {
+        errf(err, errlen, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "unknown reference");
+        rc = -1;
+    }
+    lua_pop(L, 2);
+    return rc;
+}
+
+/* expand(template, function(ns, key) -> string | nil, err) */
+static int l_expand(lua_State *L)
+{
+    const char *tmpl = luaL_checkstring(L, 1);
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    char err[1024];
+    char *s = template_expand(tmpl, lookup_via_lua, L, err, sizeof err);
+    if (!s) { lua_pushnil(L); lua_pushstring(L, err); return 2; }
+    lua_pushstring(L, s);
+    free(s);
+    return 1;
+}
+
+static int l_write_atomic(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    size_t len;
+    const char *data = luaL_checklstring(L, 2, &len);
+    char err[1024];
+    if (write_file_atomic(path, data, len, err, sizeof err) != 0) return raise_plain(L, err);
+    return 0;
+}
+
+static int l_read_file(lua_State *L)
+{
+    size_t len;
+    char *s = read_file(luaL_checkstring(L, 1), &len);
+    if (!s) { lua_pushnil(L); lua_pushstring(L, strerror(errno)); return 2; }
+    lua_pushlstring(L, s, len);
+    free(s);
+    return 1;
+}
+
+static int l_mkdir_p(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    if (mkdir_p(path, 0755) != 0)
+        return luaL_error(L, "cannot create directory %s: %s", path, strerror(errno));
+    return 0;
+}
+
+static int l_exists(lua_State *L)
+{
+    struct stat st;
+    if (stat(luaL_checkstring(L, 1), &st) != 0) lua_pushnil(L);
+    else lua_pushstring(L, S_ISDIR(st.st_mode) ? "directory" : "file");
+    return 1;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st; (void)flag; (void)ftw;
+    return remove(path);
+}
+
+static int remove_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode)) return unlink(path);
+    return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static int l_remove_tree(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    if (remove_tree(path) != 0) return luaL_error(L, "cannot remove %s: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Move a finished output into place.  rename() is atomic for files; a
+ * directory that already exists is moved aside first, then removed. */
+static int l_replace(lua_State *L)
+{
+    const char *src = luaL_checkstring(L, 1), *dst = luaL_checkstring(L, 2);
+    struct stat st;
+    if (rename(src, dst) == 0) return 0;
+    if ((errno == ENOTEMPTY || errno == EEXIST || errno == EISDIR || errno == ENOTDIR) &&
+        lstat(dst, &st) == 0) {
+        char *aside = xasprintf("%s.old-%ld", dst, (long)getpid());
+        int ok = rename(dst, aside) == 0 && rename(src, dst) == 0;
+        int e = errno;
+        remove_tree(aside);
+        free(aside);
+        if (ok) return 0;
+        errno = e;
+    }
+    return luaL_error(L, "cannot move %s to %s: %s", src, dst, strerror(errno));
+}
+
+static int l_safe_name(lua_State *L)
+{
+    char *s = safe_file_name(luaL_checkstring(L, 1));
+    lua_pushstring(L, s);
+    free(s);
+    return 1;
+}
+
+static int l_clock(lua_State *L)
+{
+    lua_pushnumber(L, monotonic_seconds());
+    return 1;
+}
+
+/* A run id that sorts by time and is unique per process: 20261122-031500-1234 */
+static int l_run_id(lua_State *L)
+{
+    time_t t = time(NULL);
+    struct tm tm;
+    char buf[64];
+    gmtime_r(&t, &tm);
+    size_t n = strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+    snprintf(buf + n, sizeof buf - n, "-%ld", (long)getpid());
+    lua_pushstring(L, buf);
+    return 1;
+}
+
+static int l_symlink(lua_State *L)
+{
+    const char *target = luaL_checkstring(L, 1), *link = luaL_checkstring(L, 2);
+    char *tmp = xasprintf("%s.tmp-%ld", link, (long)getpid());
+    unlink(tmp);
+    int ok = symlink(target, tmp) == 0 && rename(tmp, link) == 0;
+    if (!ok) unlink(tmp);
+    free(tmp);
+    lua_pushboolean(L, ok);
+    return 1;
+}
+
+static int l_isatty(lua_State *L)
+{
+    lua_pushboolean(L, isatty((int)luaL_checkinteger(L, 1)));
+    return 1;
+}
+
+static int l_cpu_count(lua_State *L)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    lua_pushinteger(L, n > 0 ? n : 1);
+    return 1;
+}
+
+static int l_cwd(lua_State *L)
+{
+    char buf[4096];
+    if (!getcwd(buf, sizeof buf)) return luaL_error(L, "getcwd: %s", strerror(errno));
+    lua_pushstring(L, buf);
+    return 1;
+}
+
+static int l_chdir(lua_State *L)
+{
+    const char *dir = luaL_checkstring(L, 1);
+    if (chdir(dir) != 0) return luaL_error(L, "cannot change to %s: %s", dir, strerror(errno));
+    return 0;
+}
+
+/* load_script(path, display_name) -> chunk | nil, "file:line: message" */
+static int l_load_script(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    const char *display = luaL_optstring(L, 2, path);
+    size_t len;
+    char *buf = read_file(path, &len);
+    if (!buf) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "cannot read %s: %s", display, strerror(errno));
+        return 2;
+    }
+    lua_pushfstring(L, "@%s", display);
+    int rc = flow_load_buffer(L, buf, len, lua_tostring(L, -1));
+    free(buf);
+    if (rc == LUA_OK) return 1;
+    lua_pushnil(L);
+    lua_insert(L, -2);
+    return 2;
+}
+
+static int l_ui_error(lua_State *L) { ui_error("%s", luaL_checkstring(L, 1)); return 0; }
+static int l_ui_warn(lua_State *L) { ui_warn("%s", luaL_checkstring(L, 1)); return 0; }
+static int l_ui_info(lua_State *L) { ui_info("%s", luaL_checkstring(L, 1)); return 0; }
+
+static int l_ui_setup(lua_State *L)
+{
+    static const char *const levels[] = { "quiet", "normal", "verbose", NULL };
+    ui_init((enum ui_level)luaL_checkoption(L, 1, "normal", levels));
+    return 0;
+}
+
+static const luaL_Reg core_funcs[] = {
+    { "load_script", l_load_script },
+    { "ui_error", l_ui_error },
+    { "ui_warn", l_ui_warn },
+    { "ui_info", l_ui_info },
+    { "ui_setup", l_ui_setup },
+    { "json_encode", l_json_encode },
+    { "json_decode", l_json_decode },
+    { "expand", l_expand },
+    { "write_atomic", l_write_atomic },
+    { "read_file", l_read_file },
+    { "mkdir_p", l_mkdir_p },
+    { "exists", l_exists },
+    { "remove_tree", l_remove_tree },
+    { "replace", l_replace },
+    { "safe_name", l_safe_name },
+    { "clock", l_clock },
+    { "run_id", l_run_id },
+    { "symlink", l_symlink },
+    { "isatty", l_isatty },
+    { "cpu_count", l_cpu_count },
+    { "cwd", l_cwd },
+    { "chdir", l_chdir },
+    { NULL, NULL }
+};
+
+int luaopen_flow_core(lua_State *L)
+{
+    luaL_newlib(L, core_funcs);
+    return 1;
+}

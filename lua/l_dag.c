@@ -1,0 +1,236 @@
+/* l_dag.c — module flow.dag: the stdlib hands over plain step tables, C builds
+ * and validates the graph.  The userdata owns the struct dag. */
+#include "flowlua.h"
+#include "dag.h"
+#include "util.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DAG_MT "flow.dag"
+
+static struct dag **check_dag(lua_State *L, int idx)
+{
+    struct dag **d = luaL_checkudata(L, idx, DAG_MT);
+    if (!*d) luaL_error(L, "the graph was already freed");
+    return d;
+}
+
+/* Field `key` of the table at `idx` as a string, or NULL. */
+static const char *opt_string(lua_State *L, int idx, const char *key)
+{
+    lua_getfield(L, idx, key);
+    const char *s = lua_tostring(L, -1);
+    lua_pop(L, 1);                 /* the string stays alive: it is in the table */
+    return s;
+}
+
+static lua_Integer opt_integer(lua_State *L, int idx, const char *key, lua_Integer dflt)
+{
+    lua_getfield(L, idx, key);
+    lua_Integer v = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : dflt;
+    lua_pop(L, 1);
+    return v;
+}
+
+/* Reads {{arg=, dataset=}, ...} at field `key` into a scratch array that
+ * points into the Lua strings (dag_add_step copies them). */
+static struct dag_io *read_io(lua_State *L, int idx, const char *key, size_t *n)
+{
+    lua_getfield(L, idx, key);
+    *n = lua_istable(L, -1) ? lua_rawlen(L, -1) : 0;
+    struct dag_io *io = xcalloc(*n + 1, sizeof *io);
+    for (size_t i = 0; i < *n; i++) {
+        lua_rawgeti(L, -1, (lua_Integer)i + 1);
+        int t = lua_gettop(L);
+        io[i].dataset = (char *)opt_string(L, t, "dataset");
+        io[i].arg = (char *)opt_string(L, t, "arg");
+        lua_pop(L, 1);
+        if (!io[i].dataset) { free(io); lua_pop(L, 1); luaL_error(L, "step %s without dataset", key); }
+    }
+    lua_pop(L, 1);
+    return io;
+}
+
+static char **read_strings(lua_State *L, int idx, const char *key, size_t *n)
+{
+    lua_getfield(L, idx, key);
+    *n = lua_istable(L, -1) ? lua_rawlen(L, -1) : 0;
+    char **v = xcalloc(*n + 1, sizeof *v);
+    for (size_t i = 0; i < *n; i++) {
+        lua_rawgeti(L, -1, (lua_Integer)i + 1);
+        v[i] = (char *)lua_tostring(L, -1);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return v;
+}
+
+static enum dist_framework framework_of(const char *s)
+{
+    if (!s) return DIST_NONE;
+    if (strcmp(s, "pytorch") == 0) return DIST_PYTORCH;
+    if (strcmp(s, "tensorflow") == 0) return DIST_TENSORFLOW;
+    if (strcmp(s, "mpi") == 0) return DIST_MPI;
+    return DIST_NONE;
+}
+
+static void read_dist(lua_State *L, int idx, struct dag_dist *dist)
+{
+    lua_getfield(L, idx, "dist");
+    if (lua_istable(L, -1)) {
+        int t = lua_gettop(L);
+        dist->framework = framework_of(opt_string(L, t, "framework"));
+        dist->num_nodes = (long)opt_integer(L, t, "num_nodes", 1);
+        dist->processes_per_node = (long)opt_integer(L, t, "processes_per_node", 1);
+        dist->num_nodes_ref = (char *)opt_string(L, t, "num_nodes_ref");
+        dist->processes_per_node_ref = (char *)opt_string(L, t, "processes_per_node_ref");
+    }
+    lua_pop(L, 1);
+}
+
+/* Adds the step table at `idx`; on error leaves a message in err. */
+static long add_step(lua_State *L, struct dag *dag, int idx, int udata, char *err, size_t errlen)
+{
+    struct dag_step spec = { 0 };
+    spec.name = (char *)opt_string(L, idx, "name");
+    if (!spec.name) { errf(err, errlen, "a step without a name"); return -1; }
+    const char *kind = opt_string(L, idx, "kind");
+    spec.kind = kind && strcmp(kind, "command") == 0 ? STEP_COMMAND : STEP_FUNC;
+    spec.inputs = read_io(L, idx, "inputs", &spec.n_inputs);
+    spec.outputs = read_io(L, idx, "outputs", &spec.n_outputs);
+    spec.tags = read_strings(L, idx, "tags", &spec.n_tags);
+    read_dist(L, idx, &spec.dist);
+    spec.udata = udata;
+    long rc = dag_add_step(dag, &spec, err, errlen);
+    free(spec.inputs);
+    free(spec.outputs);
+    free(spec.tags);
+    return rc;
+}
+
+/* build(steps, declared_datasets) -> dag | raises "message" (no position). */
+static int l_build(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    struct dag **ud = lua_newuserdatauv(L, sizeof *ud, 0);
+    *ud = dag_new();
+    luaL_setmetatable(L, DAG_MT);
+    char err[4096];
+    size_t n = lua_rawlen(L, 1);
+    for (size_t i = 1; i <= n; i++) {
+        lua_rawgeti(L, 1, (lua_Integer)i);
+        long rc = add_step(L, *ud, lua_gettop(L), (int)i, err, sizeof err);
+        lua_pop(L, 1);
+        if (rc < 0) { lua_pushstring(L, err); return lua_error(L); }
+    }
+    if (lua_istable(L, 2))
+        for (lua_Integer i = 1; i <= (lua_Integer)lua_rawlen(L, 2); i++) {
+            lua_rawgeti(L, 2, i);
+            if (lua_type(L, -1) == LUA_TSTRING) dag_declare_dataset(*ud, lua_tostring(L, -1));
+            lua_pop(L, 1);
+        }
+    if (dag_finalize(*ud, err, sizeof err) != 0) { lua_pushstring(L, err); return lua_error(L); }
+    return 1;
+}
+
+/* dag:order() -> {i1, i2, ...} (1-based step indices in run order) */
+static int l_order(lua_State *L)
+{
+    struct dag *dag = *check_dag(L, 1);
+    lua_createtable(L, (int)dag->n_steps, 0);
+    for (size_t k = 0; k < dag->n_steps; k++) {
+        lua_pushinteger(L, (lua_Integer)dag->order[k] + 1);
+        lua_rawseti(L, -2, (lua_Integer)k + 1);
+    }
+    return 1;
+}
+
+static void push_indices(lua_State *L, const size_t *v, size_t n)
+{
+    lua_createtable(L, (int)n, 0);
+    for (size_t k = 0; k < n; k++) {
+        lua_pushinteger(L, (lua_Integer)v[k] + 1);
+        lua_rawseti(L, -2, (lua_Integer)k + 1);
+    }
+}
+
+static size_t check_step(lua_State *L, struct dag *dag, int idx)
+{
+    lua_Integer i = luaL_checkinteger(L, idx);
+    luaL_argcheck(L, i >= 1 && (size_t)i <= dag->n_steps, idx, "no such step");
+    return (size_t)i - 1;
+}
+
+static int l_deps(lua_State *L)
+{
+    struct dag *dag = *check_dag(L, 1);
+    const struct dag_step *s = &dag->steps[check_step(L, dag, 2)];
+    push_indices(L, s->deps, s->n_deps);
+    return 1;
+}
+
+static int l_dependents(lua_State *L)
+{
+    struct dag *dag = *check_dag(L, 1);
+    const struct dag_step *s = &dag->steps[check_step(L, dag, 2)];
+    push_indices(L, s->dependents, s->n_dependents);
+    return 1;
+}
+
+/* dag:producer(dataset) -> step index or nil */
+static int l_producer(lua_State *L)
+{
+    struct dag *dag = *check_dag(L, 1);
+    long d = dag_find_dataset(dag, luaL_checkstring(L, 2));
+    if (d < 0 || dag->datasets[d].producer < 0) lua_pushnil(L);
+    else lua_pushinteger(L, dag->datasets[d].producer + 1);
+    return 1;
+}
+
+static int l_count(lua_State *L)
+{
+    lua_pushinteger(L, (lua_Integer)(*check_dag(L, 1))->n_steps);
+    return 1;
+}
+
+static int l_gc(lua_State *L)
+{
+    struct dag **d = luaL_checkudata(L, 1, DAG_MT);
+    dag_free(*d);
+    *d = NULL;
+    return 0;
+}
+
+static const luaL_Reg dag_methods[] = {
+    { "order", l_order },
+    { "deps", l_deps },
+    { "dependents", l_dependents },
+    { "producer", l_producer },
+    { "count", l_count },
+    { NULL, NULL }
+};
+
+static const luaL_Reg dag_funcs[] = {
+    { "build", l_build },
+    { NULL, NULL }
+};
+
+/* For l_sched.c: the struct dag behind a flow.dag userdata. */
+struct dag *flow_check_dag(lua_State *L, int idx)
+{
+    return *check_dag(L, idx);
+}
+
+int luaopen_flow_dag(lua_State *L)
+{
+    luaL_newmetatable(L, DAG_MT);
+    luaL_newlib(L, dag_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, l_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+    luaL_newlib(L, dag_funcs);
+    return 1;
+}

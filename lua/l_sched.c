@@ -1,0 +1,179 @@
+/* l_sched.c — module flow.sched: runs a flow.dag with the C scheduler, each
+ * step on its own Lua coroutine.  The coroutine's extra space (LUA_EXTRASPACE)
+ * points at its step, which is how a waiting C function knows it may yield. */
+#include "flowlua.h"
+#include "proc.h"
+#include "sched.h"
+#include "ui.h"
+#include "util.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct step_run {
+    struct run *run;
+    size_t index;
+    lua_State *co;
+    int co_ref;                    /* anchors the coroutine in the registry */
+    struct proc **procs;           /* processes it is waiting on */
+    size_t n_procs, cap_procs;
+};
+
+struct run {
+    lua_State *L;
+    struct sched *sched;
+    int step_fn_ref;               /* the stdlib's run_step(i) */
+    struct step_run *steps;
+};
+
+static struct step_run *step_of(lua_State *co)
+{
+    return *(struct step_run **)lua_getextraspace(co);
+}
+
+int flow_step_can_yield(lua_State *co)
+{
+    return step_of(co) != NULL && lua_isyieldable(co);
+}
+
+void flow_step_track_proc(lua_State *co, struct proc *p, int add)
+{
+    struct step_run *st = step_of(co);
+    if (!st) return;
+    if (add) {
+        ARRAY_GROW(st->procs, st->n_procs, st->cap_procs);
+        st->procs[st->n_procs++] = p;
+        return;
+    }
+    for (size_t i = 0; i < st->n_procs; i++)
+        if (st->procs[i] == p) { st->procs[i] = st->procs[--st->n_procs]; return; }
+}
+
+static void finish(struct step_run *st, bool ok)
+{
+    struct run *run = st->run;
+    *(struct step_run **)lua_getextraspace(st->co) = NULL;
+    luaL_unref(run->L, LUA_REGISTRYINDEX, st->co_ref);
+    st->co = NULL;
+    free(st->procs);
+    st->procs = NULL;
+    st->n_procs = st->cap_procs = 0;
+    sched_step_done(run->sched, st->index, ok);
+}
+
+/* Resume a step's coroutine; when it returns, the step is over. run_step
+ * reports its own errors and returns true or false; an error reaching here is
+ * the engine's bug, reported as such. */
+static void resume(struct step_run *st, int nargs)
+{
+    int nres = 0;
+    int status = lua_resume(st->co, st->run->L, nargs, &nres);
+    if (status == LUA_YIELD) {
+        if (st->n_procs == 0) {
+            lua_pop(st->co, nres);
+            ui_error("step '%s' yielded without waiting for anything (a coroutine.yield() outside "
+                     "a coroutine of its own?)", sched_dag(st->run->sched)->steps[st->index].name);
+            finish(st, false);
+        }
+        return;
+    }
+    bool ok = status == LUA_OK && nres > 0 && lua_toboolean(st->co, -nres);
+    if (status != LUA_OK) {
+        ui_error("internal error in step '%s': %s", sched_dag(st->run->sched)->steps[st->index].name,
+                 lua_tostring(st->co, -1));
+    }
+    finish(st, ok);
+}
+
+void flow_step_resume(lua_State *co, int nargs)
+{
+    struct step_run *st = step_of(co);
+    if (st) resume(st, nargs);
+}
+
+static int exec_start(void *ctx, struct sched *s, size_t i)
+{
+    struct run *run = ctx;
+    struct step_run *st = &run->steps[i];
+    st->co = lua_newthread(run->L);
+    st->co_ref = luaL_ref(run->L, LUA_REGISTRYINDEX);
+    *(struct step_run **)lua_getextraspace(st->co) = st;
+    lua_rawgeti(st->co, LUA_REGISTRYINDEX, run->step_fn_ref);
+    lua_pushinteger(st->co, (lua_Integer)i + 1);
+    resume(st, 1);
+    (void)s;
+    return 0;
+}
+
+static void exec_stop(void *ctx, struct sched *s, size_t i, int sig)
+{
+    struct run *run = ctx;
+    (void)s;
+    for (size_t k = 0; k < run->steps[i].n_procs; k++) proc_kill(run->steps[i].procs[k], sig);
+}
+
+static bool *read_selected(lua_State *L, int opts, size_t n)
+{
+    lua_getfield(L, opts, "selected");
+    if (!lua_istable(L, -1)) { lua_pop(L, 1); return NULL; }
+    bool *sel = xcalloc(n + 1, sizeof *sel);
+    for (size_t i = 0; i < n; i++) {
+        lua_rawgeti(L, -1, (lua_Integer)i + 1);
+        sel[i] = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return sel;
+}
+
+/* run(dag, {jobs=, keep_going=, selected=}, run_step) -> code, {state, ...}, {elapsed, ...} */
+static int l_run(lua_State *L)
+{
+    struct dag *dag = flow_check_dag(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    luaL_checktype(L, 3, LUA_TFUNCTION);
+    lua_getfield(L, 2, "jobs");
+    int jobs = (int)luaL_optinteger(L, -1, 1);
+    lua_getfield(L, 2, "keep_going");
+    struct sched_options opt = { jobs, lua_toboolean(L, -1), NULL };
+    lua_pop(L, 2);
+    opt.selected = read_selected(L, 2, dag->n_steps);
+
+    struct run run = { L, NULL, LUA_NOREF, xcalloc(dag->n_steps + 1, sizeof(struct step_run)) };
+    for (size_t i = 0; i < dag->n_steps; i++) run.steps[i] = (struct step_run){ &run, i, NULL, LUA_NOREF, NULL, 0, 0 };
+    lua_pushvalue(L, 3);
+    run.step_fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    struct sched_executor ex = { &run, exec_start, exec_stop };
+    struct sched_observer obs = ui_sched_observer();
+    run.sched = sched_new(dag, flow_state_loop(L), &opt, &ex, &obs);
+    ui_run_begin(dag);
+    int code = sched_run(run.sched);
+    ui_run_end(run.sched);
+
+    lua_pushinteger(L, code);
+    lua_createtable(L, (int)dag->n_steps, 0);
+    lua_createtable(L, (int)dag->n_steps, 0);
+    for (size_t i = 0; i < dag->n_steps; i++) {
+        lua_pushstring(L, step_state_name(sched_state(run.sched, i)));
+        lua_rawseti(L, -3, (lua_Integer)i + 1);
+        lua_pushnumber(L, sched_elapsed(run.sched, i));
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    luaL_unref(L, LUA_REGISTRYINDEX, run.step_fn_ref);
+    sched_free(run.sched);
+    free(run.steps);
+    free((void *)opt.selected);
+    return 3;
+}
+
+static const luaL_Reg sched_funcs[] = {
+    { "run", l_run },
+    { NULL, NULL }
+};
+
+int luaopen_flow_sched(lua_State *L)
+{
+    luaL_newlib(L, sched_funcs);
+    return 1;
+}

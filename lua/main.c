@@ -1,0 +1,31 @@
+/* main.c — the flow binary: make the engine state, hand argv to the stdlib's
+ * command line (flow.cli), exit with what it returns. */
+#include "flowlua.h"
+#include "ui.h"
+
+#include <lauxlib.h>
+#include <stdio.h>
+
+int main(int argc, char **argv)
+{
+    lua_State *L = flow_state_new();
+    if (!L) { fputs("flow: cannot create the Lua state (out of memory)\n", stderr); return 2; }
+    ui_init(UI_NORMAL);
+    int code = 2;
+    lua_getglobal(L, "require");
+    lua_pushliteral(L, "flow.cli");
+    if (flow_pcall(L, 1, 1) == LUA_OK) {
+        lua_getfield(L, -1, "main");
+        lua_createtable(L, argc, 0);
+        for (int i = 1; i < argc; i++) {
+            lua_pushstring(L, argv[i]);
+            lua_rawseti(L, -2, i);
+        }
+        if (flow_pcall(L, 1, 1) == LUA_OK) code = (int)luaL_optinteger(L, -1, 0);
+        else ui_error("internal error: %s", lua_tostring(L, -1));
+    } else {
+        ui_error("internal error loading the stdlib: %s", lua_tostring(L, -1));
+    }
+    flow_state_close(L);
+    return code;
+}

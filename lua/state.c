@@ -1,0 +1,52 @@
+/* state.c — one engine, one lua_State: libraries, C modules, stdlib searcher,
+ * and the event loop that the state owns. */
+#include "flowlua.h"
+#include "loop.h"
+#include "util.h"
+
+#include <lauxlib.h>
+#include <lualib.h>
+#include <string.h>
+
+static const char loop_key = 'L';      /* its address keys the loop in the registry */
+
+lua_State *flow_state_new(void)
+{
+    lua_State *L = luaL_newstate();
+    if (!L) return NULL;
+    /* The main thread's extra space is copied into every new thread: NULL
+     * there means "not a step coroutine". */
+    memset(lua_getextraspace(L), 0, LUA_EXTRASPACE);
+    luaL_openlibs(L);
+    lua_pushlightuserdata(L, loop_new());
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &loop_key);
+    static const luaL_Reg modules[] = {
+        { "flow.core", luaopen_flow_core },
+        { "flow.dag", luaopen_flow_dag },
+        { "flow.proc", luaopen_flow_proc },
+        { "flow.sched", luaopen_flow_sched },
+        { NULL, NULL },
+    };
+    for (const luaL_Reg *m = modules; m->name; m++) {
+        luaL_requiref(L, m->name, m->func, 0);
+        lua_pop(L, 1);
+    }
+    flow_open_stdlib(L);
+    return L;
+}
+
+struct loop *flow_state_loop(lua_State *L)
+{
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &loop_key);
+    struct loop *loop = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return loop;
+}
+
+void flow_state_close(lua_State *L)
+{
+    if (!L) return;
+    struct loop *loop = flow_state_loop(L);
+    lua_close(L);
+    loop_free(loop);
+}

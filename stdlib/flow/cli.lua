@@ -1,0 +1,287 @@
+-- flow.cli: the command line.  main(args) returns the exit status:
+-- 0 success, 1 a step failed, 2 usage/script/graph error, 130 interrupted.
+local core = require("flow.core")
+local util = require("flow.util")
+local pipeline = require("flow.pipeline")
+local runner = require("flow.runner")
+local distributed = require("flow.distributed")
+
+local M = {}
+
+local USAGE = [[
+usage: flow <command> [options]
+
+commands:
+  run [SCRIPT]     run a pipeline (default script: ./pipeline.lua)
+  list [SCRIPT]    show the steps in run order: inputs, outputs, tags, distribution
+  help [COMMAND]   show help for a command
+
+options:
+  -h, --help       show help
+  --version        print the version
+
+Run 'flow COMMAND --help' for a command's options.]]
+
+local HELP = {
+  run = [[
+usage: flow run [SCRIPT] [options]
+
+Runs the pipeline that SCRIPT returns (default: pipeline.lua in the current
+directory; a directory means DIR/pipeline.lua).  Commands and relative paths
+are resolved from the script's directory; state lives in its .flow/.
+
+options:
+  --pipeline NAME    run the pipeline registered as NAME (default: __default__)
+  -j, --jobs N       run at most N steps at once (default: number of CPUs)
+  -k, --keep-going   after a failure, still run every step that does not depend on it
+  -n, --dry-run      print the steps that would run, in order, and stop
+  -v, --verbose      stream each command's output, prefixed with its step name
+  -q, --quiet        print only errors
+
+exit status: 0 success, 1 a step failed, 2 usage, script or graph error,
+130 interrupted.]],
+  list = [[
+usage: flow list [SCRIPT] [options]
+
+Prints the steps in run order with their inputs, outputs, tags, where each
+would run and its distribution settings.
+
+options:
+  --pipeline NAME    list the pipeline registered as NAME
+  --format FMT       table (default) or json]],
+}
+
+-- Thrown for usage errors: printed with a hint, exit 2.
+local function usage_error(fmt, ...)
+  error({ usage = string.format(fmt, ...) }, 0)
+end
+
+local OPTIONS = {
+  run = { pipeline = "value", jobs = "value", j = "jobs", ["keep-going"] = "flag", k = "keep-going",
+          ["dry-run"] = "flag", n = "dry-run", verbose = "flag", v = "verbose", quiet = "flag",
+          q = "quiet", help = "flag", h = "help" },
+  list = { pipeline = "value", format = "value", help = "flag", h = "help" },
+}
+
+-- Parse args for `cmd`: returns options table and positional list.
+local function parse_args(cmd, args)
+  local spec, opts, pos = OPTIONS[cmd], {}, {}
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    local name, value
+    if a == "--" then
+      for k = i + 1, #args do pos[#pos + 1] = args[k] end
+      break
+    elseif a:match("^%-%-") then
+      name, value = a:match("^%-%-([^=]+)=(.*)$")
+      name = name or a:sub(3)
+    elseif a:match("^%-.") then
+      name = a:sub(2, 2)
+      if #a > 2 then value = a:sub(3) end
+    else
+      pos[#pos + 1] = a
+    end
+    if name then
+      local kind = spec[name]
+      if kind and kind ~= "flag" and kind ~= "value" then name, kind = kind, spec[kind] end
+      if not kind then
+        local long = {}
+        for k, v in pairs(spec) do if #k > 1 and (v == "flag" or v == "value") then long[#long + 1] = k end end
+        usage_error("unknown option '%s' for 'flow %s'%s", a, cmd,
+                    util.did_you_mean(name, long):gsub("'(.-)'", "'--%1'", 1))
+      end
+      if kind == "value" then
+        if not value then
+          i = i + 1
+          value = args[i]
+          if not value then usage_error("option '%s' needs a value", a) end
+        end
+        opts[name] = value
+      else
+        if value then usage_error("option '%s' takes no value", a) end
+        opts[name] = true
+      end
+    end
+    i = i + 1
+  end
+  return opts, pos
+end
+
+local function script_path(pos, cmd)
+  if #pos > 1 then usage_error("'flow %s' takes one script, got %d arguments", cmd, #pos) end
+  local path = pos[1] or "pipeline.lua"
+  if core.exists(path) == "directory" then path = path:gsub("/+$", "") .. "/pipeline.lua" end
+  if not core.exists(path) then
+    if pos[1] then usage_error("no such script: %s", path) end
+    usage_error("no pipeline.lua in %s (pass the script: flow %s path/to/pipeline.lua)", core.cwd(), cmd)
+  end
+  return path
+end
+
+local function script_error(msg)
+  error({ script = msg }, 0)
+end
+
+-- Load the script, run its top level, return the chosen pipeline.
+local function load_pipeline(path, name)
+  local dir, base = path:match("^(.*)/([^/]*)$")
+  local chunk, err = core.load_script(path, path)
+  if not chunk then script_error(err) end
+  if dir and dir ~= "" then core.chdir(dir) end
+  local flow = require("flow")
+  for _, k in ipairs({ "node", "pipeline", "distributed_job", "Framework" }) do _G[k] = flow[k] end
+  _G.flow = flow
+  local runs_before = runner.runs_started
+  local ok, ret = xpcall(chunk, function(e) return debug.traceback(tostring(e), 2) end)
+  if not ok then script_error(util.user_traceback(ret)) end
+  if ret ~= nil then
+    if pipeline.is_node(ret) then ret = pipeline.pipeline({ ret }) end
+    if not pipeline.is_pipeline(ret) then
+      script_error(string.format("%s returned a %s; a pipeline script returns pipeline{...}", path, type(ret)))
+    end
+    if pipeline.registry.__default__ and pipeline.registry.__default__ ~= ret then
+      script_error(string.format("%s both returns a pipeline and registers '__default__'; keep one", path))
+    end
+    pipeline.registry.__default__ = ret
+  end
+  local want = name or "__default__"
+  local p = pipeline.registry[want]
+  if not p then
+    local names = util.sorted_keys(pipeline.registry)
+    if #names == 0 then
+      if runner.runs_started ~= runs_before then return nil end      -- a driver script that ran its own pipelines
+      script_error(string.format("%s defines no pipeline: end it with 'return pipeline{...}' or call flow.register(name, p)", path))
+    end
+    usage_error("no pipeline named '%s' in %s; it has: %s", want, path, table.concat(names, ", "))
+  end
+  return p, base
+end
+
+local function positive_int(v, flag)
+  local n = tonumber(v)
+  if not n or math.type(n) ~= "integer" and n ~= math.floor(n) or n < 1 then
+    usage_error("%s needs a positive integer, got '%s'", flag, tostring(v))
+  end
+  return math.tointeger(n)
+end
+
+local function where_runs(n)
+  return "local"
+end
+
+local function print_plan(p)
+  local g = runner.build_graph(p.nodes)
+  for k, i in ipairs(g:order()) do
+    local n = p.nodes[i]
+    io.write(string.format("%3d  %s\n", k, n.name))
+  end
+end
+
+local function cmd_run(args)
+  local opts, pos = parse_args("run", args)
+  if opts.help then print(HELP.run) return 0 end
+  local path = script_path(pos, "run")
+  local jobs = opts.jobs and positive_int(opts.jobs, "--jobs")
+  if opts.quiet and opts.verbose then usage_error("--quiet and --verbose contradict each other") end
+  core.ui_setup(opts.quiet and "quiet" or opts.verbose and "verbose" or "normal")
+  local p = load_pipeline(path, opts.pipeline)
+  if not p then return runner.last_code or 0 end
+  if opts["dry-run"] then print_plan(p) return 0 end
+  local result = runner.run(p, { jobs = jobs, keep_going = opts["keep-going"], verbose = opts.verbose })
+  return result.code
+end
+
+local function list_rows(p)
+  local g = runner.build_graph(p.nodes)
+  local rows = {}
+  for k, i in ipairs(g:order()) do
+    local n = p.nodes[i]
+    local ins, outs = {}, {}
+    for _, io in ipairs(n.inputs) do ins[#ins + 1] = io.dataset end
+    for _, io in ipairs(n.outputs) do outs[#outs + 1] = io.dataset end
+    rows[k] = { index = k, name = n.name, kind = n.kind, runs = where_runs(n), inputs = ins,
+                outputs = outs, tags = n.tags, distribution = n.dist and distributed.describe(n.dist) or nil,
+                dist = n.dist, where = n.where }
+  end
+  return rows
+end
+
+local function cmd_list(args)
+  local opts, pos = parse_args("list", args)
+  if opts.help then print(HELP.list) return 0 end
+  local fmt = opts.format or "table"
+  if fmt ~= "table" and fmt ~= "json" then usage_error("--format must be table or json, got '%s'", fmt) end
+  local path = script_path(pos, "list")
+  core.ui_setup("quiet")
+  local p = load_pipeline(path, opts.pipeline)
+  if not p then return 0 end
+  local rows = list_rows(p)
+  if fmt == "json" then
+    for _, r in ipairs(rows) do
+      r.dist = r.dist and { framework = r.dist.framework, num_nodes = r.dist.num_nodes or r.dist.num_nodes_ref,
+                            processes_per_node = r.dist.processes_per_node or r.dist.processes_per_node_ref }
+    end
+    print(core.json_encode(rows, true))
+    return 0
+  end
+  local header = { "#", "step", "runs", "inputs", "outputs", "tags", "distribution" }
+  local cells = { header }
+  for _, r in ipairs(rows) do
+    cells[#cells + 1] = { tostring(r.index), r.name, r.runs, table.concat(r.inputs, ", "),
+                          table.concat(r.outputs, ", "), table.concat(r.tags, ", "), r.distribution or "" }
+  end
+  local width = {}
+  for _, row in ipairs(cells) do
+    for c, v in ipairs(row) do width[c] = math.max(width[c] or 0, utf8.len(v) or #v) end
+  end
+  for _, row in ipairs(cells) do
+    local parts = {}
+    for c, v in ipairs(row) do
+      parts[c] = c == #row and v or v .. string.rep(" ", width[c] - (utf8.len(v) or #v))
+    end
+    print((table.concat(parts, "  "):gsub("%s+$", "")))
+  end
+  return 0
+end
+
+local COMMANDS = { run = cmd_run, list = cmd_list }
+
+local function dispatch(args)
+  local cmd = args[1]
+  if cmd == nil or cmd == "-h" or cmd == "--help" then print(USAGE) return cmd and 0 or 2 end
+  if cmd == "--version" or cmd == "version" then
+    print("flow " .. require("flow").VERSION .. " (" .. _VERSION .. ")")
+    return 0
+  end
+  if cmd == "help" then
+    local topic = args[2]
+    if topic and HELP[topic] then print(HELP[topic]) return 0 end
+    if topic then usage_error("no command '%s'", topic) end
+    print(USAGE)
+    return 0
+  end
+  local fn = COMMANDS[cmd]
+  if not fn then
+    usage_error("unknown command '%s'%s", cmd, util.did_you_mean(cmd, util.sorted_keys(COMMANDS)))
+  end
+  return fn({ table.unpack(args, 2) })
+end
+
+function M.main(args)
+  local ok, ret = pcall(dispatch, args)
+  if ok then return ret end
+  if type(ret) == "table" and ret.usage then
+    core.ui_error(ret.usage .. "\n(see 'flow --help')")
+    return 2
+  elseif type(ret) == "table" and ret.script then
+    core.ui_error(ret.script)
+    return 2
+  elseif type(ret) == "table" and ret.graph_error then
+    core.ui_error(ret.graph_error)
+    return 2
+  end
+  error(ret, 0)
+end
+
+return M

@@ -1,0 +1,319 @@
+-- flow.runner: flow.run(pipeline, opts).  Builds the DAG in C, then runs each
+-- step on its own coroutine under the C scheduler.  Values between Lua steps
+-- stay in memory; a command gets files (in-memory values are written as JSON,
+-- or as text when they are strings), and its outputs are moved into place only
+-- after it succeeded.
+local core = require("flow.core")
+local dag = require("flow.dag")
+local sched = require("flow.sched")
+local proc = require("flow.proc")
+local util = require("flow.util")
+local command = require("flow.command")
+local pipeline = require("flow.pipeline")
+local params_mod = require("flow.params")
+
+local M = {}
+
+local DATA = ".flow/data"
+
+-- A graph or parameter error: nothing ran.  The CLI exits 2 on it.
+local GraphError = { __tostring = function(e) return e.graph_error end }
+local function graph_error(msg) error(setmetatable({ graph_error = msg }, GraphError), 0) end
+
+-- Runs started by this process, so `flow run driver.lua` (a script that calls
+-- flow.run itself, a sweep) can exit with its last run's status.
+M.runs_started, M.last_code = 0, nil
+
+-- A failure raised inside a step, reported without a Lua traceback.
+local StepFailure = {}
+StepFailure.__index = StepFailure
+StepFailure.__tostring = function(f) return f.message end
+local function step_failure(t) return setmetatable(t, StepFailure) end
+
+local function dist_spec(n)
+  return n.dist and {
+    framework = n.dist.framework, num_nodes = n.dist.num_nodes,
+    processes_per_node = n.dist.processes_per_node,
+    num_nodes_ref = n.dist.num_nodes_ref, processes_per_node_ref = n.dist.processes_per_node_ref,
+  } or nil
+end
+
+-- The plain data the C graph is built from.
+function M.build_graph(nodes)
+  local specs = {}
+  for i, n in ipairs(nodes) do
+    specs[i] = { name = n.name, kind = n.kind, inputs = n.inputs, outputs = n.outputs,
+                 tags = n.tags, dist = dist_spec(n) }
+  end
+  local ok, g = pcall(dag.build, specs, {})
+  if not ok then
+    -- Point at the script lines where the clashing steps were declared.
+    local msg = tostring(g)
+    local name = msg:match("^two steps are named '(.-)'")
+    if name then
+      local at = {}
+      for _, n in ipairs(nodes) do if n.name == name then at[#at + 1] = n.where end end
+      msg = msg .. "\n  declared at " .. table.concat(at, " and ")
+    end
+    graph_error(msg)
+  end
+  return g
+end
+
+local Run = {}
+Run.__index = Run
+
+-- The value a Lua function receives for input `io`.
+function Run:input_value(n, io)
+  if io.dataset == "parameters" then return self.params end
+  local key = io.dataset:match("^params:(.+)$")
+  if key then return params_mod.get(self.params, key) end
+  local v = self.values[io.dataset]
+  if v.path then return v.path end
+  return v.value
+end
+
+-- The path a command receives for input dataset `d`: a file it or another
+-- command wrote, or a Lua value written out now (once per run).
+function Run:input_path(d)
+  local v = self.values[d]
+  if v.path then return v.path end
+  local data, ext = v.value, ".json"
+  if type(data) == "string" then ext = ".txt"
+  else
+    local err
+    data, err = core.json_encode(v.value, true)
+    if not data then
+      error(step_failure { message = string.format("dataset '%s' cannot be passed to a command as JSON: %s", d, err) })
+    end
+    data = data .. "\n"
+  end
+  core.mkdir_p(DATA)
+  v.path = DATA .. "/" .. core.safe_name(d) .. ext
+  core.write_atomic(v.path, data)
+  return v.path
+end
+
+local function param_text(v)
+  if type(v) == "table" then return (core.json_encode(v)) end
+  return tostring(v)
+end
+
+local function assign_outputs(self, n, results)
+  if n.output_style == "map" then
+    local t = results[1]
+    if type(t) ~= "table" then
+      error(step_failure { message = string.format("step '%s' must return a table with keys %s (its outputs are a map), got %s",
+        n.name, table.concat(util.sorted_keys((function() local k = {} for _, io in ipairs(n.outputs) do k[io.arg] = 1 end return k end)()), ", "), type(t)) })
+    end
+    for _, io in ipairs(n.outputs) do
+      if t[io.arg] == nil then
+        error(step_failure { message = string.format("step '%s' returned no value for output '%s' (key %q)", n.name, io.dataset, io.arg) })
+      end
+      self.values[io.dataset] = { value = t[io.arg] }
+    end
+    return
+  end
+  if results.n < #n.outputs then
+    local names = {}
+    for i, io in ipairs(n.outputs) do names[i] = io.dataset end
+    error(step_failure { message = string.format("step '%s' returned %d value%s but declares %d output%s (%s)",
+      n.name, results.n, results.n == 1 and "" or "s", #n.outputs, #n.outputs == 1 and "" or "s", table.concat(names, ", ")) })
+  end
+  for i, io in ipairs(n.outputs) do
+    if results[i] == nil then
+      error(step_failure { message = string.format("step '%s' returned nil for output '%s'", n.name, io.dataset) })
+    end
+    self.values[io.dataset] = { value = results[i] }
+  end
+end
+
+function Run:run_function(n)
+  local args = {}
+  for i, io in ipairs(n.inputs) do args[i] = self:input_value(n, io) end
+  if n.input_style == "map" then
+    local t = {}
+    for i, io in ipairs(n.inputs) do t[io.arg] = args[i] end
+    args = { t }
+  end
+  local results = table.pack(n.fn(table.unpack(args, 1, n.input_style == "map" and 1 or #n.inputs)))
+  assign_outputs(self, n, results)
+end
+
+-- Expand the command's templates; outputs go to a staging path first.
+function Run:expand_command(n, staging)
+  local by_arg = { inputs = {}, outputs = {} }
+  for _, io in ipairs(n.inputs) do by_arg.inputs[io.arg] = io end
+  for _, io in ipairs(n.outputs) do by_arg.outputs[io.arg] = io end
+  local function lookup(ns, key)
+    if ns == "params" then
+      local ok, v = pcall(params_mod.get, self.params, key)
+      if not ok or v == nil then return nil, string.format("no parameter '%s'", key) end
+      return param_text(v)
+    end
+    local io = by_arg[ns][key]
+    if not io then
+      local names = util.sorted_keys(by_arg[ns])
+      return nil, string.format("${%s.%s}: the step has no %s named '%s'%s", ns, key,
+        ns == "inputs" and "input" or "output", key, util.did_you_mean(key, names))
+    end
+    if ns == "outputs" then return staging[io.dataset] end
+    if io.dataset:match("^params:") or io.dataset == "parameters" then
+      return param_text(self:input_value(n, io))
+    end
+    return self:input_path(io.dataset)
+  end
+  local cmd = n.cmd
+  local function expand(s, quote)
+    local out, err = core.expand(s, quote and function(ns, key)
+      local v, e = lookup(ns, key)
+      return v and command.shell_quote(v), e
+    end or lookup)
+    if not out then error(step_failure { message = string.format("step '%s': %s", n.name, err) }) end
+    return out
+  end
+  if cmd.shell then return { "/bin/sh", "-c", expand(cmd.shell, true) }, expand(cmd.shell, true) end
+  local argv = {}
+  for i, a in ipairs(cmd.argv) do argv[i] = expand(a) end
+  return argv, command.display(argv)
+end
+
+local function tail_lines(text, n)
+  local lines = {}
+  for line in text:gmatch("[^\n]+") do lines[#lines + 1] = line end
+  local first = math.max(1, #lines - n + 1)
+  local out = {}
+  for i = first, #lines do out[#out + 1] = "    " .. lines[i] end
+  return table.concat(out, "\n")
+end
+
+function Run:run_command(n)
+  local staging, tmpdir = {}, self.tmp_dir .. "/" .. core.safe_name(n.name)
+  core.remove_tree(tmpdir)
+  core.mkdir_p(tmpdir)
+  for _, io in ipairs(n.outputs) do staging[io.dataset] = tmpdir .. "/" .. core.safe_name(io.dataset) end
+  local argv, display = self:expand_command(n, staging)
+  local log = self.log_dir .. "/" .. core.safe_name(n.name) .. ".log"
+  core.write_atomic(log, "$ " .. display .. "\n")
+  local env = {}
+  for k, v in pairs(n.cmd.env or {}) do env[#env + 1] = tostring(k) .. "=" .. tostring(v) end
+  local r, err = proc.spawn { argv = argv, cwd = n.cmd.cwd, log = log, env = env,
+                              echo = self.verbose and ("[" .. n.name .. "] ") or nil }
+  if not r then
+    core.remove_tree(tmpdir)
+    error(step_failure { message = string.format("step '%s': %s", n.name, err) })
+  end
+  if r.code ~= 0 then
+    core.remove_tree(tmpdir)
+    local how = r.signal ~= 0 and string.format("killed by signal %d", r.signal)
+                or string.format("exit code %d", r.code)
+    local msg = string.format("step '%s' failed (%s)\n  command: %s", n.name, how, display)
+    if r.stderr:find("%S") then msg = msg .. "\n  last lines of stderr:\n" .. tail_lines(r.stderr, 10) end
+    error(step_failure { message = msg .. "\n  full log: " .. log })
+  end
+  for _, io in ipairs(n.outputs) do
+    if not core.exists(staging[io.dataset]) then
+      core.remove_tree(tmpdir)
+      error(step_failure { message = string.format(
+        "step '%s' exited 0 but did not write its output '%s' (the command was given the path %s)\n  command: %s",
+        n.name, io.dataset, staging[io.dataset], display) })
+    end
+  end
+  core.mkdir_p(DATA)
+  for _, io in ipairs(n.outputs) do
+    local final = DATA .. "/" .. core.safe_name(io.dataset)
+    core.replace(staging[io.dataset], final)
+    self.values[io.dataset] = { path = final }
+  end
+  core.remove_tree(tmpdir)
+end
+
+local function report(n, err)
+  if getmetatable(err) == StepFailure then
+    core.ui_error(err.message)
+  else
+    core.ui_error(string.format("step '%s' failed: %s", n.name, util.user_traceback(tostring(err))))
+  end
+end
+
+-- Runs on the step's own coroutine; returns whether the step succeeded.
+function Run:step(i)
+  local n = self.nodes[i]
+  local ok, err = xpcall(n.kind == "func" and self.run_function or self.run_command,
+                         function(e)
+                           if getmetatable(e) == StepFailure then return e end
+                           return debug.traceback(tostring(e), 2)
+                         end, self, n)
+  if not ok then report(n, err) end
+  return ok
+end
+
+-- Every "params:" input and ${params.} reference must exist before anything runs.
+local function check_params(nodes, params)
+  for _, n in ipairs(nodes) do
+    local function check(key)
+      local ok, v = pcall(params_mod.get, params, key)
+      if not ok or v == nil then
+        graph_error(string.format("step '%s' (%s) reads parameter '%s', which is not defined%s",
+          n.name, n.where, key, util.did_you_mean(key, params_mod.keys(params))))
+      end
+    end
+    for _, io in ipairs(n.inputs) do
+      local key = io.dataset:match("^params:(.+)$")
+      if key then check(key) end
+    end
+    if n.kind == "command" then
+      for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
+        for key in s:gmatch("%${params%.([^}]+)}") do check(key) end
+      end
+    end
+  end
+end
+
+local run_fields = { jobs = true, keep_going = true, params = true, verbose = true }
+
+-- flow.run(p, opts) -> result {status =, code =, outputs =, steps =, run_id =}
+-- Graph errors raise {graph_error = message}; step failures are in the result.
+function M.run(p, opts, level)
+  level = (level or 1) + 1
+  opts = opts or {}
+  if pipeline.is_node(p) then p = pipeline.pipeline({ p }) end
+  if not pipeline.is_pipeline(p) then util.fail(level, "flow.run: expected a pipeline, got %s", type(p)) end
+  util.check_fields(opts, run_fields, "flow.run", level)
+  local nodes = p.nodes
+  local g = M.build_graph(nodes)
+  local params = opts.params or {}
+  check_params(nodes, params)
+
+  local run_id = core.run_id()
+  local run_dir = ".flow/runs/" .. run_id
+  local self = setmetatable({
+    nodes = nodes, params = params, values = {}, verbose = opts.verbose,
+    run_id = run_id, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
+  }, Run)
+  core.mkdir_p(self.log_dir)
+  core.symlink(run_id, ".flow/runs/latest")
+  local code, states, elapsed = sched.run(g, { jobs = opts.jobs or core.cpu_count(),
+                                               keep_going = opts.keep_going },
+                                          function(i) return self:step(i) end)
+  core.remove_tree(self.tmp_dir)
+  M.runs_started, M.last_code = M.runs_started + 1, code
+  local result = { code = code, run_id = run_id, steps = {}, outputs = {},
+                   status = code == 0 and "ok" or code == 130 and "interrupted" or "failed" }
+  local consumed = {}
+  for i, n in ipairs(nodes) do
+    result.steps[n.name] = { state = states[i], elapsed = elapsed[i] }
+    for _, io in ipairs(n.inputs) do consumed[io.dataset] = true end
+  end
+  for _, n in ipairs(nodes) do
+    for _, io in ipairs(n.outputs) do
+      local v = self.values[io.dataset]
+      if v and not consumed[io.dataset] then
+        result.outputs[io.dataset] = v.path or v.value
+      end
+    end
+  end
+  return result
+end
+
+return M

@@ -1,0 +1,92 @@
+-- flow.util: small helpers shared by the stdlib (errors at the user's line,
+-- "did you mean", list formatting).
+local M = {}
+
+-- Raise `msg` at the caller's caller `level` frames up, as error() does,
+-- so messages point at the user's script line.
+function M.fail(level, fmt, ...)
+  error(string.format(fmt, ...), level + 1)
+end
+
+-- Levenshtein distance, for "did you mean" hints.
+local function distance(a, b)
+  local prev, cur = {}, {}
+  for j = 0, #b do prev[j] = j end
+  for i = 1, #a do
+    cur[0] = i
+    for j = 1, #b do
+      local cost = a:byte(i) == b:byte(j) and 0 or 1
+      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+    end
+    prev, cur = cur, prev
+  end
+  return prev[#b]
+end
+
+function M.closest(word, candidates)
+  local best, best_d
+  for _, c in ipairs(candidates) do
+    local d = distance(word, c)
+    if d <= math.max(2, #word // 3) and (not best_d or d < best_d) then best, best_d = c, d end
+  end
+  return best
+end
+
+function M.did_you_mean(word, candidates)
+  local c = M.closest(word, candidates)
+  return c and string.format(" (did you mean '%s'?)", c) or ""
+end
+
+function M.sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  return keys
+end
+
+-- Check that table `spec` has only `allowed` keys; `what` names it in errors.
+function M.check_fields(spec, allowed, what, level)
+  local names = {}
+  for k in pairs(allowed) do names[#names + 1] = k end
+  table.sort(names)
+  for k in pairs(spec) do
+    if type(k) ~= "string" then
+      M.fail(level + 1, "%s: unexpected positional value %s (fields are %s)", what, tostring(k),
+             table.concat(names, ", "))
+    elseif not allowed[k] then
+      M.fail(level + 1, "%s: unknown field '%s'%s", what, k, M.did_you_mean(k, names))
+    end
+  end
+end
+
+function M.is_list(t)
+  if type(t) ~= "table" then return false end
+  local n = 0
+  for _ in pairs(t) do n = n + 1 end
+  return n == #t
+end
+
+-- "30s", "15m", "2h", "1d" or a number of seconds -> seconds, or nil.
+function M.parse_duration(v)
+  if type(v) == "number" and v > 0 then return v end
+  if type(v) ~= "string" then return nil end
+  local n, unit = v:match("^%s*(%d+%.?%d*)%s*([smhd]?)%s*$")
+  n = tonumber(n)
+  if not n or n <= 0 then return nil end
+  return n * ({ [""] = 1, s = 1, m = 60, h = 3600, d = 86400 })[unit]
+end
+
+-- Keep the user's frames of a traceback, drop the engine's own.
+function M.user_traceback(tb)
+  local out = {}
+  for line in tb:gmatch("[^\n]+") do
+    if not line:find("<flow>/", 1, true) and not line:find("[C]: in ?", 1, true)
+       and not line:find("in function 'xpcall'", 1, true) then
+      out[#out + 1] = line
+    end
+  end
+  if out[#out] == "stack traceback:" then out[#out] = nil end
+  return table.concat(out, "\n")
+end
+
+return M

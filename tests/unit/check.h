@@ -1,0 +1,29 @@
+/* check.h — a minimal unit-test harness: CHECK(cond), CHECK_STR(a, b), RUN(test).
+ * Each test binary prints "name: N passed, N failed" and exits non-zero on failure. */
+#ifndef FLOW_CHECK_H
+#define FLOW_CHECK_H
+#include <stdio.h>
+#include <string.h>
+
+static int check_passed, check_failed, check_cur_failed;
+
+#define CHECK(cond) do { if (!(cond)) { check_cur_failed = 1; \
+    fprintf(stderr, "  %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); } } while (0)
+
+#define CHECK_STR(a, b) do { const char *a_ = (a), *b_ = (b); \
+    if (!a_ || !b_ || strcmp(a_, b_) != 0) { check_cur_failed = 1; \
+    fprintf(stderr, "  %s:%d: %s == %s failed\n    got:      %s\n    expected: %s\n", \
+            __FILE__, __LINE__, #a, #b, a_ ? a_ : "(null)", b_ ? b_ : "(null)"); } } while (0)
+
+#define CHECK_CONTAINS(hay, needle) do { const char *h_ = (hay), *n_ = (needle); \
+    if (!h_ || !strstr(h_, n_)) { check_cur_failed = 1; \
+    fprintf(stderr, "  %s:%d: expected %s to contain \"%s\"\n    got: %s\n", \
+            __FILE__, __LINE__, #hay, n_, h_ ? h_ : "(null)"); } } while (0)
+
+#define RUN(test) do { check_cur_failed = 0; test(); \
+    if (check_cur_failed) { check_failed++; fprintf(stderr, "FAIL %s\n", #test); } \
+    else check_passed++; } while (0)
+
+#define CHECK_DONE(suite) (printf("%s: %d passed, %d failed\n", (suite), check_passed, check_failed), \
+                           check_failed ? 1 : 0)
+#endif
