@@ -150,6 +150,7 @@ struct cfg_source { const char *file; const struct cfg_ptrmap *lines;
 /* config.c */
 extern const char *const cfg_section_names[CFG_NSECTIONS];
 int cfg_section_id(const char *name);
+char *cfg_key_dup(const char *s, size_t n);  /* allocated the way cJSON frees keys */
 void cfg_errorf(const struct config *cfg, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 int cfg_add_secret(struct config *cfg, const char *s);

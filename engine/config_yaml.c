@@ -242,7 +242,7 @@ static cJSON *yscalar(const yaml_event_t *ev)
     int core_tag = tag && strncmp(tag, YAML_TAG, strlen(YAML_TAG)) == 0;
     if (tag && (strcmp(tag, YAML_TAG "str") == 0 || strcmp(tag, "!") == 0))
         return cJSON_CreateString(text);
-    if ((plain && !tag) || core_tag || (plain && tag))
+    if (plain || core_tag)             /* a custom tag (!Ref) does not change the reading */
         return cfg_scalar_infer(text, n, 1);
     return cJSON_CreateString(text);
 }
@@ -355,7 +355,7 @@ static int ykey(struct yload *y, const yaml_event_t *ev)
     const yaml_mark_t *m = &ev->start_mark;
     char *key = NULL;
     if (ev->type == YAML_SCALAR_EVENT) {
-        key = strdup((const char *)ev->data.scalar.value);
+        key = cfg_key_dup((const char *)ev->data.scalar.value, ev->data.scalar.length);
         f->merge_key = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && !ev->data.scalar.tag &&
                        strcmp((const char *)ev->data.scalar.value, "<<") == 0;
     } else if (ev->type == YAML_ALIAS_EVENT) {
@@ -363,9 +363,10 @@ static int ykey(struct yload *y, const yaml_event_t *ev)
         if (!a || cJSON_IsObject(a->node) || cJSON_IsArray(a->node))
             return yfail(y, m, "an alias used as a key must name a scalar", NULL);
         char num[40];
-        key = strdup(cJSON_IsString(a->node) ? a->node->valuestring
-                     : cJSON_IsNumber(a->node) ? cfg_format_number(a->node->valuedouble, num)
-                     : cJSON_IsBool(a->node) ? (cJSON_IsTrue(a->node) ? "true" : "false") : "null");
+        const char *text = cJSON_IsString(a->node) ? a->node->valuestring
+                         : cJSON_IsNumber(a->node) ? cfg_format_number(a->node->valuedouble, num)
+                         : cJSON_IsTrue(a->node) ? "true" : cJSON_IsFalse(a->node) ? "false" : "null";
+        key = cfg_key_dup(text, strlen(text));
         f->merge_key = 0;
     } else {
         return yfail(y, m, "mapping keys must be plain scalars, not lists or mappings", NULL);
@@ -429,4 +430,377 @@ static int check_dup_keys(const cJSON *obj, const char *file, const struct cfg_p
         }
     free(v);
     return rc;
+}
+
+static int ymerge_from(struct yload *y, cJSON *map, const cJSON *src, const yaml_mark_t *m)
+{
+    if (!cJSON_IsObject(src))
+        return yfail(y, m, "`<<` merges a mapping or a list of mappings", NULL);
+    for (const cJSON *c = src->child; c; c = c->next) {
+        if (cJSON_GetObjectItemCaseSensitive(map, c->string))
+            continue;                  /* keys written in the mapping win */
+        if (ycount(y, cfg_tree_size(c), m) < 0)
+            return -1;
+        cJSON *copy = yduplicate(y, c);
+        if (!copy)
+            return -1;
+        cJSON_AddItemToArray(map, copy);
+    }
+    return 0;
+}
+
+static int yend(struct yload *y, const yaml_event_t *ev)
+{
+    struct yframe *f = &y->stack[y->depth - 1];
+    int rc = 0;
+    if (cJSON_IsObject(f->node)) {
+        rc = check_dup_keys(f->node, y->file, y->lines, y->err, y->errlen);
+        for (const cJSON *src = f->merges ? f->merges->child : NULL; src && rc == 0; src = src->next) {
+            if (!cJSON_IsArray(src))
+                rc = ymerge_from(y, f->node, src, &ev->start_mark);
+            for (const cJSON *e = cJSON_IsArray(src) ? src->child : NULL; e && rc == 0; e = e->next)
+                rc = ymerge_from(y, f->node, e, &ev->start_mark);
+        }
+    }
+    yclose_anchors(y, f->node);
+    cJSON_Delete(f->merges);
+    cJSON_free(f->key);
+    y->depth--;
+    return rc;
+}
+
+static int yvalue(struct yload *y, const yaml_event_t *ev)
+{
+    const yaml_mark_t *m = &ev->start_mark;
+    cJSON *node;
+    int rc;
+    if (ycount(y, 1, m) < 0)
+        return -1;
+    switch (ev->type) {
+    case YAML_SCALAR_EVENT:
+        if (!(node = yscalar(ev)))
+            return -1;
+        rc = yattach(y, node, m);
+        return rc != 0 ? (rc < 0 ? -1 : 0) : yadd_anchor(y, ev->data.scalar.anchor, node, 0);
+    case YAML_ALIAS_EVENT: {
+        const char *name = (const char *)ev->data.alias.anchor;
+        struct yanchor *a = yfind_anchor(y, name);
+        if (!a)
+            return yfail(y, m, "undefined alias *%s", name);
+        if (a->open)
+            return yfail(y, m, "alias *%s refers to a value that contains it", name);
+        if (ycount(y, cfg_tree_size(a->node), m) < 0 || !(node = yduplicate(y, a->node)))
+            return -1;
+        cJSON_free(node->string);      /* the copy takes the key of where it is used */
+        node->string = NULL;
+        return yattach(y, node, m) < 0 ? -1 : 0;
+    }
+    case YAML_SEQUENCE_START_EVENT:
+        if (!(node = cJSON_CreateArray()))
+            return -1;
+        return ypush(y, node, ev, ev->data.sequence_start.anchor);
+    case YAML_MAPPING_START_EVENT:
+        if (!(node = cJSON_CreateObject()))
+            return -1;
+        return ypush(y, node, ev, ev->data.mapping_start.anchor);
+    default:
+        return 0;
+    }
+}
+
+static int yevent(struct yload *y, const yaml_event_t *ev)
+{
+    struct yframe *f = y->depth ? &y->stack[y->depth - 1] : NULL;
+    switch (ev->type) {
+    case YAML_DOCUMENT_START_EVENT:
+        if (++y->docs > 1)
+            return yfail(y, &ev->start_mark, "only one YAML document per file (found a second '---')", NULL);
+        return 0;
+    case YAML_SCALAR_EVENT:
+    case YAML_ALIAS_EVENT:
+    case YAML_SEQUENCE_START_EVENT:
+    case YAML_MAPPING_START_EVENT:
+        if (f && cJSON_IsObject(f->node) && !f->have_key)
+            return ykey(y, ev);
+        return yvalue(y, ev);
+    case YAML_SEQUENCE_END_EVENT:
+    case YAML_MAPPING_END_EVENT:
+        return yend(y, ev);
+    default:
+        return 0;
+    }
+}
+
+/* Parses one YAML file into a cJSON object (empty for an empty file); lines receives the
+ * line of every value (of its key, for mapping values).  text[len] must be '\0'. */
+cJSON *cfg_parse_yaml(const char *text, size_t len, const char *file,
+                      struct cfg_ptrmap *lines, char *err, size_t errlen)
+{
+    struct yload *y = calloc(1, sizeof *y);
+    if (!y || !yaml_parser_initialize(&y->parser)) {
+        free(y);
+        snprintf(err, errlen, "%s: out of memory", file);
+        return NULL;
+    }
+    yaml_parser_set_input_string(&y->parser, (const unsigned char *)text, len);
+    y->text = text, y->file = file, y->lines = lines, y->err = err, y->errlen = errlen;
+    err[0] = '\0';
+    int rc = 0;
+    for (int done = 0; !done && rc == 0;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&y->parser, &ev)) {
+            ysyntax_error(y);
+            rc = -1;
+            break;
+        }
+        done = ev.type == YAML_STREAM_END_EVENT;
+        rc = yevent(y, &ev);
+        yaml_event_delete(&ev);
+    }
+    if (rc < 0 && !err[0])
+        snprintf(err, errlen, "%s: out of memory", file);
+    for (; y->depth > 0; y->depth--) {
+        cJSON_Delete(y->stack[y->depth - 1].merges);
+        cJSON_free(y->stack[y->depth - 1].key);
+    }
+    for (size_t i = 0; i < y->nanchors; i++)
+        free(y->anchors[i].name);
+    free(y->anchors);
+    yaml_parser_delete(&y->parser);
+    cJSON *root = y->root;
+    free(y);
+    if (rc < 0) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    if (!root && !(root = cJSON_CreateObject()))
+        snprintf(err, errlen, "%s: out of memory", file);
+    return root;
+}
+
+/* ---- JSON reading ------------------------------------------------------------------- */
+
+/* Walks text that cJSON accepted, in step with the tree, to learn each value's line. */
+struct jscan { const char *s; size_t pos, len; long line; struct cfg_ptrmap *lines; };
+
+static int is_json_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+static void jskip_ws(struct jscan *j)
+{
+    for (; j->pos < j->len && is_json_ws(j->s[j->pos]); j->pos++)
+        j->line += j->s[j->pos] == '\n';
+}
+
+static void jskip_token(struct jscan *j)
+{
+    if (j->pos < j->len && j->s[j->pos] == '"') {
+        for (j->pos++; j->pos < j->len && j->s[j->pos] != '"'; j->pos++) {
+            if (j->s[j->pos] == '\\')
+                j->pos++;
+            else
+                j->line += j->s[j->pos] == '\n';
+        }
+        j->pos++;
+        return;
+    }
+    while (j->pos < j->len && !is_json_ws(j->s[j->pos]) && !strchr(",]}", j->s[j->pos]))
+        j->pos++;
+}
+
+static int jscan_value(struct jscan *j, const cJSON *node)
+{
+    jskip_ws(j);
+    if (j->pos >= j->len || (j->s[j->pos] != '{' && j->s[j->pos] != '[')) {
+        jskip_token(j);
+        return 0;
+    }
+    int object = j->s[j->pos++] == '{';
+    for (const cJSON *c = node->child; c; c = c->next) {
+        jskip_ws(j);
+        if (cfg_ptrmap_put(j->lines, c, (void *)(intptr_t)j->line) < 0)
+            return -1;
+        if (object) {
+            jskip_token(j);
+            jskip_ws(j);
+            j->pos++;                  /* ':' */
+        }
+        if (jscan_value(j, c) < 0)
+            return -1;
+        jskip_ws(j);
+        if (j->pos < j->len && j->s[j->pos] == ',')
+            j->pos++;
+    }
+    jskip_ws(j);
+    j->pos++;                          /* '}' or ']' */
+    return 0;
+}
+
+static int check_dups_tree(const cJSON *node, const char *file, const struct cfg_ptrmap *lines,
+                           char *err, size_t errlen)
+{
+    if (cJSON_IsObject(node) && check_dup_keys(node, file, lines, err, errlen) < 0)
+        return -1;
+    for (const cJSON *c = node->child; c; c = c->next)
+        if ((cJSON_IsObject(c) || cJSON_IsArray(c)) && check_dups_tree(c, file, lines, err, errlen) < 0)
+            return -1;
+    return 0;
+}
+
+static cJSON *json_fail(cJSON *root, char *err, size_t errlen, const char *file,
+                        const char *text, size_t off, const char *msg)
+{
+    yaml_mark_t m;
+    offset_to_mark(text, off, &m);
+    snprintf(err, errlen, "%s:%zu:%zu: %s", file, m.line + 1, m.column + 1, msg);
+    cJSON_Delete(root);
+    return NULL;
+}
+
+/* Parses one JSON file into a cJSON object, like cfg_parse_yaml.  text[len] must be '\0'. */
+cJSON *cfg_parse_json(const char *text, size_t len, const char *file,
+                      struct cfg_ptrmap *lines, char *err, size_t errlen)
+{
+    size_t start = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0, i = start;
+    while (i < len && is_json_ws(text[i]))
+        i++;
+    if (i == len)
+        return cJSON_CreateObject();
+    const char *nul = memchr(text, '\0', len);
+    if (nul)
+        return json_fail(NULL, err, errlen, file, text, (size_t)(nul - text), "NUL byte in JSON text");
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len + 1, &end, 1);
+    if (!root) {
+        size_t off = end && end >= text && end <= text + len ? (size_t)(end - text) : 0;
+        return json_fail(NULL, err, errlen, file, text, off,
+                         off >= len ? "invalid JSON: unexpected end of input"
+                                    : "invalid JSON: syntax error at or just before this point");
+    }
+    if (!cJSON_IsObject(root))
+        return json_fail(root, err, errlen, file, text, i, "the top level of a config file must be an object");
+    if (cfg_tree_depth(root) > CFG_MAX_DEPTH)
+        return json_fail(root, err, errlen, file, text, i, "nesting deeper than 100 levels");
+    if (cfg_tree_size(root) > CFG_MAX_NODES)
+        return json_fail(root, err, errlen, file, text, i, "too many values");
+    struct jscan j = {text, start, len, 1, lines};
+    if (jscan_value(&j, root) < 0)
+        return json_fail(root, err, errlen, file, text, 0, "out of memory");
+    if (check_dups_tree(root, file, lines, err, errlen) < 0) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+/* ---- YAML writing ------------------------------------------------------------------- */
+
+/* libyaml refuses invalid UTF-8, which JSON files, --params and the environment can carry;
+ * such bytes become U+FFFD. */
+static size_t utf8_len(const unsigned char *s)
+{
+    size_t n = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3
+             : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    if ((n == 2 && s[0] < 0xC2) || (n == 3 && s[0] == 0xE0 && s[1] < 0xA0) ||
+        (n == 3 && s[0] == 0xED && s[1] >= 0xA0) || (n == 4 && s[0] == 0xF0 && s[1] < 0x90) ||
+        (n == 4 && (s[0] > 0xF4 || (s[0] == 0xF4 && s[1] >= 0x90))))
+        return 0;
+    return n;
+}
+
+static char *utf8_fix(const char *s)
+{
+    struct cfg_buf b = {0};
+    while (*s) {
+        size_t n = utf8_len((const unsigned char *)s);
+        if (n)
+            cfg_buf_add(&b, s, n);
+        else
+            cfg_buf_add(&b, "\xEF\xBF\xBD", 3);
+        s += n ? n : 1;
+    }
+    cfg_buf_add(&b, "", 0);
+    return cfg_buf_take(&b);
+}
+
+static int emit_scalar(yaml_emitter_t *e, const char *text, int is_string)
+{
+    yaml_event_t ev;
+    int quote = is_string && needs_quotes(text);
+    yaml_scalar_style_t style = quote ? YAML_DOUBLE_QUOTED_SCALAR_STYLE
+                              : is_string ? YAML_ANY_SCALAR_STYLE : YAML_PLAIN_SCALAR_STYLE;
+    char *fixed = NULL;
+    if (!yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)text, (int)strlen(text),
+                                      !quote, is_string, style)) {
+        if (!(fixed = utf8_fix(text)) ||
+            !yaml_scalar_event_initialize(&ev, NULL, NULL, (yaml_char_t *)fixed, (int)strlen(fixed),
+                                          !quote, is_string, style)) {
+            free(fixed);
+            return -1;
+        }
+    }
+    free(fixed);                       /* the event holds its own copy */
+    return yaml_emitter_emit(e, &ev) ? 0 : -1;
+}
+
+static int emit_node(yaml_emitter_t *e, const cJSON *n)
+{
+    yaml_event_t ev;
+    char num[40];
+    if (cJSON_IsObject(n) || cJSON_IsArray(n)) {
+        int map = cJSON_IsObject(n);
+        if (map ? !yaml_mapping_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_MAPPING_STYLE)
+                : !yaml_sequence_start_event_initialize(&ev, NULL, NULL, 1, YAML_BLOCK_SEQUENCE_STYLE))
+            return -1;
+        if (!yaml_emitter_emit(e, &ev))
+            return -1;
+        for (const cJSON *c = n->child; c; c = c->next)
+            if ((map && emit_scalar(e, c->string ? c->string : "", 1) < 0) || emit_node(e, c) < 0)
+                return -1;
+        if (map ? !yaml_mapping_end_event_initialize(&ev) : !yaml_sequence_end_event_initialize(&ev))
+            return -1;
+        return yaml_emitter_emit(e, &ev) ? 0 : -1;
+    }
+    if (cJSON_IsString(n))
+        return emit_scalar(e, n->valuestring, 1);
+    if (cJSON_IsNumber(n))
+        return emit_scalar(e, cfg_format_number(n->valuedouble, num), 0);
+    if (cJSON_IsBool(n))
+        return emit_scalar(e, cJSON_IsTrue(n) ? "true" : "false", 0);
+    return emit_scalar(e, "null", 0);
+}
+
+static int emit_write(void *data, unsigned char *buffer, size_t size)
+{
+    struct cfg_buf *b = data;
+    cfg_buf_add(b, (const char *)buffer, size);
+    return !b->failed;
+}
+
+/* Block-style YAML for a value; strings that would read back as another type are quoted. */
+char *cfg_yaml_emit(const cJSON *node)
+{
+    yaml_emitter_t e;
+    yaml_event_t ev;
+    struct cfg_buf out = {0};
+    if (!yaml_emitter_initialize(&e))
+        return NULL;
+    yaml_emitter_set_output(&e, emit_write, &out);
+    yaml_emitter_set_unicode(&e, 1);
+    yaml_emitter_set_width(&e, -1);
+    yaml_emitter_set_indent(&e, 2);
+    int ok = yaml_stream_start_event_initialize(&ev, YAML_UTF8_ENCODING) && yaml_emitter_emit(&e, &ev) &&
+             yaml_document_start_event_initialize(&ev, NULL, NULL, NULL, 1) && yaml_emitter_emit(&e, &ev) &&
+             emit_node(&e, node) == 0 &&
+             yaml_document_end_event_initialize(&ev, 1) && yaml_emitter_emit(&e, &ev) &&
+             yaml_stream_end_event_initialize(&ev) && yaml_emitter_emit(&e, &ev);
+    yaml_emitter_delete(&e);
+    if (!ok) {
+        cfg_buf_free(&out);
+        return NULL;
+    }
+    cfg_buf_add(&out, "", 0);
+    return cfg_buf_take(&out);
 }

@@ -30,15 +30,15 @@ static const char NO_NAME[] = "expected a function name after distributed_job<..
 static const char NO_LPAREN[] =
     "expected '(' after the function name in a distributed_job<...> declaration";
 static const char BAD_PREFIX[] =
-    "a function declared with distributed_job<...> needs a plain name before it "
-    "(like distributed_job<...> or flow.distributed_job<...>)";
+    "distributed_job<...> before a function needs a plain name, like flow.distributed_job";
 static const char TOO_DEEP[] = "distributed_job<...> annotations nested too deeply";
 
+/* What follows the annotation, and so what it becomes (J stands for distributed_job). */
 typedef enum {
-    ANN_PLAIN,  /* distributed_job<A> ...                 -> distributed_job{A} ...            */
-    ANN_ANON,   /* distributed_job<A> function(           -> distributed_job{A} .. function(   */
-    ANN_NAMED,  /* distributed_job<A> function N(          -> N = distributed_job{A} .. function( */
-    ANN_LOCAL   /* distributed_job<A> local function N(    -> local N; N = distributed_job{A} .. function( */
+    ANN_PLAIN,  /* J<A> ...                    ->  J{A} ...                           */
+    ANN_ANON,   /* J<A> function(              ->  J{A} .. function(                  */
+    ANN_NAMED,  /* J<A> function N(            ->  N = J{A} .. function(              */
+    ANN_LOCAL   /* J<A> local function N(      ->  local N; N = J{A} .. function(     */
 } AnnKind;
 
 typedef struct {

@@ -2,10 +2,10 @@
  * into plain Lua before the chunk is loaded. Every token stays on its line, so
  * Lua's syntax and runtime errors still point at the line the user wrote.
  *
- *   distributed_job<nodes=4>(fn)               ->  distributed_job{nodes=4}(fn)
- *   distributed_job<nodes=4> function f(a)     ->  f = distributed_job{nodes=4} .. function(a)
- *   distributed_job<nodes=4> local function f  ->  local f; f = distributed_job{nodes=4} .. function
- *   distributed_job<nodes=4> function M:f(a)   ->  M.f = distributed_job{nodes=4} .. function(self, a)
+ *   distributed_job<n=4>(fn)                ->  distributed_job{n=4}(fn)
+ *   distributed_job<n=4> function f(a)      ->  f = distributed_job{n=4} .. function(a)
+ *   distributed_job<n=4> local function f(  ->  local f; f = distributed_job{n=4} .. function(
+ *   distributed_job<n=4> function M:f(a)    ->  M.f = distributed_job{n=4} .. function(self, a)
  *
  * The object that `distributed_job{...}` returns wraps the function in its
  * `__concat` metamethod, so the rewrite never has to find the function's `end`. */

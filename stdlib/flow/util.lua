@@ -76,17 +76,21 @@ function M.parse_duration(v)
   return n * ({ [""] = 1, s = 1, m = 60, h = 3600, d = 86400 })[unit]
 end
 
--- Keep the user's frames of a traceback, drop the engine's own.
+-- Keep the user's frames of a traceback, drop the engine's own.  A traceback
+-- of a single frame says nothing the message's "file:line:" does not.
+local noise = { "<flow>/", "[C]: in ?", "in function 'xpcall'", "in function 'pcall'",
+                "in function 'error'", "(...tail calls...)", "in function 'assert'" }
 function M.user_traceback(tb)
-  local out = {}
-  for line in tb:gmatch("[^\n]+") do
-    if not line:find("<flow>/", 1, true) and not line:find("[C]: in ?", 1, true)
-       and not line:find("in function 'xpcall'", 1, true) then
-      out[#out + 1] = line
-    end
+  local msg, rest = tb:match("^(.-)\nstack traceback:\n(.*)$")
+  if not msg then return tb end
+  local frames = {}
+  for line in rest:gmatch("[^\n]+") do
+    local keep = true
+    for _, n in ipairs(noise) do if line:find(n, 1, true) then keep = false break end end
+    if keep then frames[#frames + 1] = line end
   end
-  if out[#out] == "stack traceback:" then out[#out] = nil end
-  return table.concat(out, "\n")
+  if #frames < 2 then return msg end
+  return msg .. "\nstack traceback:\n" .. table.concat(frames, "\n")
 end
 
 return M

@@ -1,0 +1,55 @@
+# lib.sh — helpers for end-to-end tests.  Each test runs in a fresh temporary
+# directory with `set -e`; a helper that finds a mismatch prints why and exits 1.
+# `skip REASON` exits 77.
+
+# run_flow EXPECTED_STATUS ARGS... — runs $FLOW, keeps stdout/stderr in $OUT/$ERR.
+run_flow() {
+    local want=$1; shift
+    set +e
+    "$FLOW" "$@" >stdout.txt 2>stderr.txt
+    STATUS=$?
+    set -e
+    OUT=$(cat stdout.txt) ERR=$(cat stderr.txt)
+    if [ "$STATUS" != "$want" ]; then
+        echo "flow $* exited $STATUS, expected $want"
+        echo "--- stdout"; cat stdout.txt; echo "--- stderr"; cat stderr.txt
+        return 1
+    fi
+}
+
+contains() {   # contains HAYSTACK NEEDLE [WHAT]
+    if [[ "$1" != *"$2"* ]]; then
+        echo "expected ${3:-output} to contain: $2"
+        echo "--- got:"; printf '%s\n' "$1"
+        return 1
+    fi
+}
+
+not_contains() {
+    if [[ "$1" == *"$2"* ]]; then
+        echo "expected ${3:-output} not to contain: $2"
+        echo "--- got:"; printf '%s\n' "$1"
+        return 1
+    fi
+}
+
+equals() {     # equals GOT WANT [WHAT]
+    if [ "$1" != "$2" ]; then
+        echo "${3:-value} mismatch"; echo "--- got:"; printf '%s\n' "$1"; echo "--- want:"; printf '%s\n' "$2"
+        return 1
+    fi
+}
+
+no_crash() {   # stderr of the last run shows no C-level crash or sanitizer report
+    not_contains "$ERR" "Segmentation fault" stderr
+    not_contains "$ERR" "AddressSanitizer" stderr
+    not_contains "$ERR" "runtime error:" stderr
+    not_contains "$ERR" "internal error" stderr
+}
+
+skip() { echo "$*"; exit 77; }
+
+write() {      # write FILE <<'EOF' ... EOF
+    mkdir -p "$(dirname "$1")"
+    cat >"$1"
+}

@@ -1,0 +1,256 @@
+# t_errors.sh — bad scripts get a clear message with file:line and exit 2; a
+# failing step exits 1 with its name.  Never a crash, never a partial output.
+
+test_syntax_error_has_file_and_line() {
+    write pipeline.lua <<'L'
+local flow = require("flow")
+
+local x = = 3
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:3:"
+    no_crash
+}
+
+test_syntax_error_after_annotation_keeps_line() {
+    write pipeline.lua <<'L'
+distributed_job<framework = "pytorch",
+                nodes = 2> function train(x)
+  return x
+end
+
+local y = )
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:6:"
+}
+
+test_runtime_error_in_script() {
+    write pipeline.lua <<'L'
+local t = nil
+local function f() return t.field end
+f()
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:2: attempt to index a nil value"
+    no_crash
+}
+
+test_node_without_body() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ inputs = "a", outputs = "b", name = "x" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:2: node: a step needs func ="
+}
+
+test_node_with_both_bodies() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = print, command = "true", name = "x" } }
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:1: node: give either func or command, not both"
+}
+
+test_non_string_input_name() {
+    write pipeline.lua <<'L'
+local function f(a) return a end
+return pipeline{
+  node{ func = f, inputs = { "ok", 42 }, outputs = "y" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:3: node: inputs[2] must be a dataset name"
+}
+
+test_unknown_node_field() {
+    write pipeline.lua <<'L'
+local function f() return 1 end
+return pipeline{ node{ func = f, outptus = "y" } }
+L
+    run_flow 2 run
+    contains "$ERR" "unknown field 'outptus' (did you mean 'outputs'?)"
+}
+
+test_unknown_framework_lists_valid() {
+    write pipeline.lua <<'L'
+local train = distributed_job{ framework = "jax", num_nodes = 2 }(function() end)
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:1: distributed_job: unknown framework \"jax\""
+    contains "$ERR" "Framework.PyTorch, Framework.TensorFlow, Framework.MPI"
+}
+
+test_bad_num_nodes() {
+    write pipeline.lua <<'L'
+local a = distributed_job{ framework = "mpi", num_nodes = 0 }
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:1: distributed_job: num_nodes must be a positive integer"
+    write pipeline.lua <<'L'
+
+local a = distributed_job<framework = "mpi", nodes = 1.5>(function() end)
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:2: distributed_job: num_nodes must be a positive integer or \"params:KEY\", got 1.5"
+}
+
+test_unterminated_annotation() {
+    write pipeline.lua <<'L'
+local flow = require("flow")
+distributed_job<framework = "pytorch", nodes = 2
+function train() end
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:2: unterminated distributed_job<...> annotation"
+}
+
+test_cycle_reported_with_path() {
+    write pipeline.lua <<'L'
+local function f(x) return x end
+return pipeline{
+  node{ func = f, inputs = "c", outputs = "a", name = "step_a" },
+  node{ func = f, inputs = "a", outputs = "b", name = "step_b" },
+  node{ func = f, inputs = "b", outputs = "c", name = "step_c" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "cycle: step_a -> step_b -> step_c -> step_a"
+}
+
+test_dataset_produced_twice() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return 1 end, outputs = "model", name = "one" },
+  node{ func = function() return 2 end, outputs = "model", name = "two" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "dataset 'model' is produced by two steps, 'one' and 'two'"
+}
+
+test_missing_input_lists_steps() {
+    write pipeline.lua <<'L'
+local function f(x) return x end
+return pipeline{
+  node{ func = f, inputs = "raw", outputs = "a", name = "first" },
+  node{ func = f, inputs = "raw", outputs = "b", name = "second" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "'raw', needed by 'first', 'second'"
+}
+
+test_duplicate_step_name_points_at_lines() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return 1 end, outputs = "a", name = "same" },
+  node{ func = function() return 2 end, outputs = "b", name = "same" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "two steps are named 'same'"
+    contains "$ERR" "pipeline.lua:2 and pipeline.lua:3"
+}
+
+test_script_returning_nothing() {
+    write pipeline.lua <<'L'
+local x = 1
+L
+    run_flow 2 run
+    contains "$ERR" "defines no pipeline"
+}
+
+test_step_function_raises() {
+    write pipeline.lua <<'L'
+local function helper(rows) error("bad row " .. #rows) end
+local function clean(rows) local r = helper(rows); return r end
+return pipeline{
+  node{ func = function() return { 1, 2 } end, outputs = "rows", name = "load" },
+  node{ func = clean, inputs = "rows", outputs = "clean" },
+  node{ func = function(c) return c end, inputs = "clean", outputs = "final", name = "after" },
+}
+L
+    run_flow 1 run
+    contains "$ERR" "step 'clean' failed: pipeline.lua:1: bad row 2"
+    contains "$ERR" "stack traceback:"
+    contains "$ERR" "pipeline.lua:2:"
+    contains "$ERR" "1 done, 1 failed, 1 not run"
+    no_crash
+}
+
+test_command_failure_shows_stderr_tail() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = { "sh", "-c", "echo to-stdout; echo first-err >&2; echo last-err >&2; exit 3" },
+        name = "failing" },
+}
+L
+    run_flow 1 run
+    contains "$ERR" "step 'failing' failed (exit code 3)"
+    contains "$ERR" "last-err"
+    contains "$ERR" "full log: .flow/runs/"
+    log=$(ls .flow/runs/latest/logs/failing.log)
+    contains "$(cat "$log")" "to-stdout"
+}
+
+test_command_not_found() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = { "no-such-program-xyz", "arg" }, name = "ghost" } }
+L
+    run_flow 1 run
+    contains "$ERR" "step 'ghost': command not found: no-such-program-xyz"
+}
+
+test_failed_command_leaves_no_partial_output() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo partial > ${outputs.result}; exit 1", outputs = "result", name = "half" },
+}
+L
+    run_flow 1 run
+    [ ! -e .flow/data/result ] || { echo "partial output left at .flow/data/result"; return 1; }
+    [ -z "$(ls -A .flow/tmp 2>/dev/null)" ] || { echo "staging files left behind"; ls -R .flow/tmp; return 1; }
+}
+
+test_failed_rerun_keeps_previous_output() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "echo good > ${outputs.result}", outputs = "result", name = "w" } }
+L
+    run_flow 0 run
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "echo bad > ${outputs.result}; exit 1", outputs = "result", name = "w" } }
+L
+    run_flow 1 run
+    equals "$(cat .flow/data/result)" "good" "the complete earlier output"
+}
+
+test_command_that_writes_no_output() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = { "true" }, outputs = "model", name = "lazy" } }
+L
+    run_flow 1 run
+    contains "$ERR" "step 'lazy' exited 0 but did not write its output 'model'"
+}
+
+test_wrong_number_of_returns() {
+    write pipeline.lua <<'L'
+local function split(x) return x end
+return pipeline{
+  node{ func = function() return 1 end, outputs = "raw", name = "load" },
+  node{ func = split, inputs = "raw", outputs = { "train", "test" } },
+}
+L
+    run_flow 1 run
+    contains "$ERR" "step 'split' returned 1 value but declares 2 outputs (train, test)"
+}
+
+test_unnamed_anonymous_step() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() return 1 end, outputs = "x" } }
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:1: node: this step has no name"
+}

@@ -1,0 +1,198 @@
+/* test_dag.c — graph construction, validation messages and topological order. */
+#include "check.h"
+#include "dag.h"
+#include "util.h"
+
+#include <stdlib.h>
+
+/* Adds a step: ins and outs are NULL-terminated dataset lists. */
+static long add(struct dag *d, const char *name, const char *const *ins, const char *const *outs,
+                char *err, size_t errlen)
+{
+    struct dag_io in[16] = { { 0 } }, out[16] = { { 0 } };
+    struct dag_step s = { 0 };
+    s.name = (char *)name;
+    for (; ins && ins[s.n_inputs]; s.n_inputs++) in[s.n_inputs].dataset = (char *)ins[s.n_inputs];
+    for (; outs && outs[s.n_outputs]; s.n_outputs++) out[s.n_outputs].dataset = (char *)outs[s.n_outputs];
+    s.inputs = in;
+    s.outputs = out;
+    return dag_add_step(d, &s, err, errlen);
+}
+
+#define L(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+static char err[4096];
+
+static const char *order_names(struct dag *d)
+{
+    static char buf[1024];
+    buf[0] = '\0';
+    for (size_t k = 0; k < d->n_steps; k++) {
+        if (k) strcat(buf, " ");
+        strcat(buf, d->steps[d->order[k]].name);
+    }
+    return buf;
+}
+
+static void test_linear_order(void)
+{
+    struct dag *d = dag_new();
+    add(d, "c", L("y"), L("z"), err, sizeof err);
+    add(d, "b", L("x"), L("y"), err, sizeof err);
+    add(d, "a", NULL, L("x"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) == 0);
+    CHECK_STR(order_names(d), "a b c");
+    CHECK(d->steps[0].n_deps == 1 && d->steps[0].deps[0] == 1);
+    CHECK(d->steps[2].n_dependents == 1 && d->steps[2].dependents[0] == 1);
+    dag_free(d);
+}
+
+/* Among ready steps, declaration order decides. */
+static void test_stable_order(void)
+{
+    struct dag *d = dag_new();
+    add(d, "late_root", NULL, L("r2"), err, sizeof err);
+    add(d, "join", L("r1", "r2"), L("j"), err, sizeof err);
+    add(d, "early_root", NULL, L("r1"), err, sizeof err);
+    add(d, "independent", NULL, L("i"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) == 0);
+    CHECK_STR(order_names(d), "late_root early_root join independent");
+    dag_free(d);
+}
+
+static void test_diamond_deps_unique(void)
+{
+    struct dag *d = dag_new();
+    add(d, "src", NULL, L("a", "b"), err, sizeof err);
+    add(d, "use", L("a", "b", "a"), L("c"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) == 0);
+    CHECK(d->steps[1].n_deps == 1);
+    CHECK(d->steps[0].n_dependents == 1);
+    dag_free(d);
+}
+
+static void test_cycle_path(void)
+{
+    struct dag *d = dag_new();
+    add(d, "start", NULL, L("s"), err, sizeof err);
+    add(d, "a", L("s", "c_out"), L("a_out"), err, sizeof err);
+    add(d, "b", L("a_out"), L("b_out"), err, sizeof err);
+    add(d, "c", L("b_out"), L("c_out"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "cycle: a -> b -> c -> a");
+    dag_free(d);
+}
+
+static void test_self_cycle(void)
+{
+    struct dag *d = dag_new();
+    add(d, "loop", L("x"), L("x"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "cycle: loop -> loop");
+    dag_free(d);
+}
+
+static void test_produced_twice(void)
+{
+    struct dag *d = dag_new();
+    add(d, "first", NULL, L("model"), err, sizeof err);
+    add(d, "second", NULL, L("model"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "dataset 'model' is produced by two steps, 'first' and 'second'");
+    dag_free(d);
+}
+
+static void test_output_twice_in_one_step(void)
+{
+    struct dag *d = dag_new();
+    add(d, "s", NULL, L("m", "m"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "step 's' lists output 'm' twice");
+    dag_free(d);
+}
+
+static void test_missing_inputs(void)
+{
+    struct dag *d = dag_new();
+    add(d, "a", L("raw"), L("x"), err, sizeof err);
+    add(d, "b", L("raw", "other"), L("y"), err, sizeof err);
+    add(d, "c", L("x", "params:lr", "parameters"), L("z"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "2 input datasets");
+    CHECK_CONTAINS(err, "'raw', needed by 'a', 'b'");
+    CHECK_CONTAINS(err, "'other', needed by 'b'");
+    CHECK(strstr(err, "params:lr") == NULL);
+    dag_free(d);
+}
+
+static void test_declared_input_ok(void)
+{
+    struct dag *d = dag_new();
+    add(d, "a", L("raw"), L("x"), err, sizeof err);
+    dag_declare_dataset(d, "raw");
+    CHECK(dag_finalize(d, err, sizeof err) == 0);
+    CHECK(dag_find_dataset(d, "raw") >= 0);
+    dag_free(d);
+}
+
+static void test_duplicate_name(void)
+{
+    struct dag *d = dag_new();
+    CHECK(add(d, "same", NULL, L("a"), err, sizeof err) == 0);
+    CHECK(add(d, "same", NULL, L("b"), err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "two steps are named 'same'");
+    CHECK(dag_find_step(d, "same") == 0);
+    dag_free(d);
+}
+
+static void test_param_output_rejected(void)
+{
+    struct dag *d = dag_new();
+    add(d, "s", NULL, L("params:x"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "parameters are read-only");
+    dag_free(d);
+}
+
+/* 100,000 steps in a chain: no recursion, no quadratic work. */
+static void test_large_chain(void)
+{
+    struct dag *d = dag_new();
+    char name[32], in[32], out[32];
+    for (int i = 0; i < 100000; i++) {
+        snprintf(name, sizeof name, "s%d", i);
+        snprintf(in, sizeof in, "d%d", i - 1);
+        snprintf(out, sizeof out, "d%d", i);
+        add(d, name, i ? L(in) : NULL, L(out), err, sizeof err);
+    }
+    CHECK(dag_finalize(d, err, sizeof err) == 0);
+    CHECK(d->order[0] == 0 && d->order[99999] == 99999);
+    dag_free(d);
+}
+
+static void test_framework_names(void)
+{
+    CHECK_STR(dag_framework_name(DIST_PYTORCH), "PyTorch");
+    CHECK_STR(dag_framework_name(DIST_MPI), "MPI");
+    CHECK(dag_is_param_input("params:a.b"));
+    CHECK(dag_is_param_input("parameters"));
+    CHECK(!dag_is_param_input("params"));
+}
+
+int main(void)
+{
+    RUN(test_linear_order);
+    RUN(test_stable_order);
+    RUN(test_diamond_deps_unique);
+    RUN(test_cycle_path);
+    RUN(test_self_cycle);
+    RUN(test_produced_twice);
+    RUN(test_output_twice_in_one_step);
+    RUN(test_missing_inputs);
+    RUN(test_declared_input_ok);
+    RUN(test_duplicate_name);
+    RUN(test_param_output_rejected);
+    RUN(test_large_chain);
+    RUN(test_framework_names);
+    return CHECK_DONE("dag");
+}
