@@ -1,0 +1,340 @@
+# t_run.sh — running pipelines: values between Lua steps, command steps and
+# their files, composition, the annotation form, registries and flow.run.
+
+test_hello_example() {
+    cp -r "$FLOW_ROOT/examples/hello" hello
+    run_flow 0 run hello
+    contains "$OUT" "9 words, 8 distinct; longest: quick"
+    contains "$OUT" "the    2"
+    contains "$ERR" "4 done"
+}
+
+test_values_flow_between_lua_steps() {
+    write pipeline.lua <<'L'
+local function load() return { 5, 3, 8, 1 } end
+local function split(rows, fraction)
+  local n = math.floor(#rows * fraction)
+  return { table.unpack(rows, 1, n) }, { table.unpack(rows, n + 1) }
+end
+local function stats(parts) return { train = #parts.train, test = #parts.test } end
+local function show(s) print(string.format("train=%d test=%d", s.train, s.test)) return true end
+return pipeline{
+  node{ func = load, outputs = "rows" },
+  node{ func = function() return 0.75 end, outputs = "fraction", name = "fraction" },
+  node{ func = split, inputs = { "rows", "fraction" }, outputs = { "train", "test" } },
+  node{ func = stats, inputs = { train = "train", test = "test" }, outputs = "stats" },
+  node{ func = show, inputs = "stats", outputs = "shown" },
+}
+L
+    run_flow 0 run
+    contains "$OUT" "train=3 test=1"
+}
+
+test_map_outputs() {
+    write pipeline.lua <<'L'
+local function both() return { first = "a", second = "b" } end
+return pipeline{
+  node{ func = both, outputs = { first = "one", second = "two" } },
+  node{ func = function(x, y) print(x .. y) return 1 end, inputs = { "one", "two" }, outputs = "z", name = "join" },
+}
+L
+    run_flow 0 run
+    equals "$OUT" "ab"
+}
+
+test_command_gets_json_and_text_files() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return { lr = 0.5, layers = { 1, 2 } }, "plain text" end,
+        outputs = { "config", "note" }, name = "make" },
+  node{ command = { "sh", "-c", 'cat "$1"; cat "$2"', "sh", "${inputs.config}", "${inputs.note}" },
+        inputs = { "config", "note" }, name = "show" },
+}
+L
+    run_flow 0 run -v
+    contains "$ERR" '"lr":	0.5'
+    contains "$ERR" "plain text"
+    [ -f .flow/data/config.json ] && [ -f .flow/data/note.txt ]
+}
+
+test_command_output_reaches_lua_as_path() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = { "sh", "-c", "printf 42 > \"$1\"", "sh", "${outputs.answer}" }, outputs = "answer", name = "write" },
+  node{ func = function(path)
+          local f = assert(io.open(path)); local v = f:read("a"); f:close()
+          print("path=" .. path .. " value=" .. v) return v end,
+        inputs = "answer", outputs = "read", name = "read" },
+}
+L
+    run_flow 0 run
+    contains "$OUT" "path=.flow/data/answer value=42"
+}
+
+test_command_chain_with_directories() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "mkdir -p ${outputs.model} && echo w > ${outputs.model}/weights", outputs = "model", name = "train" },
+  node{ command = "cat ${inputs.model}/weights > ${outputs.report}", inputs = "model", outputs = "report", name = "evaluate" },
+}
+L
+    run_flow 0 run
+    equals "$(cat .flow/data/report)" "w"
+    run_flow 0 run                        # a directory output is replaced cleanly
+    equals "$(cat .flow/data/model/weights)" "w"
+}
+
+test_argv_is_never_a_shell() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return "a; touch pwned" end, outputs = "evil", name = "make" },
+  node{ command = { "printf", "%s", "${inputs.evil}" }, inputs = "evil", name = "use" },
+}
+L
+    run_flow 0 run
+    [ ! -e pwned ] || { echo "an argv went through a shell"; return 1; }
+}
+
+test_shell_string_quotes_expansions() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return "x" end, outputs = "odd name's", name = "make" },
+  node{ command = "cat ${inputs.x} > ${outputs.copy}", inputs = { x = "odd name's" }, outputs = "copy", name = "copy" },
+}
+L
+    run_flow 0 run
+    equals "$(cat .flow/data/copy)" "x"
+}
+
+test_params_in_commands_and_inputs() {
+    write driver.lua <<'L'
+local flow = require("flow")
+local p = pipeline{
+  node{ func = function(lr, all) print("lr=" .. lr .. " epochs=" .. all.train.epochs) return 1 end,
+        inputs = { "params:train.lr", "parameters" }, outputs = "a", name = "lua_step" },
+  node{ command = { "echo", "epochs=${params.train.epochs}" }, name = "cmd_step" },
+}
+local r = flow.run(p, { params = { train = { lr = 0.01, epochs = 3 } }, verbose = true })
+print("status=" .. r.status)
+L
+    run_flow 0 run driver.lua
+    contains "$OUT" "lr=0.01 epochs=3"
+    contains "$OUT" "status=ok"
+    contains "$ERR" "[cmd_step] epochs=3"
+}
+
+test_missing_parameter_is_caught_before_running() {
+    write pipeline.lua <<'L'
+local flow = require("flow")
+local p = pipeline{
+  node{ func = function() print("must not run") return 1 end, outputs = "a", name = "first" },
+  node{ func = function(x) return x end, inputs = "params:train.lrr", outputs = "b", name = "uses_param" },
+}
+flow.run(p, { params = { train = { lr = 1 } } })
+L
+    run_flow 2 run
+    contains "$ERR" "step 'uses_param' (pipeline.lua:4) reads parameter 'train.lrr', which is not defined (did you mean 'train.lr'?)"
+    not_contains "$OUT" "must not run"
+}
+
+test_flow_run_returns_outputs_and_status() {
+    write pipeline.lua <<'L'
+local flow = require("flow")
+local p = pipeline{
+  node{ func = function() return 2 end, outputs = "two", name = "a" },
+  node{ func = function(x) return x * 21 end, inputs = "two", outputs = "answer", name = "b" },
+}
+local r = flow.run(p, { jobs = 1 })
+print(r.status, r.code, r.outputs.answer, r.outputs.two, r.steps.b.state)
+local bad = flow.run(pipeline{ node{ func = function() error("x") end, outputs = "q", name = "c" } })
+print(bad.status, bad.code, bad.steps.c.state)
+L
+    run_flow 1 run
+    contains "$OUT" "ok	0	42	nil	done"
+    contains "$OUT" "failed	1	failed"
+}
+
+test_namespace_and_remapping() {
+    write pipeline.lua <<'L'
+local function double(x, k) return x * k end
+local base = pipeline{ node{ func = double, inputs = { "raw", "params:k" }, outputs = "doubled" } }
+local a = pipeline{ base, namespace = "a", inputs = "raw" }
+local b = pipeline{ base, namespace = "b", inputs = { raw = "a.doubled" }, parameters = { k = "shared_k" } }
+local show = node{ func = function(x) print("result=" .. x) return x end, inputs = "b.doubled", outputs = "shown", name = "show" }
+local r = flow.run(flow.pipeline{ node{ func = function() return 5 end, outputs = "raw", name = "load" }, a, b, show },
+                   { params = { a = { k = 2 }, shared_k = 10 } })
+L
+    run_flow 0 run
+    contains "$OUT" "result=100"
+    printf 'return pipeline{ node{ func = function() return 5 end, outputs = "raw", name = "load" }, a, b, show }\n' >> pipeline.lua
+    sed -i 's/^local r = flow.run/local r = nil and flow.run/' pipeline.lua
+    run_flow 0 list
+    contains "$OUT" "a.double"
+    contains "$OUT" "params:a.k"
+    contains "$OUT" "params:shared_k"
+}
+
+test_plus_and_minus() {
+    write pipeline.lua <<'L'
+local one = node{ func = function() return 1 end, outputs = "x", name = "one" }
+local two = node{ func = function(x) return x + 1 end, inputs = "x", outputs = "y", name = "two" }
+local three = node{ func = function(y) print("three saw " .. y) return y end, inputs = "y", outputs = "z", name = "three" }
+local all = pipeline{ one, two } + three + pipeline{ one }
+flow.register("all", all)
+flow.register("head", all - pipeline{ three })
+print("#all=" .. #all)
+return nil
+L
+    run_flow 0 run --pipeline all
+    contains "$OUT" "#all=3"
+    contains "$OUT" "three saw 2"
+    run_flow 0 list --pipeline head
+    not_contains "$OUT" "three"
+    run_flow 2 run --pipeline nope
+    contains "$ERR" "no pipeline named 'nope'"
+    contains "$ERR" "all, head"
+}
+
+test_annotation_forms_run() {
+    write pipeline.lua <<'L'
+distributed_job<framework = "pytorch", nodes = 2> function train(x)
+  return x * 10
+end
+
+local evaluate = distributed_job<framework = Framework.MPI, num_nodes = 1, processes_per_node = 4>(
+  function(m) print("model=" .. m) return m end)
+
+distributed_job<framework="tensorflow", nodes=3> local function export(m) return m end
+
+return pipeline{
+  node{ func = function() return 4 end, outputs = "data", name = "load" },
+  node{ func = train, inputs = "data", outputs = "model" },
+  node{ func = evaluate, inputs = "model", outputs = "score" },
+  node{ func = export, inputs = "model", outputs = "exported" },
+}
+L
+    run_flow 0 run
+    contains "$OUT" "model=40"
+    run_flow 0 list
+    contains "$OUT" "PyTorch 2 nodes x 1 process"
+    contains "$OUT" "MPI 1 node x 4 processes"
+    contains "$OUT" "TensorFlow 3 nodes x 1 process"
+}
+
+test_distributed_command_and_master_helper() {
+    write pipeline.lua <<'L'
+local flow = require("flow")
+local train = flow.distributed_job{ framework = flow.Framework.PyTorch, num_nodes = "params:nodes",
+                                     processes_per_node = 2 }(
+  flow.command{ "sh", "-c", "echo trained > ${outputs.model}" })
+return pipeline{
+  node{ func = train, outputs = "model", name = "train_model", tags = { "training" } },
+  node{ func = function(m) print("master=" .. tostring(flow.is_distributed_master_node())) return m end,
+        inputs = "model", outputs = "done", name = "check" },
+}
+L
+    run_flow 0 list
+    contains "$OUT" "train_model"
+    contains "$OUT" "training"
+    contains "$OUT" "PyTorch params:nodes nodes x 2 processes"
+    run_flow 0 list --format json
+    contains "$OUT" '"framework":	"pytorch"'
+}
+
+test_flow_sh_inside_a_step() {
+    write pipeline.lua <<'L'
+local flow = require("flow")
+return pipeline{
+  node{ func = function() return flow.sh("echo from-shell") .. flow.sh{ "printf", "%s", "argv" } end,
+        outputs = "out", name = "capture" },
+  node{ func = function(s) io.write(s, "\n") return 1 end, inputs = "out", outputs = "z", name = "show" },
+}
+L
+    run_flow 0 run
+    contains "$OUT" "from-shell"
+    contains "$OUT" "argv"
+}
+
+test_flow_sh_failure_fails_step() {
+    write pipeline.lua <<'L'
+local flow = require("flow")
+return pipeline{ node{ func = function() flow.sh("echo oops >&2; exit 4") return 1 end, outputs = "x", name = "shelly" } }
+L
+    run_flow 1 run
+    contains "$ERR" "flow.sh: 'echo oops >&2; exit 4' failed (exit code 4)"
+    contains "$ERR" "oops"
+}
+
+test_parallel_steps_overlap() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = { "sleep", "1" }, name = "s1" },
+  node{ command = { "sleep", "1" }, name = "s2" },
+  node{ command = { "sleep", "1" }, name = "s3" },
+}
+L
+    start=$(date +%s.%N)
+    run_flow 0 run -j 3
+    elapsed=$(echo "$(date +%s.%N) - $start" | bc)
+    # Three one-second sleeps at -j3: well under the 3 s a serial run needs.
+    [ "$(echo "$elapsed < 2.5" | bc)" = 1 ] || { echo "took ${elapsed}s"; return 1; }
+}
+
+test_jobs_one_runs_in_declaration_order() {
+    write pipeline.lua <<'L'
+local function say(name) return function() print(name) return name end end
+return pipeline{
+  node{ func = say("c"), outputs = "c", name = "c" },
+  node{ func = say("a"), outputs = "a", name = "a" },
+  node{ func = say("b"), outputs = "b", name = "b" },
+}
+L
+    run_flow 0 run -j 1
+    equals "$OUT" "$(printf 'c\na\nb')"
+}
+
+test_dry_run() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function(x) print("ran") return x end, inputs = "a", outputs = "b", name = "second" },
+  node{ func = function() print("ran") return 1 end, outputs = "a", name = "first" },
+}
+L
+    run_flow 0 run --dry-run
+    contains "$OUT" "1  first"
+    contains "$OUT" "2  second"
+    not_contains "$OUT" "ran"
+}
+
+test_keep_going() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() error("nope") end, outputs = "a", name = "bad" },
+  node{ func = function(a) return a end, inputs = "a", outputs = "b", name = "after_bad" },
+  node{ func = function() print("independent ran") return 1 end, outputs = "c", name = "independent" },
+}
+L
+    run_flow 1 run -j 1
+    not_contains "$OUT" "independent ran"
+    run_flow 1 run -j 1 --keep-going
+    contains "$OUT" "independent ran"
+    contains "$ERR" "1 done, 1 failed, 1 not run"
+}
+
+test_run_journal_dirs() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "echo logged", name = "talk" } }
+L
+    run_flow 0 run
+    [ -L .flow/runs/latest ] || { echo "no latest link"; return 1; }
+    contains "$(cat .flow/runs/latest/logs/talk.log)" "$ echo logged"
+    contains "$(cat .flow/runs/latest/logs/talk.log)" "logged"
+}
+
+test_stdlib_override_path() {
+    mkdir -p dev/flow
+    cp "$FLOW_ROOT/stdlib/flow.lua" dev/flow.lua 2>/dev/null || true
+    sed 's/VERSION = "[^"]*"/VERSION = "dev-override"/' "$FLOW_ROOT/stdlib/flow.lua" > dev/flow.lua
+    FLOW_STDLIB_PATH=$PWD/dev run_flow 0 --version
+    contains "$OUT" "flow dev-override"
+}
