@@ -84,7 +84,8 @@ void sb_vaddf(struct strbuf *sb, const char *fmt, va_list ap)
 {
     va_list ap2;
     va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap2);
+    char probe[1];
+    int n = vsnprintf(probe, sizeof probe, fmt, ap2);    /* the length it needs */
     va_end(ap2);
     if (n < 0) return;
     sb_reserve(sb, (size_t)n);

@@ -1,0 +1,1216 @@
+/* config.c — loading conf/base + conf/<env>, deep merging, origins, lookups, explain,
+ * dump, secrets.  Parsing lives in config_yaml.c, ${...} in config_interp.c, --params in
+ * config_override.c.
+ *
+ * Every value's history is kept beside the tree, keyed by its canonical path (section and
+ * keys joined by CFG_SEP), so "where was this set, and what did it override?" is answered
+ * without decorating cJSON nodes.  Replacing a mapping or list drops the history of what
+ * was inside it, since none of that survives. */
+#define FLOW_CONFIG_INTERNAL
+#include "config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CFG_MAX_FILE_SIZE (64L << 20)
+#define CFG_MAX_DIR_DEPTH 8
+
+const char *const cfg_section_names[CFG_NSECTIONS] = {
+    "parameters", "catalog", "azureml", "credentials", "globals", "flow"};
+
+static cJSON empty_object = {.type = cJSON_Object};
+
+/* ---- small utilities ---------------------------------------------------------------- */
+
+static int buf_reserve(struct cfg_buf *b, size_t extra)
+{
+    if (b->failed)
+        return -1;
+    if (b->len + extra < b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap <= b->len + extra) {
+        if (cap > SIZE_MAX / 2)
+            return b->failed = 1, -1;
+        cap *= 2;
+    }
+    char *s = realloc(b->s, cap);
+    if (!s)
+        return b->failed = 1, -1;
+    b->s = s, b->cap = cap;
+    return 0;
+}
+
+void cfg_buf_add(struct cfg_buf *b, const char *s, size_t n)
+{
+    if (buf_reserve(b, n) < 0)
+        return;
+    memcpy(b->s + b->len, s, n);
+    b->len += n;
+    b->s[b->len] = '\0';
+}
+
+void cfg_buf_puts(struct cfg_buf *b, const char *s) { cfg_buf_add(b, s, strlen(s)); }
+
+void cfg_buf_printf(struct cfg_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || buf_reserve(b, (size_t)n) < 0) {
+        b->failed = 1;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+char *cfg_buf_take(struct cfg_buf *b)
+{
+    char *s = b->failed ? NULL : b->s ? b->s : strdup("");
+    if (b->failed)
+        free(b->s);
+    *b = (struct cfg_buf){0};
+    return s;
+}
+
+void cfg_buf_free(struct cfg_buf *b)
+{
+    free(b->s);
+    *b = (struct cfg_buf){0};
+}
+
+static size_t hash_ptr(const void *p)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x;
+}
+
+static size_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return (size_t)h;
+}
+
+static size_t ptrmap_slot(const struct cfg_ptrmap *m, const void *key)
+{
+    size_t i = hash_ptr(key) & (m->cap - 1);
+    while (m->keys[i] && m->keys[i] != key)
+        i = (i + 1) & (m->cap - 1);
+    return i;
+}
+
+static int ptrmap_grow(struct cfg_ptrmap *m)
+{
+    struct cfg_ptrmap bigger = {0};
+    bigger.cap = m->cap ? m->cap * 2 : 64;
+    bigger.keys = calloc(bigger.cap, sizeof *bigger.keys);
+    bigger.vals = calloc(bigger.cap, sizeof *bigger.vals);
+    if (!bigger.keys || !bigger.vals) {
+        cfg_ptrmap_free(&bigger);
+        return -1;
+    }
+    for (size_t i = 0; i < m->cap; i++)
+        if (m->keys[i]) {
+            size_t j = ptrmap_slot(&bigger, m->keys[i]);
+            bigger.keys[j] = m->keys[i], bigger.vals[j] = m->vals[i];
+        }
+    bigger.n = m->n;
+    cfg_ptrmap_free(m);
+    *m = bigger;
+    return 0;
+}
+
+int cfg_ptrmap_put(struct cfg_ptrmap *m, const void *key, void *val)
+{
+    if ((m->n + 1) * 2 > m->cap && ptrmap_grow(m) < 0)
+        return -1;
+    size_t i = ptrmap_slot(m, key);
+    m->n += !m->keys[i];
+    m->keys[i] = key, m->vals[i] = val;
+    return 0;
+}
+
+void *cfg_ptrmap_get(const struct cfg_ptrmap *m, const void *key)
+{
+    return m->cap ? m->vals[ptrmap_slot(m, key)] : NULL;
+}
+
+void cfg_ptrmap_free(struct cfg_ptrmap *m)
+{
+    free(m->keys);
+    free(m->vals);
+    *m = (struct cfg_ptrmap){0};
+}
+
+char *cfg_key_dup(const char *s, size_t n)
+{
+    char *k = cJSON_malloc(n + 1);
+    if (k) {
+        memcpy(k, s, n);
+        k[n] = '\0';
+    }
+    return k;
+}
+
+int cfg_section_id(const char *name)
+{
+    if (!name)
+        return -1;
+    if (strcmp(name, "params") == 0)
+        return CFG_PARAMETERS;
+    for (int i = 0; i < CFG_NSECTIONS; i++)
+        if (strcmp(name, cfg_section_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+const char *config_section_name(size_t i) { return i < CFG_NSECTIONS ? cfg_section_names[i] : NULL; }
+
+size_t cfg_tree_depth(const cJSON *node)
+{
+    size_t deepest = 0;
+    for (const cJSON *c = node->child; c; c = c->next) {
+        size_t d = cfg_tree_depth(c);
+        deepest = d > deepest ? d : deepest;
+    }
+    return (cJSON_IsObject(node) || cJSON_IsArray(node)) + deepest;
+}
+
+size_t cfg_tree_size(const cJSON *node)
+{
+    size_t n = 1;
+    for (const cJSON *c = node->child; c; c = c->next)
+        n += cfg_tree_size(c);
+    return n;
+}
+
+/* ---- secrets and errors ------------------------------------------------------------- */
+
+int cfg_add_secret(struct config *cfg, const char *s)
+{
+    if (!s || strlen(s) < CFG_SECRET_MIN)
+        return 0;
+    for (size_t i = 0; i < cfg->nsecrets; i++)
+        if (strcmp(cfg->secrets[i], s) == 0)
+            return 0;
+    if (cfg->nsecrets == cfg->capsecrets) {
+        size_t cap = cfg->capsecrets ? cfg->capsecrets * 2 : 8;
+        char **v = realloc(cfg->secrets, cap * sizeof *v);
+        if (!v)
+            return -1;
+        cfg->secrets = v, cfg->capsecrets = cap;
+    }
+    if (!(cfg->secrets[cfg->nsecrets] = strdup(s)))
+        return -1;
+    cfg->nsecrets++;
+    return 0;
+}
+
+char *config_redact(const struct config *cfg, const char *text)
+{
+    if (!text)
+        return NULL;
+    struct cfg_buf b = {0};
+    cfg_buf_add(&b, "", 0);
+    for (const char *p = text; *p;) {
+        size_t best = 0;
+        for (size_t i = 0; cfg && i < cfg->nsecrets; i++) {
+            const char *s = cfg->secrets[i];
+            size_t n = strlen(s);
+            if (s[0] == *p && n > best && strncmp(p, s, n) == 0)
+                best = n;
+        }
+        if (best)
+            cfg_buf_add(&b, "***", 3);
+        else
+            cfg_buf_add(&b, p, 1);
+        p += best ? best : 1;
+    }
+    return cfg_buf_take(&b);
+}
+
+/* Formats an error, then masks secrets before it leaves the module (a second line of
+ * defence: messages are written never to quote values in the first place). */
+void cfg_errorf(const struct config *cfg, char *err, size_t errlen, const char *fmt, ...)
+{
+    if (!err || !errlen)
+        return;
+    va_list ap;
+    char *msg = NULL;
+    va_start(ap, fmt);
+    int n = vasprintf(&msg, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        snprintf(err, errlen, "out of memory");
+        return;
+    }
+    char *safe = config_redact(cfg, msg);
+    snprintf(err, errlen, "%s", safe ? safe : "out of memory");
+    free(safe);
+    free(msg);
+}
+
+static int oom(char *err, size_t errlen)
+{
+    snprintf(err, errlen, "out of memory");
+    return -1;
+}
+
+/* ---- paths -------------------------------------------------------------------------- */
+
+void cfg_path_push(struct cfg_buf *path, const char *seg)
+{
+    char sep = CFG_SEP;
+    cfg_buf_add(path, &sep, 1);
+    cfg_buf_puts(path, seg);
+}
+
+void cfg_path_push_index(struct cfg_buf *path, size_t i) { cfg_buf_printf(path, "%c%zu", CFG_SEP, i); }
+
+static void path_truncate(struct cfg_buf *path, size_t len)
+{
+    if (path->s && len <= path->len) {
+        path->len = len;
+        path->s[len] = '\0';
+    }
+}
+
+/* "parameters\x1fmodel\x1flr" -> "model.lr" */
+void cfg_path_display(const char *path, struct cfg_buf *out)
+{
+    const char *p = strchr(path, CFG_SEP);
+    cfg_buf_add(out, "", 0);
+    for (; p; p = strchr(p + 1, CFG_SEP)) {
+        const char *end = strchr(p + 1, CFG_SEP);
+        if (out->len)
+            cfg_buf_add(out, ".", 1);
+        cfg_buf_add(out, p + 1, end ? (size_t)(end - p - 1) : strlen(p + 1));
+    }
+}
+
+/* The mapping key that `rest` starts with, followed by '.' or its end; the longest such
+ * key wins so that keys containing dots stay reachable. */
+cJSON *cfg_match_key(const cJSON *obj, const char *rest, size_t *keylen)
+{
+    cJSON *best = NULL;
+    size_t best_len = 0;
+    for (cJSON *c = obj->child; c; c = c->next) {
+        if (!c->string)
+            continue;
+        size_t n = strlen(c->string);
+        if (strncmp(rest, c->string, n) == 0 && (rest[n] == '\0' || rest[n] == '.') &&
+            (!best || n > best_len))
+            best = c, best_len = n;
+    }
+    *keylen = best_len;
+    return best;
+}
+
+/* One step of a dotted walk: a mapping key or a list index.  Advances *rest. */
+const cJSON *cfg_step(const cJSON *node, const char **rest, struct cfg_buf *path)
+{
+    const char *r = *rest;
+    const cJSON *child = NULL;
+    size_t n = 0;
+    if (cJSON_IsObject(node)) {
+        child = cfg_match_key(node, r, &n);
+        if (child && path)
+            cfg_path_push(path, child->string);
+    } else if (cJSON_IsArray(node)) {
+        while (r[n] >= '0' && r[n] <= '9')
+            n++;
+        if (n == 0 || n > 9 || (r[n] && r[n] != '.'))
+            return NULL;
+        long i = strtol(r, NULL, 10);
+        child = cJSON_GetArrayItem(node, (int)i);
+        if (child && path)
+            cfg_path_push_index(path, (size_t)i);
+    }
+    if (!child || (r[n] == '.' && r[n + 1] == '\0'))
+        return NULL;
+    *rest = r + n + (r[n] == '.');
+    return child;
+}
+
+const cJSON *cfg_walk(const cJSON *root, const char *dotted, struct cfg_buf *path)
+{
+    const char *rest = dotted ? dotted : "";
+    while (root && *rest)
+        root = cfg_step(root, &rest, path);
+    return root;
+}
+
+static const cJSON *current_tree(const struct config *cfg, int sec)
+{
+    if (!cfg || sec < 0)
+        return &empty_object;
+    return cfg->res[sec] ? cfg->res[sec] : cfg->raw[sec];
+}
+
+/* ---- origins ------------------------------------------------------------------------ */
+
+static size_t origins_slot(const struct cfg_origins *o, const char *path)
+{
+    size_t i = hash_str(path) & (o->cap - 1);
+    while (o->slots[i] && strcmp(o->slots[i]->path, path) != 0)
+        i = (i + 1) & (o->cap - 1);
+    return i;
+}
+
+static const struct cfg_origin_entry *origins_find(const struct cfg_origins *o, const char *path)
+{
+    return o->cap ? o->slots[origins_slot(o, path)] : NULL;
+}
+
+static int origins_grow(struct cfg_origins *o)
+{
+    struct cfg_origins bigger = {NULL, o->used, o->cap ? o->cap * 2 : 256};
+    if (!(bigger.slots = calloc(bigger.cap, sizeof *bigger.slots)))
+        return -1;
+    for (size_t i = 0; i < o->cap; i++)
+        if (o->slots[i])
+            bigger.slots[origins_slot(&bigger, o->slots[i]->path)] = o->slots[i];
+    free(o->slots);
+    *o = bigger;
+    return 0;
+}
+
+static struct cfg_origin_entry *origins_get(struct cfg_origins *o, const char *path)
+{
+    if ((o->used + 1) * 2 > o->cap && origins_grow(o) < 0)
+        return NULL;
+    size_t i = origins_slot(o, path);
+    if (!o->slots[i]) {
+        struct cfg_origin_entry *e = calloc(1, sizeof *e);
+        if (!e || !(e->path = strdup(path))) {
+            free(e);
+            return NULL;
+        }
+        o->slots[i] = e;
+        o->used++;
+    }
+    return o->slots[i];
+}
+
+/* Takes ownership of where and text, even on failure. */
+static int origin_add(struct config *cfg, const char *path, char *where, char *text, enum cfg_layer layer)
+{
+    struct cfg_origin_entry *e = where && text ? origins_get(&cfg->origins, path) : NULL;
+    if (e && e->n == e->cap) {
+        size_t cap = e->cap ? e->cap * 2 : 2;
+        struct cfg_origin *v = realloc(e->v, cap * sizeof *v);
+        if (v)
+            e->v = v, e->cap = cap;
+    }
+    if (!e || e->n == e->cap) {
+        free(where);
+        free(text);
+        return -1;
+    }
+    e->v[e->n++] = (struct cfg_origin){where, text, layer};
+    return 0;
+}
+
+static void origin_entry_clear(struct cfg_origin_entry *e)
+{
+    for (size_t i = 0; i < e->n; i++) {
+        free(e->v[i].where);
+        free(e->v[i].text);
+    }
+    e->n = 0;
+}
+
+static void origins_clear_below(struct cfg_origins *o, const char *path)
+{
+    size_t n = strlen(path);
+    for (size_t i = 0; i < o->cap; i++)
+        if (o->slots[i] && strncmp(o->slots[i]->path, path, n) == 0 && o->slots[i]->path[n] == CFG_SEP)
+            origin_entry_clear(o->slots[i]);
+}
+
+static void origins_free(struct cfg_origins *o)
+{
+    for (size_t i = 0; i < o->cap; i++)
+        if (o->slots[i]) {
+            origin_entry_clear(o->slots[i]);
+            free(o->slots[i]->v);
+            free(o->slots[i]->path);
+            free(o->slots[i]);
+        }
+    free(o->slots);
+    *o = (struct cfg_origins){0};
+}
+
+/* The entry with records nearest to path: itself, else the closest ancestor. */
+static const struct cfg_origin_entry *origin_nearest(const struct config *cfg, const char *path)
+{
+    struct cfg_buf p = {0};
+    const struct cfg_origin_entry *e = NULL;
+    cfg_buf_puts(&p, path);
+    while (!p.failed) {
+        e = origins_find(&cfg->origins, p.s);
+        if (e && e->n)
+            break;
+        e = NULL;
+        char *sep = strrchr(p.s, CFG_SEP);
+        if (!sep)
+            break;
+        path_truncate(&p, (size_t)(sep - p.s));
+    }
+    cfg_buf_free(&p);
+    return e;
+}
+
+const char *cfg_path_where(const struct config *cfg, const char *path)
+{
+    const struct cfg_origin_entry *e = origin_nearest(cfg, path);
+    return e ? e->v[e->n - 1].where : NULL;
+}
+
+/* A one-line picture of a value for origins and explain; secrets show as ***. */
+static char *value_text(const cJSON *n, int secret, size_t max)
+{
+    struct cfg_buf b = {0};
+    char num[40];
+    if (cJSON_IsObject(n))
+        cfg_buf_puts(&b, n->child ? "{mapping}" : "{}");
+    else if (cJSON_IsArray(n))
+        cfg_buf_printf(&b, n->child ? "[list of %d]" : "[]", cJSON_GetArraySize(n));
+    else if (secret && (cJSON_IsString(n) || cJSON_IsNumber(n)))
+        cfg_buf_puts(&b, "***");
+    else if (cJSON_IsString(n)) {
+        size_t len = strlen(n->valuestring);
+        cfg_buf_add(&b, "\"", 1);
+        for (size_t i = 0; i < len && i < max; i++) {
+            unsigned char c = (unsigned char)n->valuestring[i];
+            if (c == '"' || c == '\\')
+                cfg_buf_printf(&b, "\\%c", c);
+            else if (c < 0x20)
+                cfg_buf_puts(&b, c == '\n' ? "\\n" : c == '\t' ? "\\t" : "?");
+            else
+                cfg_buf_add(&b, (const char *)&c, 1);
+        }
+        cfg_buf_puts(&b, len > max ? "...\"" : "\"");
+    } else if (cJSON_IsNumber(n))
+        cfg_buf_puts(&b, cfg_format_number(n->valuedouble, num));
+    else
+        cfg_buf_puts(&b, cJSON_IsTrue(n) ? "true" : cJSON_IsFalse(n) ? "false" : "null");
+    return cfg_buf_take(&b);
+}
+
+static char *where_of(const struct cfg_source *from, const cJSON *node)
+{
+    long line = from->lines ? (long)(intptr_t)cfg_ptrmap_get(from->lines, node) : 0;
+    char *w = NULL;
+    if (line > 0)
+        return asprintf(&w, "%s:%ld", from->file, line) < 0 ? NULL : w;
+    return strdup(from->file);
+}
+
+/* Records node and everything inside it as set by `from`. */
+static int record_tree(struct config *cfg, struct cfg_buf *path, const cJSON *node,
+                       const struct cfg_source *from)
+{
+    int secret = from->section == CFG_CREDENTIALS;
+    if (path->failed || origin_add(cfg, path->s, where_of(from, node), value_text(node, secret, 60),
+                                   from->layer) < 0)
+        return -1;
+    size_t mark = path->len, i = 0;
+    for (const cJSON *c = node->child; c; c = c->next, i++) {
+        if (cJSON_IsObject(node))
+            cfg_path_push(path, c->string);
+        else
+            cfg_path_push_index(path, i);
+        int rc = record_tree(cfg, path, c, from);
+        path_truncate(path, mark);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- merging ------------------------------------------------------------------------ */
+
+static const char *layer_name(const struct config *cfg, enum cfg_layer layer)
+{
+    return layer == CFG_LAYER_BASE ? "base" : layer == CFG_LAYER_ENV ? cfg->env : "--params";
+}
+
+/* Within one environment a top-level key lives in one file: two files defining it is
+ * almost always a copy-paste accident, and "later file wins" would hide it. */
+static int check_top_level(struct config *cfg, const struct cfg_buf *path, const cJSON *item,
+                           const struct cfg_source *from, char *err, size_t errlen)
+{
+    const struct cfg_origin_entry *e = origins_find(&cfg->origins, path->s);
+    if (!e || !e->n || e->v[e->n - 1].layer != from->layer)
+        return 0;
+    char *w = where_of(from, item);
+    cfg_errorf(cfg, err, errlen,
+               "%s: %s key '%s' is already defined in %s; within one environment (%s) a "
+               "top-level key may appear in only one file", w ? w : from->file,
+               cfg_section_names[from->section], item->string, e->v[e->n - 1].where,
+               layer_name(cfg, from->layer));
+    free(w);
+    return -1;
+}
+
+/* Puts item (a detached member, keyed) into the mapping dst: mappings merge deeply,
+ * anything else replaces.  Takes ownership of item.  path names item. */
+int cfg_merge_member(struct config *cfg, struct cfg_buf *path, cJSON *dst, cJSON *item,
+                     const struct cfg_source *from, int top, char *err, size_t errlen)
+{
+    cJSON *old = cJSON_GetObjectItemCaseSensitive(dst, item->string);
+    if (top && from->layer != CFG_LAYER_OVERRIDE && check_top_level(cfg, path, item, from, err, errlen) < 0) {
+        cJSON_Delete(item);
+        return -1;
+    }
+    if (cJSON_IsObject(old) && cJSON_IsObject(item)) {
+        int rc = origin_add(cfg, path->s, where_of(from, item), strdup("{mapping}"), from->layer);
+        rc = rc < 0 ? oom(err, errlen) : cfg_merge_object(cfg, path, old, item, from, 0, err, errlen);
+        cJSON_Delete(item);
+        return rc;
+    }
+    if (old) {
+        if (old->child)
+            origins_clear_below(&cfg->origins, path->s);
+        cJSON_ReplaceItemViaPointer(dst, old, item);
+    } else {
+        cJSON_AddItemToArray(dst, item);   /* keeps item->string as the key */
+    }
+    return record_tree(cfg, path, item, from) < 0 ? oom(err, errlen) : 0;
+}
+
+/* Moves every member of src into dst (both mappings); src ends up empty. */
+int cfg_merge_object(struct config *cfg, struct cfg_buf *path, cJSON *dst, cJSON *src,
+                     const struct cfg_source *from, int top, char *err, size_t errlen)
+{
+    cJSON *item;
+    while ((item = src->child) != NULL) {
+        cJSON_DetachItemViaPointer(src, item);
+        size_t mark = path->len;
+        cfg_path_push(path, item->string);
+        int rc = path->failed ? (cJSON_Delete(item), oom(err, errlen))
+                              : cfg_merge_member(cfg, path, dst, item, from, top, err, errlen);
+        path_truncate(path, mark);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- files -------------------------------------------------------------------------- */
+
+struct cfg_file { char *rel; int section; };
+struct cfg_files { struct cfg_file *v; size_t n, cap; };
+
+static int section_of(const char *name)
+{
+    for (int i = 0; i < CFG_NSECTIONS; i++)
+        if (strncmp(name, cfg_section_names[i], strlen(cfg_section_names[i])) == 0)
+            return i;
+    return -1;
+}
+
+/* 1 for YAML, 2 for JSON, 0 for anything else. */
+static int config_ext(const char *name)
+{
+    const char *dot = strrchr(name, '.');
+    if (!dot)
+        return 0;
+    return strcmp(dot, ".yml") == 0 || strcmp(dot, ".yaml") == 0 ? 1 : strcmp(dot, ".json") == 0 ? 2 : 0;
+}
+
+static int add_warning(struct config *cfg, char *msg)
+{
+    if (msg && cfg->nwarnings == cfg->capwarnings) {
+        size_t cap = cfg->capwarnings ? cfg->capwarnings * 2 : 4;
+        char **v = realloc(cfg->warnings, cap * sizeof *v);
+        if (v)
+            cfg->warnings = v, cfg->capwarnings = cap;
+    }
+    if (!msg || cfg->nwarnings == cfg->capwarnings) {
+        free(msg);
+        return -1;
+    }
+    cfg->warnings[cfg->nwarnings++] = msg;
+    return 0;
+}
+
+static int add_file(struct cfg_files *files, char *rel, int section)
+{
+    if (rel && files->n == files->cap) {
+        size_t cap = files->cap ? files->cap * 2 : 16;
+        struct cfg_file *v = realloc(files->v, cap * sizeof *v);
+        if (v)
+            files->v = v, files->cap = cap;
+    }
+    if (!rel || files->n == files->cap) {
+        free(rel);
+        return -1;
+    }
+    files->v[files->n++] = (struct cfg_file){rel, section};
+    return 0;
+}
+
+static void files_free(struct cfg_files *files)
+{
+    for (size_t i = 0; i < files->n; i++)
+        free(files->v[i].rel);
+    free(files->v);
+}
+
+static char *join(const char *a, const char *b)
+{
+    char *s = NULL;
+    return asprintf(&s, "%s/%s", a, b) < 0 ? NULL : s;
+}
+
+/* Collects config files under envdir/rel.  At the top, the file-name prefix picks the
+ * section; inside a directory named like a section (parameters/, catalog_extra/) every
+ * config file belongs to that section, recursively. */
+static int scan_dir(struct config *cfg, const char *envdir, const char *rel, int section, int depth,
+                    struct cfg_files *out, char *err, size_t errlen)
+{
+    char *dirpath = rel ? join(envdir, rel) : strdup(envdir);
+    DIR *d = dirpath ? opendir(dirpath) : NULL;
+    if (!d) {
+        if (dirpath)
+            cfg_errorf(cfg, err, errlen, "%s: cannot read directory: %s", dirpath, strerror(errno));
+        free(dirpath);
+        return dirpath ? -1 : oom(err, errlen);
+    }
+    int rc = 0;
+    for (struct dirent *de; rc == 0 && (de = readdir(d)) != NULL;) {
+        if (de->d_name[0] == '.')
+            continue;
+        char *child_rel = rel ? join(rel, de->d_name) : strdup(de->d_name);
+        char *full = child_rel ? join(envdir, child_rel) : NULL;
+        struct stat st;
+        int sec = section >= 0 ? section : section_of(de->d_name);
+        if (!full)
+            rc = oom(err, errlen);
+        else if (stat(full, &st) != 0)
+            ;                          /* a dangling link is not config */
+        else if (S_ISDIR(st.st_mode) && sec >= 0 && depth < CFG_MAX_DIR_DEPTH)
+            rc = scan_dir(cfg, envdir, child_rel, sec, depth + 1, out, err, errlen);
+        else if (S_ISREG(st.st_mode) && config_ext(de->d_name) && sec >= 0) {
+            rc = add_file(out, child_rel, sec) < 0 ? oom(err, errlen) : 0;
+            child_rel = NULL;
+        } else if (S_ISREG(st.st_mode) && config_ext(de->d_name)) {
+            char *msg = NULL;
+            if (asprintf(&msg, "%s: ignored: config file names start with parameters, catalog, "
+                         "azureml, credentials, globals or flow", full) < 0)
+                msg = NULL;
+            add_warning(cfg, msg);
+        }
+        free(child_rel);
+        free(full);
+    }
+    closedir(d);
+    free(dirpath);
+    return rc;
+}
+
+static int file_cmp(const void *a, const void *b)
+{
+    return strcmp(((const struct cfg_file *)a)->rel, ((const struct cfg_file *)b)->rel);
+}
+
+static char *read_file(const char *path, size_t *len, const char *display, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    struct cfg_buf b = {0};
+    char chunk[65536];
+    size_t n;
+    if (!f) {
+        snprintf(err, errlen, "%s: cannot open: %s", display, strerror(errno));
+        return NULL;
+    }
+    cfg_buf_add(&b, "", 0);
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0 && !b.failed && b.len <= CFG_MAX_FILE_SIZE)
+        cfg_buf_add(&b, chunk, n);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad || b.len > CFG_MAX_FILE_SIZE) {
+        snprintf(err, errlen, "%s: %s", display, bad ? "read error" : "file larger than 64 MiB");
+        cfg_buf_free(&b);
+        return NULL;
+    }
+    *len = b.len;
+    char *text = cfg_buf_take(&b);
+    if (!text)
+        oom(err, errlen);
+    return text;
+}
+
+static int load_file(struct config *cfg, const char *envdir, const char *envname,
+                     const struct cfg_file *file, enum cfg_layer layer, char *err, size_t errlen)
+{
+    char *full = join(envdir, file->rel), *display = NULL, *text = NULL;
+    size_t len = 0;
+    struct cfg_ptrmap lines = {0};
+    struct cfg_buf path = {0};
+    cJSON *root = NULL;
+    int rc = -1;
+    if (!full || asprintf(&display, "%s/%s/%s", cfg->dir, envname, file->rel) < 0) {
+        display = NULL;
+        oom(err, errlen);
+        goto done;
+    }
+    if (!(text = read_file(full, &len, display, err, errlen)))
+        goto done;
+    root = config_ext(file->rel) == 2 ? cfg_parse_json(text, len, display, &lines, err, errlen)
+                                      : cfg_parse_yaml(text, len, display, &lines, err, errlen);
+    if (!root)
+        goto done;
+    struct cfg_source from = {display, &lines, layer, (enum cfg_section)file->section};
+    cfg_buf_puts(&path, cfg_section_names[file->section]);
+    rc = path.failed ? oom(err, errlen)
+                     : cfg_merge_object(cfg, &path, cfg->raw[file->section], root, &from, 1, err, errlen);
+done:
+    cJSON_Delete(root);
+    cfg_ptrmap_free(&lines);
+    cfg_buf_free(&path);
+    free(text);
+    free(display);
+    free(full);
+    return rc;
+}
+
+static int load_env(struct config *cfg, const char *envname, enum cfg_layer layer, char *err, size_t errlen)
+{
+    struct cfg_files files = {0};
+    struct stat st;
+    char *envdir = join(cfg->dir, envname);
+    int rc = 0;
+    if (!envdir)
+        return oom(err, errlen);
+    if (stat(envdir, &st) != 0 && errno == ENOENT && layer == CFG_LAYER_BASE) {
+        free(envdir);                  /* no conf/base: an empty base */
+        return 0;
+    }
+    rc = scan_dir(cfg, envdir, NULL, -1, 0, &files, err, errlen);
+    if (rc == 0)
+        qsort(files.v, files.n, sizeof *files.v, file_cmp);
+    for (size_t i = 0; rc == 0 && i < files.n; i++)
+        rc = load_file(cfg, envdir, envname, &files.v[i], layer, err, errlen);
+    files_free(&files);
+    free(envdir);
+    return rc;
+}
+
+/* ---- environments ------------------------------------------------------------------- */
+
+static int str_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int is_subdir(const char *dir, const char *name)
+{
+    struct stat st;
+    char *full = join(dir, name);
+    int yes = full && stat(full, &st) == 0 && S_ISDIR(st.st_mode);
+    free(full);
+    return yes;
+}
+
+char **config_list_envs(const char *conf_dir, size_t *n)
+{
+    size_t count = 0, cap = 8;
+    char **v = calloc(cap, sizeof *v);
+    DIR *d = v && conf_dir ? opendir(conf_dir) : NULL;
+    struct dirent *de;
+    while (d && (de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.' || !is_subdir(conf_dir, de->d_name))
+            continue;
+        if (count + 1 == cap) {
+            char **grown = realloc(v, cap * 2 * sizeof *v);
+            if (!grown)
+                goto fail;
+            v = grown, cap *= 2;
+        }
+        if (!(v[count] = strdup(de->d_name)))
+            goto fail;
+        v[++count] = NULL;
+    }
+    if (d)
+        closedir(d);
+    if (v)
+        qsort(v, count, sizeof *v, str_cmp);
+    if (n)
+        *n = v ? count : 0;
+    return v;
+fail:
+    v[count] = NULL;
+    config_list_free(v);
+    closedir(d);
+    return NULL;
+}
+
+void config_list_free(char **list)
+{
+    for (char **p = list; p && *p; p++)
+        free(*p);
+    free(list);
+}
+
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t n = strlen(a), m = strlen(b), row[257];
+    if (n > 256 || m > 256)
+        return SIZE_MAX;
+    for (size_t j = 0; j <= m; j++)
+        row[j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= m; j++) {
+            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best)
+                best = up + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[m];
+}
+
+static int close_enough(const char *query, size_t d)
+{
+    size_t limit = strlen(query) / 3;
+    return d <= (limit < 1 ? 1 : limit);
+}
+
+static int env_missing(const struct config *cfg, const char *env, char *err, size_t errlen)
+{
+    size_t n = 0, best_d = SIZE_MAX;
+    char **envs = config_list_envs(cfg->dir, &n);
+    const char *best = NULL;
+    struct cfg_buf list = {0};
+    cfg_buf_add(&list, "", 0);
+    for (size_t i = 0; envs && i < n; i++) {
+        size_t d = edit_distance(env, envs[i]);
+        cfg_buf_printf(&list, "%s%s", i ? ", " : "", envs[i]);
+        if (d < best_d)
+            best_d = d, best = envs[i];
+    }
+    if (n == 0)
+        cfg_errorf(cfg, err, errlen, "environment '%s' not found: %s/%s does not exist, and %s "
+                   "has no environments", env, cfg->dir, env, cfg->dir);
+    else
+        cfg_errorf(cfg, err, errlen, "environment '%s' not found: %s/%s does not exist "
+                   "(environments: %s)%s%s%s", env, cfg->dir, env, list.s ? list.s : "",
+                   best && close_enough(env, best_d) ? "; did you mean '" : "",
+                   best && close_enough(env, best_d) ? best : "",
+                   best && close_enough(env, best_d) ? "'?" : "");
+    cfg_buf_free(&list);
+    config_list_free(envs);
+    return -1;
+}
+
+static int check_env(struct config *cfg, const char *env, char *err, size_t errlen)
+{
+    struct stat st;
+    if (strchr(env, '/') || env[0] == '.') {
+        cfg_errorf(cfg, err, errlen, "invalid environment name '%s': it names a directory in %s",
+                   env, cfg->dir);
+        return -1;
+    }
+    char *envdir = join(cfg->dir, env);
+    if (!envdir)
+        return oom(err, errlen);
+    int found = stat(envdir, &st) == 0 && S_ISDIR(st.st_mode);
+    free(envdir);
+    return found ? 0 : env_missing(cfg, env, err, errlen);
+}
+
+/* ---- load and free ------------------------------------------------------------------ */
+
+static int collect_secrets(struct config *cfg, const cJSON *node)
+{
+    if (cJSON_IsString(node) && !strstr(node->valuestring, "${"))
+        return cfg_add_secret(cfg, node->valuestring);
+    for (const cJSON *c = node->child; c; c = c->next)
+        if (collect_secrets(cfg, c) < 0)
+            return -1;
+    return 0;
+}
+
+struct config *config_load(const char *conf_dir, const char *env, char *err, size_t errlen)
+{
+    char scratch[512];
+    if (!err || !errlen)
+        err = scratch, errlen = sizeof scratch;
+    err[0] = '\0';
+    struct config *cfg = calloc(1, sizeof *cfg);
+    if (!cfg || !(cfg->dir = strdup(conf_dir && *conf_dir ? conf_dir : "conf"))) {
+        free(cfg);
+        oom(err, errlen);
+        return NULL;
+    }
+    for (size_t n = strlen(cfg->dir); n > 1 && cfg->dir[n - 1] == '/'; n--)
+        cfg->dir[n - 1] = '\0';
+    int rc = 0;
+    for (int i = 0; i < CFG_NSECTIONS; i++)
+        if (!(cfg->raw[i] = cJSON_CreateObject()))
+            rc = oom(err, errlen);
+    if (rc == 0 && env && *env && strcmp(env, "base") != 0) {
+        rc = check_env(cfg, env, err, errlen);
+        if (rc == 0 && !(cfg->env = strdup(env)))
+            rc = oom(err, errlen);
+    }
+    if (rc == 0)
+        rc = load_env(cfg, "base", CFG_LAYER_BASE, err, errlen);
+    if (rc == 0 && cfg->env)
+        rc = load_env(cfg, cfg->env, CFG_LAYER_ENV, err, errlen);
+    if (rc == 0 && collect_secrets(cfg, cfg->raw[CFG_CREDENTIALS]) < 0)
+        rc = oom(err, errlen);
+    if (rc < 0) {
+        config_free(cfg);
+        return NULL;
+    }
+    return cfg;
+}
+
+void config_free(struct config *cfg)
+{
+    if (!cfg)
+        return;
+    for (int i = 0; i < CFG_NSECTIONS; i++) {
+        cJSON_Delete(cfg->raw[i]);
+        cJSON_Delete(cfg->res[i]);
+    }
+    origins_free(&cfg->origins);
+    for (size_t i = 0; i < cfg->nsecrets; i++)
+        free(cfg->secrets[i]);
+    for (size_t i = 0; i < cfg->nwarnings; i++)
+        free(cfg->warnings[i]);
+    free(cfg->secrets);
+    free(cfg->warnings);
+    free(cfg->dir);
+    free(cfg->env);
+    free(cfg);
+}
+
+const char *config_env(const struct config *cfg) { return cfg && cfg->env ? cfg->env : "base"; }
+const char *config_dir(const struct config *cfg) { return cfg ? cfg->dir : NULL; }
+
+const char *const *config_warnings(const struct config *cfg, size_t *n)
+{
+    if (n)
+        *n = cfg ? cfg->nwarnings : 0;
+    return cfg ? (const char *const *)cfg->warnings : NULL;
+}
+
+/* ---- lookups ------------------------------------------------------------------------ */
+
+const cJSON *config_section(const struct config *cfg, const char *section)
+{
+    return current_tree(cfg, cfg_section_id(section));
+}
+
+const cJSON *config_get(const struct config *cfg, const char *section, const char *dotted)
+{
+    int sec = cfg_section_id(section);
+    return cfg && sec >= 0 ? cfg_walk(current_tree(cfg, sec), dotted, NULL) : NULL;
+}
+
+/* The canonical path of a dotted key, found in the current tree or else the raw one. */
+static const cJSON *find_path(const struct config *cfg, int sec, const char *dotted, struct cfg_buf *path)
+{
+    cfg_buf_puts(path, cfg_section_names[sec]);
+    const cJSON *node = cfg_walk(current_tree(cfg, sec), dotted, path);
+    if (!node && cfg->res[sec]) {
+        path_truncate(path, strlen(cfg_section_names[sec]));
+        node = cfg_walk(cfg->raw[sec], dotted, path);
+    }
+    return path->failed ? NULL : node;
+}
+
+const char *config_origin(const struct config *cfg, const char *section, const char *dotted)
+{
+    int sec = cfg_section_id(section);
+    struct cfg_buf path = {0};
+    const char *where = NULL;
+    if (cfg && sec >= 0 && find_path(cfg, sec, dotted, &path))
+        where = cfg_path_where(cfg, path.s);
+    cfg_buf_free(&path);
+    return where;
+}
+
+static void closest_in(const cJSON *node, struct cfg_buf *prefix, const char *query,
+                       char **best, size_t *best_d)
+{
+    if (!cJSON_IsObject(node))
+        return;
+    for (const cJSON *c = node->child; c && !prefix->failed; c = c->next) {
+        size_t mark = prefix->len;
+        if (mark)
+            cfg_buf_add(prefix, ".", 1);
+        cfg_buf_puts(prefix, c->string);
+        size_t d = prefix->failed ? SIZE_MAX : edit_distance(query, prefix->s);
+        if (d < *best_d) {
+            char *copy = strdup(prefix->s);
+            if (copy) {
+                free(*best);
+                *best = copy, *best_d = d;
+            }
+        }
+        closest_in(c, prefix, query, best, best_d);
+        path_truncate(prefix, mark);
+    }
+}
+
+char *config_closest_key(const struct config *cfg, const char *section, const char *dotted)
+{
+    int sec = cfg_section_id(section);
+    char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    struct cfg_buf prefix = {0};
+    if (!cfg || sec < 0 || !dotted)
+        return NULL;
+    closest_in(current_tree(cfg, sec), &prefix, dotted, &best, &best_d);
+    cfg_buf_free(&prefix);
+    if (best && !close_enough(dotted, best_d)) {
+        free(best);
+        best = NULL;
+    }
+    return best;
+}
+
+/* ---- explain ------------------------------------------------------------------------ */
+
+static void explain_records(const struct config *cfg, struct cfg_buf *b,
+                            const struct cfg_origin_entry *e, int mapping)
+{
+    int width = 0;
+    for (size_t i = 0; i < e->n; i++) {
+        int w = (int)strlen(e->v[i].where);
+        width = w > width ? w : width;
+    }
+    for (size_t i = 0; i < e->n; i++) {
+        const struct cfg_origin *o = &e->v[i];
+        char label[96];
+        snprintf(label, sizeof label, "%s%s", o->layer == CFG_LAYER_ENV ? "env " : "",
+                 o->layer == CFG_LAYER_OVERRIDE ? "override" : layer_name(cfg, o->layer));
+        cfg_buf_printf(b, "  %-*s  %-12s  %s%s\n", width, o->where, label, o->text,
+                       i + 1 == e->n && !mapping ? "   <- wins" : "");
+    }
+    if (mapping && e->n > 1)
+        cfg_buf_puts(b, "  (mappings merge: each file above contributes its keys, later ones win)\n");
+}
+
+char *config_explain(const struct config *cfg, const char *section, const char *dotted)
+{
+    int sec = cfg_section_id(section);
+    struct cfg_buf b = {0}, path = {0}, shown = {0};
+    const char *key = dotted && *dotted ? dotted : "(section)";
+    const cJSON *node = cfg && sec >= 0 ? find_path(cfg, sec, dotted, &path) : NULL;
+    if (!cfg || sec < 0) {
+        cfg_buf_printf(&b, "unknown config section '%s' (sections: parameters, catalog, azureml, "
+                       "credentials, globals, flow)\n", section ? section : "(null)");
+    } else if (!node) {
+        char *near = config_closest_key(cfg, section, dotted);
+        cfg_buf_printf(&b, "%s: %s is not set%s%s%s\n", cfg_section_names[sec], key,
+                       near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+        free(near);
+    } else {
+        char *val = value_text(node, sec == CFG_CREDENTIALS, 200);
+        const struct cfg_origin_entry *e = origin_nearest(cfg, path.s);
+        cfg_buf_printf(&b, "%s: %s = %s\n", cfg_section_names[sec], key, val ? val : "?");
+        free(val);
+        if (e && strcmp(e->path, path.s) != 0) {
+            cfg_path_display(e->path, &shown);
+            cfg_buf_printf(&b, "  set as part of '%s':\n", shown.s ? shown.s : "");
+        }
+        if (e)
+            explain_records(cfg, &b, e, cJSON_IsObject(node) && strcmp(e->path, path.s) == 0);
+        else
+            cfg_buf_puts(&b, "  (no file sets it)\n");
+    }
+    cfg_buf_free(&path);
+    cfg_buf_free(&shown);
+    char *text = cfg_buf_take(&b), *safe = config_redact(cfg, text);
+    free(text);
+    return safe;
+}
+
+/* ---- dump --------------------------------------------------------------------------- */
+
+/* A copy for dumping: credentials become ***, secrets elsewhere are redacted. */
+static cJSON *masked_copy(const struct config *cfg, const cJSON *n, int all)
+{
+    if (cJSON_IsObject(n) || cJSON_IsArray(n)) {
+        cJSON *copy = cJSON_IsObject(n) ? cJSON_CreateObject() : cJSON_CreateArray();
+        for (const cJSON *c = n->child; c && copy; c = c->next) {
+            cJSON *item = masked_copy(cfg, c, all);
+            if (item && c->string && !(item->string = cfg_key_dup(c->string, strlen(c->string)))) {
+                cJSON_Delete(item);
+                item = NULL;
+            }
+            if (!item) {
+                cJSON_Delete(copy);
+                return NULL;
+            }
+            cJSON_AddItemToArray(copy, item);
+        }
+        return copy;
+    }
+    if (all && (cJSON_IsString(n) || cJSON_IsNumber(n)))
+        return cJSON_CreateString("***");
+    if (cJSON_IsString(n)) {
+        char *safe = config_redact(cfg, n->valuestring);
+        cJSON *s = safe ? cJSON_CreateString(safe) : NULL;
+        free(safe);
+        return s;
+    }
+    return cJSON_Duplicate(n, 0);
+}
+
+char *config_dump_yaml(const struct config *cfg, const char *section, const char *dotted, int mask_secrets)
+{
+    cJSON *doc = NULL;
+    int sec = cfg_section_id(section);
+    if (!cfg || (section && sec < 0))
+        return NULL;
+    if (!section) {
+        if (dotted && *dotted)
+            return NULL;
+        doc = cJSON_CreateObject();
+        for (int i = 0; i < CFG_NSECTIONS && doc; i++) {
+            const cJSON *tree = current_tree(cfg, i);
+            cJSON *copy = !tree->child ? NULL
+                        : mask_secrets ? masked_copy(cfg, tree, i == CFG_CREDENTIALS) : cJSON_Duplicate(tree, 1);
+            if (tree->child && (!copy || !cJSON_AddItemToObject(doc, cfg_section_names[i], copy))) {
+                cJSON_Delete(copy);
+                cJSON_Delete(doc);
+                doc = NULL;
+            }
+        }
+    } else {
+        const cJSON *node = cfg_walk(current_tree(cfg, sec), dotted, NULL);
+        if (!node)
+            return NULL;
+        doc = mask_secrets ? masked_copy(cfg, node, sec == CFG_CREDENTIALS) : cJSON_Duplicate(node, 1);
+    }
+    char *text = doc ? cfg_yaml_emit(doc) : NULL;
+    cJSON_Delete(doc);
+    return text;
+}
