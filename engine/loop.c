@@ -150,8 +150,9 @@ void loop_run_once(struct loop *loop, double max_wait_s)
     fire_due_timers(loop);
 }
 
-int loop_interrupts(const struct loop *loop)
+int loop_interrupts(struct loop *loop)
 {
+    drain_signals(loop);         /* also count those not yet seen by a wait */
     return loop->interrupts;
 }
 

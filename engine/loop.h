@@ -26,7 +26,7 @@ void loop_run_once(struct loop *loop, double max_wait_s);
 
 /* SIGINT and SIGTERM are blocked and delivered through the loop: this returns
  * how many arrived since the loop was made (so a second Ctrl-C can escalate). */
-int loop_interrupts(const struct loop *loop);
+int loop_interrupts(struct loop *loop);
 /* The signal mask children must be started with (everything unblocked). */
 void loop_child_sigmask(void *sigset_out);
 

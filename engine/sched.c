@@ -19,7 +19,7 @@ struct sched {
     double *started, *finished;
     size_t *ready;                 /* min-heap of step indices */
     size_t n_ready, running;
-    bool stopping, interrupted, failed, killed;
+    bool stopping, interrupted, failed;
     int interrupts_seen;
     unsigned long kill_timer;
 };
@@ -192,6 +192,7 @@ int sched_run(struct sched *s)
         if (!s->running) break;
         loop_run_once(s->loop, -1);
     }
+    handle_interrupts(s);        /* a signal that made the last step fail */
     if (s->kill_timer) loop_cancel_timer(s->loop, s->kill_timer);
     while (s->n_ready) s->state[ready_pop(s)] = STEP_NOT_RUN;
     for (size_t i = 0; i < s->dag->n_steps; i++)

@@ -78,8 +78,9 @@ static void step_finished(void *ctx, const struct sched *s, size_t i)
     enum step_state st = sched_state(s, i);
     if (level == UI_QUIET && st != STEP_FAILED) return;
     fflush(stdout);
+    const char *word = st == STEP_DONE ? "done" : sched_interrupted(s) ? "stopped" : "FAILED";
     fprintf(stderr, "  %s%-7s%s  %s %s(%.2fs)%s\n", st == STEP_DONE ? GREEN : RED,
-            st == STEP_DONE ? "done" : "FAILED", RESET, sched_dag(s)->steps[i].name,
+            word, RESET, sched_dag(s)->steps[i].name,
             DIM, sched_elapsed(s, i), RESET);
 }
 

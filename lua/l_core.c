@@ -2,6 +2,7 @@
  * primitives the stdlib is written with. */
 #include "flowlua.h"
 #include "template.h"
+#include "loop.h"
 #include "ui.h"
 #include "util.h"
 
@@ -251,6 +252,13 @@ static int l_ui_error(lua_State *L) { ui_error("%s", luaL_checkstring(L, 1)); re
 static int l_ui_warn(lua_State *L) { ui_warn("%s", luaL_checkstring(L, 1)); return 0; }
 static int l_ui_info(lua_State *L) { ui_info("%s", luaL_checkstring(L, 1)); return 0; }
 
+/* How many SIGINT/SIGTERM arrived: a step killed after one was stopped, not failed. */
+static int l_interrupted(lua_State *L)
+{
+    lua_pushinteger(L, loop_interrupts(flow_state_loop(L)));
+    return 1;
+}
+
 static int l_ui_setup(lua_State *L)
 {
     static const char *const levels[] = { "quiet", "normal", "verbose", NULL };
@@ -264,6 +272,7 @@ static const luaL_Reg core_funcs[] = {
     { "ui_warn", l_ui_warn },
     { "ui_info", l_ui_info },
     { "ui_setup", l_ui_setup },
+    { "interrupted", l_interrupted },
     { "json_encode", l_json_encode },
     { "json_decode", l_json_decode },
     { "expand", l_expand },

@@ -6,9 +6,22 @@
 
 #include <lauxlib.h>
 #include <lualib.h>
+#include <signal.h>
 #include <string.h>
 
 static const char loop_key = 'L';      /* its address keys the loop in the registry */
+
+/* SIGINT/SIGTERM are blocked (the loop reads them from a signalfd), so a Lua
+ * step that computes without waiting would never notice Ctrl-C.  Every million
+ * VM instructions this looks for one pending and raises; the signal stays
+ * pending for the loop to count.  New threads inherit the hook. */
+static void interrupt_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    sigset_t pending;
+    if (sigpending(&pending) == 0 && (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM)))
+        luaL_error(L, "interrupted");
+}
 
 lua_State *flow_state_new(void)
 {
@@ -18,6 +31,7 @@ lua_State *flow_state_new(void)
      * there means "not a step coroutine". */
     memset(lua_getextraspace(L), 0, LUA_EXTRASPACE);
     luaL_openlibs(L);
+    lua_sethook(L, interrupt_hook, LUA_MASKCOUNT, 1000000);
     lua_pushlightuserdata(L, loop_new());
     lua_rawsetp(L, LUA_REGISTRYINDEX, &loop_key);
     static const luaL_Reg modules[] = {

@@ -271,6 +271,10 @@ end
 function M.main(args)
   local ok, ret = pcall(dispatch, args)
   if ok then return ret end
+  if core.interrupted() > 0 then
+    core.ui_error("interrupted")
+    return 130
+  end
   if type(ret) == "table" and ret.usage then
     core.ui_error(ret.usage .. "\n(see 'flow --help')")
     return 2

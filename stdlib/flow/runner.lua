@@ -205,6 +205,9 @@ function Run:run_command(n)
   end
   if r.code ~= 0 then
     core.remove_tree(tmpdir)
+    if r.signal ~= 0 and core.interrupted() > 0 then
+      error(step_failure { message = string.format("step '%s' stopped (interrupted)", n.name), quiet = true })
+    end
     local how = r.signal ~= 0 and string.format("killed by signal %d", r.signal)
                 or string.format("exit code %d", r.code)
     local msg = string.format("step '%s' failed (%s)\n  command: %s", n.name, how, display)
@@ -229,8 +232,9 @@ function Run:run_command(n)
 end
 
 local function report(n, err)
+  if core.interrupted() > 0 then return end      -- stopped, not failed: the summary says so
   if getmetatable(err) == StepFailure then
-    core.ui_error(err.message)
+    if not err.quiet then core.ui_error(err.message) end
   else
     core.ui_error(string.format("step '%s' failed: %s", n.name, util.user_traceback(tostring(err))))
   end

@@ -1,0 +1,477 @@
+/* config_interp.c — ${env:VAR[,default]}, ${globals:key[,default]}, ${params:key[,default]}.
+ *
+ * config_resolve builds the resolved trees afresh from the raw ones, so the raw values keep
+ * what was written: explain can show it, and overrides added later resolve correctly.
+ * Each templated string is resolved once (a memo keyed by its raw node).  Meeting a string
+ * again while it is still being resolved is a cycle, reported with the chain that led back
+ * to it.  A string that is exactly one ${...} takes the referenced value's type; inside a
+ * longer string the value is stringified.  $${ is a literal ${, and AML's own ${{...}} is
+ * left alone.  Values of environment variables, and defaults, are typed like --params
+ * values, except in credentials, which stay strings. */
+#define FLOW_CONFIG_INTERNAL
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct link { const cJSON *node; char *path; };
+
+struct interp {
+    struct config *cfg;
+    struct cfg_ptrmap memo;            /* raw string node -> its resolved value */
+    struct link chain[CFG_MAX_CHAIN + 2];
+    size_t nchain;
+    int secret;                        /* building credentials: env values become secrets */
+    size_t nodes;                      /* values copied by substitution, bounded */
+    int failed;
+    char *err;
+    size_t errlen;
+};
+
+static char resolving_mark;            /* memo value of a string being resolved */
+
+static const cJSON *resolve_string(struct interp *ip, const cJSON *raw, const char *path);
+static cJSON *eval_template(struct interp *ip, const char *text, const char *path);
+
+static int in_credentials(const char *path)
+{
+    size_t n = strlen("credentials");
+    return strncmp(path, "credentials", n) == 0 && (path[n] == CFG_SEP || path[n] == '\0');
+}
+
+/* "parameters\x1fa\x1fb" -> "params:a.b" */
+static void ref_name(const char *path, struct cfg_buf *out)
+{
+    const char *sep = strchr(path, CFG_SEP);
+    size_t n = sep ? (size_t)(sep - path) : strlen(path);
+    if (n == strlen("parameters") && strncmp(path, "parameters", n) == 0)
+        cfg_buf_puts(out, "params");
+    else
+        cfg_buf_add(out, path, n);
+    cfg_buf_add(out, ":", 1);
+    cfg_path_display(path, out);
+}
+
+/* Records the first (innermost) error as "where: section key 'a.b': message". */
+static void ifail(struct interp *ip, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void ifail(struct interp *ip, const char *path, const char *fmt, ...)
+{
+    if (ip->failed)
+        return;
+    ip->failed = 1;
+    char *msg = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    if (vasprintf(&msg, fmt, ap) < 0)
+        msg = NULL;
+    va_end(ap);
+    struct cfg_buf key = {0};
+    cfg_path_display(path, &key);
+    const char *where = cfg_path_where(ip->cfg, path), *sep = strchr(path, CFG_SEP);
+    cfg_errorf(ip->cfg, ip->err, ip->errlen, "%s: %.*s key '%s': %s", where ? where : ip->cfg->dir,
+               (int)(sep ? (size_t)(sep - path) : strlen(path)), path, key.s ? key.s : "",
+               msg ? msg : "out of memory");
+    cfg_buf_free(&key);
+    free(msg);
+}
+
+static void *ioom(struct interp *ip, const char *path)
+{
+    ifail(ip, path, "out of memory");
+    return NULL;
+}
+
+static int charge(struct interp *ip, const cJSON *v, const char *path)
+{
+    ip->nodes += cfg_tree_size(v);
+    if (ip->nodes <= CFG_MAX_NODES)
+        return 0;
+    ifail(ip, path, "interpolation produces more than %d values", CFG_MAX_NODES);
+    return -1;
+}
+
+static int needs_interp(const cJSON *n) { return cJSON_IsString(n) && strstr(n->valuestring, "${"); }
+
+/* A deep copy without the key it had in its mapping. */
+static cJSON *copy_value(const cJSON *v)
+{
+    cJSON *copy = cJSON_Duplicate(v, 1);
+    if (copy && copy->string) {
+        if (!(copy->type & cJSON_StringIsConst))
+            cJSON_free(copy->string);
+        copy->string = NULL;
+        copy->type &= ~cJSON_StringIsConst;
+    }
+    return copy;
+}
+
+/* ---- building the resolved tree ----------------------------------------------------- */
+
+static cJSON *build(struct interp *ip, const cJSON *raw, struct cfg_buf *path, size_t depth)
+{
+    if (path->failed)
+        return ioom(ip, "");
+    if (needs_interp(raw)) {
+        const cJSON *v = resolve_string(ip, raw, path->s);
+        if (!v)
+            return NULL;
+        if (depth + cfg_tree_depth(v) > CFG_MAX_DEPTH) {
+            ifail(ip, path->s, "interpolation nests values deeper than %d levels", CFG_MAX_DEPTH);
+            return NULL;
+        }
+        cJSON *copy = charge(ip, v, path->s) < 0 ? NULL : copy_value(v);
+        return copy || ip->failed ? copy : ioom(ip, path->s);
+    }
+    if (!cJSON_IsObject(raw) && !cJSON_IsArray(raw)) {
+        cJSON *copy = copy_value(raw);
+        return copy ? copy : ioom(ip, path->s);
+    }
+    cJSON *out = cJSON_IsObject(raw) ? cJSON_CreateObject() : cJSON_CreateArray();
+    size_t mark = path->len, i = 0;
+    for (const cJSON *c = raw->child; c && out; c = c->next, i++) {
+        if (c->string)
+            cfg_path_push(path, c->string);
+        else
+            cfg_path_push_index(path, i);
+        cJSON *item = build(ip, c, path, depth + 1);
+        path->len = mark;
+        if (path->s)
+            path->s[mark] = '\0';
+        if (item && c->string && !(item->string = cfg_key_dup(c->string, strlen(c->string)))) {
+            cJSON_Delete(item);
+            item = ioom(ip, path->s);
+        }
+        if (!item) {
+            cJSON_Delete(out);
+            return NULL;
+        }
+        cJSON_AddItemToArray(out, item);
+    }
+    return out ? out : ioom(ip, path->s);
+}
+
+/* ---- references --------------------------------------------------------------------- */
+
+static void report_cycle(struct interp *ip, const cJSON *raw, const char *path)
+{
+    size_t start = 0;
+    while (start < ip->nchain && ip->chain[start].node != raw)
+        start++;
+    struct cfg_buf b = {0};
+    for (size_t i = start; i < ip->nchain; i++) {
+        const char *where = cfg_path_where(ip->cfg, ip->chain[i].path);
+        ref_name(ip->chain[i].path, &b);
+        cfg_buf_printf(&b, " (%s) -> ", where ? where : "?");
+    }
+    ref_name(path, &b);
+    ifail(ip, start < ip->nchain ? ip->chain[start].path : path, "interpolation cycle: %s",
+          b.s ? b.s : "?");
+    cfg_buf_free(&b);
+}
+
+static int chain_push(struct interp *ip, const cJSON *node, const char *path)
+{
+    if (ip->nchain >= CFG_MAX_CHAIN) {
+        ifail(ip, path, "references nested more than %d deep", CFG_MAX_CHAIN);
+        return -1;
+    }
+    if (!(ip->chain[ip->nchain].path = strdup(path))) {
+        ioom(ip, path);
+        return -1;
+    }
+    ip->chain[ip->nchain++].node = node;
+    return 0;
+}
+
+static void chain_pop(struct interp *ip) { free(ip->chain[--ip->nchain].path); }
+
+static const cJSON *resolve_string(struct interp *ip, const cJSON *raw, const char *path)
+{
+    void *memo = cfg_ptrmap_get(&ip->memo, raw);
+    if (memo == &resolving_mark) {
+        report_cycle(ip, raw, path);
+        return NULL;
+    }
+    if (memo)
+        return memo;
+    if (chain_push(ip, raw, path) < 0)
+        return NULL;
+    if (cfg_ptrmap_put(&ip->memo, raw, &resolving_mark) < 0) {
+        chain_pop(ip);
+        return ioom(ip, path);
+    }
+    cJSON *v = eval_template(ip, raw->valuestring, path);
+    chain_pop(ip);
+    if (v && cfg_ptrmap_put(&ip->memo, raw, v) < 0) {
+        cJSON_Delete(v);
+        return ioom(ip, path);
+    }
+    if (v && ip->secret && cJSON_IsString(v) && cfg_add_secret(ip->cfg, v->valuestring) < 0)
+        return ioom(ip, path);
+    return v;
+}
+
+/* Finds section:dotted and returns a resolved copy; 0 when it does not exist. */
+static int find_ref(struct interp *ip, int sec, const char *dotted, cJSON **out, const char *path)
+{
+    const cJSON *node = ip->cfg->raw[sec];
+    const char *rest = dotted;
+    struct cfg_buf target = {0};
+    int rc = 0;
+    cfg_buf_puts(&target, cfg_section_names[sec]);
+    while (node && *rest && !needs_interp(node))
+        node = cfg_step(node, &rest, &target);
+    if (target.failed) {
+        rc = -1, ioom(ip, path);
+    } else if (node && *rest) {        /* the path goes on inside a templated value */
+        const cJSON *v = resolve_string(ip, node, target.s), *found = v ? cfg_walk(v, rest, NULL) : NULL;
+        rc = !v ? -1 : !found ? 0 : charge(ip, found, path) < 0 ? -1 : (*out = copy_value(found)) ? 1 : -1;
+        if (rc < 0 && !ip->failed)
+            ioom(ip, path);
+    } else if (node) {
+        int linked = (cJSON_IsObject(node) || cJSON_IsArray(node));
+        if (linked && chain_push(ip, node, target.s) < 0) {
+            rc = -1;
+        } else {
+            *out = build(ip, node, &target, 0);
+            rc = *out ? 1 : -1;
+            if (linked)
+                chain_pop(ip);
+        }
+    }
+    cfg_buf_free(&target);
+    return rc;
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = '\0';
+    return s;
+}
+
+/* A default: itself a template, a quoted string, or a plain value typed like --params. */
+static cJSON *eval_default(struct interp *ip, char *def, const char *path)
+{
+    def = trim(def);
+    size_t n = strlen(def);
+    cJSON *v;
+    if (strstr(def, "${"))
+        return eval_template(ip, def, path);
+    if (n >= 2 && (def[0] == '"' || def[0] == '\'') && def[n - 1] == def[0]) {
+        def[n - 1] = '\0';
+        v = cJSON_CreateString(def + 1);
+    } else {
+        v = in_credentials(path) ? cJSON_CreateString(def) : cfg_scalar_infer(def, n, 0);
+    }
+    return v ? v : ioom(ip, path);
+}
+
+static cJSON *eval_env(struct interp *ip, const char *name, char *def, const char *path)
+{
+    const char *val = name[0] ? getenv(name) : NULL;
+    if (!name[0]) {
+        ifail(ip, path, "${env:} needs a variable name");
+        return NULL;
+    }
+    if (val) {
+        if (ip->secret && cfg_add_secret(ip->cfg, val) < 0)
+            return ioom(ip, path);
+        cJSON *v = in_credentials(path) ? cJSON_CreateString(val) : cfg_scalar_infer(val, strlen(val), 0);
+        return v ? v : ioom(ip, path);
+    }
+    if (def)
+        return eval_default(ip, def, path);
+    ifail(ip, path, "environment variable %s is not set (set it, or give a default: ${env:%s,value})",
+          name, name);
+    return NULL;
+}
+
+static cJSON *eval_lookup(struct interp *ip, int sec, const char *kind, const char *name,
+                          char *def, const char *path)
+{
+    cJSON *out = NULL;
+    int rc = name[0] ? find_ref(ip, sec, name, &out, path) : 0;
+    if (rc != 0)
+        return rc > 0 ? out : NULL;
+    if (def)
+        return eval_default(ip, def, path);
+    char *near = name[0] ? config_closest_key(ip->cfg, cfg_section_names[sec], name) : NULL;
+    ifail(ip, path, "${%s:%s} does not exist%s%s%s", kind, name, near ? "; did you mean '" : "",
+          near ? near : "", near ? "'?" : "");
+    free(near);
+    return NULL;
+}
+
+/* The index just past the '}' closing the ${ at text[i], or 0 if it is not closed. */
+static size_t ref_end(const char *text, size_t i)
+{
+    size_t depth = 0;
+    for (; text[i]; i++) {
+        if (text[i] == '$' && text[i + 1] == '{')
+            depth++, i++;
+        else if (text[i] == '}' && --depth == 0)
+            return i + 1;
+    }
+    return 0;
+}
+
+/* inner is what is between "${" and "}": "kind:name" or "kind:name,default". */
+static cJSON *eval_ref(struct interp *ip, const char *inner, size_t n, const char *path)
+{
+    char *ref = strndup(inner, n), *colon = ref ? strchr(ref, ':') : NULL, *def = NULL;
+    cJSON *v = NULL;
+    if (!ref)
+        return ioom(ip, path);
+    for (size_t i = colon ? (size_t)(colon - ref) : 0, depth = 0; colon && ref[i]; i++) {
+        if (ref[i] == '$' && ref[i + 1] == '{')
+            depth++;
+        else if (ref[i] == '}' && depth)
+            depth--;
+        else if (ref[i] == ',' && !depth) {
+            ref[i] = '\0';             /* the default starts after the first top-level comma */
+            def = ref + i + 1;
+            break;
+        }
+    }
+    if (colon)
+        *colon = '\0';
+    char *kind = trim(ref), *name = colon ? trim(colon + 1) : NULL;
+    if (!name)
+        ifail(ip, path, "%s%s%s is not a reference: use ${env:VAR}, ${globals:key} or ${params:key}",
+              in_credentials(path) ? "this ${...}" : "${", in_credentials(path) ? "" : kind,
+              in_credentials(path) ? "" : "}");
+    else if (strcmp(kind, "env") == 0)
+        v = eval_env(ip, name, def, path);
+    else if (strcmp(kind, "globals") == 0)
+        v = eval_lookup(ip, CFG_GLOBALS, "globals", name, def, path);
+    else if (strcmp(kind, "params") == 0 || strcmp(kind, "parameters") == 0)
+        v = eval_lookup(ip, CFG_PARAMETERS, "params", name, def, path);
+    else
+        ifail(ip, path, "unknown reference kind '%s': use ${env:VAR}, ${globals:key} or ${params:key}",
+              in_credentials(path) ? "..." : kind);
+    free(ref);
+    return v;
+}
+
+/* Stringifies a referenced value into a longer string. */
+static int append_value(struct interp *ip, struct cfg_buf *b, const cJSON *v, const char *path)
+{
+    char num[40];
+    if (cJSON_IsString(v))
+        cfg_buf_puts(b, v->valuestring);
+    else if (cJSON_IsNumber(v))
+        cfg_buf_puts(b, cfg_format_number(v->valuedouble, num));
+    else if (cJSON_IsBool(v))
+        cfg_buf_puts(b, cJSON_IsTrue(v) ? "true" : "false");
+    else if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
+        ifail(ip, path, "a %s cannot be embedded in a longer string; make the reference the "
+              "whole value", cJSON_IsObject(v) ? "mapping" : "list");
+        return -1;
+    }
+    return 0;                          /* null embeds as nothing */
+}
+
+static cJSON *eval_template(struct interp *ip, const char *text, const char *path)
+{
+    size_t len = strlen(text), end;
+    if (text[0] == '$' && text[1] == '{' && text[2] != '{' && ref_end(text, 0) == len)
+        return eval_ref(ip, text + 2, len - 3, path);
+    struct cfg_buf b = {0};
+    cfg_buf_add(&b, "", 0);
+    for (size_t i = 0; i < len && !ip->failed;) {
+        if (strncmp(text + i, "$${", 3) == 0) {
+            cfg_buf_add(&b, "${", 2);
+            i += 3;
+        } else if (strncmp(text + i, "${{", 3) == 0) {
+            const char *close = strstr(text + i + 3, "}}");
+            end = close ? (size_t)(close - text) + 2 : len;
+            cfg_buf_add(&b, text + i, end - i);
+            i = end;
+        } else if (strncmp(text + i, "${", 2) == 0) {
+            if (!(end = ref_end(text, i))) {
+                ifail(ip, path, "unterminated ${ (close it with }, or write $${ for a literal ${)");
+                break;
+            }
+            cJSON *v = eval_ref(ip, text + i + 2, end - i - 3, path);
+            if (v)
+                append_value(ip, &b, v, path);
+            cJSON_Delete(v);
+            i = end;
+        } else {
+            cfg_buf_add(&b, text + i, 1);
+            i++;
+        }
+    }
+    char *s = cfg_buf_take(&b);
+    cJSON *v = s && !ip->failed ? cJSON_CreateString(s) : NULL;
+    free(s);
+    return v || ip->failed ? v : ioom(ip, path);
+}
+
+/* ---- entry point -------------------------------------------------------------------- */
+
+static int collect_secrets(struct config *cfg, const cJSON *node)
+{
+    if (cJSON_IsString(node))
+        return cfg_add_secret(cfg, node->valuestring);
+    for (const cJSON *c = node->child; c; c = c->next)
+        if (collect_secrets(cfg, c) < 0)
+            return -1;
+    return 0;
+}
+
+static void interp_free(struct interp *ip)
+{
+    for (size_t i = 0; i < ip->memo.cap; i++)
+        if (ip->memo.keys[i] && ip->memo.vals[i] != &resolving_mark)
+            cJSON_Delete(ip->memo.vals[i]);
+    cfg_ptrmap_free(&ip->memo);
+    while (ip->nchain)
+        chain_pop(ip);
+}
+
+int config_resolve(struct config *cfg, char *err, size_t errlen)
+{
+    /* credentials first, so environment values they pull in (even through globals) are
+     * known as secrets before anything else can put them into an error message */
+    static const int order[] = {CFG_CREDENTIALS, CFG_PARAMETERS, CFG_GLOBALS, CFG_CATALOG,
+                                CFG_AZUREML, CFG_FLOW};
+    char scratch[512];
+    if (!err || !errlen)
+        err = scratch, errlen = sizeof scratch;
+    err[0] = '\0';
+    if (!cfg) {
+        snprintf(err, errlen, "no configuration");
+        return -1;
+    }
+    struct interp ip = {.cfg = cfg, .err = err, .errlen = errlen};
+    cJSON *out[CFG_NSECTIONS] = {0};
+    int rc = 0;
+    for (size_t k = 0; k < CFG_NSECTIONS && rc == 0; k++) {
+        int s = order[k];
+        struct cfg_buf path = {0};
+        cfg_buf_puts(&path, cfg_section_names[s]);
+        ip.secret = s == CFG_CREDENTIALS;
+        out[s] = build(&ip, cfg->raw[s], &path, 0);
+        cfg_buf_free(&path);
+        rc = out[s] ? 0 : -1;
+    }
+    if (rc == 0 && collect_secrets(cfg, out[CFG_CREDENTIALS]) < 0)
+        rc = -1, snprintf(err, errlen, "out of memory");
+    interp_free(&ip);
+    for (int s = 0; s < CFG_NSECTIONS; s++) {
+        cJSON *old = rc == 0 ? cfg->res[s] : out[s];
+        if (rc == 0)
+            cfg->res[s] = out[s];
+        cJSON_Delete(old);
+    }
+    if (rc < 0 && !err[0])
+        snprintf(err, errlen, "out of memory");
+    return rc;
+}

@@ -1,0 +1,313 @@
+/* config_override.c — run-time overrides of the parameters section.
+ *
+ * Two ways in: the --params text of the command line, parsed here with the same typing as
+ * plain YAML scalars, and already-typed cJSON values from the Lua side (flow.run's params
+ * table).  Both end in override_set, which walks or creates the dotted path and merges
+ * like one more environment on top, with "--params" (or the caller's label) as origin. */
+#define FLOW_CONFIG_INTERNAL
+#include "config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- applying ----------------------------------------------------------------------- */
+
+static const char *type_name(const cJSON *v)
+{
+    return cJSON_IsObject(v) ? "a mapping" : cJSON_IsArray(v) ? "a list" : cJSON_IsString(v) ? "a string"
+         : cJSON_IsNumber(v) ? "a number" : cJSON_IsBool(v) ? "a boolean" : "null";
+}
+
+static int valid_key(const char *dotted)
+{
+    if (!dotted[0] || dotted[0] == '.')
+        return 0;
+    for (const char *p = dotted; *p; p++)
+        if (*p == '.' && (p[1] == '.' || p[1] == '\0'))
+            return 0;
+    return 1;
+}
+
+/* Creates the missing mappings of dotted (all but its last segment) under node and
+ * returns the innermost one; *last receives the last segment. */
+static cJSON *create_path(struct config *cfg, struct cfg_buf *path, cJSON *node, const char *rest,
+                          const struct cfg_source *from, const char **last, char *err, size_t errlen)
+{
+    const char *dot;
+    while ((dot = strchr(rest, '.')) != NULL) {
+        cJSON *map = cJSON_CreateObject();
+        if (!map || !(map->string = cfg_key_dup(rest, (size_t)(dot - rest)))) {
+            cJSON_Delete(map);
+            snprintf(err, errlen, "out of memory");
+            return NULL;
+        }
+        cfg_path_push(path, map->string);
+        if (cfg_merge_member(cfg, path, node, map, from, 0, err, errlen) < 0)
+            return NULL;
+        node = map;
+        rest = dot + 1;
+    }
+    *last = rest;
+    return node;
+}
+
+/* Sets parameters.<dotted> to value (owned): mappings merge, anything else replaces. */
+static int override_set(struct config *cfg, const char *dotted, cJSON *value, const char *origin,
+                        char *err, size_t errlen)
+{
+    struct cfg_source from = {origin, NULL, CFG_LAYER_OVERRIDE, CFG_PARAMETERS};
+    struct cfg_buf path = {0};
+    cJSON *node = cfg->raw[CFG_PARAMETERS], *child;
+    const char *rest = dotted ? dotted : "";
+    size_t keylen;
+    int rc = -1;
+    cfg_buf_puts(&path, cfg_section_names[CFG_PARAMETERS]);
+    if (!*rest) {
+        if (cJSON_IsObject(value))
+            rc = cfg_merge_object(cfg, &path, node, value, &from, 0, err, errlen);
+        else
+            cfg_errorf(cfg, err, errlen, "%s: a value without a parameter name must be a mapping", origin);
+        goto done;
+    }
+    if (!valid_key(rest)) {
+        cfg_errorf(cfg, err, errlen, "%s: invalid parameter name '%s'", origin, rest);
+        goto done;
+    }
+    /* walk the keys that exist (the longest match wins: keys may contain dots) */
+    while ((child = cfg_match_key(node, rest, &keylen)) != NULL && rest[keylen] == '.') {
+        if (!cJSON_IsObject(child)) {
+            const char *where = cfg_path_where(cfg, path.s);
+            cfg_errorf(cfg, err, errlen, "%s: cannot set parameter '%s': '%.*s' is %s (set at %s), "
+                       "not a mapping", origin, dotted, (int)(rest - dotted + keylen), dotted,
+                       type_name(child), where ? where : "?");
+            goto done;
+        }
+        cfg_path_push(&path, child->string);
+        node = child;
+        rest += keylen + 1;
+    }
+    const char *last = rest;
+    if (!child && !(node = create_path(cfg, &path, node, rest, &from, &last, err, errlen)))
+        goto done;
+    if (!(value->string = cfg_key_dup(last, strlen(last)))) {
+        snprintf(err, errlen, "out of memory");
+        goto done;
+    }
+    cfg_path_push(&path, value->string);
+    rc = path.failed ? -1 : cfg_merge_member(cfg, &path, node, value, &from, 0, err, errlen);
+    value = NULL;                      /* merge_member took it */
+    if (rc < 0 && !err[0])
+        snprintf(err, errlen, "out of memory");
+done:
+    cJSON_Delete(value);
+    cfg_buf_free(&path);
+    return rc;
+}
+
+/* Only plain JSON data: no raw text, and mappings whose members all have keys. */
+static int plain_data(const cJSON *v, size_t depth)
+{
+    if (depth > CFG_MAX_DEPTH || cJSON_IsRaw(v) || cJSON_IsInvalid(v))
+        return 0;
+    for (const cJSON *c = v->child; c; c = c->next)
+        if ((cJSON_IsObject(v) && !c->string) || !plain_data(c, depth + 1))
+            return 0;
+    return 1;
+}
+
+int config_override_value_from(struct config *cfg, const char *dotted, const cJSON *value,
+                               const char *origin, char *err, size_t errlen)
+{
+    char scratch[512];
+    if (!err || !errlen)
+        err = scratch, errlen = sizeof scratch;
+    err[0] = '\0';
+    origin = origin && *origin ? origin : "--params";
+    if (!cfg || !value || !plain_data(value, 0)) {
+        snprintf(err, errlen, "%s: %s", origin, !cfg || !value ? "no configuration or value"
+                 : "unsupported value (raw JSON, or nested deeper than 100 levels)");
+        return -1;
+    }
+    cJSON *copy = cJSON_Duplicate(value, 1);
+    if (!copy) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (copy->string && !(copy->type & cJSON_StringIsConst))
+        cJSON_free(copy->string);
+    copy->string = NULL;
+    copy->type &= ~cJSON_StringIsConst;
+    return override_set(cfg, dotted, copy, origin, err, errlen);
+}
+
+int config_override_value(struct config *cfg, const char *dotted, const cJSON *value,
+                          char *err, size_t errlen)
+{
+    return config_override_value_from(cfg, dotted, value, NULL, err, errlen);
+}
+
+/* ---- parsing --params --------------------------------------------------------------- */
+
+struct spec { const char *text, *p; char *err; size_t errlen; };
+
+static void skip_ws(struct spec *s)
+{
+    while (*s->p == ' ' || *s->p == '\t')
+        s->p++;
+}
+
+static cJSON *spec_fail(struct spec *s, const char *msg)
+{
+    snprintf(s->err, s->errlen, "--params: %s at character %zu of '%s'", msg,
+             (size_t)(s->p - s->text) + 1, s->text);
+    return NULL;
+}
+
+/* '...' or "..." : always a string; a backslash escapes the quote or itself. */
+static cJSON *parse_quoted(struct spec *s)
+{
+    char q = *s->p++;
+    struct cfg_buf b = {0};
+    cfg_buf_add(&b, "", 0);
+    for (; *s->p && *s->p != q; s->p++) {
+        if (*s->p == '\\' && (s->p[1] == q || s->p[1] == '\\'))
+            s->p++;
+        cfg_buf_add(&b, s->p, 1);
+    }
+    if (!*s->p) {
+        cfg_buf_free(&b);
+        return spec_fail(s, "unterminated quoted string");
+    }
+    s->p++;
+    char *str = cfg_buf_take(&b);
+    cJSON *v = str ? cJSON_CreateString(str) : NULL;
+    free(str);
+    return v ? v : spec_fail(s, "out of memory");
+}
+
+/* An unquoted value runs to the next separator; it is typed like a plain YAML scalar. */
+static cJSON *parse_plain(struct spec *s, const char *stops)
+{
+    const char *start = s->p;
+    while (*s->p && !strchr(stops, *s->p))
+        s->p++;
+    const char *end = s->p;
+    while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    cJSON *v = cfg_scalar_infer(start, (size_t)(end - start), 0);
+    return v ? v : spec_fail(s, "out of memory");
+}
+
+static cJSON *parse_value(struct spec *s, const char *stops, int depth);
+
+static cJSON *parse_list(struct spec *s, int depth)
+{
+    cJSON *list = depth > CFG_MAX_DEPTH ? NULL : cJSON_CreateArray();
+    if (!list)
+        return spec_fail(s, depth > CFG_MAX_DEPTH ? "lists nested too deeply" : "out of memory");
+    s->p++;
+    skip_ws(s);
+    if (*s->p == ']') {
+        s->p++;
+        return list;
+    }
+    for (;;) {
+        skip_ws(s);
+        if (*s->p == ',' || *s->p == ']') {
+            cJSON_Delete(list);
+            return spec_fail(s, "empty list item");
+        }
+        cJSON *item = parse_value(s, ",]", depth + 1);
+        if (!item) {
+            cJSON_Delete(list);
+            return NULL;
+        }
+        cJSON_AddItemToArray(list, item);
+        skip_ws(s);
+        if (*s->p == ']') {
+            s->p++;
+            return list;
+        }
+        if (*s->p != ',') {
+            cJSON_Delete(list);
+            return spec_fail(s, *s->p ? "expected ',' or ']'" : "unterminated list (missing ']')");
+        }
+        s->p++;
+    }
+}
+
+static cJSON *parse_value(struct spec *s, const char *stops, int depth)
+{
+    skip_ws(s);
+    if (*s->p == '"' || *s->p == '\'')
+        return parse_quoted(s);
+    if (*s->p == '[')
+        return parse_list(s, depth);
+    return parse_plain(s, stops);
+}
+
+/* key=value; the key runs to '=', trimmed. */
+static cJSON *parse_item(struct spec *s)
+{
+    skip_ws(s);
+    const char *key = s->p;
+    while (*s->p && *s->p != '=' && *s->p != ',')
+        s->p++;
+    if (*s->p != '=')
+        return spec_fail(s, "expected key=value");
+    const char *end = s->p;
+    while (end > key && (end[-1] == ' ' || end[-1] == '\t'))
+        end--;
+    if (end == key)
+        return spec_fail(s, "missing parameter name before '='");
+    s->p++;
+    cJSON *value = parse_value(s, ",", 0);
+    if (value && !(value->string = cfg_key_dup(key, (size_t)(end - key)))) {
+        cJSON_Delete(value);
+        return spec_fail(s, "out of memory");
+    }
+    skip_ws(s);
+    if (value && *s->p && *s->p != ',') {
+        cJSON_Delete(value);
+        return spec_fail(s, "expected ',' after the value (quote values that contain commas)");
+    }
+    return value;
+}
+
+int config_override_spec(struct config *cfg, const char *spec, char *err, size_t errlen)
+{
+    char scratch[512];
+    if (!err || !errlen)
+        err = scratch, errlen = sizeof scratch;
+    err[0] = '\0';
+    if (!cfg || !spec) {
+        snprintf(err, errlen, "--params: no configuration or text");
+        return -1;
+    }
+    /* parse everything first: a typo late in the text must not leave half of it applied */
+    struct spec s = {spec, spec, err, errlen};
+    cJSON *items = cJSON_CreateArray(), *item;
+    int rc = items ? 0 : -1;
+    for (skip_ws(&s); rc == 0 && *s.p; skip_ws(&s)) {
+        if (*s.p == ',') {
+            s.p++;
+            continue;
+        }
+        if ((item = parse_item(&s)) == NULL)
+            rc = -1;
+        else
+            cJSON_AddItemToArray(items, item);
+    }
+    while (rc == 0 && items->child) {
+        item = cJSON_DetachItemViaPointer(items, items->child);
+        char *key = item->string;      /* override_set gives the value its last segment */
+        item->string = NULL;
+        rc = override_set(cfg, key, item, "--params", err, errlen);
+        cJSON_free(key);
+    }
+    cJSON_Delete(items);
+    if (rc < 0 && !err[0])
+        snprintf(err, errlen, "out of memory");
+    return rc;
+}

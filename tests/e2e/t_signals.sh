@@ -1,0 +1,57 @@
+# t_signals.sh — Ctrl-C / SIGTERM stop the run, leave no process behind, exit 130.
+
+# Start flow in the background, wait until the marker file shows the step
+# started, send SIG, and check the exit status and that no child survives.
+interrupt_run() {
+    local sig=$1
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo $$ > started; exec sleep 300", name = "long_a" },
+  node{ command = "sleep 300 & echo $! > child; wait", name = "long_b" },
+}
+L
+    "$FLOW" run -j 2 >stdout.txt 2>stderr.txt &
+    local pid=$!
+    for _ in $(seq 100); do [ -s started ] && [ -s child ] && break; sleep 0.05; done
+    [ -s started ] || { echo "the step never started"; cat stderr.txt; return 1; }
+    kill -"$sig" "$pid"
+    set +e; wait "$pid"; STATUS=$?; set -e
+    equals "$STATUS" 130 "exit status after SIG$sig"
+    for p in $(cat started) $(cat child); do
+        sleep 0.1
+        # A zombie is dead (this machine's PID 1 may not reap orphans).
+        state=$(ps -o stat= -p "$p" 2>/dev/null || true)
+        if [ -n "$state" ] && [[ "$state" != Z* ]]; then echo "process $p survived SIG$sig ($state)"; return 1; fi
+    done
+    contains "$(cat stderr.txt)" "(interrupted)"
+    not_contains "$(cat stderr.txt)" "failed (killed by signal" "an interrupted step's report"
+}
+
+test_sigint_stops_everything() { interrupt_run INT; }
+test_sigterm_stops_everything() { interrupt_run TERM; }
+
+test_sigint_stops_a_busy_lua_step() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() io.open("started", "w"):close() while true do end end,
+                       outputs = "never", name = "spin" } }
+L
+    "$FLOW" run >stdout.txt 2>stderr.txt &
+    local pid=$!
+    for _ in $(seq 100); do [ -e started ] && break; sleep 0.05; done
+    kill -INT "$pid"
+    set +e; wait "$pid"; STATUS=$?; set -e
+    equals "$STATUS" 130 "exit status"
+}
+
+test_sigint_during_script_top_level() {
+    write pipeline.lua <<'L'
+io.open("started", "w"):close()
+while true do end
+L
+    "$FLOW" run >stdout.txt 2>stderr.txt &
+    local pid=$!
+    for _ in $(seq 100); do [ -e started ] && break; sleep 0.05; done
+    kill -INT "$pid"
+    set +e; wait "$pid"; STATUS=$?; set -e
+    equals "$STATUS" 130 "exit status"
+}
