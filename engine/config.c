@@ -180,6 +180,18 @@ int cfg_section_id(const char *name)
 
 const char *config_section_name(size_t i) { return i < CFG_NSECTIONS ? cfg_section_names[i] : NULL; }
 
+cJSON *cfg_copy_value(const cJSON *v)
+{
+    cJSON *copy = cJSON_Duplicate(v, 1);
+    if (copy && copy->string) {
+        if (!(copy->type & cJSON_StringIsConst))
+            cJSON_free(copy->string);
+        copy->string = NULL;
+        copy->type &= ~cJSON_StringIsConst;
+    }
+    return copy;
+}
+
 size_t cfg_tree_depth(const cJSON *node)
 {
     size_t deepest = 0;
@@ -1181,7 +1193,7 @@ static cJSON *masked_copy(const struct config *cfg, const cJSON *n, int all)
         free(safe);
         return s;
     }
-    return cJSON_Duplicate(n, 0);
+    return cfg_copy_value(n);
 }
 
 char *config_dump_yaml(const struct config *cfg, const char *section, const char *dotted, int mask_secrets)
@@ -1197,7 +1209,7 @@ char *config_dump_yaml(const struct config *cfg, const char *section, const char
         for (int i = 0; i < CFG_NSECTIONS && doc; i++) {
             const cJSON *tree = current_tree(cfg, i);
             cJSON *copy = !tree->child ? NULL
-                        : mask_secrets ? masked_copy(cfg, tree, i == CFG_CREDENTIALS) : cJSON_Duplicate(tree, 1);
+                        : mask_secrets ? masked_copy(cfg, tree, i == CFG_CREDENTIALS) : cfg_copy_value(tree);
             if (tree->child && (!copy || !cJSON_AddItemToObject(doc, cfg_section_names[i], copy))) {
                 cJSON_Delete(copy);
                 cJSON_Delete(doc);
@@ -1208,7 +1220,7 @@ char *config_dump_yaml(const struct config *cfg, const char *section, const char
         const cJSON *node = cfg_walk(current_tree(cfg, sec), dotted, NULL);
         if (!node)
             return NULL;
-        doc = mask_secrets ? masked_copy(cfg, node, sec == CFG_CREDENTIALS) : cJSON_Duplicate(node, 1);
+        doc = mask_secrets ? masked_copy(cfg, node, sec == CFG_CREDENTIALS) : cfg_copy_value(node);
     }
     char *text = doc ? cfg_yaml_emit(doc) : NULL;
     cJSON_Delete(doc);

@@ -165,6 +165,7 @@ int cfg_merge_member(struct config *cfg, struct cfg_buf *path, cJSON *dst, cJSON
                      const struct cfg_source *from, int top, char *err, size_t errlen);
 int cfg_merge_object(struct config *cfg, struct cfg_buf *path, cJSON *dst, cJSON *src,
                      const struct cfg_source *from, int top, char *err, size_t errlen);
+cJSON *cfg_copy_value(const cJSON *v);      /* deep copy, without its key */
 size_t cfg_tree_depth(const cJSON *node);
 size_t cfg_tree_size(const cJSON *node);
 

@@ -94,19 +94,6 @@ static int charge(struct interp *ip, const cJSON *v, const char *path)
 
 static int needs_interp(const cJSON *n) { return cJSON_IsString(n) && strstr(n->valuestring, "${"); }
 
-/* A deep copy without the key it had in its mapping. */
-static cJSON *copy_value(const cJSON *v)
-{
-    cJSON *copy = cJSON_Duplicate(v, 1);
-    if (copy && copy->string) {
-        if (!(copy->type & cJSON_StringIsConst))
-            cJSON_free(copy->string);
-        copy->string = NULL;
-        copy->type &= ~cJSON_StringIsConst;
-    }
-    return copy;
-}
-
 /* ---- building the resolved tree ----------------------------------------------------- */
 
 static cJSON *build(struct interp *ip, const cJSON *raw, struct cfg_buf *path, size_t depth)
@@ -121,11 +108,11 @@ static cJSON *build(struct interp *ip, const cJSON *raw, struct cfg_buf *path, s
             ifail(ip, path->s, "interpolation nests values deeper than %d levels", CFG_MAX_DEPTH);
             return NULL;
         }
-        cJSON *copy = charge(ip, v, path->s) < 0 ? NULL : copy_value(v);
+        cJSON *copy = charge(ip, v, path->s) < 0 ? NULL : cfg_copy_value(v);
         return copy || ip->failed ? copy : ioom(ip, path->s);
     }
     if (!cJSON_IsObject(raw) && !cJSON_IsArray(raw)) {
-        cJSON *copy = copy_value(raw);
+        cJSON *copy = cfg_copy_value(raw);
         return copy ? copy : ioom(ip, path->s);
     }
     cJSON *out = cJSON_IsObject(raw) ? cJSON_CreateObject() : cJSON_CreateArray();
@@ -227,7 +214,7 @@ static int find_ref(struct interp *ip, int sec, const char *dotted, cJSON **out,
         rc = -1, ioom(ip, path);
     } else if (node && *rest) {        /* the path goes on inside a templated value */
         const cJSON *v = resolve_string(ip, node, target.s), *found = v ? cfg_walk(v, rest, NULL) : NULL;
-        rc = !v ? -1 : !found ? 0 : charge(ip, found, path) < 0 ? -1 : (*out = copy_value(found)) ? 1 : -1;
+        rc = !v ? -1 : !found ? 0 : charge(ip, found, path) < 0 ? -1 : (*out = cfg_copy_value(found)) ? 1 : -1;
         if (rc < 0 && !ip->failed)
             ioom(ip, path);
     } else if (node) {

@@ -29,27 +29,24 @@ static int valid_key(const char *dotted)
     return 1;
 }
 
-/* Creates the missing mappings of dotted (all but its last segment) under node and
- * returns the innermost one; *last receives the last segment. */
-static cJSON *create_path(struct config *cfg, struct cfg_buf *path, cJSON *node, const char *rest,
-                          const struct cfg_source *from, const char **last, char *err, size_t errlen)
+/* For a path that does not exist yet, "a.b.c" = v becomes "a" = {b: {c: v}}, so that it
+ * merges (and records its origins) in one piece.  Frees value on failure. */
+static cJSON *wrap_path(cJSON *value, const char *rest, size_t *first_len)
 {
-    const char *dot;
-    while ((dot = strchr(rest, '.')) != NULL) {
+    const char *end = rest + strlen(rest), *dot;
+    while ((dot = memrchr(rest, '.', (size_t)(end - rest))) != NULL) {
         cJSON *map = cJSON_CreateObject();
-        if (!map || !(map->string = cfg_key_dup(rest, (size_t)(dot - rest)))) {
+        if (!map || !(value->string = cfg_key_dup(dot + 1, (size_t)(end - dot - 1)))) {
             cJSON_Delete(map);
-            snprintf(err, errlen, "out of memory");
+            cJSON_Delete(value);
             return NULL;
         }
-        cfg_path_push(path, map->string);
-        if (cfg_merge_member(cfg, path, node, map, from, 0, err, errlen) < 0)
-            return NULL;
-        node = map;
-        rest = dot + 1;
+        cJSON_AddItemToArray(map, value);
+        value = map;
+        end = dot;
     }
-    *last = rest;
-    return node;
+    *first_len = (size_t)(end - rest);
+    return value;
 }
 
 /* Sets parameters.<dotted> to value (owned): mappings merge, anything else replaces. */
@@ -87,10 +84,12 @@ static int override_set(struct config *cfg, const char *dotted, cJSON *value, co
         node = child;
         rest += keylen + 1;
     }
-    const char *last = rest;
-    if (!child && !(node = create_path(cfg, &path, node, rest, &from, &last, err, errlen)))
+    size_t first_len = strlen(rest);
+    if (!child && !(value = wrap_path(value, rest, &first_len))) {
+        snprintf(err, errlen, "out of memory");
         goto done;
-    if (!(value->string = cfg_key_dup(last, strlen(last)))) {
+    }
+    if (!(value->string = cfg_key_dup(rest, first_len))) {
         snprintf(err, errlen, "out of memory");
         goto done;
     }
@@ -129,15 +128,11 @@ int config_override_value_from(struct config *cfg, const char *dotted, const cJS
                  : "unsupported value (raw JSON, or nested deeper than 100 levels)");
         return -1;
     }
-    cJSON *copy = cJSON_Duplicate(value, 1);
+    cJSON *copy = cfg_copy_value(value);
     if (!copy) {
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    if (copy->string && !(copy->type & cJSON_StringIsConst))
-        cJSON_free(copy->string);
-    copy->string = NULL;
-    copy->type &= ~cJSON_StringIsConst;
     return override_set(cfg, dotted, copy, origin, err, errlen);
 }
 

@@ -33,7 +33,8 @@ const char *cfg_format_number(double d, char buf[40])
         return strcpy(buf, ".nan");
     if (isinf(d))
         return strcpy(buf, d < 0 ? "-.inf" : ".inf");
-    if (d == floor(d) && fabs(d) < 1e17) {
+    /* no libm: the module links with just cJSON and libyaml */
+    if (d > -1e17 && d < 1e17 && d == (double)(long long)d) {
         snprintf(buf, 40, "%.0f", d);
         return buf;
     }
@@ -328,6 +329,8 @@ static int yattach(struct yload *y, cJSON *node, const yaml_mark_t *m)
                 return -1;
             }
             cJSON_AddItemToArray(f->merges, node);
+            cJSON_free(f->key);
+            f->key = NULL;
             f->merge_key = f->have_key = 0;
         } else {
             node->string = f->key;

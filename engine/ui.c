@@ -31,12 +31,26 @@ static const char *paint(const char *code) { return color ? code : ""; }
 #define BOLD   paint("\033[1m")
 #define RESET  paint("\033[0m")
 
+static ui_redact_fn redactor;
+static void *redactor_ctx;
+
+void ui_set_redactor(ui_redact_fn redact, void *ctx)
+{
+    redactor = redact;
+    redactor_ctx = ctx;
+}
+
+void *ui_redactor_ctx(void) { return redactor_ctx; }
+
 static void vmessage(const char *tag, const char *tagcolor, const char *fmt, va_list ap)
 {
+    struct strbuf sb = STRBUF_INIT;
+    sb_vaddf(&sb, fmt, ap);
+    char *clean = redactor && sb.buf ? redactor(redactor_ctx, sb.buf) : NULL;
     fflush(stdout);
-    fprintf(stderr, "flow: %s%s%s", tagcolor, tag, RESET);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "flow: %s%s%s%s\n", tagcolor, tag, RESET, clean ? clean : sb.buf ? sb.buf : "");
+    free(clean);
+    sb_release(&sb);
 }
 
 void ui_error(const char *fmt, ...)

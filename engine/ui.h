@@ -17,6 +17,12 @@ void ui_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ui_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ui_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Every message goes through `redact` (when set) before it is printed: the
+ * configuration masks secrets this way.  It returns a malloc'd copy or NULL. */
+typedef char *(*ui_redact_fn)(void *ctx, const char *text);
+void ui_set_redactor(ui_redact_fn redact, void *ctx);
+void *ui_redactor_ctx(void);
+
 struct sched_observer ui_sched_observer(void);
 void ui_run_begin(const struct dag *dag);
 void ui_run_end(const struct sched *s);

@@ -49,5 +49,6 @@ int luaopen_flow_core(lua_State *L);
 int luaopen_flow_dag(lua_State *L);
 int luaopen_flow_proc(lua_State *L);
 int luaopen_flow_sched(lua_State *L);
+int luaopen_flow_config(lua_State *L);
 
 #endif

@@ -39,6 +39,7 @@ lua_State *flow_state_new(void)
         { "flow.dag", luaopen_flow_dag },
         { "flow.proc", luaopen_flow_proc },
         { "flow.sched", luaopen_flow_sched },
+        { "flow.config", luaopen_flow_config },
         { NULL, NULL },
     };
     for (const luaL_Reg *m = modules; m->name; m++) {

@@ -14,6 +14,7 @@ usage: flow <command> [options]
 commands:
   run [SCRIPT]     run a pipeline (default script: ./pipeline.lua)
   list [SCRIPT]    show the steps in run order: inputs, outputs, tags, distribution
+  config [KEY]     print the resolved configuration of an environment, or explain a key
   help [COMMAND]   show help for a command
 
 options:
@@ -31,6 +32,10 @@ directory; a directory means DIR/pipeline.lua).  Commands and relative paths
 are resolved from the script's directory; state lives in its .flow/.
 
 options:
+  -e, --env ENV      configuration environment: conf/base + conf/ENV
+                     (default: $FLOW_ENV, else local)
+  -p, --params K=V,… override parameters: a.b=1,c=x,d=true,e=null,f=[1,2],g="a, b"
+  --conf DIR         configuration directory (default: conf/ beside the script)
   --pipeline NAME    run the pipeline registered as NAME (default: __default__)
   -j, --jobs N       run at most N steps at once (default: number of CPUs)
   -k, --keep-going   after a failure, still run every step that does not depend on it
@@ -47,8 +52,25 @@ Prints the steps in run order with their inputs, outputs, tags, where each
 would run and its distribution settings.
 
 options:
+  -e, --env ENV      resolve "params:" counts in this environment
+  -p, --params K=V,… override parameters
+  --conf DIR         configuration directory (default: conf/ beside the script)
   --pipeline NAME    list the pipeline registered as NAME
   --format FMT       table (default) or json]],
+  config = [[
+usage: flow config [KEY] [options]
+
+Prints the configuration of an environment as YAML, after merging conf/base
+with conf/ENV, applying --params and interpolating ${env:}, ${globals:} and
+${params:}.  Credentials are always masked.  KEY is a dotted key; its first
+part may name a section (parameters, catalog, azureml, credentials, globals,
+flow), else it is a parameter.
+
+options:
+  -e, --env ENV        environment (default: $FLOW_ENV, else local)
+  -p, --params K=V,…   override parameters
+  --conf DIR           configuration directory (default: ./conf)
+  --explain KEY        say which file and line set KEY, and what it overrode]],
 }
 
 -- Thrown for usage errors: printed with a hint, exit 2.
@@ -56,11 +78,20 @@ local function usage_error(fmt, ...)
   error({ usage = string.format(fmt, ...) }, 0)
 end
 
+local CONFIG_OPTIONS = { env = "value", e = "env", params = "value", p = "params", conf = "value" }
+
+local function with_config(t)
+  for k, v in pairs(CONFIG_OPTIONS) do t[k] = v end
+  t.help, t.h = "flag", "help"
+  return t
+end
+
 local OPTIONS = {
-  run = { pipeline = "value", jobs = "value", j = "jobs", ["keep-going"] = "flag", k = "keep-going",
-          ["dry-run"] = "flag", n = "dry-run", verbose = "flag", v = "verbose", quiet = "flag",
-          q = "quiet", help = "flag", h = "help" },
-  list = { pipeline = "value", format = "value", help = "flag", h = "help" },
+  run = with_config { pipeline = "value", jobs = "value", j = "jobs", ["keep-going"] = "flag",
+                      k = "keep-going", ["dry-run"] = "flag", n = "dry-run", verbose = "flag",
+                      v = "verbose", quiet = "flag", q = "quiet" },
+  list = with_config { pipeline = "value", format = "value" },
+  config = with_config { explain = "value" },
 }
 
 -- Parse args for `cmd`: returns options table and positional list.
@@ -123,6 +154,12 @@ local function script_error(msg)
   error({ script = msg }, 0)
 end
 
+-- The configuration choices of the command line, for every run the script makes.
+local function set_defaults(opts)
+  if opts.env == "" then usage_error("--env needs an environment name") end
+  runner.defaults = { env = opts.env, params_spec = opts.params, conf = opts.conf }
+end
+
 -- Load the script, run its top level, return the chosen pipeline.
 local function load_pipeline(path, name)
   local dir, base = path:match("^(.*)/([^/]*)$")
@@ -171,7 +208,7 @@ local function where_runs(n)
 end
 
 local function print_plan(p)
-  local g = runner.build_graph(p.nodes)
+  local g = runner.prepare(p, {}).graph
   for k, i in ipairs(g:order()) do
     local n = p.nodes[i]
     io.write(string.format("%3d  %s\n", k, n.name))
@@ -185,6 +222,7 @@ local function cmd_run(args)
   local jobs = opts.jobs and positive_int(opts.jobs, "--jobs")
   if opts.quiet and opts.verbose then usage_error("--quiet and --verbose contradict each other") end
   core.ui_setup(opts.quiet and "quiet" or opts.verbose and "verbose" or "normal")
+  set_defaults(opts)
   local p = load_pipeline(path, opts.pipeline)
   if not p then return runner.last_code or 0 end
   if opts["dry-run"] then print_plan(p) return 0 end
@@ -193,7 +231,8 @@ local function cmd_run(args)
 end
 
 local function list_rows(p)
-  local g = runner.build_graph(p.nodes)
+  local plan = runner.prepare(p, {})
+  local g = plan.graph
   local rows = {}
   for k, i in ipairs(g:order()) do
     local n = p.nodes[i]
@@ -201,8 +240,8 @@ local function list_rows(p)
     for _, io in ipairs(n.inputs) do ins[#ins + 1] = io.dataset end
     for _, io in ipairs(n.outputs) do outs[#outs + 1] = io.dataset end
     rows[k] = { index = k, name = n.name, kind = n.kind, runs = where_runs(n), inputs = ins,
-                outputs = outs, tags = n.tags, distribution = n.dist and distributed.describe(n.dist) or nil,
-                dist = n.dist, where = n.where }
+                outputs = outs, tags = n.tags, distribution = plan.dists[i] and distributed.describe(plan.dists[i]) or nil,
+                dist = plan.dists[i], where = n.where }
   end
   return rows
 end
@@ -214,13 +253,14 @@ local function cmd_list(args)
   if fmt ~= "table" and fmt ~= "json" then usage_error("--format must be table or json, got '%s'", fmt) end
   local path = script_path(pos, "list")
   core.ui_setup("quiet")
+  set_defaults(opts)
   local p = load_pipeline(path, opts.pipeline)
   if not p then return 0 end
   local rows = list_rows(p)
   if fmt == "json" then
     for _, r in ipairs(rows) do
-      r.dist = r.dist and { framework = r.dist.framework, num_nodes = r.dist.num_nodes or r.dist.num_nodes_ref,
-                            processes_per_node = r.dist.processes_per_node or r.dist.processes_per_node_ref }
+      r.dist = r.dist and { framework = r.dist.framework, num_nodes = r.dist.num_nodes,
+                            processes_per_node = r.dist.processes_per_node }
     end
     print(core.json_encode(rows, true))
     return 0
@@ -245,7 +285,47 @@ local function cmd_list(args)
   return 0
 end
 
-local COMMANDS = { run = cmd_run, list = cmd_list }
+local SECTIONS = { parameters = true, params = true, catalog = true, azureml = true,
+                   credentials = true, globals = true, flow = true }
+
+-- "a.b" -> "parameters", "a.b";  "catalog.x" -> "catalog", "x";  "azureml" -> "azureml", nil
+local function split_key(key)
+  local first, rest = key:match("^([^.]+)%.?(.*)$")
+  if SECTIONS[first] then return first, rest ~= "" and rest or nil end
+  return "parameters", key
+end
+
+local function cmd_config(args)
+  local opts, pos = parse_args("config", args)
+  if opts.help then print(HELP.config) return 0 end
+  if #pos > 1 then usage_error("'flow config' takes one KEY, got %d", #pos) end
+  if opts.explain and pos[1] then usage_error("give either KEY or --explain KEY") end
+  core.ui_setup("normal")
+  local settings = require("flow.settings").load { conf = opts.conf, env = opts.env, params_spec = opts.params }
+  local cfg = settings.cfg
+  if opts.explain then
+    if not cfg then usage_error("no configuration: there is no conf/ directory in %s", core.cwd()) end
+    local section, key = split_key(opts.explain)
+    print((cfg:explain(section, key or "")))
+    return 0
+  end
+  if not cfg then
+    core.ui_info("no conf/ directory in " .. core.cwd() .. ": the configuration is empty")
+    return 0
+  end
+  local section, key
+  if pos[1] then section, key = split_key(pos[1]) end
+  local text = cfg:dump(section, key, true)
+  if not text then
+    local near = key and cfg:closest(section, key)
+    usage_error("no key '%s' in the %s of environment '%s'%s", pos[1], section, settings.env,
+                near and (" (did you mean '" .. near .. "'?)") or "")
+  end
+  io.write(text)
+  return 0
+end
+
+local COMMANDS = { run = cmd_run, list = cmd_list, config = cmd_config }
 
 local function dispatch(args)
   local cmd = args[1]
@@ -281,8 +361,8 @@ function M.main(args)
   elseif type(ret) == "table" and ret.script then
     core.ui_error(ret.script)
     return 2
-  elseif type(ret) == "table" and ret.graph_error then
-    core.ui_error(ret.graph_error)
+  elseif util.is_setup_error(ret) then
+    core.ui_error(ret.setup_error)
     return 2
   end
   error(ret, 0)

@@ -11,14 +11,13 @@ local util = require("flow.util")
 local command = require("flow.command")
 local pipeline = require("flow.pipeline")
 local params_mod = require("flow.params")
+local settings_mod = require("flow.settings")
 
 local M = {}
 
 local DATA = ".flow/data"
 
--- A graph or parameter error: nothing ran.  The CLI exits 2 on it.
-local GraphError = { __tostring = function(e) return e.graph_error end }
-local function graph_error(msg) error(setmetatable({ graph_error = msg }, GraphError), 0) end
+local graph_error = util.setup_error
 
 -- Runs started by this process, so `flow run driver.lua` (a script that calls
 -- flow.run itself, a sweep) can exit with its last run's status.
@@ -30,20 +29,43 @@ StepFailure.__index = StepFailure
 StepFailure.__tostring = function(f) return f.message end
 local function step_failure(t) return setmetatable(t, StepFailure) end
 
-local function dist_spec(n)
-  return n.dist and {
-    framework = n.dist.framework, num_nodes = n.dist.num_nodes,
-    processes_per_node = n.dist.processes_per_node,
-    num_nodes_ref = n.dist.num_nodes_ref, processes_per_node_ref = n.dist.processes_per_node_ref,
-  } or nil
+-- A distributed step's counts for this run: "params:" references resolved
+-- in the run's environment and checked to be positive integers.
+local function resolve_count(n, what, value, ref, settings)
+  if not ref then return value end
+  local key = ref:match("^params:(.+)$")
+  local v = params_mod.get(settings.params, key)
+  if v == nil then
+    local near = settings_mod.closest_param(settings, key)
+    graph_error(string.format("step '%s' (%s): %s = \"%s\" but parameter '%s' is not defined in environment '%s'%s",
+      n.name, n.where, what, ref, key, settings.env, near and (" (did you mean '" .. near .. "'?)") or ""))
+  end
+  if math.type(v) ~= "integer" or v < 1 then
+    graph_error(string.format("step '%s' (%s): %s = \"%s\" is %s in environment '%s'; it must be a positive integer",
+      n.name, n.where, what, ref, type(v) == "string" and string.format("%q", v) or tostring(v), settings.env))
+  end
+  return v
+end
+
+function M.resolve_dist(n, settings)
+  local d = n.dist
+  if not d then return nil end
+  return {
+    framework = d.framework,
+    num_nodes = resolve_count(n, "num_nodes", d.num_nodes, d.num_nodes_ref, settings),
+    processes_per_node = resolve_count(n, "processes_per_node", d.processes_per_node,
+                                       d.processes_per_node_ref, settings),
+    parameter_server_count = d.parameter_server_count,
+    num_nodes_ref = d.num_nodes_ref, processes_per_node_ref = d.processes_per_node_ref,
+  }
 end
 
 -- The plain data the C graph is built from.
-function M.build_graph(nodes)
+function M.build_graph(nodes, dists)
   local specs = {}
   for i, n in ipairs(nodes) do
     specs[i] = { name = n.name, kind = n.kind, inputs = n.inputs, outputs = n.outputs,
-                 tags = n.tags, dist = dist_spec(n) }
+                 tags = n.tags, dist = dists and dists[i] }
   end
   local ok, g = pcall(dag.build, specs, {})
   if not ok then
@@ -253,13 +275,13 @@ function Run:step(i)
 end
 
 -- Every "params:" input and ${params.} reference must exist before anything runs.
-local function check_params(nodes, params)
+local function check_params(nodes, settings)
   for _, n in ipairs(nodes) do
     local function check(key)
-      local ok, v = pcall(params_mod.get, params, key)
-      if not ok or v == nil then
-        graph_error(string.format("step '%s' (%s) reads parameter '%s', which is not defined%s",
-          n.name, n.where, key, util.did_you_mean(key, params_mod.keys(params))))
+      if params_mod.get(settings.params, key) == nil then
+        local near = settings_mod.closest_param(settings, key) or util.closest(key, params_mod.keys(settings.params))
+        graph_error(string.format("step '%s' (%s) reads parameter '%s', which is not defined in environment '%s'%s",
+          n.name, n.where, key, settings.env, near and (" (did you mean '" .. near .. "'?)") or ""))
       end
     end
     for _, io in ipairs(n.inputs) do
@@ -274,20 +296,37 @@ local function check_params(nodes, params)
   end
 end
 
-local run_fields = { jobs = true, keep_going = true, params = true, verbose = true }
+local run_fields = { jobs = true, keep_going = true, params = true, verbose = true, env = true }
+
+-- What the command line chose ({env =, params_spec =, conf =}); flow.run
+-- calls from a driver script start from it.
+M.defaults = {}
+
+-- Everything a run or a listing needs before any step runs: the pipeline's
+-- nodes, the configuration, resolved distribution settings and the graph.
+function M.prepare(p, opts, level)
+  level = (level or 1) + 1
+  if pipeline.is_node(p) then p = pipeline.pipeline({ p }) end
+  if not pipeline.is_pipeline(p) then util.fail(level, "flow.run: expected a pipeline, got %s", type(p)) end
+  util.check_fields(opts, run_fields, "flow.run", level)
+  if opts.params ~= nil and type(opts.params) ~= "table" then
+    util.fail(level, "flow.run: params must be a table")
+  end
+  local settings = settings_mod.load { conf = M.defaults.conf, env = opts.env or M.defaults.env,
+                                       params_spec = M.defaults.params_spec, params = opts.params }
+  local dists = {}
+  for i, n in ipairs(p.nodes) do dists[i] = M.resolve_dist(n, settings) end
+  local g = M.build_graph(p.nodes, dists)
+  check_params(p.nodes, settings)
+  return { nodes = p.nodes, settings = settings, dists = dists, graph = g }
+end
 
 -- flow.run(p, opts) -> result {status =, code =, outputs =, steps =, run_id =}
 -- Graph errors raise {graph_error = message}; step failures are in the result.
 function M.run(p, opts, level)
-  level = (level or 1) + 1
   opts = opts or {}
-  if pipeline.is_node(p) then p = pipeline.pipeline({ p }) end
-  if not pipeline.is_pipeline(p) then util.fail(level, "flow.run: expected a pipeline, got %s", type(p)) end
-  util.check_fields(opts, run_fields, "flow.run", level)
-  local nodes = p.nodes
-  local g = M.build_graph(nodes)
-  local params = opts.params or {}
-  check_params(nodes, params)
+  local plan = M.prepare(p, opts, (level or 1) + 1)
+  local nodes, g, params = plan.nodes, plan.graph, plan.settings.params
 
   local run_id = core.run_id()
   local run_dir = ".flow/runs/" .. run_id
@@ -302,7 +341,7 @@ function M.run(p, opts, level)
                                           function(i) return self:step(i) end)
   core.remove_tree(self.tmp_dir)
   M.runs_started, M.last_code = M.runs_started + 1, code
-  local result = { code = code, run_id = run_id, steps = {}, outputs = {},
+  local result = { code = code, run_id = run_id, steps = {}, outputs = {}, env = plan.settings.env,
                    status = code == 0 and "ok" or code == 130 and "interrupted" or "failed" }
   local consumed = {}
   for i, n in ipairs(nodes) do

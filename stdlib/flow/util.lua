@@ -8,6 +8,16 @@ function M.fail(level, fmt, ...)
   error(string.format(fmt, ...), level + 1)
 end
 
+-- A setup error: the script, its graph or its configuration is wrong and
+-- nothing ran.  Prints as its message; the CLI exits 2 on it.
+local SetupError = { __tostring = function(e) return e.setup_error end }
+function M.setup_error(msg)
+  error(setmetatable({ setup_error = msg }, SetupError), 0)
+end
+function M.is_setup_error(e)
+  return getmetatable(e) == SetupError
+end
+
 -- Levenshtein distance, for "did you mean" hints.
 local function distance(a, b)
   local prev, cur = {}, {}

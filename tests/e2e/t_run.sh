@@ -133,7 +133,7 @@ local p = pipeline{
 flow.run(p, { params = { train = { lr = 1 } } })
 L
     run_flow 2 run
-    contains "$ERR" "step 'uses_param' (pipeline.lua:4) reads parameter 'train.lrr', which is not defined (did you mean 'train.lr'?)"
+    contains "$ERR" "step 'uses_param' (pipeline.lua:4) reads parameter 'train.lrr', which is not defined in environment 'local' (did you mean 'train.lr'?)"
     not_contains "$OUT" "must not run"
 }
 
@@ -167,6 +167,10 @@ L
     run_flow 0 run
     contains "$OUT" "result=100"
     printf 'return pipeline{ node{ func = function() return 5 end, outputs = "raw", name = "load" }, a, b, show }\n' >> pipeline.lua
+    write conf/base/parameters.yml <<'Y'
+a: { k: 2 }
+shared_k: 10
+Y
     sed -i 's/^local r = flow.run/local r = nil and flow.run/' pipeline.lua
     run_flow 0 list
     contains "$OUT" "a.double"
@@ -233,10 +237,13 @@ return pipeline{
         inputs = "model", outputs = "done", name = "check" },
 }
 L
+    write conf/base/parameters.yml <<'Y'
+nodes: 3
+Y
     run_flow 0 list
     contains "$OUT" "train_model"
     contains "$OUT" "training"
-    contains "$OUT" "PyTorch params:nodes nodes x 2 processes"
+    contains "$OUT" "PyTorch 3 nodes x 2 processes"
     run_flow 0 list --format json
     contains "$OUT" '"framework":	"pytorch"'
 }

@@ -1,0 +1,214 @@
+/* l_config.c — module flow.config: the configuration of one environment as a
+ * userdata owning a struct config.  While a config is the active one (set by
+ * the CLI), every engine message goes through its redactor, so a secret from
+ * credentials.yml never reaches the terminal. */
+#include "flowlua.h"
+#include "config.h"
+#include "ui.h"
+#include "util.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+
+#define CONFIG_MT "flow.config"
+
+static struct config **check_config(lua_State *L, int idx)
+{
+    struct config **c = luaL_checkudata(L, idx, CONFIG_MT);
+    if (!*c) luaL_error(L, "the configuration was already freed");
+    return c;
+}
+
+static int raise_message(lua_State *L, const char *msg)
+{
+    lua_pushstring(L, msg);
+    return lua_error(L);
+}
+
+/* load(conf_dir, env) -> config | raises "file:line: reason" */
+static int l_load(lua_State *L)
+{
+    const char *dir = luaL_checkstring(L, 1), *env = luaL_optstring(L, 2, NULL);
+    struct config **ud = lua_newuserdatauv(L, sizeof *ud, 0);
+    *ud = NULL;
+    luaL_setmetatable(L, CONFIG_MT);
+    char err[2048];
+    *ud = config_load(dir, env, err, sizeof err);
+    if (!*ud) return raise_message(L, err);
+    return 1;
+}
+
+static int l_override(lua_State *L)
+{
+    struct config *cfg = *check_config(L, 1);
+    char err[2048];
+    if (config_override_spec(cfg, luaL_checkstring(L, 2), err, sizeof err) != 0)
+        return raise_message(L, err);
+    return 0;
+}
+
+/* cfg:set(dotted_or_nil, value, origin) — a typed override, e.g. from flow.run */
+static int l_set(lua_State *L)
+{
+    struct config *cfg = *check_config(L, 1);
+    const char *dotted = luaL_optstring(L, 2, NULL);
+    const char *origin = luaL_optstring(L, 4, "flow.run");
+    char err[2048];
+    cJSON *value = lua_to_json(L, 3, err, sizeof err);
+    if (!value) return raise_message(L, err);
+    int rc = config_override_value_from(cfg, dotted, value, origin, err, sizeof err);
+    cJSON_Delete(value);
+    if (rc != 0) return raise_message(L, err);
+    return 0;
+}
+
+static int l_resolve(lua_State *L)
+{
+    struct config *cfg = *check_config(L, 1);
+    char err[2048];
+    if (config_resolve(cfg, err, sizeof err) != 0) return raise_message(L, err);
+    return 0;
+}
+
+/* cfg:get(section, dotted) -> value | nil */
+static int l_get(lua_State *L)
+{
+    struct config *cfg = *check_config(L, 1);
+    const cJSON *v = config_get(cfg, luaL_checkstring(L, 2), luaL_optstring(L, 3, NULL));
+    if (!v) lua_pushnil(L);
+    else json_to_lua(L, v);
+    return 1;
+}
+
+static int push_owned(lua_State *L, char *s)
+{
+    if (!s) lua_pushnil(L);
+    else lua_pushstring(L, s);
+    free(s);
+    return 1;
+}
+
+static int l_origin(lua_State *L)
+{
+    struct config *cfg = *check_config(L, 1);
+    const char *o = config_origin(cfg, luaL_checkstring(L, 2), luaL_checkstring(L, 3));
+    if (o) lua_pushstring(L, o);
+    else lua_pushnil(L);
+    return 1;
+}
+
+static int l_explain(lua_State *L)
+{
+    struct config *cfg = *check_config(L, 1);
+    return push_owned(L, config_explain(cfg, luaL_checkstring(L, 2), luaL_checkstring(L, 3)));
+}
+
+/* cfg:dump(section_or_nil, dotted_or_nil, mask) -> YAML text | nil */
+static int l_dump(lua_State *L)
+{
+    struct config *cfg = *check_config(L, 1);
+    return push_owned(L, config_dump_yaml(cfg, luaL_optstring(L, 2, NULL), luaL_optstring(L, 3, NULL),
+                                          lua_isnone(L, 4) || lua_toboolean(L, 4)));
+}
+
+static int l_redact(lua_State *L)
+{
+    struct config *cfg = *check_config(L, 1);
+    return push_owned(L, config_redact(cfg, luaL_checkstring(L, 2)));
+}
+
+static int l_closest(lua_State *L)
+{
+    struct config *cfg = *check_config(L, 1);
+    return push_owned(L, config_closest_key(cfg, luaL_checkstring(L, 2), luaL_checkstring(L, 3)));
+}
+
+static int l_env(lua_State *L)
+{
+    lua_pushstring(L, config_env(*check_config(L, 1)));
+    return 1;
+}
+
+static int l_warnings(lua_State *L)
+{
+    size_t n;
+    const char *const *w = config_warnings(*check_config(L, 1), &n);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushstring(L, w[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    return 1;
+}
+
+static char *redact_with(void *ctx, const char *text)
+{
+    return config_redact(ctx, text);
+}
+
+/* cfg:activate() — route every engine message through this config's redactor. */
+static int l_activate(lua_State *L)
+{
+    struct config *cfg = *check_config(L, 1);
+    ui_set_redactor(redact_with, cfg);
+    lua_pushvalue(L, 1);                      /* keep it alive while active */
+    lua_setfield(L, LUA_REGISTRYINDEX, "flow.config.active");
+    return 0;
+}
+
+static int l_gc(lua_State *L)
+{
+    struct config **c = luaL_checkudata(L, 1, CONFIG_MT);
+    if (*c && ui_redactor_ctx() == *c) ui_set_redactor(NULL, NULL);
+    config_free(*c);
+    *c = NULL;
+    return 0;
+}
+
+/* list_envs(conf_dir) -> {"local", "prod", ...} */
+static int l_list_envs(lua_State *L)
+{
+    size_t n;
+    char **envs = config_list_envs(luaL_checkstring(L, 1), &n);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; envs && i < n; i++) {
+        lua_pushstring(L, envs[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    config_list_free(envs);
+    return 1;
+}
+
+static const luaL_Reg config_methods[] = {
+    { "override", l_override },
+    { "set", l_set },
+    { "resolve", l_resolve },
+    { "get", l_get },
+    { "origin", l_origin },
+    { "explain", l_explain },
+    { "dump", l_dump },
+    { "redact", l_redact },
+    { "closest", l_closest },
+    { "env", l_env },
+    { "warnings", l_warnings },
+    { "activate", l_activate },
+    { NULL, NULL }
+};
+
+static const luaL_Reg config_funcs[] = {
+    { "load", l_load },
+    { "list_envs", l_list_envs },
+    { NULL, NULL }
+};
+
+int luaopen_flow_config(lua_State *L)
+{
+    luaL_newmetatable(L, CONFIG_MT);
+    luaL_newlib(L, config_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, l_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+    luaL_newlib(L, config_funcs);
+    return 1;
+}

@@ -1,0 +1,66 @@
+-- flow.settings: the configuration a run uses — conf/base + conf/<env>,
+-- --params overrides, interpolation — loaded through the C module flow.config.
+local core = require("flow.core")
+local config = require("flow.config")
+local util = require("flow.util")
+
+local M = {}
+
+-- A configuration problem: nothing ran.  The CLI exits 2 on it.
+function M.fail(fmt, ...)
+  util.setup_error(string.format(fmt, ...))
+end
+
+-- The environment to use: explicit (--env, flow.run{env=}), then FLOW_ENV,
+-- then "local".  Returns the name and whether someone asked for it.
+local function pick_env(env)
+  if env then return env, true end
+  local from_env = os.getenv("FLOW_ENV")
+  if from_env and from_env ~= "" then return from_env, true end
+  return "local", false
+end
+
+-- load{conf =, env =, params_spec =, params =} -> settings
+-- settings = { env =, cfg = (userdata or nil), params = (table) }
+function M.load(opts)
+  local conf = opts.conf or "conf"
+  local env, explicit = pick_env(opts.env)
+  local kind = core.exists(conf)
+  if kind ~= "directory" then
+    if opts.conf then M.fail("--conf %s: no such directory", conf) end
+    if explicit and env ~= "local" then
+      M.fail("environment '%s' needs a conf/%s directory, and there is no conf/ directory in %s",
+             env, env, core.cwd())
+    end
+    if not (opts.params_spec or opts.params) then return { env = env, params = {} } end
+  end
+  -- Which overlay to load: none when there are no files (overrides still
+  -- apply) or when the default environment has no directory (conf/local is
+  -- often absent); an environment someone asked for must exist.
+  local overlay = env
+  if kind ~= "directory" or (not explicit and core.exists(conf .. "/" .. env) ~= "directory") then
+    overlay = "base"
+  end
+  local ok, cfg = pcall(config.load, kind == "directory" and conf or "/nonexistent/flow-conf", overlay)
+  if not ok then M.fail("%s", tostring(cfg)) end
+  for _, w in ipairs(cfg:warnings()) do core.ui_warn(w) end
+  if opts.params_spec then
+    local okp, err = pcall(cfg.override, cfg, opts.params_spec)
+    if not okp then M.fail("--params: %s", tostring(err)) end
+  end
+  if opts.params then
+    local okp, err = pcall(cfg.set, cfg, nil, opts.params, "flow.run")
+    if not okp then M.fail("flow.run params: %s", tostring(err)) end
+  end
+  cfg:activate()                   -- from here on, engine messages mask its secrets
+  local okr, err = pcall(cfg.resolve, cfg)
+  if not okr then M.fail("%s", tostring(err)) end
+  return { env = env, cfg = cfg, params = cfg:get("parameters") or {} }
+end
+
+-- Closest existing parameter key, for "did you mean".
+function M.closest_param(settings, key)
+  if settings.cfg then return settings.cfg:closest("parameters", key) end
+end
+
+return M
