@@ -1,7 +1,7 @@
 -- examples/pytorch_ddp: a split step in Lua and a distributed PyTorch training
 -- step.  A plain local run trains once (as kedro-azureml does); the same step
 -- goes to Azure ML as a multi-node job in an environment that enables it.
---   flow run          flow list
+--   flow run          flow list          flow list --env prod
 local flow = require("flow")
 
 -- Synthetic data: y = 3*x1 - 2*x2 + 0.5, with a little deterministic noise.
@@ -14,16 +14,18 @@ local function make_rows(n)
   return rows
 end
 
-local function split(rows)
-  local n = math.floor(#rows * 0.8)
+local function split(rows, fraction)
+  local n = math.floor(#rows * fraction)
   return { table.unpack(rows, 1, n) }, { table.unpack(rows, n + 1) }
 end
 
--- The training step, annotated as on the original design card.
-local python = os.getenv("FLOW_PYTHON") or "python3"
-local train = distributed_job<framework = "pytorch", nodes = 2, processes_per_node = 1>(
-  flow.command{ python, "src/train.py", "--data", "${inputs.train_set}",
-                "--epochs", "30", "--model-dir", "${outputs.model}" })
+-- The training step, annotated as on the original design card.  Its node
+-- count comes from the environment: 1 in conf/base, 4 in conf/prod.
+local train = distributed_job<framework = "pytorch", nodes = "params:num_training_nodes",
+                              processes_per_node = "params:processes_per_node">(
+  flow.command{ "${params.python}", "src/train.py", "--data", "${inputs.train_set}",
+                "--epochs", "${params.epochs}", "--lr", "${params.learning_rate}",
+                "--model-dir", "${outputs.model}" })
 
 local function report(model_dir)
   local f = assert(io.open(model_dir .. "/metrics.json"))
@@ -34,8 +36,8 @@ local function report(model_dir)
 end
 
 return pipeline{
-  node{ func = function() return make_rows(400) end, outputs = "raw_rows", name = "make_data" },
-  node{ func = split, inputs = "raw_rows", outputs = { "train_set", "test_set" } },
+  node{ func = make_rows, inputs = "params:rows", outputs = "raw_rows", name = "make_data" },
+  node{ func = split, inputs = { "raw_rows", "params:train_fraction" }, outputs = { "train_set", "test_set" } },
   node{ func = train, inputs = "train_set", outputs = "model", name = "train_model", tags = { "training" } },
   node{ func = report, inputs = "model", outputs = "report" },
 }

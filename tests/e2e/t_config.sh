@@ -1,0 +1,224 @@
+# t_config.sh — parameters per environment: conf/base + conf/<env>, --params,
+# interpolation, flow config / --explain, credentials never shown.
+
+project() {
+    write conf/base/parameters.yml <<'Y'
+model:
+  lr: 0.01
+  layers: [64, 32]
+  name: base-model
+epochs: 10
+num_training_nodes: 1
+data_root: "s3://${globals:bucket}/data"
+Y
+    write conf/base/globals.yml <<'Y'
+bucket: shared-bucket
+Y
+    write conf/local/parameters.yml <<'Y'
+epochs: 2
+Y
+    write conf/prod/parameters.yml <<'Y'
+model:
+  lr: 0.001
+  layers: [256]
+num_training_nodes: 4
+Y
+    write conf/local/credentials.yml <<'Y'
+azure_sp:
+  client_secret: "s3cr3t-VALUE-123"
+Y
+    write pipeline.lua <<'L'
+local flow = require("flow")
+local train = distributed_job{ framework = "pytorch", num_nodes = "params:num_training_nodes" }(
+  function(model, epochs, root)
+    print(string.format("lr=%s layers=%d name=%s epochs=%s root=%s", model.lr, #model.layers,
+                        model.name, epochs, root))
+    return 1
+  end)
+return pipeline{
+  node{ func = train, inputs = { "params:model", "params:epochs", "params:data_root" }, outputs = "m",
+        name = "train" },
+  node{ command = { "echo", "cmd epochs=${params.epochs} lr=${params.model.lr}" }, name = "cmd" },
+}
+L
+}
+
+test_default_env_is_local() {
+    project
+    run_flow 0 run -v
+    contains "$OUT" "lr=0.01 layers=2 name=base-model epochs=2 root=s3://shared-bucket/data"
+    contains "$ERR" "cmd epochs=2 lr=0.01"
+}
+
+test_prod_overlay_merges_deeply() {
+    project
+    run_flow 0 run --env prod
+    # prod replaces lr and the list, keeps the name from base, and has no local overlay
+    contains "$OUT" "lr=0.001 layers=1 name=base-model epochs=10"
+}
+
+test_flow_env_variable() {
+    project
+    FLOW_ENV=prod run_flow 0 run
+    contains "$OUT" "lr=0.001"
+    FLOW_ENV=prod run_flow 0 run --env local     # --env wins
+    contains "$OUT" "lr=0.01"
+}
+
+test_params_override_with_types() {
+    project
+    run_flow 0 run --env prod --params 'model.lr=0.5,epochs=7,model.name="quoted, name"'
+    contains "$OUT" "lr=0.5 layers=1 name=quoted, name epochs=7"
+    run_flow 0 config --params 'x.flag=true,z=null,w=[1,2],v=1e3,s=007x'
+    contains "$OUT" "flag: true"
+    contains "$OUT" "z: null"
+    contains "$OUT" "v: 1000"
+}
+
+test_num_nodes_resolved_per_env() {
+    project
+    run_flow 0 list
+    contains "$OUT" "PyTorch 1 node x 1 process"
+    run_flow 0 list --env prod
+    contains "$OUT" "PyTorch 4 nodes x 1 process"
+    run_flow 2 list --params num_training_nodes=0
+    contains "$ERR" "num_nodes = \"params:num_training_nodes\" is 0 in environment 'local'; it must be a positive integer"
+    run_flow 2 list --params num_training_nodes=two
+    contains "$ERR" "is \"two\" in environment 'local'"
+}
+
+test_unknown_env_lists_existing() {
+    project
+    run_flow 2 run --env staging
+    contains "$ERR" "staging"
+    contains "$ERR" "local"
+    contains "$ERR" "prod"
+}
+
+test_missing_parameter_names_step_and_closest_key() {
+    project
+    sed -i 's/"params:epochs"/"params:epoch"/' pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "step 'train'"
+    contains "$ERR" "reads parameter 'epoch'"
+    contains "$ERR" "did you mean 'epochs'?"
+}
+
+test_yaml_error_has_file_line_column() {
+    project
+    write conf/prod/parameters.yml <<'Y'
+model:
+  lr: 0.1
+   layers: [1
+Y
+    run_flow 2 run --env prod
+    contains "$ERR" "conf/prod/parameters.yml:3:"
+    not_contains "$OUT" "lr="
+}
+
+test_duplicate_key_in_one_env_names_both_files() {
+    project
+    write conf/base/parameters_extra.yml <<'Y'
+epochs: 3
+Y
+    run_flow 2 run
+    contains "$ERR" "parameters.yml"
+    contains "$ERR" "parameters_extra.yml"
+}
+
+test_env_interpolation() {
+    project
+    write conf/base/parameters.yml <<'Y'
+home: "${env:FLOW_TEST_HOME}/x"
+fallback: ${env:FLOW_TEST_UNSET_VAR,dflt}
+epochs: 1
+model: { lr: 1, layers: [1], name: n }
+num_training_nodes: 1
+data_root: r
+Y
+    FLOW_TEST_HOME=/h run_flow 0 config
+    contains "$OUT" "home: /h/x"
+    contains "$OUT" "fallback: dflt"
+    run_flow 2 config
+    contains "$ERR" "FLOW_TEST_HOME"
+    contains "$ERR" "conf/base/parameters.yml:1"
+}
+
+test_config_dump_and_key() {
+    project
+    run_flow 0 config --env prod
+    contains "$OUT" "lr: 0.001"
+    contains "$OUT" "bucket: shared-bucket"
+    run_flow 0 config model.layers --env prod
+    contains "$OUT" "256"
+    not_contains "$OUT" "lr:"
+    run_flow 2 config model.lrr
+    contains "$ERR" "did you mean 'model.lr'?"
+}
+
+test_config_explain() {
+    project
+    run_flow 0 config --env prod --explain model.lr
+    contains "$OUT" "conf/base/parameters.yml:2"
+    contains "$OUT" "conf/prod/parameters.yml:2"
+    run_flow 0 config --env prod --params model.lr=9 --explain model.lr
+    contains "$OUT" "--params"
+}
+
+test_credentials_masked_in_config() {
+    project
+    run_flow 0 config
+    contains "$OUT" "client_secret"
+    not_contains "$OUT" "s3cr3t-VALUE-123"
+    run_flow 0 config credentials.azure_sp.client_secret
+    not_contains "$OUT" "s3cr3t-VALUE-123"
+}
+
+test_secret_never_in_error_messages() {
+    project
+    # A step whose error message would carry the secret: it is masked.
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() error("login failed with s3cr3t-VALUE-123") end,
+                       outputs = "x", name = "login" } }
+L
+    run_flow 1 run
+    contains "$ERR" "login failed with ***"
+    not_contains "$ERR" "s3cr3t-VALUE-123"
+    # A command failing with the secret on its stderr: the tail shown is masked too.
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = { "sh", "-c", "echo token=s3cr3t-VALUE-123 >&2; exit 1" }, name = "leaky" } }
+L
+    run_flow 1 run
+    not_contains "$ERR" "s3cr3t-VALUE-123"
+}
+
+test_conf_dir_option() {
+    project
+    mv conf settings
+    run_flow 0 run --conf settings --env prod
+    contains "$OUT" "lr=0.001"
+    run_flow 2 run --conf nowhere
+    contains "$ERR" "--conf nowhere: no such directory"
+}
+
+test_flow_run_params_from_lua() {
+    project
+    write driver.lua <<'L'
+local flow = require("flow")
+local p = pipeline{ node{ func = function(lr, e) print("lr=" .. lr .. " epochs=" .. e) return 1 end,
+                          inputs = { "params:model.lr", "params:epochs" }, outputs = "x", name = "show" } }
+flow.run(p, { params = { model = { lr = 0.3 } } })
+flow.run(p, { env = "prod" })
+L
+    run_flow 0 run driver.lua
+    contains "$OUT" "lr=0.3 epochs=2"
+    contains "$OUT" "lr=0.001 epochs=10"
+}
+
+test_pytorch_example_lists_four_nodes_in_prod() {
+    cp -r "$FLOW_ROOT/examples/pytorch_ddp" ex
+    run_flow 0 list ex
+    contains "$OUT" "PyTorch 1 node x 2 processes"
+    run_flow 0 list ex --env prod
+    contains "$OUT" "PyTorch 4 nodes x 2 processes"
+}
