@@ -1,6 +1,7 @@
 /* dag.c — graph construction, validation with messages a user can act on,
  * and Kahn's algorithm with a min-heap so that ready steps keep declaration order. */
 #include "dag.h"
+#include "heap.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -220,34 +221,6 @@ static void build_edges(struct dag *dag)
     free(caps);
 }
 
-/* A binary min-heap of step indices: the earliest-declared ready step first. */
-struct heap { size_t *a, n; };
-
-static void heap_push(struct heap *h, size_t v)
-{
-    size_t i = h->n++;
-    while (i > 0 && h->a[(i - 1) / 2] > v) {
-        h->a[i] = h->a[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->a[i] = v;
-}
-
-static size_t heap_pop(struct heap *h)
-{
-    size_t top = h->a[0], last = h->a[--h->n], i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && h->a[c + 1] < h->a[c]) c++;
-        if (h->a[c] >= last) break;
-        h->a[i] = h->a[c];
-        i = c;
-    }
-    if (h->n) h->a[i] = last;
-    return top;
-}
-
 /* Walk dependencies among the unordered steps until one repeats: that is a cycle.
  * Report it in data-flow order: "a -> b -> c -> a". */
 static void describe_cycle(const struct dag *dag, const size_t *pending, char *err, size_t errlen)
@@ -279,7 +252,7 @@ static void describe_cycle(const struct dag *dag, const size_t *pending, char *e
 static int topo_sort(struct dag *dag, char *err, size_t errlen)
 {
     size_t *pending = xmalloc((dag->n_steps + 1) * sizeof *pending);
-    struct heap h = { xmalloc((dag->n_steps + 1) * sizeof(size_t)), 0 };
+    struct index_heap h = { xmalloc((dag->n_steps + 1) * sizeof(size_t)), 0 };
     dag->order = xmalloc((dag->n_steps + 1) * sizeof *dag->order);
     for (size_t i = 0; i < dag->n_steps; i++) {
         pending[i] = dag->steps[i].n_deps;

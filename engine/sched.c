@@ -1,6 +1,7 @@
 /* sched.c — see sched.h.  The loop wakes for process exits and timers; after
  * every wake-up, ready steps are started until `jobs` are running. */
 #include "sched.h"
+#include "heap.h"
 #include "util.h"
 
 #include <signal.h>
@@ -17,8 +18,8 @@ struct sched {
     enum step_state *state;
     size_t *pending;               /* unfinished upstream steps */
     double *started, *finished;
-    size_t *ready;                 /* min-heap of step indices */
-    size_t n_ready, running;
+    struct index_heap ready;       /* ready steps, earliest declared first */
+    size_t running;
     bool stopping, interrupted, failed;
     int interrupts_seen;
     unsigned long kill_timer;
@@ -26,28 +27,8 @@ struct sched {
 
 static void ready_push(struct sched *s, size_t v)
 {
-    size_t i = s->n_ready++;
-    while (i > 0 && s->ready[(i - 1) / 2] > v) {
-        s->ready[i] = s->ready[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    s->ready[i] = v;
+    heap_push(&s->ready, v);
     s->state[v] = STEP_READY;
-}
-
-static size_t ready_pop(struct sched *s)
-{
-    size_t top = s->ready[0], last = s->ready[--s->n_ready], i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= s->n_ready) break;
-        if (c + 1 < s->n_ready && s->ready[c + 1] < s->ready[c]) c++;
-        if (s->ready[c] >= last) break;
-        s->ready[i] = s->ready[c];
-        i = c;
-    }
-    if (s->n_ready) s->ready[i] = last;
-    return top;
 }
 
 struct sched *sched_new(const struct dag *dag, struct loop *loop, const struct sched_options *opt,
@@ -65,7 +46,7 @@ struct sched *sched_new(const struct dag *dag, struct loop *loop, const struct s
     s->pending = xcalloc(n, sizeof *s->pending);
     s->started = xcalloc(n, sizeof *s->started);
     s->finished = xcalloc(n, sizeof *s->finished);
-    s->ready = xcalloc(n, sizeof *s->ready);
+    s->ready.a = xcalloc(n, sizeof *s->ready.a);
     return s;
 }
 
@@ -76,7 +57,7 @@ void sched_free(struct sched *s)
     free(s->pending);
     free(s->started);
     free(s->finished);
-    free(s->ready);
+    free(s->ready.a);
     free(s);
 }
 
@@ -187,14 +168,14 @@ int sched_run(struct sched *s)
     seed_ready(s);
     for (;;) {
         handle_interrupts(s);
-        while (!s->stopping && s->n_ready && s->running < (size_t)s->opt.jobs)
-            start_step(s, ready_pop(s));
+        while (!s->stopping && s->ready.n && s->running < (size_t)s->opt.jobs)
+            start_step(s, heap_pop(&s->ready));
         if (!s->running) break;
         loop_run_once(s->loop, -1);
     }
     handle_interrupts(s);        /* a signal that made the last step fail */
     if (s->kill_timer) loop_cancel_timer(s->loop, s->kill_timer);
-    while (s->n_ready) s->state[ready_pop(s)] = STEP_NOT_RUN;
+    while (s->ready.n) s->state[heap_pop(&s->ready)] = STEP_NOT_RUN;
     for (size_t i = 0; i < s->dag->n_steps; i++)
         if (s->state[i] == STEP_WAITING) s->state[i] = STEP_NOT_RUN;
     if (s->interrupted) return 130;
