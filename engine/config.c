@@ -129,7 +129,8 @@ static int ptrmap_grow(struct cfg_ptrmap *m)
             bigger.keys[j] = m->keys[i], bigger.vals[j] = m->vals[i];
         }
     bigger.n = m->n;
-    cfg_ptrmap_free(m);
+    free(m->keys);
+    free(m->vals);
     *m = bigger;
     return 0;
 }
@@ -301,14 +302,14 @@ static void path_truncate(struct cfg_buf *path, size_t len)
     }
 }
 
-/* "parameters\x1fmodel\x1flr" -> "model.lr" */
+/* "parameters\x1fmodel\x1flr" -> "model.lr", appended to out */
 void cfg_path_display(const char *path, struct cfg_buf *out)
 {
     const char *p = strchr(path, CFG_SEP);
     cfg_buf_add(out, "", 0);
-    for (; p; p = strchr(p + 1, CFG_SEP)) {
+    for (int first = 1; p; p = strchr(p + 1, CFG_SEP), first = 0) {
         const char *end = strchr(p + 1, CFG_SEP);
-        if (out->len)
+        if (!first)
             cfg_buf_add(out, ".", 1);
         cfg_buf_add(out, p + 1, end ? (size_t)(end - p - 1) : strlen(p + 1));
     }
@@ -500,8 +501,10 @@ static char *value_text(const cJSON *n, int secret, size_t max)
     char num[40];
     if (cJSON_IsObject(n))
         cfg_buf_puts(&b, n->child ? "{mapping}" : "{}");
+    else if (cJSON_IsArray(n) && !n->child)
+        cfg_buf_puts(&b, "[]");
     else if (cJSON_IsArray(n))
-        cfg_buf_printf(&b, n->child ? "[list of %d]" : "[]", cJSON_GetArraySize(n));
+        cfg_buf_printf(&b, "[list of %d]", cJSON_GetArraySize(n));
     else if (secret && (cJSON_IsString(n) || cJSON_IsNumber(n)))
         cfg_buf_puts(&b, "***");
     else if (cJSON_IsString(n)) {
@@ -691,8 +694,17 @@ static char *join(const char *a, const char *b)
     return asprintf(&s, "%s/%s", a, b) < 0 ? NULL : s;
 }
 
-/* Collects config files under envdir/rel.  At the top, the file-name prefix picks the
- * section; inside a directory named like a section (parameters/, catalog_extra/) every
+static void warn_unmatched(struct config *cfg, const char *full)
+{
+    char *msg = NULL;
+    if (asprintf(&msg, "%s: ignored: config file names start with parameters, catalog, azureml, "
+                 "credentials, globals or flow", full) < 0)
+        msg = NULL;
+    add_warning(cfg, msg);
+}
+
+/* Collects config files under envdir/rel.  A file's name prefix picks its section, except
+ * inside a directory named like a section (parameters/, catalog_extra/), where every
  * config file belongs to that section, recursively. */
 static int scan_dir(struct config *cfg, const char *envdir, const char *rel, int section, int depth,
                     struct cfg_files *out, char *err, size_t errlen)
@@ -717,17 +729,13 @@ static int scan_dir(struct config *cfg, const char *envdir, const char *rel, int
             rc = oom(err, errlen);
         else if (stat(full, &st) != 0)
             ;                          /* a dangling link is not config */
-        else if (S_ISDIR(st.st_mode) && sec >= 0 && depth < CFG_MAX_DIR_DEPTH)
+        else if (S_ISDIR(st.st_mode) && depth < CFG_MAX_DIR_DEPTH)
             rc = scan_dir(cfg, envdir, child_rel, sec, depth + 1, out, err, errlen);
         else if (S_ISREG(st.st_mode) && config_ext(de->d_name) && sec >= 0) {
             rc = add_file(out, child_rel, sec) < 0 ? oom(err, errlen) : 0;
             child_rel = NULL;
-        } else if (S_ISREG(st.st_mode) && config_ext(de->d_name)) {
-            char *msg = NULL;
-            if (asprintf(&msg, "%s: ignored: config file names start with parameters, catalog, "
-                         "azureml, credentials, globals or flow", full) < 0)
-                msg = NULL;
-            add_warning(cfg, msg);
+        } else if (S_ISREG(st.st_mode) && config_ext(de->d_name) && depth == 0) {
+            warn_unmatched(cfg, full);
         }
         free(child_rel);
         free(full);
@@ -816,7 +824,7 @@ static int load_env(struct config *cfg, const char *envname, enum cfg_layer laye
         return 0;
     }
     rc = scan_dir(cfg, envdir, NULL, -1, 0, &files, err, errlen);
-    if (rc == 0)
+    if (rc == 0 && files.n > 1)
         qsort(files.v, files.n, sizeof *files.v, file_cmp);
     for (size_t i = 0; rc == 0 && i < files.n; i++)
         rc = load_file(cfg, envdir, envname, &files.v[i], layer, err, errlen);
@@ -845,6 +853,8 @@ char **config_list_envs(const char *conf_dir, size_t *n)
 {
     size_t count = 0, cap = 8;
     char **v = calloc(cap, sizeof *v);
+    if (n)
+        *n = 0;
     DIR *d = v && conf_dir ? opendir(conf_dir) : NULL;
     struct dirent *de;
     while (d && (de = readdir(d)) != NULL) {
@@ -881,27 +891,30 @@ void config_list_free(char **list)
     free(list);
 }
 
+/* Edit distance counting a swap of neighbours as one edit ("prdo" is one away from
+ * "prod"): the optimal-string-alignment variant of Damerau-Levenshtein. */
 static size_t edit_distance(const char *a, const char *b)
 {
-    size_t n = strlen(a), m = strlen(b), row[257];
+    size_t n = strlen(a), m = strlen(b), rows[3][257];
     if (n > 256 || m > 256)
         return SIZE_MAX;
     for (size_t j = 0; j <= m; j++)
-        row[j] = j;
+        rows[0][j] = j;
     for (size_t i = 1; i <= n; i++) {
-        size_t diag = row[0];
-        row[0] = i;
+        size_t *cur = rows[i % 3], *prev = rows[(i - 1) % 3], *prev2 = rows[(i + 1) % 3];
+        cur[0] = i;
         for (size_t j = 1; j <= m; j++) {
-            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best)
-                best = up + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
+            size_t best = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            if (prev[j] + 1 < best)
+                best = prev[j] + 1;
+            if (cur[j - 1] + 1 < best)
+                best = cur[j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && prev2[j - 2] + 1 < best)
+                best = prev2[j - 2] + 1;
+            cur[j] = best;
         }
     }
-    return row[m];
+    return rows[n % 3][m];
 }
 
 static int close_enough(const char *query, size_t d)
@@ -1109,9 +1122,12 @@ char *config_closest_key(const struct config *cfg, const char *section, const ch
 
 /* ---- explain ------------------------------------------------------------------------ */
 
+/* Mappings from several files merge, so no single one "wins"; anything else is replaced
+ * wholesale by the last one. */
 static void explain_records(const struct config *cfg, struct cfg_buf *b,
-                            const struct cfg_origin_entry *e, int mapping)
+                            const struct cfg_origin_entry *e)
 {
+    int mapping = e->n > 1 && strcmp(e->v[e->n - 1].text, "{mapping}") == 0;
     int width = 0;
     for (size_t i = 0; i < e->n; i++) {
         int w = (int)strlen(e->v[i].where);
@@ -1153,7 +1169,9 @@ char *config_explain(const struct config *cfg, const char *section, const char *
             cfg_buf_printf(&b, "  set as part of '%s':\n", shown.s ? shown.s : "");
         }
         if (e)
-            explain_records(cfg, &b, e, cJSON_IsObject(node) && strcmp(e->path, path.s) == 0);
+            explain_records(cfg, &b, e);
+        else if (!strchr(path.s, CFG_SEP))
+            cfg_buf_puts(&b, "  (explain a key, such as 'model.lr', to see where it was set)\n");
         else
             cfg_buf_puts(&b, "  (no file sets it)\n");
     }

@@ -71,16 +71,24 @@ static int override_set(struct config *cfg, const char *dotted, cJSON *value, co
         cfg_errorf(cfg, err, errlen, "%s: invalid parameter name '%s'", origin, rest);
         goto done;
     }
+    size_t segments = 1;
+    for (const char *p = rest; *p; p++)
+        segments += *p == '.';
+    if (segments + cfg_tree_depth(value) > CFG_MAX_DEPTH) {
+        cfg_errorf(cfg, err, errlen, "%s: parameter '%.40s...' nests deeper than %d levels", origin,
+                   rest, CFG_MAX_DEPTH);
+        goto done;
+    }
     /* walk the keys that exist (the longest match wins: keys may contain dots) */
     while ((child = cfg_match_key(node, rest, &keylen)) != NULL && rest[keylen] == '.') {
+        cfg_path_push(&path, child->string);
         if (!cJSON_IsObject(child)) {
-            const char *where = cfg_path_where(cfg, path.s);
+            const char *where = path.failed ? NULL : cfg_path_where(cfg, path.s);
             cfg_errorf(cfg, err, errlen, "%s: cannot set parameter '%s': '%.*s' is %s (set at %s), "
                        "not a mapping", origin, dotted, (int)(rest - dotted + keylen), dotted,
                        type_name(child), where ? where : "?");
             goto done;
         }
-        cfg_path_push(&path, child->string);
         node = child;
         rest += keylen + 1;
     }

@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,20 @@ static double digits_value(const char *s, size_t n, int base)
     return v;
 }
 
+/* strtod on a slice, so decimal text rounds exactly as C reads it */
+static int slice_to_double(const char *s, size_t n, double *out)
+{
+    char tmp[64], *copy = n < sizeof tmp ? tmp : malloc(n + 1);
+    if (!copy)
+        return 0;
+    memcpy(copy, s, n);
+    copy[n] = '\0';
+    *out = strtod(copy, NULL);
+    if (copy != tmp)
+        free(copy);
+    return 1;
+}
+
 /* YAML 1.2 core schema ints: [-+]?[0-9]+ | 0o[0-7]+ | 0x[0-9a-fA-F]+ */
 static int parse_int(const char *s, size_t n, double *out)
 {
@@ -77,10 +92,7 @@ static int parse_int(const char *s, size_t n, double *out)
         return 1;
     }
     size_t i = (n > 0 && (s[0] == '-' || s[0] == '+'));
-    if (!all_digits(s + i, n - i, "0123456789"))
-        return 0;
-    *out = digits_value(s + i, n - i, 10) * (s[0] == '-' ? -1 : 1);
-    return 1;
+    return all_digits(s + i, n - i, "0123456789") && slice_to_double(s, n, out);
 }
 
 /* [-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)? and the .inf/.nan spellings */
@@ -112,17 +124,7 @@ static int parse_float(const char *s, size_t n, double *out)
         if (!exp_digits)
             return 0;
     }
-    if (j != n)
-        return 0;
-    char tmp[64], *copy = n < sizeof tmp ? tmp : malloc(n + 1);
-    if (!copy)
-        return 0;
-    memcpy(copy, s, n);
-    copy[n] = '\0';
-    *out = strtod(copy, NULL);
-    if (copy != tmp)
-        free(copy);
-    return 1;
+    return j == n && slice_to_double(s, n, out);
 }
 
 static int word_in(const char *s, size_t n, const char *const *words)
@@ -164,7 +166,7 @@ static int needs_quotes(const char *s)
     static const char *const yaml11[] = {"yes", "Yes", "YES", "no", "No", "NO", "on", "On",
                                          "ON", "off", "Off", "OFF", "y", "Y", "n", "N", NULL};
     size_t n = strlen(s);
-    if (n == 0 || word_in(s, n, yaml11))
+    if (n == 0 || word_in(s, n, yaml11) || strcmp(s, "<<") == 0)
         return 1;
     cJSON *v = cfg_scalar_infer(s, n, 1);
     int quote = !v || !cJSON_IsString(v);
@@ -193,15 +195,20 @@ struct yload {
     size_t nanchors, capanchors;
     cJSON *root;
     size_t nodes;
-    int docs, root_seen;
+    int docs;
     char *err;
     size_t errlen;
 };
 
-static int yfail(struct yload *y, const yaml_mark_t *m, const char *fmt, const char *arg)
+static int yfail(struct yload *y, const yaml_mark_t *m, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int yfail(struct yload *y, const yaml_mark_t *m, const char *fmt, ...)
 {
     char msg[256];
-    snprintf(msg, sizeof msg, fmt, arg ? arg : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
     snprintf(y->err, y->errlen, "%s:%zu:%zu: %s", y->file, m->line + 1, m->column + 1, msg);
     return -1;
 }
@@ -309,14 +316,13 @@ static int yattach(struct yload *y, cJSON *node, const yaml_mark_t *m)
 {
     int line = (int)m->line + 1;
     if (y->depth == 0) {
-        y->root_seen = 1;
         if (cJSON_IsNull(node)) {
             cJSON_Delete(node);
             return 1;
         }
         if (!cJSON_IsObject(node)) {
             cJSON_Delete(node);
-            return yfail(y, m, "the top level of a config file must be a mapping (key: value)", NULL);
+            return yfail(y, m, "the top level of a config file must be a mapping (key: value)");
         }
         y->root = node;
     } else {
@@ -347,7 +353,7 @@ static int ycount(struct yload *y, size_t n, const yaml_mark_t *m)
 {
     y->nodes += n;
     if (y->nodes > CFG_MAX_NODES)
-        return yfail(y, m, "too many values (aliases expand to more than %s)", "2000000");
+        return yfail(y, m, "too many values (aliases expand to more than %d)", CFG_MAX_NODES);
     return 0;
 }
 
@@ -364,7 +370,7 @@ static int ykey(struct yload *y, const yaml_event_t *ev)
     } else if (ev->type == YAML_ALIAS_EVENT) {
         struct yanchor *a = yfind_anchor(y, (const char *)ev->data.alias.anchor);
         if (!a || cJSON_IsObject(a->node) || cJSON_IsArray(a->node))
-            return yfail(y, m, "an alias used as a key must name a scalar", NULL);
+            return yfail(y, m, "an alias used as a key must name a scalar");
         char num[40];
         const char *text = cJSON_IsString(a->node) ? a->node->valuestring
                          : cJSON_IsNumber(a->node) ? cfg_format_number(a->node->valuedouble, num)
@@ -372,7 +378,7 @@ static int ykey(struct yload *y, const yaml_event_t *ev)
         key = cfg_key_dup(text, strlen(text));
         f->merge_key = 0;
     } else {
-        return yfail(y, m, "mapping keys must be plain scalars, not lists or mappings", NULL);
+        return yfail(y, m, "mapping keys must be scalars, not lists or mappings");
     }
     if (!key)
         return -1;
@@ -386,7 +392,7 @@ static int ypush(struct yload *y, cJSON *node, const yaml_event_t *ev, const yam
 {
     if (y->depth >= CFG_MAX_DEPTH) {
         cJSON_Delete(node);
-        return yfail(y, &ev->start_mark, "nesting deeper than %s levels", "100");
+        return yfail(y, &ev->start_mark, "nesting deeper than %d levels", CFG_MAX_DEPTH);
     }
     int rc = yattach(y, node, &ev->start_mark);
     if (rc != 0)
@@ -438,7 +444,7 @@ static int check_dup_keys(const cJSON *obj, const char *file, const struct cfg_p
 static int ymerge_from(struct yload *y, cJSON *map, const cJSON *src, const yaml_mark_t *m)
 {
     if (!cJSON_IsObject(src))
-        return yfail(y, m, "`<<` merges a mapping or a list of mappings", NULL);
+        return yfail(y, m, "`<<` merges a mapping or a list of mappings");
     for (const cJSON *c = src->child; c; c = c->next) {
         if (cJSON_GetObjectItemCaseSensitive(map, c->string))
             continue;                  /* keys written in the mapping win */
@@ -517,7 +523,7 @@ static int yevent(struct yload *y, const yaml_event_t *ev)
     switch (ev->type) {
     case YAML_DOCUMENT_START_EVENT:
         if (++y->docs > 1)
-            return yfail(y, &ev->start_mark, "only one YAML document per file (found a second '---')", NULL);
+            return yfail(y, &ev->start_mark, "only one YAML document per file (found a second '---')");
         return 0;
     case YAML_SCALAR_EVENT:
     case YAML_ALIAS_EVENT:

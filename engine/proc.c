@@ -23,7 +23,8 @@ struct proc {
     pid_t pid;
     int pidfd, out_fd, err_fd, log_fd;
     int status;                    /* from waitpid */
-    bool exited;
+    bool exited, timed_out;
+    unsigned long timer;           /* timeout, then the SIGKILL that follows it */
     bool capture_stdout, echo;
     char *echo_prefix;
     struct strbuf captured;        /* stdout, with capture_stdout */
@@ -96,6 +97,23 @@ static void on_output(void *arg, int fd, unsigned events)
     if (!pump(p, fd)) close_pipe(p, fd == p->out_fd ? &p->out_fd : &p->err_fd);
 }
 
+#define KILL_GRACE_S 5.0
+
+static void kill_after_grace(void *arg)
+{
+    struct proc *p = arg;
+    p->timer = 0;
+    proc_kill(p, SIGKILL);
+}
+
+static void on_timeout(void *arg)
+{
+    struct proc *p = arg;
+    p->timed_out = true;
+    proc_kill(p, SIGTERM);
+    p->timer = loop_add_timer(p->loop, KILL_GRACE_S, kill_after_grace, p);
+}
+
 /* The process has exited: reap it, drain what it wrote and report.  Output
  * pipes may still be held open by a grandchild it left behind; we take what
  * is there now rather than wait for that grandchild. */
@@ -104,6 +122,7 @@ static void on_pidfd(void *arg, int fd, unsigned events)
     struct proc *p = arg;
     if (waitpid(p->pid, &p->status, WNOHANG) != p->pid) return;
     p->exited = true;
+    if (p->timer) { loop_cancel_timer(p->loop, p->timer); p->timer = 0; }
     loop_unwatch(p->loop, fd);
     close(p->pidfd);
     p->pidfd = -1;
@@ -226,6 +245,7 @@ struct proc *proc_spawn(struct loop *loop, const struct proc_spec *spec,
     loop_watch(loop, p->out_fd, LOOP_READ, on_output, p);
     loop_watch(loop, p->err_fd, LOOP_READ, on_output, p);
     loop_watch(loop, p->pidfd, LOOP_READ, on_pidfd, p);
+    if (spec->timeout_s > 0) p->timer = loop_add_timer(loop, spec->timeout_s, on_timeout, p);
     return p;
 }
 
@@ -237,6 +257,7 @@ void proc_kill(struct proc *p, int sig)
 void proc_free(struct proc *p)
 {
     if (!p) return;
+    if (p->timer) loop_cancel_timer(p->loop, p->timer);
     if (p->pidfd >= 0) {                 /* still running: never leave a zombie or orphan */
         kill(-p->pid, SIGKILL);
         waitpid(p->pid, NULL, 0);
@@ -253,6 +274,7 @@ void proc_free(struct proc *p)
 }
 
 pid_t proc_pid(const struct proc *p) { return p->pid; }
+bool proc_timed_out(const struct proc *p) { return p->timed_out; }
 
 int proc_exit_code(const struct proc *p)
 {

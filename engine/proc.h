@@ -17,6 +17,7 @@ struct proc_spec {
     bool capture_stdout;         /* keep stdout in memory (flow.sh) instead of the log */
     bool echo;                   /* also copy output to flow's stderr, prefixed */
     const char *echo_prefix;
+    double timeout_s;            /* > 0: SIGTERM the group after this long, SIGKILL 5 s later */
 };
 
 struct proc;
@@ -34,6 +35,7 @@ pid_t proc_pid(const struct proc *p);
 /* Exit code, or 128 + signal number when killed by a signal. */
 int proc_exit_code(const struct proc *p);
 int proc_term_signal(const struct proc *p);      /* 0 unless killed by a signal */
+bool proc_timed_out(const struct proc *p);
 const char *proc_stderr_tail(const struct proc *p);  /* last lines of stderr */
 const char *proc_stdout(const struct proc *p, size_t *len);  /* with capture_stdout */
 

@@ -44,6 +44,12 @@ struct dag *flow_check_dag(lua_State *L, int idx);
 int flow_step_can_yield(lua_State *co);
 void flow_step_track_proc(lua_State *co, struct proc *p, int add);
 void flow_step_resume(lua_State *co, int nargs);
+/* Arms a timer that resumes the step after `seconds`; the caller then yields.
+ * Stopping the step (Ctrl-C) resumes it at once. */
+void flow_step_sleep(lua_State *co, double seconds);
+/* Monotonic time by which the step must finish (0: none); the instruction-count
+ * hook raises "timed out" in a busy Lua step past it. */
+double flow_step_deadline(lua_State *co);
 
 int luaopen_flow_core(lua_State *L);
 int luaopen_flow_dag(lua_State *L);

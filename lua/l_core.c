@@ -174,6 +174,14 @@ static int l_clock(lua_State *L)
     return 1;
 }
 
+static int l_time(lua_State *L)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    lua_pushnumber(L, (double)ts.tv_sec + (double)ts.tv_nsec / 1e9);
+    return 1;
+}
+
 /* A run id that sorts by time and is unique per process: 20261122-031500-1234 */
 static int l_run_id(lua_State *L)
 {
@@ -284,6 +292,7 @@ static const luaL_Reg core_funcs[] = {
     { "replace", l_replace },
     { "safe_name", l_safe_name },
     { "clock", l_clock },
+    { "time", l_time },
     { "run_id", l_run_id },
     { "symlink", l_symlink },
     { "isatty", l_isatty },

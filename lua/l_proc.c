@@ -35,6 +35,8 @@ static int push_result(lua_State *L, struct waiter *w)
     lua_setfield(L, -2, "code");
     lua_pushinteger(L, proc_term_signal(w->proc));
     lua_setfield(L, -2, "signal");
+    lua_pushboolean(L, proc_timed_out(w->proc));
+    lua_setfield(L, -2, "timed_out");
     lua_pushstring(L, proc_stderr_tail(w->proc));
     lua_setfield(L, -2, "stderr");
     size_t len;
@@ -93,7 +95,15 @@ static int l_spawn(lua_State *L)
     spec.echo = spec.echo_prefix != NULL;
     lua_getfield(L, 1, "capture");
     spec.capture_stdout = lua_toboolean(L, -1);
-    lua_pop(L, 1);
+    lua_getfield(L, 1, "timeout");
+    spec.timeout_s = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
+    lua_pop(L, 2);
+    double deadline = flow_step_deadline(L);     /* the step's own timeout bounds it too */
+    if (deadline > 0) {
+        double left = deadline - monotonic_seconds();
+        if (left < 0.001) left = 0.001;
+        if (spec.timeout_s <= 0 || left < spec.timeout_s) spec.timeout_s = left;
+    }
 
     struct waiter *w = xcalloc(1, sizeof *w);
     char err[1024];
@@ -123,8 +133,33 @@ static int l_spawn(lua_State *L)
     return push_result(L, w);
 }
 
+static int sleep_continue(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)L; (void)status; (void)ctx;
+    return 0;
+}
+
+/* sleep(seconds): on a step's coroutine, yields to the loop; elsewhere blocks
+ * (still waking for Ctrl-C). */
+static int l_sleep(lua_State *L)
+{
+    double s = luaL_checknumber(L, 1);
+    if (s <= 0) return 0;
+    if (flow_step_can_yield(L)) {
+        flow_step_sleep(L, s);
+        return lua_yieldk(L, 0, 0, sleep_continue);
+    }
+    struct loop *loop = flow_state_loop(L);
+    double until = monotonic_seconds() + s;
+    int seen = loop_interrupts(loop);
+    while (monotonic_seconds() < until && loop_interrupts(loop) == seen)
+        loop_run_once(loop, until - monotonic_seconds());
+    return 0;
+}
+
 static const luaL_Reg proc_funcs[] = {
     { "spawn", l_spawn },
+    { "sleep", l_sleep },
     { NULL, NULL }
 };
 

@@ -4,6 +4,7 @@
 #include "flowlua.h"
 #include "proc.h"
 #include "sched.h"
+#include "loop.h"
 #include "ui.h"
 #include "util.h"
 
@@ -18,6 +19,8 @@ struct step_run {
     int co_ref;                    /* anchors the coroutine in the registry */
     struct proc **procs;           /* processes it is waiting on */
     size_t n_procs, cap_procs;
+    unsigned long sleep_timer;     /* flow.proc.sleep in progress, or 0 */
+    double deadline;               /* monotonic; 0 = no timeout */
 };
 
 struct run {
@@ -50,6 +53,34 @@ void flow_step_track_proc(lua_State *co, struct proc *p, int add)
         if (st->procs[i] == p) { st->procs[i] = st->procs[--st->n_procs]; return; }
 }
 
+static void wake_up(void *arg)
+{
+    struct step_run *st = arg;
+    st->sleep_timer = 0;
+    flow_step_resume(st->co, 0);
+}
+
+void flow_step_sleep(lua_State *co, double seconds)
+{
+    struct step_run *st = step_of(co);
+    st->sleep_timer = loop_add_timer(flow_state_loop(co), seconds, wake_up, st);
+}
+
+double flow_step_deadline(lua_State *co)
+{
+    struct step_run *st = step_of(co);
+    return st ? st->deadline : 0;
+}
+
+/* sched.set_deadline(seconds | nil): the calling step must finish within seconds. */
+static int l_set_deadline(lua_State *L)
+{
+    struct step_run *st = step_of(L);
+    if (!st) return luaL_error(L, "set_deadline outside a step");
+    st->deadline = lua_isnoneornil(L, 1) ? 0 : monotonic_seconds() + luaL_checknumber(L, 1);
+    return 0;
+}
+
 static void finish(struct step_run *st, bool ok)
 {
     struct run *run = st->run;
@@ -70,7 +101,7 @@ static void resume(struct step_run *st, int nargs)
     int nres = 0;
     int status = lua_resume(st->co, st->run->L, nargs, &nres);
     if (status == LUA_YIELD) {
-        if (st->n_procs == 0) {
+        if (st->n_procs == 0 && st->sleep_timer == 0) {
             lua_pop(st->co, nres);
             ui_error("step '%s' yielded without waiting for anything (a coroutine.yield() outside "
                      "a coroutine of its own?)", sched_dag(st->run->sched)->steps[st->index].name);
@@ -110,7 +141,13 @@ static void exec_stop(void *ctx, struct sched *s, size_t i, int sig)
 {
     struct run *run = ctx;
     (void)s;
-    for (size_t k = 0; k < run->steps[i].n_procs; k++) proc_kill(run->steps[i].procs[k], sig);
+    struct step_run *st = &run->steps[i];
+    for (size_t k = 0; k < st->n_procs; k++) proc_kill(st->procs[k], sig);
+    if (st->sleep_timer) {                    /* a retry back-off: end it now */
+        loop_cancel_timer(flow_state_loop(run->L), st->sleep_timer);
+        st->sleep_timer = 0;
+        resume(st, 0);
+    }
 }
 
 static bool *read_selected(lua_State *L, int opts, size_t n)
@@ -141,7 +178,8 @@ static int l_run(lua_State *L)
     opt.selected = read_selected(L, 2, dag->n_steps);
 
     struct run run = { L, NULL, LUA_NOREF, xcalloc(dag->n_steps + 1, sizeof(struct step_run)) };
-    for (size_t i = 0; i < dag->n_steps; i++) run.steps[i] = (struct step_run){ &run, i, NULL, LUA_NOREF, NULL, 0, 0 };
+    for (size_t i = 0; i < dag->n_steps; i++)
+        run.steps[i] = (struct step_run){ .run = &run, .index = i, .co_ref = LUA_NOREF };
     lua_pushvalue(L, 3);
     run.step_fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     struct sched_executor ex = { &run, exec_start, exec_stop };
@@ -169,6 +207,7 @@ static int l_run(lua_State *L)
 
 static const luaL_Reg sched_funcs[] = {
     { "run", l_run },
+    { "set_deadline", l_set_deadline },
     { NULL, NULL }
 };
 

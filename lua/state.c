@@ -21,6 +21,8 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar)
     sigset_t pending;
     if (sigpending(&pending) == 0 && (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM)))
         luaL_error(L, "interrupted");
+    double deadline = flow_step_deadline(L);   /* a step's timeout, in a busy loop */
+    if (deadline > 0 && monotonic_seconds() > deadline) luaL_error(L, "timed out");
 }
 
 lua_State *flow_state_new(void)

@@ -221,6 +221,7 @@ function Run:run_command(n)
   for k, v in pairs(n.cmd.env or {}) do env[#env + 1] = tostring(k) .. "=" .. tostring(v) end
   local r, err = proc.spawn { argv = argv, cwd = n.cmd.cwd, log = log, env = env,
                               echo = self.verbose and ("[" .. n.name .. "] ") or nil }
+  self.records[n.name].exit_code = r and r.code
   if not r then
     core.remove_tree(tmpdir)
     error(step_failure { message = string.format("step '%s': %s", n.name, err) })
@@ -229,6 +230,11 @@ function Run:run_command(n)
     core.remove_tree(tmpdir)
     if r.signal ~= 0 and core.interrupted() > 0 then
       error(step_failure { message = string.format("step '%s' stopped (interrupted)", n.name), quiet = true })
+    end
+    if r.timed_out then
+      error(step_failure { timed_out = true, message = string.format(
+        "step '%s' timed out after %s (its processes were stopped)\n  command: %s\n  full log: %s",
+        n.name, util.format_duration(n.timeout), display, log) })
     end
     local how = r.signal ~= 0 and string.format("killed by signal %d", r.signal)
                 or string.format("exit code %d", r.code)
@@ -262,16 +268,68 @@ local function report(n, err)
   end
 end
 
--- Runs on the step's own coroutine; returns whether the step succeeded.
-function Run:step(i)
-  local n = self.nodes[i]
+-- One attempt of step n, with its timeout; returns ok, err.
+function Run:attempt(n)
+  if n.timeout then sched.set_deadline(n.timeout) end
   local ok, err = xpcall(n.kind == "func" and self.run_function or self.run_command,
                          function(e)
                            if getmetatable(e) == StepFailure then return e end
+                           if n.timeout and tostring(e):find("timed out$") then
+                             return step_failure { timed_out = true, message = string.format(
+                               "step '%s' timed out after %s", n.name, util.format_duration(n.timeout)) }
+                           end
                            return debug.traceback(tostring(e), 2)
                          end, self, n)
-  if not ok then report(n, err) end
+  if n.timeout then sched.set_deadline(nil) end
+  return ok, err
+end
+
+local function first_line(err)
+  local s = getmetatable(err) == StepFailure and err.message or tostring(err)
+  return s:match("^[^\n]*")
+end
+
+-- Runs on the step's own coroutine; returns whether the step succeeded.
+-- A failed attempt is retried `retries` times, after 1 s, 2 s, 4 s… (at most 60 s).
+function Run:step(i)
+  local n = self.nodes[i]
+  local rec = self.records[n.name]
+  rec.started = core.time()
+  local ok, err
+  for attempt = 1, n.retries + 1 do
+    rec.attempts = attempt
+    ok, err = self:attempt(n)
+    if ok or core.interrupted() > 0 or attempt > n.retries then break end
+    local delay = math.min(60, 2 ^ (attempt - 1))
+    local reason = first_line(err):gsub("^step '.-'%s*", ""):gsub("^:%s*", "")
+    core.ui_warn(string.format("step '%s' %s (attempt %d of %d); retrying in %gs",
+                               n.name, reason, attempt, n.retries + 1, delay))
+    proc.sleep(delay)
+    if core.interrupted() > 0 then break end
+  end
+  rec.finished = core.time()
+  if not ok then
+    rec.timed_out = getmetatable(err) == StepFailure and err.timed_out or nil
+    rec.error = first_line(err)
+    report(n, err)
+  end
   return ok
+end
+
+-- .flow/runs/<id>/run.json: what ran, when, and how it ended.
+function Run:write_summary(result, started, states)
+  local steps = {}
+  for i, n in ipairs(self.nodes) do
+    local rec = self.records[n.name]
+    steps[i] = { name = n.name, state = states[i], started = rec.started, finished = rec.finished,
+                 elapsed = rec.started and rec.finished and (rec.finished - rec.started) or nil,
+                 attempts = rec.attempts, exit_code = rec.exit_code, timed_out = rec.timed_out,
+                 error = rec.error }
+  end
+  local summary = { run_id = self.run_id, status = result.status, code = result.code, env = result.env,
+                    started = started, finished = core.time(), steps = steps }
+  summary.elapsed = summary.finished - started
+  core.write_atomic(self.run_dir .. "/run.json", core.json_encode(summary, true) .. "\n")
 end
 
 -- Every "params:" input and ${params.} reference must exist before anything runs.
@@ -331,9 +389,11 @@ function M.run(p, opts, level)
   local run_id = core.run_id()
   local run_dir = ".flow/runs/" .. run_id
   local self = setmetatable({
-    nodes = nodes, params = params, values = {}, verbose = opts.verbose,
-    run_id = run_id, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
+    nodes = nodes, params = params, values = {}, verbose = opts.verbose, records = {},
+    run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
   }, Run)
+  for _, n in ipairs(nodes) do self.records[n.name] = {} end
+  local started = core.time()
   core.mkdir_p(self.log_dir)
   core.symlink(run_id, ".flow/runs/latest")
   local code, states, elapsed = sched.run(g, { jobs = opts.jobs or core.cpu_count(),
@@ -356,6 +416,7 @@ function M.run(p, opts, level)
       end
     end
   end
+  self:write_summary(result, started, states)
   return result
 end
 

@@ -46,11 +46,11 @@ function M.load(opts)
   for _, w in ipairs(cfg:warnings()) do core.ui_warn(w) end
   if opts.params_spec then
     local okp, err = pcall(cfg.override, cfg, opts.params_spec)
-    if not okp then M.fail("--params: %s", tostring(err)) end
+    if not okp then M.fail("%s", tostring(err)) end
   end
   if opts.params then
     local okp, err = pcall(cfg.set, cfg, nil, opts.params, "flow.run")
-    if not okp then M.fail("flow.run params: %s", tostring(err)) end
+    if not okp then M.fail("%s", tostring(err)) end
   end
   cfg:activate()                   -- from here on, engine messages mask its secrets
   local okr, err = pcall(cfg.resolve, cfg)

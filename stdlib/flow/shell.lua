@@ -21,6 +21,7 @@ function M.sh(cmd, level)
   end
   local r, err = proc.spawn { argv = argv, capture = true }
   if not r then util.fail(level, "flow.sh: %s", err) end
+  if r.timed_out then util.fail(level, "flow.sh: '%s' timed out", type(cmd) == "string" and cmd or command.display(argv)) end
   if r.code ~= 0 then
     local shown = type(cmd) == "string" and cmd or command.display(argv)
     util.fail(level, "flow.sh: '%s' failed (exit code %d)%s", shown, r.code,

@@ -86,6 +86,12 @@ function M.parse_duration(v)
   return n * ({ [""] = 1, s = 1, m = 60, h = 3600, d = 86400 })[unit]
 end
 
+function M.format_duration(s)
+  if s >= 3600 and s % 3600 == 0 then return string.format("%dh", s // 3600) end
+  if s >= 60 and s % 60 == 0 then return string.format("%dm", s // 60) end
+  return string.format("%gs", s)
+end
+
 -- Keep the user's frames of a traceback, drop the engine's own.  A traceback
 -- of a single frame says nothing the message's "file:line:" does not.
 local noise = { "<flow>/", "[C]: in ?", "in function 'xpcall'", "in function 'pcall'",
