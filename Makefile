@@ -22,11 +22,17 @@ LIB_OBJ    := $(patsubst %.c,$(BUILD)/%.o,$(ENGINE_SRC) $(LUA_SRC)) $(BUILD)/std
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 
-.PHONY: all deps demo check test unit e2e bench clean asan
+.PHONY: all deps test-deps demo check test unit e2e bench clean asan
 all: flow
+
+# Packages the tests use beyond the build: real PyTorch for the DDP example.
+TEST_PKGS := python3-torch
 
 deps:
 	@tools/deps.sh
+
+test-deps:
+	@tools/deps.sh $(TEST_PKGS)
 
 flow: $(BUILD)/flow
 	@cp $< $@
@@ -61,7 +67,7 @@ demo: deps
 	@$(MAKE) --no-print-directory flow
 	@cd examples/hello && ../../flow run
 
-check: deps
+check: test-deps
 	@$(MAKE) --no-print-directory flow $(UNIT_BIN)
 	@tests/run.sh $(BUILD)
 

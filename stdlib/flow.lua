@@ -5,6 +5,7 @@ local command = require("flow.command")
 local distributed = require("flow.distributed")
 local runner = require("flow.runner")
 local shell = require("flow.shell")
+local core = require("flow.core")
 
 local flow = {
   VERSION = "0.1.0",
@@ -20,6 +21,8 @@ local flow = {
   local_rank = distributed.local_rank,
   run = runner.run,
   sh = shell.sh,
+  -- JSON as the engine reads and writes it (tables with keys 1..n are arrays)
+  json = { encode = core.json_encode, decode = core.json_decode },
 }
 
 return flow

@@ -29,10 +29,12 @@ local train = distributed_job<framework = "pytorch", nodes = "params:num_trainin
 
 local function report(model_dir)
   local f = assert(io.open(model_dir .. "/metrics.json"))
-  local metrics = f:read("a")
+  local metrics = flow.json.decode(f:read("a"))
   f:close()
-  print("metrics: " .. metrics)
-  return true
+  local loss = metrics.loss
+  print(string.format("trained on %d process(es): loss %.4f -> %.4f over %d epochs; model in %s",
+                      metrics.world_size, loss[1], loss[#loss], #loss, model_dir))
+  return loss[#loss]
 end
 
 return pipeline{

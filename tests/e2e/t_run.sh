@@ -345,3 +345,24 @@ test_stdlib_override_path() {
     FLOW_STDLIB_PATH=$PWD/dev run_flow 0 --version
     contains "$OUT" "flow dev-override"
 }
+
+# An interpreter that can import torch: Debian's python3-torch installs for
+# /usr/bin/python3, which may not be the python3 first on PATH.
+torch_python() {
+    for py in "${FLOW_PYTHON:-}" /usr/bin/python3 python3; do
+        [ -n "$py" ] && "$py" -c 'import torch' 2>/dev/null && { echo "$py"; return; }
+    done
+}
+
+test_pytorch_example_trains_once_locally() {
+    py=$(torch_python)
+    [ -n "$py" ] || skip "no python3 here can import torch (make check installs python3-torch)"
+    cp -r "$FLOW_ROOT/examples/pytorch_ddp" ex
+    FLOW_PYTHON=$py run_flow 0 run ex
+    contains "$OUT" "trained on 1 process(es)"
+    [ -f ex/.flow/data/model/model.pt ] || { echo "no model.pt"; return 1; }
+    # the loss went down
+    first=$(sed -n 's/.*"loss": \[\([0-9.]*\),.*/\1/p' ex/.flow/data/model/metrics.json)
+    last=$(sed -n 's/.*, \([0-9.]*\)\], "world_size".*/\1/p' ex/.flow/data/model/metrics.json)
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a / 2) }' || { echo "loss $first -> $last"; return 1; }
+}
