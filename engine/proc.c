@@ -1,6 +1,7 @@
 /* proc.c — see proc.h.  Exit is noticed through a pidfd (Linux ≥ 5.3), so the
  * loop needs no SIGCHLD handler and never busy-waits. */
 #include "proc.h"
+#include "ui.h"
 #include "util.h"
 
 #include <errno.h>
@@ -56,17 +57,6 @@ static void write_log(struct proc *p, const char *buf, size_t n)
     }
 }
 
-static void echo_lines(struct proc *p, const char *buf, size_t n)
-{
-    /* Whole reads at once keep lines of different steps mostly apart. */
-    fprintf(stderr, "%s", p->echo_prefix ? p->echo_prefix : "");
-    for (size_t i = 0; i < n; i++) {
-        fputc(buf[i], stderr);
-        if (buf[i] == '\n' && i + 1 < n) fprintf(stderr, "%s", p->echo_prefix ? p->echo_prefix : "");
-    }
-    if (n && buf[n - 1] != '\n') fputc('\n', stderr);
-}
-
 /* Reads what is available from one output pipe; returns false at EOF. */
 static bool pump(struct proc *p, int fd)
 {
@@ -79,7 +69,7 @@ static bool pump(struct proc *p, int fd)
         if (fd == p->out_fd && p->capture_stdout) sb_add(&p->captured, buf, (size_t)n);
         else write_log(p, buf, (size_t)n);
         if (fd == p->err_fd) tail_add(p, buf, (size_t)n);
-        if (p->echo) echo_lines(p, buf, (size_t)n);
+        if (p->echo) ui_step_output(p->echo_prefix ? p->echo_prefix : "", buf, (size_t)n);
     }
 }
 

@@ -1,5 +1,7 @@
 /* ui.c — see ui.h.  Progress goes to stderr so that stdout stays the
- * pipeline's own output (what its steps print). */
+ * pipeline's own output.  The live display keeps counters rather than
+ * scanning every step, and redraws at most ten times a second, so 100,000
+ * steps cost nothing extra. */
 #include "ui.h"
 #include "util.h"
 
@@ -9,24 +11,42 @@
 #include <string.h>
 #include <unistd.h>
 
-static enum ui_level level = UI_NORMAL;
-static bool color;
-static double run_started;
+#define REDRAW_S 0.1
+#define MAX_RUNNING_LINES 8
 
-void ui_init(enum ui_level lvl)
+static enum ui_level level = UI_NORMAL;
+static bool color, live;
+
+static struct {
+    const struct sched *sched;       /* set by the first observer call */
+    const struct dag *dag;
+    struct loop *loop;
+    double started;
+    size_t done, failed, running, queued, skipped;
+    size_t *running_steps, n_running, cap_running;
+    int lines_drawn;                 /* height of the live region on screen */
+    bool dirty;                      /* counts changed since the last draw */
+    long drawn_second;               /* the elapsed second last drawn */
+    unsigned long timer;
+    bool active;
+} run;
+
+void ui_init(enum ui_level lvl, enum ui_progress progress)
 {
-    const char *no_color = getenv("NO_COLOR");
+    const char *no_color = getenv("NO_COLOR"), *term = getenv("TERM");
+    bool tty = isatty(2) && !(term && strcmp(term, "dumb") == 0);
     level = lvl;
-    color = isatty(2) && !(no_color && no_color[0]) && !(getenv("TERM") && !strcmp(getenv("TERM"), "dumb"));
+    color = tty && !(no_color && no_color[0]);
+    live = lvl != UI_QUIET && (progress == UI_PROGRESS_LIVE || (progress == UI_PROGRESS_AUTO && tty));
 }
 
 enum ui_level ui_level(void) { return level; }
-bool ui_color(void) { return color; }
 
 static const char *paint(const char *code) { return color ? code : ""; }
 #define RED    paint("\033[31m")
 #define GREEN  paint("\033[32m")
 #define YELLOW paint("\033[33m")
+#define CYAN   paint("\033[36m")
 #define DIM    paint("\033[2m")
 #define BOLD   paint("\033[1m")
 #define RESET  paint("\033[0m")
@@ -42,13 +62,78 @@ void ui_set_redactor(ui_redact_fn redact, void *ctx)
 
 void *ui_redactor_ctx(void) { return redactor_ctx; }
 
+/* ---- the live region ---------------------------------------------------- */
+
+static void clear_region(void)
+{
+    if (!run.lines_drawn) return;
+    fprintf(stderr, "\r\033[%dA\033[J", run.lines_drawn);
+    run.lines_drawn = 0;
+}
+
+static void format_clock(char *buf, size_t n, double s)
+{
+    int t = (int)s;
+    if (t >= 3600) snprintf(buf, n, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+    else snprintf(buf, n, "%d:%02d", t / 60, t % 60);
+}
+
+static void draw_region(void)
+{
+    if (!live || !run.active) return;
+    double now = monotonic_seconds();
+    char clock[32];
+    format_clock(clock, sizeof clock, now - run.started);
+    size_t total = run.done + run.failed + run.running + run.queued;
+    fprintf(stderr, "%s[%zu/%zu]%s done %s%zu%s · running %zu · queued %zu", BOLD, run.done + run.failed,
+            total, RESET, GREEN, run.done, RESET, run.running, run.queued);
+    if (run.failed) fprintf(stderr, " · %sfailed %zu%s", RED, run.failed, RESET);
+    if (run.skipped) fprintf(stderr, " · skipped %zu", run.skipped);
+    fprintf(stderr, "  %s%s%s\n", DIM, clock, RESET);
+    int lines = 1;
+    for (size_t k = 0; k < run.n_running && k < MAX_RUNNING_LINES; k++, lines++) {
+        size_t i = run.running_steps[k];
+        format_clock(clock, sizeof clock, run.sched ? sched_elapsed(run.sched, i) : 0);
+        fprintf(stderr, "  %s▸%s %s %s%s%s\n", CYAN, RESET, run.dag->steps[i].name, DIM, clock, RESET);
+    }
+    if (run.n_running > MAX_RUNNING_LINES) {
+        fprintf(stderr, "  %s… and %zu more%s\n", DIM, run.n_running - MAX_RUNNING_LINES, RESET);
+        lines++;
+    }
+    run.lines_drawn = lines;
+    fflush(stderr);
+}
+
+static void redraw(void)
+{
+    clear_region();
+    draw_region();
+}
+
+/* Redraw when something changed, or when the elapsed clock moves on. */
+static void tick(void *arg)
+{
+    (void)arg;
+    long second = (long)(monotonic_seconds() - run.started);
+    if (run.dirty || second != run.drawn_second) {
+        run.dirty = false;
+        run.drawn_second = second;
+        redraw();
+    }
+    run.timer = loop_add_timer(run.loop, REDRAW_S, tick, NULL);
+}
+
+/* ---- messages ----------------------------------------------------------- */
+
 static void vmessage(const char *tag, const char *tagcolor, const char *fmt, va_list ap)
 {
     struct strbuf sb = STRBUF_INIT;
     sb_vaddf(&sb, fmt, ap);
     char *clean = redactor && sb.buf ? redactor(redactor_ctx, sb.buf) : NULL;
     fflush(stdout);
+    clear_region();
     fprintf(stderr, "flow: %s%s%s%s\n", tagcolor, tag, RESET, clean ? clean : sb.buf ? sb.buf : "");
+    draw_region();
     free(clean);
     sb_release(&sb);
 }
@@ -78,24 +163,78 @@ void ui_info(const char *fmt, ...)
     va_end(ap);
 }
 
+void ui_stdout(const char *text, size_t len)
+{
+    if (run.lines_drawn && isatty(1)) {       /* same screen: write above the display */
+        clear_region();
+        fwrite(text, 1, len, stdout);
+        fflush(stdout);
+        draw_region();
+        return;
+    }
+    fwrite(text, 1, len, stdout);
+}
+
+void ui_step_output(const char *prefix, const char *buf, size_t len)
+{
+    fflush(stdout);
+    clear_region();
+    fputs(prefix, stderr);
+    for (size_t i = 0; i < len; i++) {
+        fputc(buf[i], stderr);
+        if (buf[i] == '\n' && i + 1 < len) fputs(prefix, stderr);
+    }
+    if (len && buf[len - 1] != '\n') fputc('\n', stderr);
+    draw_region();
+}
+
+/* ---- step events -------------------------------------------------------- */
+
+static void plain_line(const struct sched *s, size_t i, const char *word, bool failure)
+{
+    const char *wcolor = failure ? RED : strcmp(word, "done") == 0 ? GREEN : DIM;
+    if (level == UI_QUIET && !failure) return;
+    fflush(stdout);
+    if (strcmp(word, "started") == 0) {
+        fprintf(stderr, "  %s%-7s%s  %s\n", DIM, word, RESET, sched_dag(s)->steps[i].name);
+        return;
+    }
+    fprintf(stderr, "  %s%-7s%s  %s %s(%.2fs)%s\n", wcolor, word, RESET, sched_dag(s)->steps[i].name,
+            DIM, sched_elapsed(s, i), RESET);
+}
+
 static void step_started(void *ctx, const struct sched *s, size_t i)
 {
     (void)ctx;
-    if (level == UI_QUIET) return;
-    fflush(stdout);
-    fprintf(stderr, "  %sstarted%s  %s\n", DIM, RESET, sched_dag(s)->steps[i].name);
+    run.sched = s;
+    run.running++;
+    if (run.queued) run.queued--;
+    ARRAY_GROW(run.running_steps, run.n_running, run.cap_running);
+    run.running_steps[run.n_running++] = i;
+    run.dirty = true;
+    if (!live) plain_line(s, i, "started", false);
 }
 
 static void step_finished(void *ctx, const struct sched *s, size_t i)
 {
     (void)ctx;
     enum step_state st = sched_state(s, i);
-    if (level == UI_QUIET && st != STEP_FAILED) return;
-    fflush(stdout);
+    run.running--;
+    run.dirty = true;
+    if (st == STEP_DONE) run.done++;
+    else run.failed++;
+    for (size_t k = 0; k < run.n_running; k++)
+        if (run.running_steps[k] == i) {
+            memmove(&run.running_steps[k], &run.running_steps[k + 1], (run.n_running - k - 1) * sizeof(size_t));
+            run.n_running--;
+            break;
+        }
     const char *word = st == STEP_DONE ? "done" : sched_interrupted(s) ? "stopped" : "FAILED";
-    fprintf(stderr, "  %s%-7s%s  %s %s(%.2fs)%s\n", st == STEP_DONE ? GREEN : RED,
-            word, RESET, sched_dag(s)->steps[i].name,
-            DIM, sched_elapsed(s, i), RESET);
+    if (!live) plain_line(s, i, word, st != STEP_DONE);
+    else if (st != STEP_DONE) {
+        clear_region();
+        plain_line(s, i, word, true);     /* failures stay on screen above the display */
+    }
 }
 
 struct sched_observer ui_sched_observer(void)
@@ -103,25 +242,40 @@ struct sched_observer ui_sched_observer(void)
     return (struct sched_observer){ NULL, step_started, step_finished };
 }
 
-void ui_run_begin(const struct dag *dag)
+void ui_run_begin(const struct dag *dag, const bool *selected, struct loop *loop)
 {
-    run_started = monotonic_seconds();
-    (void)dag;
+    free(run.running_steps);
+    memset(&run, 0, sizeof run);
+    run.dag = dag;
+    run.loop = loop;
+    run.started = monotonic_seconds();
+    for (size_t i = 0; i < dag->n_steps; i++) {
+        if (!selected || selected[i]) run.queued++;
+        else run.skipped++;
+    }
+    run.active = true;
+    if (live) run.timer = loop_add_timer(loop, REDRAW_S, tick, NULL);
 }
 
 void ui_run_end(const struct sched *s)
 {
+    if (run.timer) loop_cancel_timer(run.loop, run.timer);
+    clear_region();
+    run.active = false;
+    size_t not_run = 0;
     const struct dag *dag = sched_dag(s);
-    size_t count[STEP_SKIPPED + 1] = { 0 };
-    for (size_t i = 0; i < dag->n_steps; i++) count[sched_state(s, i)]++;
-    if (level == UI_QUIET && !count[STEP_FAILED] && !sched_interrupted(s)) return;
+    for (size_t i = 0; i < dag->n_steps; i++) not_run += sched_state(s, i) == STEP_NOT_RUN;
+    free(run.running_steps);
+    run.running_steps = NULL;
+    run.n_running = run.cap_running = 0;
+    if (level == UI_QUIET && !run.failed && !sched_interrupted(s)) return;
     struct strbuf sb = STRBUF_INIT;
-    sb_addf(&sb, "%zu done", count[STEP_DONE]);
-    if (count[STEP_FAILED]) sb_addf(&sb, ", %s%zu failed%s", RED, count[STEP_FAILED], RESET);
-    if (count[STEP_NOT_RUN]) sb_addf(&sb, ", %zu not run", count[STEP_NOT_RUN]);
-    if (count[STEP_SKIPPED]) sb_addf(&sb, ", %zu skipped", count[STEP_SKIPPED]);
+    sb_addf(&sb, "%zu done", run.done);
+    if (run.failed) sb_addf(&sb, ", %s%zu failed%s", RED, run.failed, RESET);
+    if (not_run) sb_addf(&sb, ", %zu not run", not_run);
+    if (run.skipped) sb_addf(&sb, ", %zu skipped", run.skipped);
     fflush(stdout);
     fprintf(stderr, "flow: %s%s%s in %.2fs%s\n", BOLD, sb.buf, RESET,
-            monotonic_seconds() - run_started, sched_interrupted(s) ? " (interrupted)" : "");
+            monotonic_seconds() - run.started, sched_interrupted(s) ? " (interrupted)" : "");
     sb_release(&sb);
 }

@@ -267,10 +267,22 @@ static int l_interrupted(lua_State *L)
     return 1;
 }
 
+/* ui_setup(level, progress): level quiet|normal|verbose, progress auto|live|plain */
 static int l_ui_setup(lua_State *L)
 {
     static const char *const levels[] = { "quiet", "normal", "verbose", NULL };
-    ui_init((enum ui_level)luaL_checkoption(L, 1, "normal", levels));
+    static const char *const modes[] = { "auto", "live", "plain", NULL };
+    ui_init((enum ui_level)luaL_checkoption(L, 1, "normal", levels),
+            (enum ui_progress)luaL_checkoption(L, 2, "auto", modes));
+    return 0;
+}
+
+/* ui_print(text): stdout text that keeps clear of the live display */
+static int l_ui_print(lua_State *L)
+{
+    size_t len;
+    const char *s = luaL_checklstring(L, 1, &len);
+    ui_stdout(s, len);
     return 0;
 }
 
@@ -280,6 +292,7 @@ static const luaL_Reg core_funcs[] = {
     { "ui_warn", l_ui_warn },
     { "ui_info", l_ui_info },
     { "ui_setup", l_ui_setup },
+    { "ui_print", l_ui_print },
     { "interrupted", l_interrupted },
     { "json_encode", l_json_encode },
     { "json_decode", l_json_decode },

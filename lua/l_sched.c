@@ -185,7 +185,7 @@ static int l_run(lua_State *L)
     struct sched_executor ex = { &run, exec_start, exec_stop };
     struct sched_observer obs = ui_sched_observer();
     run.sched = sched_new(dag, flow_state_loop(L), &opt, &ex, &obs);
-    ui_run_begin(dag);
+    ui_run_begin(dag, opt.selected, flow_state_loop(L));
     int code = sched_run(run.sched);
     ui_run_end(run.sched);
 

@@ -10,7 +10,7 @@ int main(int argc, char **argv)
 {
     lua_State *L = flow_state_new();
     if (!L) { fputs("flow: cannot create the Lua state (out of memory)\n", stderr); return 2; }
-    ui_init(UI_NORMAL);
+    ui_init(UI_NORMAL, UI_PROGRESS_AUTO);
     int code = 2;
     lua_getglobal(L, "require");
     lua_pushliteral(L, "flow.cli");

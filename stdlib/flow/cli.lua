@@ -42,6 +42,8 @@ options:
   -n, --dry-run      print the steps that would run, in order, and stop
   -v, --verbose      stream each command's output, prefixed with its step name
   -q, --quiet        print only errors
+  --progress MODE    auto (default: live on a terminal), live, or plain (a line
+                     per step state change)
 
 exit status: 0 success, 1 a step failed, 2 usage, script or graph error,
 130 interrupted.]],
@@ -89,7 +91,7 @@ end
 local OPTIONS = {
   run = with_config { pipeline = "value", jobs = "value", j = "jobs", ["keep-going"] = "flag",
                       k = "keep-going", ["dry-run"] = "flag", n = "dry-run", verbose = "flag",
-                      v = "verbose", quiet = "flag", q = "quiet" },
+                      v = "verbose", quiet = "flag", q = "quiet", progress = "value" },
   list = with_config { pipeline = "value", format = "value" },
   config = with_config { explain = "value" },
 }
@@ -169,6 +171,7 @@ local function load_pipeline(path, name)
   local flow = require("flow")
   for _, k in ipairs({ "node", "pipeline", "distributed_job", "Framework" }) do _G[k] = flow[k] end
   _G.flow = flow
+  _G.print = M.print
   local runs_before = runner.runs_started
   local ok, ret = xpcall(chunk, function(e) return debug.traceback(tostring(e), 2) end)
   if not ok then script_error(util.user_traceback(ret)) end
@@ -221,7 +224,11 @@ local function cmd_run(args)
   local path = script_path(pos, "run")
   local jobs = opts.jobs and positive_int(opts.jobs, "--jobs")
   if opts.quiet and opts.verbose then usage_error("--quiet and --verbose contradict each other") end
-  core.ui_setup(opts.quiet and "quiet" or opts.verbose and "verbose" or "normal")
+  local progress = opts.progress or "auto"
+  if progress ~= "auto" and progress ~= "live" and progress ~= "plain" then
+    usage_error("--progress must be auto, live or plain, got '%s'", progress)
+  end
+  core.ui_setup(opts.quiet and "quiet" or opts.verbose and "verbose" or "normal", progress)
   set_defaults(opts)
   local p = load_pipeline(path, opts.pipeline)
   if not p then return runner.last_code or 0 end
@@ -323,6 +330,15 @@ local function cmd_config(args)
   end
   io.write(text)
   return 0
+end
+
+-- print for scripts and steps: the same text as Lua's, written so that it
+-- keeps clear of the live progress display.
+function M.print(...)
+  local n = select("#", ...)
+  local parts = {}
+  for i = 1, n do parts[i] = tostring((select(i, ...))) end
+  core.ui_print(table.concat(parts, "\t") .. "\n")
 end
 
 local COMMANDS = { run = cmd_run, list = cmd_list, config = cmd_config }

@@ -1,0 +1,143 @@
+# t_parallel.sh — the scheduler under load and failure: -j, retries, timeouts,
+# output volume, the run summary, and the progress display in both modes.
+
+test_jobs_bound_parallelism() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = { "sleep", "1" }, name = "a" }, node{ command = { "sleep", "1" }, name = "b" } }
+L
+    t0=$(date +%s%N); run_flow 0 run -j 2; two=$(( ($(date +%s%N) - t0) / 1000000 ))
+    t0=$(date +%s%N); run_flow 0 run -j 1; one=$(( ($(date +%s%N) - t0) / 1000000 ))
+    # Loose bounds: a loaded 2-core machine must not make this flaky.
+    [ "$two" -lt 1800 ] || { echo "-j2 took $two ms"; return 1; }
+    [ "$one" -ge 1900 ] || { echo "-j1 took only $one ms"; return 1; }
+}
+
+test_retries_until_success() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "echo x >> tries; [ $(wc -l < tries) -ge 3 ]", name = "flaky", retries = 2 } }
+L
+    run_flow 0 run
+    equals "$(wc -l < tries)" 3 "attempts"
+    contains "$ERR" "step 'flaky' failed (exit code 1) (attempt 1 of 3); retrying in 1s"
+    contains "$(cat .flow/runs/latest/run.json)" '"attempts":	3'
+}
+
+test_retries_exhausted_fail() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "echo x >> tries; exit 1", name = "broken", retries = 1 } }
+L
+    run_flow 1 run
+    equals "$(wc -l < tries)" 2 "attempts"
+}
+
+test_command_timeout_kills_process_group() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "sleep 30 & echo $! > child; wait", name = "slow", timeout = "1s" } }
+L
+    t0=$(date +%s)
+    run_flow 1 run
+    [ $(( $(date +%s) - t0 )) -lt 10 ] || { echo "the timeout did not stop the step"; return 1; }
+    contains "$ERR" "step 'slow' timed out after 1s"
+    state=$(ps -o stat= -p "$(cat child)" 2>/dev/null || true)
+    [ -z "$state" ] || [[ "$state" == Z* ]] || { echo "the step's child survived ($state)"; return 1; }
+    contains "$(cat .flow/runs/latest/run.json)" '"timed_out":	true'
+}
+
+test_lua_step_timeout() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() while true do end end, outputs = "x", name = "spin", timeout = 1 } }
+L
+    run_flow 1 run
+    contains "$ERR" "step 'spin' timed out after 1s"
+}
+
+test_timeout_bounds_flow_sh_inside_a_step() {
+    write pipeline.lua <<'L'
+local flow = require("flow")
+return pipeline{ node{ func = function() flow.sh("sleep 30") return 1 end, outputs = "x", name = "waits", timeout = 1 } }
+L
+    t0=$(date +%s)
+    run_flow 1 run
+    [ $(( $(date +%s) - t0 )) -lt 10 ] || { echo "flow.sh outlived the step's timeout"; return 1; }
+    contains "$ERR" "timed out"
+}
+
+test_bad_timeout_and_retries() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "true", name = "x", timeout = "soon" } }
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:1: node: timeout must be seconds or a duration"
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "true", name = "x", retries = -1 } }
+L
+    run_flow 2 run
+    contains "$ERR" "retries must be a non-negative integer"
+}
+
+test_much_output_does_not_deadlock() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "head -c 20000000 /dev/zero | tr '\\0' 'x'; head -c 5000000 /dev/zero | tr '\\0' 'y' >&2", name = "loud" },
+  node{ command = "head -c 3000000 /dev/zero | tr '\\0' 'z'", name = "loud2" },
+}
+L
+    run_flow 0 run -j 2
+    size=$(stat -c %s .flow/runs/latest/logs/loud.log)
+    [ "$size" -ge 25000000 ] || { echo "log has $size bytes"; return 1; }
+}
+
+test_run_json_summary() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "exit 3", name = "bad" },
+  node{ func = function() return 1 end, outputs = "x", name = "good" },
+}
+L
+    run_flow 1 run -k
+    json=$(cat .flow/runs/latest/run.json)
+    contains "$json" '"status":	"failed"'
+    contains "$json" '"name":	"bad"'
+    contains "$json" '"exit_code":	3'
+    contains "$json" '"state":	"done"'
+    contains "$json" '"started":'
+}
+
+test_plain_progress_when_not_a_terminal() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "true", name = "one" } }
+L
+    run_flow 0 run
+    contains "$ERR" "started  one"
+    contains "$ERR" "done     one"
+    not_contains "$ERR" $'\033[' "plain output"
+}
+
+test_live_progress_on_a_terminal() {
+    command -v script >/dev/null || skip "no script(1)"
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = { "sleep", "0.5" }, name = "first" },
+  node{ command = { "sleep", "0.5" }, name = "second" },
+  node{ func = function() print("printed-by-lua") return 1 end, outputs = "p", name = "talker" },
+}
+L
+    script -qec "$FLOW run -j 2" /dev/null > tty.txt 2>&1
+    out=$(cat tty.txt)
+    contains "$out" "[0/3]"
+    contains "$out" "running 2"
+    contains "$out" "▸"
+    contains "$out" " first "
+    contains "$out" $'\033[' "live output"
+    contains "$out" "A"$'\033'"[J"
+    contains "$out" "printed-by-lua"
+    contains "$out" "3 done"
+    NO_COLOR=1 script -qec "$FLOW run -j 2" /dev/null > tty2.txt 2>&1
+    not_contains "$(cat tty2.txt)" $'\033[32m' "NO_COLOR output"
+    contains "$(cat tty2.txt)" "[0/3]"
+    NO_COLOR=1 script -qec "$FLOW run --progress=plain" /dev/null > tty3.txt 2>&1
+    contains "$(cat tty3.txt)" "started  first"
+    not_contains "$(cat tty3.txt)" "[0/3]"
+    run_flow 2 run --progress=fancy
+    contains "$ERR" "--progress must be auto, live or plain"
+}
