@@ -288,3 +288,30 @@ int dag_finalize(struct dag *dag, char *err, size_t errlen)
     }
     return 0;
 }
+
+/* Iterative walk: a 100,000-step chain must not overflow the C stack. */
+static void mark_reachable(const struct dag *dag, const size_t *seeds, size_t n, bool *mark,
+                           bool downstream)
+{
+    size_t *stack = xmalloc((dag->n_steps + n + 1) * sizeof *stack), top = 0;
+    for (size_t k = 0; k < n; k++)
+        if (!mark[seeds[k]]) { mark[seeds[k]] = true; stack[top++] = seeds[k]; }
+    while (top) {
+        const struct dag_step *s = &dag->steps[stack[--top]];
+        const size_t *next = downstream ? s->dependents : s->deps;
+        size_t count = downstream ? s->n_dependents : s->n_deps;
+        for (size_t k = 0; k < count; k++)
+            if (!mark[next[k]]) { mark[next[k]] = true; stack[top++] = next[k]; }
+    }
+    free(stack);
+}
+
+void dag_mark_downstream(const struct dag *dag, const size_t *seeds, size_t n, bool *mark)
+{
+    mark_reachable(dag, seeds, n, mark, true);
+}
+
+void dag_mark_upstream(const struct dag *dag, const size_t *seeds, size_t n, bool *mark)
+{
+    mark_reachable(dag, seeds, n, mark, false);
+}

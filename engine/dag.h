@@ -68,6 +68,12 @@ bool dag_is_param_input(const char *dataset);
  * that are ready at once, declaration order wins, so runs are reproducible. */
 int dag_finalize(struct dag *dag, char *err, size_t errlen);
 
+/* Slicing (after dag_finalize): set mark[i] for every step reachable from the
+ * n seed steps, following edges downstream (dependents) or upstream (deps).
+ * Seeds are marked too; marks already set are kept. */
+void dag_mark_downstream(const struct dag *dag, const size_t *seeds, size_t n, bool *mark);
+void dag_mark_upstream(const struct dag *dag, const size_t *seeds, size_t n, bool *mark);
+
 long dag_find_step(const struct dag *dag, const char *name);
 long dag_find_dataset(const struct dag *dag, const char *name);
 const char *dag_framework_name(enum dist_framework f);

@@ -189,6 +189,34 @@ static int l_producer(lua_State *L)
     return 1;
 }
 
+/* dag:downstream({i...}) / dag:upstream({i...}) -> {[i] = true, ...} including the seeds */
+static int walk(lua_State *L, bool downstream)
+{
+    struct dag *dag = *check_dag(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    size_t n = lua_rawlen(L, 2);
+    size_t *seeds = xcalloc(n + 1, sizeof *seeds);
+    bool *mark = xcalloc(dag->n_steps + 1, sizeof *mark);
+    for (size_t k = 0; k < n; k++) {
+        lua_rawgeti(L, 2, (lua_Integer)k + 1);
+        lua_Integer i = lua_tointeger(L, -1);
+        lua_pop(L, 1);
+        if (i < 1 || (size_t)i > dag->n_steps) { free(seeds); free(mark); return luaL_error(L, "no such step %d", (int)i); }
+        seeds[k] = (size_t)i - 1;
+    }
+    if (downstream) dag_mark_downstream(dag, seeds, n, mark);
+    else dag_mark_upstream(dag, seeds, n, mark);
+    lua_createtable(L, 0, 0);
+    for (size_t i = 0; i < dag->n_steps; i++)
+        if (mark[i]) { lua_pushboolean(L, 1); lua_rawseti(L, -2, (lua_Integer)i + 1); }
+    free(seeds);
+    free(mark);
+    return 1;
+}
+
+static int l_downstream(lua_State *L) { return walk(L, true); }
+static int l_upstream(lua_State *L) { return walk(L, false); }
+
 static int l_count(lua_State *L)
 {
     lua_pushinteger(L, (lua_Integer)(*check_dag(L, 1))->n_steps);
@@ -209,6 +237,8 @@ static const luaL_Reg dag_methods[] = {
     { "dependents", l_dependents },
     { "producer", l_producer },
     { "count", l_count },
+    { "downstream", l_downstream },
+    { "upstream", l_upstream },
     { NULL, NULL }
 };
 

@@ -37,6 +37,12 @@ options:
   -p, --params K=V,… override parameters: a.b=1,c=x,d=true,e=null,f=[1,2],g="a, b"
   --conf DIR         configuration directory (default: conf/ beside the script)
   --pipeline NAME    run the pipeline registered as NAME (default: __default__)
+  --nodes A,B        only these steps            --from-nodes A   these and all downstream
+  --to-nodes B       these and all upstream      --tags T1,T2     steps with any of the tags
+  --from-inputs X    steps reading X, and downstream
+  --to-outputs Y     steps producing Y, and upstream
+                     (several selections intersect; inputs from unselected steps must
+                     have a saved copy in .flow/data/)
   -j, --jobs N       run at most N steps at once (default: number of CPUs)
   -k, --keep-going   after a failure, still run every step that does not depend on it
   -n, --dry-run      print the steps that would run, in order, and stop
@@ -91,7 +97,9 @@ end
 local OPTIONS = {
   run = with_config { pipeline = "value", jobs = "value", j = "jobs", ["keep-going"] = "flag",
                       k = "keep-going", ["dry-run"] = "flag", n = "dry-run", verbose = "flag",
-                      v = "verbose", quiet = "flag", q = "quiet", progress = "value" },
+                      v = "verbose", quiet = "flag", q = "quiet", progress = "value",
+                      nodes = "value", ["from-nodes"] = "value", ["to-nodes"] = "value",
+                      tags = "value", ["from-inputs"] = "value", ["to-outputs"] = "value" },
   list = with_config { pipeline = "value", format = "value" },
   config = with_config { explain = "value" },
 }
@@ -210,12 +218,51 @@ local function where_runs(n)
   return "local"
 end
 
-local function print_plan(p)
-  local g = runner.prepare(p, {}).graph
-  for k, i in ipairs(g:order()) do
-    local n = p.nodes[i]
-    io.write(string.format("%3d  %s\n", k, n.name))
+local SLICING = { "nodes", "from-nodes", "to-nodes", "tags", "from-inputs", "to-outputs" }
+
+local function slicing_options(opts)
+  local t = {}
+  for _, flag in ipairs(SLICING) do t[flag:gsub("-", "_")] = opts[flag] end
+  return t
+end
+
+local function print_plan(p, opts)
+  local plan = runner.prepare(p, slicing_options(opts))
+  local k = 0
+  for _, i in ipairs(plan.graph:order()) do
+    if not plan.selected or plan.selected[i] then
+      k = k + 1
+      io.write(string.format("%3d  %s\n", k, p.nodes[i].name))
+    end
   end
+end
+
+-- After a failed run: which steps failed or did not run, and the command
+-- that picks up from the nearest saved inputs.
+local function report_failure(result, args)
+  local failed, not_run = {}, {}
+  for name, st in pairs(result.steps) do
+    if st.state == "failed" then failed[#failed + 1] = name
+    elseif st.state == "not run" then not_run[#not_run + 1] = name end
+  end
+  table.sort(failed)
+  table.sort(not_run)
+  local lines = {}
+  if #failed > 0 then lines[#lines + 1] = "failed: " .. table.concat(failed, ", ") end
+  if #not_run > 0 then lines[#lines + 1] = "not run: " .. table.concat(not_run, ", ") end
+  if result.resume_from and #result.resume_from > 0 then
+    local kept, skip = {}, false
+    for _, a in ipairs(args) do
+      local flag = a:match("^%-%-([%w-]+)")
+      if skip then skip = false
+      elseif flag and (flag == "from-nodes" or flag == "nodes" or flag == "to-nodes") then
+        skip = not a:find("=", 1, true)
+      else kept[#kept + 1] = a:find("[%s'\"$]") and ("'" .. a:gsub("'", "'\\''") .. "'") or a end
+    end
+    lines[#lines + 1] = "resume with: flow run " .. table.concat(kept, " ") .. (#kept > 0 and " " or "")
+                        .. "--from-nodes " .. table.concat(result.resume_from, ",")
+  end
+  if #lines > 0 then core.ui_info(table.concat(lines, "\n")) end
 end
 
 local function cmd_run(args)
@@ -232,8 +279,11 @@ local function cmd_run(args)
   set_defaults(opts)
   local p = load_pipeline(path, opts.pipeline)
   if not p then return runner.last_code or 0 end
-  if opts["dry-run"] then print_plan(p) return 0 end
-  local result = runner.run(p, { jobs = jobs, keep_going = opts["keep-going"], verbose = opts.verbose })
+  if opts["dry-run"] then print_plan(p, opts) return 0 end
+  local run_opts = slicing_options(opts)
+  run_opts.jobs, run_opts.keep_going, run_opts.verbose = jobs, opts["keep-going"], opts.verbose
+  local result = runner.run(p, run_opts)
+  if result.code == 1 then report_failure(result, args) end
   return result.code
 end
 

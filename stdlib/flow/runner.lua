@@ -316,6 +316,36 @@ function Run:step(i)
   return ok
 end
 
+-- Where to restart after a failure (as Kedro suggests): the steps to rerun
+-- are the failed and not-run ones, plus any finished step whose output they
+-- need and that has no saved copy; the starts are those among them with no
+-- producer among them.  `--from-nodes <starts>` then reruns what is needed.
+function Run:resume_points(g, states)
+  local rerun = {}
+  for i, st in ipairs(states) do
+    if st == "failed" or st == "not run" then rerun[i] = true end
+  end
+  local grew = true
+  while grew do
+    grew = false
+    for i in pairs(rerun) do
+      for _, io in ipairs(self.nodes[i].inputs) do
+        local p = not io.dataset:match("^params:") and io.dataset ~= "parameters" and g:producer(io.dataset)
+        if p and not rerun[p] and not M.saved_copy(io.dataset) then rerun[p] = true; grew = true end
+      end
+    end
+  end
+  local starts = {}
+  for _, i in ipairs(g:order()) do
+    if rerun[i] then
+      local has_producer = false
+      for _, d in ipairs(g:deps(i)) do if rerun[d] then has_producer = true end end
+      if not has_producer then starts[#starts + 1] = self.nodes[i].name end
+    end
+  end
+  return starts
+end
+
 -- .flow/runs/<id>/run.json: what ran, when, and how it ended.
 function Run:write_summary(result, started, states)
   local steps = {}
@@ -354,7 +384,122 @@ local function check_params(nodes, settings)
   end
 end
 
-local run_fields = { jobs = true, keep_going = true, params = true, verbose = true, env = true }
+local run_fields = { jobs = true, keep_going = true, params = true, verbose = true, env = true,
+                     nodes = true, from_nodes = true, to_nodes = true, tags = true,
+                     from_inputs = true, to_outputs = true }
+
+-- A dataset's copy on disk from an earlier run: a command's output file or
+-- folder, or a Lua value written as JSON (or text) for a command.
+function M.saved_copy(dataset)
+  local base = DATA .. "/" .. core.safe_name(dataset)
+  if core.exists(base) then return { path = base } end
+  local json = core.read_file(base .. ".json")
+  if json then return { value = core.json_decode(json), path = base .. ".json" } end
+  local text = core.read_file(base .. ".txt")
+  if text then return { value = text, path = base .. ".txt" } end
+end
+
+local function as_list(v, what, level)
+  if v == nil then return nil end
+  if type(v) == "string" then
+    local t = {}
+    for part in v:gmatch("[^,]+") do t[#t + 1] = part:match("^%s*(.-)%s*$") end
+    return t
+  end
+  if not util.is_list(v) then util.fail(level + 1, "flow.run: %s must be a list of names", what) end
+  return v
+end
+
+-- Slicing, as Kedro does it: every filter given selects a set of steps and
+-- the run takes their intersection.  Returns a selected-flags list, or nil for all.
+local function select_steps(nodes, g, opts, level)
+  local index, names = {}, {}
+  for i, n in ipairs(nodes) do index[n.name] = i; names[i] = n.name end
+  local function step_indices(list, flag)
+    local out = {}
+    for _, name in ipairs(list) do
+      if not index[name] then
+        graph_error(string.format("%s: no step named '%s'%s", flag, name, util.did_you_mean(name, names)))
+      end
+      out[#out + 1] = index[name]
+    end
+    return out
+  end
+  local function consumers_of(list, flag)
+    local out, known = {}, {}
+    for i, n in ipairs(nodes) do
+      for _, io in ipairs(n.inputs) do
+        known[io.dataset] = true
+        for _, d in ipairs(list) do if io.dataset == d then out[#out + 1] = i end end
+      end
+    end
+    for _, d in ipairs(list) do if not known[d] then graph_error(string.format("%s: no step reads '%s'", flag, d)) end end
+    return out
+  end
+  local function producers_of(list, flag)
+    local out = {}
+    for _, d in ipairs(list) do
+      local p = g:producer(d)
+      if not p then graph_error(string.format("%s: no step produces '%s'", flag, d)) end
+      out[#out + 1] = p
+    end
+    return out
+  end
+  local sets = {}
+  local v = as_list(opts.nodes, "nodes", level + 1)
+  if v then local t = {} for _, i in ipairs(step_indices(v, "--nodes")) do t[i] = true end sets[#sets + 1] = t end
+  v = as_list(opts.from_nodes, "from_nodes", level + 1)
+  if v then sets[#sets + 1] = g:downstream(step_indices(v, "--from-nodes")) end
+  v = as_list(opts.to_nodes, "to_nodes", level + 1)
+  if v then sets[#sets + 1] = g:upstream(step_indices(v, "--to-nodes")) end
+  v = as_list(opts.from_inputs, "from_inputs", level + 1)
+  if v then sets[#sets + 1] = g:downstream(consumers_of(v, "--from-inputs")) end
+  v = as_list(opts.to_outputs, "to_outputs", level + 1)
+  if v then sets[#sets + 1] = g:upstream(producers_of(v, "--to-outputs")) end
+  v = as_list(opts.tags, "tags", level + 1)
+  if v then
+    local t, wanted = {}, {}
+    for _, tag in ipairs(v) do wanted[tag] = true end
+    for i, n in ipairs(nodes) do
+      for _, tag in ipairs(n.tags) do if wanted[tag] then t[i] = true end end
+    end
+    sets[#sets + 1] = t
+  end
+  if #sets == 0 then return nil end
+  local selected, count = {}, 0
+  for i = 1, #nodes do
+    local keep = true
+    for _, set in ipairs(sets) do if not set[i] then keep = false break end end
+    selected[i] = keep
+    if keep then count = count + 1 end
+  end
+  if count == 0 then graph_error("the selection (--nodes, --from-nodes, --to-nodes, --tags, --from-inputs, --to-outputs) matches no step") end
+  return selected
+end
+
+-- Inputs of selected steps that unselected steps produce must have a saved
+-- copy; returns {dataset = copy}, or raises listing what is missing.
+local function saved_inputs(nodes, g, selected)
+  local copies, missing = {}, {}
+  for i, n in ipairs(nodes) do
+    if selected[i] then
+      for _, io in ipairs(n.inputs) do
+        local p = not io.dataset:match("^params:") and io.dataset ~= "parameters" and g:producer(io.dataset)
+        if p and not selected[p] and not copies[io.dataset] then
+          copies[io.dataset] = M.saved_copy(io.dataset)
+          if not copies[io.dataset] then
+            missing[#missing + 1] = string.format("  '%s' (from step '%s', needed by '%s')", io.dataset, nodes[p].name, n.name)
+          end
+        end
+      end
+    end
+  end
+  if #missing > 0 then
+    graph_error("the selected steps need datasets that unselected steps produce and that have no saved copy:\n"
+                .. table.concat(missing, "\n") .. "\n(select their producers too, e.g. with --from-nodes)")
+  end
+  return copies
+end
 
 -- What the command line chose ({env =, params_spec =, conf =}); flow.run
 -- calls from a driver script start from it.
@@ -376,7 +521,10 @@ function M.prepare(p, opts, level)
   for i, n in ipairs(p.nodes) do dists[i] = M.resolve_dist(n, settings) end
   local g = M.build_graph(p.nodes, dists)
   check_params(p.nodes, settings)
-  return { nodes = p.nodes, settings = settings, dists = dists, graph = g }
+  local selected = select_steps(p.nodes, g, opts, level)
+  local copies = selected and saved_inputs(p.nodes, g, selected) or {}
+  return { nodes = p.nodes, settings = settings, dists = dists, graph = g, selected = selected,
+           copies = copies }
 end
 
 -- flow.run(p, opts) -> result {status =, code =, outputs =, steps =, run_id =}
@@ -389,7 +537,7 @@ function M.run(p, opts, level)
   local run_id = core.run_id()
   local run_dir = ".flow/runs/" .. run_id
   local self = setmetatable({
-    nodes = nodes, params = params, values = {}, verbose = opts.verbose, records = {},
+    nodes = nodes, params = params, values = plan.copies, verbose = opts.verbose, records = {},
     run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
   }, Run)
   for _, n in ipairs(nodes) do self.records[n.name] = {} end
@@ -397,7 +545,7 @@ function M.run(p, opts, level)
   core.mkdir_p(self.log_dir)
   core.symlink(run_id, ".flow/runs/latest")
   local code, states, elapsed = sched.run(g, { jobs = opts.jobs or core.cpu_count(),
-                                               keep_going = opts.keep_going },
+                                               keep_going = opts.keep_going, selected = plan.selected },
                                           function(i) return self:step(i) end)
   core.remove_tree(self.tmp_dir)
   M.runs_started, M.last_code = M.runs_started + 1, code
@@ -417,6 +565,7 @@ function M.run(p, opts, level)
     end
   end
   self:write_summary(result, started, states)
+  if code ~= 0 then result.resume_from = self:resume_points(g, states) end
   return result
 end
 

@@ -170,6 +170,57 @@ static void test_large_chain(void)
     dag_free(d);
 }
 
+/*  a -> b -> d,  a -> c -> d,  e alone */
+static struct dag *diamond(void)
+{
+    struct dag *d = dag_new();
+    add(d, "a", NULL, L("x"), err, sizeof err);
+    add(d, "b", L("x"), L("y"), err, sizeof err);
+    add(d, "c", L("x"), L("z"), err, sizeof err);
+    add(d, "d", L("y", "z"), L("w"), err, sizeof err);
+    add(d, "e", NULL, L("v"), err, sizeof err);
+    dag_finalize(d, err, sizeof err);
+    return d;
+}
+
+static const char *marked(const struct dag *d, const bool *mark)
+{
+    static char buf[64];
+    size_t n = 0;
+    for (size_t i = 0; i < d->n_steps; i++)
+        if (mark[i]) n += (size_t)snprintf(buf + n, sizeof buf - n, "%s", d->steps[i].name);
+    buf[n] = '\0';
+    return buf;
+}
+
+static void test_slicing_downstream(void)
+{
+    struct dag *d = diamond();
+    bool mark[5] = { 0 };
+    size_t seed = 1;                                     /* b */
+    dag_mark_downstream(d, &seed, 1, mark);
+    CHECK_STR(marked(d, mark), "bd");
+    memset(mark, 0, sizeof mark);
+    seed = 0;
+    dag_mark_downstream(d, &seed, 1, mark);
+    CHECK_STR(marked(d, mark), "abcd");
+    dag_free(d);
+}
+
+static void test_slicing_upstream(void)
+{
+    struct dag *d = diamond();
+    bool mark[5] = { 0 };
+    size_t seeds[] = { 3, 4 };                           /* d and e */
+    dag_mark_upstream(d, seeds, 2, mark);
+    CHECK_STR(marked(d, mark), "abcde");
+    memset(mark, 0, sizeof mark);
+    size_t c = 2;
+    dag_mark_upstream(d, &c, 1, mark);
+    CHECK_STR(marked(d, mark), "ac");
+    dag_free(d);
+}
+
 static void test_framework_names(void)
 {
     CHECK_STR(dag_framework_name(DIST_PYTORCH), "PyTorch");
@@ -193,6 +244,8 @@ int main(void)
     RUN(test_duplicate_name);
     RUN(test_param_output_rejected);
     RUN(test_large_chain);
+    RUN(test_slicing_downstream);
+    RUN(test_slicing_upstream);
     RUN(test_framework_names);
     return CHECK_DONE("dag");
 }

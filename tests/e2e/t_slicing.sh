@@ -1,0 +1,102 @@
+# t_slicing.sh — running part of a pipeline, and the failure report that says
+# how to resume.
+
+slice_project() {
+    write pipeline.lua <<'L'
+local function mark(name) return function(...) io.open("ran_" .. name, "w"):close() return 1 end end
+return pipeline{
+  node{ func = mark("load"), outputs = "a", name = "load", tags = "data" },
+  node{ command = "touch ran_prep; echo prep > ${outputs.b}", inputs = "a", outputs = "b", name = "prep", tags = "data" },
+  node{ func = mark("train"), inputs = "b", outputs = "c", name = "train", tags = { "ml", "gpu" } },
+  node{ func = function(c) io.open("ran_eval", "w"):close()
+                            if os.getenv("FAIL_EVAL") then error("eval broke") end return 1 end,
+        inputs = "c", outputs = "d", name = "eval", tags = "ml" },
+  node{ func = mark("report"), inputs = "d", outputs = "e", name = "report" },
+  node{ func = mark("side"), outputs = "s", name = "side", tags = "data" },
+}
+L
+}
+
+ran() { ls ran_* 2>/dev/null | sed 's/ran_//' | sort | tr '\n' ' '; }
+
+test_failure_lists_steps_and_resume_command() {
+    slice_project
+    FAIL_EVAL=1 run_flow 1 run -j 1 -k
+    contains "$ERR" "failed: eval"
+    contains "$ERR" "not run: report"
+    contains "$ERR" "resume with: flow run -j 1 -k --from-nodes train"
+    rm -f ran_*
+    run_flow 0 run -j 1 -k --from-nodes train
+    equals "$(ran)" "eval report train " "steps rerun"
+}
+
+test_nodes_and_from_nodes() {
+    slice_project
+    run_flow 0 run                         # prep's output b is saved in .flow/data
+    rm -f ran_*
+    run_flow 0 run --from-nodes train
+    equals "$(ran)" "eval report train " "--from-nodes"
+    contains "$ERR" "3 done, 3 skipped"
+}
+
+test_to_nodes_and_tags_intersect() {
+    slice_project
+    run_flow 0 run --to-nodes prep
+    equals "$(ran)" "load prep " "--to-nodes"
+    rm -f ran_*
+    run_flow 0 run --tags data
+    equals "$(ran)" "load prep side " "--tags"
+    rm -f ran_*
+    run_flow 0 run --tags data,ml --to-nodes train
+    equals "$(ran)" "load prep train " "--tags with --to-nodes"
+}
+
+test_from_inputs_and_to_outputs() {
+    slice_project
+    run_flow 0 run --to-outputs b
+    equals "$(ran)" "load prep " "--to-outputs"
+    rm -f ran_*
+    run_flow 0 run --from-inputs b
+    equals "$(ran)" "eval report train " "--from-inputs"
+}
+
+test_missing_saved_input_is_an_error() {
+    slice_project
+    run_flow 2 run --nodes eval
+    contains "$ERR" "'c' (from step 'train', needed by 'eval')"
+    equals "$(ran)" "" "steps run"
+}
+
+test_empty_and_unknown_selections() {
+    slice_project
+    run_flow 2 run --nodes load --tags ml
+    contains "$ERR" "matches no step"
+    run_flow 2 run --from-nodes trian
+    contains "$ERR" "--from-nodes: no step named 'trian' (did you mean 'train'?)"
+    run_flow 2 run --to-outputs nothing
+    contains "$ERR" "--to-outputs: no step produces 'nothing'"
+}
+
+test_dry_run_shows_selection() {
+    slice_project
+    run_flow 0 run -n --to-nodes prep --params x=1
+    contains "$OUT" "1  load"
+    contains "$OUT" "2  prep"
+    not_contains "$OUT" "train"
+    equals "$(ran)" "" "steps run by a dry run"
+    run_flow 2 run -n --from-nodes eval      # what the real run would refuse, a dry run refuses too
+    contains "$ERR" "'c' (from step 'train', needed by 'eval')"
+}
+
+test_flow_run_selection_from_lua() {
+    slice_project
+    mv pipeline.lua p.lua
+    write driver.lua <<'L'
+local flow = require("flow")
+local p = dofile("p.lua")
+local r = flow.run(p, { tags = { "data" } })
+print("status=" .. r.status .. " side=" .. r.steps.side.state .. " train=" .. r.steps.train.state)
+L
+    run_flow 0 run driver.lua
+    contains "$OUT" "status=ok side=done train=skipped"
+}
