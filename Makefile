@@ -2,6 +2,8 @@
 # machine: both run `make deps` first, which apt-installs whatever is missing.
 
 CC      ?= cc
+# `make V=1` shows the full commands.
+Q       := $(if $(V),,@)
 PKGS    := lua5.4 libcjson libcurl openssl yaml-0.1 readline
 BUILD   := build
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
@@ -15,7 +17,7 @@ PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -iquote engine -iquote lua -iquote $(BUILD) $(PKG_CFLAGS) -MMD -MP
 
-ENGINE_SRC := $(filter-out $(EXCLUDE),$(wildcard engine/*.c engine/azureml/*.c))
+ENGINE_SRC := $(wildcard engine/*.c engine/azureml/*.c)
 LUA_SRC    := $(filter-out lua/main.c,$(wildcard lua/*.c))
 STDLIB     := $(shell find stdlib -name '*.lua' | sort)
 LIB_OBJ    := $(patsubst %.c,$(BUILD)/%.o,$(ENGINE_SRC) $(LUA_SRC)) $(BUILD)/stdlib_embed.o
@@ -38,30 +40,34 @@ flow: $(BUILD)/flow
 	@cp $< $@
 
 $(BUILD)/flow: $(BUILD)/lua/main.o $(BUILD)/libflow.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -lm
+	@echo "  LINK  $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(PKG_LIBS) -lm
 
 $(BUILD)/libflow.a: $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(Q)ar rcs $@ $^
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+	@echo "  CC    $<"
+	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 # The Lua half of the engine is compiled into the binary (tools/embed.c writes a C array).
 $(BUILD)/tools/embed: tools/embed.c
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -O2 -Wall -Wextra -o $@ $<
+	$(Q)$(CC) -std=c11 -O2 -Wall -Wextra -o $@ $<
 
 $(BUILD)/stdlib_embed.c: $(BUILD)/tools/embed $(STDLIB)
-	$(BUILD)/tools/embed stdlib $(STDLIB) > $@.tmp && mv $@.tmp $@
+	@echo "  EMBED stdlib/"
+	$(Q)$(BUILD)/tools/embed stdlib $(STDLIB) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/stdlib_embed.o: $(BUILD)/stdlib_embed.c
-	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libflow.a tests/unit/check.h
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -iquote tests/unit -o $@ $< $(BUILD)/libflow.a $(LDFLAGS) $(PKG_LIBS) -lm
+	@echo "  TEST  $@"
+	$(Q)$(CC) $(ALL_CFLAGS) -iquote tests/unit -o $@ $< $(BUILD)/libflow.a $(LDFLAGS) $(PKG_LIBS) -lm
 
 demo: deps
 	@$(MAKE) --no-print-directory flow
