@@ -27,8 +27,8 @@ UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 .PHONY: all deps test-deps demo check test unit e2e bench clean asan
 all: flow
 
-# Packages the tests use beyond the build: real PyTorch for the DDP example.
-TEST_PKGS := python3-torch
+# Packages the tests use beyond the build: real PyTorch (DDP) and Open MPI.
+TEST_PKGS := python3-torch openmpi-bin python3-mpi4py
 
 deps:
 	@tools/deps.sh

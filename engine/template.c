@@ -59,6 +59,12 @@ static int scan(const char *tmpl, struct strbuf *out,
             errf(err, errlen, "unterminated '${' in \"%s\"", tmpl);
             return -1;
         }
+        if (!memchr(dollar + 2, '.', (size_t)(close - dollar - 2))) {
+            /* ${HOME}, ${RANK:-0}: a shell's variable, not ours; keep it. */
+            if (out) sb_add(out, dollar, (size_t)(close - dollar + 1));
+            p = close + 1;
+            continue;
+        }
         char ns[16], *key = NULL;
         if (split_ref(dollar + 2, (size_t)(close - dollar - 2), ns, sizeof ns, &key, err, errlen))
             return -1;

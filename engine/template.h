@@ -1,6 +1,7 @@
 /* template.h — `${inputs.x}`, `${outputs.y}`, `${params.a.b}` in command steps.
  * The caller resolves each reference through a callback, so the engine decides
- * what a name means (a materialised path, a parameter's text). `$${` is a literal `${`. */
+ * what a name means (a materialised path, a parameter's text). `$${` is a literal `${`;
+ * `${NAME}` without a dot (a shell variable, `${RANK:-0}`) is left as it is. */
 #ifndef FLOW_TEMPLATE_H
 #define FLOW_TEMPLATE_H
 

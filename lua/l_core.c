@@ -8,6 +8,9 @@
 
 #include <errno.h>
 #include <ftw.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <lauxlib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +223,34 @@ static int l_cpu_count(lua_State *L)
     return 1;
 }
 
+/* A TCP port free on 127.0.0.1 now (the kernel picks it), for MASTER_PORT and
+ * TF_CONFIG.  As torchrun does; a small race remains until the job binds it. */
+static int l_free_port(lua_State *L)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = 0 };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        if (fd >= 0) close(fd);
+        return luaL_error(L, "cannot find a free port: %s", strerror(errno));
+    }
+    close(fd);
+    lua_pushinteger(L, ntohs(a.sin_port));
+    return 1;
+}
+
+/* The running binary, so a distributed Lua step can start its ranks. */
+static int l_exe_path(lua_State *L)
+{
+    char buf[4096];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n < 0) return luaL_error(L, "cannot find the flow binary: %s", strerror(errno));
+    lua_pushlstring(L, buf, (size_t)n);
+    return 1;
+}
+
 static int l_cwd(lua_State *L)
 {
     char buf[4096];
@@ -311,6 +342,8 @@ static const luaL_Reg core_funcs[] = {
     { "isatty", l_isatty },
     { "cpu_count", l_cpu_count },
     { "cwd", l_cwd },
+    { "exe_path", l_exe_path },
+    { "free_port", l_free_port },
     { "chdir", l_chdir },
     { NULL, NULL }
 };

@@ -79,31 +79,41 @@ static const char *field_string(lua_State *L, int idx, const char *key)
     return s;
 }
 
-/* spawn{argv=, cwd=, log=, env={"K=V",...}, capture=, echo=} -> result | nil, err */
-static int l_spawn(lua_State *L)
+/* Reads one spawn{} table at idx into spec; the strings stay in the table. */
+static void read_spec(lua_State *L, int idx, struct proc_spec *spec, char ***argv, char ***env)
 {
-    luaL_checktype(L, 1, LUA_TTABLE);
-    struct proc_spec spec = { 0 };
-    char **argv = read_argv(L, 1, "argv");
-    if (!argv) return luaL_error(L, "spawn: argv must be a list of strings");
-    char **env = read_argv(L, 1, "env");
-    spec.argv = argv;
-    spec.env_extra = env;
-    spec.cwd = field_string(L, 1, "cwd");
-    spec.log_path = field_string(L, 1, "log");
-    spec.echo_prefix = field_string(L, 1, "echo");
-    spec.echo = spec.echo_prefix != NULL;
-    lua_getfield(L, 1, "capture");
-    spec.capture_stdout = lua_toboolean(L, -1);
-    lua_getfield(L, 1, "timeout");
-    spec.timeout_s = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
-    lua_pop(L, 2);
-    double deadline = flow_step_deadline(L);     /* the step's own timeout bounds it too */
+    memset(spec, 0, sizeof *spec);
+    *argv = read_argv(L, idx, "argv");
+    if (!*argv) luaL_error(L, "spawn: argv must be a list of strings");
+    *env = read_argv(L, idx, "env");
+    spec->argv = *argv;
+    spec->env_extra = *env;
+    spec->cwd = field_string(L, idx, "cwd");
+    spec->log_path = field_string(L, idx, "log");
+    spec->echo_prefix = field_string(L, idx, "echo");
+    spec->echo = spec->echo_prefix != NULL;
+    lua_getfield(L, idx, "timeout");
+    spec->timeout_s = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
+    lua_pop(L, 1);
+    double deadline = flow_step_deadline(L);
     if (deadline > 0) {
         double left = deadline - monotonic_seconds();
         if (left < 0.001) left = 0.001;
-        if (spec.timeout_s <= 0 || left < spec.timeout_s) spec.timeout_s = left;
+        if (spec->timeout_s <= 0 || left < spec->timeout_s) spec->timeout_s = left;
     }
+}
+
+/* spawn{argv=, cwd=, log=, env={"K=V",...}, capture=, echo=, timeout=} -> result | nil, err
+ * (the step's own timeout bounds it too) */
+static int l_spawn(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    struct proc_spec spec;
+    char **argv, **env;
+    read_spec(L, 1, &spec, &argv, &env);
+    lua_getfield(L, 1, "capture");
+    spec.capture_stdout = lua_toboolean(L, -1);
+    lua_pop(L, 1);
 
     struct waiter *w = xcalloc(1, sizeof *w);
     char err[1024];
@@ -157,7 +167,126 @@ static int l_sleep(lua_State *L)
     return 0;
 }
 
+/* ---- process groups: the ranks of a distributed step ---------------------- */
+
+#define GROUP_GRACE_S 5.0
+
+struct group {
+    lua_State *co;                 /* step coroutine to resume, or NULL (blocking) */
+    struct loop *loop;
+    struct proc **procs;
+    size_t n, remaining;
+    long first_failed;             /* index of the first rank that failed, or -1 */
+    unsigned long kill_timer;
+};
+
+static void group_kill_all(void *arg)
+{
+    struct group *g = arg;
+    g->kill_timer = 0;
+    for (size_t i = 0; i < g->n; i++) proc_kill(g->procs[i], SIGKILL);
+}
+
+static void group_member_exited(struct proc *p, void *arg)
+{
+    struct group *g = arg;
+    size_t i = 0;
+    while (g->procs[i] != p) i++;
+    g->remaining--;
+    if (g->co) flow_step_track_proc(g->co, p, 0);
+    if (proc_exit_code(p) != 0 && g->first_failed < 0) {
+        /* One rank failed: the others cannot finish a collective without it. */
+        g->first_failed = (long)i;
+        for (size_t k = 0; k < g->n; k++) proc_kill(g->procs[k], SIGTERM);
+        g->kill_timer = loop_add_timer(g->loop, GROUP_GRACE_S, group_kill_all, g);
+    }
+    if (g->remaining == 0) {
+        if (g->kill_timer) loop_cancel_timer(g->loop, g->kill_timer);
+        g->kill_timer = 0;
+        if (g->co) flow_step_resume(g->co, 0);
+    }
+}
+
+/* Pushes {failed = index or nil, results = {{code=, signal=, stderr=, timed_out=}...}}. */
+static int push_group_result(lua_State *L, struct group *g)
+{
+    lua_createtable(L, 0, 2);
+    if (g->first_failed >= 0) {
+        lua_pushinteger(L, g->first_failed + 1);
+        lua_setfield(L, -2, "failed");
+    }
+    lua_createtable(L, (int)g->n, 0);
+    for (size_t i = 0; i < g->n; i++) {
+        lua_createtable(L, 0, 4);
+        lua_pushinteger(L, proc_exit_code(g->procs[i]));
+        lua_setfield(L, -2, "code");
+        lua_pushinteger(L, proc_term_signal(g->procs[i]));
+        lua_setfield(L, -2, "signal");
+        lua_pushboolean(L, proc_timed_out(g->procs[i]));
+        lua_setfield(L, -2, "timed_out");
+        lua_pushstring(L, proc_stderr_tail(g->procs[i]));
+        lua_setfield(L, -2, "stderr");
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+        proc_free(g->procs[i]);
+    }
+    lua_setfield(L, -2, "results");
+    free(g->procs);
+    free(g);
+    return 1;
+}
+
+static int group_continue(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    return push_group_result(L, (struct group *)ctx);
+}
+
+/* spawn_group({spec, spec, ...}) -> {failed =, results =} | nil, err
+ * Starts every process, waits for all; the first failure stops the rest. */
+static int l_spawn_group(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    size_t n = lua_rawlen(L, 1);
+    if (n == 0) return luaL_error(L, "spawn_group: no processes");
+    struct group *g = xcalloc(1, sizeof *g);
+    g->loop = flow_state_loop(L);
+    g->procs = xcalloc(n, sizeof *g->procs);
+    g->first_failed = -1;
+    g->co = flow_step_can_yield(L) ? L : NULL;
+    char err[1024];
+    for (size_t i = 0; i < n; i++) {
+        lua_rawgeti(L, 1, (lua_Integer)i + 1);
+        struct proc_spec spec;
+        char **argv, **env;
+        read_spec(L, lua_gettop(L), &spec, &argv, &env);
+        g->procs[i] = proc_spawn(g->loop, &spec, group_member_exited, g, err, sizeof err);
+        free(argv);
+        free(env);
+        lua_pop(L, 1);
+        if (!g->procs[i]) {                   /* stop the ones already started */
+            for (size_t k = 0; k < i; k++) proc_free(g->procs[k]);
+            free(g->procs);
+            free(g);
+            lua_pushnil(L);
+            lua_pushstring(L, err);
+            return 2;
+        }
+        g->n++;
+        g->remaining++;
+        if (g->co) flow_step_track_proc(L, g->procs[i], 1);
+    }
+    if (g->co) return lua_yieldk(L, 0, (lua_KContext)g, group_continue);
+    int seen = loop_interrupts(g->loop);
+    while (g->remaining) {
+        loop_run_once(g->loop, -1);
+        if (loop_interrupts(g->loop) != seen)
+            for (size_t k = 0; k < g->n; k++) proc_kill(g->procs[k], SIGTERM);
+    }
+    return push_group_result(L, g);
+}
+
 static const luaL_Reg proc_funcs[] = {
+    { "spawn_group", l_spawn_group },
     { "spawn", l_spawn },
     { "sleep", l_sleep },
     { NULL, NULL }

@@ -44,6 +44,10 @@ options:
                      (several selections intersect; inputs from unselected steps must
                      have a saved copy in .flow/data/)
   -j, --jobs N       run at most N steps at once (default: number of CPUs)
+  --distributed MODE once (default): a distributed_job step runs once, normally;
+                     local: it runs as num_nodes x processes_per_node local
+                     processes with the variables Azure ML sets (also
+                     `distributed: local` in conf/<env>/flow.yml)
   -k, --keep-going   after a failure, still run every step that does not depend on it
   -n, --dry-run      print the steps that would run, in order, and stop
   -v, --verbose      stream each command's output, prefixed with its step name
@@ -99,9 +103,11 @@ local OPTIONS = {
                       k = "keep-going", ["dry-run"] = "flag", n = "dry-run", verbose = "flag",
                       v = "verbose", quiet = "flag", q = "quiet", progress = "value",
                       nodes = "value", ["from-nodes"] = "value", ["to-nodes"] = "value",
-                      tags = "value", ["from-inputs"] = "value", ["to-outputs"] = "value" },
+                      tags = "value", ["from-inputs"] = "value", ["to-outputs"] = "value",
+                      distributed = "value" },
   list = with_config { pipeline = "value", format = "value" },
   config = with_config { explain = "value" },
+  __step = with_config {},
 }
 
 -- Parse args for `cmd`: returns options table and positional list.
@@ -167,7 +173,8 @@ end
 -- The configuration choices of the command line, for every run the script makes.
 local function set_defaults(opts)
   if opts.env == "" then usage_error("--env needs an environment name") end
-  runner.defaults = { env = opts.env, params_spec = opts.params, conf = opts.conf }
+  runner.defaults = { env = opts.env, params_spec = opts.params, conf = opts.conf,
+                      distributed = opts.distributed }
 end
 
 -- Load the script, run its top level, return the chosen pipeline.
@@ -176,6 +183,7 @@ local function load_pipeline(path, name)
   local chunk, err = core.load_script(path, path)
   if not chunk then script_error(err) end
   if dir and dir ~= "" then core.chdir(dir) end
+  runner.defaults.script = base or path
   local flow = require("flow")
   for _, k in ipairs({ "node", "pipeline", "distributed_job", "Framework" }) do _G[k] = flow[k] end
   _G.flow = flow
@@ -280,6 +288,9 @@ local function cmd_run(args)
   local p = load_pipeline(path, opts.pipeline)
   if not p then return runner.last_code or 0 end
   if opts["dry-run"] then print_plan(p, opts) return 0 end
+  if opts.distributed and not require("flow.launch").MODES[opts.distributed] then
+    usage_error("--distributed must be once or local, got '%s'", opts.distributed)
+  end
   local run_opts = slicing_options(opts)
   run_opts.jobs, run_opts.keep_going, run_opts.verbose = jobs, opts["keep-going"], opts.verbose
   local result = runner.run(p, run_opts)
@@ -391,7 +402,20 @@ function M.print(...)
   core.ui_print(table.concat(parts, "\t") .. "\n")
 end
 
-local COMMANDS = { run = cmd_run, list = cmd_list, config = cmd_config }
+-- flow __step SCRIPT STEP INPUTS OUTPUTS [--env …]: one rank of a distributed
+-- Lua step (internal; started by flow itself).
+local function cmd_step(args)
+  local opts, pos = parse_args("__step", args)
+  if #pos ~= 4 then usage_error("usage: flow __step SCRIPT STEP INPUTS OUTPUTS (internal)") end
+  core.ui_setup("quiet")
+  set_defaults(opts)
+  runner.child = { step = pos[2], inputs = pos[3], outputs = pos[4] }
+  local p = load_pipeline(pos[1], nil)
+  if p then runner.run(p) end
+  script_error(string.format("step '%s' is not in the pipeline of %s", pos[2], pos[1]))
+end
+
+local COMMANDS = { run = cmd_run, list = cmd_list, config = cmd_config, __step = cmd_step }
 
 local function dispatch(args)
   local cmd = args[1]
@@ -417,6 +441,7 @@ end
 function M.main(args)
   local ok, ret = pcall(dispatch, args)
   if ok then return ret end
+  if getmetatable(ret) == runner.ChildDone then return 0 end
   if core.interrupted() > 0 then
     core.ui_error("interrupted")
     return 130

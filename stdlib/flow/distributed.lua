@@ -97,8 +97,38 @@ local function env_int(...)
   end
 end
 
-function M.rank() return env_int("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK") or 0 end
-function M.world_size() return env_int("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE") or 1 end
+-- TensorFlow: the chief, or worker 0 when there is no chief, is the master;
+-- parameter servers come after the workers.
+local function tf_config()
+  local text = os.getenv("TF_CONFIG")
+  if not text or text == "" then return nil end
+  local ok, tf = pcall(require("flow.core").json_decode, text)
+  if ok and type(tf) == "table" and type(tf.task) == "table" and type(tf.cluster) == "table" then return tf end
+end
+
+local function tf_rank(tf)
+  local t, i = tf.task.type, tonumber(tf.task.index) or 0
+  if t == "chief" or t == "master" then return 0 end
+  local chiefs = #(tf.cluster.chief or {}) + #(tf.cluster.master or {})
+  if t == "worker" then return chiefs + i end
+  return chiefs + #(tf.cluster.worker or {}) + i
+end
+
+function M.rank()
+  local tf = tf_config()
+  if tf then return tf_rank(tf) end
+  return env_int("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK") or 0
+end
+
+function M.world_size()
+  local tf = tf_config()
+  if tf then
+    local n = 0
+    for _, members in pairs(tf.cluster) do n = n + #members end
+    return n
+  end
+  return env_int("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE") or 1
+end
 function M.local_rank() return env_int("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID") or 0 end
 function M.is_master() return M.rank() == 0 end
 

@@ -12,6 +12,7 @@ local command = require("flow.command")
 local pipeline = require("flow.pipeline")
 local params_mod = require("flow.params")
 local settings_mod = require("flow.settings")
+local launch = require("flow.launch")
 
 local M = {}
 
@@ -150,16 +151,85 @@ local function assign_outputs(self, n, results)
   end
 end
 
-function Run:run_function(n)
+-- The arguments a Lua function step is called with, and their count.
+function Run:function_args(n)
   local args = {}
   for i, io in ipairs(n.inputs) do args[i] = self:input_value(n, io) end
   if n.input_style == "map" then
     local t = {}
     for i, io in ipairs(n.inputs) do t[io.arg] = args[i] end
-    args = { t }
+    return { t }, 1
   end
-  local results = table.pack(n.fn(table.unpack(args, 1, n.input_style == "map" and 1 or #n.inputs)))
+  return args, #n.inputs
+end
+
+function Run:run_function(n)
+  local args, count = self:function_args(n)
+  local dist = self.mode == "local" and self.dists[self.index[n]]
+  if dist then return self:run_function_ranks(n, dist, args, count) end
+  assign_outputs(self, n, table.pack(n.fn(table.unpack(args, 1, count))))
+end
+
+-- The flags that give a child `flow` the configuration this run has.
+local function config_flags()
+  local flags = {}
+  if M.defaults.env then flags[#flags + 1] = "--env=" .. M.defaults.env end
+  if M.defaults.params_spec then flags[#flags + 1] = "--params=" .. M.defaults.params_spec end
+  if M.defaults.conf then flags[#flags + 1] = "--conf=" .. M.defaults.conf end
+  return flags
+end
+
+-- distributed: local for a Lua function: every rank is a `flow __step` child
+-- that loads the script and runs this one step on the inputs it is handed;
+-- only the master's return values become the step's outputs.
+function Run:run_function_ranks(n, dist, args, count)
+  if not M.defaults.script then
+    error(step_failure { message = string.format("step '%s': a distributed Lua step runs in child processes, "
+      .. "which need the pipeline script: run it with `flow run SCRIPT`", n.name) })
+  end
+  local _, tmpdir = self:staging(n)
+  local inputs, outputs = tmpdir .. "/inputs.json", tmpdir .. "/outputs.json"
+  local data, err = core.json_encode({ n = count, args = args })
+  if not data then
+    error(step_failure { message = string.format("step '%s' runs on every rank, which receive its inputs as JSON, but %s",
+                                                 n.name, err) })
+  end
+  core.write_atomic(inputs, data)
+  local argv = { core.exe_path(), "__step", M.defaults.script, n.name, inputs, outputs }
+  for _, f in ipairs(config_flags()) do argv[#argv + 1] = f end
+  self:launch_ranks(n, dist, argv, string.format("flow __step %s %s (on each rank)", M.defaults.script, n.name))
+  local text = core.read_file(outputs)
+  core.remove_tree(tmpdir)
+  if not text then
+    error(step_failure { message = string.format("step '%s': the master rank (rank 0) returned no outputs", n.name) })
+  end
+  local res = core.json_decode(text)
+  local results = { n = res.n }
+  for i = 1, res.n do results[i] = res.values[i] or res.values[tostring(i)] end
   assign_outputs(self, n, results)
+end
+
+-- In a `flow __step` child: run the one step and leave.
+local ChildDone = { __tostring = function() return "child step done" end }
+M.ChildDone = ChildDone
+
+function M.run_child(p)
+  local c = M.child
+  for _, n in ipairs(p.nodes) do
+    if n.name == c.step then
+      local payload = core.json_decode(assert(core.read_file(c.inputs)))
+      local results = table.pack(n.fn(table.unpack(payload.args, 1, payload.n)))
+      if require("flow.distributed").is_master() then
+        local values = {}
+        for i = 1, results.n do values[i] = results[i] end
+        local data, err = core.json_encode({ n = results.n, values = values })
+        if not data then error(string.format("step '%s' returned a value that cannot go back to flow as JSON: %s", n.name, err), 0) end
+        core.write_atomic(c.outputs, data)
+      end
+      error(setmetatable({ child_done = true }, ChildDone), 0)
+    end
+  end
+  return { status = "ok", code = 0, steps = {}, outputs = {} }     -- not this pipeline: go on
 end
 
 -- Expand the command's templates; outputs go to a staging path first.
@@ -209,39 +279,36 @@ local function tail_lines(text, n)
   return table.concat(out, "\n")
 end
 
-function Run:run_command(n)
-  local staging, tmpdir = {}, self.tmp_dir .. "/" .. core.safe_name(n.name)
+-- A process result that is not success, as a step failure: interrupted,
+-- timed out, or failed with its exit code and the last lines of stderr.
+local function process_failure(n, r, display, log, who)
+  if r.signal ~= 0 and core.interrupted() > 0 then
+    return step_failure { message = string.format("step '%s' stopped (interrupted)", n.name), quiet = true }
+  end
+  if r.timed_out then
+    return step_failure { timed_out = true, message = string.format(
+      "step '%s' timed out after %s (its processes were stopped)\n  command: %s\n  full log: %s",
+      n.name, util.format_duration(n.timeout), display, log) }
+  end
+  local how = r.signal ~= 0 and string.format("killed by signal %d", r.signal)
+              or string.format("exit code %d", r.code)
+  local msg = string.format("step '%s' failed%s (%s)\n  command: %s", n.name, who or "", how, display)
+  if r.stderr:find("%S") then msg = msg .. "\n  last lines of stderr:\n" .. tail_lines(r.stderr, 10) end
+  return step_failure { message = msg .. "\n  full log: " .. log }
+end
+
+-- A fresh staging directory for step n, and the staging path of each output.
+function Run:staging(n)
+  local tmpdir = self.tmp_dir .. "/" .. core.safe_name(n.name)
   core.remove_tree(tmpdir)
   core.mkdir_p(tmpdir)
+  local staging = {}
   for _, io in ipairs(n.outputs) do staging[io.dataset] = tmpdir .. "/" .. core.safe_name(io.dataset) end
-  local argv, display = self:expand_command(n, staging)
-  local log = self.log_dir .. "/" .. core.safe_name(n.name) .. ".log"
-  core.write_atomic(log, "$ " .. display .. "\n")
-  local env = {}
-  for k, v in pairs(n.cmd.env or {}) do env[#env + 1] = tostring(k) .. "=" .. tostring(v) end
-  local r, err = proc.spawn { argv = argv, cwd = n.cmd.cwd, log = log, env = env,
-                              echo = self.verbose and ("[" .. n.name .. "] ") or nil }
-  self.records[n.name].exit_code = r and r.code
-  if not r then
-    core.remove_tree(tmpdir)
-    error(step_failure { message = string.format("step '%s': %s", n.name, err) })
-  end
-  if r.code ~= 0 then
-    core.remove_tree(tmpdir)
-    if r.signal ~= 0 and core.interrupted() > 0 then
-      error(step_failure { message = string.format("step '%s' stopped (interrupted)", n.name), quiet = true })
-    end
-    if r.timed_out then
-      error(step_failure { timed_out = true, message = string.format(
-        "step '%s' timed out after %s (its processes were stopped)\n  command: %s\n  full log: %s",
-        n.name, util.format_duration(n.timeout), display, log) })
-    end
-    local how = r.signal ~= 0 and string.format("killed by signal %d", r.signal)
-                or string.format("exit code %d", r.code)
-    local msg = string.format("step '%s' failed (%s)\n  command: %s", n.name, how, display)
-    if r.stderr:find("%S") then msg = msg .. "\n  last lines of stderr:\n" .. tail_lines(r.stderr, 10) end
-    error(step_failure { message = msg .. "\n  full log: " .. log })
-  end
+  return staging, tmpdir
+end
+
+-- Move a successful command's outputs into place; all must exist.
+function Run:commit_outputs(n, staging, tmpdir, display)
   for _, io in ipairs(n.outputs) do
     if not core.exists(staging[io.dataset]) then
       core.remove_tree(tmpdir)
@@ -257,6 +324,80 @@ function Run:run_command(n)
     self.values[io.dataset] = { path = final }
   end
   core.remove_tree(tmpdir)
+end
+
+function Run:log_path(n, rank)
+  return self.log_dir .. "/" .. core.safe_name(n.name) .. (rank and (".rank" .. rank) or "") .. ".log"
+end
+
+local function command_env(n, extra)
+  local env = {}
+  for k, v in pairs(n.cmd and n.cmd.env or {}) do env[k] = v end
+  for k, v in pairs(extra or {}) do env[k] = v end
+  return launch.env_list(env)
+end
+
+function Run:run_command(n)
+  local staging, tmpdir = self:staging(n)
+  local argv, display = self:expand_command(n, staging)
+  local dist = self.mode == "local" and self.dists[self.index[n]]
+  local ok, err = pcall(function()
+    if dist then self:launch_ranks(n, dist, argv, display)
+    else self:launch_once(n, argv, display) end
+  end)
+  if not ok then core.remove_tree(tmpdir); error(err, 0) end
+  self:commit_outputs(n, staging, tmpdir, display)
+end
+
+function Run:launch_once(n, argv, display)
+  local log = self:log_path(n)
+  core.write_atomic(log, "$ " .. display .. "\n")
+  local r, err = proc.spawn { argv = argv, cwd = n.cmd and n.cmd.cwd, log = log, env = command_env(n),
+                              echo = self.verbose and ("[" .. n.name .. "] ") or nil }
+  if not r then error(step_failure { message = string.format("step '%s': %s", n.name, err) }) end
+  self.records[n.name].exit_code = r.code
+  if r.code ~= 0 then error(process_failure(n, r, display, log)) end
+end
+
+-- distributed: local — every rank of the job as a local process.
+function Run:launch_ranks(n, dist, argv, display)
+  if dist.framework == "mpi" then return self:launch_mpi(n, dist, argv, display) end
+  local ranks = dist.framework == "pytorch" and launch.pytorch_ranks(dist) or launch.tensorflow_ranks(dist)
+  local specs = {}
+  for r, env in ipairs(ranks) do
+    local log = self:log_path(n, r - 1)
+    core.write_atomic(log, "$ " .. display .. "\n" .. table.concat(launch.env_list(env), "\n") .. "\n\n")
+    specs[r] = { argv = argv, cwd = n.cmd and n.cmd.cwd, log = log, env = command_env(n, env),
+                 echo = self.verbose and string.format("[%s rank %d] ", n.name, r - 1) or nil }
+  end
+  local g, err = proc.spawn_group(specs)
+  if not g then error(step_failure { message = string.format("step '%s': %s", n.name, err) }) end
+  if g.failed then
+    local r = g.results[g.failed]
+    self.records[n.name].exit_code = r.code
+    error(process_failure(n, r, display, specs[g.failed].log,
+                          string.format(" on rank %d of %d", g.failed - 1, #specs)))
+  end
+  self.records[n.name].exit_code = 0
+end
+
+function Run:launch_mpi(n, dist, argv, display)
+  local margv, menv = launch.mpi_argv(dist, argv)
+  local log = self:log_path(n)
+  core.write_atomic(log, "$ " .. command.display(margv) .. "\n")
+  local env = command_env(n)
+  for _, e in ipairs(menv) do env[#env + 1] = e end
+  local r, err = proc.spawn { argv = margv, cwd = n.cmd and n.cmd.cwd, log = log, env = env,
+                              echo = self.verbose and ("[" .. n.name .. "] ") or nil }
+  if not r then
+    if err:find("command not found") then
+      err = "MPI steps run locally through mpirun, which is not installed (Debian: apt-get install openmpi-bin)"
+    end
+    error(step_failure { message = string.format("step '%s': %s", n.name, err) })
+  end
+  launch.split_mpi_log(log, function(rank) return self:log_path(n, rank) end)
+  self.records[n.name].exit_code = r.code
+  if r.code ~= 0 then error(process_failure(n, r, display, log)) end
 end
 
 local function report(n, err)
@@ -386,7 +527,7 @@ end
 
 local run_fields = { jobs = true, keep_going = true, params = true, verbose = true, env = true,
                      nodes = true, from_nodes = true, to_nodes = true, tags = true,
-                     from_inputs = true, to_outputs = true }
+                     from_inputs = true, to_outputs = true, distributed = true }
 
 -- A dataset's copy on disk from an earlier run: a command's output file or
 -- folder, or a Lua value written as JSON (or text) for a command.
@@ -523,14 +664,24 @@ function M.prepare(p, opts, level)
   check_params(p.nodes, settings)
   local selected = select_steps(p.nodes, g, opts, level)
   local copies = selected and saved_inputs(p.nodes, g, selected) or {}
+  local mode = opts.distributed or M.defaults.distributed
+  if not mode and settings.cfg then mode = settings.cfg:get("flow", "distributed") end
+  mode = mode or "once"
+  if not launch.MODES[mode] then
+    graph_error(string.format("distributed must be 'once' (run a distributed step once, the default) or 'local' "
+      .. "(launch all its ranks here), got '%s' (from %s)", tostring(mode),
+      (opts.distributed or M.defaults.distributed) and "--distributed" or
+      (settings.cfg:origin("flow", "distributed") or "conf/<env>/flow.yml")))
+  end
   return { nodes = p.nodes, settings = settings, dists = dists, graph = g, selected = selected,
-           copies = copies }
+           copies = copies, mode = mode }
 end
 
 -- flow.run(p, opts) -> result {status =, code =, outputs =, steps =, run_id =}
 -- Graph errors raise {graph_error = message}; step failures are in the result.
 function M.run(p, opts, level)
   opts = opts or {}
+  if M.child then return M.run_child(pipeline.is_node(p) and pipeline.pipeline({ p }) or p) end
   local plan = M.prepare(p, opts, (level or 1) + 1)
   local nodes, g, params = plan.nodes, plan.graph, plan.settings.params
 
@@ -538,9 +689,10 @@ function M.run(p, opts, level)
   local run_dir = ".flow/runs/" .. run_id
   local self = setmetatable({
     nodes = nodes, params = params, values = plan.copies, verbose = opts.verbose, records = {},
+    dists = plan.dists, mode = plan.mode, index = {},
     run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
   }, Run)
-  for _, n in ipairs(nodes) do self.records[n.name] = {} end
+  for i, n in ipairs(nodes) do self.records[n.name] = {}; self.index[n] = i end
   local started = core.time()
   core.mkdir_p(self.log_dir)
   core.symlink(run_id, ".flow/runs/latest")

@@ -44,7 +44,11 @@ static void test_dollar_alone(void) { expect("cost $5 and $HOME", "cost $5 and $
 static void test_escape(void) { expect("$${inputs.x} ${inputs.x}", "${inputs.x} <inputs:x>"); }
 static void test_unterminated(void) { expect_error("${inputs.x", "unterminated '${'"); }
 static void test_unknown_namespace(void) { expect_error("${env.HOME}", "unknown reference '${env.HOME}'"); }
-static void test_no_key(void) { expect_error("${inputs.}", "bad reference"); expect_error("${inputs}", "bad reference"); }
+static void test_no_key(void) { expect_error("${inputs.}", "bad reference"); expect_error("${.x}", "bad reference"); }
+static void test_shell_variables_kept(void)
+{
+    expect("${HOME}/x ${RANK:-0} ${inputs.a}", "${HOME}/x ${RANK:-0} <inputs:a>");
+}
 static void test_lookup_error(void) { expect_error("a ${inputs.missing}", "no inputs named 'missing'"); }
 
 static int count_refs(void *ctx, const char *ns, const char *key)
@@ -72,6 +76,7 @@ int main(void)
     RUN(test_unterminated);
     RUN(test_unknown_namespace);
     RUN(test_no_key);
+    RUN(test_shell_variables_kept);
     RUN(test_lookup_error);
     RUN(test_each_ref);
     return CHECK_DONE("template");

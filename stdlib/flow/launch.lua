@@ -1,0 +1,86 @@
+-- flow.launch: how a distributed_job step is started on this machine with
+-- `distributed: local` — the process layout and environment Azure ML gives
+-- it, so distributed code is tested before it costs GPU hours.
+--   PyTorch:    num_nodes x processes_per_node processes with MASTER_ADDR,
+--               MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK, NODE_RANK (and
+--               LOCAL_WORLD_SIZE, GROUP_RANK... as torchrun sets them)
+--   TensorFlow: one process per worker (and parameter server), each with its
+--               TF_CONFIG
+--   MPI:        mpirun -np num_nodes x processes_per_node
+local core = require("flow.core")
+
+local M = {}
+
+M.MODES = { once = true, ["local"] = true }
+
+-- The ranks of a PyTorch job: a list of environment tables, global rank order.
+function M.pytorch_ranks(dist)
+  local nodes, ppn = dist.num_nodes, dist.processes_per_node
+  local port = core.free_port()
+  local ranks = {}
+  for node = 0, nodes - 1 do
+    for lr = 0, ppn - 1 do
+      local rank = node * ppn + lr
+      ranks[#ranks + 1] = {
+        MASTER_ADDR = "127.0.0.1", MASTER_PORT = port, WORLD_SIZE = nodes * ppn, RANK = rank,
+        LOCAL_RANK = lr, NODE_RANK = node, LOCAL_WORLD_SIZE = ppn, GROUP_RANK = node,
+        GROUP_WORLD_SIZE = nodes, ROLE_RANK = rank, ROLE_WORLD_SIZE = nodes * ppn,
+      }
+    end
+  end
+  return ranks
+end
+
+-- The processes of a TensorFlow job: workers (num_nodes x processes_per_node,
+-- worker 0 is the chief) then parameter servers, each with its TF_CONFIG.
+function M.tensorflow_ranks(dist)
+  local workers, ps = {}, {}
+  for i = 1, dist.num_nodes * dist.processes_per_node do workers[i] = "127.0.0.1:" .. core.free_port() end
+  for i = 1, dist.parameter_server_count or 0 do ps[i] = "127.0.0.1:" .. core.free_port() end
+  local cluster = { worker = workers }
+  if #ps > 0 then cluster.ps = ps end
+  local ranks = {}
+  local function add(kind, index)
+    local tf = { cluster = cluster, task = { type = kind, index = index }, environment = "cloud" }
+    ranks[#ranks + 1] = { TF_CONFIG = core.json_encode(tf) }
+  end
+  for i = 0, #workers - 1 do add("worker", i) end
+  for i = 0, #ps - 1 do add("ps", i) end
+  return ranks
+end
+
+-- mpirun in front of argv.  Running as root (CI, containers) needs Open MPI's
+-- consent; more ranks than cores need --oversubscribe.
+function M.mpi_argv(dist, argv)
+  local np = dist.num_nodes * dist.processes_per_node
+  local out = { "mpirun", "-np", tostring(np), "--tag-output" }
+  if np > core.cpu_count() then out[#out + 1] = "--oversubscribe" end
+  for _, a in ipairs(argv) do out[#out + 1] = a end
+  return out, { "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" }
+end
+
+-- Split mpirun --tag-output lines ("[1,3]<stdout>:text") into one log per rank.
+function M.split_mpi_log(log, per_rank_path)
+  local text = core.read_file(log)
+  if not text then return end
+  local by_rank = {}
+  for line in text:gmatch("[^\n]*\n?") do
+    local rank, rest = line:match("^%[%d+,(%d+)%]<%a+>:(.*)$")
+    if rank then
+      rank = tonumber(rank)
+      by_rank[rank] = by_rank[rank] or {}
+      by_rank[rank][#by_rank[rank] + 1] = rest
+    end
+  end
+  for rank, lines in pairs(by_rank) do core.write_atomic(per_rank_path(rank), table.concat(lines)) end
+end
+
+-- "K=V" strings for flow.proc.spawn from an environment table.
+function M.env_list(env)
+  local out = {}
+  for k, v in pairs(env) do out[#out + 1] = k .. "=" .. tostring(v) end
+  table.sort(out)
+  return out
+end
+
+return M

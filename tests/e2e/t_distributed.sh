@@ -1,0 +1,216 @@
+# t_distributed.sh — distributed_job on one machine: the process layout and
+# environment Azure ML gives each rank, tested with real PyTorch DDP and real
+# Open MPI.  Debian's python3-torch and python3-mpi4py install for
+# /usr/bin/python3, which may not be the python3 first on PATH.
+
+python_with() {   # python_with MODULE -> an interpreter that can import it
+    for py in "${FLOW_PYTHON:-}" /usr/bin/python3 python3; do
+        [ -n "$py" ] && "$py" -c "import $1" 2>/dev/null && { echo "$py"; return; }
+    done
+}
+
+test_default_runs_once() {
+    write pipeline.lua <<'L'
+local cmd = flow.command{ "sh", "-c", "echo run >> runs; echo rank=${RANK:-none}" }
+return pipeline{ node{ func = distributed_job{ framework = "pytorch", num_nodes = 4 }(cmd), name = "train" } }
+L
+    run_flow 0 run
+    equals "$(wc -l < runs)" 1 "runs"
+}
+
+test_pytorch_environment_per_rank() {
+    write pipeline.lua <<'L'
+local cmd = flow.command{ "sh", "-c", "env | grep -E '^(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|RANK|LOCAL_RANK|NODE_RANK|LOCAL_WORLD_SIZE|GROUP_RANK)=' | sort > env.$RANK" }
+return pipeline{ node{ func = distributed_job{ framework = Framework.PyTorch, num_nodes = 2, processes_per_node = 2 }(cmd),
+                       name = "train" } }
+L
+    run_flow 0 run --distributed=local
+    for r in 0 1 2 3; do [ -f env.$r ] || { echo "rank $r did not run"; return 1; }; done
+    contains "$(cat env.3)" "RANK=3"
+    contains "$(cat env.3)" "LOCAL_RANK=1"
+    contains "$(cat env.3)" "NODE_RANK=1"
+    contains "$(cat env.3)" "GROUP_RANK=1"
+    contains "$(cat env.2)" "LOCAL_RANK=0"
+    contains "$(cat env.0)" "WORLD_SIZE=4"
+    contains "$(cat env.0)" "LOCAL_WORLD_SIZE=2"
+    contains "$(cat env.0)" "MASTER_ADDR=127.0.0.1"
+    equals "$(grep MASTER_PORT env.0)" "$(grep MASTER_PORT env.3)" "MASTER_PORT on every rank"
+    for r in 0 1 2 3; do [ -f .flow/runs/latest/logs/train.rank$r.log ] || { echo "no log for rank $r"; return 1; }; done
+}
+
+test_mode_from_flow_yml_and_params_counts() {
+    write conf/base/parameters.yml <<'Y'
+nodes: 1
+Y
+    write conf/multi/parameters.yml <<'Y'
+nodes: 3
+Y
+    write conf/multi/flow.yml <<'Y'
+distributed: local
+Y
+    write pipeline.lua <<'L'
+local cmd = flow.command{ "sh", "-c", "touch rank.$RANK" }
+return pipeline{ node{ func = distributed_job{ framework = "pytorch", nodes = "params:nodes" }(cmd), name = "train" } }
+L
+    run_flow 0 run --env multi
+    equals "$(ls rank.* | sort | tr '\n' ' ')" "rank.0 rank.1 rank.2 " "ranks"
+    write conf/bad/flow.yml <<'Y'
+distributed: everywhere
+Y
+    run_flow 2 run --env bad
+    contains "$ERR" "distributed must be 'once'"
+    contains "$ERR" "conf/bad/flow.yml"
+    run_flow 2 run --distributed=cluster
+    contains "$ERR" "--distributed must be once or local"
+}
+
+test_tensorflow_config_per_process() {
+    py=$(python_with json)
+    [ -n "$py" ] || skip "no python3"
+    write show_tf.py <<'P'
+import json, os
+tf = json.loads(os.environ["TF_CONFIG"])
+print(json.dumps({"type": tf["task"]["type"], "index": tf["task"]["index"],
+                  "workers": len(tf["cluster"]["worker"]), "ps": len(tf["cluster"].get("ps", [])),
+                  "env": tf.get("environment")}))
+P
+    write pipeline.lua <<L
+local cmd = flow.command{ "$py", "show_tf.py" }
+return pipeline{ node{ func = distributed_job{ framework = "tensorflow", num_nodes = 2, parameter_server_count = 1 }(cmd),
+                       name = "tf" } }
+L
+    run_flow 0 run --distributed=local
+    logs=.flow/runs/latest/logs
+    contains "$(cat $logs/tf.rank0.log)" '{"type": "worker", "index": 0, "workers": 2, "ps": 1, "env": "cloud"}'
+    contains "$(cat $logs/tf.rank1.log)" '"type": "worker", "index": 1'
+    contains "$(cat $logs/tf.rank2.log)" '"type": "ps", "index": 0'
+    contains "$(cat $logs/tf.rank0.log)" '127.0.0.1:'
+}
+
+test_lua_step_runs_on_every_rank_master_returns() {
+    write pipeline.lua <<'L'
+local flow = require("flow")
+distributed_job<framework = "pytorch", nodes = 2, processes_per_node = 2> function train(x)
+  io.open("ran." .. flow.rank(), "w"):close()
+  return { rank = flow.rank(), world = flow.world_size(), local_rank = flow.local_rank(),
+           master = flow.is_distributed_master_node(), x = x }
+end
+return pipeline{
+  node{ func = function() return 20 end, outputs = "x", name = "make" },
+  node{ func = train, inputs = "x", outputs = "r" },
+  node{ func = function(r) print(string.format("rank=%d world=%d master=%s x=%d", r.rank, r.world,
+                                              tostring(r.master), r.x)) return 1 end,
+        inputs = "r", outputs = "z", name = "show" },
+}
+L
+    run_flow 0 run --distributed=local
+    equals "$(ls ran.* | sort | tr '\n' ' ')" "ran.0 ran.1 ran.2 ran.3 " "ranks that ran"
+    contains "$OUT" "rank=0 world=4 master=true x=20"
+    run_flow 0 run                          # default: once, in-process, rank 0 of 1
+    contains "$OUT" "rank=0 world=1 master=true x=20"
+}
+
+test_failing_rank_stops_the_others() {
+    write pipeline.lua <<'L'
+local cmd = flow.command{ "sh", "-c", 'if [ "$RANK" = 2 ]; then echo "rank two broke" >&2; exit 7; fi; echo $$ > pid.$RANK; exec sleep 60' }
+return pipeline{ node{ func = distributed_job{ framework = "pytorch", num_nodes = 2, processes_per_node = 2 }(cmd), name = "train" } }
+L
+    t0=$(date +%s)
+    run_flow 1 run --distributed=local
+    [ $(( $(date +%s) - t0 )) -lt 15 ] || { echo "the other ranks were not stopped"; return 1; }
+    contains "$ERR" "step 'train' failed on rank 2 of 4 (exit code 7)"
+    contains "$ERR" "rank two broke"
+    contains "$ERR" "train.rank2.log"
+    for f in pid.*; do
+        state=$(ps -o stat= -p "$(cat "$f")" 2>/dev/null || true)
+        [ -z "$state" ] || [[ "$state" == Z* ]] || { echo "rank ${f#pid.} survived ($state)"; return 1; }
+    done
+}
+
+test_ctrl_c_stops_all_ranks() {
+    write pipeline.lua <<'L'
+local cmd = flow.command{ "sh", "-c", 'echo $$ > pid.$RANK; exec sleep 60' }
+return pipeline{ node{ func = distributed_job{ framework = "pytorch", num_nodes = 3 }(cmd), name = "train" } }
+L
+    "$FLOW" run --distributed=local >stdout.txt 2>stderr.txt &
+    pid=$!
+    for _ in $(seq 100); do [ "$(ls pid.* 2>/dev/null | wc -l)" = 3 ] && break; sleep 0.05; done
+    kill -INT $pid
+    set +e; wait $pid; status=$?; set -e
+    equals "$status" 130 "exit status"
+    sleep 0.2
+    for f in pid.*; do
+        state=$(ps -o stat= -p "$(cat "$f")" 2>/dev/null || true)
+        [ -z "$state" ] || [[ "$state" == Z* ]] || { echo "rank ${f#pid.} survived Ctrl-C"; return 1; }
+    done
+}
+
+ddp_run() {   # ddp_run NODES PPN
+    py=$(python_with torch)
+    [ -n "$py" ] || skip "no python3 here can import torch (make check installs python3-torch)"
+    rm -rf ex && cp -r "$FLOW_ROOT/examples/pytorch_ddp" ex
+    FLOW_PYTHON=$py run_flow 0 run ex --distributed=local --params "num_training_nodes=$1,processes_per_node=$2,epochs=40"
+    logs=ex/.flow/runs/latest/logs
+    # every rank joined one process group of world size 2 ...
+    for r in 0 1; do contains "$(cat $logs/train_model.rank$r.log)" '"world_size": 2' "rank $r log"; done
+    # ... and DDP kept the model identical on every rank
+    w0=$(grep -o '"weights": .*}' $logs/train_model.rank0.log)
+    w1=$(grep -o '"weights": .*}' $logs/train_model.rank1.log)
+    equals "$w0" "$w1" "final weights of rank 0 and rank 1"
+    # the loss went down (metrics.json from rank 0)
+    "$py" - ex/.flow/data/model/metrics.json <<'P'
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["world_size"] == 2, m["world_size"]
+assert m["loss"][-1] < m["loss"][0] / 2, (m["loss"][0], m["loss"][-1])
+P
+    contains "$OUT" "trained on 2 process(es)"
+}
+
+test_pytorch_ddp_two_nodes_one_process() { ddp_run 2 1; }
+test_pytorch_ddp_one_node_two_processes() { ddp_run 1 2; }
+
+test_mpi_allreduce() {
+    command -v mpirun >/dev/null || skip "no mpirun (make check installs openmpi-bin)"
+    py=$(python_with mpi4py)
+    [ -n "$py" ] || skip "no python3 here can import mpi4py (make check installs python3-mpi4py)"
+    write allreduce.py <<'P'
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+total = comm.allreduce(comm.Get_rank() + 1, op=MPI.SUM)
+print(f"rank {comm.Get_rank()} of {comm.Get_size()}: sum={total}", flush=True)
+P
+    write pipeline.lua <<L
+local cmd = flow.command{ "$py", "allreduce.py" }
+return pipeline{ node{ func = distributed_job{ framework = "mpi", num_nodes = 1, processes_per_node = 3 }(cmd), name = "reduce" } }
+L
+    run_flow 0 run --distributed=local
+    logs=.flow/runs/latest/logs
+    for r in 0 1 2; do contains "$(cat $logs/reduce.rank$r.log)" "rank $r of 3: sum=6"; done
+}
+
+test_mpi_rank_helpers_in_lua_step() {
+    command -v mpirun >/dev/null || skip "no mpirun (make check installs openmpi-bin)"
+    write pipeline.lua <<'L'
+local flow = require("flow")
+local step = distributed_job{ framework = "mpi", num_nodes = 2, processes_per_node = 2 }(function()
+  io.open("mpi." .. flow.rank() .. "." .. flow.world_size(), "w"):close()
+  return flow.rank()
+end)
+return pipeline{ node{ func = step, outputs = "r", name = "ranks" },
+                 node{ func = function(r) print("master rank " .. r) return 1 end, inputs = "r", outputs = "z", name = "show" } }
+L
+    run_flow 0 run --distributed=local
+    equals "$(ls mpi.* | sort | tr '\n' ' ')" "mpi.0.4 mpi.1.4 mpi.2.4 mpi.3.4 " "ranks"
+    contains "$OUT" "master rank 0"
+}
+
+test_mpi_without_mpirun_is_a_clear_error() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = distributed_job{ framework = "mpi", num_nodes = 2 }(flow.command{ "true" }), name = "m" } }
+L
+    mkdir bin && ln -s "$(command -v sh)" bin/sh
+    set +e; PATH=$PWD/bin "$FLOW" run --distributed=local 2>stderr.txt; status=$?; set -e
+    equals "$status" 1 "exit status"
+    contains "$(cat stderr.txt)" "mpirun, which is not installed (Debian: apt-get install openmpi-bin)"
+}
