@@ -36,8 +36,9 @@ deps:
 test-deps:
 	@tools/deps.sh $(TEST_PKGS)
 
+# Copy then rename: replacing a binary that is running must not fail.
 flow: $(BUILD)/flow
-	@cp $< $@
+	@cp $< $@.tmp && mv -f $@.tmp $@
 
 $(BUILD)/flow: $(BUILD)/lua/main.o $(BUILD)/libflow.a
 	@echo "  LINK  $@"
