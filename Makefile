@@ -36,8 +36,9 @@ deps:
 test-deps:
 	@tools/deps.sh $(TEST_PKGS)
 
+# ./flow is always the normal build (make asan tests build-asan/flow in place).
 # Copy then rename: replacing a binary that is running must not fail.
-flow: $(BUILD)/flow
+flow: build/flow
 	@cp $< $@.tmp && mv -f $@.tmp $@
 
 $(BUILD)/flow: $(BUILD)/lua/main.o $(BUILD)/libflow.a
@@ -75,7 +76,7 @@ demo: deps
 	@cd examples/hello && ../../flow run
 
 check: test-deps
-	@$(MAKE) --no-print-directory flow $(UNIT_BIN)
+	@$(MAKE) --no-print-directory $(BUILD)/flow $(UNIT_BIN)
 	@tests/run.sh $(BUILD)
 
 asan:

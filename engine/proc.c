@@ -214,12 +214,14 @@ struct proc *proc_spawn(struct loop *loop, const struct proc_spec *spec,
     p->echo = spec->echo;
     p->echo_prefix = spec->echo_prefix ? xstrdup(spec->echo_prefix) : NULL;
     if (spec->log_path) {
-        p->log_fd = open(spec->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        /* A log, not a result: no fsync, no rename — it is only read by people. */
+        p->log_fd = open(spec->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
         if (p->log_fd < 0) {
             errf(err, errlen, "cannot open log %s: %s", spec->log_path, strerror(errno));
             proc_free(p);
             return NULL;
         }
+        if (spec->log_header) write_log(p, spec->log_header, strlen(spec->log_header));
     }
     if (start(p, spec, err, errlen) != 0) { proc_free(p); return NULL; }
     p->pidfd = pidfd_open(p->pid, 0);

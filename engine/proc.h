@@ -12,7 +12,8 @@
 struct proc_spec {
     char *const *argv;           /* argv[0] is looked up in PATH */
     const char *cwd;             /* NULL: the engine's */
-    const char *log_path;        /* stdout+stderr appended here; NULL: discarded */
+    const char *log_path;        /* stdout+stderr go here (truncated first); NULL: discarded */
+    const char *log_header;      /* written to the log before the output, or NULL */
     char *const *env_extra;      /* "NAME=value" added to the environment, or NULL */
     bool capture_stdout;         /* keep stdout in memory (flow.sh) instead of the log */
     bool echo;                   /* also copy output to flow's stderr, prefixed */

@@ -91,6 +91,7 @@ static void read_spec(lua_State *L, int idx, struct proc_spec *spec, char ***arg
     spec->cwd = field_string(L, idx, "cwd");
     spec->log_path = field_string(L, idx, "log");
     spec->echo_prefix = field_string(L, idx, "echo");
+    spec->log_header = field_string(L, idx, "header");
     spec->echo = spec->echo_prefix != NULL;
     lua_getfield(L, idx, "timeout");
     spec->timeout_s = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;

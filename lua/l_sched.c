@@ -28,6 +28,10 @@ struct run {
     struct sched *sched;
     int step_fn_ref;               /* the stdlib's run_step(i) */
     struct step_run *steps;
+    /* Finished coroutines, ready for the next step: a new thread per step
+     * would be most of the cost of 100,000 tiny Lua steps. */
+    struct { lua_State *co; int ref; } *idle;
+    size_t n_idle, cap_idle;
 };
 
 static struct step_run *step_of(lua_State *co)
@@ -81,11 +85,20 @@ static int l_set_deadline(lua_State *L)
     return 0;
 }
 
+/* A coroutine that returned normally has an empty stack and can run the
+ * next step; one that failed is dropped. */
 static void finish(struct step_run *st, bool ok)
 {
     struct run *run = st->run;
     *(struct step_run **)lua_getextraspace(st->co) = NULL;
-    luaL_unref(run->L, LUA_REGISTRYINDEX, st->co_ref);
+    if (lua_status(st->co) == LUA_OK) {
+        lua_settop(st->co, 0);
+        ARRAY_GROW(run->idle, run->n_idle, run->cap_idle);
+        run->idle[run->n_idle].co = st->co;
+        run->idle[run->n_idle++].ref = st->co_ref;
+    } else {
+        luaL_unref(run->L, LUA_REGISTRYINDEX, st->co_ref);
+    }
     st->co = NULL;
     free(st->procs);
     st->procs = NULL;
@@ -127,8 +140,14 @@ static int exec_start(void *ctx, struct sched *s, size_t i)
 {
     struct run *run = ctx;
     struct step_run *st = &run->steps[i];
-    st->co = lua_newthread(run->L);
-    st->co_ref = luaL_ref(run->L, LUA_REGISTRYINDEX);
+    if (run->n_idle) {
+        run->n_idle--;
+        st->co = run->idle[run->n_idle].co;
+        st->co_ref = run->idle[run->n_idle].ref;
+    } else {
+        st->co = lua_newthread(run->L);
+        st->co_ref = luaL_ref(run->L, LUA_REGISTRYINDEX);
+    }
     *(struct step_run **)lua_getextraspace(st->co) = st;
     lua_rawgeti(st->co, LUA_REGISTRYINDEX, run->step_fn_ref);
     lua_pushinteger(st->co, (lua_Integer)i + 1);
@@ -177,7 +196,8 @@ static int l_run(lua_State *L)
     lua_pop(L, 2);
     opt.selected = read_selected(L, 2, dag->n_steps);
 
-    struct run run = { L, NULL, LUA_NOREF, xcalloc(dag->n_steps + 1, sizeof(struct step_run)) };
+    struct run run = { .L = L, .step_fn_ref = LUA_NOREF,
+                       .steps = xcalloc(dag->n_steps + 1, sizeof(struct step_run)) };
     for (size_t i = 0; i < dag->n_steps; i++)
         run.steps[i] = (struct step_run){ .run = &run, .index = i, .co_ref = LUA_NOREF };
     lua_pushvalue(L, 3);
@@ -199,6 +219,8 @@ static int l_run(lua_State *L)
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
     luaL_unref(L, LUA_REGISTRYINDEX, run.step_fn_ref);
+    for (size_t k = 0; k < run.n_idle; k++) luaL_unref(L, LUA_REGISTRYINDEX, run.idle[k].ref);
+    free(run.idle);
     sched_free(run.sched);
     free(run.steps);
     free((void *)opt.selected);

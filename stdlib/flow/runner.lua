@@ -187,7 +187,9 @@ function Run:run_function_ranks(n, dist, args, count)
     error(step_failure { message = string.format("step '%s': a distributed Lua step runs in child processes, "
       .. "which need the pipeline script: run it with `flow run SCRIPT`", n.name) })
   end
-  local _, tmpdir = self:staging(n)
+  local tmpdir = self.tmp_dir .. "/" .. core.safe_name(n.name) .. "--ranks"
+  core.remove_tree(tmpdir)
+  core.mkdir_p(tmpdir)
   local inputs, outputs = tmpdir .. "/inputs.json", tmpdir .. "/outputs.json"
   local data, err = core.json_encode({ n = count, args = args })
   if not data then
@@ -297,33 +299,36 @@ local function process_failure(n, r, display, log, who)
   return step_failure { message = msg .. "\n  full log: " .. log }
 end
 
--- A fresh staging directory for step n, and the staging path of each output.
+-- The staging path of each output of step n, in the run's temporary
+-- directory, and a cleanup that removes whatever of them exists.
 function Run:staging(n)
-  local tmpdir = self.tmp_dir .. "/" .. core.safe_name(n.name)
-  core.remove_tree(tmpdir)
-  core.mkdir_p(tmpdir)
-  local staging = {}
-  for _, io in ipairs(n.outputs) do staging[io.dataset] = tmpdir .. "/" .. core.safe_name(io.dataset) end
-  return staging, tmpdir
+  local staging, prefix = {}, self.tmp_dir .. "/" .. core.safe_name(n.name) .. "--"
+  for _, io in ipairs(n.outputs) do
+    staging[io.dataset] = prefix .. core.safe_name(io.dataset)
+    core.remove_tree(staging[io.dataset])         -- a leftover of an earlier attempt
+  end
+  return staging
+end
+
+local function discard(staging)
+  for _, path in pairs(staging) do core.remove_tree(path) end
 end
 
 -- Move a successful command's outputs into place; all must exist.
-function Run:commit_outputs(n, staging, tmpdir, display)
+function Run:commit_outputs(n, staging, display)
   for _, io in ipairs(n.outputs) do
     if not core.exists(staging[io.dataset]) then
-      core.remove_tree(tmpdir)
+      discard(staging)
       error(step_failure { message = string.format(
         "step '%s' exited 0 but did not write its output '%s' (the command was given the path %s)\n  command: %s",
         n.name, io.dataset, staging[io.dataset], display) })
     end
   end
-  core.mkdir_p(DATA)
   for _, io in ipairs(n.outputs) do
     local final = DATA .. "/" .. core.safe_name(io.dataset)
     core.replace(staging[io.dataset], final)
     self.values[io.dataset] = { path = final }
   end
-  core.remove_tree(tmpdir)
 end
 
 function Run:log_path(n, rank)
@@ -338,21 +343,20 @@ local function command_env(n, extra)
 end
 
 function Run:run_command(n)
-  local staging, tmpdir = self:staging(n)
+  local staging = self:staging(n)
   local argv, display = self:expand_command(n, staging)
   local dist = self.mode == "local" and self.dists[self.index[n]]
-  local ok, err = pcall(function()
-    if dist then self:launch_ranks(n, dist, argv, display)
-    else self:launch_once(n, argv, display) end
-  end)
-  if not ok then core.remove_tree(tmpdir); error(err, 0) end
-  self:commit_outputs(n, staging, tmpdir, display)
+  local ok, err
+  if dist then ok, err = pcall(self.launch_ranks, self, n, dist, argv, display)
+  else ok, err = pcall(self.launch_once, self, n, argv, display) end
+  if not ok then discard(staging); error(err, 0) end
+  self:commit_outputs(n, staging, display)
 end
 
 function Run:launch_once(n, argv, display)
   local log = self:log_path(n)
-  core.write_atomic(log, "$ " .. display .. "\n")
   local r, err = proc.spawn { argv = argv, cwd = n.cmd and n.cmd.cwd, log = log, env = command_env(n),
+                              header = "$ " .. display .. "\n",
                               echo = self.verbose and ("[" .. n.name .. "] ") or nil }
   if not r then error(step_failure { message = string.format("step '%s': %s", n.name, err) }) end
   self.records[n.name].exit_code = r.code
@@ -366,8 +370,8 @@ function Run:launch_ranks(n, dist, argv, display)
   local specs = {}
   for r, env in ipairs(ranks) do
     local log = self:log_path(n, r - 1)
-    core.write_atomic(log, "$ " .. display .. "\n" .. table.concat(launch.env_list(env), "\n") .. "\n\n")
     specs[r] = { argv = argv, cwd = n.cmd and n.cmd.cwd, log = log, env = command_env(n, env),
+                 header = "$ " .. display .. "\n" .. table.concat(launch.env_list(env), "\n") .. "\n\n",
                  echo = self.verbose and string.format("[%s rank %d] ", n.name, r - 1) or nil }
   end
   local g, err = proc.spawn_group(specs)
@@ -384,10 +388,10 @@ end
 function Run:launch_mpi(n, dist, argv, display)
   local margv, menv = launch.mpi_argv(dist, argv)
   local log = self:log_path(n)
-  core.write_atomic(log, "$ " .. command.display(margv) .. "\n")
   local env = command_env(n)
   for _, e in ipairs(menv) do env[#env + 1] = e end
   local r, err = proc.spawn { argv = margv, cwd = n.cmd and n.cmd.cwd, log = log, env = env,
+                              header = "$ " .. command.display(margv) .. "\n",
                               echo = self.verbose and ("[" .. n.name .. "] ") or nil }
   if not r then
     if err:find("command not found") then
@@ -410,19 +414,21 @@ local function report(n, err)
 end
 
 -- One attempt of step n, with its timeout; returns ok, err.
+local function on_step_error(e)
+  if getmetatable(e) == StepFailure then return e end
+  return { traceback = debug.traceback(tostring(e), 2), message = tostring(e) }
+end
+
 function Run:attempt(n)
   if n.timeout then sched.set_deadline(n.timeout) end
-  local ok, err = xpcall(n.kind == "func" and self.run_function or self.run_command,
-                         function(e)
-                           if getmetatable(e) == StepFailure then return e end
-                           if n.timeout and tostring(e):find("timed out$") then
-                             return step_failure { timed_out = true, message = string.format(
-                               "step '%s' timed out after %s", n.name, util.format_duration(n.timeout)) }
-                           end
-                           return debug.traceback(tostring(e), 2)
-                         end, self, n)
+  local ok, err = xpcall(n.kind == "func" and self.run_function or self.run_command, on_step_error, self, n)
   if n.timeout then sched.set_deadline(nil) end
-  return ok, err
+  if ok or getmetatable(err) == StepFailure then return ok, err end
+  if n.timeout and err.message:find("timed out$") then    -- raised by the deadline hook
+    return false, step_failure { timed_out = true, message = string.format(
+      "step '%s' timed out after %s", n.name, util.format_duration(n.timeout)) }
+  end
+  return false, err.traceback
 end
 
 local function first_line(err)
@@ -500,7 +506,7 @@ function Run:write_summary(result, started, states)
   local summary = { run_id = self.run_id, status = result.status, code = result.code, env = result.env,
                     started = started, finished = core.time(), steps = steps }
   summary.elapsed = summary.finished - started
-  core.write_atomic(self.run_dir .. "/run.json", core.json_encode(summary, true) .. "\n")
+  core.write_atomic(self.run_dir .. "/run.json", core.json_encode(summary, #steps <= 1000) .. "\n")
 end
 
 -- Every "params:" input and ${params.} reference must exist before anything runs.
@@ -695,6 +701,8 @@ function M.run(p, opts, level)
   for i, n in ipairs(nodes) do self.records[n.name] = {}; self.index[n] = i end
   local started = core.time()
   core.mkdir_p(self.log_dir)
+  core.mkdir_p(self.tmp_dir)
+  core.mkdir_p(DATA)
   core.symlink(run_id, ".flow/runs/latest")
   local code, states, elapsed = sched.run(g, { jobs = opts.jobs or core.cpu_count(),
                                                keep_going = opts.keep_going, selected = plan.selected },

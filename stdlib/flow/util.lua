@@ -55,15 +55,15 @@ function M.sorted_keys(t)
 end
 
 -- Check that table `spec` has only `allowed` keys; `what` names it in errors.
+-- (Hot: called for every node{} — the sorted names are built only for a message.)
 function M.check_fields(spec, allowed, what, level)
-  local names = {}
-  for k in pairs(allowed) do names[#names + 1] = k end
-  table.sort(names)
   for k in pairs(spec) do
-    if type(k) ~= "string" then
-      M.fail(level + 1, "%s: unexpected positional value %s (fields are %s)", what, tostring(k),
-             table.concat(names, ", "))
-    elseif not allowed[k] then
+    if not allowed[k] then
+      local names = M.sorted_keys(allowed)
+      if type(k) ~= "string" then
+        M.fail(level + 1, "%s: unexpected positional value %s (fields are %s)", what, tostring(k),
+               table.concat(names, ", "))
+      end
       M.fail(level + 1, "%s: unknown field '%s'%s", what, k, M.did_you_mean(k, names))
     end
   end
