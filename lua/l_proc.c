@@ -27,18 +27,24 @@ static void spawn_exited(struct proc *p, void *arg)
     }
 }
 
-/* Pushes {code=, signal=, stderr=, stdout=} and frees the waiter. */
+/* Pushes {code=, signal=, timed_out=, stderr=} for an exited process. */
+static void push_exit(lua_State *L, const struct proc *p)
+{
+    lua_createtable(L, 0, 5);
+    lua_pushinteger(L, proc_exit_code(p));
+    lua_setfield(L, -2, "code");
+    lua_pushinteger(L, proc_term_signal(p));
+    lua_setfield(L, -2, "signal");
+    lua_pushboolean(L, proc_timed_out(p));
+    lua_setfield(L, -2, "timed_out");
+    lua_pushstring(L, proc_stderr_tail(p));
+    lua_setfield(L, -2, "stderr");
+}
+
+/* Pushes the exit table plus stdout= and frees the waiter. */
 static int push_result(lua_State *L, struct waiter *w)
 {
-    lua_createtable(L, 0, 4);
-    lua_pushinteger(L, proc_exit_code(w->proc));
-    lua_setfield(L, -2, "code");
-    lua_pushinteger(L, proc_term_signal(w->proc));
-    lua_setfield(L, -2, "signal");
-    lua_pushboolean(L, proc_timed_out(w->proc));
-    lua_setfield(L, -2, "timed_out");
-    lua_pushstring(L, proc_stderr_tail(w->proc));
-    lua_setfield(L, -2, "stderr");
+    push_exit(L, w->proc);
     size_t len;
     const char *out = proc_stdout(w->proc, &len);
     lua_pushlstring(L, out, len);
@@ -218,15 +224,7 @@ static int push_group_result(lua_State *L, struct group *g)
     }
     lua_createtable(L, (int)g->n, 0);
     for (size_t i = 0; i < g->n; i++) {
-        lua_createtable(L, 0, 4);
-        lua_pushinteger(L, proc_exit_code(g->procs[i]));
-        lua_setfield(L, -2, "code");
-        lua_pushinteger(L, proc_term_signal(g->procs[i]));
-        lua_setfield(L, -2, "signal");
-        lua_pushboolean(L, proc_timed_out(g->procs[i]));
-        lua_setfield(L, -2, "timed_out");
-        lua_pushstring(L, proc_stderr_tail(g->procs[i]));
-        lua_setfield(L, -2, "stderr");
+        push_exit(L, g->procs[i]);
         lua_rawseti(L, -2, (lua_Integer)i + 1);
         proc_free(g->procs[i]);
     }
