@@ -61,6 +61,16 @@ install_missing() {
 }
 
 mkdir -p "$WORK"
+exec 9>"$WORK/.lock"
+flock -n 9 || { say "another bench/run.sh is using ${WORK#$ROOT/}: wait for it to finish"; exit 2; }
+# Outputs of earlier runs are moved here and deleted only at the end (see clean).
+TRASH=$WORK/trash
+if [ -n "$(ls -A "$TRASH" 2>/dev/null)" ]; then
+  say "deleting the outputs an interrupted run left in ${TRASH#$ROOT/}, then waiting 60 s (see clean)"
+  rm -rf "$TRASH"; sync; sleep 60
+fi
+rm -rf "$TRASH" "$WORK/logs"
+mkdir -p "$TRASH" "$WORK/logs"
 install_missing
 [ -x "$FLOW" ] || { say "no flow binary at $FLOW (run 'make' first, or 'make bench')"; exit 2; }
 if ldd "$FLOW" 2>/dev/null | grep -q -e libasan -e libubsan; then
@@ -81,7 +91,8 @@ RESULTS=$WORK/results.tsv
 record() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$RESULTS"; }
 
 # ---------------------------------------------------------------- timing
-# time_once DIR CMD...: runs CMD in DIR, all output to /dev/null.  Sets
+# time_once DIR CMD...: runs CMD in DIR, stdout to /dev/null, stderr to
+# $T_ERR (default /dev/null).  Sets
 # T_WALL (seconds, from $EPOCHREALTIME around the run), T_RSS (KB, GNU time's
 # maximum resident set size: the largest single process of the tree, in
 # practice the tool itself) and T_RC.
@@ -90,7 +101,7 @@ time_once() {
   local tf=$WORK/.time t0 t1
   cd "$dir" || return 2
   t0=${EPOCHREALTIME/./}
-  /usr/bin/time -f '%M' -o "$tf" "$@" >/dev/null 2>&1
+  /usr/bin/time -f '%M' -o "$tf" "$@" >/dev/null 2>"${T_ERR:-/dev/null}"
   T_RC=$?
   t1=${EPOCHREALTIME/./}
   cd "$ROOT" || return 2
@@ -100,15 +111,28 @@ time_once() {
 }
 
 # Clean state for a full run of TOOL in DIR (outside the timed region).
+# Earlier outputs are moved to $TRASH, not deleted: on ext4 without a journal
+# (as on the machine this was written on), creating an inode skips every inode
+# of its group deleted in the last 60 s (5 min while its block is dirty), one
+# buffer lookup each, so a tool started right after an `rm -rf` of 10,000
+# files pays for that deletion.  The trash is emptied once, at the end.
+trash() {
+  local p
+  for p in "$@"; do
+    [ -e "$p" ] || continue
+    TRASH_N=$((${TRASH_N:-0} + 1))
+    mv "$p" "$TRASH/$TRASH_N"
+  done
+}
 clean() {
   local tool=$1 dir=$2
   case $tool in
-    ninja) rm -rf "$dir/out" "$dir/.ninja_log" "$dir/.ninja_deps" ;;
-    make) rm -rf "$dir/out" ;;
-    snakemake) rm -rf "$dir/out" "$dir/.snakemake" ;;
-    flow*) rm -rf "$dir/.flow" ;;
+    ninja) trash "$dir/out" "$dir/.ninja_log" "$dir/.ninja_deps" ;;
+    make) trash "$dir/out" ;;
+    snakemake) trash "$dir/out" "$dir/.snakemake" ;;
+    flow*) trash "$dir/.flow" ;;
   esac
-  sync                                  # deleted inodes and dirty pages out of the way of the next run
+  sync                                  # dirty pages of the previous run out of the way of the next
 }
 
 outputs_of() {
@@ -131,8 +155,12 @@ max() { printf '%s\n' "$@" | sort -g | tail -n 1; }
 measure() {
   local tool=$1 n=$2 mode=$3 dir=$4 limit=$5; shift 5
   local walls=() rsss=() rep=0 reps=3 note="" marker=$WORK/.marker
-  local cmd=("$@")
+  local cmd=("$@") errlog=$WORK/logs/$tool-$n-$mode.stderr
   [ "$limit" -gt 0 ] && cmd=(timeout "$limit" "$@")
+  # flow's stderr (a progress line per step) stays off the timing path; the
+  # peers write little there (Snakemake a line per scheduling round), kept for errors
+  local T_ERR=$errlog
+  case $tool in flow*) T_ERR=/dev/null ;; esac
   while [ $rep -lt $reps ]; do
     if [ "$mode" = full ]; then clean "$tool" "$dir"; else touch "$marker"; sleep 0.01; sync; fi
     time_once "$dir" "${cmd[@]}"
@@ -141,11 +169,14 @@ measure() {
         say "$tool N=$n $mode: still running after $limit s, stopped"
         record "$tool" "$n" "$mode" "" "$T_RSS" 1 "> $limit s (stopped by timeout)"
       else
-        local log=$WORK/logs/$tool-$n-$mode.log
-        mkdir -p "$WORK/logs"
-        (cd "$dir" && "${cmd[@]}") >"$log" 2>&1
-        say "$tool N=$n $mode: failed (exit $T_RC); output of a second try in $log"
-        record "$tool" "$n" "$mode" "" "" 1 "failed (exit $T_RC), see ${log#$ROOT/}"
+        local log=$errlog
+        if [ "$T_ERR" = /dev/null ]; then
+          log=$WORK/logs/$tool-$n-$mode.log
+          (cd "$dir" && "${cmd[@]}") >"$log" 2>&1
+        fi
+        say "$tool N=$n $mode: failed (exit $T_RC); its stderr is in ${log#$ROOT/}; last lines:"
+        grep -v '^Select jobs to execute' "$log" | tail -n 15 | sed 's/^/    /' >&2
+        record "$tool" "$n" "$mode" "" "" 1 "failed (exit $T_RC), stderr in ${log#$ROOT/}"
       fi
       return 1
     fi
@@ -202,7 +233,7 @@ say "machine: $(nproc) CPUs, $(awk -F'\t' '$1=="cpu"{print $2}' "$MACHINE"), $(a
 declare -A FULL_WALL
 for n in $SIZES; do
   gen=$WORK/$n
-  rm -rf "$gen"
+  trash "$gen"
   python3 "$HERE/gen.py" "$n" "$gen" || { say "generation failed for N=$n"; exit 2; }
   say "N=$n: $(ls "$gen" | tr '\n' ' ')in ${gen#$ROOT/}"
   for tool in ninja make snakemake flow flow-q; do
@@ -251,7 +282,7 @@ done
 
 # ---------------------------------------------------------------- in-process Lua steps
 gen=$WORK/$LUA_N
-rm -rf "$gen"
+trash "$gen"
 python3 "$HERE/gen.py" "$LUA_N" "$gen" --lua
 dir=$gen/flow-lua
 for tool in flow-lua flow-lua-q; do
@@ -288,7 +319,7 @@ clean flow "$dir"
 
 # ---------------------------------------------------------------- one-step pipeline
 gen=$WORK/1
-rm -rf "$gen"
+trash "$gen"
 python3 "$HERE/gen.py" 1 "$gen" --one
 dir=$gen/flow-one
 one_step() {    # one_step LABEL ARGS... -> record a row: mean wall over many runs
@@ -320,7 +351,9 @@ one_step flow-one run -j "$JOBS" pipeline.lua
 one_step flow-one-q run -q -j "$JOBS" pipeline.lua
 one_step flow-version --version
 [ "$(outputs_of flow "$dir")" -eq 1 ] || say "one-step pipeline: no output in $dir/.flow/data"
-rm -rf "$dir/.flow"
+trash "$dir/.flow"
+
+rm -rf "$TRASH"
 
 # ---------------------------------------------------------------- report
 python3 "$HERE/report.py" "$RESULTS" "$MACHINE" "$RESULTS_MD" || exit 2
