@@ -86,6 +86,28 @@ static int l_expand(lua_State *L)
     return 1;
 }
 
+static int collect_ref(void *ctx, const char *ns, const char *key)
+{
+    lua_State *L = ctx;
+    lua_createtable(L, 2, 0);
+    lua_pushstring(L, ns);
+    lua_rawseti(L, -2, 1);
+    lua_pushstring(L, key);
+    lua_rawseti(L, -2, 2);
+    lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
+    return 0;
+}
+
+/* template_refs(template) -> {{ns, key}, ...}, parsed exactly as expand does;
+ * a malformed template yields the references before the error (expand reports it). */
+static int l_template_refs(lua_State *L)
+{
+    const char *tmpl = luaL_checkstring(L, 1);
+    lua_newtable(L);
+    template_each_ref(tmpl, collect_ref, L, NULL, 0);
+    return 1;
+}
+
 static int l_write_atomic(lua_State *L)
 {
     const char *path = luaL_checkstring(L, 1);
@@ -328,6 +350,7 @@ static const luaL_Reg core_funcs[] = {
     { "json_encode", l_json_encode },
     { "json_decode", l_json_decode },
     { "expand", l_expand },
+    { "template_refs", l_template_refs },
     { "write_atomic", l_write_atomic },
     { "read_file", l_read_file },
     { "mkdir_p", l_mkdir_p },

@@ -477,7 +477,7 @@ function Run:resume_points(g, states)
     grew = false
     for i in pairs(rerun) do
       for _, io in ipairs(self.nodes[i].inputs) do
-        local p = not io.dataset:match("^params:") and io.dataset ~= "parameters" and g:producer(io.dataset)
+        local p = g:producer(io.dataset)      -- nil for parameters too
         if p and not rerun[p] and not M.saved_copy(io.dataset) then rerun[p] = true; grew = true end
       end
     end
@@ -525,7 +525,9 @@ local function check_params(nodes, settings)
     end
     if n.kind == "command" then
       for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
-        for key in s:gmatch("%${params%.([^}]+)}") do check(key) end
+        for _, ref in ipairs(core.template_refs(s)) do
+          if ref[1] == "params" then check(ref[2]) end
+        end
       end
     end
   end
@@ -631,7 +633,7 @@ local function saved_inputs(nodes, g, selected)
   for i, n in ipairs(nodes) do
     if selected[i] then
       for _, io in ipairs(n.inputs) do
-        local p = not io.dataset:match("^params:") and io.dataset ~= "parameters" and g:producer(io.dataset)
+        local p = g:producer(io.dataset)      -- nil for parameters too
         if p and not selected[p] and not copies[io.dataset] then
           copies[io.dataset] = M.saved_copy(io.dataset)
           if not copies[io.dataset] then

@@ -366,3 +366,12 @@ test_pytorch_example_trains_once_locally() {
     last=$(sed -n 's/.*, \([0-9.]*\)\], "world_size".*/\1/p' ex/.flow/data/model/metrics.json)
     awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a / 2) }' || { echo "loss $first -> $last"; return 1; }
 }
+
+test_escaped_param_reference_is_not_checked() {
+    # $${params.x} is literal text for the command, not a parameter it reads.
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = { "echo", "$${params.not_a_param}" }, name = "lit" } }
+L
+    run_flow 0 run -v
+    contains "$ERR" '[lit] ${params.not_a_param}'
+}
