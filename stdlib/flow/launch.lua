@@ -6,7 +6,8 @@
 --               LOCAL_WORLD_SIZE, GROUP_RANK... as torchrun sets them)
 --   TensorFlow: one process per worker (and parameter server), each with its
 --               TF_CONFIG
---   MPI:        mpirun -np num_nodes x processes_per_node
+--   MPI:        mpirun -np num_nodes x processes_per_node, each rank
+--               logging to its own file
 local core = require("flow.core")
 
 local M = {}
@@ -49,30 +50,20 @@ function M.tensorflow_ranks(dist)
   return ranks
 end
 
--- mpirun in front of argv.  Running as root (CI, containers) needs Open MPI's
--- consent; more ranks than cores need --oversubscribe.
-function M.mpi_argv(dist, argv)
+-- mpirun in front of argv.  Each rank writes its own output straight to
+-- log_base .. ".rank<N>.log" (through a tiny sh wrapper): relaying it through
+-- mpirun's output forwarding can lose a rank's last lines when mpirun exits.
+-- Running as root (CI, containers) needs Open MPI's consent; more ranks than
+-- cores need --oversubscribe.
+local RANK_LOG = 'exec "$@" > "$0.rank${OMPI_COMM_WORLD_RANK:-0}.log" 2>&1'
+
+function M.mpi_argv(dist, argv, log_base)
   local np = dist.num_nodes * dist.processes_per_node
-  local out = { "mpirun", "-np", tostring(np), "--tag-output" }
+  local out = { "mpirun", "-np", tostring(np) }
   if np > core.cpu_count() then out[#out + 1] = "--oversubscribe" end
+  for _, a in ipairs({ "/bin/sh", "-c", RANK_LOG, log_base }) do out[#out + 1] = a end
   for _, a in ipairs(argv) do out[#out + 1] = a end
   return out, { "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1" }
-end
-
--- Split mpirun --tag-output lines ("[1,3]<stdout>:text") into one log per rank.
-function M.split_mpi_log(log, per_rank_path)
-  local text = core.read_file(log)
-  if not text then return end
-  local by_rank = {}
-  for line in text:gmatch("[^\n]*\n?") do
-    local rank, rest = line:match("^%[%d+,(%d+)%]<%a+>:(.*)$")
-    if rank then
-      rank = tonumber(rank)
-      by_rank[rank] = by_rank[rank] or {}
-      by_rank[rank][#by_rank[rank] + 1] = rest
-    end
-  end
-  for rank, lines in pairs(by_rank) do core.write_atomic(per_rank_path(rank), table.concat(lines)) end
 end
 
 -- "K=V" strings for flow.proc.spawn from an environment table.

@@ -386,8 +386,8 @@ function Run:launch_ranks(n, dist, argv, display)
 end
 
 function Run:launch_mpi(n, dist, argv, display)
-  local margv, menv = launch.mpi_argv(dist, argv)
   local log = self:log_path(n)
+  local margv, menv = launch.mpi_argv(dist, argv, (log:gsub("%.log$", "")))
   local env = command_env(n)
   for _, e in ipairs(menv) do env[#env + 1] = e end
   local r, err = proc.spawn { argv = margv, cwd = n.cmd and n.cmd.cwd, log = log, env = env,
@@ -399,9 +399,12 @@ function Run:launch_mpi(n, dist, argv, display)
     end
     error(step_failure { message = string.format("step '%s': %s", n.name, err) })
   end
-  launch.split_mpi_log(log, function(rank) return self:log_path(n, rank) end)
   self.records[n.name].exit_code = r.code
-  if r.code ~= 0 then error(process_failure(n, r, display, log)) end
+  if r.code ~= 0 then
+    -- mpirun's own stderr says which rank failed; each rank's output is in its log.
+    error(process_failure(n, r, display, log .. " (each rank's output: " ..
+                          self:log_path(n, "N") .. ")"))
+  end
 end
 
 local function report(n, err)

@@ -214,3 +214,15 @@ L
     equals "$status" 1 "exit status"
     contains "$(cat stderr.txt)" "mpirun, which is not installed (Debian: apt-get install openmpi-bin)"
 }
+
+test_mpi_failing_rank() {
+    command -v mpirun >/dev/null || skip "no mpirun (make check installs openmpi-bin)"
+    write pipeline.lua <<'L'
+local cmd = flow.command{ "sh", "-c", 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then echo "rank one broke" >&2; exit 5; fi' }
+return pipeline{ node{ func = distributed_job{ framework = "mpi", num_nodes = 2 }(cmd), name = "m" } }
+L
+    run_flow 1 run --distributed=local
+    contains "$ERR" "step 'm' failed"
+    contains "$ERR" "m.rankN.log"
+    contains "$(cat .flow/runs/latest/logs/m.rank1.log)" "rank one broke"
+}
