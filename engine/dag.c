@@ -160,15 +160,20 @@ static int check_missing_inputs(struct dag *dag, char *err, size_t errlen)
 {
     struct strbuf sb = STRBUF_INIT;
     size_t missing = 0;
+    for (size_t i = 0; i < dag->n_steps; i++)        /* every input gets its index first */
+        for (size_t k = 0; k < dag->steps[i].n_inputs; k++)
+            if (!dag_is_param_input(dag->steps[i].inputs[k].dataset))
+                intern_dataset(dag, dag->steps[i].inputs[k].dataset);
+    bool *reported = xcalloc(dag->n_datasets + 1, sizeof *reported);
     for (size_t i = 0; i < dag->n_steps; i++) {
         const struct dag_step *s = &dag->steps[i];
         for (size_t k = 0; k < s->n_inputs; k++) {
             const char *name = s->inputs[k].dataset;
             if (dag_is_param_input(name)) continue;
-            size_t di = intern_dataset(dag, name);                   /* may realloc */
-            struct dag_dataset *d = &dag->datasets[di];
-            if (d->producer >= 0 || d->declared) continue;
-            d->declared = true;             /* report each dataset once */
+            size_t di = (size_t)dag_find_dataset(dag, name);
+            const struct dag_dataset *d = &dag->datasets[di];
+            if (d->producer >= 0 || d->declared || reported[di]) continue;
+            reported[di] = true;
             if (missing++ < 20) {
                 sb_addf(&sb, "\n  '%s', needed by", name);
                 const char *sep = " ";
@@ -182,6 +187,7 @@ static int check_missing_inputs(struct dag *dag, char *err, size_t errlen)
             }
         }
     }
+    free(reported);
     if (missing) {
         if (missing > 20) sb_addf(&sb, "\n  ... and %zu more", missing - 20);
         errf(err, errlen, "%zu input dataset%s that no step produces and the catalog does not "

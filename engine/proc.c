@@ -265,7 +265,6 @@ void proc_free(struct proc *p)
     free(p);
 }
 
-pid_t proc_pid(const struct proc *p) { return p->pid; }
 bool proc_timed_out(const struct proc *p) { return p->timed_out; }
 
 int proc_exit_code(const struct proc *p)

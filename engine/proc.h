@@ -32,7 +32,6 @@ struct proc *proc_spawn(struct loop *loop, const struct proc_spec *spec,
 void proc_kill(struct proc *p, int sig);
 void proc_free(struct proc *p);
 
-pid_t proc_pid(const struct proc *p);
 /* Exit code, or 128 + signal number when killed by a signal. */
 int proc_exit_code(const struct proc *p);
 int proc_term_signal(const struct proc *p);      /* 0 unless killed by a signal */

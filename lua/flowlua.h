@@ -51,6 +51,15 @@ void flow_step_sleep(lua_State *co, double seconds);
  * hook raises "timed out" in a busy Lua step past it. */
 double flow_step_deadline(lua_State *co);
 
+/* Shared by the C modules (support.c). */
+struct luaL_Reg;
+/* Raise `msg` as it is: no "file:line:" of the C function in front. */
+int flow_raise(lua_State *L, const char *msg);
+/* Field `key` of the table at idx as a string (it stays alive in the table), or NULL. */
+const char *flow_field_string(lua_State *L, int idx, const char *key);
+/* A userdata metatable `name` with `methods` as __index and `gc` as __gc. */
+void flow_new_class(lua_State *L, const char *name, const struct luaL_Reg *methods, lua_CFunction gc);
+
 int luaopen_flow_core(lua_State *L);
 int luaopen_flow_dag(lua_State *L);
 int luaopen_flow_proc(lua_State *L);

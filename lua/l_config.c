@@ -19,12 +19,6 @@ static struct config **check_config(lua_State *L, int idx)
     return c;
 }
 
-static int raise_message(lua_State *L, const char *msg)
-{
-    lua_pushstring(L, msg);
-    return lua_error(L);
-}
-
 /* load(conf_dir, env) -> config | raises "file:line: reason" */
 static int l_load(lua_State *L)
 {
@@ -34,7 +28,7 @@ static int l_load(lua_State *L)
     luaL_setmetatable(L, CONFIG_MT);
     char err[2048];
     *ud = config_load(dir, env, err, sizeof err);
-    if (!*ud) return raise_message(L, err);
+    if (!*ud) return flow_raise(L, err);
     return 1;
 }
 
@@ -43,7 +37,7 @@ static int l_override(lua_State *L)
     struct config *cfg = *check_config(L, 1);
     char err[2048];
     if (config_override_spec(cfg, luaL_checkstring(L, 2), err, sizeof err) != 0)
-        return raise_message(L, err);
+        return flow_raise(L, err);
     return 0;
 }
 
@@ -55,10 +49,10 @@ static int l_set(lua_State *L)
     const char *origin = luaL_optstring(L, 4, "flow.run");
     char err[2048];
     cJSON *value = lua_to_json(L, 3, err, sizeof err);
-    if (!value) return raise_message(L, err);
+    if (!value) return flow_raise(L, err);
     int rc = config_override_value_from(cfg, dotted, value, origin, err, sizeof err);
     cJSON_Delete(value);
-    if (rc != 0) return raise_message(L, err);
+    if (rc != 0) return flow_raise(L, err);
     return 0;
 }
 
@@ -66,7 +60,7 @@ static int l_resolve(lua_State *L)
 {
     struct config *cfg = *check_config(L, 1);
     char err[2048];
-    if (config_resolve(cfg, err, sizeof err) != 0) return raise_message(L, err);
+    if (config_resolve(cfg, err, sizeof err) != 0) return flow_raise(L, err);
     return 0;
 }
 
@@ -203,12 +197,7 @@ static const luaL_Reg config_funcs[] = {
 
 int luaopen_flow_config(lua_State *L)
 {
-    luaL_newmetatable(L, CONFIG_MT);
-    luaL_newlib(L, config_methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pop(L, 1);
+    flow_new_class(L, CONFIG_MT, config_methods, l_gc);
     luaL_newlib(L, config_funcs);
     return 1;
 }

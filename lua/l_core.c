@@ -19,12 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Raise a message as is: no "file:line:" of the C function prepended. */
-static int raise_plain(lua_State *L, const char *msg)
-{
-    lua_pushstring(L, msg);
-    return lua_error(L);
-}
 
 static int l_json_encode(lua_State *L)
 {
@@ -114,7 +108,7 @@ static int l_write_atomic(lua_State *L)
     size_t len;
     const char *data = luaL_checklstring(L, 2, &len);
     char err[1024];
-    if (write_file_atomic(path, data, len, err, sizeof err) != 0) return raise_plain(L, err);
+    if (write_file_atomic(path, data, len, err, sizeof err) != 0) return flow_raise(L, err);
     return 0;
 }
 
@@ -193,12 +187,6 @@ static int l_safe_name(lua_State *L)
     return 1;
 }
 
-static int l_clock(lua_State *L)
-{
-    lua_pushnumber(L, monotonic_seconds());
-    return 1;
-}
-
 static int l_time(lua_State *L)
 {
     struct timespec ts;
@@ -229,12 +217,6 @@ static int l_symlink(lua_State *L)
     if (!ok) unlink(tmp);
     free(tmp);
     lua_pushboolean(L, ok);
-    return 1;
-}
-
-static int l_isatty(lua_State *L)
-{
-    lua_pushboolean(L, isatty((int)luaL_checkinteger(L, 1)));
     return 1;
 }
 
@@ -358,11 +340,9 @@ static const luaL_Reg core_funcs[] = {
     { "remove_tree", l_remove_tree },
     { "replace", l_replace },
     { "safe_name", l_safe_name },
-    { "clock", l_clock },
     { "time", l_time },
     { "run_id", l_run_id },
     { "symlink", l_symlink },
-    { "isatty", l_isatty },
     { "cpu_count", l_cpu_count },
     { "cwd", l_cwd },
     { "exe_path", l_exe_path },

@@ -17,15 +17,6 @@ static struct dag **check_dag(lua_State *L, int idx)
     return d;
 }
 
-/* Field `key` of the table at `idx` as a string, or NULL. */
-static const char *opt_string(lua_State *L, int idx, const char *key)
-{
-    lua_getfield(L, idx, key);
-    const char *s = lua_tostring(L, -1);
-    lua_pop(L, 1);                 /* the string stays alive: it is in the table */
-    return s;
-}
-
 static lua_Integer opt_integer(lua_State *L, int idx, const char *key, lua_Integer dflt)
 {
     lua_getfield(L, idx, key);
@@ -44,8 +35,8 @@ static struct dag_io *read_io(lua_State *L, int idx, const char *key, size_t *n)
     for (size_t i = 0; i < *n; i++) {
         lua_rawgeti(L, -1, (lua_Integer)i + 1);
         int t = lua_gettop(L);
-        io[i].dataset = (char *)opt_string(L, t, "dataset");
-        io[i].arg = (char *)opt_string(L, t, "arg");
+        io[i].dataset = (char *)flow_field_string(L, t, "dataset");
+        io[i].arg = (char *)flow_field_string(L, t, "arg");
         lua_pop(L, 1);
         if (!io[i].dataset) { free(io); lua_pop(L, 1); luaL_error(L, "step %s without dataset", key); }
     }
@@ -81,11 +72,11 @@ static void read_dist(lua_State *L, int idx, struct dag_dist *dist)
     lua_getfield(L, idx, "dist");
     if (lua_istable(L, -1)) {
         int t = lua_gettop(L);
-        dist->framework = framework_of(opt_string(L, t, "framework"));
+        dist->framework = framework_of(flow_field_string(L, t, "framework"));
         dist->num_nodes = (long)opt_integer(L, t, "num_nodes", 1);
         dist->processes_per_node = (long)opt_integer(L, t, "processes_per_node", 1);
-        dist->num_nodes_ref = (char *)opt_string(L, t, "num_nodes_ref");
-        dist->processes_per_node_ref = (char *)opt_string(L, t, "processes_per_node_ref");
+        dist->num_nodes_ref = (char *)flow_field_string(L, t, "num_nodes_ref");
+        dist->processes_per_node_ref = (char *)flow_field_string(L, t, "processes_per_node_ref");
     }
     lua_pop(L, 1);
 }
@@ -94,9 +85,9 @@ static void read_dist(lua_State *L, int idx, struct dag_dist *dist)
 static long add_step(lua_State *L, struct dag *dag, int idx, int udata, char *err, size_t errlen)
 {
     struct dag_step spec = { 0 };
-    spec.name = (char *)opt_string(L, idx, "name");
+    spec.name = (char *)flow_field_string(L, idx, "name");
     if (!spec.name) { errf(err, errlen, "a step without a name"); return -1; }
-    const char *kind = opt_string(L, idx, "kind");
+    const char *kind = flow_field_string(L, idx, "kind");
     spec.kind = kind && strcmp(kind, "command") == 0 ? STEP_COMMAND : STEP_FUNC;
     spec.inputs = read_io(L, idx, "inputs", &spec.n_inputs);
     spec.outputs = read_io(L, idx, "outputs", &spec.n_outputs);
@@ -123,7 +114,7 @@ static int l_build(lua_State *L)
         lua_rawgeti(L, 1, (lua_Integer)i);
         long rc = add_step(L, *ud, lua_gettop(L), (int)i, err, sizeof err);
         lua_pop(L, 1);
-        if (rc < 0) { lua_pushstring(L, err); return lua_error(L); }
+        if (rc < 0) return flow_raise(L, err);
     }
     if (lua_istable(L, 2))
         for (lua_Integer i = 1; i <= (lua_Integer)lua_rawlen(L, 2); i++) {
@@ -131,7 +122,7 @@ static int l_build(lua_State *L)
             if (lua_type(L, -1) == LUA_TSTRING) dag_declare_dataset(*ud, lua_tostring(L, -1));
             lua_pop(L, 1);
         }
-    if (dag_finalize(*ud, err, sizeof err) != 0) { lua_pushstring(L, err); return lua_error(L); }
+    if (dag_finalize(*ud, err, sizeof err) != 0) return flow_raise(L, err);
     return 1;
 }
 
@@ -255,12 +246,7 @@ struct dag *flow_check_dag(lua_State *L, int idx)
 
 int luaopen_flow_dag(lua_State *L)
 {
-    luaL_newmetatable(L, DAG_MT);
-    luaL_newlib(L, dag_methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pop(L, 1);
+    flow_new_class(L, DAG_MT, dag_methods, l_gc);
     luaL_newlib(L, dag_funcs);
     return 1;
 }

@@ -77,14 +77,6 @@ static char **read_argv(lua_State *L, int idx, const char *field)
     return v;
 }
 
-static const char *field_string(lua_State *L, int idx, const char *key)
-{
-    lua_getfield(L, idx, key);
-    const char *s = lua_tostring(L, -1);
-    lua_pop(L, 1);
-    return s;
-}
-
 /* Reads one spawn{} table at idx into spec; the strings stay in the table. */
 static void read_spec(lua_State *L, int idx, struct proc_spec *spec, char ***argv, char ***env)
 {
@@ -94,10 +86,10 @@ static void read_spec(lua_State *L, int idx, struct proc_spec *spec, char ***arg
     *env = read_argv(L, idx, "env");
     spec->argv = *argv;
     spec->env_extra = *env;
-    spec->cwd = field_string(L, idx, "cwd");
-    spec->log_path = field_string(L, idx, "log");
-    spec->echo_prefix = field_string(L, idx, "echo");
-    spec->log_header = field_string(L, idx, "header");
+    spec->cwd = flow_field_string(L, idx, "cwd");
+    spec->log_path = flow_field_string(L, idx, "log");
+    spec->echo_prefix = flow_field_string(L, idx, "echo");
+    spec->log_header = flow_field_string(L, idx, "header");
     spec->echo = spec->echo_prefix != NULL;
     lua_getfield(L, idx, "timeout");
     spec->timeout_s = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;

@@ -1,0 +1,29 @@
+/* support.c — the few helpers every C module of the boundary shares. */
+#include "flowlua.h"
+
+#include <lauxlib.h>
+
+int flow_raise(lua_State *L, const char *msg)
+{
+    lua_pushstring(L, msg);
+    return lua_error(L);
+}
+
+const char *flow_field_string(lua_State *L, int idx, const char *key)
+{
+    lua_getfield(L, idx, key);
+    const char *s = lua_tostring(L, -1);
+    lua_pop(L, 1);                 /* the string stays alive: it is in the table */
+    return s;
+}
+
+void flow_new_class(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc)
+{
+    luaL_newmetatable(L, name);
+    lua_newtable(L);               /* not luaL_newlib: it sizes an array, not a pointer */
+    luaL_setfuncs(L, methods, 0);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pop(L, 1);
+}
