@@ -13,14 +13,30 @@
 struct waiter {
     lua_State *co;         /* the step coroutine to resume, or NULL */
     struct proc *proc;
-    bool done;
+    size_t pending;        /* 1 until the process has exited */
 };
+
+/* Blocking wait (not on a step coroutine): run the loop until *pending is 0.
+ * The children have their own process groups, so Ctrl-C is passed on to
+ * them: SIGTERM at the first, SIGKILL at a second. */
+static void block_on(struct loop *loop, struct proc *const *procs, size_t n, const size_t *pending)
+{
+    int seen = loop_interrupts(loop), sent = 0;
+    while (*pending) {
+        loop_run_once(loop, -1);
+        int extra = loop_interrupts(loop) - seen;
+        if (extra > sent && sent < 2) {
+            sent = extra > 1 ? 2 : 1;
+            for (size_t k = 0; k < n; k++) proc_kill(procs[k], sent > 1 ? SIGKILL : SIGTERM);
+        }
+    }
+}
 
 static void spawn_exited(struct proc *p, void *arg)
 {
     struct waiter *w = arg;
     (void)p;
-    w->done = true;
+    w->pending = 0;
     if (w->co) {
         flow_step_track_proc(w->co, w->proc, 0);
         flow_step_resume(w->co, 0);
@@ -115,6 +131,7 @@ static int l_spawn(lua_State *L)
     lua_pop(L, 1);
 
     struct waiter *w = xcalloc(1, sizeof *w);
+    w->pending = 1;
     char err[1024];
     w->co = flow_step_can_yield(L) ? L : NULL;
     w->proc = proc_spawn(flow_state_loop(L), &spec, spawn_exited, w, err, sizeof err);
@@ -130,15 +147,7 @@ static int l_spawn(lua_State *L)
         flow_step_track_proc(L, w->proc, 1);
         return lua_yieldk(L, 0, (lua_KContext)w, spawn_continue);
     }
-    /* Blocking wait: the child has its own process group, so pass Ctrl-C on. */
-    struct loop *loop = flow_state_loop(L);
-    int seen = loop_interrupts(loop);
-    while (!w->done) {
-        loop_run_once(loop, -1);
-        if (loop_interrupts(loop) != seen) {
-            proc_kill(w->proc, loop_interrupts(loop) - seen > 1 ? SIGKILL : SIGTERM);
-        }
-    }
+    block_on(flow_state_loop(L), &w->proc, 1, &w->pending);
     return push_result(L, w);
 }
 
@@ -267,12 +276,7 @@ static int l_spawn_group(lua_State *L)
         if (g->co) flow_step_track_proc(L, g->procs[i], 1);
     }
     if (g->co) return lua_yieldk(L, 0, (lua_KContext)g, group_continue);
-    int seen = loop_interrupts(g->loop);
-    while (g->remaining) {
-        loop_run_once(g->loop, -1);
-        if (loop_interrupts(g->loop) != seen)
-            for (size_t k = 0; k < g->n; k++) proc_kill(g->procs[k], SIGTERM);
-    }
+    block_on(g->loop, g->procs, g->n, &g->remaining);
     return push_group_result(L, g);
 }
 

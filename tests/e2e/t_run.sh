@@ -375,3 +375,17 @@ L
     run_flow 0 run -v
     contains "$ERR" '[lit] ${params.not_a_param}'
 }
+
+test_flow_sh_at_top_level_blocks() {
+    # Outside a step there is no coroutine to yield: flow.sh drives the loop itself.
+    write driver.lua <<'L'
+local flow = require("flow")
+io.write("top:", flow.sh("echo from-top-level"))
+local r = flow.run(pipeline{ node{ func = function() return flow.sh{ "printf", "in-step" } end,
+                                   outputs = "x", name = "s" } })
+print("step:" .. r.outputs.x)
+L
+    run_flow 0 run driver.lua
+    contains "$OUT" "top:from-top-level"
+    contains "$OUT" "step:in-step"
+}

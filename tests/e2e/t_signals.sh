@@ -55,3 +55,14 @@ while true do end
 L
     interrupt_when_started
 }
+
+test_sigint_during_blocking_flow_sh() {
+    write pipeline.lua <<'L'
+flow.sh("echo $$ > child; touch started; exec sleep 60")
+L
+    interrupt_when_started
+    sleep 0.2
+    [ -s child ] || { echo "flow.sh never started"; return 1; }
+    state=$(ps -o stat= -p "$(cat child)" 2>/dev/null || true)
+    [ -z "$state" ] || [[ "$state" == Z* ]] || { echo "flow.sh's child survived Ctrl-C ($state)"; return 1; }
+}
