@@ -108,6 +108,16 @@ void sched_step_done(struct sched *s, size_t i, bool ok)
     if (!s->opt.keep_going) s->stopping = true;
 }
 
+/* Steps whose outputs are up to date finish at once, without a job slot. */
+static bool skip_up_to_date(struct sched *s, size_t i)
+{
+    if (!s->ex.up_to_date || !s->ex.up_to_date(s->ex.ctx, s, i)) return false;
+    s->state[i] = STEP_UP_TO_DATE;
+    if (s->obs.step_finished) s->obs.step_finished(s->obs.ctx, s, i);
+    release_dependents(s, i);
+    return true;
+}
+
 static void start_step(struct sched *s, size_t i)
 {
     s->state[i] = STEP_RUNNING;
@@ -168,8 +178,10 @@ int sched_run(struct sched *s)
     seed_ready(s);
     for (;;) {
         handle_interrupts(s);
-        while (!s->stopping && s->ready.n && s->running < (size_t)s->opt.jobs)
-            start_step(s, heap_pop(&s->ready));
+        while (!s->stopping && s->ready.n && s->running < (size_t)s->opt.jobs) {
+            size_t i = heap_pop(&s->ready);
+            if (!skip_up_to_date(s, i)) start_step(s, i);
+        }
         if (!s->running) break;
         loop_run_once(s->loop, -1);
     }
@@ -197,6 +209,6 @@ double sched_elapsed(const struct sched *s, size_t i)
 const char *step_state_name(enum step_state st)
 {
     static const char *const names[] = { "waiting", "ready", "running", "done",
-                                         "failed", "not run", "skipped" };
+                                         "failed", "not run", "skipped", "up to date" };
     return names[st];
 }

@@ -16,7 +16,8 @@ enum step_state {
     STEP_DONE,
     STEP_FAILED,
     STEP_NOT_RUN,       /* upstream failed, or the run stopped first */
-    STEP_SKIPPED,       /* not selected, or up to date */
+    STEP_SKIPPED,       /* not selected */
+    STEP_UP_TO_DATE,    /* selected, but its last run's outputs still hold */
 };
 
 struct sched;
@@ -30,9 +31,14 @@ struct sched_executor {
     /* Stop a running step (Ctrl-C, a failure elsewhere): signal its processes.
      * The executor still calls sched_step_done when they are gone. */
     void (*stop)(void *ctx, struct sched *s, size_t i, int sig);
+    /* Optional: asked when step `i` is ready, before it takes a job slot.
+     * True means its outputs are up to date: it is not started, and its
+     * dependents go on as if it had run. */
+    bool (*up_to_date)(void *ctx, struct sched *s, size_t i);
 };
 
-/* Progress reports, for the UI. */
+/* Progress reports, for the UI.  An up-to-date step is reported finished
+ * without having started. */
 struct sched_observer {
     void *ctx;
     void (*step_started)(void *ctx, const struct sched *s, size_t i);

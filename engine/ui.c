@@ -22,7 +22,7 @@ static struct {
     const struct dag *dag;
     struct loop *loop;
     double started;
-    size_t done, failed, running, queued, skipped;
+    size_t done, failed, running, queued, skipped, up_to_date;
     size_t *running_steps, n_running, cap_running;
     int lines_drawn;                 /* height of the live region on screen */
     bool dirty;                      /* counts changed since the last draw */
@@ -84,10 +84,11 @@ static void draw_region(void)
     double now = monotonic_seconds();
     char clock[32];
     format_clock(clock, sizeof clock, now - run.started);
-    size_t total = run.done + run.failed + run.running + run.queued;
-    fprintf(stderr, "%s[%zu/%zu]%s done %s%zu%s · running %zu · queued %zu", BOLD, run.done + run.failed,
-            total, RESET, GREEN, run.done, RESET, run.running, run.queued);
+    size_t total = run.done + run.failed + run.up_to_date + run.running + run.queued;
+    fprintf(stderr, "%s[%zu/%zu]%s done %s%zu%s · running %zu · queued %zu", BOLD,
+            run.done + run.failed + run.up_to_date, total, RESET, GREEN, run.done, RESET, run.running, run.queued);
     if (run.failed) fprintf(stderr, " · %sfailed %zu%s", RED, run.failed, RESET);
+    if (run.up_to_date) fprintf(stderr, " · up to date %zu", run.up_to_date);
     if (run.skipped) fprintf(stderr, " · skipped %zu", run.skipped);
     fprintf(stderr, "  %s%s%s\n", DIM, clock, RESET);
     int lines = 1;
@@ -215,10 +216,29 @@ static void step_started(void *ctx, const struct sched *s, size_t i)
     if (!live) plain_line(s, i, "started", false);
 }
 
+/* Up to date: counted, and named only in verbose plain mode (a no-op rerun of
+ * 10,000 steps should not print 10,000 lines). */
+static void step_up_to_date(const struct sched *s, size_t i)
+{
+    run.sched = s;
+    run.up_to_date++;
+    if (run.queued) run.queued--;
+    run.dirty = true;
+    if (!live && level == UI_VERBOSE) {
+        fflush(stdout);
+        fprintf(stderr, "  %s%-7s%s  %s %s(up to date)%s\n", DIM, "skipped", RESET, sched_dag(s)->steps[i].name,
+                DIM, RESET);
+    }
+}
+
 static void step_finished(void *ctx, const struct sched *s, size_t i)
 {
     (void)ctx;
     enum step_state st = sched_state(s, i);
+    if (st == STEP_UP_TO_DATE) {
+        step_up_to_date(s, i);
+        return;
+    }
     run.running--;
     run.dirty = true;
     if (st == STEP_DONE) run.done++;
@@ -273,6 +293,7 @@ void ui_run_end(const struct sched *s)
     sb_addf(&sb, "%zu done", run.done);
     if (run.failed) sb_addf(&sb, ", %s%zu failed%s", RED, run.failed, RESET);
     if (not_run) sb_addf(&sb, ", %zu not run", not_run);
+    if (run.up_to_date) sb_addf(&sb, ", %zu up to date", run.up_to_date);
     if (run.skipped) sb_addf(&sb, ", %zu skipped", run.skipped);
     fflush(stdout);
     fprintf(stderr, "flow: %s%s%s in %.2fs%s\n", BOLD, sb.buf, RESET,

@@ -1,6 +1,9 @@
 /* convert.c — Lua values ↔ cJSON.  A table is a JSON array when its keys are
  * exactly 1..n (an empty table is an object: {} round-trips as {}), else an
- * object with string keys; integer keys of a sparse table become strings. */
+ * object with string keys; integer keys of a sparse table become strings.
+ * Object keys are sorted: the same value always encodes to the same bytes,
+ * whatever order its table was filled in (a json dataset's content hash
+ * decides whether the steps reading it rerun). */
 #include "flowlua.h"
 #include "util.h"
 
@@ -8,6 +11,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define MAX_DEPTH 200
@@ -27,6 +31,28 @@ static bool is_array(lua_State *L, int idx, size_t *n_out)
     }
     *n_out = n;
     return n > 0 && (lua_Integer)n == max;
+}
+
+static int compare_keys(const void *a, const void *b)
+{
+    return strcmp((*(cJSON *const *)a)->string, (*(cJSON *const *)b)->string);
+}
+
+static void sort_object(cJSON *obj)
+{
+    size_t n = 0;
+    for (cJSON *c = obj->child; c; c = c->next) n++;
+    if (n < 2) return;
+    cJSON **items = xmalloc(n * sizeof *items);
+    n = 0;
+    for (cJSON *c = obj->child; c; c = c->next) items[n++] = c;
+    qsort(items, n, sizeof *items, compare_keys);
+    for (size_t i = 0; i < n; i++) {
+        items[i]->next = i + 1 < n ? items[i + 1] : NULL;
+        items[i]->prev = i > 0 ? items[i - 1] : items[n - 1];   /* cJSON: the head's prev is the tail */
+    }
+    obj->child = items[0];
+    free(items);
 }
 
 static cJSON *convert_table(lua_State *L, int idx, struct strbuf *path, int depth,
@@ -65,6 +91,7 @@ static cJSON *convert_table(lua_State *L, int idx, struct strbuf *path, int dept
         cJSON_AddItemToObject(obj, k, item);
         lua_pop(L, 1);
     }
+    sort_object(obj);
     return obj;
 }
 

@@ -51,6 +51,10 @@ void flow_step_sleep(lua_State *co, double seconds);
  * hook raises "timed out" in a busy Lua step past it. */
 double flow_step_deadline(lua_State *co);
 
+/* The position-independent code of the Lua function at idx (bytecode.c):
+ * pushes it and returns 1, or returns 0 for a C function. */
+int flow_push_code(lua_State *L, int idx);
+
 /* Shared by the C modules (support.c). */
 struct luaL_Reg;
 /* Raise `msg` as it is: no "file:line:" of the C function in front. */
@@ -65,5 +69,7 @@ int luaopen_flow_dag(lua_State *L);
 int luaopen_flow_proc(lua_State *L);
 int luaopen_flow_sched(lua_State *L);
 int luaopen_flow_config(lua_State *L);
+int luaopen_flow_cache(lua_State *L);
+int luaopen_flow_pipeline_c(lua_State *L);
 
 #endif

@@ -6,10 +6,13 @@
 #include "ui.h"
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <lauxlib.h>
 #include <stdio.h>
@@ -245,6 +248,24 @@ static int l_free_port(lua_State *L)
     return 1;
 }
 
+/* code(fn) -> its bytecode without debug information or line numbers, or nil for a C function */
+static int l_code(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    if (!flow_push_code(L, 1)) lua_pushnil(L);
+    return 1;
+}
+
+/* readlink(path) -> target, or nil if path is not a symlink */
+static int l_readlink(lua_State *L)
+{
+    char buf[4096];
+    ssize_t n = readlink(luaL_checkstring(L, 1), buf, sizeof buf);
+    if (n < 0 || n == (ssize_t)sizeof buf) { lua_pushnil(L); return 1; }
+    lua_pushlstring(L, buf, (size_t)n);
+    return 1;
+}
+
 /* The running binary, so a distributed Lua step can start its ranks. */
 static int l_exe_path(lua_State *L)
 {
@@ -252,6 +273,60 @@ static int l_exe_path(lua_State *L)
     ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
     if (n < 0) return luaL_error(L, "cannot find the flow binary: %s", strerror(errno));
     lua_pushlstring(L, buf, (size_t)n);
+    return 1;
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* list_dir(path) -> sorted names (no "." or ".."), or nil, message */
+static int l_list_dir(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    DIR *d = opendir(path);
+    if (!d) { lua_pushnil(L); lua_pushfstring(L, "%s: %s", path, strerror(errno)); return 2; }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        if (n == cap) names = xrealloc(names, (cap = cap ? cap * 2 : 16) * sizeof *names);
+        names[n++] = xstrdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, compare_names);
+    lua_createtable(L, (int)n, 0);
+    for (size_t i = 0; i < n; i++) {
+        lua_pushstring(L, names[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+        free(names[i]);
+    }
+    free(names);
+    return 1;
+}
+
+/* lock(path) -> true | false, holder text.  An exclusive flock on path, held
+ * until the process exits (the kernel drops it even after kill -9); the file
+ * holds the holder's pid for the message another process shows. */
+static int l_lock(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return luaL_error(L, "cannot open %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char buf[64] = "";
+        ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+        buf[n > 0 ? n : 0] = 0;
+        close(fd);
+        lua_pushboolean(L, 0);
+        lua_pushstring(L, buf);
+        return 2;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%ld", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) { /* the pid is only for messages */ }
+    lua_pushboolean(L, 1);           /* fd stays open: the lock lives as long as the process */
     return 1;
 }
 
@@ -348,6 +423,10 @@ static const luaL_Reg core_funcs[] = {
     { "exe_path", l_exe_path },
     { "free_port", l_free_port },
     { "chdir", l_chdir },
+    { "list_dir", l_list_dir },
+    { "lock", l_lock },
+    { "readlink", l_readlink },
+    { "code", l_code },
     { NULL, NULL }
 };
 

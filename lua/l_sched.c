@@ -27,6 +27,7 @@ struct run {
     lua_State *L;
     struct sched *sched;
     int step_fn_ref;               /* the stdlib's run_step(i) */
+    int check_fn_ref;              /* its up_to_date(i), or LUA_NOREF */
     struct step_run *steps;
     /* Finished coroutines, ready for the next step: a new thread per step
      * would be most of the cost of 100,000 tiny Lua steps. */
@@ -169,6 +170,28 @@ static void exec_stop(void *ctx, struct sched *s, size_t i, int sig)
     }
 }
 
+/* Ask the stdlib whether step i's outputs are up to date.  It runs on the
+ * main state and must not wait; an error there is the engine's bug, and the
+ * step then simply runs. */
+static bool exec_up_to_date(void *ctx, struct sched *s, size_t i)
+{
+    struct run *run = ctx;
+    (void)s;
+    if (run->check_fn_ref == LUA_NOREF) return false;
+    lua_State *L = run->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, run->check_fn_ref);
+    lua_pushinteger(L, (lua_Integer)i + 1);
+    if (flow_pcall(L, 1, 1) != LUA_OK) {
+        ui_error("internal error checking step '%s': %s", sched_dag(run->sched)->steps[i].name,
+                 lua_tostring(L, -1));
+        lua_pop(L, 1);
+        return false;
+    }
+    bool skip = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return skip;
+}
+
 static bool *read_selected(lua_State *L, int opts, size_t n)
 {
     lua_getfield(L, opts, "selected");
@@ -183,7 +206,7 @@ static bool *read_selected(lua_State *L, int opts, size_t n)
     return sel;
 }
 
-/* run(dag, {jobs=, keep_going=, selected=}, run_step) -> code, {state, ...}, {elapsed, ...} */
+/* run(dag, {jobs=, keep_going=, selected=}, run_step [, up_to_date]) -> code, {state, ...}, {elapsed, ...} */
 static int l_run(lua_State *L)
 {
     struct dag *dag = flow_check_dag(L, 1);
@@ -196,13 +219,17 @@ static int l_run(lua_State *L)
     lua_pop(L, 2);
     opt.selected = read_selected(L, 2, dag->n_steps);
 
-    struct run run = { .L = L, .step_fn_ref = LUA_NOREF,
+    struct run run = { .L = L, .step_fn_ref = LUA_NOREF, .check_fn_ref = LUA_NOREF,
                        .steps = xcalloc(dag->n_steps + 1, sizeof(struct step_run)) };
     for (size_t i = 0; i < dag->n_steps; i++)
         run.steps[i] = (struct step_run){ .run = &run, .index = i, .co_ref = LUA_NOREF };
     lua_pushvalue(L, 3);
     run.step_fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    struct sched_executor ex = { &run, exec_start, exec_stop };
+    if (lua_isfunction(L, 4)) {
+        lua_pushvalue(L, 4);
+        run.check_fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    }
+    struct sched_executor ex = { &run, exec_start, exec_stop, exec_up_to_date };
     struct sched_observer obs = ui_sched_observer();
     run.sched = sched_new(dag, flow_state_loop(L), &opt, &ex, &obs);
     ui_run_begin(dag, opt.selected, flow_state_loop(L));
@@ -219,6 +246,7 @@ static int l_run(lua_State *L)
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
     luaL_unref(L, LUA_REGISTRYINDEX, run.step_fn_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, run.check_fn_ref);
     for (size_t k = 0; k < run.n_idle; k++) luaL_unref(L, LUA_REGISTRYINDEX, run.idle[k].ref);
     free(run.idle);
     sched_free(run.sched);

@@ -42,6 +42,8 @@ lua_State *flow_state_new(void)
         { "flow.proc", luaopen_flow_proc },
         { "flow.sched", luaopen_flow_sched },
         { "flow.config", luaopen_flow_config },
+        { "flow.cache", luaopen_flow_cache },
+        { "flow.pipeline_c", luaopen_flow_pipeline_c },
         { NULL, NULL },
     };
     for (const luaL_Reg *m = modules; m->name; m++) {

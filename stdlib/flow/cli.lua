@@ -12,9 +12,12 @@ local USAGE = [[
 usage: flow <command> [options]
 
 commands:
-  run [SCRIPT]     run a pipeline (default script: ./pipeline.lua)
+  run [SCRIPT]     run a pipeline (default script: ./pipeline.lua); steps whose
+                   inputs, code and parameters did not change are skipped
   list [SCRIPT]    show the steps in run order: inputs, outputs, tags, distribution
+  catalog list     show every dataset a pipeline uses: its type and where it lives
   config [KEY]     print the resolved configuration of an environment, or explain a key
+  clean            remove old runs (.flow/runs) and unused cache entries
   help [COMMAND]   show help for a command
 
 options:
@@ -31,6 +34,10 @@ Runs the pipeline that SCRIPT returns (default: pipeline.lua in the current
 directory; a directory means DIR/pipeline.lua).  Commands and relative paths
 are resolved from the script's directory; state lives in its .flow/.
 
+A step whose fingerprint (its code or command, the parameters it reads, its
+distribution settings and its inputs' content) matches its last successful
+run, and whose outputs are still as that run left them, is skipped.
+
 options:
   -e, --env ENV      configuration environment: conf/base + conf/ENV
                      (default: $FLOW_ENV, else local)
@@ -41,15 +48,22 @@ options:
   --to-nodes B       these and all upstream      --tags T1,T2     steps with any of the tags
   --from-inputs X    steps reading X, and downstream
   --to-outputs Y     steps producing Y, and upstream
-                     (several selections intersect; inputs from unselected steps must
-                     have a saved copy in .flow/data/)
+                     (several selections intersect; inputs from unselected steps come
+                     from their last successful run: the catalog's files or the cache)
+  --force            run every selected step, up to date or not
+  --explain          say for each step why it runs or is skipped
+  --resume [RUN_ID]  finish a failed or interrupted run (default: the latest) with
+                     its original arguments; steps it completed are not run again
+  --load-versions NAME:VERSION,…
+                     load these versions of versioned datasets (default: the newest)
   -j, --jobs N       run at most N steps at once (default: number of CPUs)
   --distributed MODE once (default): a distributed_job step runs once, normally;
                      local: it runs as num_nodes x processes_per_node local
                      processes with the variables Azure ML sets (also
                      `distributed: local` in conf/<env>/flow.yml)
   -k, --keep-going   after a failure, still run every step that does not depend on it
-  -n, --dry-run      print the steps that would run, in order, and stop
+  -n, --dry-run      print the selected steps in order, whether each would run and
+                     why, and stop
   -v, --verbose      stream each command's output, prefixed with its step name
   -q, --quiet        print only errors
   --progress MODE    auto (default: live on a terminal), live, or plain (a line
@@ -69,6 +83,35 @@ options:
   --conf DIR         configuration directory (default: conf/ beside the script)
   --pipeline NAME    list the pipeline registered as NAME
   --format FMT       table (default) or json]],
+  catalog = [[
+usage: flow catalog list [SCRIPT] [options]
+
+Lists every dataset the pipeline uses, in run order: its type (memory, json,
+text, lua, file, folder), where it lives, the catalog entry or pattern that
+declares it (conf/base/catalog.yml merged with conf/ENV/catalog.yml), and the
+steps that make and read it.
+
+options:
+  -e, --env ENV      environment whose catalog to use
+  -p, --params K=V,… override parameters
+  --conf DIR         configuration directory (default: conf/ beside the script)
+  --pipeline NAME    the pipeline registered as NAME
+  --format FMT       table (default) or json]],
+  clean = [[
+usage: flow clean [DIR] [options]
+
+Removes what flow keeps under DIR/.flow (default: the current directory) and
+no longer needs: run directories (journals, logs) older than a limit, never
+the latest run; temporary directories of runs that are over; with --cache,
+cached values that no step's last run refers to, and hashes of files that
+changed or are gone.  Outputs and the record of each step's last run stay,
+so the next run still skips what is up to date.
+
+options:
+  --runs-older-than AGE  remove runs that started more than AGE ago (default 30d;
+                         units s, m, h, d)
+  --cache                also remove unused cache entries
+  -n, --dry-run          say what would be removed, remove nothing]],
   config = [[
 usage: flow config [KEY] [options]
 
@@ -104,9 +147,13 @@ local OPTIONS = {
                       v = "verbose", quiet = "flag", q = "quiet", progress = "value",
                       nodes = "value", ["from-nodes"] = "value", ["to-nodes"] = "value",
                       tags = "value", ["from-inputs"] = "value", ["to-outputs"] = "value",
-                      distributed = "value" },
+                      distributed = "value", force = "flag", explain = "flag",
+                      resume = "optional", ["load-versions"] = "value" },
   list = with_config { pipeline = "value", format = "value" },
   config = with_config { explain = "value" },
+  catalog = with_config { pipeline = "value", format = "value" },
+  clean = { ["runs-older-than"] = "value", cache = "flag", ["dry-run"] = "flag", n = "dry-run",
+            help = "flag", h = "help" },
   __step = with_config {},
 }
 
@@ -131,14 +178,21 @@ local function parse_args(cmd, args)
     end
     if name then
       local kind = spec[name]
-      if kind and kind ~= "flag" and kind ~= "value" then name, kind = kind, spec[kind] end
+      if kind and kind ~= "flag" and kind ~= "value" and kind ~= "optional" then name, kind = kind, spec[kind] end
       if not kind then
         local long = {}
-        for k, v in pairs(spec) do if #k > 1 and (v == "flag" or v == "value") then long[#long + 1] = k end end
+        for k, v in pairs(spec) do if #k > 1 and (v == "flag" or v == "value" or v == "optional") then long[#long + 1] = k end end
         usage_error("unknown option '%s' for 'flow %s'%s", a, cmd,
                     util.did_you_mean(name, long):gsub("'(.-)'", "'--%1'", 1))
       end
-      if kind == "value" then
+      if kind == "optional" then
+        -- --resume [RUN_ID]: the next word is its value when it names a run.
+        if not value and args[i + 1] and (args[i + 1] == "latest" or args[i + 1]:match("^%d+%-%d+%-%d+$")) then
+          i = i + 1
+          value = args[i]
+        end
+        opts[name] = value or true
+      elseif kind == "value" then
         if not value then
           i = i + 1
           value = args[i]
@@ -234,20 +288,27 @@ local function slicing_options(opts)
   return t
 end
 
-local function print_plan(p, opts)
-  local plan = runner.prepare(p, slicing_options(opts))
-  local k = 0
-  for _, i in ipairs(plan.graph:order()) do
-    if not plan.selected or plan.selected[i] then
-      k = k + 1
-      io.write(string.format("%3d  %s\n", k, p.nodes[i].name))
-    end
-  end
+local function run_options(opts)
+  local t = slicing_options(opts)
+  t.force, t.explain, t.load_versions = opts.force, opts.explain, opts["load-versions"]
+  return t
 end
 
--- After a failed run: which steps failed or did not run, and the command
--- that picks up from the nearest saved inputs.
-local function report_failure(result, args)
+-- flow run --dry-run: the selected steps in order, and whether each would run.
+local function print_plan(p, opts)
+  local rows = runner.dry_run(p, run_options(opts))
+  local width, runs = 0, 0
+  for _, r in ipairs(rows) do width = math.max(width, #r.name) end
+  for k, r in ipairs(rows) do
+    if r.runs then runs = runs + 1 end
+    io.write(string.format("%3d  %-" .. width .. "s  %s\n", k, r.name,
+                           r.runs and ("runs: " .. r.why) or "up to date"))
+  end
+  io.write(string.format("%d of %d selected steps would run\n", runs, #rows))
+end
+
+-- After a failed run: which steps failed or did not run, and how to go on.
+local function report_failure(result)
   local failed, not_run = {}, {}
   for name, st in pairs(result.steps) do
     if st.state == "failed" then failed[#failed + 1] = name
@@ -258,24 +319,72 @@ local function report_failure(result, args)
   local lines = {}
   if #failed > 0 then lines[#lines + 1] = "failed: " .. table.concat(failed, ", ") end
   if #not_run > 0 then lines[#lines + 1] = "not run: " .. table.concat(not_run, ", ") end
-  if result.resume_from and #result.resume_from > 0 then
-    local kept, skip = {}, false
-    for _, a in ipairs(args) do
-      local flag = a:match("^%-%-([%w-]+)")
-      if skip then skip = false
-      elseif flag and (flag == "from-nodes" or flag == "nodes" or flag == "to-nodes") then
-        skip = not a:find("=", 1, true)
-      else kept[#kept + 1] = a:find("[%s'\"$]") and ("'" .. a:gsub("'", "'\\''") .. "'") or a end
-    end
-    lines[#lines + 1] = "resume with: flow run " .. table.concat(kept, " ") .. (#kept > 0 and " " or "")
-                        .. "--from-nodes " .. table.concat(result.resume_from, ",")
-  end
-  if #lines > 0 then core.ui_info(table.concat(lines, "\n")) end
+  lines[#lines + 1] = "after a fix, finish it with: flow run --resume " .. result.run_id
+  core.ui_info(table.concat(lines, "\n"))
 end
+
+-- Options that only change how a run is shown, which --resume may add.
+local RESUME_OK = { resume = true, quiet = true, verbose = true, progress = true, jobs = true,
+                    explain = true, help = true }
+
+-- flow run --resume [RUN_ID]: the run's journal gives its arguments and the
+-- steps it completed; it runs again from the directory it ran in.
+local function resume_args(opts, pos)
+  for k in pairs(opts) do
+    if not RESUME_OK[k] then
+      usage_error("--resume runs again with the original run's arguments; drop --%s", k)
+    end
+  end
+  if #pos > 1 then usage_error("'flow run --resume' takes at most the script, to find its project") end
+  local dir = "."
+  if pos[1] then
+    dir = core.exists(pos[1]) == "directory" and pos[1] or (pos[1]:match("^(.*)/[^/]*$") or ".")
+  end
+  local id = opts.resume == true and "latest" or opts.resume
+  local path = dir .. "/.flow/runs/" .. id .. "/journal.jsonl"
+  local events = require("flow.state").read_journal(path)
+  if not events then
+    local runs = {}
+    for _, r in ipairs(core.list_dir(dir .. "/.flow/runs") or {}) do
+      if r ~= "latest" then runs[#runs + 1] = r end
+    end
+    usage_error("--resume: no run '%s' in %s/.flow/runs%s", id, dir,
+                #runs > 0 and (" (latest runs: " .. table.concat(runs, ", ", math.max(1, #runs - 4)) .. ")") or " (no runs yet)")
+  end
+  local start = events[1]
+  if not start or start.event ~= "run_start" or type(start.args) ~= "table" then
+    usage_error("--resume: %s does not start with the run's arguments", path)
+  end
+  local completed, finished = {}, nil
+  for _, ev in ipairs(events) do
+    if ev.event == "step_end" and (ev.status == "ok" or ev.status == "up to date") then completed[ev.step] = true end
+    if ev.event == "run_end" then finished = ev.code end
+  end
+  return start, completed, finished
+end
+
+local run_with
 
 local function cmd_run(args)
   local opts, pos = parse_args("run", args)
   if opts.help then print(HELP.run) return 0 end
+  if not opts.resume then return run_with(opts, pos, args) end
+  local start, completed, finished = resume_args(opts, pos)
+  if finished == 0 then
+    core.ui_setup(opts.quiet and "quiet" or "normal", opts.progress or "auto")
+    core.ui_info(string.format("run %s finished successfully: nothing to resume", start.run))
+    return 0
+  end
+  if start.cwd then core.chdir(start.cwd) end
+  local orig, orig_pos = parse_args("run", start.args)
+  for k in pairs(RESUME_OK) do
+    if opts[k] ~= nil and k ~= "resume" then orig[k] = opts[k] end
+  end
+  if opts.quiet then orig.verbose = nil elseif opts.verbose then orig.quiet = nil end
+  return run_with(orig, orig_pos, start.args, { run = start.run, completed = completed })
+end
+
+function run_with(opts, pos, args, resume)
   local path = script_path(pos, "run")
   local jobs = opts.jobs and positive_int(opts.jobs, "--jobs")
   if opts.quiet and opts.verbose then usage_error("--quiet and --verbose contradict each other") end
@@ -285,17 +394,35 @@ local function cmd_run(args)
   end
   core.ui_setup(opts.quiet and "quiet" or opts.verbose and "verbose" or "normal", progress)
   set_defaults(opts)
+  runner.defaults.args, runner.defaults.cwd = args, core.cwd()
+  if resume then core.ui_info(string.format("resuming run %s", resume.run)) end
   local p = load_pipeline(path, opts.pipeline)
   if not p then return runner.last_code or 0 end
   if opts["dry-run"] then print_plan(p, opts) return 0 end
   if opts.distributed and not require("flow.launch").MODES[opts.distributed] then
     usage_error("--distributed must be once or local, got '%s'", opts.distributed)
   end
-  local run_opts = slicing_options(opts)
+  local run_opts = run_options(opts)
   run_opts.jobs, run_opts.keep_going, run_opts.verbose = jobs, opts["keep-going"], opts.verbose
+  run_opts.resume = resume
   local result = runner.run(p, run_opts)
-  if result.code == 1 then report_failure(result, args) end
+  if result.code == 1 then report_failure(result) end
   return result.code
+end
+
+-- Rows of cells, columns padded to their widest cell.
+local function print_table(cells)
+  local width = {}
+  for _, row in ipairs(cells) do
+    for c, v in ipairs(row) do width[c] = math.max(width[c] or 0, utf8.len(v) or #v) end
+  end
+  for _, row in ipairs(cells) do
+    local parts = {}
+    for c, v in ipairs(row) do
+      parts[c] = c == #row and v or v .. string.rep(" ", width[c] - (utf8.len(v) or #v))
+    end
+    print((table.concat(parts, "  "):gsub("%s+$", "")))
+  end
 end
 
 local function list_rows(p)
@@ -339,17 +466,94 @@ local function cmd_list(args)
     cells[#cells + 1] = { tostring(r.index), r.name, r.runs, table.concat(r.inputs, ", "),
                           table.concat(r.outputs, ", "), table.concat(r.tags, ", "), r.distribution or "" }
   end
-  local width = {}
-  for _, row in ipairs(cells) do
-    for c, v in ipairs(row) do width[c] = math.max(width[c] or 0, utf8.len(v) or #v) end
-  end
-  for _, row in ipairs(cells) do
-    local parts = {}
-    for c, v in ipairs(row) do
-      parts[c] = c == #row and v or v .. string.rep(" ", width[c] - (utf8.len(v) or #v))
+  print_table(cells)
+  return 0
+end
+
+-- Every dataset the pipeline uses, in the order steps first mention it.
+local function catalog_rows(p)
+  local plan = runner.prepare(p, {})
+  local cat, rows, by_name = plan.cat, {}, {}
+  local function row(d)
+    if d == "parameters" or d:match("^params:") then return nil end
+    if not by_name[d] then
+      local e = cat:entry(d)
+      local where, from
+      if e.type == "memory" then
+        where, from = "in memory (a file in .flow/data/ when a command reads it)", "not in the catalog"
+      else
+        where = e.path
+        if e.versioned then
+          local versions = cat:versions(e)
+          where = string.format("%s/<version>/ (versioned; %s)", e.path,
+                                #versions > 0 and ("newest " .. versions[#versions]) or "no version yet")
+        end
+        from = e.pattern and string.format("pattern \"%s\" (%s)", e.pattern, e.origin) or e.origin
+      end
+      by_name[d] = { dataset = d, type = e.type, path = e.path, versioned = e.versioned, where = where,
+                     from = from, produced_by = nil, used_by = {} }
+      rows[#rows + 1] = by_name[d]
     end
-    print((table.concat(parts, "  "):gsub("%s+$", "")))
+    return by_name[d]
   end
+  for _, i in ipairs(plan.graph:order()) do
+    local n = p.nodes[i]
+    for _, io in ipairs(n.inputs) do
+      local r = row(io.dataset)
+      if r then r.used_by[#r.used_by + 1] = n.name end
+    end
+    for _, io in ipairs(n.outputs) do row(io.dataset).produced_by = n.name end
+  end
+  return rows
+end
+
+local function cmd_catalog(args)
+  local opts, pos = parse_args("catalog", args)
+  if opts.help or pos[1] == nil then print(HELP.catalog) return opts.help and 0 or 2 end
+  if pos[1] ~= "list" then usage_error("unknown catalog command '%s' (there is: list)", pos[1]) end
+  table.remove(pos, 1)
+  local fmt = opts.format or "table"
+  if fmt ~= "table" and fmt ~= "json" then usage_error("--format must be table or json, got '%s'", fmt) end
+  local path = script_path(pos, "catalog list")
+  core.ui_setup("quiet")
+  set_defaults(opts)
+  local p = load_pipeline(path, opts.pipeline)
+  if not p then return 0 end
+  local rows = catalog_rows(p)
+  if fmt == "json" then print(core.json_encode(rows, true)) return 0 end
+  local cells = { { "dataset", "type", "where", "from", "made by", "read by" } }
+  for _, r in ipairs(rows) do
+    cells[#cells + 1] = { r.dataset, r.type, r.where, r.from, r.produced_by or "-",
+                          #r.used_by > 0 and table.concat(r.used_by, ", ") or "-" }
+  end
+  print_table(cells)
+  return 0
+end
+
+local function cmd_clean(args)
+  local opts, pos = parse_args("clean", args)
+  if opts.help then print(HELP.clean) return 0 end
+  if #pos > 1 then usage_error("'flow clean' takes at most the project directory, got %d arguments", #pos) end
+  if pos[1] then
+    if core.exists(pos[1]) ~= "directory" then usage_error("no such directory: %s", pos[1]) end
+    core.chdir(pos[1])
+  end
+  local older = util.parse_duration(opts["runs-older-than"] or "30d")
+  if not older then
+    usage_error("--runs-older-than needs a duration like 30d, 12h or 90m, got '%s'", opts["runs-older-than"])
+  end
+  core.ui_setup("normal")
+  if core.exists(".flow") ~= "directory" then core.ui_info("no .flow/ in " .. core.cwd() .. ": nothing to clean") return 0 end
+  local c = require("flow.state").clean(older, opts.cache, opts["dry-run"])
+  local verb = opts["dry-run"] and "would remove" or "removed"
+  local parts = { string.format("%d run%s older than %s", c.runs, c.runs == 1 and "" or "s",
+                                util.format_duration(older)) }
+  if c.tmp > 0 then parts[#parts + 1] = string.format("%d temporary director%s", c.tmp, c.tmp == 1 and "y" or "ies") end
+  if opts.cache then
+    parts[#parts + 1] = string.format("%d unused cached value%s (%.1f MB)", c.values, c.values == 1 and "" or "s", c.bytes / 1e6)
+    parts[#parts + 1] = string.format("%d stale file hash%s", c.hashes, c.hashes == 1 and "" or "es")
+  end
+  core.ui_info(verb .. " " .. table.concat(parts, ", "))
   return 0
 end
 
@@ -415,7 +619,8 @@ local function cmd_step(args)
   script_error(string.format("step '%s' is not in the pipeline of %s", pos[2], pos[1]))
 end
 
-local COMMANDS = { run = cmd_run, list = cmd_list, config = cmd_config, __step = cmd_step }
+local COMMANDS = { run = cmd_run, list = cmd_list, config = cmd_config, catalog = cmd_catalog,
+                   clean = cmd_clean, __step = cmd_step }
 
 local function dispatch(args)
   local cmd = args[1]

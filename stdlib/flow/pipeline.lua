@@ -14,6 +14,13 @@ Pipeline.__index = Pipeline
 function M.is_node(v) return getmetatable(v) == Node end
 function M.is_pipeline(v) return getmetatable(v) == Pipeline end
 
+-- The C fast path (lua/l_pipeline.c) builds the common valid nodes and
+-- pipelines as the code below does and returns nothing for anything else
+-- (errors included), which the code below then handles.  It mirrors M.node,
+-- command.command and M.pipeline: change those and l_pipeline.c together.
+local node_fast, pipeline_fast =
+  require("flow.pipeline_c").bind(Node, Pipeline, command.Command, distributed.Distributed, util)
+
 local function where(level)
   local info = debug.getinfo(level + 1, "Sl")
   if not info or info.currentline < 0 then return "?" end
@@ -100,6 +107,10 @@ local function parse_tags(tags, level)
 end
 
 function M.node(spec, level)
+  if level == nil then             -- the fast path finds the user's frame two levels up
+    local n = node_fast(spec)      -- not a tail call: that would drop this frame
+    if n then return n end
+  end
   level = (level or 1) + 1
   if type(spec) ~= "table" or M.is_node(spec) then
     util.fail(level, "node: expected node{func = ..., inputs = ..., outputs = ...}, got %s", type(spec))
@@ -197,6 +208,10 @@ end
 local pipeline_fields = { namespace = true, inputs = true, outputs = true, parameters = true, tags = true }
 
 function M.pipeline(spec, level)
+  do                               -- a block: the frame keeps its size (see M.node)
+    local p = pipeline_fast(spec)
+    if p then return p end
+  end
   level = (level or 1) + 1
   if type(spec) ~= "table" or M.is_node(spec) or M.is_pipeline(spec) then spec = { spec } end
   local items = {}

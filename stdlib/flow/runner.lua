@@ -2,7 +2,15 @@
 -- step on its own coroutine under the C scheduler.  Values between Lua steps
 -- stay in memory; a command gets files (in-memory values are written as JSON,
 -- or as text when they are strings), and its outputs are moved into place only
--- after it succeeded.
+-- after it succeeded.  Datasets the catalog persists are loaded and saved
+-- through flow.catalog.
+--
+-- Incremental runs: before a ready step starts, the scheduler asks
+-- Run:up_to_date(i), which computes the step's fingerprint (flow.fingerprint)
+-- and compares it with the step's last successful run (flow.state); a step
+-- whose fingerprint and outputs still hold is not run, and its recorded
+-- outputs stand in for it.  Every run keeps a journal (.flow/runs/<id>/
+-- journal.jsonl) that --resume and the next run read.
 local core = require("flow.core")
 local dag = require("flow.dag")
 local sched = require("flow.sched")
@@ -13,6 +21,10 @@ local pipeline = require("flow.pipeline")
 local params_mod = require("flow.params")
 local settings_mod = require("flow.settings")
 local launch = require("flow.launch")
+local catalog = require("flow.catalog")
+local cache = require("flow.cache")
+local fingerprint = require("flow.fingerprint")
+local state_mod = require("flow.state")
 
 local M = {}
 
@@ -62,13 +74,13 @@ function M.resolve_dist(n, settings)
 end
 
 -- The plain data the C graph is built from.
-function M.build_graph(nodes, dists)
+function M.build_graph(nodes, dists, declared)
   local specs = {}
   for i, n in ipairs(nodes) do
     specs[i] = { name = n.name, kind = n.kind, inputs = n.inputs, outputs = n.outputs,
                  tags = n.tags, dist = dists and dists[i] }
   end
-  local ok, g = pcall(dag.build, specs, {})
+  local ok, g = pcall(dag.build, specs, declared or {})
   if not ok then
     -- Point at the script lines where the clashing steps were declared.
     local msg = tostring(g)
@@ -86,30 +98,49 @@ end
 local Run = {}
 Run.__index = Run
 
+-- self.values[d]: what the run knows of dataset d —
+--   value, loaded   the Lua value (loaded = true once it is in memory)
+--   path            where it is on disk (a persisted or command-written dataset)
+--   hash            its content hash (inputs' hashes go into fingerprints)
+--   out             a cached memory value's record, restored on first use
+--   entry           its catalog entry when it is persisted
+
+-- The Lua value of dataset d, restored or loaded on first use.
+function Run:value_of(d)
+  local v = self.values[d]
+  if not v.loaded then
+    if v.out then v.value = state_mod.restore_value(v.out, d)
+    elseif v.entry and catalog.persisted(v.entry) then v.value = catalog.decode(v.entry, v.path)
+    else return v.path end           -- a command's output that the catalog does not type: its path
+    v.loaded = true
+  end
+  return v.value
+end
+
 -- The value a Lua function receives for input `io`.
 function Run:input_value(n, io)
   if io.dataset == "parameters" then return self.params end
   local key = io.dataset:match("^params:(.+)$")
   if key then return params_mod.get(self.params, key) end
-  local v = self.values[io.dataset]
-  if v.path then return v.path end
-  return v.value
+  local ok, v = pcall(self.value_of, self, io.dataset)
+  if not ok then error(step_failure { message = string.format("step '%s': %s", n.name, tostring(v)) }) end
+  return v
 end
 
--- The path a command receives for input dataset `d`: a file it or another
--- command wrote, or a Lua value written out now (once per run).
+-- The path a command receives for input dataset `d`: a file on disk, or a
+-- Lua value written out now (once per run) as JSON, or as text if a string.
 function Run:input_path(d)
   local v = self.values[d]
   if v.path then return v.path end
-  local data, ext = v.value, ".json"
-  if type(data) == "string" then ext = ".txt"
-  else
+  local value = self:value_of(d)
+  local data, ext = value, ".txt"
+  if type(value) ~= "string" then
     local err
-    data, err = core.json_encode(v.value, true)
+    data, err = core.json_encode(value, true)
     if not data then
       error(step_failure { message = string.format("dataset '%s' cannot be passed to a command as JSON: %s", d, err) })
     end
-    data = data .. "\n"
+    data, ext = data .. "\n", ".json"
   end
   core.mkdir_p(DATA)
   v.path = DATA .. "/" .. core.safe_name(d) .. ext
@@ -117,25 +148,41 @@ function Run:input_path(d)
   return v.path
 end
 
+-- The content hash of dataset d, for the fingerprints of its consumers.
+function Run:hash_of(d)
+  local v = self.values[d]
+  if not v.hash then
+    local h, err = self.hc:file(v.path)
+    if not h then error(string.format("cannot read dataset '%s': %s", d, err), 0) end
+    v.hash = h
+  end
+  return v.hash
+end
+
 local function param_text(v)
   if type(v) == "table" then return (core.json_encode(v)) end
   return tostring(v)
 end
 
-local function assign_outputs(self, n, results)
+-- The values a Lua function returned, by output dataset.
+local function returned_values(n, results)
+  local by = {}
   if n.output_style == "map" then
     local t = results[1]
     if type(t) ~= "table" then
+      local keys = {}
+      for _, io in ipairs(n.outputs) do keys[#keys + 1] = io.arg end
+      table.sort(keys)
       error(step_failure { message = string.format("step '%s' must return a table with keys %s (its outputs are a map), got %s",
-        n.name, table.concat(util.sorted_keys((function() local k = {} for _, io in ipairs(n.outputs) do k[io.arg] = 1 end return k end)()), ", "), type(t)) })
+        n.name, table.concat(keys, ", "), type(t)) })
     end
     for _, io in ipairs(n.outputs) do
       if t[io.arg] == nil then
         error(step_failure { message = string.format("step '%s' returned no value for output '%s' (key %q)", n.name, io.dataset, io.arg) })
       end
-      self.values[io.dataset] = { value = t[io.arg] }
+      by[io.dataset] = t[io.arg]
     end
-    return
+    return by
   end
   if results.n < #n.outputs then
     local names = {}
@@ -147,8 +194,72 @@ local function assign_outputs(self, n, results)
     if results[i] == nil then
       error(step_failure { message = string.format("step '%s' returned nil for output '%s'", n.name, io.dataset) })
     end
-    self.values[io.dataset] = { value = results[i] }
+    by[io.dataset] = results[i]
   end
+  return by
+end
+
+-- Where a step's output is staged while the step runs (in the run's
+-- temporary directory; flow.cache.commit moves it into place).
+function Run:staging_path(n, d)
+  return self.tmp_dir .. "/" .. core.safe_name(n.name) .. "--" .. core.safe_name(d)
+end
+
+-- Where a finished output goes: its catalog path, or .flow/data/ for a
+-- command's output the catalog does not persist.
+function Run:final_path(e, d)
+  if catalog.persisted(e) then return self.cat:save_path(e) end
+  return DATA .. "/" .. core.safe_name(d)
+end
+
+-- Move a finished file or folder into place; record where and its hash.
+function Run:commit(d, e, from, n)
+  local final = self:final_path(e, d)
+  local ok, err = pcall(cache.commit, from, final)
+  if not ok then
+    error(step_failure { message = string.format("step '%s': cannot save output '%s': %s", n.name, d, tostring(err)) })
+  end
+  local h, herr = self.hc:file(final)
+  if not h then error(step_failure { message = string.format("step '%s': output '%s': %s", n.name, d, herr) }) end
+  self.values[d] = { path = final, hash = h, entry = e }
+  return { path = final, hash = h }
+end
+
+-- Save what a Lua function returned: memory values stay in memory (and in
+-- the cache), persisted ones are written through the catalog.  Returns the
+-- output records for the step's journal entry.
+function Run:save_values(n, by)
+  local outs = {}
+  for _, o in ipairs(n.outputs) do
+    local d, v = o.dataset, by[o.dataset]
+    local e = self.cat:entry(d)
+    if e.type == "memory" then
+      local rec, err = state_mod.store_value(v)
+      outs[d] = rec or { uncacheable = err }
+      self.values[d] = { value = v, loaded = true,
+                         hash = rec and rec.hash or ("uncacheable:" .. self.run_id .. ":" .. d) }
+    elseif e.type == "file" or e.type == "folder" then
+      if type(v) ~= "string" or not core.exists(v) then
+        error(step_failure { message = string.format("step '%s': output '%s' is a %s dataset (%s): the function "
+          .. "returns the path of the %s it wrote, got %s", n.name, d, e.type, e.origin, e.type,
+          type(v) == "string" and ("'" .. v .. "', which does not exist") or type(v)) })
+      end
+      outs[d] = self:commit(d, e, v, n)
+    else
+      local bytes, err = catalog.encode(e, v)
+      if not bytes then
+        error(step_failure { message = string.format("step '%s': output '%s' is a %s dataset (%s), but %s",
+                                                     n.name, d, e.type, e.origin, err) })
+      end
+      local staging = self:staging_path(n, d)
+      local f = assert(io.open(staging, "wb"))
+      f:write(bytes)
+      f:close()
+      outs[d] = self:commit(d, e, staging, n)
+      self.values[d].value, self.values[d].loaded = v, true
+    end
+  end
+  return outs
 end
 
 -- The arguments a Lua function step is called with, and their count.
@@ -166,8 +277,10 @@ end
 function Run:run_function(n)
   local args, count = self:function_args(n)
   local dist = self.mode == "local" and self.dists[self.index[n]]
-  if dist then return self:run_function_ranks(n, dist, args, count) end
-  assign_outputs(self, n, table.pack(n.fn(table.unpack(args, 1, count))))
+  local results
+  if dist then results = self:run_function_ranks(n, dist, args, count)
+  else results = table.pack(n.fn(table.unpack(args, 1, count))) end
+  self.records[n.name].outputs = self:save_values(n, returned_values(n, results))
 end
 
 -- The flags that give a child `flow` the configuration this run has.
@@ -208,7 +321,7 @@ function Run:run_function_ranks(n, dist, args, count)
   local res = core.json_decode(text)
   local results = { n = res.n }
   for i = 1, res.n do results[i] = res.values[i] or res.values[tostring(i)] end
-  assign_outputs(self, n, results)
+  return results
 end
 
 -- In a `flow __step` child: run the one step and leave.
@@ -299,13 +412,15 @@ local function process_failure(n, r, display, log, who)
   return step_failure { message = msg .. "\n  full log: " .. log }
 end
 
--- The staging path of each output of step n, in the run's temporary
--- directory, and a cleanup that removes whatever of them exists.
+-- The staging path of each output of step n, emptied of any leftover of an
+-- earlier attempt; a folder output starts as an empty directory.
 function Run:staging(n)
-  local staging, prefix = {}, self.tmp_dir .. "/" .. core.safe_name(n.name) .. "--"
+  local staging = {}
   for _, io in ipairs(n.outputs) do
-    staging[io.dataset] = prefix .. core.safe_name(io.dataset)
-    core.remove_tree(staging[io.dataset])         -- a leftover of an earlier attempt
+    local path = self:staging_path(n, io.dataset)
+    core.remove_tree(path)
+    if self.cat:entry(io.dataset).type == "folder" then core.mkdir_p(path) end
+    staging[io.dataset] = path
   end
   return staging
 end
@@ -314,21 +429,29 @@ local function discard(staging)
   for _, path in pairs(staging) do core.remove_tree(path) end
 end
 
--- Move a successful command's outputs into place; all must exist.
+-- Move a successful command's outputs into place; all must exist, as the
+-- kind (file or folder) the catalog declares.
 function Run:commit_outputs(n, staging, display)
   for _, io in ipairs(n.outputs) do
-    if not core.exists(staging[io.dataset]) then
+    local d = io.dataset
+    local kind, e = core.exists(staging[d]), self.cat:entry(d)
+    local problem
+    if not kind then problem = "did not write its output '%s'"
+    elseif e.type == "folder" and kind ~= "directory" then problem = "wrote a file for its output '%s', a folder dataset"
+    elseif catalog.persisted(e) and e.type ~= "folder" and kind == "directory" then
+      problem = "wrote a directory for its output '%s', a " .. e.type .. " dataset (declare it as type: folder)"
+    end
+    if problem then
       discard(staging)
-      error(step_failure { message = string.format(
-        "step '%s' exited 0 but did not write its output '%s' (the command was given the path %s)\n  command: %s",
-        n.name, io.dataset, staging[io.dataset], display) })
+      error(step_failure { message = string.format("step '%s' exited 0 but " .. problem ..
+        " (the command was given the path %s)\n  command: %s", n.name, d, staging[d], display) })
     end
   end
+  local outs = {}
   for _, io in ipairs(n.outputs) do
-    local final = DATA .. "/" .. core.safe_name(io.dataset)
-    core.replace(staging[io.dataset], final)
-    self.values[io.dataset] = { path = final }
+    outs[io.dataset] = self:commit(io.dataset, self.cat:entry(io.dataset), staging[io.dataset], n)
   end
+  return outs
 end
 
 function Run:log_path(n, rank)
@@ -350,7 +473,7 @@ function Run:run_command(n)
   if dist then ok, err = pcall(self.launch_ranks, self, n, dist, argv, display)
   else ok, err = pcall(self.launch_once, self, n, argv, display) end
   if not ok then discard(staging); error(err, 0) end
-  self:commit_outputs(n, staging, display)
+  self.records[n.name].outputs = self:commit_outputs(n, staging, display)
 end
 
 function Run:launch_once(n, argv, display)
@@ -407,6 +530,11 @@ function Run:launch_mpi(n, dist, argv, display)
   end
 end
 
+local function first_line(err)
+  local s = getmetatable(err) == StepFailure and err.message or tostring(err)
+  return s:match("^[^\n]*")
+end
+
 local function report(n, err)
   if core.interrupted() > 0 then return end      -- stopped, not failed: the summary says so
   if getmetatable(err) == StepFailure then
@@ -434,9 +562,115 @@ function Run:attempt(n)
   return false, err.traceback
 end
 
-local function first_line(err)
-  local s = getmetatable(err) == StepFailure and err.message or tostring(err)
-  return s:match("^[^\n]*")
+-- Append an event to the run's journal (none in a dry run).
+function Run:log(ev)
+  if self.journal then self.journal:append(core.json_encode(ev)) end
+end
+
+-- The parts of step i's fingerprint (see flow.fingerprint).
+function Run:parts(i, n)
+  local h = self.hasher
+  local parts = { params = {}, inputs = {} }
+  local function param(key)
+    parts.params[key] = h:value(params_mod.get(self.params, key))
+  end
+  if n.kind == "func" then
+    parts.code = h:fn(n.fn)
+  else
+    parts.code, parts.files = fingerprint.command_code(n.cmd, self.root, self.hc)
+    for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
+      for _, ref in ipairs(core.template_refs(s)) do
+        if ref[1] == "params" then param(ref[2]) end
+      end
+    end
+  end
+  for _, io in ipairs(n.inputs) do
+    local d = io.dataset
+    if d == "parameters" then parts.params["*"] = h:value(self.params)
+    elseif d:match("^params:") then param(d:sub(8))
+    else parts.inputs[d] = self:hash_of(d) end
+  end
+  local dist = self.dists[i]
+  if dist then
+    parts.dist = h:value({ dist.framework, dist.num_nodes, dist.processes_per_node,
+                           dist.parameter_server_count or false, self.mode })
+  end
+  local outs = {}
+  for _, io in ipairs(n.outputs) do
+    local e = self.cat:entry(io.dataset)
+    outs[#outs + 1] = table.concat({ io.dataset, e.type, e.path or "", tostring(e.versioned) }, "\0")
+  end
+  table.sort(outs)
+  parts.outputs = cache.sha256(table.concat(outs, "\n"))
+  return parts
+end
+
+-- Why the recorded outputs of step n no longer stand, or nil if they do.
+function Run:outputs_changed(n, rec)
+  for _, io in ipairs(n.outputs) do
+    local d = io.dataset
+    local out = rec.outputs[d]
+    if not out then return string.format("its last run has no record of output '%s'", d) end
+    if out.uncacheable then
+      return string.format("its output '%s' cannot be cached (%s)", d, out.uncacheable)
+    elseif out.path then
+      local h = self.hc:file(out.path)
+      if not h then return string.format("its output '%s' is missing (%s)", d, out.path) end
+      if h ~= out.hash then return string.format("its output '%s' was changed since (%s)", d, out.path) end
+    elseif not state_mod.value_available(out) then
+      return string.format("the cached value of its output '%s' is gone", d)
+    end
+  end
+end
+
+-- Whether step i can be skipped: returns nil when it is up to date, else
+-- why it runs.  Its fingerprint is kept for the record of its run.
+function Run:decide(i, n)
+  local parts = self:parts(i, n)
+  local fp, short = fingerprint.combine(parts)
+  self.pending[i] = { fp = fp, parts = short }
+  local rec = self.state.steps[n.name]
+  if self.force and not self.completed[n.name] then return "--force" end
+  if not rec then return "it has no earlier successful run" end
+  if rec.fp ~= fp then
+    return rec.parts and fingerprint.explain(rec.parts, short, n.kind == "command") or "its fingerprint changed"
+  end
+  return self:outputs_changed(n, rec)
+end
+
+-- Recorded outputs stand in for a step that does not run.
+function Run:use_recorded(n, rec)
+  for _, io in ipairs(n.outputs) do
+    local out, e = rec.outputs[io.dataset], self.cat:entry(io.dataset)
+    if out.path then self.values[io.dataset] = { path = out.path, hash = out.hash, entry = e }
+    else self.values[io.dataset] = { out = out, hash = out.hash } end
+  end
+end
+
+local function explain_line(n, verdict, why)
+  core.ui_info(string.format("explain: %s %s%s", n.name, verdict, why and (": " .. why) or ""))
+end
+
+-- Asked by the scheduler before step i starts (on the main thread).
+function Run:up_to_date(i)
+  local n = self.nodes[i]
+  local ok, why = pcall(self.decide, self, i, n)
+  if not ok then
+    -- An input that cannot be hashed: the step runs and meets the problem itself.
+    why = first_line(why)
+  end
+  if why then
+    self.records[n.name].reason = why
+    if self.explain then explain_line(n, "runs", why) end
+    return false
+  end
+  self:use_recorded(n, self.state.steps[n.name])
+  self.records[n.name].up_to_date = true
+  if self.explain then explain_line(n, "is up to date") end
+  if self.journal then
+    self.journal:append(string.format('{"event":"step_end","step":%s,"status":"up to date"}', core.json_encode(n.name)))
+  end
+  return true
 end
 
 -- Runs on the step's own coroutine; returns whether the step succeeded.
@@ -444,7 +678,9 @@ end
 function Run:step(i)
   local n = self.nodes[i]
   local rec = self.records[n.name]
+  local pending = self.pending[i]
   rec.started = core.time()
+  self:log { event = "step_start", step = n.name, time = rec.started, fingerprint = pending and pending.fp }
   local ok, err
   for attempt = 1, n.retries + 1 do
     rec.attempts = attempt
@@ -458,42 +694,24 @@ function Run:step(i)
     if core.interrupted() > 0 then break end
   end
   rec.finished = core.time()
-  if not ok then
+  local ev = { event = "step_end", step = n.name, time = rec.finished, attempts = rec.attempts,
+               elapsed = rec.finished - rec.started, run = self.run_id }
+  if ok then
+    ev.status, ev.outputs = "ok", rec.outputs
+    if pending then
+      ev.fingerprint, ev.parts = pending.fp, pending.parts
+      state_mod.put(self.state, n.name, { fp = pending.fp, parts = pending.parts, outputs = rec.outputs,
+                                          time = rec.finished, run = self.run_id })
+    end
+  else
     rec.timed_out = getmetatable(err) == StepFailure and err.timed_out or nil
     rec.error = first_line(err)
+    ev.status = core.interrupted() > 0 and "stopped" or "failed"
+    ev.error, ev.exit_code = rec.error, rec.exit_code
     report(n, err)
   end
+  self:log(ev)
   return ok
-end
-
--- Where to restart after a failure (as Kedro suggests): the steps to rerun
--- are the failed and not-run ones, plus any finished step whose output they
--- need and that has no saved copy; the starts are those among them with no
--- producer among them.  `--from-nodes <starts>` then reruns what is needed.
-function Run:resume_points(g, states)
-  local rerun = {}
-  for i, st in ipairs(states) do
-    if st == "failed" or st == "not run" then rerun[i] = true end
-  end
-  local grew = true
-  while grew do
-    grew = false
-    for i in pairs(rerun) do
-      for _, io in ipairs(self.nodes[i].inputs) do
-        local p = g:producer(io.dataset)      -- nil for parameters too
-        if p and not rerun[p] and not M.saved_copy(io.dataset) then rerun[p] = true; grew = true end
-      end
-    end
-  end
-  local starts = {}
-  for _, i in ipairs(g:order()) do
-    if rerun[i] then
-      local has_producer = false
-      for _, d in ipairs(g:deps(i)) do if rerun[d] then has_producer = true end end
-      if not has_producer then starts[#starts + 1] = self.nodes[i].name end
-    end
-  end
-  return starts
 end
 
 -- .flow/runs/<id>/run.json: what ran, when, and how it ended.
@@ -538,18 +756,8 @@ end
 
 local run_fields = { jobs = true, keep_going = true, params = true, verbose = true, env = true,
                      nodes = true, from_nodes = true, to_nodes = true, tags = true,
-                     from_inputs = true, to_outputs = true, distributed = true }
-
--- A dataset's copy on disk from an earlier run: a command's output file or
--- folder, or a Lua value written as JSON (or text) for a command.
-function M.saved_copy(dataset)
-  local base = DATA .. "/" .. core.safe_name(dataset)
-  if core.exists(base) then return { path = base } end
-  local json = core.read_file(base .. ".json")
-  if json then return { value = core.json_decode(json), path = base .. ".json" } end
-  local text = core.read_file(base .. ".txt")
-  if text then return { value = text, path = base .. ".txt" } end
-end
+                     from_inputs = true, to_outputs = true, distributed = true,
+                     force = true, explain = true, resume = true, load_versions = true }
 
 local function as_list(v, what, level)
   if v == nil then return nil end
@@ -629,36 +837,83 @@ local function select_steps(nodes, g, opts, level)
   return selected
 end
 
--- Inputs of selected steps that unselected steps produce must have a saved
--- copy; returns {dataset = copy}, or raises listing what is missing.
-local function saved_inputs(nodes, g, selected)
-  local copies, missing = {}, {}
+-- The dataset d as an unselected producer p's last successful run left it
+-- (nil when it did not), or as the catalog stores it.  Returns a value
+-- entry, or nil and why not.
+local function saved_dataset(d, e, out, cat)
+  if out and out.path and core.exists(out.path) then return { path = out.path, entry = e } end
+  if out and not out.path and not out.uncacheable and state_mod.value_available(out) then
+    return { out = out, hash = out.hash }
+  end
+  if catalog.persisted(e) then
+    local path, why = cat:load_path(e)
+    if path then return { path = path, entry = e } end
+    return nil, why
+  end
+  return nil, "no earlier run left it in the cache"
+end
+
+-- The datasets the selected steps read but no selected step writes: a
+-- catalog dataset no step produces (the pipeline's raw data), or the output
+-- of an unselected step as its last successful run left it.  Returns
+-- {dataset = value entry}, or raises listing everything missing.
+local function outside_inputs(plan, st)
+  local nodes, g, selected, cat = plan.nodes, plan.graph, plan.selected, plan.cat
+  local values, missing, seen = {}, {}, {}
   for i, n in ipairs(nodes) do
-    if selected[i] then
+    if not selected or selected[i] then
       for _, io in ipairs(n.inputs) do
-        local p = g:producer(io.dataset)      -- nil for parameters too
-        if p and not selected[p] and not copies[io.dataset] then
-          copies[io.dataset] = M.saved_copy(io.dataset)
-          if not copies[io.dataset] then
-            missing[#missing + 1] = string.format("  '%s' (from step '%s', needed by '%s')", io.dataset, nodes[p].name, n.name)
+        local d = io.dataset
+        local p = g:producer(d)
+        local inside = p and (not selected or selected[p])
+        if not seen[d] and not inside and d ~= "parameters" and not d:match("^params:") then
+          seen[d] = true
+          local e = cat:entry(d)
+          local rec = p and st.steps[nodes[p].name]
+          local v, why = saved_dataset(d, e, rec and rec.outputs and rec.outputs[d], cat)
+          values[d] = v
+          if not v then
+            missing[#missing + 1] = string.format("  '%s' (%s), needed by '%s'%s: %s", d,
+              e.declared and (e.type .. " dataset, " .. e.origin) or "memory dataset", n.name,
+              p and string.format(", produced by '%s'", nodes[p].name) or "", why)
           end
         end
       end
     end
   end
   if #missing > 0 then
-    graph_error("the selected steps need datasets that unselected steps produce and that have no saved copy:\n"
-                .. table.concat(missing, "\n") .. "\n(select their producers too, e.g. with --from-nodes)")
+    graph_error("the selected steps read datasets that are not available:\n" .. table.concat(missing, "\n")
+                .. "\n(run their producers too, e.g. with --from-nodes, or drop the selection)")
   end
-  return copies
+  return values
 end
 
 -- What the command line chose ({env =, params_spec =, conf =}); flow.run
 -- calls from a driver script start from it.
 M.defaults = {}
 
+-- Catalog-persisted datasets that no step produces (the pipeline's raw
+-- inputs): the graph accepts them as inputs from outside.
+local function catalog_inputs(nodes, cat)
+  local produced, declared, seen = {}, {}, {}
+  for _, n in ipairs(nodes) do
+    for _, io in ipairs(n.outputs) do produced[io.dataset] = n.name end
+  end
+  for _, n in ipairs(nodes) do
+    for _, io in ipairs(n.inputs) do
+      local d = io.dataset
+      if not produced[d] and not seen[d] and d ~= "parameters" and not d:match("^params:") then
+        seen[d] = true
+        if catalog.persisted(cat:entry(d)) then declared[#declared + 1] = d end
+      end
+    end
+  end
+  return declared, produced
+end
+
 -- Everything a run or a listing needs before any step runs: the pipeline's
--- nodes, the configuration, resolved distribution settings and the graph.
+-- nodes, the configuration, the catalog, resolved distribution settings and
+-- the graph.
 function M.prepare(p, opts, level)
   level = (level or 1) + 1
   if pipeline.is_node(p) then p = pipeline.pipeline({ p }) end
@@ -669,12 +924,17 @@ function M.prepare(p, opts, level)
   end
   local settings = settings_mod.load { conf = M.defaults.conf, env = opts.env or M.defaults.env,
                                        params_spec = M.defaults.params_spec, params = opts.params }
+  local load_versions = opts.load_versions or M.defaults.load_versions
+  if type(load_versions) ~= "table" then load_versions = catalog.parse_load_versions(load_versions) end
+  local started = core.time()
+  local cat = catalog.new(settings, { load_versions = load_versions, save_version = catalog.version_stamp(started) })
   local dists = {}
   for i, n in ipairs(p.nodes) do dists[i] = M.resolve_dist(n, settings) end
-  local g = M.build_graph(p.nodes, dists)
+  local declared, produced = catalog_inputs(p.nodes, cat)
+  local g = M.build_graph(p.nodes, dists, declared)
+  cat:check_load_versions(produced)
   check_params(p.nodes, settings)
   local selected = select_steps(p.nodes, g, opts, level)
-  local copies = selected and saved_inputs(p.nodes, g, selected) or {}
   local mode = opts.distributed or M.defaults.distributed
   if not mode and settings.cfg then mode = settings.cfg:get("flow", "distributed") end
   mode = mode or "once"
@@ -685,7 +945,55 @@ function M.prepare(p, opts, level)
       (settings.cfg:origin("flow", "distributed") or "conf/<env>/flow.yml")))
   end
   return { nodes = p.nodes, settings = settings, dists = dists, graph = g, selected = selected,
-           copies = copies, mode = mode }
+           mode = mode, cat = cat, started = started }
+end
+
+-- The per-run object, with the state of earlier runs loaded.
+local function new_run(plan, opts, run_id, st)
+  local run_dir = ".flow/runs/" .. run_id
+  local self = setmetatable({
+    nodes = plan.nodes, params = plan.settings.params, verbose = opts.verbose, records = {},
+    dists = plan.dists, mode = plan.mode, index = {}, cat = plan.cat, state = st, pending = {},
+    hc = cache.hashes(state_mod.CACHE .. "/hashes"), hasher = fingerprint.hasher(), root = core.cwd(),
+    force = opts.force, explain = opts.explain, completed = opts.resume and opts.resume.completed or {},
+    run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
+  }, Run)
+  for i, n in ipairs(plan.nodes) do self.records[n.name] = {}; self.index[n] = i end
+  self.values = outside_inputs(plan, st)
+  return self
+end
+
+-- What the journal's first line says of the run: enough for --resume to
+-- start it again the same way, and no secrets (values are hashed).
+function Run:log_start(plan, opts)
+  local ev = { event = "run_start", run = self.run_id, time = plan.started, cwd = M.defaults.cwd,
+               args = M.defaults.args, script = M.defaults.script, env = plan.settings.env,
+               params_hash = self.hasher:value(self.params), resumes = opts.resume and opts.resume.run,
+               steps = #plan.nodes, flow_version = require("flow").VERSION }
+  local line = core.json_encode(ev)
+  if plan.settings.cfg then line = plan.settings.cfg:redact(line) end
+  self.journal:append(line)
+end
+
+-- The run's result for flow.run's caller: the outputs no step consumes.
+function Run:result(code, states, elapsed, env)
+  local result = { code = code, run_id = self.run_id, steps = {}, outputs = {}, env = env,
+                   status = code == 0 and "ok" or code == 130 and "interrupted" or "failed" }
+  local consumed = {}
+  for i, n in ipairs(self.nodes) do
+    result.steps[n.name] = { state = states[i], elapsed = elapsed[i], reason = self.records[n.name].reason }
+    for _, io in ipairs(n.inputs) do consumed[io.dataset] = true end
+  end
+  for _, n in ipairs(self.nodes) do
+    for _, io in ipairs(n.outputs) do
+      local v = self.values[io.dataset]
+      if v and not consumed[io.dataset] then
+        local ok, value = pcall(self.value_of, self, io.dataset)
+        result.outputs[io.dataset] = ok and value or v.path
+      end
+    end
+  end
+  return result
 end
 
 -- flow.run(p, opts) -> result {status =, code =, outputs =, steps =, run_id =}
@@ -694,44 +1002,56 @@ function M.run(p, opts, level)
   opts = opts or {}
   if M.child then return M.run_child(pipeline.is_node(p) and pipeline.pipeline({ p }) or p) end
   local plan = M.prepare(p, opts, (level or 1) + 1)
-  local nodes, g, params = plan.nodes, plan.graph, plan.settings.params
-
+  state_mod.lock()
   local run_id = core.run_id()
-  local run_dir = ".flow/runs/" .. run_id
-  local self = setmetatable({
-    nodes = nodes, params = params, values = plan.copies, verbose = opts.verbose, records = {},
-    dists = plan.dists, mode = plan.mode, index = {},
-    run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
-  }, Run)
-  for i, n in ipairs(nodes) do self.records[n.name] = {}; self.index[n] = i end
-  local started = core.time()
+  local self = new_run(plan, opts, run_id, state_mod.load(run_id))
   core.mkdir_p(self.log_dir)
   core.mkdir_p(self.tmp_dir)
   core.mkdir_p(DATA)
+  self.journal = cache.journal(self.run_dir .. "/journal.jsonl")
+  self:log_start(plan, opts)
   core.symlink(run_id, ".flow/runs/latest")
-  local code, states, elapsed = sched.run(g, { jobs = opts.jobs or core.cpu_count(),
-                                               keep_going = opts.keep_going, selected = plan.selected },
-                                          function(i) return self:step(i) end)
+  local code, states, elapsed = sched.run(plan.graph, { jobs = opts.jobs or core.cpu_count(),
+                                                        keep_going = opts.keep_going, selected = plan.selected },
+                                          function(i) return self:step(i) end,
+                                          function(i) return self:up_to_date(i) end)
+  self:log { event = "run_end", time = core.time(), code = code }
+  self.journal:close()
+  state_mod.save(self.state, run_id)
+  self.hc:save()
   core.remove_tree(self.tmp_dir)
   M.runs_started, M.last_code = M.runs_started + 1, code
-  local result = { code = code, run_id = run_id, steps = {}, outputs = {}, env = plan.settings.env,
-                   status = code == 0 and "ok" or code == 130 and "interrupted" or "failed" }
-  local consumed = {}
-  for i, n in ipairs(nodes) do
-    result.steps[n.name] = { state = states[i], elapsed = elapsed[i] }
-    for _, io in ipairs(n.inputs) do consumed[io.dataset] = true end
-  end
-  for _, n in ipairs(nodes) do
-    for _, io in ipairs(n.outputs) do
-      local v = self.values[io.dataset]
-      if v and not consumed[io.dataset] then
-        result.outputs[io.dataset] = v.path or v.value
+  local result = self:result(code, states, elapsed, plan.settings.env)
+  self:write_summary(result, plan.started, states)
+  return result
+end
+
+-- flow run --dry-run: which selected steps would run and why, without
+-- running anything (a step after one that runs is assumed to run too: its
+-- input is not made yet).  Returns rows {name =, runs =, why =}.
+function M.dry_run(p, opts)
+  local plan = M.prepare(p, opts, 2)
+  local self = new_run(plan, opts, "dry-run", state_mod.load(nil))
+  local rows, runs = {}, {}
+  for _, i in ipairs(plan.graph:order()) do
+    if not plan.selected or plan.selected[i] then
+      local n = plan.nodes[i]
+      local after
+      for _, d in ipairs(plan.graph:deps(i)) do
+        if runs[d] then after = plan.nodes[d].name break end
       end
+      local why
+      if after then why = string.format("it reads what '%s' makes, which runs first", after)
+      else
+        local ok, w = pcall(self.decide, self, i, n)
+        if ok then why = w else why = first_line(w) end
+        if not why then self:use_recorded(n, self.state.steps[n.name]) end
+      end
+      runs[i] = why ~= nil
+      rows[#rows + 1] = { name = n.name, runs = why ~= nil, why = why }
     end
   end
-  self:write_summary(result, started, states)
-  if code ~= 0 then result.resume_from = self:resume_points(g, states) end
-  return result
+  return rows
 end
 
 return M

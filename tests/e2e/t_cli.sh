@@ -67,7 +67,7 @@ return pipeline{ node{ command = "echo hello-from-command", name = "say" } }
 L
     run_flow 0 run -q
     not_contains "$ERR" "done" stderr
-    run_flow 0 run -v
+    run_flow 0 run -v --force
     contains "$ERR" "[say] hello-from-command"
     run_flow 2 run -q -v
 }

@@ -1,5 +1,6 @@
-# t_slicing.sh — running part of a pipeline, and the failure report that says
-# how to resume.
+# t_slicing.sh — running part of a pipeline (selected steps that are up to
+# date are still skipped; --force reruns them), and the failure report that
+# says how to resume.
 
 slice_project() {
     write pipeline.lua <<'L'
@@ -24,18 +25,23 @@ test_failure_lists_steps_and_resume_command() {
     FAIL_EVAL=1 run_flow 1 run -j 1 -k
     contains "$ERR" "failed: eval"
     contains "$ERR" "not run: report"
-    contains "$ERR" "resume with: flow run -j 1 -k --from-nodes train"
+    id=$(readlink .flow/runs/latest)
+    contains "$ERR" "after a fix, finish it with: flow run --resume $id"
     rm -f ran_*
-    run_flow 0 run -j 1 -k --from-nodes train
-    equals "$(ran)" "eval report train " "steps rerun"
+    run_flow 0 run --resume "$id"
+    equals "$(ran)" "eval report " "steps rerun"
+    contains "$ERR" "resuming run $id"
 }
 
 test_nodes_and_from_nodes() {
     slice_project
-    run_flow 0 run                         # prep's output b is saved in .flow/data
+    run_flow 0 run                         # every step's output is saved or cached
     rm -f ran_*
     run_flow 0 run --from-nodes train
-    equals "$(ran)" "eval report train " "--from-nodes"
+    equals "$(ran)" "" "--from-nodes on an up-to-date pipeline"
+    contains "$ERR" "0 done, 3 up to date, 3 skipped"
+    run_flow 0 run --from-nodes train --force
+    equals "$(ran)" "eval report train " "--from-nodes --force"
     contains "$ERR" "3 done, 3 skipped"
 }
 
@@ -45,9 +51,9 @@ test_to_nodes_and_tags_intersect() {
     equals "$(ran)" "load prep " "--to-nodes"
     rm -f ran_*
     run_flow 0 run --tags data
-    equals "$(ran)" "load prep side " "--tags"
+    equals "$(ran)" "side " "--tags (load and prep are up to date)"
     rm -f ran_*
-    run_flow 0 run --tags data,ml --to-nodes train
+    run_flow 0 run --tags data,ml --to-nodes train --force
     equals "$(ran)" "load prep train " "--tags with --to-nodes"
 }
 
@@ -63,7 +69,7 @@ test_from_inputs_and_to_outputs() {
 test_missing_saved_input_is_an_error() {
     slice_project
     run_flow 2 run --nodes eval
-    contains "$ERR" "'c' (from step 'train', needed by 'eval')"
+    contains "$ERR" "'c' (memory dataset), needed by 'eval', produced by 'train': no earlier run left it in the cache"
     equals "$(ran)" "" "steps run"
 }
 
@@ -85,7 +91,7 @@ test_dry_run_shows_selection() {
     not_contains "$OUT" "train"
     equals "$(ran)" "" "steps run by a dry run"
     run_flow 2 run -n --from-nodes eval      # what the real run would refuse, a dry run refuses too
-    contains "$ERR" "'c' (from step 'train', needed by 'eval')"
+    contains "$ERR" "'c' (memory dataset), needed by 'eval', produced by 'train'"
 }
 
 test_flow_run_selection_from_lua() {

@@ -1,0 +1,28 @@
+/* commit.h — durable changes to the file system: fsync of files, directories
+ * and whole trees, and moving a finished output into place so that after a
+ * crash either the old output or the complete new one is there, never a mix. */
+#ifndef FLOW_COMMIT_H
+#define FLOW_COMMIT_H
+
+#include <stddef.h>
+
+/* The directory holding `path` ("." when it has no '/'); the caller frees it. */
+char *path_parent(const char *path);
+/* The last component of `path`, trailing slashes ignored; the caller frees it. */
+char *path_base(const char *path);
+
+/* Each returns 0, or -1 with a message naming the path in err. */
+int fsync_dir(const char *path, char *err, size_t errlen);
+/* Every regular file and directory under `path` (a file or a directory);
+ * symlinks are not followed. */
+int fsync_tree(const char *path, char *err, size_t errlen);
+
+/* Moves `staging` (a file or a directory tree) to `final` durably: syncs
+ * staging's contents, renames it over final (an existing directory or an
+ * entry of another type is replaced too), syncs final's parent.  Across file
+ * systems it copies into a hidden sibling of final first.  Creates final's
+ * parent if missing.  On failure final is untouched and err reads
+ * "cannot move STAGING to FINAL: reason".  Safe to call from any thread. */
+int commit_output(const char *staging, const char *final, char *err, size_t errlen);
+
+#endif

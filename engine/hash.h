@@ -1,0 +1,26 @@
+/* hash.h — SHA-256 as lowercase hex: an incremental hasher, one-shot hashing
+ * of a buffer, and streaming a file through the digest. */
+#ifndef FLOW_HASH_H
+#define FLOW_HASH_H
+
+#include <stddef.h>
+
+#define SHA256_HEX_SIZE 65          /* 64 hex digits and a NUL */
+
+struct hasher;
+
+/* Never NULL: like xmalloc, a missing SHA-256 implementation aborts. */
+struct hasher *hasher_new(void);
+void hasher_update(struct hasher *h, const void *data, size_t len);
+/* Writes the digest of everything added and starts over (the hasher is reusable). */
+void hasher_finish(struct hasher *h, char hex[SHA256_HEX_SIZE]);
+void hasher_free(struct hasher *h);
+
+void sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_SIZE]);
+
+/* Reads fd to its end in 64 KiB chunks.  -1 with errno set on a read error. */
+int hash_fd(int fd, char hex[SHA256_HEX_SIZE]);
+/* -1 with "cannot read PATH: reason" in err. */
+int hash_file(const char *path, char hex[SHA256_HEX_SIZE], char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,420 @@
+/* hashcache.c — see hashcache.h.
+ *
+ * The cache file holds one entry per line, fields separated by one space and
+ * the path last, because a path may itself hold spaces:
+ *
+ *   <sha256 hex> <size> <mtime_ns> <ctime_ns> <inode> <device> <hashed_at_ns> <path>
+ *
+ * Lines starting with '#' are comments; any other line that does not parse is
+ * skipped.  A path holding a newline is hashed but never saved.
+ *
+ * When to trust an entry (the "racy git" rule): the stat must match and the
+ * recorded mtime and ctime must both be strictly earlier than the moment the
+ * content was read.  File timestamps come from the kernel's coarse clock, so a
+ * file rewritten within the same tick as the hash was taken can keep the same
+ * size, mtime and ctime; such an entry is hashed again on its next lookup, by
+ * which time the tick is over.  ctime is checked as well as mtime because
+ * utimensat() can put an old mtime on new content, but not an old ctime. */
+#include "hashcache.h"
+#include "commit.h"
+#include "strmap.h"
+#include "util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct stamp {
+    long long size, mtime_ns, ctime_ns;
+    unsigned long long ino, dev;
+};
+
+struct entry {
+    char *path;
+    char hex[SHA256_HEX_SIZE];
+    struct stamp st;
+    long long hashed_at_ns;        /* coarse wall clock just before the content was read */
+};
+
+struct hashcache {
+    char *file;
+    struct entry *entries;
+    size_t n, cap;
+    struct strmap index;           /* path -> position in entries */
+    bool dirty;
+    size_t files_read;
+};
+
+static struct stamp stamp_of(const struct stat *st)
+{
+    return (struct stamp){
+        .size = (long long)st->st_size,
+        .mtime_ns = (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec,
+        .ctime_ns = (long long)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec,
+        .ino = (unsigned long long)st->st_ino,
+        .dev = (unsigned long long)st->st_dev,
+    };
+}
+
+static bool stamp_equal(const struct stamp *a, const struct stamp *b)
+{
+    return a->size == b->size && a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns &&
+           a->ino == b->ino && a->dev == b->dev;
+}
+
+/* The clock file timestamps are taken from, so "earlier than" compares like with like. */
+static long long coarse_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static bool entry_trusted(const struct entry *e, const struct stamp *now)
+{
+    return stamp_equal(&e->st, now) && e->st.mtime_ns < e->hashed_at_ns &&
+           e->st.ctime_ns < e->hashed_at_ns;
+}
+
+static void remember(struct hashcache *hc, const char *path, const char *hex,
+                     const struct stamp *st, long long hashed_at_ns)
+{
+    size_t i;
+    if (!strmap_get(&hc->index, path, &i)) {
+        ARRAY_GROW(hc->entries, hc->n, hc->cap);
+        i = hc->n++;
+        hc->entries[i].path = xstrdup(path);
+        strmap_put(&hc->index, path, i);
+    }
+    struct entry *e = &hc->entries[i];
+    memcpy(e->hex, hex, SHA256_HEX_SIZE);
+    e->st = *st;
+    e->hashed_at_ns = hashed_at_ns;
+    hc->dirty = true;
+}
+
+/* ---- loading ---------------------------------------------------------------- */
+
+static bool parse_signed(char **p, long long *out)
+{
+    char *end;
+    errno = 0;
+    *out = strtoll(*p, &end, 10);
+    if (errno || end == *p || *end != ' ') return false;
+    *p = end + 1;
+    return true;
+}
+
+static bool parse_unsigned(char **p, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    if (**p == '-') return false;
+    *out = strtoull(*p, &end, 10);
+    if (errno || end == *p || *end != ' ') return false;
+    *p = end + 1;
+    return true;
+}
+
+static bool parse_hex(char **p, char hex[SHA256_HEX_SIZE])
+{
+    for (int i = 0; i < SHA256_HEX_SIZE - 1; i++) {
+        char c = (*p)[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+    }
+    if ((*p)[SHA256_HEX_SIZE - 1] != ' ') return false;
+    memcpy(hex, *p, SHA256_HEX_SIZE - 1);
+    hex[SHA256_HEX_SIZE - 1] = '\0';
+    *p += SHA256_HEX_SIZE;
+    return true;
+}
+
+/* One NUL-terminated line; false when it is not an entry. */
+static bool parse_line(char *line, struct hashcache *hc)
+{
+    char hex[SHA256_HEX_SIZE];
+    struct stamp st;
+    long long hashed_at;
+    char *p = line;
+    if (!parse_hex(&p, hex) || !parse_signed(&p, &st.size) || !parse_signed(&p, &st.mtime_ns) ||
+        !parse_signed(&p, &st.ctime_ns) || !parse_unsigned(&p, &st.ino) ||
+        !parse_unsigned(&p, &st.dev) || !parse_signed(&p, &hashed_at) || *p == '\0')
+        return false;
+    remember(hc, p, hex, &st, hashed_at);
+    return true;
+}
+
+struct hashcache *hashcache_load(const char *file)
+{
+    struct hashcache *hc = xcalloc(1, sizeof *hc);
+    hc->file = xstrdup(file);
+    size_t len;
+    char *text = read_file(file, &len);
+    if (!text) return hc;
+    for (char *line = text; line < text + len;) {
+        char *nl = memchr(line, '\n', (size_t)(text + len - line));
+        if (!nl) break;                       /* a last line cut short: not an entry */
+        *nl = '\0';
+        if (*line != '#') parse_line(line, hc);
+        line = nl + 1;
+    }
+    free(text);
+    hc->dirty = false;
+    return hc;
+}
+
+void hashcache_free(struct hashcache *hc)
+{
+    if (!hc) return;
+    for (size_t i = 0; i < hc->n; i++) free(hc->entries[i].path);
+    free(hc->entries);
+    strmap_free(&hc->index);
+    free(hc->file);
+    free(hc);
+}
+
+size_t hashcache_count(const struct hashcache *hc) { return hc->n; }
+size_t hashcache_files_read(const struct hashcache *hc) { return hc->files_read; }
+
+/* ---- hashing ---------------------------------------------------------------- */
+
+/* Reads the file and records what it read with the stat of the open file, so
+ * a change during the read shows up as a stat mismatch next time. */
+static int hash_and_remember(struct hashcache *hc, const char *path, int extra_flags,
+                             char hex[SHA256_HEX_SIZE], char *err, size_t errlen)
+{
+    long long hashed_at = coarse_now_ns();
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | extra_flags);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || hash_fd(fd, hex) != 0) {
+        errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    close(fd);
+    hc->files_read++;
+    struct stamp stamp = stamp_of(&st);
+    remember(hc, path, hex, &stamp, hashed_at);
+    return 0;
+}
+
+/* `st` is the caller's stat of the regular file at `path`: a hit costs nothing more. */
+static int file_hash(struct hashcache *hc, const char *path, const struct stat *st, int extra_flags,
+                     char hex[SHA256_HEX_SIZE], char *err, size_t errlen)
+{
+    struct stamp now = stamp_of(st);
+    size_t i;
+    if (strmap_get(&hc->index, path, &i) && entry_trusted(&hc->entries[i], &now)) {
+        memcpy(hex, hc->entries[i].hex, SHA256_HEX_SIZE);
+        return 0;
+    }
+    return hash_and_remember(hc, path, extra_flags, hex, err, errlen);
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);     /* bytewise: strcmp compares unsigned */
+}
+
+static void free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
+
+/* The entries of a directory but "." and "..", sorted; NULL with errno on failure.
+ * The directory is closed before the caller descends, so deep trees hold no fds. */
+static char **sorted_names(const char *dir, size_t *count)
+{
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    errno = 0;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        ARRAY_GROW(names, n, cap);
+        names[n++] = xstrdup(e->d_name);
+    }
+    int e_read = errno;
+    closedir(d);
+    if (e_read) { free_names(names, n); errno = e_read; return NULL; }
+    qsort(names, n, sizeof *names, compare_names);
+    *count = n;
+    return names ? names : xcalloc(1, sizeof *names);
+}
+
+/* A symlink's target text; NULL with errno on failure. */
+static char *read_link(const char *path, size_t size_hint)
+{
+    size_t cap = size_hint + 1 > 64 ? size_hint + 1 : 64;
+    for (;;) {
+        char *buf = xmalloc(cap);
+        ssize_t n = readlink(path, buf, cap);
+        if (n < 0) { free(buf); return NULL; }
+        if ((size_t)n < cap) { buf[n] = '\0'; return buf; }
+        free(buf);                          /* truncated: the link changed, try bigger */
+        cap *= 2;
+    }
+}
+
+struct tree_walk {
+    struct hashcache *hc;
+    struct strbuf path;            /* the entry being looked at */
+    size_t root_len;               /* relative paths start after path.buf[root_len] */
+    char *err;
+    size_t errlen;
+};
+
+static int tree_hash(struct tree_walk *w, char hex[SHA256_HEX_SIZE]);
+
+/* Adds the line for w->path to h.  Sockets, FIFOs and devices have no
+ * content to hash and are left out. */
+static int tree_entry(struct tree_walk *w, struct hasher *h)
+{
+    struct stat st;
+    char hex[SHA256_HEX_SIZE];
+    char *link = NULL;
+    char type;
+    if (lstat(w->path.buf, &st) != 0) {
+        errf(w->err, w->errlen, "cannot read %s: %s", w->path.buf, strerror(errno));
+        return -1;
+    }
+    if (S_ISREG(st.st_mode)) {
+        type = 'f';
+        if (file_hash(w->hc, w->path.buf, &st, O_NOFOLLOW, hex, w->err, w->errlen) != 0) return -1;
+    } else if (S_ISDIR(st.st_mode)) {
+        type = 'd';
+        if (tree_hash(w, hex) != 0) return -1;
+    } else if (S_ISLNK(st.st_mode)) {
+        type = 'l';
+        if (!(link = read_link(w->path.buf, (size_t)st.st_size))) {
+            errf(w->err, w->errlen, "cannot read link %s: %s", w->path.buf, strerror(errno));
+            return -1;
+        }
+    } else {
+        return 0;
+    }
+    const char *rel = w->path.buf + w->root_len + 1;   /* after descending: buf may have moved */
+    hasher_update(h, &type, 1);
+    hasher_update(h, " ", 1);
+    hasher_update(h, link ? link : hex, strlen(link ? link : hex));
+    hasher_update(h, " ", 1);
+    hasher_update(h, rel, strlen(rel));
+    hasher_update(h, "\n", 1);
+    free(link);
+    return 0;
+}
+
+/* The tree hash of the directory at w->path; w->path is as it was on return. */
+static int tree_hash(struct tree_walk *w, char hex[SHA256_HEX_SIZE])
+{
+    size_t n = 0;
+    char **names = sorted_names(w->path.buf, &n);
+    if (!names) {
+        errf(w->err, w->errlen, "cannot read %s: %s", w->path.buf, strerror(errno));
+        return -1;
+    }
+    struct hasher *h = hasher_new();
+    size_t len = w->path.len;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        sb_addc(&w->path, '/');
+        sb_adds(&w->path, names[i]);
+        rc = tree_entry(w, h);
+        w->path.len = len;
+        w->path.buf[len] = '\0';
+    }
+    if (rc == 0) hasher_finish(h, hex);
+    hasher_free(h);
+    free_names(names, n);
+    return rc;
+}
+
+static int dir_hash(struct hashcache *hc, const char *path, char hex[SHA256_HEX_SIZE],
+                    char *err, size_t errlen)
+{
+    struct tree_walk w = { .hc = hc, .path = STRBUF_INIT, .err = err, .errlen = errlen };
+    size_t len = strlen(path);
+    while (len > 0 && path[len - 1] == '/') len--;       /* "data/" and "data" share entries */
+    sb_add(&w.path, path, len);
+    w.root_len = len;
+    int rc = tree_hash(&w, hex);
+    sb_release(&w.path);
+    return rc;
+}
+
+int hashcache_hash(struct hashcache *hc, const char *path, char hex[SHA256_HEX_SIZE],
+                   enum hash_kind *kind, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (S_ISREG(st.st_mode)) {
+        *kind = HASH_KIND_FILE;
+        return file_hash(hc, path, &st, 0, hex, err, errlen);
+    }
+    if (S_ISDIR(st.st_mode)) {
+        *kind = HASH_KIND_DIRECTORY;
+        return dir_hash(hc, path, hex, err, errlen);
+    }
+    errf(err, errlen, "cannot read %s: not a file or a directory", path);
+    return -1;
+}
+
+/* ---- saving and pruning ----------------------------------------------------- */
+
+int hashcache_save(struct hashcache *hc, char *err, size_t errlen)
+{
+    if (!hc->dirty) return 0;
+    char *dir = path_parent(hc->file);
+    int rc = mkdir_p(dir, 0755);
+    if (rc != 0) errf(err, errlen, "cannot create directory %s: %s", dir, strerror(errno));
+    free(dir);
+    if (rc != 0) return -1;
+    struct strbuf sb = STRBUF_INIT;
+    sb_adds(&sb, "# flow hash cache: sha256 size mtime_ns ctime_ns inode device hashed_at_ns path\n");
+    for (size_t i = 0; i < hc->n; i++) {
+        const struct entry *e = &hc->entries[i];
+        if (strchr(e->path, '\n')) continue;
+        sb_addf(&sb, "%s %lld %lld %lld %llu %llu %lld %s\n", e->hex, e->st.size, e->st.mtime_ns,
+                e->st.ctime_ns, e->st.ino, e->st.dev, e->hashed_at_ns, e->path);
+    }
+    rc = write_file_atomic(hc->file, sb.buf, sb.len, err, errlen);
+    sb_release(&sb);
+    if (rc == 0) hc->dirty = false;
+    return rc;
+}
+
+static bool entry_current(const struct entry *e)
+{
+    struct stat st;
+    if (stat(e->path, &st) != 0) return false;
+    struct stamp now = stamp_of(&st);
+    return stamp_equal(&e->st, &now);
+}
+
+size_t hashcache_prune(struct hashcache *hc)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < hc->n; i++) {
+        if (entry_current(&hc->entries[i])) hc->entries[kept++] = hc->entries[i];
+        else free(hc->entries[i].path);
+    }
+    size_t removed = hc->n - kept;
+    if (removed == 0) return 0;
+    hc->n = kept;
+    strmap_free(&hc->index);                 /* positions moved: index them again */
+    for (size_t i = 0; i < hc->n; i++) strmap_put(&hc->index, hc->entries[i].path, i);
+    hc->dirty = true;
+    return removed;
+}

@@ -1,0 +1,39 @@
+/* hashcache.h — content hashes of files and directory trees, remembered
+ * between runs.  A file's hash is keyed by its path and trusted while its
+ * stat (size, mtime, ctime, inode, device) is unchanged, so deciding that
+ * nothing changed costs one stat() per file and reads nothing. */
+#ifndef FLOW_HASHCACHE_H
+#define FLOW_HASHCACHE_H
+
+#include "hash.h"
+#include <stddef.h>
+
+enum hash_kind { HASH_KIND_FILE, HASH_KIND_DIRECTORY };
+
+struct hashcache;
+
+/* `file` is where the cache lives (e.g. ".flow/cache/hashes").  A missing or
+ * unreadable file is an empty cache and a corrupt line is skipped: the cache
+ * only ever saves work, it never decides anything. */
+struct hashcache *hashcache_load(const char *file);
+void hashcache_free(struct hashcache *hc);
+
+/* The content hash of a file, or the tree hash of a directory (entries sorted
+ * bytewise, recursively; each adds "<f|d|l> <hash or link target> <relative
+ * path>\n"; symlinks inside are not followed, a top-level one is).
+ * -1 with a message naming the path when it is missing or unreadable. */
+int hashcache_hash(struct hashcache *hc, const char *path, char hex[SHA256_HEX_SIZE],
+                   enum hash_kind *kind, char *err, size_t errlen);
+
+/* Writes the cache atomically (creating its directory) if anything changed
+ * since it was loaded or saved; -1 with a message naming the file. */
+int hashcache_save(struct hashcache *hc, char *err, size_t errlen);
+
+/* Drops entries whose file is gone or whose stat changed; returns how many. */
+size_t hashcache_prune(struct hashcache *hc);
+
+size_t hashcache_count(const struct hashcache *hc);
+/* Files actually read since the cache was loaded (what a hit avoids). */
+size_t hashcache_files_read(const struct hashcache *hc);
+
+#endif

@@ -1,0 +1,172 @@
+/* journal.c — see journal.h.  Lines are counted: `appended` by the writer,
+ * `synced` by the syncer once an fdatasync covering them returned.  The
+ * syncer takes everything appended up to the moment it starts a sync, so
+ * lines that arrive while the disk is busy share the next sync. */
+#include "journal.h"
+#include "commit.h"
+#include "util.h"
+#include "work.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct journal {
+    char *path;
+    int fd;
+    pthread_t syncer;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;           /* to the syncer: lines to sync, or stop */
+    pthread_cond_t moved;          /* from the syncer: `synced` went up */
+    unsigned long long appended, synced;
+    int sync_errno;                /* the first failed fdatasync; sticky, as the page cache may have dropped the data */
+    bool stopping;
+};
+
+static void *sync_loop(void *arg)
+{
+    struct journal *j = arg;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        while (j->synced == j->appended && !j->stopping) pthread_cond_wait(&j->wake, &j->mu);
+        if (j->synced == j->appended) break;        /* stopping, and all synced */
+        unsigned long long upto = j->appended;
+        pthread_mutex_unlock(&j->mu);
+        int rc = fdatasync(j->fd);
+        int e = errno;
+        pthread_mutex_lock(&j->mu);
+        if (rc != 0 && !j->sync_errno) j->sync_errno = e;
+        j->synced = upto;
+        pthread_cond_broadcast(&j->moved);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return NULL;
+}
+
+/* O_EXCL first, to learn whether the file is new: a new file's name is only
+ * durable once its directory is synced. */
+static int open_for_append(const char *path, bool *created)
+{
+    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    *created = fd >= 0;
+    if (fd < 0 && errno == EEXIST) fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    return fd;
+}
+
+struct journal *journal_open(const char *path, char *err, size_t errlen)
+{
+    char *parent = path_parent(path);
+    bool created = false;
+    int fd = -1;
+    if (mkdir_p(parent, 0755) != 0)
+        errf(err, errlen, "cannot create directory %s: %s", parent, strerror(errno));
+    else if ((fd = open_for_append(path, &created)) < 0)
+        errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    else if (created && fsync_dir(parent, err, errlen) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    free(parent);
+    if (fd < 0) return NULL;
+
+    struct journal *j = xcalloc(1, sizeof *j);
+    j->path = xstrdup(path);
+    j->fd = fd;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->wake, NULL);
+    pthread_cond_init(&j->moved, NULL);
+    int rc = start_quiet_thread(&j->syncer, sync_loop, j);
+    if (rc != 0) {
+        errf(err, errlen, "cannot start the syncer for %s: %s", path, strerror(rc));
+        pthread_cond_destroy(&j->moved);
+        pthread_cond_destroy(&j->wake);
+        pthread_mutex_destroy(&j->mu);
+        close(fd);
+        free(j->path);
+        free(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* One write() for the whole line.  A regular file takes it whole unless the
+ * disk is full or the process is being killed; the rest is written then, so
+ * the line is at least complete if we live. */
+static int write_line(int fd, const char *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = write(fd, buf, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -1;
+        buf += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int sync_error(struct journal *j, int e, char *err, size_t errlen)
+{
+    errf(err, errlen, "cannot sync %s: %s", j->path, strerror(e));
+    return -1;
+}
+
+int journal_append(struct journal *j, const char *line, size_t len, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&j->mu);
+    int e = j->sync_errno;
+    pthread_mutex_unlock(&j->mu);
+    if (e) return sync_error(j, e, err, errlen);
+
+    bool add_newline = len == 0 || line[len - 1] != '\n';
+    size_t total = len + add_newline;
+    char small[1024];
+    char *buf = total <= sizeof small ? small : xmalloc(total);
+    memcpy(buf, line, len);
+    if (add_newline) buf[len] = '\n';
+    int rc = write_line(j->fd, buf, total);
+    e = errno;
+    if (buf != small) free(buf);
+    if (rc != 0) {
+        errf(err, errlen, "cannot append to %s: %s", j->path, strerror(e));
+        return -1;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->appended++;
+    pthread_cond_signal(&j->wake);
+    pthread_mutex_unlock(&j->mu);
+    return 0;
+}
+
+int journal_sync(struct journal *j, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&j->mu);
+    unsigned long long upto = j->appended;
+    while (j->synced < upto) pthread_cond_wait(&j->moved, &j->mu);
+    int e = j->sync_errno;
+    pthread_mutex_unlock(&j->mu);
+    return e ? sync_error(j, e, err, errlen) : 0;
+}
+
+int journal_close(struct journal *j, char *err, size_t errlen)
+{
+    int rc = journal_sync(j, err, errlen);
+    pthread_mutex_lock(&j->mu);
+    j->stopping = true;
+    pthread_cond_signal(&j->wake);
+    pthread_mutex_unlock(&j->mu);
+    pthread_join(j->syncer, NULL);
+    if (close(j->fd) != 0 && rc == 0) {
+        errf(err, errlen, "cannot close %s: %s", j->path, strerror(errno));
+        rc = -1;
+    }
+    pthread_cond_destroy(&j->moved);
+    pthread_cond_destroy(&j->wake);
+    pthread_mutex_destroy(&j->mu);
+    free(j->path);
+    free(j);
+    return rc;
+}

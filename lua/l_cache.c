@@ -1,0 +1,348 @@
+/* l_cache.c — module flow.cache: what the runner needs to skip work that is
+ * already done and to record work as it finishes.  SHA-256 of strings, a
+ * cache of file and tree hashes, the value serializer, an append-only journal
+ * synced in the background, and durable moves of outputs into place. */
+#include "flowlua.h"
+#include "commit.h"
+#include "hash.h"
+#include "hashcache.h"
+#include "journal.h"
+#include "serialize.h"
+#include "util.h"
+#include "work.h"
+
+#include <errno.h>
+#include <lauxlib.h>
+#include <stdbool.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define HASHCACHE_CLASS "flow.HashCache"
+#define JOURNAL_CLASS "flow.Journal"
+#define POOL_CLASS "flow.WorkPool"
+#define POOL_THREADS 4
+
+/* ---- sha256 ----------------------------------------------------------------- */
+
+/* sha256(s1, s2, ...) -> hex of the concatenation, each string fed as it is. */
+static int l_sha256(lua_State *L)
+{
+    int n = lua_gettop(L);
+    for (int i = 1; i <= n; i++) luaL_checklstring(L, i, NULL);   /* raise before allocating */
+    struct hasher *h = hasher_new();
+    for (int i = 1; i <= n; i++) {
+        size_t len;
+        const char *s = lua_tolstring(L, i, &len);
+        hasher_update(h, s, len);
+    }
+    char hex[SHA256_HEX_SIZE];
+    hasher_finish(h, hex);
+    hasher_free(h);
+    lua_pushstring(L, hex);
+    return 1;
+}
+
+/* ---- hash cache ------------------------------------------------------------- */
+
+static struct hashcache *check_hashcache(lua_State *L)
+{
+    struct hashcache **box = luaL_checkudata(L, 1, HASHCACHE_CLASS);
+    return *box;
+}
+
+/* hashes(path) -> HashCache (a missing or damaged file is an empty cache) */
+static int l_hashes(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    struct hashcache **box = lua_newuserdatauv(L, sizeof *box, 0);
+    *box = NULL;
+    luaL_setmetatable(L, HASHCACHE_CLASS);
+    *box = hashcache_load(path);
+    return 1;
+}
+
+/* hc:file(path) -> hex, "file" | "directory"  or  nil, message */
+static int l_hc_file(lua_State *L)
+{
+    struct hashcache *hc = check_hashcache(L);
+    const char *path = luaL_checkstring(L, 2);
+    char hex[SHA256_HEX_SIZE], err[1024];
+    enum hash_kind kind;
+    if (hashcache_hash(hc, path, hex, &kind, err, sizeof err) != 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    lua_pushstring(L, hex);
+    lua_pushstring(L, kind == HASH_KIND_FILE ? "file" : "directory");
+    return 2;
+}
+
+/* hc:save(): writes the cache if it changed; raises on failure */
+static int l_hc_save(lua_State *L)
+{
+    char err[1024];
+    if (hashcache_save(check_hashcache(L), err, sizeof err) != 0) return flow_raise(L, err);
+    return 0;
+}
+
+/* hc:prune() -> number of entries dropped */
+static int l_hc_prune(lua_State *L)
+{
+    lua_pushinteger(L, (lua_Integer)hashcache_prune(check_hashcache(L)));
+    return 1;
+}
+
+static int l_hc_gc(lua_State *L)
+{
+    struct hashcache **box = luaL_checkudata(L, 1, HASHCACHE_CLASS);
+    hashcache_free(*box);
+    *box = NULL;
+    return 0;
+}
+
+static const luaL_Reg hashcache_methods[] = {
+    { "file", l_hc_file },
+    { "save", l_hc_save },
+    { "prune", l_hc_prune },
+    { NULL, NULL }
+};
+
+/* ---- serializer ------------------------------------------------------------- */
+
+/* serialize(v) -> "return <expr>"  or  nil, message */
+static int l_serialize(lua_State *L)
+{
+    luaL_checkany(L, 1);
+    if (flow_serialize(L, 1)) return 1;
+    lua_pushnil(L);
+    lua_insert(L, -2);
+    return 2;
+}
+
+/* deserialize(text, name) -> value; raises "NAME:..." */
+static int l_deserialize(lua_State *L)
+{
+    size_t len;
+    const char *text = luaL_checklstring(L, 1, &len);
+    const char *name = luaL_optstring(L, 2, "serialized value");
+    if (flow_deserialize(L, text, len, name)) return 1;
+    return lua_error(L);
+}
+
+/* ---- journal ---------------------------------------------------------------- */
+
+static struct journal **journal_box(lua_State *L)
+{
+    return luaL_checkudata(L, 1, JOURNAL_CLASS);
+}
+
+static struct journal *check_journal(lua_State *L)
+{
+    struct journal *j = *journal_box(L);
+    if (!j) luaL_error(L, "the journal is closed");
+    return j;
+}
+
+/* journal(path) -> Journal, opened for appending; raises on failure */
+static int l_journal(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    struct journal **box = lua_newuserdatauv(L, sizeof *box, 0);
+    *box = NULL;
+    luaL_setmetatable(L, JOURNAL_CLASS);
+    char err[1024];
+    if (!(*box = journal_open(path, err, sizeof err))) return flow_raise(L, err);
+    return 1;
+}
+
+/* j:append(line): one write, a sync requested but not waited for */
+static int l_journal_append(lua_State *L)
+{
+    struct journal *j = check_journal(L);
+    size_t len;
+    const char *line = luaL_checklstring(L, 2, &len);
+    char err[1024];
+    if (journal_append(j, line, len, err, sizeof err) != 0) return flow_raise(L, err);
+    return 0;
+}
+
+/* j:sync(): returns once everything appended is on disk */
+static int l_journal_sync(lua_State *L)
+{
+    char err[1024];
+    if (journal_sync(check_journal(L), err, sizeof err) != 0) return flow_raise(L, err);
+    return 0;
+}
+
+/* j:close(): sync, stop the syncer, close; a second close does nothing */
+static int l_journal_close(lua_State *L)
+{
+    struct journal **box = journal_box(L);
+    if (!*box) return 0;
+    char err[1024];
+    int rc = journal_close(*box, err, sizeof err);
+    *box = NULL;
+    return rc != 0 ? flow_raise(L, err) : 0;
+}
+
+/* A finalizer cannot report: the journal is closed all the same. */
+static int l_journal_gc(lua_State *L)
+{
+    struct journal **box = journal_box(L);
+    if (*box) journal_close(*box, NULL, 0);
+    *box = NULL;
+    return 0;
+}
+
+static const luaL_Reg journal_methods[] = {
+    { "append", l_journal_append },
+    { "sync", l_journal_sync },
+    { "close", l_journal_close },
+    { NULL, NULL }
+};
+
+/* ---- commit ----------------------------------------------------------------- */
+
+/* On a step's coroutine the commit runs on a pool thread and the step yields.
+ * The scheduler accepts a yield only from a step waiting on a process or a
+ * sleep (l_sched.c), so the step waits by sleeping in short steps until the
+ * completion, delivered on the loop's thread, has marked the job done.
+ * Stopping the step (Ctrl-C) ends a sleep early; the step then goes back to
+ * waiting, so a commit in flight always finishes before the step sees the
+ * interruption. */
+#define COMMIT_FIRST_LOOK_S 0.001
+#define COMMIT_LOOK_MAX_S 0.004
+
+/* A userdata on the waiting coroutine's stack: no __gc, and Lua frees object
+ * memory only after every finalizer ran, the pool's (which joins its threads)
+ * included — a pool thread never writes into freed memory. */
+struct commit_job {
+    const char *staging, *final;   /* the Lua strings stay on the coroutine's stack */
+    int rc;
+    char err[1024];
+    bool done;                     /* set on the loop's thread */
+    double look_s;                 /* how long the step sleeps before looking again */
+};
+
+static const char pool_key = 'W';  /* its address keys the pool in the registry */
+
+static int l_pool_gc(lua_State *L)
+{
+    struct work_pool **box = lua_touserdata(L, 1);
+    work_pool_free(*box);
+    *box = NULL;
+    return 0;
+}
+
+static const luaL_Reg no_methods[] = { { NULL, NULL } };
+
+/* The pool, started at the first asynchronous commit; NULL if it cannot be. */
+static struct work_pool *commit_pool(lua_State *L)
+{
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &pool_key);
+    struct work_pool **box = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (box) return *box;
+    box = lua_newuserdatauv(L, sizeof *box, 0);
+    *box = NULL;
+    luaL_setmetatable(L, POOL_CLASS);
+    *box = work_pool_new(flow_state_loop(L), POOL_THREADS, NULL, 0);
+    if (*box) lua_rawsetp(L, LUA_REGISTRYINDEX, &pool_key);
+    else lua_pop(L, 1);
+    return *box;
+}
+
+static void commit_run(void *arg)
+{
+    struct commit_job *job = arg;
+    job->rc = commit_output(job->staging, job->final, job->err, sizeof job->err);
+}
+
+static void commit_done(void *arg)
+{
+    struct commit_job *job = arg;
+    job->done = true;
+}
+
+static int commit_result(lua_State *L, struct commit_job *job)
+{
+    if (job->rc != 0) return flow_raise(L, job->err);
+    return 0;
+}
+
+static int commit_wait(lua_State *L, struct commit_job *job);
+
+static int commit_continue(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    return commit_wait(L, (struct commit_job *)ctx);
+}
+
+static int commit_wait(lua_State *L, struct commit_job *job)
+{
+    if (job->done) return commit_result(L, job);
+    flow_step_sleep(L, job->look_s);
+    job->look_s = job->look_s * 2 < COMMIT_LOOK_MAX_S ? job->look_s * 2 : COMMIT_LOOK_MAX_S;
+    return lua_yieldk(L, 0, (lua_KContext)job, commit_continue);
+}
+
+/* commit(staging, final): staging (a file or a tree) replaces final durably;
+ * raises "cannot move STAGING to FINAL: reason", final untouched. */
+static int l_commit(lua_State *L)
+{
+    const char *staging = luaL_checkstring(L, 1), *final = luaL_checkstring(L, 2);
+    struct commit_job *job = lua_newuserdatauv(L, sizeof *job, 0);
+    *job = (struct commit_job){ .staging = staging, .final = final, .look_s = COMMIT_FIRST_LOOK_S };
+    struct work_pool *pool = flow_step_can_yield(L) ? commit_pool(L) : NULL;
+    if (pool && work_submit(pool, commit_run, commit_done, job, NULL, 0) == 0)
+        return commit_wait(L, job);
+    commit_run(job);                          /* outside a step, or no thread to be had */
+    return commit_result(L, job);
+}
+
+/* fsync_dir(path): after renames made elsewhere; raises on failure */
+static int l_fsync_dir(lua_State *L)
+{
+    char err[1024];
+    if (fsync_dir(luaL_checkstring(L, 1), err, sizeof err) != 0) return flow_raise(L, err);
+    return 0;
+}
+
+/* stat(path) -> size, mtime (seconds, float), "file" | "directory" | "other"
+ * or nil, message */
+static int l_stat(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: %s", path, strerror(errno));
+        return 2;
+    }
+    lua_pushinteger(L, (lua_Integer)st.st_size);
+    lua_pushnumber(L, (lua_Number)st.st_mtim.tv_sec + (lua_Number)st.st_mtim.tv_nsec / 1e9);
+    lua_pushstring(L, S_ISREG(st.st_mode) ? "file" : S_ISDIR(st.st_mode) ? "directory" : "other");
+    return 3;
+}
+
+static const luaL_Reg cache_funcs[] = {
+    { "sha256", l_sha256 },
+    { "hashes", l_hashes },
+    { "serialize", l_serialize },
+    { "deserialize", l_deserialize },
+    { "journal", l_journal },
+    { "commit", l_commit },
+    { "fsync_dir", l_fsync_dir },
+    { "stat", l_stat },
+    { NULL, NULL }
+};
+
+int luaopen_flow_cache(lua_State *L)
+{
+    flow_new_class(L, HASHCACHE_CLASS, hashcache_methods, l_hc_gc);
+    flow_new_class(L, JOURNAL_CLASS, journal_methods, l_journal_gc);
+    flow_new_class(L, POOL_CLASS, no_methods, l_pool_gc);
+    luaL_newlib(L, cache_funcs);
+    return 1;
+}

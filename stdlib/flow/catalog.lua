@@ -1,0 +1,266 @@
+-- flow.catalog: the datasets declared in conf/<env>/catalog.yml.
+--
+-- A dataset the catalog does not name is `memory`: a Lua value handed from
+-- step to step (written to .flow/data/ when a command needs a file).  The
+-- catalog declares persisted ones:
+--
+--   raw:     {type: text, path: data/raw.txt}
+--   model:   {type: file, path: data/model.pt, versioned: true}
+--   "{name}_metrics": {type: json, path: data/metrics/{name}.json}
+--
+-- Types: json, text, lua (a serialised Lua value), file and folder (paths,
+-- for commands), memory.  A versioned dataset is saved under
+-- path/<UTC timestamp>/<basename> (Kedro's layout) and loaded from the newest
+-- version unless --load-versions pins one.  Patterns match dataset names; the
+-- most specific wins (most literal characters, then fewest placeholders, then
+-- by name, as Kedro ranks them).
+local core = require("flow.core")
+local util = require("flow.util")
+
+local M = {}
+
+M.TYPES = { "memory", "json", "text", "lua", "file", "folder" }
+local TYPE_SET = {}
+for _, t in ipairs(M.TYPES) do TYPE_SET[t] = true end
+local FIELDS = { type = true, path = true, versioned = true, metadata = true }
+local FIELD_NAMES = { "type", "path", "versioned", "metadata" }
+
+local Catalog = {}
+Catalog.__index = Catalog
+
+-- Kedro's version stamp: 2026-11-22T03.15.00.123Z (UTC; sorts as time; no ':' in paths).
+function M.version_stamp(t)
+  local s = math.floor(t)
+  return os.date("!%Y-%m-%dT%H.%M.%S", s) .. string.format(".%03dZ", math.floor((t - s) * 1000))
+end
+
+local function is_version(s)
+  return s:match("^%d%d%d%d%-%d%d%-%d%dT%d%d%.%d%d%.%d%d%.%d%d%dZ$") ~= nil
+end
+M.is_version = is_version
+
+local function basename(path)
+  return (path:gsub("/+$", ""):match("([^/]*)$"))
+end
+
+-- "{name}_model" -> Lua pattern "^(.-)_model$", placeholder names, literal length.
+local function compile_pattern(key, where)
+  local parts, names, literal, seen = { "^" }, {}, 0, {}
+  local pos = 1
+  while true do
+    local s, e, name = key:find("{([^{}]*)}", pos)
+    local lit = key:sub(pos, (s or #key + 1) - 1)
+    if lit:find("[{}]") then
+      util.setup_error(string.format("%s: catalog pattern '%s' has an unmatched brace", where, key))
+    end
+    parts[#parts + 1] = lit:gsub("%W", "%%%0")
+    literal = literal + #lit
+    if not s then break end
+    if not name:match("^[%a_][%w_]*$") then
+      util.setup_error(string.format("%s: catalog pattern '%s': placeholder {%s} must be a name like {name}", where, key, name))
+    end
+    if seen[name] then
+      util.setup_error(string.format("%s: catalog pattern '%s' uses {%s} twice", where, key, name))
+    end
+    seen[name] = true
+    names[#names + 1] = name
+    parts[#parts + 1] = "(.-)"
+    pos = e + 1
+  end
+  parts[#parts + 1] = "$"
+  return { key = key, lua = table.concat(parts), names = names, seen = seen, literal = literal }
+end
+
+-- A catalog entry as written, checked; `where` is its file:line.
+local function check_entry(name, spec, where, pattern)
+  local function bad(fmt, ...)
+    util.setup_error(string.format("%s: catalog entry '%s': " .. fmt, where, name, ...))
+  end
+  if type(spec) ~= "table" or (next(spec) ~= nil and util.is_list(spec)) then
+    bad("expected a mapping like {type: json, path: data/%s.json}", name)
+  end
+  for k in pairs(spec) do
+    if not FIELDS[k] then bad("unknown field '%s'%s", tostring(k), util.did_you_mean(tostring(k), FIELD_NAMES)) end
+  end
+  local t = spec.type
+  if t == nil then
+    if spec.path ~= nil then bad("has a path but no type (one of %s)", table.concat(M.TYPES, ", ")) end
+    t = "memory"
+  end
+  if not TYPE_SET[t] then
+    bad("unknown type '%s'%s (types: %s)", tostring(t), util.did_you_mean(tostring(t), M.TYPES), table.concat(M.TYPES, ", "))
+  end
+  if t == "memory" then
+    if spec.path ~= nil then bad("a memory dataset has no path (give a type such as json to persist it)") end
+    if spec.versioned then bad("a memory dataset cannot be versioned") end
+  else
+    if type(spec.path) ~= "string" or spec.path == "" then bad("type %s needs path: (where it is stored)", t) end
+  end
+  if spec.versioned ~= nil and type(spec.versioned) ~= "boolean" then bad("versioned must be true or false") end
+  if pattern and spec.path then
+    for ph in spec.path:gmatch("{([^{}]*)}") do
+      if not pattern.seen[ph] then bad("path uses {%s}, which the name pattern does not have", ph) end
+    end
+  end
+  return { type = t, path = spec.path, versioned = spec.versioned or false }
+end
+
+-- new(settings, {load_versions = {name = stamp}, save_version = stamp})
+function M.new(settings, opts)
+  opts = opts or {}
+  local self = setmetatable({ exact = {}, patterns = {}, memo = {}, load_versions = opts.load_versions or {},
+                              save_version = opts.save_version or M.version_stamp(core.time()) }, Catalog)
+  local cfg = settings.cfg
+  local spec = cfg and cfg:get("catalog") or {}
+  for name, entry in pairs(spec) do
+    local where = cfg:origin("catalog", name) or "catalog.yml"
+    if type(name) ~= "string" then
+      util.setup_error(string.format("%s: catalog keys are dataset names, got %s", where, tostring(name)))
+    end
+    if name:find("[{}]") then
+      local pat = compile_pattern(name, where)
+      pat.entry = check_entry(name, entry, where, pat)
+      pat.origin = where
+      self.patterns[#self.patterns + 1] = pat
+    else
+      local e = check_entry(name, entry, where)
+      e.name, e.origin, e.declared = name, where, true
+      self.exact[name] = e
+    end
+  end
+  table.sort(self.patterns, function(a, b)
+    if a.literal ~= b.literal then return a.literal > b.literal end
+    if #a.names ~= #b.names then return #a.names < #b.names end
+    return a.key < b.key
+  end)
+  return self
+end
+
+local function from_pattern(name, pat, captures)
+  local values = {}
+  for i, ph in ipairs(pat.names) do values[ph] = captures[i] end
+  local e = { name = name, type = pat.entry.type, versioned = pat.entry.versioned, origin = pat.origin,
+              pattern = pat.key, declared = true }
+  if pat.entry.path then e.path = pat.entry.path:gsub("{([%a_][%w_]*)}", values) end
+  return e
+end
+
+-- The entry for dataset `name`: declared, matched by a pattern, or memory.
+function Catalog:entry(name)
+  local e = self.memo[name]
+  if e then return e end
+  e = self.exact[name]
+  if not e then
+    for _, pat in ipairs(self.patterns) do
+      local captures = { name:match(pat.lua) }
+      if captures[1] ~= nil then e = from_pattern(name, pat, captures) break end
+    end
+  end
+  e = e or { name = name, type = "memory", versioned = false, declared = false }
+  self.memo[name] = e
+  return e
+end
+
+function M.persisted(e) return e.type ~= "memory" end
+
+-- Where this run saves dataset e.
+function Catalog:save_path(e)
+  if e.versioned then return e.path .. "/" .. self.save_version .. "/" .. basename(e.path) end
+  return e.path
+end
+
+-- The versions of e on disk, oldest first (those that hold the dataset).
+function Catalog:versions(e)
+  local names = core.list_dir(e.path) or {}
+  local out, base = {}, basename(e.path)
+  for _, v in ipairs(names) do
+    if is_version(v) and core.exists(e.path .. "/" .. v .. "/" .. base) then out[#out + 1] = v end
+  end
+  return out
+end
+
+-- Where this run loads dataset e from: the file, the pinned version or the
+-- newest one.  Returns path, or nil and why not.
+function Catalog:load_path(e)
+  if not e.versioned then
+    if core.exists(e.path) then return e.path end
+    return nil, string.format("there is no %s at %s", e.type == "folder" and "folder" or "file", e.path)
+  end
+  local pinned = self.load_versions[e.name]
+  local versions = self:versions(e)
+  if pinned then
+    local p = e.path .. "/" .. pinned .. "/" .. basename(e.path)
+    if core.exists(p) then return p end
+    return nil, string.format("--load-versions %s:%s: there is no %s%s", e.name, pinned, p,
+      #versions > 0 and (" (versions: " .. table.concat(versions, ", ") .. ")") or "")
+  end
+  if #versions == 0 then return nil, string.format("no saved version under %s/", e.path) end
+  return e.path .. "/" .. versions[#versions] .. "/" .. basename(e.path)
+end
+
+-- The value a Lua function receives for dataset e stored at path.
+function M.decode(e, path)
+  if e.type == "file" or e.type == "folder" then return path end
+  local text, err = core.read_file(path)
+  if not text then error(string.format("cannot read dataset '%s' from %s: %s", e.name, path, err), 0) end
+  if e.type == "text" then return text end
+  if e.type == "json" then
+    local ok, v = pcall(core.json_decode, text)
+    if not ok or v == nil then
+      error(string.format("dataset '%s' (%s) is not valid JSON: %s", e.name, path, tostring(v)), 0)
+    end
+    return v
+  end
+  return require("flow.cache").deserialize(text, path)
+end
+
+-- The bytes a Lua value is saved as for dataset e (json, text, lua), or nil
+-- and why it cannot be.
+function M.encode(e, value)
+  if e.type == "text" then
+    if type(value) == "string" then return value end
+    if type(value) == "number" then return tostring(value) end
+    return nil, string.format("a text dataset holds a string, got a %s", type(value))
+  elseif e.type == "json" then
+    local text, err = core.json_encode(value, true)
+    if not text then return nil, "it cannot be written as JSON: " .. err end
+    return text .. "\n"
+  elseif e.type == "lua" then
+    local text, err = require("flow.cache").serialize(value)
+    if not text then return nil, err end
+    return text
+  end
+  error("encode: not a value type: " .. e.type)
+end
+
+-- Every versioned dataset a --load-versions pin names must exist in the catalog.
+function Catalog:check_load_versions(produced)
+  for name, v in pairs(self.load_versions) do
+    local e = self:entry(name)
+    if not e.declared then
+      util.setup_error(string.format("--load-versions %s:%s: no dataset '%s' in the catalog", name, v, name))
+    elseif not e.versioned then
+      util.setup_error(string.format("--load-versions %s:%s: dataset '%s' is not versioned (%s)", name, v, name, e.origin))
+    elseif produced[name] then
+      util.setup_error(string.format("--load-versions %s:%s: this run saves '%s' (step '%s'); a pinned version "
+        .. "applies to a dataset the run only loads", name, v, name, produced[name]))
+    end
+  end
+end
+
+-- "a:2026-…Z,b:2026-…Z" -> {a = "2026-…Z", b = …}
+function M.parse_load_versions(spec)
+  local out = {}
+  if not spec then return out end
+  for part in spec:gmatch("[^,]+") do
+    local name, v = part:match("^%s*(.-):(%d%d%d%d%-.-)%s*$")
+    if not name or name == "" or not is_version(v) then
+      util.setup_error(string.format("--load-versions: '%s' is not NAME:VERSION with a version like %s",
+                                     part, M.version_stamp(0)))
+    end
+    out[name] = v
+  end
+  return out
+end
+
+return M

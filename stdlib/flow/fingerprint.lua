@@ -1,0 +1,212 @@
+-- flow.fingerprint: what a step's result depends on, as SHA-256 hashes.
+--
+-- A step's fingerprint covers its code (a Lua function's bytecode with the
+-- values of its upvalues and of the script globals it names; a command with
+-- its parameters expanded, plus the content of project files it names, such
+-- as src/train.py), the parameters it reads, its distribution settings, its
+-- declared outputs and the content hashes of its inputs.  The parts are kept
+-- (shortened) so that `--explain` can say which one changed.
+local core = require("flow.core")
+local cache = require("flow.cache")
+
+local M = {}
+
+local VERSION = "flow-fingerprint-1"
+local SHORT = 16          -- hex digits of a part kept for --explain
+
+-- Globals present before any script ran (the stdlib's) and the ones the CLI
+-- adds for scripts: a function's fingerprint includes only the others.
+local builtin_globals = {}
+for k in pairs(_G) do builtin_globals[k] = true end
+for _, k in ipairs({ "node", "pipeline", "distributed_job", "Framework", "flow", "print" }) do
+  builtin_globals[k] = true
+end
+
+-- Hashes Lua values canonically.  One per run: functions and tables are
+-- hashed once (memo), so a helper shared by 10,000 steps costs one dump.
+local Hasher = {}
+Hasher.__index = Hasher
+
+function M.hasher()
+  local modules = {}
+  for name, mod in pairs(package.loaded) do
+    if type(mod) == "table" then modules[mod] = name end
+  end
+  return setmetatable({ memo = {}, active = {}, modules = modules, globals = nil }, Hasher)
+end
+
+-- The script's own globals (names with their values), found once per run.
+function Hasher:user_globals()
+  if not self.globals then
+    local g = {}
+    for k, v in pairs(_G) do
+      if type(k) == "string" and not builtin_globals[k] then g[#g + 1] = { k, v } end
+    end
+    table.sort(g, function(a, b) return a[1] < b[1] end)
+    self.globals = g
+  end
+  return self.globals
+end
+
+-- Canonical text of a value (tables by sorted keys; functions by their hash).
+function Hasher:text(v)
+  local t = type(v)
+  if t == "string" then return "s" .. #v .. ":" .. v end
+  if t == "number" then return (math.type(v) == "integer" and "i" or "f") .. string.format("%.17g", v) end
+  if t == "boolean" or t == "nil" then return tostring(v) end
+  if t == "function" then return "F" .. self:fn(v) end
+  if t == "table" then return "T" .. self:table(v) end
+  return "U" .. t               -- userdata, thread: no stable content to hash
+end
+
+function Hasher:table(tbl)
+  local memo = self.memo[tbl]
+  if memo then return memo end
+  if self.modules[tbl] then return "module:" .. self.modules[tbl] end
+  if self.active[tbl] then return "cycle" end
+  self.active[tbl] = true
+  local items = {}
+  for k, v in pairs(tbl) do items[#items + 1] = self:text(k) .. "=" .. self:text(v) end
+  table.sort(items)
+  self.active[tbl] = nil
+  local h = cache.sha256("{", table.concat(items, ","), "}")
+  self.memo[tbl] = h
+  return h
+end
+
+-- A Lua function: its bytecode without debug information or line numbers
+-- (so moving it to another line changes nothing), its upvalues' values and the values of the
+-- script globals whose names appear in its code.
+function Hasher:fn(f)
+  local memo = self.memo[f]
+  if memo then return memo end
+  if self.active[f] then return "recursive" end
+  local code = core.code(f)
+  if not code then return "C function" end    -- not user code
+  self.active[f] = true
+  local parts = { code }
+  for i = 1, math.huge do
+    local name, v = debug.getupvalue(f, i)
+    if not name then break end
+    if name == "_ENV" then
+      for _, g in ipairs(self:user_globals()) do
+        if code:find(g[1], 1, true) then parts[#parts + 1] = "G" .. g[1] .. "=" .. self:text(g[2]) end
+      end
+    else
+      parts[#parts + 1] = "U" .. name .. "=" .. self:text(v)
+    end
+  end
+  self.active[f] = nil
+  local h = cache.sha256(table.concat(parts, "\0"))
+  self.memo[f] = h
+  return h
+end
+
+function Hasher:value(v) return cache.sha256(self:text(v)) end
+
+-- Words of a command that name an existing regular file of the project
+-- (relative paths outside .flow/, or absolute ones under the project).
+local function project_files(words, root, hc)
+  local files = {}
+  for _, w in ipairs(words) do
+    w = w:match("^%-%-?[%w_-]+=(.+)$") or w
+    if w:find("[./]") and not w:find("${", 1, true) and not w:find("^%-") then
+      local rel = w
+      if w:sub(1, 1) == "/" then
+        rel = w:sub(1, #root + 1) == root .. "/" and w:sub(#root + 2) or nil
+      end
+      rel = rel and rel:gsub("^%./", "")
+      if rel and rel ~= "" and not rel:find("^%.flow/") and not rel:find("^%.%.?/?$") then
+        local _, _, kind = cache.stat(rel)
+        if kind == "file" then
+          local h = hc:file(rel)
+          if h then files[rel] = h end
+        end
+      end
+    end
+  end
+  return files
+end
+
+local function shell_words(s)
+  local words = {}
+  for w in s:gmatch("[^%s;|&<>()`]+") do words[#words + 1] = (w:gsub("^['\"]", ""):gsub("['\"]$", "")) end
+  return words
+end
+
+-- The command as written (its ${params.}, ${inputs.} and ${outputs.}
+-- references unexpanded: the parameters and data they stand for are parts of
+-- their own), and the project files it names.
+function M.command_code(cmd, root, hc)
+  local parts, words = {}, {}
+  if cmd.shell then
+    parts[1] = "sh:" .. cmd.shell
+    words = shell_words(cmd.shell)
+  else
+    for i, a in ipairs(cmd.argv) do
+      words[i] = a
+      parts[#parts + 1] = a
+    end
+  end
+  if cmd.cwd then parts[#parts + 1] = "cwd=" .. cmd.cwd end
+  if cmd.env then
+    local env = {}
+    for k, v in pairs(cmd.env) do env[#env + 1] = k .. "=" .. tostring(v) end
+    table.sort(env)
+    parts[#parts + 1] = "env:" .. table.concat(env, "\0")
+  end
+  return cache.sha256(table.concat(parts, "\0")), project_files(words, root, hc)
+end
+
+-- parts = {code =, files = {path = h}, params = {key = h}, inputs = {d = h},
+--          dist =, outputs =}  ->  fingerprint, shortened parts
+function M.combine(parts)
+  local lines = { VERSION, "code " .. parts.code, "dist " .. (parts.dist or "-"), "outputs " .. parts.outputs }
+  local short = { code = parts.code:sub(1, SHORT), dist = parts.dist and parts.dist:sub(1, SHORT),
+                  outputs = parts.outputs:sub(1, SHORT) }
+  for _, field in ipairs({ "files", "params", "inputs" }) do
+    local t = parts[field]
+    if t and next(t) then
+      local keys, s = {}, {}
+      for k in pairs(t) do keys[#keys + 1] = k end
+      table.sort(keys)
+      for _, k in ipairs(keys) do
+        lines[#lines + 1] = field .. " " .. k .. " " .. t[k]
+        s[k] = t[k]:sub(1, SHORT)
+      end
+      short[field] = s
+    end
+  end
+  return cache.sha256(table.concat(lines, "\n")), short
+end
+
+-- Why a step with parts `now` differs from its last successful run's `old`.
+function M.explain(old, now, is_command)
+  local reasons = {}
+  local function add(fmt, ...) reasons[#reasons + 1] = string.format(fmt, ...) end
+  if old.code ~= now.code then add(is_command and "its command changed" or "its code changed") end
+  local function diff(field, what)
+    local a, b = old[field] or {}, now[field] or {}
+    local keys = {}
+    for k in pairs(a) do keys[k] = true end
+    for k in pairs(b) do keys[k] = true end
+    local sorted = {}
+    for k in pairs(keys) do sorted[#sorted + 1] = k end
+    table.sort(sorted)
+    for _, k in ipairs(sorted) do
+      if k == "*" then add("the parameters changed (it reads all of them)")
+      elseif a[k] == nil then add("it now reads %s '%s'", what, k)
+      elseif b[k] == nil then add("it no longer reads %s '%s'", what, k)
+      elseif a[k] ~= b[k] then add("%s '%s' changed", what, k) end
+    end
+  end
+  diff("params", "parameter")
+  diff("inputs", "input")
+  diff("files", "file")
+  if old.dist ~= now.dist then add("its distribution settings changed") end
+  if old.outputs ~= now.outputs then add("its outputs changed (names, types or paths)") end
+  if #reasons == 0 then add("its fingerprint changed (flow itself changed how it is computed)") end
+  return table.concat(reasons, "; ")
+end
+
+return M

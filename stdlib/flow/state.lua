@@ -1,0 +1,215 @@
+-- flow.state: what flow remembers between runs, under .flow/.
+--
+--   .flow/lock                       held (flock) by the one run using the project
+--   .flow/runs/<id>/journal.jsonl    each run's journal: run start, step start/end, run end
+--   .flow/runs/<id>/merged           the journal is folded into state.json
+--   .flow/runs/latest                symlink to the last run
+--   .flow/cache/state.json           each step's last successful run: fingerprint, parts, outputs
+--   .flow/cache/values/<sha256>      Lua values of memory outputs (small ones live in state.json)
+--   .flow/cache/hashes               content hashes of files by (path, size, mtime, inode)
+--
+-- The journal is the record of truth: a run killed with kill -9 never wrote
+-- state.json, so the next run folds its journal in first.  Records carry the
+-- time they were made and only a newer record replaces an older one, so
+-- folding is idempotent and order does not matter.
+local core = require("flow.core")
+local cache = require("flow.cache")
+local util = require("flow.util")
+
+local M = {}
+
+M.RUNS = ".flow/runs"
+M.CACHE = ".flow/cache"
+M.STATE = M.CACHE .. "/state.json"
+M.VALUES = M.CACHE .. "/values"
+M.INLINE_MAX = 512      -- serialised values up to this size live in state.json
+
+local locked = false
+
+-- One run at a time per project: a second `flow run` here would race on
+-- .flow/data and the outputs.  The lock dies with the process, even on kill -9.
+function M.lock()
+  if locked then return end
+  core.mkdir_p(".flow")
+  local ok, holder = core.lock(".flow/lock")
+  if not ok then
+    util.setup_error(string.format("another flow run (pid %s) is using this project (%s/.flow); "
+      .. "wait for it to finish", holder ~= "" and holder or "?", core.cwd()))
+  end
+  locked = true
+end
+
+-- One step_end line of a journal -> (name, record) when it is a success.
+local function record_of(ev)
+  if ev.event ~= "step_end" or ev.status ~= "ok" or type(ev.step) ~= "string" then return nil end
+  return ev.step, { fp = ev.fingerprint, parts = ev.parts, outputs = ev.outputs or {}, time = ev.time, run = ev.run }
+end
+
+-- The events of a journal; a torn last line (a kill mid-write) is skipped.
+function M.read_journal(path)
+  local text = core.read_file(path)
+  if not text then return nil end
+  local events = {}
+  for line in text:gmatch("[^\n]+") do
+    local ok, ev = pcall(core.json_decode, line)
+    if ok and type(ev) == "table" then events[#events + 1] = ev end
+  end
+  return events
+end
+
+local function newer(rec, old)
+  return not old or (rec.time or 0) >= (old.time or 0)
+end
+
+-- Fold the journals of runs not yet merged into `steps`; returns their ids.
+local function fold_journals(steps, current)
+  local folded = {}
+  for _, id in ipairs(core.list_dir(M.RUNS) or {}) do
+    local dir = M.RUNS .. "/" .. id
+    if id ~= "latest" and id ~= current and not core.exists(dir .. "/merged") then
+      local events = M.read_journal(dir .. "/journal.jsonl")
+      for _, ev in ipairs(events or {}) do
+        if ev.event == "step_end" and ev.status == "ok" then
+          local name, rec = record_of(ev)
+          rec.run = rec.run or id
+          if name and newer(rec, steps[name]) then steps[name] = rec end
+        end
+      end
+      folded[#folded + 1] = id
+    end
+  end
+  return folded
+end
+
+-- load(current_run_id) -> state {steps = {name = record}, dirty =, folded = {ids}}
+function M.load(current)
+  local steps = {}
+  local text = core.read_file(M.STATE)
+  if text then
+    local ok, doc = pcall(core.json_decode, text)
+    if ok and type(doc) == "table" and doc.version == 1 and type(doc.steps) == "table" then
+      steps = doc.steps
+    else
+      core.ui_warn(M.STATE .. " is unreadable; every step will run (its outputs are checked afresh)")
+    end
+  end
+  local folded = fold_journals(steps, current)
+  return { steps = steps, dirty = #folded > 0, folded = folded }
+end
+
+-- Record step `name`'s successful run.
+function M.put(state, name, rec)
+  state.steps[name] = rec
+  state.dirty = true
+end
+
+-- Write state.json if anything changed, then mark the folded journals merged.
+function M.save(state, run_id)
+  if state.dirty then
+    core.mkdir_p(M.CACHE)
+    core.write_atomic(M.STATE, core.json_encode({ version = 1, steps = state.steps }) .. "\n")
+    state.dirty = false
+  end
+  local ids = state.folded
+  if run_id then ids[#ids + 1] = run_id end
+  for _, id in ipairs(ids) do
+    if core.exists(M.RUNS .. "/" .. id) then core.write_atomic(M.RUNS .. "/" .. id .. "/merged", "") end
+  end
+  state.folded = {}
+end
+
+-- A memory value as stored: inline text in the record, or a file named by its hash.
+-- Returns the output record fields {hash =, value = or cached = true}, or
+-- nil and why the value cannot be cached.
+function M.store_value(v)
+  local text, err = cache.serialize(v)
+  if not text then return nil, err end
+  local h = cache.sha256(text)
+  if #text <= M.INLINE_MAX then return { hash = h, value = text } end
+  local path = M.VALUES .. "/" .. h
+  if not core.exists(path) then
+    core.mkdir_p(M.VALUES)
+    core.write_atomic(path, text)
+  end
+  return { hash = h, cached = true }
+end
+
+-- Whether an output record's value can be restored.
+function M.value_available(out)
+  return out.value ~= nil or (out.cached and core.exists(M.VALUES .. "/" .. out.hash) ~= nil)
+end
+
+function M.restore_value(out, name)
+  local text = out.value
+  if not text then
+    local err
+    text, err = core.read_file(M.VALUES .. "/" .. out.hash)
+    if not text then error(string.format("the cached value of '%s' is gone (%s): run with --force", name, err), 0) end
+  end
+  return cache.deserialize(text, "cached value of '" .. name .. "'")
+end
+
+-- The time a run started: its journal's first line, else the directory's mtime.
+local function run_started(dir)
+  local text = core.read_file(dir .. "/journal.jsonl")
+  local first = text and text:match("^[^\n]+")
+  local ok, ev = pcall(core.json_decode, first or "")
+  if ok and type(ev) == "table" and type(ev.time) == "number" then return ev.time end
+  local _, mtime = cache.stat(dir)
+  return mtime
+end
+
+-- Every cached value file a step record still points at.
+local function referenced_values(steps)
+  local keep = {}
+  for _, rec in pairs(steps) do
+    for _, out in pairs(rec.outputs or {}) do
+      if out.cached then keep[out.hash] = true end
+    end
+  end
+  return keep
+end
+
+-- flow clean: run directories older than `older` seconds (never the
+-- latest run), temporary directories of runs that are over, and with
+-- `cache`, cached values no step record uses and stale file hashes.
+-- Returns counts {runs =, tmp =, values =, hashes =, bytes =}.
+function M.clean(older, with_cache, dry)
+  M.lock()
+  local st = M.load(nil)
+  if not dry then M.save(st) end        -- fold unmerged journals before any is removed
+  local counts = { runs = 0, tmp = 0, values = 0, hashes = 0, bytes = 0 }
+  local latest = core.readlink(M.RUNS .. "/latest")
+  local now = core.time()
+  local function remove(path)
+    if not dry then core.remove_tree(path) end
+  end
+  for _, id in ipairs(core.list_dir(M.RUNS) or {}) do
+    local dir = M.RUNS .. "/" .. id
+    if id ~= "latest" and id ~= latest then
+      local t = run_started(dir)
+      if older and t and now - t > older then remove(dir); counts.runs = counts.runs + 1 end
+    end
+  end
+  for _, id in ipairs(core.list_dir(".flow/tmp") or {}) do
+    remove(".flow/tmp/" .. id)                         -- the lock says no run is using them
+    counts.tmp = counts.tmp + 1
+  end
+  if with_cache then
+    local keep = referenced_values(st.steps)
+    for _, h in ipairs(core.list_dir(M.VALUES) or {}) do
+      if not keep[h] then
+        local size = cache.stat(M.VALUES .. "/" .. h)
+        counts.bytes = counts.bytes + (size or 0)
+        remove(M.VALUES .. "/" .. h)
+        counts.values = counts.values + 1
+      end
+    end
+    local hc = cache.hashes(M.CACHE .. "/hashes")
+    counts.hashes = hc:prune()
+    if not dry then hc:save() end
+  end
+  return counts
+end
+
+return M

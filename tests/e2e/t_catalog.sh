@@ -1,0 +1,183 @@
+# t_catalog.sh — conf/*/catalog.yml: dataset types, paths, versions,
+# factory patterns, `flow catalog list`, and its error messages.
+
+catalog_project() {
+    write data/raw.txt <<'T'
+3 1 2
+T
+    write conf/base/catalog.yml <<'Y'
+raw: {type: text, path: data/raw.txt}
+numbers: {type: json, path: data/numbers.json}
+stats:
+  type: lua
+  path: data/stats.lua
+sorted: {type: file, path: data/sorted.txt}
+report_dir: {type: folder, path: data/report}
+"{name}_summary": {type: text, path: "data/summaries/{name}.txt"}
+"{name}":
+  type: json
+  path: data/other/{name}.json
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "parse", inputs = "raw", outputs = "numbers", func = function(text)
+          local t = {} for w in text:gmatch("%d+") do t[#t + 1] = tonumber(w) end return t end },
+  node{ name = "stats", inputs = "numbers", outputs = "stats", func = function(t)
+          local s = 0 for _, v in ipairs(t) do s = s + v end
+          return { n = #t, sum = s, mean = s / #t, [true] = "yes" } end },
+  node{ name = "sort", inputs = { n = "numbers" }, outputs = { out = "sorted" },
+        command = "tr -d '[],\\n ' < ${inputs.n} | fold -w1 | sort > ${outputs.out}" },
+  node{ name = "report", inputs = { s = "sorted" }, outputs = { dir = "report_dir" },
+        command = "cp ${inputs.s} ${outputs.dir}/sorted.txt && echo ok > ${outputs.dir}/status" },
+  node{ name = "summarise", inputs = { "stats", "sorted" }, outputs = "train_summary",
+        func = function(st, path) return string.format("n=%d sum=%d mean=%s %s %s", st.n, st.sum, st.mean,
+                                                      st[true], io.open(path):read("a"):gsub("\n", "")) end },
+}
+L
+}
+
+test_types_are_saved_and_loaded() {
+    catalog_project
+    run_flow 0 run
+    equals "$(tr -d ' \n' < data/numbers.json)" "[3,1,2]" "json"
+    contains "$(cat data/stats.lua)" "mean=2.0"
+    equals "$(cat data/sorted.txt | tr '\n' ' ')" "1 2 3 " "file"
+    equals "$(cat data/report/status)" "ok" "folder"
+    equals "$(cat data/summaries/train.txt)" "n=3 sum=6 mean=2.0 yes 123" "text via a pattern"
+    [ ! -e .flow/data/numbers ] || { echo "a catalog dataset was also written to .flow/data"; return 1; }
+}
+
+test_catalog_list() {
+    catalog_project
+    run_flow 0 catalog list
+    contains "$OUT" "dataset"
+    contains "$OUT" "raw            text    data/raw.txt"
+    contains "$OUT" "conf/base/catalog.yml:1"
+    contains "$OUT" "train_summary  text    data/summaries/train.txt"
+    contains "$OUT" "pattern \"{name}_summary\""
+    run_flow 0 catalog list --format json
+    contains "$OUT" '"dataset":	"report_dir"'
+}
+
+test_most_specific_pattern_wins() {
+    write conf/base/catalog.yml <<'Y'
+"{a}": {type: text, path: "data/any/{a}.txt"}
+"{a}_{b}": {type: text, path: "data/two/{a}-{b}.txt"}
+"model_{b}": {type: text, path: "data/models/{b}.txt"}
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "x", outputs = { "plain", "x_y", "model_big" }, func = function() return "1", "2", "3" end },
+}
+L
+    run_flow 0 run
+    equals "$(cat data/any/plain.txt)" 1
+    equals "$(cat data/two/x-y.txt)" 2
+    equals "$(cat data/models/big.txt)" 3
+}
+
+test_versioned_saves_and_load_versions() {
+    write conf/base/catalog.yml <<'Y'
+model: {type: text, path: data/model.txt, versioned: true}
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "train", inputs = "params:v", outputs = "model", func = function(v) return "model " .. v end },
+}
+L
+    write use.lua <<'L'
+return pipeline{
+  node{ name = "use", inputs = "model", outputs = "used", func = function(m) print("using " .. m) return m end },
+}
+L
+    run_flow 0 run --params v=1
+    sleep 0.01
+    run_flow 0 run --params v=2
+    versions=$(ls data/model.txt)
+    equals "$(echo "$versions" | wc -l)" 2 "versions"
+    first=$(echo "$versions" | head -n 1)
+    equals "$(cat "data/model.txt/$first/model.txt")" "model 1"
+    run_flow 0 run use.lua
+    contains "$OUT" "using model 2"
+    run_flow 0 run use.lua --load-versions "model:$first"
+    contains "$OUT" "using model 1"
+    run_flow 2 run use.lua --load-versions "model:2000-01-01T00.00.00.000Z"
+    contains "$ERR" "there is no data/model.txt/2000-01-01T00.00.00.000Z/model.txt"
+    run_flow 2 run use.lua --load-versions "model:yesterday"
+    contains "$ERR" "--load-versions: 'model:yesterday' is not NAME:VERSION"
+    run_flow 2 run --load-versions "model:$first"
+    contains "$ERR" "this run saves 'model' (step 'train')"
+}
+
+test_lua_dataset_refuses_functions() {
+    write conf/base/catalog.yml <<'Y'
+state: {type: lua, path: data/state.lua}
+Y
+    write pipeline.lua <<'L'
+return pipeline{ node{ name = "bad", outputs = "state", func = function() return { f = print } end } }
+L
+    run_flow 1 run
+    contains "$ERR" "step 'bad': output 'state' is a lua dataset (conf/base/catalog.yml:1), but value.f is a function"
+    [ ! -e data/state.lua ] || { echo "a partial output was left"; return 1; }
+}
+
+test_failed_step_keeps_the_previous_output_whole() {
+    write conf/base/catalog.yml <<'Y'
+out: {type: file, path: data/out.txt}
+Y
+    write pipeline.lua <<'L'
+return pipeline{ node{ name = "w", outputs = { o = "out" }, inputs = "params:fail",
+                       command = "echo partial > ${outputs.o}; [ ${params.fail} = no ]" } }
+L
+    write conf/base/parameters.yml <<'Y'
+fail: "no"
+Y
+    run_flow 0 run
+    run_flow 1 run --params fail=yes
+    equals "$(cat data/out.txt)" "partial" "previous output"
+    equals "$(ls -A data)" "out.txt" "no temporary files next to the output"
+}
+
+test_bad_catalog_entries() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ name = "a", outputs = "x", func = function() return 1 end } }
+L
+    write conf/base/catalog.yml <<'Y'
+x: {type: jsn, path: data/x.json}
+Y
+    run_flow 2 run
+    contains "$ERR" "conf/base/catalog.yml:1: catalog entry 'x': unknown type 'jsn' (did you mean 'json'?)"
+    write conf/base/catalog.yml <<'Y'
+x:
+  type: json
+  pth: data/x.json
+Y
+    run_flow 2 run
+    contains "$ERR" "catalog entry 'x': unknown field 'pth' (did you mean 'path'?)"
+    write conf/base/catalog.yml <<'Y'
+x: {type: file}
+Y
+    run_flow 2 run
+    contains "$ERR" "catalog entry 'x': type file needs path:"
+    write conf/base/catalog.yml <<'Y'
+"{a}_x": {type: json, path: "data/{b}.json"}
+Y
+    run_flow 2 run
+    contains "$ERR" "path uses {b}, which the name pattern does not have"
+}
+
+test_missing_raw_input_is_named() {
+    catalog_project
+    rm data/raw.txt
+    run_flow 2 run
+    contains "$ERR" "'raw' (text dataset, conf/base/catalog.yml:1), needed by 'parse': there is no file at data/raw.txt"
+}
+
+test_raw_input_change_reruns_its_readers() {
+    catalog_project
+    run_flow 0 run
+    echo "5 4" > data/raw.txt
+    run_flow 0 run --explain
+    contains "$ERR" "explain: parse runs: input 'raw' changed"
+    equals "$(cat data/summaries/train.txt)" "n=2 sum=9 mean=4.5 yes 45"
+}

@@ -1,0 +1,239 @@
+# t_incremental.sh — fingerprints decide what reruns: parameters, code,
+# files a command names, inputs' content; --force, --explain, --dry-run; the
+# journal; memory values restored from the cache.
+
+ran() { ls ran_* 2>/dev/null | sed 's/ran_//' | sort | tr '\n' ' '; }
+
+# a ← params:a;  b ← params:b;  ab ← a + b;  twice ← a;  cmd ← src/tool.sh on twice
+incr_project() {
+    write conf/base/parameters.yml <<'Y'
+a: 1
+b: 2
+Y
+    write src/tool.sh <<'S'
+#!/bin/sh
+# doubles the number in $1 into $2
+echo $(( $(cat "$1") * 2 )) > "$2"
+S
+    chmod +x src/tool.sh
+    write pipeline.lua <<'L'
+local function mark(name) io.open("ran_" .. name, "w"):close() end
+return pipeline{
+  node{ name = "a", inputs = "params:a", outputs = "va",
+        func = function(a) mark("a") return a * 10 end },
+  node{ name = "b", inputs = "params:b", outputs = "vb",
+        func = function(b) mark("b") return b * 10 end },
+  node{ name = "ab", inputs = { "va", "vb" }, outputs = "vab",
+        func = function(x, y) mark("ab") return x + y end },
+  node{ name = "twice", inputs = "va", outputs = "tw",
+        func = function(x) mark("twice") return x end },
+  node{ name = "cmd", inputs = { n = "tw" }, outputs = { out = "doubled" },
+        command = "touch ran_cmd; sh src/tool.sh ${inputs.n} ${outputs.out}" },
+}
+L
+}
+
+test_rerun_of_unchanged_pipeline_skips_everything() {
+    incr_project
+    run_flow 0 run
+    equals "$(ran)" "a ab b cmd twice " "first run"
+    contains "$ERR" "5 done"
+    rm -f ran_*
+    run_flow 0 run
+    equals "$(ran)" "" "second run"
+    contains "$ERR" "0 done, 5 up to date"
+}
+
+test_changed_parameter_reruns_exactly_its_dependents() {
+    incr_project
+    run_flow 0 run
+    rm -f ran_*
+    run_flow 0 run --params b=3
+    equals "$(ran)" "ab b " "after b changed"
+    rm -f ran_*
+    sed -i 's/^a: 1/a: 5/' conf/base/parameters.yml
+    run_flow 0 run --params b=3
+    equals "$(ran)" "a ab cmd twice " "after a changed"
+    equals "$(cat .flow/data/doubled)" "100"
+}
+
+test_same_output_stops_the_rerun_early() {
+    incr_project
+    write pipeline.lua <<'L'
+local function mark(name) io.open("ran_" .. name, "w"):close() end
+return pipeline{
+  node{ name = "parity", inputs = "params:a", outputs = "p",
+        func = function(a) mark("parity") return a % 2 end },
+  node{ name = "use", inputs = "p", outputs = "q", func = function(p) mark("use") return p end },
+}
+L
+    run_flow 0 run
+    rm -f ran_*
+    run_flow 0 run --params a=3            # a changed, its parity did not
+    equals "$(ran)" "parity " "only the step whose parameter changed"
+}
+
+test_touching_files_without_changing_them_reruns_nothing() {
+    incr_project
+    run_flow 0 run
+    rm -f ran_*
+    sleep 0.01
+    touch src/tool.sh .flow/data/doubled pipeline.lua conf/base/parameters.yml
+    run_flow 0 run
+    equals "$(ran)" "" "after touch"
+}
+
+test_changed_project_file_reruns_the_command_naming_it() {
+    incr_project
+    run_flow 0 run
+    rm -f ran_*
+    echo '# a comment changes the content' >> src/tool.sh
+    run_flow 0 run --explain
+    equals "$(ran)" "cmd " "after src/tool.sh changed"
+    contains "$ERR" "explain: cmd runs: file 'src/tool.sh' changed"
+    contains "$ERR" "explain: ab is up to date"
+}
+
+test_changed_code_reruns_the_step() {
+    incr_project
+    run_flow 0 run
+    rm -f ran_*
+    sed -i 's/return x + y/return x + y + 1/' pipeline.lua
+    run_flow 0 run --explain
+    equals "$(ran)" "ab " "after ab's code changed"
+    contains "$ERR" "explain: ab runs: its code changed"
+    rm -f ran_*
+    # a blank line above moves every function: line numbers are not code
+    sed -i '1i\\' pipeline.lua
+    run_flow 0 run
+    equals "$(ran)" "" "after lines moved"
+}
+
+test_upvalues_and_globals_are_part_of_the_code() {
+    write pipeline.lua <<'L'
+local scale = 2
+SHIFT = 1
+local function helper(x) return x * scale end
+return pipeline{
+  node{ name = "f", outputs = "y",
+        func = function() io.open("ran_f", "w"):close() return helper(3) + SHIFT end },
+}
+L
+    run_flow 0 run
+    rm -f ran_*
+    run_flow 0 run
+    equals "$(ran)" "" "unchanged"
+    sed -i 's/local scale = 2/local scale = 3/' pipeline.lua
+    run_flow 0 run
+    equals "$(ran)" "f " "after an upvalue of a helper changed"
+    rm -f ran_*
+    sed -i 's/SHIFT = 1/SHIFT = 2/' pipeline.lua
+    run_flow 0 run
+    equals "$(ran)" "f " "after a global it names changed"
+}
+
+test_force_and_dry_run() {
+    incr_project
+    run_flow 0 run
+    rm -f ran_*
+    run_flow 0 run --force
+    equals "$(ran)" "a ab b cmd twice " "--force"
+    rm -f ran_*
+    run_flow 0 run -n --params a=2
+    equals "$(ran)" "" "a dry run runs nothing"
+    contains "$OUT" "a      runs: parameter 'a' changed"
+    contains "$OUT" "b      up to date"
+    contains "$OUT" "twice  runs: it reads what 'a' makes, which runs first"
+    contains "$OUT" "4 of 5 selected steps would run"
+}
+
+test_deleted_or_edited_output_reruns_its_step() {
+    incr_project
+    run_flow 0 run
+    rm -f ran_*
+    echo 7 > .flow/data/doubled
+    run_flow 0 run --explain
+    equals "$(ran)" "cmd " "after the output was edited"
+    contains "$ERR" "its output 'doubled' was changed since"
+    equals "$(cat .flow/data/doubled)" "20"
+    rm -f ran_* .flow/data/doubled
+    run_flow 0 run
+    equals "$(ran)" "cmd " "after the output was deleted"
+}
+
+test_memory_values_of_skipped_steps_come_from_the_cache() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "make", outputs = "t",
+        func = function() io.open("ran_make", "w"):close()
+                          return { list = { 1, 2.5, "x" }, flag = true, big = string.rep("z", 2000) } end },
+  node{ name = "use", inputs = { "t", "params:k" }, outputs = "u",
+        func = function(t, k) io.open("ran_use", "w"):close()
+                              return string.format("%s %s %s %d %s", math.type(t.list[1]), t.list[2], t.list[3], #t.big, k) end },
+}
+L
+    write conf/base/parameters.yml <<'Y'
+k: one
+Y
+    run_flow 0 run
+    rm -f ran_*
+    run_flow 0 run --params k=two
+    equals "$(ran)" "use " "only the consumer"
+    write driver.lua <<'L'
+local r = flow.run(dofile("pipeline.lua"), { params = { k = "three" } })
+print(r.outputs.u)
+L
+    run_flow 0 run driver.lua
+    equals "$OUT" "integer 2.5 x 2000 three"
+}
+
+test_function_outputs_that_cannot_be_cached_always_rerun() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "fn", outputs = "f", func = function() io.open("ran_fn", "w"):close() return function() return 1 end end },
+  node{ name = "call", inputs = "f", outputs = "r", func = function(f) io.open("ran_call", "w"):close() return f() end },
+}
+L
+    run_flow 0 run
+    rm -f ran_*
+    run_flow 0 run --explain
+    equals "$(ran)" "call fn " "uncacheable"
+    contains "$ERR" "its output 'f' cannot be cached (value is a function)"
+}
+
+test_journal_records_the_run() {
+    incr_project
+    run_flow 0 run --params b=4
+    j=.flow/runs/latest/journal.jsonl
+    [ -f "$j" ] || { echo "no journal at $j"; return 1; }
+    first=$(head -n 1 "$j")
+    contains "$first" '"event":"run_start"'
+    contains "$first" '"args":["--params","b=4"]'
+    contains "$(cat "$j")" '"event":"step_end"'
+    contains "$(cat "$j")" '"status":"ok"'
+    contains "$(tail -n 1 "$j")" '"event":"run_end"'
+    [ -f .flow/cache/state.json ] || { echo "no state.json"; return 1; }
+    [ -f .flow/runs/latest/merged ] || { echo "journal not marked merged"; return 1; }
+}
+
+test_state_is_rebuilt_from_an_unmerged_journal() {
+    incr_project
+    run_flow 0 run
+    # as if flow had been killed before writing state.json
+    rm -f .flow/cache/state.json .flow/runs/*/merged
+    rm -f ran_*
+    run_flow 0 run
+    equals "$(ran)" "" "after state.json was lost"
+}
+
+test_second_run_in_the_same_project_is_refused() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ name = "wait", outputs = "w", command = "sleep 2; touch ${outputs.w}" } }
+L
+    "$FLOW" run -q >/dev/null 2>&1 &
+    pid=$!
+    for _ in $(seq 50); do [ -s .flow/lock ] && break; sleep 0.05; done
+    run_flow 2 run
+    contains "$ERR" "another flow run (pid $pid) is using this project"
+    wait $pid
+}

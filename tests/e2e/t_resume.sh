@@ -1,0 +1,136 @@
+# t_resume.sh — --resume after a failure and after kill -9: the pipeline
+# completes, completed steps are not redone, and the outputs are byte for
+# byte those of an uninterrupted run, with no partial file anywhere.
+
+# 50 steps in 10 layers of 5: Lua steps with memory, json and lua outputs,
+# commands with file and folder outputs; each reads two steps of the layer
+# above, and commands sleep a little so that a kill lands mid-run.
+resume_project() {
+    write conf/base/catalog.yml <<'Y'
+"j_{n}": {type: json, path: "data/json/{n}.json"}
+"l_{n}": {type: lua, path: "data/lua/{n}.lua"}
+"f_{n}": {type: file, path: "data/files/{n}.txt"}
+"d_{n}": {type: folder, path: "data/dirs/{n}"}
+Y
+    write pipeline.lua <<'L'
+local W, L = 5, 10
+local kinds = { "m", "j", "l", "f", "d" }       -- memory, json, lua, file, folder
+local function name(layer, j) return kinds[(layer + j) % 5 + 1] .. "_" .. layer .. "_" .. j end
+local function log(step) local f = io.open("executed.log", "a") f:write(step, "\n") f:close() end
+local nodes = {}
+for layer = 0, L - 1 do
+  for j = 0, W - 1 do
+    local out, step = name(layer, j), "s" .. layer .. "_" .. j
+    local ins = layer == 0 and {} or { name(layer - 1, j), name(layer - 1, (j + 1) % W) }
+    local kind = out:sub(1, 1)
+    if kind == "f" or kind == "d" then
+      local cmd = { "sh", "-c", 'echo "$0" >> executed.log; sleep 0.03; ' ..
+        (kind == "d" and 'for f in "$@"; do cat "$f" 2>/dev/null || ls "$f"; done > "$1/listing"; echo "$0" > "$1/name"'
+                      or 'for f in "$@"; do cat "$f" 2>/dev/null || ls "$f"; done > "$1"; echo "$0" >> "$1"'),
+        step, "${outputs.o}" }
+      for k, d in ipairs(ins) do cmd[#cmd + 1] = "${inputs.i" .. k .. "}" end
+      local inputs = {}
+      for k, d in ipairs(ins) do inputs["i" .. k] = d end
+      nodes[#nodes + 1] = node{ name = step, command = cmd, inputs = inputs, outputs = { o = out } }
+    else
+      nodes[#nodes + 1] = node{ name = step, inputs = ins, outputs = out, func = function(a, b)
+        log(step)
+        local t = { step = step, n = layer * W + j }
+        for k, v in ipairs({ a, b }) do t[k] = type(v) == "table" and v.n or #tostring(v) end
+        return t
+      end }
+    end
+  end
+end
+return pipeline(nodes)
+L
+}
+
+# A digest of every output file, and of every step's outputs in memory.
+outputs_digest() {
+    (find data .flow/data -type f 2>/dev/null | sort | xargs -r sha256sum)
+}
+
+steps_with_status() {   # steps_with_status STATUS JOURNAL — one name a line
+    python3 -c '
+import json, sys
+for line in open(sys.argv[2]):
+    try: ev = json.loads(line)
+    except ValueError: continue
+    if ev.get("event") == "step_end" and ev.get("status") == sys.argv[1]: print(ev["step"])
+' "$1" "$2"
+}
+
+partial_files() {
+    find data .flow/data \( -name '*.tmp-*' -o -name '.*flow-tmp*' -o -name '*.old-*' \) 2>/dev/null
+}
+
+test_resume_after_a_failure_runs_only_what_is_left() {
+    write pipeline.lua <<'L'
+local function step(name, fail)
+  return function(x)
+    local f = io.open("executed.log", "a") f:write(name, "\n") f:close()
+    if fail and os.getenv("FAIL") then error(name .. " broke") end
+    return (x or 0) + 1
+  end
+end
+return pipeline{
+  node{ name = "a", outputs = "a", func = step("a") },
+  node{ name = "b", inputs = "a", outputs = "b", func = step("b") },
+  node{ name = "c", inputs = "b", outputs = "c", func = step("c", true) },
+  node{ name = "d", inputs = "c", outputs = "d", func = step("d") },
+}
+L
+    FAIL=1 run_flow 1 run --force
+    equals "$(tr '\n' ' ' < executed.log)" "a b c " "first run"
+    rm executed.log
+    run_flow 0 run --resume
+    equals "$(tr '\n' ' ' < executed.log)" "c d " "resumed run (a and b restored from the cache, despite --force)"
+    run_flow 0 run --resume
+    contains "$ERR" "finished successfully: nothing to resume"
+    run_flow 2 run --resume 20000101-000000-1
+    contains "$ERR" "--resume: no run '20000101-000000-1'"
+    run_flow 2 run --resume --env prod
+    contains "$ERR" "--resume runs again with the original run's arguments; drop --env"
+}
+
+test_kill_9_then_resume_matches_an_uninterrupted_run() {
+    resume_project
+    keep=$(mktemp -d "${TMPDIR:-/tmp}/flow-resume.XXXXXX")
+    cp -r . "$keep/project"
+    run_flow 0 run -j 2
+    ref=$(outputs_digest)
+    [ "$(echo "$ref" | wc -l)" -ge 30 ] || { echo "too few outputs: $ref"; return 1; }
+    full_ms=$(awk '/in [0-9.]+s/ { sub(/s$/, "", $NF); print int($NF * 1000) }' stderr.txt)
+    [ "${full_ms:-0}" -gt 50 ] || full_ms=400
+    RANDOM=20261122
+    for round in $(seq 20); do
+        rm -rf ./* .flow
+        cp -r "$keep/project/." .
+        "$FLOW" run -q -j 2 >/dev/null 2>&1 &
+        pid=$!
+        for _ in $(seq 200); do [ -e .flow/runs/latest/journal.jsonl ] && break; sleep 0.01; done
+        delay=$(( RANDOM % full_ms ))
+        sleep "$(printf '0.%03d' "$delay")"
+        kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        killed=$(readlink .flow/runs/latest)
+        sleep 0.1                                     # orphaned commands finish in their staging dirs
+        [ -z "$(partial_files)" ] || { echo "round $round: partial files after kill -9: $(partial_files)"; return 1; }
+        run_flow 0 run --resume -q
+        got=$(outputs_digest)
+        if [ "$got" != "$ref" ]; then
+            echo "round $round (killed after ${delay} ms): outputs differ from an uninterrupted run:"
+            diff <(echo "$ref") <(echo "$got") || true
+            return 1
+        fi
+        [ -z "$(partial_files)" ] || { echo "round $round: partial files: $(partial_files)"; return 1; }
+        # nothing the killed run completed ran again (unless the kill came after its end)
+        resumed=$(readlink .flow/runs/latest)
+        [ "$resumed" != "$killed" ] || continue
+        redone=$(steps_with_status ok ".flow/runs/$killed/journal.jsonl" \
+                 | grep -Fxf - <(steps_with_status ok ".flow/runs/$resumed/journal.jsonl") || true)
+        [ -z "$redone" ] || { echo "round $round: completed before the kill, yet ran again: $redone"; return 1; }
+    done
+    rm -rf "$keep"
+}
