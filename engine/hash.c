@@ -85,7 +85,7 @@ void sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_SIZE])
 
 int hash_fd(int fd, char hex[SHA256_HEX_SIZE])
 {
-    char *chunk = xmalloc(READ_CHUNK);     /* off the stack: worker threads have small ones */
+    char *chunk = xmalloc(READ_CHUNK);     /* off the stack: tree walks call this deep in recursion */
     struct hasher *h = hasher_new();
     int rc = 0;
     for (;;) {

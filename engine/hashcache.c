@@ -23,6 +23,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,33 +102,46 @@ static void remember(struct hashcache *hc, const char *path, const char *hex,
 
 /* ---- loading ---------------------------------------------------------------- */
 
-static bool parse_signed(char **p, long long *out)
+/* Decimal digits then one space.  By hand: strtoll's locale handling is most
+ * of the cost of loading a large cache. */
+static bool parse_unsigned(char **p, unsigned long long *out)
 {
-    char *end;
-    errno = 0;
-    *out = strtoll(*p, &end, 10);
-    if (errno || end == *p || *end != ' ') return false;
-    *p = end + 1;
+    char *s = *p;
+    unsigned long long v = 0;
+    if (*s < '0' || *s > '9') return false;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        unsigned d = (unsigned)(*s - '0');
+        if (v > (ULLONG_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    if (*s != ' ') return false;
+    *p = s + 1;
+    *out = v;
     return true;
 }
 
-static bool parse_unsigned(char **p, unsigned long long *out)
+static bool parse_signed(char **p, long long *out)
 {
-    char *end;
-    errno = 0;
-    if (**p == '-') return false;
-    *out = strtoull(*p, &end, 10);
-    if (errno || end == *p || *end != ' ') return false;
-    *p = end + 1;
+    bool negative = **p == '-';
+    char *s = *p + negative;
+    unsigned long long v;
+    if (!parse_unsigned(&s, &v) || v > (unsigned long long)LLONG_MAX) return false;
+    *p = s;
+    *out = negative ? -(long long)v : (long long)v;
     return true;
 }
+
+/* Lowercase hex digits; a table, because two range tests per digit
+ * mispredict on a random mix of digits and letters. */
+static const bool hex_digit[256] = {
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1, ['7'] = 1,
+    ['8'] = 1, ['9'] = 1, ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1,
+};
 
 static bool parse_hex(char **p, char hex[SHA256_HEX_SIZE])
 {
-    for (int i = 0; i < SHA256_HEX_SIZE - 1; i++) {
-        char c = (*p)[i];
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-    }
+    for (int i = 0; i < SHA256_HEX_SIZE - 1; i++)       /* stops at the line's NUL too */
+        if (!hex_digit[(unsigned char)(*p)[i]]) return false;
     if ((*p)[SHA256_HEX_SIZE - 1] != ' ') return false;
     memcpy(hex, *p, SHA256_HEX_SIZE - 1);
     hex[SHA256_HEX_SIZE - 1] = '\0';

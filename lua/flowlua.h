@@ -43,6 +43,9 @@ struct dag;
 struct dag *flow_check_dag(lua_State *L, int idx);
 int flow_step_can_yield(lua_State *co);
 void flow_step_track_proc(lua_State *co, struct proc *p, int add);
+/* Another kind of wait (a commit on a pool thread): counted so that the step's
+ * yield is accepted; whoever ends the wait calls flow_step_resume. */
+void flow_step_track_wait(lua_State *co, int add);
 void flow_step_resume(lua_State *co, int nargs);
 /* Arms a timer that resumes the step after `seconds`; the caller then yields.
  * Stopping the step (Ctrl-C) resumes it at once. */

@@ -204,15 +204,10 @@ static const luaL_Reg journal_methods[] = {
 
 /* ---- commit ----------------------------------------------------------------- */
 
-/* On a step's coroutine the commit runs on a pool thread and the step yields.
- * The scheduler accepts a yield only from a step waiting on a process or a
- * sleep (l_sched.c), so the step waits by sleeping in short steps until the
- * completion, delivered on the loop's thread, has marked the job done.
- * Stopping the step (Ctrl-C) ends a sleep early; the step then goes back to
- * waiting, so a commit in flight always finishes before the step sees the
- * interruption. */
-#define COMMIT_FIRST_LOOK_S 0.001
-#define COMMIT_LOOK_MAX_S 0.004
+/* On a step's coroutine the commit runs on a pool thread and the step yields
+ * until the completion, delivered on the loop's thread, resumes it.  Ctrl-C
+ * does not cut the wait short: a commit in flight always finishes (it is
+ * bounded) before the step sees the interruption. */
 
 /* A userdata on the waiting coroutine's stack: no __gc, and Lua frees object
  * memory only after every finalizer ran, the pool's (which joins its threads)
@@ -222,7 +217,7 @@ struct commit_job {
     int rc;
     char err[1024];
     bool done;                     /* set on the loop's thread */
-    double look_s;                 /* how long the step sleeps before looking again */
+    lua_State *co;                 /* the step waiting for it, or NULL */
 };
 
 static const char pool_key = 'W';  /* its address keys the pool in the registry */
@@ -263,6 +258,11 @@ static void commit_done(void *arg)
 {
     struct commit_job *job = arg;
     job->done = true;
+    lua_State *co = job->co;
+    if (!co) return;
+    job->co = NULL;
+    flow_step_track_wait(co, 0);
+    flow_step_resume(co, 0);
 }
 
 static int commit_result(lua_State *L, struct commit_job *job)
@@ -282,8 +282,8 @@ static int commit_continue(lua_State *L, int status, lua_KContext ctx)
 static int commit_wait(lua_State *L, struct commit_job *job)
 {
     if (job->done) return commit_result(L, job);
-    flow_step_sleep(L, job->look_s);
-    job->look_s = job->look_s * 2 < COMMIT_LOOK_MAX_S ? job->look_s * 2 : COMMIT_LOOK_MAX_S;
+    job->co = L;
+    flow_step_track_wait(L, 1);
     return lua_yieldk(L, 0, (lua_KContext)job, commit_continue);
 }
 
@@ -293,7 +293,7 @@ static int l_commit(lua_State *L)
 {
     const char *staging = luaL_checkstring(L, 1), *final = luaL_checkstring(L, 2);
     struct commit_job *job = lua_newuserdatauv(L, sizeof *job, 0);
-    *job = (struct commit_job){ .staging = staging, .final = final, .look_s = COMMIT_FIRST_LOOK_S };
+    *job = (struct commit_job){ .staging = staging, .final = final };
     struct work_pool *pool = flow_step_can_yield(L) ? commit_pool(L) : NULL;
     if (pool && work_submit(pool, commit_run, commit_done, job, NULL, 0) == 0)
         return commit_wait(L, job);

@@ -20,6 +20,7 @@ struct step_run {
     struct proc **procs;           /* processes it is waiting on */
     size_t n_procs, cap_procs;
     unsigned long sleep_timer;     /* flow.proc.sleep in progress, or 0 */
+    int n_waits;                   /* other waits in progress (flow_step_track_wait) */
     double deadline;               /* monotonic; 0 = no timeout */
 };
 
@@ -56,6 +57,12 @@ void flow_step_track_proc(lua_State *co, struct proc *p, int add)
     }
     for (size_t i = 0; i < st->n_procs; i++)
         if (st->procs[i] == p) { st->procs[i] = st->procs[--st->n_procs]; return; }
+}
+
+void flow_step_track_wait(lua_State *co, int add)
+{
+    struct step_run *st = step_of(co);
+    if (st) st->n_waits += add ? 1 : -1;
 }
 
 static void wake_up(void *arg)
@@ -115,7 +122,7 @@ static void resume(struct step_run *st, int nargs)
     int nres = 0;
     int status = lua_resume(st->co, st->run->L, nargs, &nres);
     if (status == LUA_YIELD) {
-        if (st->n_procs == 0 && st->sleep_timer == 0) {
+        if (st->n_procs == 0 && st->sleep_timer == 0 && st->n_waits == 0) {
             lua_pop(st->co, nres);
             ui_error("step '%s' yielded without waiting for anything (a coroutine.yield() outside "
                      "a coroutine of its own?)", sched_dag(st->run->sched)->steps[st->index].name);

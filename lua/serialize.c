@@ -90,28 +90,42 @@ static void format_number(lua_State *L, int idx, char *buf, size_t size)
     else format_float(lua_tonumber(L, idx), buf, size);
 }
 
+static bool plain_byte(unsigned char c)
+{
+    return c >= 0x20 && c != 0x7f && c != '\\' && c != '"';
+}
+
 static void add_quoted(struct strbuf *sb, const char *str, size_t len)
 {
     sb_addc(sb, '"');
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)str[i];
+    for (size_t i = 0; i < len;) {
+        size_t run = i;
+        while (run < len && plain_byte((unsigned char)str[run])) run++;
+        sb_add(sb, str + i, run - i);                   /* most strings are one run */
+        if (run == len) break;
+        unsigned char c = (unsigned char)str[run];
         if (c == '\\' || c == '"') { sb_addc(sb, '\\'); sb_addc(sb, (char)c); }
         else if (c == '\n') sb_adds(sb, "\\n");
         else if (c == '\r') sb_adds(sb, "\\r");
-        else if (c < 0x20 || c == 0x7f) sb_addf(sb, "\\%03u", c);
-        else sb_addc(sb, (char)c);
+        else sb_addf(sb, "\\%03u", c);
+        i = run + 1;
     }
     sb_addc(sb, '"');
 }
 
 static bool is_keyword(const char *s, size_t len)
 {
-    static const char *const words[] = {
-        "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "goto", "if",
-        "in", "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while",
+#define KW(w) { w, sizeof w - 1 }
+    static const struct { const char *word; size_t len; } words[] = {
+        KW("and"), KW("break"), KW("do"), KW("else"), KW("elseif"), KW("end"), KW("false"),
+        KW("for"), KW("function"), KW("goto"), KW("if"), KW("in"), KW("local"), KW("nil"),
+        KW("not"), KW("or"), KW("repeat"), KW("return"), KW("then"), KW("true"), KW("until"),
+        KW("while"),
     };
+#undef KW
+    if (len < 2 || len > 8) return false;
     for (size_t i = 0; i < sizeof words / sizeof *words; i++)
-        if (strlen(words[i]) == len && memcmp(words[i], s, len) == 0) return true;
+        if (words[i].len == len && memcmp(words[i].word, s, len) == 0) return true;
     return false;
 }
 
