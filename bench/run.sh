@@ -149,8 +149,8 @@ max() { printf '%s\n' "$@" | sort -g | tail -n 1; }
 
 # measure TOOL N MODE DIR TIMEOUT CMD...
 # MODE "full": clean before every repetition, then check that N outputs exist.
-# MODE "rerun": run on top of the previous full run; for the peers, check that
-# nothing was rebuilt (no output newer than a marker made before the rerun).
+# MODE "rerun": run on top of the previous full run, and check that nothing
+# was rebuilt (no output newer than a marker made before the rerun).
 # Records a row; returns non-zero when the tool failed or did not do the work.
 measure() {
   local tool=$1 n=$2 mode=$3 dir=$4 limit=$5; shift 5
@@ -190,10 +190,7 @@ measure() {
     if [ "$mode" = rerun ]; then
       local rebuilt
       rebuilt=$(outputs_of "$tool" "$dir" "$marker")
-      case $tool in
-        flow*) note="full rerun: flow has no up-to-date check yet ($rebuilt of $n outputs rewritten)" ;;
-        *) [ "$rebuilt" -eq 0 ] || note="not a no-op: $rebuilt outputs rebuilt" ;;
-      esac
+      [ "$rebuilt" -eq 0 ] || note="not a no-op: $rebuilt outputs rebuilt"
     fi
     walls+=("$T_WALL"); rsss+=("$T_RSS")
     rep=$((rep + 1))

@@ -149,7 +149,9 @@ void json_to_lua(lua_State *L, const cJSON *item)
             lua_rawseti(L, -2, i++);
         }
     } else {
-        lua_newtable(L);
+        int n = 0;
+        for (const cJSON *c = item->child; c; c = c->next) n++;
+        lua_createtable(L, 0, n);                /* sized once: no rehash while filling */
         for (const cJSON *c = item->child; c; c = c->next) {
             json_to_lua(L, c);
             lua_setfield(L, -2, c->string);

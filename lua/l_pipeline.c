@@ -45,6 +45,15 @@ static int plain_table(lua_State *L, int idx)
     return lua_type(L, idx) == LUA_TTABLE && meta_of(L, idx) == MT_NONE;
 }
 
+/* tostring(s) is s: the string metatable has no __tostring. */
+static int tostring_keeps_strings(lua_State *L)
+{
+    lua_pushliteral(L, "");
+    int plain = luaL_getmetafield(L, -1, "__tostring") == LUA_TNIL;
+    lua_pop(L, plain ? 1 : 2);
+    return plain;
+}
+
 /* util.is_list: as many keys as the border #t. */
 static int is_list(lua_State *L, int idx, lua_Unsigned *len)
 {
@@ -128,6 +137,7 @@ static int push_arg(lua_State *L, int t)
 /* command.command(list) for a list without a metatable: pushes the command. */
 static int push_argv_command(lua_State *L, int spec)
 {
+    if (!tostring_keeps_strings(L)) return 0;
     lua_Unsigned len = lua_rawlen(L, spec);
     lua_createtable(L, len > 64 ? 0 : (int)len, 0);
     int argv = lua_gettop(L);
@@ -267,11 +277,7 @@ static int push_io_list(lua_State *L, int v, lua_Unsigned len)
  * of each key, compared as Lua compares strings). */
 static int push_io_map(lua_State *L, int v)
 {
-    lua_pushliteral(L, "");                 /* tostring(key) is the key unless strings have __tostring */
-    int plain_strings = !luaL_getmetafield(L, -1, "__tostring");
-    if (!plain_strings) lua_pop(L, 1);
-    lua_pop(L, 1);
-    if (!plain_strings || !lua_checkstack(L, 2 * MAX_MAP + 8)) return 0;
+    if (!tostring_keeps_strings(L) || !lua_checkstack(L, 2 * MAX_MAP + 8)) return 0;
     int base = lua_gettop(L), n = 0;
     lua_pushnil(L);
     while (lua_next(L, v)) {                /* leaves key, value pairs on the stack */
@@ -343,6 +349,7 @@ static int set_tags(lua_State *L)
         lua_rawseti(L, -2, 1);
     } else if (plain_table(L, S_TAGS)) {
         lua_Unsigned len;
+        /* a long list: table.unpack's limit is the Lua code's to report */
         if (!is_list(L, S_TAGS, &len) || len > 1000) return 0;
         lua_createtable(L, (int)len, 0);
         for (lua_Unsigned i = 1; i <= len; i++) {

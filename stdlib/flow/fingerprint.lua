@@ -134,10 +134,7 @@ local function shell_words(s)
   return words
 end
 
--- The command as written (its ${params.}, ${inputs.} and ${outputs.}
--- references unexpanded: the parameters and data they stand for are parts of
--- their own), and the project files it names.
-function M.command_code(cmd, root, hc)
+local function command_code(cmd, root, hc)
   local parts, words = {}, {}
   if cmd.shell then
     parts[1] = "sh:" .. cmd.shell
@@ -158,26 +155,58 @@ function M.command_code(cmd, root, hc)
   return cache.sha256(table.concat(parts, "\0")), project_files(words, root, hc)
 end
 
+-- The command as written (its ${params.}, ${inputs.} and ${outputs.}
+-- references unexpanded: the parameters and data they stand for are parts of
+-- their own), and the project files it names.  Memoised per run by the
+-- command's text: 10,000 steps often share one command line.
+function M.command_code(cmd, root, hc, memo)
+  local key = cmd.shell and ("sh\1" .. cmd.shell) or table.concat(cmd.argv, "\0")
+  if not cmd.cwd and not cmd.env and memo[key] then return memo[key][1], memo[key][2] end
+  local code, files = command_code(cmd, root, hc)
+  if not cmd.cwd and not cmd.env then memo[key] = { code, files } end
+  return code, files
+end
+
+-- Keys of t in order (the fingerprint must not depend on table order).
+local function sorted(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  if #keys > 1 then table.sort(keys) end
+  return keys
+end
+
 -- parts = {code =, files = {path = h}, params = {key = h}, inputs = {d = h},
---          dist =, outputs =}  ->  fingerprint, shortened parts
+--          dist =, outputs =}  ->  fingerprint.  (Hot: a no-op rerun of
+-- 10,000 steps computes 10,000 of them, so no intermediate tables.)
 function M.combine(parts)
-  local lines = { VERSION, "code " .. parts.code, "dist " .. (parts.dist or "-"), "outputs " .. parts.outputs }
-  local short = { code = parts.code:sub(1, SHORT), dist = parts.dist and parts.dist:sub(1, SHORT),
-                  outputs = parts.outputs:sub(1, SHORT) }
+  local buf, n = { VERSION, parts.code, parts.dist or "-", parts.outputs }, 4
   for _, field in ipairs({ "files", "params", "inputs" }) do
     local t = parts[field]
     if t and next(t) then
-      local keys, s = {}, {}
-      for k in pairs(t) do keys[#keys + 1] = k end
-      table.sort(keys)
-      for _, k in ipairs(keys) do
-        lines[#lines + 1] = field .. " " .. k .. " " .. t[k]
-        s[k] = t[k]:sub(1, SHORT)
+      n = n + 1
+      buf[n] = field
+      for _, k in ipairs(sorted(t)) do
+        buf[n + 1], buf[n + 2] = k, t[k]
+        n = n + 2
       end
+    end
+  end
+  return cache.sha256(table.concat(buf, "\0", 1, n))
+end
+
+-- The parts shortened, as a step's record keeps them for --explain.
+function M.short(parts)
+  local short = { code = parts.code:sub(1, SHORT), dist = parts.dist and cache.sha256(parts.dist):sub(1, SHORT),
+                  outputs = cache.sha256(parts.outputs):sub(1, SHORT) }
+  for _, field in ipairs({ "files", "params", "inputs" }) do
+    local t = parts[field]
+    if t and next(t) then
+      local s = {}
+      for k, v in pairs(t) do s[k] = v:sub(1, SHORT) end
       short[field] = s
     end
   end
-  return cache.sha256(table.concat(lines, "\n")), short
+  return short
 end
 
 -- Why a step with parts `now` differs from its last successful run's `old`.

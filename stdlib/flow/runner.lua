@@ -562,9 +562,18 @@ function Run:attempt(n)
   return false, err.traceback
 end
 
--- Append an event to the run's journal (none in a dry run).
+-- Append an event to the run's journal (none in a dry run).  The lines of
+-- up-to-date steps wait for the next event: a no-op rerun of 10,000 steps
+-- then makes one write, not 10,000 (they matter to nothing after a crash).
 function Run:log(ev)
-  if self.journal then self.journal:append(core.json_encode(ev)) end
+  if not self.journal then return end
+  local line = core.json_encode(ev)
+  if #self.held > 0 then
+    self.held[#self.held + 1] = line
+    line = table.concat(self.held, "\n")
+    self.held = {}
+  end
+  self.journal:append(line)
 end
 
 -- The parts of step i's fingerprint (see flow.fingerprint).
@@ -577,11 +586,17 @@ function Run:parts(i, n)
   if n.kind == "func" then
     parts.code = h:fn(n.fn)
   else
-    parts.code, parts.files = fingerprint.command_code(n.cmd, self.root, self.hc)
+    parts.code, parts.files = fingerprint.command_code(n.cmd, self.root, self.hc, self.memo)
     for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
-      for _, ref in ipairs(core.template_refs(s)) do
-        if ref[1] == "params" then param(ref[2]) end
+      local refs = self.memo[s]
+      if not refs then
+        refs = {}
+        for _, ref in ipairs(core.template_refs(s)) do
+          if ref[1] == "params" then refs[#refs + 1] = ref[2] end
+        end
+        self.memo[s] = refs
       end
+      for _, key in ipairs(refs) do param(key) end
     end
   end
   for _, io in ipairs(n.inputs) do
@@ -596,12 +611,12 @@ function Run:parts(i, n)
                            dist.parameter_server_count or false, self.mode })
   end
   local outs = {}
-  for _, io in ipairs(n.outputs) do
+  for k, io in ipairs(n.outputs) do
     local e = self.cat:entry(io.dataset)
-    outs[#outs + 1] = table.concat({ io.dataset, e.type, e.path or "", tostring(e.versioned) }, "\0")
+    outs[k] = io.dataset .. "\0" .. e.type .. "\0" .. (e.path or "") .. (e.versioned and "\0v" or "")
   end
-  table.sort(outs)
-  parts.outputs = cache.sha256(table.concat(outs, "\n"))
+  if #outs > 1 then table.sort(outs) end
+  parts.outputs = table.concat(outs, "\n")
   return parts
 end
 
@@ -627,13 +642,14 @@ end
 -- why it runs.  Its fingerprint is kept for the record of its run.
 function Run:decide(i, n)
   local parts = self:parts(i, n)
-  local fp, short = fingerprint.combine(parts)
-  self.pending[i] = { fp = fp, parts = short }
+  local fp = fingerprint.combine(parts)
+  self.pending[i] = { fp = fp, parts = parts }
   local rec = self.state.steps[n.name]
   if self.force and not self.completed[n.name] then return "--force" end
   if not rec then return "it has no earlier successful run" end
   if rec.fp ~= fp then
-    return rec.parts and fingerprint.explain(rec.parts, short, n.kind == "command") or "its fingerprint changed"
+    if not rec.parts then return "its fingerprint changed" end
+    return fingerprint.explain(rec.parts, fingerprint.short(parts), n.kind == "command")
   end
   return self:outputs_changed(n, rec)
 end
@@ -667,9 +683,7 @@ function Run:up_to_date(i)
   self:use_recorded(n, self.state.steps[n.name])
   self.records[n.name].up_to_date = true
   if self.explain then explain_line(n, "is up to date") end
-  if self.journal then
-    self.journal:append(string.format('{"event":"step_end","step":%s,"status":"up to date"}', core.json_encode(n.name)))
-  end
+  self.held[#self.held + 1] = '{"event":"step_end","step":' .. core.json_encode(n.name) .. ',"status":"up to date"}'
   return true
 end
 
@@ -699,9 +713,9 @@ function Run:step(i)
   if ok then
     ev.status, ev.outputs = "ok", rec.outputs
     if pending then
-      ev.fingerprint, ev.parts = pending.fp, pending.parts
-      state_mod.put(self.state, n.name, { fp = pending.fp, parts = pending.parts, outputs = rec.outputs,
-                                          time = rec.finished, run = self.run_id })
+      ev.fingerprint, ev.parts = pending.fp, fingerprint.short(pending.parts)
+      state_mod.put(self.state, n.name, { fp = pending.fp, parts = ev.parts, outputs = rec.outputs,
+                                          time = rec.finished })
     end
   else
     rec.timed_out = getmetatable(err) == StepFailure and err.timed_out or nil
@@ -860,7 +874,8 @@ end
 local function outside_inputs(plan, st)
   local nodes, g, selected, cat = plan.nodes, plan.graph, plan.selected, plan.cat
   local values, missing, seen = {}, {}, {}
-  for i, n in ipairs(nodes) do
+  local readers = selected and nodes or plan.free_readers     -- without a selection only free inputs are outside
+  for i, n in ipairs(readers) do
     if not selected or selected[i] then
       for _, io in ipairs(n.inputs) do
         local d = io.dataset
@@ -894,21 +909,26 @@ M.defaults = {}
 
 -- Catalog-persisted datasets that no step produces (the pipeline's raw
 -- inputs): the graph accepts them as inputs from outside.
+-- Also returns which dataset each step produces, and the steps that read
+-- a dataset no step produces.
 local function catalog_inputs(nodes, cat)
-  local produced, declared, seen = {}, {}, {}
+  local produced, declared, seen, readers = {}, {}, {}, {}
   for _, n in ipairs(nodes) do
     for _, io in ipairs(n.outputs) do produced[io.dataset] = n.name end
   end
   for _, n in ipairs(nodes) do
     for _, io in ipairs(n.inputs) do
       local d = io.dataset
-      if not produced[d] and not seen[d] and d ~= "parameters" and not d:match("^params:") then
-        seen[d] = true
-        if catalog.persisted(cat:entry(d)) then declared[#declared + 1] = d end
+      if not produced[d] and d ~= "parameters" and not d:match("^params:") then
+        if readers[#readers] ~= n then readers[#readers + 1] = n end
+        if not seen[d] then
+          seen[d] = true
+          if catalog.persisted(cat:entry(d)) then declared[#declared + 1] = d end
+        end
       end
     end
   end
-  return declared, produced
+  return declared, produced, readers
 end
 
 -- Everything a run or a listing needs before any step runs: the pipeline's
@@ -930,7 +950,7 @@ function M.prepare(p, opts, level)
   local cat = catalog.new(settings, { load_versions = load_versions, save_version = catalog.version_stamp(started) })
   local dists = {}
   for i, n in ipairs(p.nodes) do dists[i] = M.resolve_dist(n, settings) end
-  local declared, produced = catalog_inputs(p.nodes, cat)
+  local declared, produced, free_readers = catalog_inputs(p.nodes, cat)
   local g = M.build_graph(p.nodes, dists, declared)
   cat:check_load_versions(produced)
   check_params(p.nodes, settings)
@@ -945,7 +965,7 @@ function M.prepare(p, opts, level)
       (settings.cfg:origin("flow", "distributed") or "conf/<env>/flow.yml")))
   end
   return { nodes = p.nodes, settings = settings, dists = dists, graph = g, selected = selected,
-           mode = mode, cat = cat, started = started }
+           mode = mode, cat = cat, started = started, free_readers = free_readers }
 end
 
 -- The per-run object, with the state of earlier runs loaded.
@@ -954,6 +974,7 @@ local function new_run(plan, opts, run_id, st)
   local self = setmetatable({
     nodes = plan.nodes, params = plan.settings.params, verbose = opts.verbose, records = {},
     dists = plan.dists, mode = plan.mode, index = {}, cat = plan.cat, state = st, pending = {},
+    held = {}, memo = {},
     hc = cache.hashes(state_mod.CACHE .. "/hashes"), hasher = fingerprint.hasher(), root = core.cwd(),
     force = opts.force, explain = opts.explain, completed = opts.resume and opts.resume.completed or {},
     run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
