@@ -406,7 +406,8 @@ function run_with(opts, pos, args, resume)
   run_opts.jobs, run_opts.keep_going, run_opts.verbose = jobs, opts["keep-going"], opts.verbose
   run_opts.resume = resume
   local result = runner.run(p, run_opts)
-  if result.code == 1 then report_failure(result) end
+  if result.code == 1 then report_failure(result)
+  elseif result.code == 130 then core.ui_info("finish it with: flow run --resume " .. result.run_id) end
   return result.code
 end
 
@@ -509,7 +510,8 @@ end
 
 local function cmd_catalog(args)
   local opts, pos = parse_args("catalog", args)
-  if opts.help or pos[1] == nil then print(HELP.catalog) return opts.help and 0 or 2 end
+  if opts.help then print(HELP.catalog) return 0 end
+  if pos[1] == nil then usage_error("'flow catalog' needs a command: flow catalog list [SCRIPT]") end
   if pos[1] ~= "list" then usage_error("unknown catalog command '%s' (there is: list)", pos[1]) end
   table.remove(pos, 1)
   local fmt = opts.format or "table"

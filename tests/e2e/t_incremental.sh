@@ -237,3 +237,35 @@ L
     contains "$ERR" "another flow run (pid $pid) is using this project"
     wait $pid
 }
+
+test_clean_removes_old_runs_and_unused_cache_entries() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "big", inputs = "params:n", outputs = "b", func = function(n) return string.rep("x", 1000 + n) end },
+  node{ name = "len", inputs = "b", outputs = "l", func = function(b) io.open("ran_len", "w"):close() return #b end },
+}
+L
+    write conf/base/parameters.yml <<'Y'
+n: 1
+Y
+    run_flow 0 run
+    run_flow 0 run --params n=2
+    equals "$(ls .flow/cache/values | wc -l)" 2 "cached values"
+    sleep 1.1
+    run_flow 0 run --params n=2
+    run_flow 0 clean -n --runs-older-than 1s --cache
+    contains "$ERR" "would remove 2 runs older than 1s"
+    equals "$(ls .flow/runs | grep -vc latest)" 3 "runs after a dry run"
+    run_flow 0 clean --runs-older-than 1s --cache
+    contains "$ERR" "removed 2 runs older than 1s"
+    contains "$ERR" "1 unused cached value"
+    equals "$(ls .flow/runs | grep -vc latest)" 1 "runs left"
+    equals "$(ls .flow/cache/values | wc -l)" 1 "cached values left"
+    rm -f ran_*
+    run_flow 0 run --params n=2
+    equals "$(ran)" "" "after clean, still up to date"
+    run_flow 2 clean --runs-older-than soon
+    contains "$ERR" "--runs-older-than needs a duration like 30d"
+    run_flow 2 catalog
+    contains "$ERR" "'flow catalog' needs a command"
+}
