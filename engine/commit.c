@@ -3,7 +3,6 @@
 #include "commit.h"
 #include "util.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -54,33 +53,6 @@ int fsync_dir(const char *path, char *err, size_t errlen)
     return fsync_path(path, O_DIRECTORY, err, errlen);
 }
 
-static void free_names(char **names, size_t n)
-{
-    for (size_t i = 0; i < n; i++) free(names[i]);
-    free(names);
-}
-
-/* A directory's entries but "." and ".."; NULL with errno on failure.  The
- * directory is closed before the caller descends: deep trees hold no fds. */
-static char **dir_names(const char *dir, size_t *count)
-{
-    DIR *d = opendir(dir);
-    if (!d) return NULL;
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *e;
-    errno = 0;
-    while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        ARRAY_GROW(names, n, cap);
-        names[n++] = xstrdup(e->d_name);
-    }
-    int e_read = errno;
-    closedir(d);
-    if (e_read) { free_names(names, n); errno = e_read; return NULL; }
-    *count = n;
-    return names ? names : xcalloc(1, sizeof *names);
-}
 
 /* Calls fn(path) for each entry of the directory at path->buf, with path->buf
  * extended to the entry's path; stops at the first failure. */
@@ -88,7 +60,7 @@ static int each_entry(struct strbuf *path, int (*fn)(struct strbuf *, void *), v
                       char *err, size_t errlen)
 {
     size_t n = 0;
-    char **names = dir_names(path->buf, &n);
+    char **names = dir_list(path->buf, &n);
     if (!names) {
         errf(err, errlen, "cannot read %s: %s", path->buf, strerror(errno));
         return -1;
@@ -102,7 +74,7 @@ static int each_entry(struct strbuf *path, int (*fn)(struct strbuf *, void *), v
         path->len = len;
         path->buf[len] = '\0';
     }
-    free_names(names, n);
+    dir_list_free(names, n);
     return rc;
 }
 
@@ -150,17 +122,6 @@ static void remove_tree(const char *path)
     else nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static int write_all(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, data, len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return -1;
-        data += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
 
 /* From the current offsets to the end of `in`, by read and write. */
 static int copy_by_reading(int in, int out)

@@ -20,7 +20,6 @@
 #include "strmap.h"
 #include "util.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -231,39 +230,6 @@ static int file_hash(struct hashcache *hc, const char *path, const struct stat *
     return hash_and_remember(hc, path, extra_flags, hex, err, errlen);
 }
 
-static int compare_names(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);     /* bytewise: strcmp compares unsigned */
-}
-
-static void free_names(char **names, size_t n)
-{
-    for (size_t i = 0; i < n; i++) free(names[i]);
-    free(names);
-}
-
-/* The entries of a directory but "." and "..", sorted; NULL with errno on failure.
- * The directory is closed before the caller descends, so deep trees hold no fds. */
-static char **sorted_names(const char *dir, size_t *count)
-{
-    DIR *d = opendir(dir);
-    if (!d) return NULL;
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *e;
-    errno = 0;
-    while ((e = readdir(d))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        ARRAY_GROW(names, n, cap);
-        names[n++] = xstrdup(e->d_name);
-    }
-    int e_read = errno;
-    closedir(d);
-    if (e_read) { free_names(names, n); errno = e_read; return NULL; }
-    qsort(names, n, sizeof *names, compare_names);
-    *count = n;
-    return names ? names : xcalloc(1, sizeof *names);
-}
 
 /* A symlink's target text; NULL with errno on failure. */
 static char *read_link(const char *path, size_t size_hint)
@@ -331,7 +297,7 @@ static int tree_entry(struct tree_walk *w, struct hasher *h)
 static int tree_hash(struct tree_walk *w, char hex[SHA256_HEX_SIZE])
 {
     size_t n = 0;
-    char **names = sorted_names(w->path.buf, &n);
+    char **names = dir_list(w->path.buf, &n);
     if (!names) {
         errf(w->err, w->errlen, "cannot read %s: %s", w->path.buf, strerror(errno));
         return -1;
@@ -348,7 +314,7 @@ static int tree_hash(struct tree_walk *w, char hex[SHA256_HEX_SIZE])
     }
     if (rc == 0) hasher_finish(h, hex);
     hasher_free(h);
-    free_names(names, n);
+    dir_list_free(names, n);
     return rc;
 }
 

@@ -1,6 +1,7 @@
 /* util.c — see util.h. */
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -141,8 +142,9 @@ int mkdir_p(const char *path, mode_t mode)
     return rc;
 }
 
-static int write_all(int fd, const char *data, size_t len)
+int write_all(int fd, const void *buf, size_t len)
 {
+    const char *data = buf;
     while (len > 0) {
         ssize_t n = write(fd, data, len);
         if (n < 0 && errno == EINTR) continue;
@@ -226,4 +228,36 @@ double monotonic_seconds(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);     /* bytewise: strcmp compares unsigned */
+}
+
+void dir_list_free(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
+
+char **dir_list(const char *dir, size_t *count)
+{
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    errno = 0;
+    while ((e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        ARRAY_GROW(names, n, cap);
+        names[n++] = xstrdup(e->d_name);
+    }
+    int e_read = errno;
+    closedir(d);
+    if (e_read) { dir_list_free(names, n); errno = e_read; return NULL; }
+    qsort(names, n, sizeof *names, compare_names);
+    *count = n;
+    return names ? names : xcalloc(1, sizeof *names);
 }

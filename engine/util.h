@@ -40,6 +40,12 @@ int mkdir_p(const char *path, mode_t mode);
 int write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
 /* Whole file into a NUL-terminated buffer; NULL with errno set on failure. */
 char *read_file(const char *path, size_t *len);
+/* write() all of buf, retrying on EINTR and short writes; -1 with errno. */
+int write_all(int fd, const void *buf, size_t len);
+/* The entries of dir but "." and "..", sorted bytewise; NULL with errno on
+ * failure.  The directory is closed on return, so a walk holds no fds. */
+char **dir_list(const char *dir, size_t *count);
+void dir_list_free(char **names, size_t n);
 /* A file name made from a dataset or step name: '/' and other unsafe bytes become '_'. */
 char *safe_file_name(const char *name);
 

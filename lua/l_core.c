@@ -6,7 +6,6 @@
 #include "ui.h"
 #include "util.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -276,33 +275,19 @@ static int l_exe_path(lua_State *L)
     return 1;
 }
 
-static int compare_names(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* list_dir(path) -> sorted names (no "." or ".."), or nil, message */
 static int l_list_dir(lua_State *L)
 {
     const char *path = luaL_checkstring(L, 1);
-    DIR *d = opendir(path);
-    if (!d) { lua_pushnil(L); lua_pushfstring(L, "%s: %s", path, strerror(errno)); return 2; }
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        if (n == cap) names = xrealloc(names, (cap = cap ? cap * 2 : 16) * sizeof *names);
-        names[n++] = xstrdup(e->d_name);
-    }
-    closedir(d);
-    qsort(names, n, sizeof *names, compare_names);
+    size_t n;
+    char **names = dir_list(path, &n);
+    if (!names) { lua_pushnil(L); lua_pushfstring(L, "%s: %s", path, strerror(errno)); return 2; }
     lua_createtable(L, (int)n, 0);
     for (size_t i = 0; i < n; i++) {
         lua_pushstring(L, names[i]);
         lua_rawseti(L, -2, (lua_Integer)i + 1);
-        free(names[i]);
     }
-    free(names);
+    dir_list_free(names, n);
     return 1;
 }
 

@@ -442,15 +442,20 @@ local function list_rows(p)
   return rows
 end
 
+-- `flow list` and `flow catalog list`: the pipeline to describe, and --format.
+local function pipeline_to_list(opts, pos, cmd)
+  local fmt = opts.format or "table"
+  if fmt ~= "table" and fmt ~= "json" then usage_error("--format must be table or json, got '%s'", fmt) end
+  local path = script_path(pos, cmd)
+  core.ui_setup("quiet")
+  set_defaults(opts)
+  return load_pipeline(path, opts.pipeline), fmt
+end
+
 local function cmd_list(args)
   local opts, pos = parse_args("list", args)
   if opts.help then print(HELP.list) return 0 end
-  local fmt = opts.format or "table"
-  if fmt ~= "table" and fmt ~= "json" then usage_error("--format must be table or json, got '%s'", fmt) end
-  local path = script_path(pos, "list")
-  core.ui_setup("quiet")
-  set_defaults(opts)
-  local p = load_pipeline(path, opts.pipeline)
+  local p, fmt = pipeline_to_list(opts, pos, "list")
   if not p then return 0 end
   local rows = list_rows(p)
   if fmt == "json" then
@@ -514,12 +519,7 @@ local function cmd_catalog(args)
   if pos[1] == nil then usage_error("'flow catalog' needs a command: flow catalog list [SCRIPT]") end
   if pos[1] ~= "list" then usage_error("unknown catalog command '%s' (there is: list)", pos[1]) end
   table.remove(pos, 1)
-  local fmt = opts.format or "table"
-  if fmt ~= "table" and fmt ~= "json" then usage_error("--format must be table or json, got '%s'", fmt) end
-  local path = script_path(pos, "catalog list")
-  core.ui_setup("quiet")
-  set_defaults(opts)
-  local p = load_pipeline(path, opts.pipeline)
+  local p, fmt = pipeline_to_list(opts, pos, "catalog list")
   if not p then return 0 end
   local rows = catalog_rows(p)
   if fmt == "json" then print(core.json_encode(rows, true)) return 0 end
