@@ -14,6 +14,8 @@ end
 
 local fields = { env = true, cwd = true }
 
+-- node{} builds commands on a C fast path too (push_argv_command and
+-- push_shell_command in lua/l_pipeline.c): a rule changed here changes there.
 -- flow.command{ "python3", "train.py", "--x", "${inputs.x}", env = {K = "v"} }
 -- flow.command "sort ${inputs.raw} > ${outputs.sorted}"
 function M.command(spec, level)
