@@ -301,14 +301,6 @@ static int l_commit(lua_State *L)
     return commit_result(L, job);
 }
 
-/* fsync_dir(path): after renames made elsewhere; raises on failure */
-static int l_fsync_dir(lua_State *L)
-{
-    char err[1024];
-    if (fsync_dir(luaL_checkstring(L, 1), err, sizeof err) != 0) return flow_raise(L, err);
-    return 0;
-}
-
 /* stat(path) -> size, mtime (seconds, float), "file" | "directory" | "other"
  * or nil, message */
 static int l_stat(lua_State *L)
@@ -333,7 +325,6 @@ static const luaL_Reg cache_funcs[] = {
     { "deserialize", l_deserialize },
     { "journal", l_journal },
     { "commit", l_commit },
-    { "fsync_dir", l_fsync_dir },
     { "stat", l_stat },
     { NULL, NULL }
 };

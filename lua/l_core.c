@@ -161,26 +161,6 @@ static int l_remove_tree(lua_State *L)
     return 0;
 }
 
-/* Move a finished output into place.  rename() is atomic for files; a
- * directory that already exists is moved aside first, then removed. */
-static int l_replace(lua_State *L)
-{
-    const char *src = luaL_checkstring(L, 1), *dst = luaL_checkstring(L, 2);
-    struct stat st;
-    if (rename(src, dst) == 0) return 0;
-    if ((errno == ENOTEMPTY || errno == EEXIST || errno == EISDIR || errno == ENOTDIR) &&
-        lstat(dst, &st) == 0) {
-        char *aside = xasprintf("%s.old-%ld", dst, (long)getpid());
-        int ok = rename(dst, aside) == 0 && rename(src, dst) == 0;
-        int e = errno;
-        remove_tree(aside);
-        free(aside);
-        if (ok) return 0;
-        errno = e;
-    }
-    return luaL_error(L, "cannot move %s to %s: %s", src, dst, strerror(errno));
-}
-
 static int l_safe_name(lua_State *L)
 {
     char *s = safe_file_name(luaL_checkstring(L, 1));
@@ -398,7 +378,6 @@ static const luaL_Reg core_funcs[] = {
     { "mkdir_p", l_mkdir_p },
     { "exists", l_exists },
     { "remove_tree", l_remove_tree },
-    { "replace", l_replace },
     { "safe_name", l_safe_name },
     { "time", l_time },
     { "run_id", l_run_id },
