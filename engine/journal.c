@@ -93,21 +93,6 @@ struct journal *journal_open(const char *path, char *err, size_t errlen)
     return j;
 }
 
-/* One write() for the whole line.  A regular file takes it whole unless the
- * disk is full or the process is being killed; the rest is written then, so
- * the line is at least complete if we live. */
-static int write_line(int fd, const char *buf, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = write(fd, buf, len);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return -1;
-        buf += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 static int sync_error(struct journal *j, int e, char *err, size_t errlen)
 {
     errf(err, errlen, "cannot sync %s: %s", j->path, strerror(e));
@@ -127,7 +112,7 @@ int journal_append(struct journal *j, const char *line, size_t len, char *err, s
     char *buf = total <= sizeof small ? small : xmalloc(total);
     memcpy(buf, line, len);
     if (add_newline) buf[len] = '\n';
-    int rc = write_line(j->fd, buf, total);
+    int rc = write_all(j->fd, buf, total);    /* one write() for a regular file, unless the disk is full */
     e = errno;
     if (buf != small) free(buf);
     if (rc != 0) {

@@ -196,7 +196,7 @@ end
 
 -- The parts shortened, as a step's record keeps them for --explain.
 function M.short(parts)
-  local short = { code = parts.code:sub(1, SHORT), dist = parts.dist and cache.sha256(parts.dist):sub(1, SHORT),
+  local short = { code = parts.code:sub(1, SHORT), dist = parts.dist and parts.dist:sub(1, SHORT),
                   outputs = cache.sha256(parts.outputs):sub(1, SHORT) }
   for _, field in ipairs({ "files", "params", "inputs" }) do
     local t = parts[field]

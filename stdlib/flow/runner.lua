@@ -685,8 +685,8 @@ function Run:up_to_date(i)
     if self.explain then explain_line(n, "runs", why) end
     return false
   end
+  self.pending[i] = nil                       -- its parts are needed only for a run's record
   self:use_recorded(n, self.state.steps[n.name])
-  self.records[n.name].up_to_date = true
   if self.explain then explain_line(n, "is up to date") end
   self.held[#self.held + 1] = '{"event":"step_end","step":' .. core.json_encode(n.name) .. ',"status":"up to date"}'
   return true
@@ -698,6 +698,7 @@ function Run:step(i)
   local n = self.nodes[i]
   local rec = self.records[n.name]
   local pending = self.pending[i]
+  self.pending[i] = nil
   rec.started = core.time()
   self:log(string.format('{"event":"step_start","step":%s,"time":%.6f%s}', core.json_encode(n.name), rec.started,
                          pending and (',"fingerprint":"' .. pending.fp .. '"') or ""))

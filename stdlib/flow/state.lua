@@ -42,7 +42,7 @@ end
 -- One step_end line of a journal -> (name, record) when it is a success.
 local function record_of(ev)
   if ev.event ~= "step_end" or ev.status ~= "ok" or type(ev.step) ~= "string" then return nil end
-  return ev.step, { fp = ev.fingerprint, parts = ev.parts, outputs = ev.outputs or {}, time = ev.time, run = ev.run }
+  return ev.step, { fp = ev.fingerprint, parts = ev.parts, outputs = ev.outputs or {}, time = ev.time }
 end
 
 -- The events of a journal; a torn last line (a kill mid-write) is skipped.
@@ -69,11 +69,8 @@ local function fold_journals(steps, current)
     if id ~= "latest" and id ~= current and not core.exists(dir .. "/merged") then
       local events = M.read_journal(dir .. "/journal.jsonl")
       for _, ev in ipairs(events or {}) do
-        if ev.event == "step_end" and ev.status == "ok" then
-          local name, rec = record_of(ev)
-          rec.run = rec.run or id
-          if name and newer(rec, steps[name]) then steps[name] = rec end
-        end
+        local name, rec = record_of(ev)
+        if name and newer(rec, steps[name]) then steps[name] = rec end
       end
       folded[#folded + 1] = id
     end
