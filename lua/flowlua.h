@@ -12,8 +12,9 @@ struct loop;
 
 /* A fresh engine state: standard libraries, the embedded stdlib searcher,
  * the C modules (flow.core, flow.dag, flow.proc, flow.sched) and the globals
- * that pipeline scripts see.  The state owns `loop`. */
-lua_State *flow_state_new(void);
+ * that pipeline scripts see.  The state owns `loop`.  NULL with the reason in
+ * err if the event loop or the state cannot be made. */
+lua_State *flow_state_new(char *err, size_t errlen);
 void flow_state_close(lua_State *L);
 struct loop *flow_state_loop(lua_State *L);
 
