@@ -1,6 +1,7 @@
 /* l_core.c — module flow.core: the small file-system, JSON and template
  * primitives the stdlib is written with. */
 #include "flowlua.h"
+#include "commit.h"
 #include "template.h"
 #include "loop.h"
 #include "ui.h"
