@@ -13,8 +13,15 @@ CFLAGS  += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=address,undefined
 BUILD   := build-asan
 endif
-PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# pkg-config runs when a recipe first needs its output, once, not when the
+# Makefile is read: `make deps` must work on a machine that lacks what it
+# installs.  A missing package stops the build with its name.
+pkg_missing = $(strip $(foreach p,$(PKGS),$(if $(shell pkg-config --exists $(p) 2>/dev/null && echo y),,$(p))))
+pkg_tool    = $(if $(shell command -v pkg-config 2>/dev/null),,$(error pkg-config not found; `make deps` installs it))
+pkg_check   = $(pkg_tool)$(if $(pkg_missing),$(error missing packages (pkg-config names): $(pkg_missing); `make deps` installs them))
+pkg_config  = $(pkg_check)$(shell pkg-config $(1) $(PKGS))
+PKG_CFLAGS = $(eval PKG_CFLAGS := $(call pkg_config,--cflags))$(PKG_CFLAGS)
+PKG_LIBS   = $(eval PKG_LIBS := $(call pkg_config,--libs))$(PKG_LIBS)
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -iquote engine -iquote lua -iquote $(BUILD) $(PKG_CFLAGS) -MMD -MP
 
 ENGINE_SRC := $(wildcard engine/*.c engine/azureml/*.c)

@@ -194,6 +194,9 @@ struct yload {
     struct yanchor *anchors;
     size_t nanchors, capanchors;
     cJSON *root;
+    /* `<<:` sources whose mapping has ended: an anchor set on one (`<<: &base {..}`) may
+     * still be aliased later in the file, so they live until the parse ends. */
+    cJSON *spent_merges;
     size_t nodes;
     int docs;
     char *err;
@@ -472,8 +475,17 @@ static int yend(struct yload *y, const yaml_event_t *ev)
         }
     }
     yclose_anchors(y, f->node);
-    cJSON_Delete(f->merges);
+    if (f->merges) {
+        if (!y->spent_merges && !(y->spent_merges = cJSON_CreateArray())) {
+            cJSON_Delete(f->merges);
+            rc = -1;
+        } else {
+            cJSON_AddItemToArray(y->spent_merges, f->merges);
+        }
+        f->merges = NULL;
+    }
     cJSON_free(f->key);
+    f->key = NULL;
     y->depth--;
     return rc;
 }
@@ -575,6 +587,7 @@ cJSON *cfg_parse_yaml(const char *text, size_t len, const char *file,
     for (size_t i = 0; i < y->nanchors; i++)
         free(y->anchors[i].name);
     free(y->anchors);
+    cJSON_Delete(y->spent_merges);
     yaml_parser_delete(&y->parser);
     cJSON *root = y->root;
     free(y);

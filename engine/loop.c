@@ -13,6 +13,8 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+/* fn is NULL once unwatched: the watcher may still be named by an event later in
+ * the batch being dispatched, so it is freed only after that batch. */
 struct watcher { int fd; loop_fd_fn fn; void *arg; };
 struct timer { unsigned long id; double when; loop_timer_fn fn; void *arg; };
 
@@ -20,6 +22,9 @@ struct loop {
     int epfd, sigfd;
     struct watcher **watchers;      /* indexed by fd */
     size_t n_watchers;
+    struct watcher **retired;       /* unwatched during a dispatch, freed after it */
+    size_t n_retired, cap_retired;
+    int dispatching;                /* depth: a callback may run the loop itself */
     struct timer *timers;           /* sorted by `when` */
     size_t n_timers, cap_timers;
     unsigned long next_timer_id;
@@ -27,24 +32,31 @@ struct loop {
     sigset_t saved_mask;
 };
 
-struct loop *loop_new(void)
+struct loop *loop_new(char *err, size_t errlen)
 {
     struct loop *loop = xcalloc(1, sizeof *loop);
-    loop->epfd = epoll_create1(EPOLL_CLOEXEC);
+    loop->epfd = loop->sigfd = -1;
     sigset_t mask;
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
     sigprocmask(SIG_BLOCK, &mask, &loop->saved_mask);
-    loop->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (loop->epfd < 0 || loop->sigfd < 0) {
-        fprintf(stderr, "flow: cannot create the event loop: %s\n", strerror(errno));
-        exit(2);
-    }
     struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
-    epoll_ctl(loop->epfd, EPOLL_CTL_ADD, loop->sigfd, &ev);
+    if ((loop->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+        (loop->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK)) < 0 ||
+        epoll_ctl(loop->epfd, EPOLL_CTL_ADD, loop->sigfd, &ev) != 0) {
+        errf(err, errlen, "cannot create the event loop: %s", strerror(errno));
+        loop_free(loop);
+        return NULL;
+    }
     loop->next_timer_id = 1;
     return loop;
+}
+
+static void free_retired(struct loop *loop)
+{
+    for (size_t i = 0; i < loop->n_retired; i++) free(loop->retired[i]);
+    loop->n_retired = 0;
 }
 
 void loop_free(struct loop *loop)
@@ -52,15 +64,21 @@ void loop_free(struct loop *loop)
     if (!loop) return;
     for (size_t i = 0; i < loop->n_watchers; i++) free(loop->watchers[i]);
     free(loop->watchers);
+    free_retired(loop);
+    free(loop->retired);
     free(loop->timers);
-    close(loop->epfd);
-    close(loop->sigfd);
+    if (loop->epfd >= 0) close(loop->epfd);
+    if (loop->sigfd >= 0) close(loop->sigfd);
     sigprocmask(SIG_SETMASK, &loop->saved_mask, NULL);
     free(loop);
 }
 
 int loop_watch(struct loop *loop, int fd, unsigned events, loop_fd_fn fn, void *arg)
 {
+    if (fd < 0) {
+        errno = EBADF;
+        return -1;
+    }
     if ((size_t)fd >= loop->n_watchers) {
         size_t n = (size_t)fd * 2 + 16;
         loop->watchers = xrealloc(loop->watchers, n * sizeof *loop->watchers);
@@ -68,21 +86,36 @@ int loop_watch(struct loop *loop, int fd, unsigned events, loop_fd_fn fn, void *
         loop->n_watchers = n;
     }
     struct watcher *w = loop->watchers[fd];
-    int op = w ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-    if (!w) w = loop->watchers[fd] = xmalloc(sizeof *w);
-    *w = (struct watcher){ fd, fn, arg };
+    bool added = !w;
+    if (added) w = xmalloc(sizeof *w);
     struct epoll_event ev = { .data.ptr = w };
     if (events & LOOP_READ) ev.events |= EPOLLIN;
     if (events & LOOP_WRITE) ev.events |= EPOLLOUT;
-    return epoll_ctl(loop->epfd, op, fd, &ev);
+    if (epoll_ctl(loop->epfd, added ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev) != 0) {
+        int saved = errno;
+        if (added) free(w);          /* a modified watcher keeps its old callback */
+        errno = saved;
+        return -1;
+    }
+    *w = (struct watcher){ fd, fn, arg };
+    loop->watchers[fd] = w;
+    return 0;
 }
 
 void loop_unwatch(struct loop *loop, int fd)
 {
     if (fd < 0 || (size_t)fd >= loop->n_watchers || !loop->watchers[fd]) return;
+    struct watcher *w = loop->watchers[fd];
+    /* Callers unwatch before they close the fd, so this does not fail. */
     epoll_ctl(loop->epfd, EPOLL_CTL_DEL, fd, NULL);
-    free(loop->watchers[fd]);
     loop->watchers[fd] = NULL;
+    if (!loop->dispatching) {
+        free(w);
+        return;
+    }
+    w->fn = NULL;
+    ARRAY_GROW(loop->retired, loop->n_retired, loop->cap_retired);
+    loop->retired[loop->n_retired++] = w;
 }
 
 unsigned long loop_add_timer(struct loop *loop, double delay_s, loop_timer_fn fn, void *arg)
@@ -137,16 +170,20 @@ void loop_run_once(struct loop *loop, double max_wait_s)
     int timeout_ms = wait < 0 ? -1 : (int)ceil(wait * 1000);
     struct epoll_event evs[64];
     int n = epoll_wait(loop->epfd, evs, 64, timeout_ms);
+    /* A callback may unwatch (and close, and reuse the number of) this or a later fd
+     * in evs: an unwatched watcher stays allocated, with no fn, until the outermost
+     * dispatch is over, so every data.ptr in evs stays valid and is never confused
+     * with a newer watcher of the same fd. */
+    loop->dispatching++;
     for (int i = 0; i < n; i++) {
         struct watcher *w = evs[i].data.ptr;
         if (!w) { drain_signals(loop); continue; }
         unsigned events = 0;
         if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) events |= LOOP_READ;
         if (evs[i].events & EPOLLOUT) events |= LOOP_WRITE;
-        /* A callback may unwatch this or a later fd in evs: look the watcher up again. */
-        int fd = w->fd;
-        if ((size_t)fd < loop->n_watchers && loop->watchers[fd] == w) w->fn(w->arg, fd, events);
+        if (w->fn) w->fn(w->arg, w->fd, events);
     }
+    if (--loop->dispatching == 0) free_retired(loop);
     fire_due_timers(loop);
 }
 

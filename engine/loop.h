@@ -4,6 +4,7 @@
 #define FLOW_LOOP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 struct loop;
 typedef void (*loop_fd_fn)(void *arg, int fd, unsigned events);
@@ -11,10 +12,15 @@ typedef void (*loop_timer_fn)(void *arg);
 
 enum { LOOP_READ = 1, LOOP_WRITE = 2 };
 
-struct loop *loop_new(void);
+/* NULL with the reason in err if the kernel refuses an epoll or signalfd. */
+struct loop *loop_new(char *err, size_t errlen);
 void loop_free(struct loop *loop);
 
+/* Calls fn from loop_run_once while fd is ready; watching an fd again replaces
+ * its callback.  -1 with errno set if epoll refuses the fd (nothing changes then). */
 int loop_watch(struct loop *loop, int fd, unsigned events, loop_fd_fn fn, void *arg);
+/* Safe from a callback, for any fd, including one with an event still pending in
+ * the batch being dispatched (that event is then dropped). */
 void loop_unwatch(struct loop *loop, int fd);
 
 /* One-shot timer; returns an id for loop_cancel_timer (ids are never reused). */

@@ -145,15 +145,20 @@ static char **build_env(char *const *extra, size_t *n_out)
     return env;
 }
 
+/* 0, or an errno value with nothing left to destroy. */
 static int setup_spawn(const struct proc_spec *spec, int out_w, int err_w,
                        posix_spawn_file_actions_t *fa, posix_spawnattr_t *attr)
 {
-    posix_spawn_file_actions_init(fa);
-    posix_spawn_file_actions_addopen(fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(fa, out_w, 1);
-    posix_spawn_file_actions_adddup2(fa, err_w, 2);
-    if (spec->cwd) posix_spawn_file_actions_addchdir_np(fa, spec->cwd);
-    posix_spawnattr_init(attr);
+    int rc = posix_spawn_file_actions_init(fa);
+    if (rc != 0) return rc;
+    if ((rc = posix_spawn_file_actions_addopen(fa, 0, "/dev/null", O_RDONLY, 0)) != 0 ||
+        (rc = posix_spawn_file_actions_adddup2(fa, out_w, 1)) != 0 ||
+        (rc = posix_spawn_file_actions_adddup2(fa, err_w, 2)) != 0 ||
+        (spec->cwd && (rc = posix_spawn_file_actions_addchdir_np(fa, spec->cwd)) != 0) ||
+        (rc = posix_spawnattr_init(attr)) != 0) {
+        posix_spawn_file_actions_destroy(fa);
+        return rc;
+    }
     sigset_t mask, defaults;
     loop_child_sigmask(&mask);
     sigemptyset(&defaults);
@@ -161,11 +166,15 @@ static int setup_spawn(const struct proc_spec *spec, int out_w, int err_w,
     sigaddset(&defaults, SIGTERM);
     sigaddset(&defaults, SIGPIPE);
     sigaddset(&defaults, SIGCHLD);
-    posix_spawnattr_setsigmask(attr, &mask);
-    posix_spawnattr_setsigdefault(attr, &defaults);
-    posix_spawnattr_setpgroup(attr, 0);
-    return posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-                                          POSIX_SPAWN_SETPGROUP);
+    if ((rc = posix_spawnattr_setsigmask(attr, &mask)) != 0 ||
+        (rc = posix_spawnattr_setsigdefault(attr, &defaults)) != 0 ||
+        (rc = posix_spawnattr_setpgroup(attr, 0)) != 0 ||
+        (rc = posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                             POSIX_SPAWN_SETPGROUP)) != 0) {
+        posix_spawn_file_actions_destroy(fa);
+        posix_spawnattr_destroy(attr);
+    }
+    return rc;
 }
 
 static int start(struct proc *p, const struct proc_spec *spec, char *err, size_t errlen)
@@ -179,10 +188,15 @@ static int start(struct proc *p, const struct proc_spec *spec, char *err, size_t
     }
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
-    setup_spawn(spec, out[1], errp[1], &fa, &attr);
+    int rc = setup_spawn(spec, out[1], errp[1], &fa, &attr);
+    if (rc != 0) {
+        errf(err, errlen, "cannot run %s: %s", spec->argv[0], strerror(rc));
+        close(out[0]); close(out[1]); close(errp[0]); close(errp[1]);
+        return -1;
+    }
     size_t n_env;
     char **env = build_env(spec->env_extra, &n_env);
-    int rc = posix_spawnp(&p->pid, spec->argv[0], &fa, &attr, spec->argv, env);
+    rc = posix_spawnp(&p->pid, spec->argv[0], &fa, &attr, spec->argv, env);
     free(env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
@@ -234,9 +248,13 @@ struct proc *proc_spawn(struct loop *loop, const struct proc_spec *spec,
     }
     fcntl(p->out_fd, F_SETFL, O_NONBLOCK);
     fcntl(p->err_fd, F_SETFL, O_NONBLOCK);
-    loop_watch(loop, p->out_fd, LOOP_READ, on_output, p);
-    loop_watch(loop, p->err_fd, LOOP_READ, on_output, p);
-    loop_watch(loop, p->pidfd, LOOP_READ, on_pidfd, p);
+    if (loop_watch(loop, p->out_fd, LOOP_READ, on_output, p) != 0 ||
+        loop_watch(loop, p->err_fd, LOOP_READ, on_output, p) != 0 ||
+        loop_watch(loop, p->pidfd, LOOP_READ, on_pidfd, p) != 0) {
+        errf(err, errlen, "cannot watch %s: %s", spec->argv[0], strerror(errno));
+        proc_free(p);                /* stops it: a process nobody watches must not run */
+        return NULL;
+    }
     if (spec->timeout_s > 0) p->timer = loop_add_timer(loop, spec->timeout_s, on_timeout, p);
     return p;
 }

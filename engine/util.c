@@ -155,33 +155,6 @@ int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
-int write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen)
-{
-    char *tmp = xasprintf("%s.tmp-%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        errf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
-        errf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        return -1;
-    }
-    close(fd);
-    if (rename(tmp, path) != 0) {
-        errf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
-        free(tmp);
-        return -1;
-    }
-    free(tmp);
-    return 0;
-}
-
 char *read_file(const char *path, size_t *len)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);

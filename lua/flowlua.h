@@ -12,8 +12,9 @@ struct loop;
 
 /* A fresh engine state: standard libraries, the embedded stdlib searcher,
  * the C modules (flow.core, flow.dag, flow.proc, flow.sched) and the globals
- * that pipeline scripts see.  The state owns `loop`. */
-lua_State *flow_state_new(void);
+ * that pipeline scripts see.  The state owns `loop`.  NULL with the reason in
+ * err if the event loop or the state cannot be made. */
+lua_State *flow_state_new(char *err, size_t errlen);
 void flow_state_close(lua_State *L);
 struct loop *flow_state_loop(lua_State *L);
 
@@ -62,7 +63,7 @@ int flow_push_code(lua_State *L, int idx);
 struct luaL_Reg;
 /* Raise `msg` as it is: no "file:line:" of the C function in front. */
 int flow_raise(lua_State *L, const char *msg);
-/* Field `key` of the table at idx as a string (it stays alive in the table), or NULL. */
+/* Field `key` of the table at idx if it is a string (it stays alive in the table), or NULL. */
 const char *flow_field_string(lua_State *L, int idx, const char *key);
 /* A userdata metatable `name` with `methods` as __index and `gc` as __gc. */
 void flow_new_class(lua_State *L, const char *name, const struct luaL_Reg *methods, lua_CFunction gc);

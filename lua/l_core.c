@@ -1,6 +1,7 @@
 /* l_core.c — module flow.core: the small file-system, JSON and template
  * primitives the stdlib is written with. */
 #include "flowlua.h"
+#include "commit.h"
 #include "template.h"
 #include "loop.h"
 #include "ui.h"
@@ -14,6 +15,7 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <lauxlib.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,18 +53,42 @@ static int l_json_decode(lua_State *L)
     return 1;
 }
 
-static int lookup_via_lua(void *ctx, const char *ns, const char *key, struct strbuf *out,
-                          char *err, size_t errlen)
+/* template_expand holds C memory while it calls back, so the Lua function runs
+ * protected; an error it raises stays on the stack and is raised again once
+ * template_expand has freed what it held. */
+struct lua_lookup { lua_State *L; bool raised; };
+
+/* (fn, ns, key as light userdata) -> fn's two results, a message made a string here */
+static int call_lookup(lua_State *L)
 {
-    lua_State *L = ctx;
-    lua_pushvalue(L, 2);
+    const char *ns = lua_touserdata(L, 2), *key = lua_touserdata(L, 3);
+    lua_settop(L, 1);
     lua_pushstring(L, ns);
     lua_pushstring(L, key);
     lua_call(L, 2, 2);
+    if (lua_type(L, -1) == LUA_TNUMBER) lua_tostring(L, -1);
+    return 2;
+}
+
+static int lookup_via_lua(void *ctx, const char *ns, const char *key, struct strbuf *out,
+                          char *err, size_t errlen)
+{
+    struct lua_lookup *lk = ctx;
+    lua_State *L = lk->L;
+    /* Nothing here allocates outside the protected call: a light C function,
+     * a copy of a stack slot, two light userdata. */
+    lua_pushcfunction(L, call_lookup);
+    lua_pushvalue(L, 2);
+    lua_pushlightuserdata(L, (void *)ns);
+    lua_pushlightuserdata(L, (void *)key);
+    if (lua_pcall(L, 3, 2, 0) != LUA_OK) {
+        lk->raised = true;
+        return -1;
+    }
     int rc = 0;
     if (lua_type(L, -2) == LUA_TSTRING) sb_adds(out, lua_tostring(L, -2));
     else {
-        errf(err, errlen, "%s", lua_isstring(L, -1) ? lua_tostring(L, -1) : "unknown reference");
+        errf(err, errlen, "%s", lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "unknown reference");
         rc = -1;
     }
     lua_pop(L, 2);
@@ -74,8 +100,11 @@ static int l_expand(lua_State *L)
 {
     const char *tmpl = luaL_checkstring(L, 1);
     luaL_checktype(L, 2, LUA_TFUNCTION);
+    lua_settop(L, 2);
     char err[1024];
-    char *s = template_expand(tmpl, lookup_via_lua, L, err, sizeof err);
+    struct lua_lookup lk = { L, false };
+    char *s = template_expand(tmpl, lookup_via_lua, &lk, err, sizeof err);
+    if (lk.raised) return lua_error(L);          /* the function's own error, on top */
     if (!s) { lua_pushnil(L); lua_pushstring(L, err); return 2; }
     lua_pushstring(L, s);
     free(s);

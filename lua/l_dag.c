@@ -26,7 +26,9 @@ static lua_Integer opt_integer(lua_State *L, int idx, const char *key, lua_Integ
 }
 
 /* Reads {{arg=, dataset=}, ...} at field `key` into a scratch array that
- * points into the Lua strings (dag_add_step copies them). */
+ * points into the Lua strings (dag_add_step copies them).  Raises nothing
+ * (add_step holds the other arrays): an entry without a dataset is left
+ * NULL for add_step to report. */
 static struct dag_io *read_io(lua_State *L, int idx, const char *key, size_t *n)
 {
     lua_getfield(L, idx, key);
@@ -35,26 +37,36 @@ static struct dag_io *read_io(lua_State *L, int idx, const char *key, size_t *n)
     for (size_t i = 0; i < *n; i++) {
         lua_rawgeti(L, -1, (lua_Integer)i + 1);
         int t = lua_gettop(L);
-        io[i].dataset = (char *)flow_field_string(L, t, "dataset");
-        io[i].arg = (char *)flow_field_string(L, t, "arg");
+        if (lua_istable(L, t)) {
+            io[i].dataset = (char *)flow_field_string(L, t, "dataset");
+            io[i].arg = (char *)flow_field_string(L, t, "arg");
+        }
         lua_pop(L, 1);
-        if (!io[i].dataset) { free(io); lua_pop(L, 1); luaL_error(L, "step %s without dataset", key); }
     }
     lua_pop(L, 1);
     return io;
 }
 
+static bool every_dataset_named(const struct dag_io *io, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!io[i].dataset) return false;
+    return true;
+}
+
+/* Strings only (a number's text would be a new string nothing keeps alive). */
 static char **read_strings(lua_State *L, int idx, const char *key, size_t *n)
 {
     lua_getfield(L, idx, key);
     *n = lua_istable(L, -1) ? lua_rawlen(L, -1) : 0;
     char **v = xcalloc(*n + 1, sizeof *v);
+    size_t k = 0;
     for (size_t i = 0; i < *n; i++) {
-        lua_rawgeti(L, -1, (lua_Integer)i + 1);
-        v[i] = (char *)lua_tostring(L, -1);
+        if (lua_rawgeti(L, -1, (lua_Integer)i + 1) == LUA_TSTRING) v[k++] = (char *)lua_tostring(L, -1);
         lua_pop(L, 1);
     }
     lua_pop(L, 1);
+    *n = k;
     return v;
 }
 
@@ -94,7 +106,13 @@ static long add_step(lua_State *L, struct dag *dag, int idx, int udata, char *er
     spec.tags = read_strings(L, idx, "tags", &spec.n_tags);
     read_dist(L, idx, &spec.dist);
     spec.udata = udata;
-    long rc = dag_add_step(dag, &spec, err, errlen);
+    long rc = -1;
+    if (!every_dataset_named(spec.inputs, spec.n_inputs))
+        errf(err, errlen, "step %s: an input without dataset", spec.name);
+    else if (!every_dataset_named(spec.outputs, spec.n_outputs))
+        errf(err, errlen, "step %s: an output without dataset", spec.name);
+    else
+        rc = dag_add_step(dag, &spec, err, errlen);
     free(spec.inputs);
     free(spec.outputs);
     free(spec.tags);

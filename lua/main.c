@@ -8,8 +8,9 @@
 
 int main(int argc, char **argv)
 {
-    lua_State *L = flow_state_new();
-    if (!L) { fputs("flow: cannot create the Lua state (out of memory)\n", stderr); return 2; }
+    char err[256];
+    lua_State *L = flow_state_new(err, sizeof err);
+    if (!L) { fprintf(stderr, "flow: %s\n", err); return 2; }
     ui_init(UI_NORMAL, UI_PROGRESS_AUTO);
     int code = 2;
     lua_getglobal(L, "require");

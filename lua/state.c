@@ -25,16 +25,22 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar)
     if (deadline > 0 && monotonic_seconds() > deadline) luaL_error(L, "timed out");
 }
 
-lua_State *flow_state_new(void)
+lua_State *flow_state_new(char *err, size_t errlen)
 {
+    struct loop *loop = loop_new(err, errlen);
+    if (!loop) return NULL;
     lua_State *L = luaL_newstate();
-    if (!L) return NULL;
+    if (!L) {
+        loop_free(loop);
+        errf(err, errlen, "cannot create the Lua state (out of memory)");
+        return NULL;
+    }
     /* The main thread's extra space is copied into every new thread: NULL
      * there means "not a step coroutine". */
     memset(lua_getextraspace(L), 0, LUA_EXTRASPACE);
     luaL_openlibs(L);
     lua_sethook(L, interrupt_hook, LUA_MASKCOUNT, 1000000);
-    lua_pushlightuserdata(L, loop_new());
+    lua_pushlightuserdata(L, loop);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &loop_key);
     static const luaL_Reg modules[] = {
         { "flow.core", luaopen_flow_core },

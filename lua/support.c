@@ -12,7 +12,9 @@ int flow_raise(lua_State *L, const char *msg)
 const char *flow_field_string(lua_State *L, int idx, const char *key)
 {
     lua_getfield(L, idx, key);
-    const char *s = lua_tostring(L, -1);
+    /* Strings only: lua_tostring would turn a number into a new string on the
+     * stack, which the pop below would leave to the collector. */
+    const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
     lua_pop(L, 1);                 /* the string stays alive: it is in the table */
     return s;
 }

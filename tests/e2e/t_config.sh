@@ -156,6 +156,16 @@ test_config_dump_and_key() {
     contains "$ERR" "did you mean 'model.lr'?"
 }
 
+test_config_alias_of_an_anchor_set_on_a_merge_value() {
+    write conf/base/parameters.yml <<'Y'
+a: {<<: &base {x: 1}}
+b: *base
+Y
+    run_flow 0 config b
+    no_crash
+    contains "$OUT" "x: 1"
+}
+
 test_config_explain() {
     project
     run_flow 0 config --env prod --explain model.lr

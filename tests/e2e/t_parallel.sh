@@ -141,3 +141,29 @@ L
     run_flow 2 run --progress=fancy
     contains "$ERR" "--progress must be auto, live or plain"
 }
+
+# A step whose shell exits at once but whose background child writes later: while a
+# busy Lua step holds the loop, the exit and the late output become ready together,
+# and the exit's callback closes the pipe whose event is still in the same batch.
+# (The loop read the freed watcher; build-asan/flow reported it.)
+test_exit_and_late_output_in_one_batch() {
+    write pipeline.lua <<'L'
+local nodes = {}
+for i = 1, 6 do
+  nodes[#nodes + 1] = node{ name = "cmd" .. i,
+    command = "(sleep 0.05; echo late; touch late" .. i .. ") & exit 0" }
+  nodes[#nodes + 1] = node{ name = "busy" .. i, outputs = "o" .. i, func = function()
+    -- hold the loop until the background child has written (bounded: 20 s of CPU)
+    local t0 = os.clock()
+    while not io.open("late" .. i) and os.clock() - t0 < 20 do end
+    local x = 0
+    for k = 1, 1e6 do x = x + k end
+    return x
+  end }
+end
+return pipeline(nodes)
+L
+    run_flow 0 run -j 2
+    no_crash
+    contains "$ERR" "12 done"
+}

@@ -14,10 +14,12 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <lauxlib.h>
+#include <limits.h>
 #include <lualib.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -557,6 +559,55 @@ static void test_commit_across_file_systems(void)
     free(staging);
 }
 
+/* This binary's fsync: what the engine syncs, by path, while `recording`
+ * (the engine's calls resolve to it rather than to the C library's). */
+static bool recording;
+static char synced[32][PATH_MAX];
+static int n_synced;
+
+int fsync(int fd)
+{
+    if (recording && n_synced < 32) {
+        char link[64];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(link, synced[n_synced], PATH_MAX - 1);
+        if (n > 0) synced[n_synced++][n] = '\0';
+    }
+    return (int)syscall(SYS_fsync, fd);
+}
+
+static bool was_synced(const char *path)
+{
+    char real[PATH_MAX];
+    if (!realpath(path, real)) return false;
+    for (int i = 0; i < n_synced; i++)
+        if (strcmp(synced[i], real) == 0) return true;
+    return false;
+}
+
+/* Journal records point at files written this way: the new name must be on
+ * disk (its directory synced) before the call returns. */
+static void test_write_atomic_syncs_directory(void)
+{
+    put("wa/other", "x");
+    char *file = at("wa/value.bin"), *dir = at("wa");
+    n_synced = 0;
+    recording = true;
+    CHECK(write_file_atomic(file, "data", 4, err, sizeof err) == 0);
+    recording = false;
+    char *got = get("wa/value.bin");
+    CHECK_STR(got, "data");
+    free(got);
+    CHECK(was_synced(dir));
+    CHECK(count_entries("wa") == 2);                 /* no temporary file left */
+    free(file);
+    free(dir);
+    file = at("wa/missing/value.bin");
+    CHECK(write_file_atomic(file, "data", 4, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "cannot create");
+    free(file);
+}
+
 static void test_fsync_helpers(void)
 {
     put("sync/a/b", "b");
@@ -823,6 +874,7 @@ int main(void)
     RUN(test_commit_failure_leaves_final);
     RUN(test_commit_across_file_systems);
     RUN(test_fsync_helpers);
+    RUN(test_write_atomic_syncs_directory);
 
     L = new_state();
     RUN(test_lua_sha256);

@@ -402,6 +402,29 @@ static void test_anchors_aliases_merge_keys(void)
     project_done();
 }
 
+/* An anchor on a `<<:` value outlives the mapping it was merged into (it was freed with
+ * the mapping's merge list, and a later alias read freed memory). */
+static void test_anchor_on_merge_value(void)
+{
+    project_new();
+    put("conf/base/parameters.yml",
+        "a: {<<: &base {x: 1, y: [2, 3]}}\n"
+        "b: *base\n"
+        "c:\n  <<: [&two {z: 4}]\n"
+        "d: {<<: *two, w: 5}\n");
+    struct config *cfg = load_ok(NULL);
+    CHECK(cfg != NULL);
+    CHECK(num(cfg, "parameters", "a.x") == 1);
+    CHECK(num(cfg, "parameters", "b.x") == 1);
+    CHECK(num(cfg, "parameters", "b.y.1") == 3);
+    CHECK(num(cfg, "parameters", "c.z") == 4);
+    CHECK(num(cfg, "parameters", "d.z") == 4);
+    CHECK(num(cfg, "parameters", "d.w") == 5);
+    CHECK_STR(config_origin(cfg, "parameters", "b"), "conf/base/parameters.yml:2");
+    config_free(cfg);
+    project_done();
+}
+
 static void test_parameters_subdirectory(void)
 {
     project_new();
@@ -1047,6 +1070,7 @@ int main(void)
     RUN(test_yaml_syntax_error);
     RUN(test_json_files);
     RUN(test_anchors_aliases_merge_keys);
+    RUN(test_anchor_on_merge_value);
     RUN(test_parameters_subdirectory);
     RUN(test_interpolation_env);
     RUN(test_interpolation_missing_env);

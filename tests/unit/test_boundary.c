@@ -1,0 +1,156 @@
+/* test_boundary.c — the C<->Lua boundary under errors: a Lua error raised while
+ * C code holds heap memory (a template lookup that fails, a bad process spec)
+ * frees that memory, and a bad spec starts no process.  Runs on a full engine
+ * state (flow_state_new), from a throwaway working directory. */
+#include "check.h"
+#include "flowlua.h"
+
+#include <ftw.h>
+#include <lauxlib.h>
+#include <malloc.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static lua_State *L;
+static char dir[64];
+
+/* Runs a chunk; a failure is a failed check with its message. */
+static void lua_ok(const char *code)
+{
+    if (luaL_dostring(L, code) != LUA_OK) {
+        fprintf(stderr, "  lua: %s\n", lua_tostring(L, -1));
+        CHECK(!"lua chunk failed");
+    }
+    lua_settop(L, 0);
+}
+
+/* Bytes the C heap holds after a full collection (0 under ASan, whose
+ * allocator glibc does not see: the leak checker covers that build). */
+static size_t heap_in_use(void)
+{
+    lua_gc(L, LUA_GCCOLLECT);
+    lua_gc(L, LUA_GCCOLLECT);
+    return mallinfo2().uordblks;
+}
+
+/* Runs `code` (which repeats a failing call many times) and checks the heap
+ * did not grow by what those calls would leak. */
+static void no_growth(const char *code)
+{
+    lua_ok(code);                               /* once to warm up caches and tables */
+    size_t before = heap_in_use();
+    lua_ok(code);
+    size_t after = heap_in_use();
+    if (after > before + (1u << 20)) {
+        fprintf(stderr, "  heap grew by %zu bytes\n", after - before);
+        CHECK(after <= before + (1u << 20));
+    }
+}
+
+static void test_expand_lookup_error_is_raised_as_is(void)
+{
+    lua_ok("local core = require('flow.core')\n"
+           "local token = {}\n"
+           "local ok, e = pcall(core.expand, 'x ${params.a} y', function() error(token) end)\n"
+           "assert(not ok and e == token, 'the error object changed: ' .. tostring(e))\n"
+           "ok, e = pcall(core.expand, '${inputs.a}', function() error('boom', 0) end)\n"
+           "assert(not ok and e == 'boom', tostring(e))\n"
+           "assert(core.expand('<${params.a}>', function(ns, k) return ns .. ':' .. k end) == '<params:a>')\n"
+           "local s, m = core.expand('${params.a}', function() return nil, 'no such parameter' end)\n"
+           "assert(s == nil and m == 'no such parameter', tostring(m))\n"
+           "s, m = core.expand('${params.a}', function() return nil, 42 end)\n"
+           "assert(s == nil and m == '42', tostring(m))\n"
+           "s, m = core.expand('${params.a}', function() end)\n"
+           "assert(s == nil and m == 'unknown reference', tostring(m))\n"
+           "ok, e = pcall(core.expand, '${params.a}', function() coroutine.yield() end)\n"
+           "assert(not ok and tostring(e):find('yield'), tostring(e))\n");
+}
+
+static void test_expand_lookup_error_frees_the_expansion(void)
+{
+    no_growth("local core = require('flow.core')\n"
+              "local t = string.rep('x', 8192) .. '${params.a}'\n"
+              "for i = 1, 2000 do\n"
+              "  assert(not pcall(core.expand, t, function() error('boom') end))\n"
+              "end\n");
+}
+
+static void test_spawn_bad_spec_frees_what_was_read(void)
+{
+    no_growth("local proc = require('flow.proc')\n"
+              "local argv = { 'true' }\n"
+              "for i = 2, 512 do argv[i] = 'arg' .. i end\n"
+              "for i = 1, 2000 do\n"
+              "  assert(not pcall(proc.spawn, { argv = argv, env = { 'A=1', {} } }))\n"
+              "end\n"
+              "for i = 1, 300 do\n"
+              "  assert(not pcall(proc.spawn_group, { { argv = argv }, { argv = argv }, { argv = 'sh' } }))\n"
+              "end\n");
+}
+
+static void test_spawn_group_bad_spec_starts_nothing(void)
+{
+    lua_ok("local proc = require('flow.proc')\n"
+           "local first = { argv = { 'sh', '-c', 'touch started' } }\n"
+           "local ok, e = pcall(proc.spawn_group, { first, { argv = { 'true', {} } } })\n"
+           "proc.sleep(1)                       -- time enough for a stray first process\n"
+           "assert(io.open('started') == nil, 'a process started although a later spec was bad')\n"
+           "assert(not ok and e:find('argv%[2%] is not a string'), e)\n"
+           "ok, e = pcall(proc.spawn, { argv = { 'true' }, env = { 'A=1', {} } })\n"
+           "assert(not ok and e:find('env%[2%] is not a string'), e)\n"
+           "ok, e = pcall(proc.spawn_group, { first, 'sh' })\n"
+           "assert(not ok and e:find('process 2 is not a table'), e)\n");
+}
+
+static void test_spawn_and_group_results(void)
+{
+    lua_ok("local proc = require('flow.proc')\n"
+           "local r = assert(proc.spawn { argv = { 'sh', '-c', 'echo out; echo err >&2; exit 3' }, capture = true })\n"
+           "assert(r.code == 3 and r.stdout == 'out\\n' and r.stderr == 'err\\n', r.stdout .. r.stderr)\n"
+           "local r2, e = proc.spawn { argv = { 'no-such-command-flow-test' } }\n"
+           "assert(r2 == nil and e:find('command not found'), e)\n"
+           "local g = assert(proc.spawn_group { { argv = { 'true' } }, { argv = { 'sh', '-c', 'exit 2' } } })\n"
+           "assert(g.failed == 2 and g.results[2].code == 2 and #g.results == 2)\n"
+           "local g2, e2 = proc.spawn_group { { argv = { 'sleep', '30' } }, { argv = { 'no-such-command-flow-test' } } }\n"
+           "assert(g2 == nil and e2:find('command not found'), e2)\n");
+}
+
+static void test_dag_build_bad_step_frees_what_was_read(void)
+{
+    lua_ok("local dag = require('flow.dag')\n"
+           "local ok, e = pcall(dag.build, { { name = 'a', outputs = { { arg = 'x' } } } }, {})\n"
+           "assert(not ok and e:find('step a: an output without dataset'), e)\n"
+           "local g = dag.build({ { name = 'b', tags = { 7, 't' }, outputs = { { dataset = 'd' } } } }, {})\n"
+           "assert(g:count() == 1)\n");
+    no_growth("local dag = require('flow.dag')\n"
+              "local inputs = {}\n"
+              "for i = 1, 512 do inputs[i] = { dataset = 'd' .. i } end\n"
+              "local steps = { { name = 'a', inputs = inputs, outputs = { {} } } }\n"
+              "for i = 1, 2000 do assert(not pcall(dag.build, steps, {})) end\n");
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st; (void)flag; (void)ftw;
+    return remove(path);
+}
+
+int main(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/flow-test-boundary-XXXXXX");
+    if (!mkdtemp(dir) || chdir(dir) != 0) { perror(dir); return 1; }
+    char err[256];
+    L = flow_state_new(err, sizeof err);
+    if (!L) { fprintf(stderr, "flow_state_new: %s\n", err); return 1; }
+    RUN(test_expand_lookup_error_is_raised_as_is);
+    RUN(test_expand_lookup_error_frees_the_expansion);
+    RUN(test_spawn_bad_spec_frees_what_was_read);
+    RUN(test_spawn_group_bad_spec_starts_nothing);
+    RUN(test_spawn_and_group_results);
+    RUN(test_dag_build_bad_step_frees_what_was_read);
+    flow_state_close(L);
+    if (chdir("/") != 0) perror("/");
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return CHECK_DONE("boundary");
+}
