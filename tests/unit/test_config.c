@@ -976,6 +976,23 @@ static void test_hostile_input(void)
         CHECK_CONTAINS(err, "conf/base/parameters.json:1:9: NUL byte");
         project_done();
     }
+    {   /* a file over 64 MiB is refused by name, not read whole (sparse: costs no disk) */
+        char err[1024];
+        project_new();
+        put("conf/base/parameters.yml", "a: 1\n");
+        CHECK(truncate("conf/base/parameters.yml", (64L << 20) + 1) == 0);
+        CHECK(load(NULL, err, sizeof err) == NULL);
+        CHECK_CONTAINS(err, "conf/base/parameters.yml: file larger than 64 MiB");
+        CHECK(truncate("conf/base/parameters.yml", 64L << 20) == 0);   /* at the limit: read */
+        CHECK(load(NULL, err, sizeof err) == NULL);
+        CHECK_CONTAINS(err, "conf/base/parameters.yml:2:1:");   /* parsed: the zeros are bad YAML */
+        chmod("conf/base/parameters.yml", 0);
+        if (geteuid() != 0) {          /* root reads it anyway */
+            CHECK(load(NULL, err, sizeof err) == NULL);
+            CHECK_CONTAINS(err, "conf/base/parameters.yml: cannot open: Permission denied");
+        }
+        project_done();
+    }
 
     /* garbage of every byte value never crashes */
     unsigned seed = 12345;
