@@ -94,6 +94,8 @@ void cfg_add_secret(struct config *cfg, const char *s)
     cfg->secrets[cfg->nsecrets++] = xstrdup(s);
 }
 
+void config_add_secret(struct config *cfg, const char *text) { cfg_add_secret(cfg, text); }
+
 char *config_redact(const struct config *cfg, const char *text)
 {
     if (!text)

@@ -88,6 +88,10 @@ char *config_dump_yaml(const struct config *cfg, const char *section, const char
  * interpolated into it. */
 char *config_redact(const struct config *cfg, const char *text);
 
+/* Adds text to the secrets config_redact masks, unless shorter than 4 characters: for a
+ * credential flow hands to a process in another form than a string (a numeric password). */
+void config_add_secret(struct config *cfg, const char *text);
+
 /* The existing dotted key closest to `dotted` (edit distance), for "did you mean"; NULL
  * when nothing is reasonably close. */
 char *config_closest_key(const struct config *cfg, const char *section, const char *dotted);

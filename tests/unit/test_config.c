@@ -901,6 +901,16 @@ static void test_credentials_redaction(void)
     CHECK(text && !strstr(text, "hunter2secret"));
     CHECK_CONTAINS(text, "conf/local/credentials.yml:3");
     free(text);
+
+    /* a number is no secret until flow hands it to a process as text; short text never is */
+    r = config_redact(cfg, "port 5432, bob");
+    CHECK_STR(r, "port 5432, bob");
+    free(r);
+    config_add_secret(cfg, "5432");
+    config_add_secret(cfg, "bob");
+    r = config_redact(cfg, "port 5432, bob");
+    CHECK_STR(r, "port ***, bob");
+    free(r);
     config_free(cfg);
     project_done();
 
