@@ -27,136 +27,6 @@ static cJSON empty_object = {.type = cJSON_Object};
 
 /* ---- small utilities ---------------------------------------------------------------- */
 
-static int buf_reserve(struct cfg_buf *b, size_t extra)
-{
-    if (b->failed)
-        return -1;
-    if (b->len + extra < b->cap)
-        return 0;
-    size_t cap = b->cap ? b->cap : 64;
-    while (cap <= b->len + extra) {
-        if (cap > SIZE_MAX / 2)
-            return b->failed = 1, -1;
-        cap *= 2;
-    }
-    char *s = realloc(b->s, cap);
-    if (!s)
-        return b->failed = 1, -1;
-    b->s = s, b->cap = cap;
-    return 0;
-}
-
-void cfg_buf_add(struct cfg_buf *b, const char *s, size_t n)
-{
-    if (buf_reserve(b, n) < 0)
-        return;
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = '\0';
-}
-
-void cfg_buf_puts(struct cfg_buf *b, const char *s) { cfg_buf_add(b, s, strlen(s)); }
-
-void cfg_buf_printf(struct cfg_buf *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0 || buf_reserve(b, (size_t)n) < 0) {
-        b->failed = 1;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-char *cfg_buf_take(struct cfg_buf *b)
-{
-    char *s = b->failed ? NULL : b->s ? b->s : strdup("");
-    if (b->failed)
-        free(b->s);
-    *b = (struct cfg_buf){0};
-    return s;
-}
-
-void cfg_buf_free(struct cfg_buf *b)
-{
-    free(b->s);
-    *b = (struct cfg_buf){0};
-}
-
-static size_t hash_ptr(const void *p)
-{
-    uint64_t x = (uint64_t)(uintptr_t)p;
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    return (size_t)x;
-}
-
-static size_t hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return (size_t)h;
-}
-
-static size_t ptrmap_slot(const struct cfg_ptrmap *m, const void *key)
-{
-    size_t i = hash_ptr(key) & (m->cap - 1);
-    while (m->keys[i] && m->keys[i] != key)
-        i = (i + 1) & (m->cap - 1);
-    return i;
-}
-
-static int ptrmap_grow(struct cfg_ptrmap *m)
-{
-    struct cfg_ptrmap bigger = {0};
-    bigger.cap = m->cap ? m->cap * 2 : 64;
-    bigger.keys = calloc(bigger.cap, sizeof *bigger.keys);
-    bigger.vals = calloc(bigger.cap, sizeof *bigger.vals);
-    if (!bigger.keys || !bigger.vals) {
-        cfg_ptrmap_free(&bigger);
-        return -1;
-    }
-    for (size_t i = 0; i < m->cap; i++)
-        if (m->keys[i]) {
-            size_t j = ptrmap_slot(&bigger, m->keys[i]);
-            bigger.keys[j] = m->keys[i], bigger.vals[j] = m->vals[i];
-        }
-    bigger.n = m->n;
-    free(m->keys);
-    free(m->vals);
-    *m = bigger;
-    return 0;
-}
-
-int cfg_ptrmap_put(struct cfg_ptrmap *m, const void *key, void *val)
-{
-    if ((m->n + 1) * 2 > m->cap && ptrmap_grow(m) < 0)
-        return -1;
-    size_t i = ptrmap_slot(m, key);
-    m->n += !m->keys[i];
-    m->keys[i] = key, m->vals[i] = val;
-    return 0;
-}
-
-void *cfg_ptrmap_get(const struct cfg_ptrmap *m, const void *key)
-{
-    return m->cap ? m->vals[ptrmap_slot(m, key)] : NULL;
-}
-
-void cfg_ptrmap_free(struct cfg_ptrmap *m)
-{
-    free(m->keys);
-    free(m->vals);
-    *m = (struct cfg_ptrmap){0};
-}
-
 char *cfg_key_dup(const char *s, size_t n)
 {
     char *k = cJSON_malloc(n + 1);
@@ -213,32 +83,25 @@ size_t cfg_tree_size(const cJSON *node)
 
 /* ---- secrets and errors ------------------------------------------------------------- */
 
-int cfg_add_secret(struct config *cfg, const char *s)
+void cfg_add_secret(struct config *cfg, const char *s)
 {
     if (!s || strlen(s) < CFG_SECRET_MIN)
-        return 0;
+        return;
     for (size_t i = 0; i < cfg->nsecrets; i++)
         if (strcmp(cfg->secrets[i], s) == 0)
-            return 0;
-    if (cfg->nsecrets == cfg->capsecrets) {
-        size_t cap = cfg->capsecrets ? cfg->capsecrets * 2 : 8;
-        char **v = realloc(cfg->secrets, cap * sizeof *v);
-        if (!v)
-            return -1;
-        cfg->secrets = v, cfg->capsecrets = cap;
-    }
-    if (!(cfg->secrets[cfg->nsecrets] = strdup(s)))
-        return -1;
-    cfg->nsecrets++;
-    return 0;
+            return;
+    ARRAY_GROW(cfg->secrets, cfg->nsecrets, cfg->capsecrets);
+    cfg->secrets[cfg->nsecrets++] = xstrdup(s);
 }
+
+void config_add_secret(struct config *cfg, const char *text) { cfg_add_secret(cfg, text); }
 
 char *config_redact(const struct config *cfg, const char *text)
 {
     if (!text)
         return NULL;
-    struct cfg_buf b = {0};
-    cfg_buf_add(&b, "", 0);
+    struct strbuf b = STRBUF_INIT;
+    sb_add(&b, "", 0);
     for (const char *p = text; *p;) {
         size_t best = 0;
         for (size_t i = 0; cfg && i < cfg->nsecrets; i++) {
@@ -248,12 +111,12 @@ char *config_redact(const struct config *cfg, const char *text)
                 best = n;
         }
         if (best)
-            cfg_buf_add(&b, "***", 3);
+            sb_add(&b, "***", 3);
         else
-            cfg_buf_add(&b, p, 1);
+            sb_add(&b, p, 1);
         p += best ? best : 1;
     }
-    return cfg_buf_take(&b);
+    return sb_detach(&b);
 }
 
 /* Formats an error, then masks secrets before it leaves the module (a second line of
@@ -262,19 +125,15 @@ void cfg_errorf(const struct config *cfg, char *err, size_t errlen, const char *
 {
     if (!err || !errlen)
         return;
+    struct strbuf msg = STRBUF_INIT;
     va_list ap;
-    char *msg = NULL;
     va_start(ap, fmt);
-    int n = vasprintf(&msg, fmt, ap);
+    sb_vaddf(&msg, fmt, ap);
     va_end(ap);
-    if (n < 0) {
-        snprintf(err, errlen, "out of memory");
-        return;
-    }
-    char *safe = config_redact(cfg, msg);
-    snprintf(err, errlen, "%s", safe ? safe : "out of memory");
+    char *safe = config_redact(cfg, msg.buf ? msg.buf : "");
+    snprintf(err, errlen, "%s", safe);
     free(safe);
-    free(msg);
+    sb_release(&msg);
 }
 
 static int oom(char *err, size_t errlen)
@@ -285,33 +144,25 @@ static int oom(char *err, size_t errlen)
 
 /* ---- paths -------------------------------------------------------------------------- */
 
-void cfg_path_push(struct cfg_buf *path, const char *seg)
+void cfg_path_push(struct strbuf *path, const char *seg)
 {
     char sep = CFG_SEP;
-    cfg_buf_add(path, &sep, 1);
-    cfg_buf_puts(path, seg);
+    sb_add(path, &sep, 1);
+    sb_adds(path, seg);
 }
 
-void cfg_path_push_index(struct cfg_buf *path, size_t i) { cfg_buf_printf(path, "%c%zu", CFG_SEP, i); }
-
-static void path_truncate(struct cfg_buf *path, size_t len)
-{
-    if (path->s && len <= path->len) {
-        path->len = len;
-        path->s[len] = '\0';
-    }
-}
+void cfg_path_push_index(struct strbuf *path, size_t i) { sb_addf(path, "%c%zu", CFG_SEP, i); }
 
 /* "parameters\x1fmodel\x1flr" -> "model.lr", appended to out */
-void cfg_path_display(const char *path, struct cfg_buf *out)
+void cfg_path_display(const char *path, struct strbuf *out)
 {
     const char *p = strchr(path, CFG_SEP);
-    cfg_buf_add(out, "", 0);
+    sb_add(out, "", 0);
     for (int first = 1; p; p = strchr(p + 1, CFG_SEP), first = 0) {
         const char *end = strchr(p + 1, CFG_SEP);
         if (!first)
-            cfg_buf_add(out, ".", 1);
-        cfg_buf_add(out, p + 1, end ? (size_t)(end - p - 1) : strlen(p + 1));
+            sb_add(out, ".", 1);
+        sb_add(out, p + 1, end ? (size_t)(end - p - 1) : strlen(p + 1));
     }
 }
 
@@ -334,7 +185,7 @@ cJSON *cfg_match_key(const cJSON *obj, const char *rest, size_t *keylen)
 }
 
 /* One step of a dotted walk: a mapping key or a list index.  Advances *rest. */
-const cJSON *cfg_step(const cJSON *node, const char **rest, struct cfg_buf *path)
+const cJSON *cfg_step(const cJSON *node, const char **rest, struct strbuf *path)
 {
     const char *r = *rest;
     const cJSON *child = NULL;
@@ -359,7 +210,7 @@ const cJSON *cfg_step(const cJSON *node, const char **rest, struct cfg_buf *path
     return child;
 }
 
-const cJSON *cfg_walk(const cJSON *root, const char *dotted, struct cfg_buf *path)
+const cJSON *cfg_walk(const cJSON *root, const char *dotted, struct strbuf *path)
 {
     const char *rest = dotted ? dotted : "";
     while (root && *rest)
@@ -376,66 +227,31 @@ static const cJSON *current_tree(const struct config *cfg, int sec)
 
 /* ---- origins ------------------------------------------------------------------------ */
 
-static size_t origins_slot(const struct cfg_origins *o, const char *path)
+static struct cfg_origin_entry *origins_find(const struct cfg_origins *o, const char *path)
 {
-    size_t i = hash_str(path) & (o->cap - 1);
-    while (o->slots[i] && strcmp(o->slots[i]->path, path) != 0)
-        i = (i + 1) & (o->cap - 1);
-    return i;
-}
-
-static const struct cfg_origin_entry *origins_find(const struct cfg_origins *o, const char *path)
-{
-    return o->cap ? o->slots[origins_slot(o, path)] : NULL;
-}
-
-static int origins_grow(struct cfg_origins *o)
-{
-    struct cfg_origins bigger = {NULL, o->used, o->cap ? o->cap * 2 : 256};
-    if (!(bigger.slots = calloc(bigger.cap, sizeof *bigger.slots)))
-        return -1;
-    for (size_t i = 0; i < o->cap; i++)
-        if (o->slots[i])
-            bigger.slots[origins_slot(&bigger, o->slots[i]->path)] = o->slots[i];
-    free(o->slots);
-    *o = bigger;
-    return 0;
+    size_t i;
+    return strmap_get(&o->index, path, &i) ? o->v[i] : NULL;
 }
 
 static struct cfg_origin_entry *origins_get(struct cfg_origins *o, const char *path)
 {
-    if ((o->used + 1) * 2 > o->cap && origins_grow(o) < 0)
-        return NULL;
-    size_t i = origins_slot(o, path);
-    if (!o->slots[i]) {
-        struct cfg_origin_entry *e = calloc(1, sizeof *e);
-        if (!e || !(e->path = strdup(path))) {
-            free(e);
-            return NULL;
-        }
-        o->slots[i] = e;
-        o->used++;
+    struct cfg_origin_entry *e = origins_find(o, path);
+    if (!e) {
+        e = xcalloc(1, sizeof *e);
+        e->path = xstrdup(path);
+        ARRAY_GROW(o->v, o->n, o->cap);
+        strmap_put(&o->index, path, o->n);
+        o->v[o->n++] = e;
     }
-    return o->slots[i];
+    return e;
 }
 
-/* Takes ownership of where and text, even on failure. */
-static int origin_add(struct config *cfg, const char *path, char *where, char *text, enum cfg_layer layer)
+/* Takes ownership of where and text. */
+static void origin_add(struct config *cfg, const char *path, char *where, char *text, enum cfg_layer layer)
 {
-    struct cfg_origin_entry *e = where && text ? origins_get(&cfg->origins, path) : NULL;
-    if (e && e->n == e->cap) {
-        size_t cap = e->cap ? e->cap * 2 : 2;
-        struct cfg_origin *v = realloc(e->v, cap * sizeof *v);
-        if (v)
-            e->v = v, e->cap = cap;
-    }
-    if (!e || e->n == e->cap) {
-        free(where);
-        free(text);
-        return -1;
-    }
+    struct cfg_origin_entry *e = origins_get(&cfg->origins, path);
+    ARRAY_GROW(e->v, e->n, e->cap);
     e->v[e->n++] = (struct cfg_origin){where, text, layer};
-    return 0;
 }
 
 static void origin_entry_clear(struct cfg_origin_entry *e)
@@ -450,41 +266,41 @@ static void origin_entry_clear(struct cfg_origin_entry *e)
 static void origins_clear_below(struct cfg_origins *o, const char *path)
 {
     size_t n = strlen(path);
-    for (size_t i = 0; i < o->cap; i++)
-        if (o->slots[i] && strncmp(o->slots[i]->path, path, n) == 0 && o->slots[i]->path[n] == CFG_SEP)
-            origin_entry_clear(o->slots[i]);
+    for (size_t i = 0; i < o->n; i++)
+        if (strncmp(o->v[i]->path, path, n) == 0 && o->v[i]->path[n] == CFG_SEP)
+            origin_entry_clear(o->v[i]);
 }
 
 static void origins_free(struct cfg_origins *o)
 {
-    for (size_t i = 0; i < o->cap; i++)
-        if (o->slots[i]) {
-            origin_entry_clear(o->slots[i]);
-            free(o->slots[i]->v);
-            free(o->slots[i]->path);
-            free(o->slots[i]);
-        }
-    free(o->slots);
+    for (size_t i = 0; i < o->n; i++) {
+        origin_entry_clear(o->v[i]);
+        free(o->v[i]->v);
+        free(o->v[i]->path);
+        free(o->v[i]);
+    }
+    free(o->v);
+    strmap_free(&o->index);
     *o = (struct cfg_origins){0};
 }
 
 /* The entry with records nearest to path: itself, else the closest ancestor. */
 static const struct cfg_origin_entry *origin_nearest(const struct config *cfg, const char *path)
 {
-    struct cfg_buf p = {0};
+    struct strbuf p = STRBUF_INIT;
     const struct cfg_origin_entry *e = NULL;
-    cfg_buf_puts(&p, path);
-    while (!p.failed) {
-        e = origins_find(&cfg->origins, p.s);
+    sb_adds(&p, path);
+    for (;;) {
+        e = origins_find(&cfg->origins, p.buf);
         if (e && e->n)
             break;
         e = NULL;
-        char *sep = strrchr(p.s, CFG_SEP);
+        char *sep = strrchr(p.buf, CFG_SEP);
         if (!sep)
             break;
-        path_truncate(&p, (size_t)(sep - p.s));
+        sb_truncate(&p, (size_t)(sep - p.buf));
     }
-    cfg_buf_free(&p);
+    sb_release(&p);
     return e;
 }
 
@@ -497,65 +313,57 @@ const char *cfg_path_where(const struct config *cfg, const char *path)
 /* A one-line picture of a value for origins and explain; secrets show as ***. */
 static char *value_text(const cJSON *n, int secret, size_t max)
 {
-    struct cfg_buf b = {0};
+    struct strbuf b = STRBUF_INIT;
     char num[40];
     if (cJSON_IsObject(n))
-        cfg_buf_puts(&b, n->child ? "{mapping}" : "{}");
+        sb_adds(&b, n->child ? "{mapping}" : "{}");
     else if (cJSON_IsArray(n) && !n->child)
-        cfg_buf_puts(&b, "[]");
+        sb_adds(&b, "[]");
     else if (cJSON_IsArray(n))
-        cfg_buf_printf(&b, "[list of %d]", cJSON_GetArraySize(n));
+        sb_addf(&b, "[list of %d]", cJSON_GetArraySize(n));
     else if (secret && (cJSON_IsString(n) || cJSON_IsNumber(n)))
-        cfg_buf_puts(&b, "***");
+        sb_adds(&b, "***");
     else if (cJSON_IsString(n)) {
         size_t len = strlen(n->valuestring);
-        cfg_buf_add(&b, "\"", 1);
+        sb_add(&b, "\"", 1);
         for (size_t i = 0; i < len && i < max; i++) {
             unsigned char c = (unsigned char)n->valuestring[i];
             if (c == '"' || c == '\\')
-                cfg_buf_printf(&b, "\\%c", c);
+                sb_addf(&b, "\\%c", c);
             else if (c < 0x20)
-                cfg_buf_puts(&b, c == '\n' ? "\\n" : c == '\t' ? "\\t" : "?");
+                sb_adds(&b, c == '\n' ? "\\n" : c == '\t' ? "\\t" : "?");
             else
-                cfg_buf_add(&b, (const char *)&c, 1);
+                sb_add(&b, (const char *)&c, 1);
         }
-        cfg_buf_puts(&b, len > max ? "...\"" : "\"");
+        sb_adds(&b, len > max ? "...\"" : "\"");
     } else if (cJSON_IsNumber(n))
-        cfg_buf_puts(&b, cfg_format_number(n->valuedouble, num));
+        sb_adds(&b, cfg_format_number(n->valuedouble, num));
     else
-        cfg_buf_puts(&b, cJSON_IsTrue(n) ? "true" : cJSON_IsFalse(n) ? "false" : "null");
-    return cfg_buf_take(&b);
+        sb_adds(&b, cJSON_IsTrue(n) ? "true" : cJSON_IsFalse(n) ? "false" : "null");
+    return sb_detach(&b);
 }
 
 static char *where_of(const struct cfg_source *from, const cJSON *node)
 {
-    long line = from->lines ? (long)(intptr_t)cfg_ptrmap_get(from->lines, node) : 0;
-    char *w = NULL;
-    if (line > 0)
-        return asprintf(&w, "%s:%ld", from->file, line) < 0 ? NULL : w;
-    return strdup(from->file);
+    long line = from->lines ? (long)(intptr_t)ptrmap_get(from->lines, node) : 0;
+    return line > 0 ? xasprintf("%s:%ld", from->file, line) : xstrdup(from->file);
 }
 
 /* Records node and everything inside it as set by `from`. */
-static int record_tree(struct config *cfg, struct cfg_buf *path, const cJSON *node,
-                       const struct cfg_source *from)
+static void record_tree(struct config *cfg, struct strbuf *path, const cJSON *node,
+                        const struct cfg_source *from)
 {
     int secret = from->section == CFG_CREDENTIALS;
-    if (path->failed || origin_add(cfg, path->s, where_of(from, node), value_text(node, secret, 60),
-                                   from->layer) < 0)
-        return -1;
+    origin_add(cfg, path->buf, where_of(from, node), value_text(node, secret, 60), from->layer);
     size_t mark = path->len, i = 0;
     for (const cJSON *c = node->child; c; c = c->next, i++) {
         if (cJSON_IsObject(node))
             cfg_path_push(path, c->string);
         else
             cfg_path_push_index(path, i);
-        int rc = record_tree(cfg, path, c, from);
-        path_truncate(path, mark);
-        if (rc < 0)
-            return -1;
+        record_tree(cfg, path, c, from);
+        sb_truncate(path, mark);
     }
-    return 0;
 }
 
 /* ---- merging ------------------------------------------------------------------------ */
@@ -567,10 +375,10 @@ static const char *layer_name(const struct config *cfg, enum cfg_layer layer)
 
 /* Within one environment a top-level key lives in one file: two files defining it is
  * almost always a copy-paste accident, and "later file wins" would hide it. */
-static int check_top_level(struct config *cfg, const struct cfg_buf *path, const cJSON *item,
+static int check_top_level(struct config *cfg, const struct strbuf *path, const cJSON *item,
                            const struct cfg_source *from, char *err, size_t errlen)
 {
-    const struct cfg_origin_entry *e = origins_find(&cfg->origins, path->s);
+    const struct cfg_origin_entry *e = origins_find(&cfg->origins, path->buf);
     if (!e || !e->n || e->v[e->n - 1].layer != from->layer)
         return 0;
     char *w = where_of(from, item);
@@ -585,7 +393,7 @@ static int check_top_level(struct config *cfg, const struct cfg_buf *path, const
 
 /* Puts item (a detached member, keyed) into the mapping dst: mappings merge deeply,
  * anything else replaces.  Takes ownership of item.  path names item. */
-int cfg_merge_member(struct config *cfg, struct cfg_buf *path, cJSON *dst, cJSON *item,
+int cfg_merge_member(struct config *cfg, struct strbuf *path, cJSON *dst, cJSON *item,
                      const struct cfg_source *from, int top, char *err, size_t errlen)
 {
     cJSON *old = cJSON_GetObjectItemCaseSensitive(dst, item->string);
@@ -594,23 +402,24 @@ int cfg_merge_member(struct config *cfg, struct cfg_buf *path, cJSON *dst, cJSON
         return -1;
     }
     if (cJSON_IsObject(old) && cJSON_IsObject(item)) {
-        int rc = origin_add(cfg, path->s, where_of(from, item), strdup("{mapping}"), from->layer);
-        rc = rc < 0 ? oom(err, errlen) : cfg_merge_object(cfg, path, old, item, from, 0, err, errlen);
+        origin_add(cfg, path->buf, where_of(from, item), xstrdup("{mapping}"), from->layer);
+        int rc = cfg_merge_object(cfg, path, old, item, from, 0, err, errlen);
         cJSON_Delete(item);
         return rc;
     }
     if (old) {
         if (old->child)
-            origins_clear_below(&cfg->origins, path->s);
+            origins_clear_below(&cfg->origins, path->buf);
         cJSON_ReplaceItemViaPointer(dst, old, item);
     } else {
         cJSON_AddItemToArray(dst, item);   /* keeps item->string as the key */
     }
-    return record_tree(cfg, path, item, from) < 0 ? oom(err, errlen) : 0;
+    record_tree(cfg, path, item, from);
+    return 0;
 }
 
 /* Moves every member of src into dst (both mappings); src ends up empty. */
-int cfg_merge_object(struct config *cfg, struct cfg_buf *path, cJSON *dst, cJSON *src,
+int cfg_merge_object(struct config *cfg, struct strbuf *path, cJSON *dst, cJSON *src,
                      const struct cfg_source *from, int top, char *err, size_t errlen)
 {
     cJSON *item;
@@ -618,9 +427,8 @@ int cfg_merge_object(struct config *cfg, struct cfg_buf *path, cJSON *dst, cJSON
         cJSON_DetachItemViaPointer(src, item);
         size_t mark = path->len;
         cfg_path_push(path, item->string);
-        int rc = path->failed ? (cJSON_Delete(item), oom(err, errlen))
-                              : cfg_merge_member(cfg, path, dst, item, from, top, err, errlen);
-        path_truncate(path, mark);
+        int rc = cfg_merge_member(cfg, path, dst, item, from, top, err, errlen);
+        sb_truncate(path, mark);
         if (rc < 0)
             return -1;
     }
@@ -649,36 +457,10 @@ static int config_ext(const char *name)
     return strcmp(dot, ".yml") == 0 || strcmp(dot, ".yaml") == 0 ? 1 : strcmp(dot, ".json") == 0 ? 2 : 0;
 }
 
-static int add_warning(struct config *cfg, char *msg)
+static void add_file(struct cfg_files *files, char *rel, int section)
 {
-    if (msg && cfg->nwarnings == cfg->capwarnings) {
-        size_t cap = cfg->capwarnings ? cfg->capwarnings * 2 : 4;
-        char **v = realloc(cfg->warnings, cap * sizeof *v);
-        if (v)
-            cfg->warnings = v, cfg->capwarnings = cap;
-    }
-    if (!msg || cfg->nwarnings == cfg->capwarnings) {
-        free(msg);
-        return -1;
-    }
-    cfg->warnings[cfg->nwarnings++] = msg;
-    return 0;
-}
-
-static int add_file(struct cfg_files *files, char *rel, int section)
-{
-    if (rel && files->n == files->cap) {
-        size_t cap = files->cap ? files->cap * 2 : 16;
-        struct cfg_file *v = realloc(files->v, cap * sizeof *v);
-        if (v)
-            files->v = v, files->cap = cap;
-    }
-    if (!rel || files->n == files->cap) {
-        free(rel);
-        return -1;
-    }
+    ARRAY_GROW(files->v, files->n, files->cap);
     files->v[files->n++] = (struct cfg_file){rel, section};
-    return 0;
 }
 
 static void files_free(struct cfg_files *files)
@@ -688,19 +470,13 @@ static void files_free(struct cfg_files *files)
     free(files->v);
 }
 
-static char *join(const char *a, const char *b)
-{
-    char *s = NULL;
-    return asprintf(&s, "%s/%s", a, b) < 0 ? NULL : s;
-}
+static char *join(const char *a, const char *b) { return xasprintf("%s/%s", a, b); }
 
 static void warn_unmatched(struct config *cfg, const char *full)
 {
-    char *msg = NULL;
-    if (asprintf(&msg, "%s: ignored: config file names start with parameters, catalog, azureml, "
-                 "credentials, globals or flow", full) < 0)
-        msg = NULL;
-    add_warning(cfg, msg);
+    ARRAY_GROW(cfg->warnings, cfg->nwarnings, cfg->capwarnings);
+    cfg->warnings[cfg->nwarnings++] = xasprintf("%s: ignored: config file names start with "
+        "parameters, catalog, azureml, credentials, globals or flow", full);
 }
 
 /* Collects config files under envdir/rel.  A file's name prefix picks its section, except
@@ -709,30 +485,27 @@ static void warn_unmatched(struct config *cfg, const char *full)
 static int scan_dir(struct config *cfg, const char *envdir, const char *rel, int section, int depth,
                     struct cfg_files *out, char *err, size_t errlen)
 {
-    char *dirpath = rel ? join(envdir, rel) : strdup(envdir);
-    DIR *d = dirpath ? opendir(dirpath) : NULL;
+    char *dirpath = rel ? join(envdir, rel) : xstrdup(envdir);
+    DIR *d = opendir(dirpath);
     if (!d) {
-        if (dirpath)
-            cfg_errorf(cfg, err, errlen, "%s: cannot read directory: %s", dirpath, strerror(errno));
+        cfg_errorf(cfg, err, errlen, "%s: cannot read directory: %s", dirpath, strerror(errno));
         free(dirpath);
-        return dirpath ? -1 : oom(err, errlen);
+        return -1;
     }
     int rc = 0;
     for (struct dirent *de; rc == 0 && (de = readdir(d)) != NULL;) {
         if (de->d_name[0] == '.')
             continue;
-        char *child_rel = rel ? join(rel, de->d_name) : strdup(de->d_name);
-        char *full = child_rel ? join(envdir, child_rel) : NULL;
+        char *child_rel = rel ? join(rel, de->d_name) : xstrdup(de->d_name);
+        char *full = join(envdir, child_rel);
         struct stat st;
         int sec = section >= 0 ? section : section_of(de->d_name);
-        if (!full)
-            rc = oom(err, errlen);
-        else if (stat(full, &st) != 0)
+        if (stat(full, &st) != 0)
             ;                          /* a dangling link is not config */
         else if (S_ISDIR(st.st_mode) && depth < CFG_MAX_DIR_DEPTH)
             rc = scan_dir(cfg, envdir, child_rel, sec, depth + 1, out, err, errlen);
         else if (S_ISREG(st.st_mode) && config_ext(de->d_name) && sec >= 0) {
-            rc = add_file(out, child_rel, sec) < 0 ? oom(err, errlen) : 0;
+            add_file(out, child_rel, sec);
             child_rel = NULL;
         } else if (S_ISREG(st.st_mode) && config_ext(de->d_name) && depth == 0) {
             warn_unmatched(cfg, full);
@@ -750,61 +523,40 @@ static int file_cmp(const void *a, const void *b)
     return strcmp(((const struct cfg_file *)a)->rel, ((const struct cfg_file *)b)->rel);
 }
 
-static char *read_file(const char *path, size_t *len, const char *display, char *err, size_t errlen)
+static char *read_config_file(const char *path, size_t *len, const char *display,
+                              char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
-    struct cfg_buf b = {0};
-    char chunk[65536];
-    size_t n;
-    if (!f) {
+    char *text = read_file_max(path, CFG_MAX_FILE_SIZE, len);
+    if (!text && errno == EFBIG)
+        snprintf(err, errlen, "%s: file larger than 64 MiB", display);
+    else if (!text)
         snprintf(err, errlen, "%s: cannot open: %s", display, strerror(errno));
-        return NULL;
-    }
-    cfg_buf_add(&b, "", 0);
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0 && !b.failed && b.len <= CFG_MAX_FILE_SIZE)
-        cfg_buf_add(&b, chunk, n);
-    int bad = ferror(f);
-    fclose(f);
-    if (bad || b.len > CFG_MAX_FILE_SIZE) {
-        snprintf(err, errlen, "%s: %s", display, bad ? "read error" : "file larger than 64 MiB");
-        cfg_buf_free(&b);
-        return NULL;
-    }
-    *len = b.len;
-    char *text = cfg_buf_take(&b);
-    if (!text)
-        oom(err, errlen);
     return text;
 }
 
 static int load_file(struct config *cfg, const char *envdir, const char *envname,
                      const struct cfg_file *file, enum cfg_layer layer, char *err, size_t errlen)
 {
-    char *full = join(envdir, file->rel), *display = NULL, *text = NULL;
+    char *full = join(envdir, file->rel), *text = NULL;
+    char *display = xasprintf("%s/%s/%s", cfg->dir, envname, file->rel);
     size_t len = 0;
-    struct cfg_ptrmap lines = {0};
-    struct cfg_buf path = {0};
+    struct ptrmap lines = {0};
+    struct strbuf path = STRBUF_INIT;
     cJSON *root = NULL;
     int rc = -1;
-    if (!full || asprintf(&display, "%s/%s/%s", cfg->dir, envname, file->rel) < 0) {
-        display = NULL;
-        oom(err, errlen);
-        goto done;
-    }
-    if (!(text = read_file(full, &len, display, err, errlen)))
+    if (!(text = read_config_file(full, &len, display, err, errlen)))
         goto done;
     root = config_ext(file->rel) == 2 ? cfg_parse_json(text, len, display, &lines, err, errlen)
                                       : cfg_parse_yaml(text, len, display, &lines, err, errlen);
     if (!root)
         goto done;
     struct cfg_source from = {display, &lines, layer, (enum cfg_section)file->section};
-    cfg_buf_puts(&path, cfg_section_names[file->section]);
-    rc = path.failed ? oom(err, errlen)
-                     : cfg_merge_object(cfg, &path, cfg->raw[file->section], root, &from, 1, err, errlen);
+    sb_adds(&path, cfg_section_names[file->section]);
+    rc = cfg_merge_object(cfg, &path, cfg->raw[file->section], root, &from, 1, err, errlen);
 done:
     cJSON_Delete(root);
-    cfg_ptrmap_free(&lines);
-    cfg_buf_free(&path);
+    ptrmap_free(&lines);
+    sb_release(&path);
     free(text);
     free(display);
     free(full);
@@ -817,8 +569,6 @@ static int load_env(struct config *cfg, const char *envname, enum cfg_layer laye
     struct stat st;
     char *envdir = join(cfg->dir, envname);
     int rc = 0;
-    if (!envdir)
-        return oom(err, errlen);
     if (stat(envdir, &st) != 0 && errno == ENOENT && layer == CFG_LAYER_BASE) {
         free(envdir);                  /* no conf/base: an empty base */
         return 0;
@@ -844,7 +594,7 @@ static int is_subdir(const char *dir, const char *name)
 {
     struct stat st;
     char *full = join(dir, name);
-    int yes = full && stat(full, &st) == 0 && S_ISDIR(st.st_mode);
+    int yes = stat(full, &st) == 0 && S_ISDIR(st.st_mode);
     free(full);
     return yes;
 }
@@ -852,36 +602,25 @@ static int is_subdir(const char *dir, const char *name)
 char **config_list_envs(const char *conf_dir, size_t *n)
 {
     size_t count = 0, cap = 8;
-    char **v = calloc(cap, sizeof *v);
-    if (n)
-        *n = 0;
-    DIR *d = v && conf_dir ? opendir(conf_dir) : NULL;
+    char **v = xcalloc(cap, sizeof *v);
+    DIR *d = conf_dir ? opendir(conf_dir) : NULL;
     struct dirent *de;
     while (d && (de = readdir(d)) != NULL) {
         if (de->d_name[0] == '.' || !is_subdir(conf_dir, de->d_name))
             continue;
         if (count + 1 == cap) {
-            char **grown = realloc(v, cap * 2 * sizeof *v);
-            if (!grown)
-                goto fail;
-            v = grown, cap *= 2;
+            v = xrealloc(v, cap * 2 * sizeof *v);
+            cap *= 2;
         }
-        if (!(v[count] = strdup(de->d_name)))
-            goto fail;
+        v[count] = xstrdup(de->d_name);
         v[++count] = NULL;
     }
     if (d)
         closedir(d);
-    if (v)
-        qsort(v, count, sizeof *v, str_cmp);
+    qsort(v, count, sizeof *v, str_cmp);
     if (n)
-        *n = v ? count : 0;
+        *n = count;
     return v;
-fail:
-    v[count] = NULL;
-    config_list_free(v);
-    closedir(d);
-    return NULL;
 }
 
 void config_list_free(char **list)
@@ -928,11 +667,11 @@ static int env_missing(const struct config *cfg, const char *env, char *err, siz
     size_t n = 0, best_d = SIZE_MAX;
     char **envs = config_list_envs(cfg->dir, &n);
     const char *best = NULL;
-    struct cfg_buf list = {0};
-    cfg_buf_add(&list, "", 0);
-    for (size_t i = 0; envs && i < n; i++) {
+    struct strbuf list = STRBUF_INIT;
+    sb_add(&list, "", 0);
+    for (size_t i = 0; i < n; i++) {
         size_t d = edit_distance(env, envs[i]);
-        cfg_buf_printf(&list, "%s%s", i ? ", " : "", envs[i]);
+        sb_addf(&list, "%s%s", i ? ", " : "", envs[i]);
         if (d < best_d)
             best_d = d, best = envs[i];
     }
@@ -941,11 +680,11 @@ static int env_missing(const struct config *cfg, const char *env, char *err, siz
                    "has no environments", env, cfg->dir, env, cfg->dir);
     else
         cfg_errorf(cfg, err, errlen, "environment '%s' not found: %s/%s does not exist "
-                   "(environments: %s)%s%s%s", env, cfg->dir, env, list.s ? list.s : "",
+                   "(environments: %s)%s%s%s", env, cfg->dir, env, list.buf,
                    best && close_enough(env, best_d) ? "; did you mean '" : "",
                    best && close_enough(env, best_d) ? best : "",
                    best && close_enough(env, best_d) ? "'?" : "");
-    cfg_buf_free(&list);
+    sb_release(&list);
     config_list_free(envs);
     return -1;
 }
@@ -959,8 +698,6 @@ static int check_env(struct config *cfg, const char *env, char *err, size_t errl
         return -1;
     }
     char *envdir = join(cfg->dir, env);
-    if (!envdir)
-        return oom(err, errlen);
     int found = stat(envdir, &st) == 0 && S_ISDIR(st.st_mode);
     free(envdir);
     return found ? 0 : env_missing(cfg, env, err, errlen);
@@ -968,14 +705,12 @@ static int check_env(struct config *cfg, const char *env, char *err, size_t errl
 
 /* ---- load and free ------------------------------------------------------------------ */
 
-static int collect_secrets(struct config *cfg, const cJSON *node)
+static void collect_secrets(struct config *cfg, const cJSON *node)
 {
     if (cJSON_IsString(node) && !strstr(node->valuestring, "${"))
-        return cfg_add_secret(cfg, node->valuestring);
+        cfg_add_secret(cfg, node->valuestring);
     for (const cJSON *c = node->child; c; c = c->next)
-        if (collect_secrets(cfg, c) < 0)
-            return -1;
-    return 0;
+        collect_secrets(cfg, c);
 }
 
 struct config *config_load(const char *conf_dir, const char *env, char *err, size_t errlen)
@@ -984,12 +719,8 @@ struct config *config_load(const char *conf_dir, const char *env, char *err, siz
     if (!err || !errlen)
         err = scratch, errlen = sizeof scratch;
     err[0] = '\0';
-    struct config *cfg = calloc(1, sizeof *cfg);
-    if (!cfg || !(cfg->dir = strdup(conf_dir && *conf_dir ? conf_dir : "conf"))) {
-        free(cfg);
-        oom(err, errlen);
-        return NULL;
-    }
+    struct config *cfg = xcalloc(1, sizeof *cfg);
+    cfg->dir = xstrdup(conf_dir && *conf_dir ? conf_dir : "conf");
     for (size_t n = strlen(cfg->dir); n > 1 && cfg->dir[n - 1] == '/'; n--)
         cfg->dir[n - 1] = '\0';
     int rc = 0;
@@ -998,15 +729,15 @@ struct config *config_load(const char *conf_dir, const char *env, char *err, siz
             rc = oom(err, errlen);
     if (rc == 0 && env && *env && strcmp(env, "base") != 0) {
         rc = check_env(cfg, env, err, errlen);
-        if (rc == 0 && !(cfg->env = strdup(env)))
-            rc = oom(err, errlen);
+        if (rc == 0)
+            cfg->env = xstrdup(env);
     }
     if (rc == 0)
         rc = load_env(cfg, "base", CFG_LAYER_BASE, err, errlen);
     if (rc == 0 && cfg->env)
         rc = load_env(cfg, cfg->env, CFG_LAYER_ENV, err, errlen);
-    if (rc == 0 && collect_secrets(cfg, cfg->raw[CFG_CREDENTIALS]) < 0)
-        rc = oom(err, errlen);
+    if (rc == 0)
+        collect_secrets(cfg, cfg->raw[CFG_CREDENTIALS]);
     if (rc < 0) {
         config_free(cfg);
         return NULL;
@@ -1058,48 +789,45 @@ const cJSON *config_get(const struct config *cfg, const char *section, const cha
 }
 
 /* The canonical path of a dotted key, found in the current tree or else the raw one. */
-static const cJSON *find_path(const struct config *cfg, int sec, const char *dotted, struct cfg_buf *path)
+static const cJSON *find_path(const struct config *cfg, int sec, const char *dotted, struct strbuf *path)
 {
-    cfg_buf_puts(path, cfg_section_names[sec]);
+    sb_adds(path, cfg_section_names[sec]);
     const cJSON *node = cfg_walk(current_tree(cfg, sec), dotted, path);
     if (!node && cfg->res[sec]) {
-        path_truncate(path, strlen(cfg_section_names[sec]));
+        sb_truncate(path, strlen(cfg_section_names[sec]));
         node = cfg_walk(cfg->raw[sec], dotted, path);
     }
-    return path->failed ? NULL : node;
+    return node;
 }
 
 const char *config_origin(const struct config *cfg, const char *section, const char *dotted)
 {
     int sec = cfg_section_id(section);
-    struct cfg_buf path = {0};
+    struct strbuf path = STRBUF_INIT;
     const char *where = NULL;
     if (cfg && sec >= 0 && find_path(cfg, sec, dotted, &path))
-        where = cfg_path_where(cfg, path.s);
-    cfg_buf_free(&path);
+        where = cfg_path_where(cfg, path.buf);
+    sb_release(&path);
     return where;
 }
 
-static void closest_in(const cJSON *node, struct cfg_buf *prefix, const char *query,
+static void closest_in(const cJSON *node, struct strbuf *prefix, const char *query,
                        char **best, size_t *best_d)
 {
     if (!cJSON_IsObject(node))
         return;
-    for (const cJSON *c = node->child; c && !prefix->failed; c = c->next) {
+    for (const cJSON *c = node->child; c; c = c->next) {
         size_t mark = prefix->len;
         if (mark)
-            cfg_buf_add(prefix, ".", 1);
-        cfg_buf_puts(prefix, c->string);
-        size_t d = prefix->failed ? SIZE_MAX : edit_distance(query, prefix->s);
+            sb_add(prefix, ".", 1);
+        sb_adds(prefix, c->string);
+        size_t d = edit_distance(query, prefix->buf);
         if (d < *best_d) {
-            char *copy = strdup(prefix->s);
-            if (copy) {
-                free(*best);
-                *best = copy, *best_d = d;
-            }
+            free(*best);
+            *best = xstrdup(prefix->buf), *best_d = d;
         }
         closest_in(c, prefix, query, best, best_d);
-        path_truncate(prefix, mark);
+        sb_truncate(prefix, mark);
     }
 }
 
@@ -1108,11 +836,11 @@ char *config_closest_key(const struct config *cfg, const char *section, const ch
     int sec = cfg_section_id(section);
     char *best = NULL;
     size_t best_d = SIZE_MAX;
-    struct cfg_buf prefix = {0};
+    struct strbuf prefix = STRBUF_INIT;
     if (!cfg || sec < 0 || !dotted)
         return NULL;
     closest_in(current_tree(cfg, sec), &prefix, dotted, &best, &best_d);
-    cfg_buf_free(&prefix);
+    sb_release(&prefix);
     if (best && !close_enough(dotted, best_d)) {
         free(best);
         best = NULL;
@@ -1124,7 +852,7 @@ char *config_closest_key(const struct config *cfg, const char *section, const ch
 
 /* Mappings from several files merge, so no single one "wins"; anything else is replaced
  * wholesale by the last one. */
-static void explain_records(const struct config *cfg, struct cfg_buf *b,
+static void explain_records(const struct config *cfg, struct strbuf *b,
                             const struct cfg_origin_entry *e)
 {
     int mapping = e->n > 1 && strcmp(e->v[e->n - 1].text, "{mapping}") == 0;
@@ -1138,46 +866,46 @@ static void explain_records(const struct config *cfg, struct cfg_buf *b,
         char label[96];
         snprintf(label, sizeof label, "%s%s", o->layer == CFG_LAYER_ENV ? "env " : "",
                  o->layer == CFG_LAYER_OVERRIDE ? "override" : layer_name(cfg, o->layer));
-        cfg_buf_printf(b, "  %-*s  %-12s  %s%s\n", width, o->where, label, o->text,
-                       i + 1 == e->n && !mapping ? "   <- wins" : "");
+        sb_addf(b, "  %-*s  %-12s  %s%s\n", width, o->where, label, o->text,
+                i + 1 == e->n && !mapping ? "   <- wins" : "");
     }
     if (mapping && e->n > 1)
-        cfg_buf_puts(b, "  (mappings merge: each file above contributes its keys, later ones win)\n");
+        sb_adds(b, "  (mappings merge: each file above contributes its keys, later ones win)\n");
 }
 
 char *config_explain(const struct config *cfg, const char *section, const char *dotted)
 {
     int sec = cfg_section_id(section);
-    struct cfg_buf b = {0}, path = {0}, shown = {0};
+    struct strbuf b = STRBUF_INIT, path = STRBUF_INIT, shown = STRBUF_INIT;
     const char *key = dotted && *dotted ? dotted : "(section)";
     const cJSON *node = cfg && sec >= 0 ? find_path(cfg, sec, dotted, &path) : NULL;
     if (!cfg || sec < 0) {
-        cfg_buf_printf(&b, "unknown config section '%s' (sections: parameters, catalog, azureml, "
-                       "credentials, globals, flow)\n", section ? section : "(null)");
+        sb_addf(&b, "unknown config section '%s' (sections: parameters, catalog, azureml, "
+                "credentials, globals, flow)\n", section ? section : "(null)");
     } else if (!node) {
         char *near = config_closest_key(cfg, section, dotted);
-        cfg_buf_printf(&b, "%s: %s is not set%s%s%s\n", cfg_section_names[sec], key,
-                       near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
+        sb_addf(&b, "%s: %s is not set%s%s%s\n", cfg_section_names[sec], key,
+                near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
         free(near);
     } else {
         char *val = value_text(node, sec == CFG_CREDENTIALS, 200);
-        const struct cfg_origin_entry *e = origin_nearest(cfg, path.s);
-        cfg_buf_printf(&b, "%s: %s = %s\n", cfg_section_names[sec], key, val ? val : "?");
+        const struct cfg_origin_entry *e = origin_nearest(cfg, path.buf);
+        sb_addf(&b, "%s: %s = %s\n", cfg_section_names[sec], key, val ? val : "?");
         free(val);
-        if (e && strcmp(e->path, path.s) != 0) {
+        if (e && strcmp(e->path, path.buf) != 0) {
             cfg_path_display(e->path, &shown);
-            cfg_buf_printf(&b, "  set as part of '%s':\n", shown.s ? shown.s : "");
+            sb_addf(&b, "  set as part of '%s':\n", shown.buf);
         }
         if (e)
             explain_records(cfg, &b, e);
-        else if (!strchr(path.s, CFG_SEP))
-            cfg_buf_puts(&b, "  (explain a key, such as 'model.lr', to see where it was set)\n");
+        else if (!strchr(path.buf, CFG_SEP))
+            sb_adds(&b, "  (explain a key, such as 'model.lr', to see where it was set)\n");
         else
-            cfg_buf_puts(&b, "  (no file sets it)\n");
+            sb_adds(&b, "  (no file sets it)\n");
     }
-    cfg_buf_free(&path);
-    cfg_buf_free(&shown);
-    char *text = cfg_buf_take(&b), *safe = config_redact(cfg, text);
+    sb_release(&path);
+    sb_release(&shown);
+    char *text = sb_detach(&b), *safe = config_redact(cfg, text);
     free(text);
     return safe;
 }

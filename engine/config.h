@@ -88,6 +88,10 @@ char *config_dump_yaml(const struct config *cfg, const char *section, const char
  * interpolated into it. */
 char *config_redact(const struct config *cfg, const char *text);
 
+/* Adds text to the secrets config_redact masks, unless shorter than 4 characters: for a
+ * credential flow hands to a process in another form than a string (a numeric password). */
+void config_add_secret(struct config *cfg, const char *text);
+
 /* The existing dotted key closest to `dotted` (edit distance), for "did you mean"; NULL
  * when nothing is reasonably close. */
 char *config_closest_key(const struct config *cfg, const char *section, const char *dotted);
@@ -96,13 +100,15 @@ char *config_closest_key(const struct config *cfg, const char *section, const ch
 const char *config_section_name(size_t i);
 
 /* Environments under conf_dir (non-hidden subdirectories, sorted), NULL-terminated;
- * *n receives the count.  Free with config_list_free.  NULL only when out of memory. */
+ * *n receives the count.  Free with config_list_free.  Never NULL. */
 char **config_list_envs(const char *conf_dir, size_t *n);
 void config_list_free(char **list);
 
 #ifdef FLOW_CONFIG_INTERNAL
 /* ---- Shared by engine/config*.c only; not part of the API. ---------------------------- */
 #include <stdarg.h>
+#include "strmap.h"
+#include "util.h"
 
 #define CFG_MAX_DEPTH 100              /* nesting of mappings and lists */
 #define CFG_MAX_NODES 2000000          /* values per file, and per resolution */
@@ -114,25 +120,13 @@ enum cfg_section { CFG_PARAMETERS, CFG_CATALOG, CFG_AZUREML, CFG_CREDENTIALS, CF
                    CFG_FLOW, CFG_NSECTIONS };
 enum cfg_layer { CFG_LAYER_BASE, CFG_LAYER_ENV, CFG_LAYER_OVERRIDE };
 
-/* A growable string; after a failed allocation it stays failed and take() gives NULL. */
-struct cfg_buf { char *s; size_t len, cap; int failed; };
-void cfg_buf_add(struct cfg_buf *b, const char *s, size_t n);
-void cfg_buf_puts(struct cfg_buf *b, const char *s);
-void cfg_buf_printf(struct cfg_buf *b, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-char *cfg_buf_take(struct cfg_buf *b);
-void cfg_buf_free(struct cfg_buf *b);
-
-/* Pointer -> pointer hash map (values must be non-NULL); entries are never removed. */
-struct cfg_ptrmap { const void **keys; void **vals; size_t n, cap; };
-int cfg_ptrmap_put(struct cfg_ptrmap *m, const void *key, void *val);
-void *cfg_ptrmap_get(const struct cfg_ptrmap *m, const void *key);
-void cfg_ptrmap_free(struct cfg_ptrmap *m);
-
 /* One place a value was set; a canonical path ("parameters\x1fmodel\x1flr") keeps them all. */
 struct cfg_origin { char *where; char *text; enum cfg_layer layer; };
 struct cfg_origin_entry { char *path; struct cfg_origin *v; size_t n, cap; };
-struct cfg_origins { struct cfg_origin_entry **slots; size_t used, cap; };
+struct cfg_origins {
+    struct cfg_origin_entry **v; size_t n, cap;    /* every path ever recorded */
+    struct strmap index;                           /* path -> position in v */
+};
 
 struct config {
     char *dir, *env;
@@ -144,7 +138,7 @@ struct config {
 };
 
 /* Where merged values come from: a file (with a node -> line map) or an override label. */
-struct cfg_source { const char *file; const struct cfg_ptrmap *lines;
+struct cfg_source { const char *file; const struct ptrmap *lines;
                     enum cfg_layer layer; enum cfg_section section; };
 
 /* config.c */
@@ -153,17 +147,17 @@ int cfg_section_id(const char *name);
 char *cfg_key_dup(const char *s, size_t n);  /* allocated the way cJSON frees keys */
 void cfg_errorf(const struct config *cfg, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
-int cfg_add_secret(struct config *cfg, const char *s);
-void cfg_path_push(struct cfg_buf *path, const char *seg);
-void cfg_path_push_index(struct cfg_buf *path, size_t i);
-void cfg_path_display(const char *path, struct cfg_buf *out);
+void cfg_add_secret(struct config *cfg, const char *s);
+void cfg_path_push(struct strbuf *path, const char *seg);
+void cfg_path_push_index(struct strbuf *path, size_t i);
+void cfg_path_display(const char *path, struct strbuf *out);
 const char *cfg_path_where(const struct config *cfg, const char *path);
 cJSON *cfg_match_key(const cJSON *obj, const char *rest, size_t *keylen);
-const cJSON *cfg_step(const cJSON *node, const char **rest, struct cfg_buf *path);
-const cJSON *cfg_walk(const cJSON *root, const char *dotted, struct cfg_buf *path);
-int cfg_merge_member(struct config *cfg, struct cfg_buf *path, cJSON *dst, cJSON *item,
+const cJSON *cfg_step(const cJSON *node, const char **rest, struct strbuf *path);
+const cJSON *cfg_walk(const cJSON *root, const char *dotted, struct strbuf *path);
+int cfg_merge_member(struct config *cfg, struct strbuf *path, cJSON *dst, cJSON *item,
                      const struct cfg_source *from, int top, char *err, size_t errlen);
-int cfg_merge_object(struct config *cfg, struct cfg_buf *path, cJSON *dst, cJSON *src,
+int cfg_merge_object(struct config *cfg, struct strbuf *path, cJSON *dst, cJSON *src,
                      const struct cfg_source *from, int top, char *err, size_t errlen);
 cJSON *cfg_copy_value(const cJSON *v);      /* deep copy, without its key */
 size_t cfg_tree_depth(const cJSON *node);
@@ -171,9 +165,9 @@ size_t cfg_tree_size(const cJSON *node);
 
 /* config_yaml.c */
 cJSON *cfg_parse_yaml(const char *text, size_t len, const char *file,
-                      struct cfg_ptrmap *lines, char *err, size_t errlen);
+                      struct ptrmap *lines, char *err, size_t errlen);
 cJSON *cfg_parse_json(const char *text, size_t len, const char *file,
-                      struct cfg_ptrmap *lines, char *err, size_t errlen);
+                      struct ptrmap *lines, char *err, size_t errlen);
 cJSON *cfg_scalar_infer(const char *s, size_t len, int empty_is_null);
 cJSON *cfg_number(double d);
 const char *cfg_format_number(double d, char buf[40]);

@@ -19,7 +19,7 @@ struct link { const cJSON *node; char *path; };
 
 struct interp {
     struct config *cfg;
-    struct cfg_ptrmap memo;            /* raw string node -> its resolved value */
+    struct ptrmap memo;            /* raw string node -> its resolved value */
     struct link chain[CFG_MAX_CHAIN + 2];
     size_t nchain;
     int secret;                        /* building credentials: env values become secrets */
@@ -41,15 +41,15 @@ static int in_credentials(const char *path)
 }
 
 /* "parameters\x1fa\x1fb" -> "params:a.b" */
-static void ref_name(const char *path, struct cfg_buf *out)
+static void ref_name(const char *path, struct strbuf *out)
 {
     const char *sep = strchr(path, CFG_SEP);
     size_t n = sep ? (size_t)(sep - path) : strlen(path);
     if (n == strlen("parameters") && strncmp(path, "parameters", n) == 0)
-        cfg_buf_puts(out, "params");
+        sb_adds(out, "params");
     else
-        cfg_buf_add(out, path, n);
-    cfg_buf_add(out, ":", 1);
+        sb_add(out, path, n);
+    sb_add(out, ":", 1);
     cfg_path_display(path, out);
 }
 
@@ -67,13 +67,13 @@ static void ifail(struct interp *ip, const char *path, const char *fmt, ...)
     if (vasprintf(&msg, fmt, ap) < 0)
         msg = NULL;
     va_end(ap);
-    struct cfg_buf key = {0};
+    struct strbuf key = STRBUF_INIT;
     cfg_path_display(path, &key);
     const char *where = cfg_path_where(ip->cfg, path), *sep = strchr(path, CFG_SEP);
     cfg_errorf(ip->cfg, ip->err, ip->errlen, "%s: %.*s key '%s': %s", where ? where : ip->cfg->dir,
-               (int)(sep ? (size_t)(sep - path) : strlen(path)), path, key.s ? key.s : "",
+               (int)(sep ? (size_t)(sep - path) : strlen(path)), path, key.buf,
                msg ? msg : "out of memory");
-    cfg_buf_free(&key);
+    sb_release(&key);
     free(msg);
 }
 
@@ -96,24 +96,22 @@ static int needs_interp(const cJSON *n) { return cJSON_IsString(n) && strstr(n->
 
 /* ---- building the resolved tree ----------------------------------------------------- */
 
-static cJSON *build(struct interp *ip, const cJSON *raw, struct cfg_buf *path, size_t depth)
+static cJSON *build(struct interp *ip, const cJSON *raw, struct strbuf *path, size_t depth)
 {
-    if (path->failed)
-        return ioom(ip, "");
     if (needs_interp(raw)) {
-        const cJSON *v = resolve_string(ip, raw, path->s);
+        const cJSON *v = resolve_string(ip, raw, path->buf);
         if (!v)
             return NULL;
         if (depth + cfg_tree_depth(v) > CFG_MAX_DEPTH) {
-            ifail(ip, path->s, "interpolation nests values deeper than %d levels", CFG_MAX_DEPTH);
+            ifail(ip, path->buf, "interpolation nests values deeper than %d levels", CFG_MAX_DEPTH);
             return NULL;
         }
-        cJSON *copy = charge(ip, v, path->s) < 0 ? NULL : cfg_copy_value(v);
-        return copy || ip->failed ? copy : ioom(ip, path->s);
+        cJSON *copy = charge(ip, v, path->buf) < 0 ? NULL : cfg_copy_value(v);
+        return copy || ip->failed ? copy : ioom(ip, path->buf);
     }
     if (!cJSON_IsObject(raw) && !cJSON_IsArray(raw)) {
         cJSON *copy = cfg_copy_value(raw);
-        return copy ? copy : ioom(ip, path->s);
+        return copy ? copy : ioom(ip, path->buf);
     }
     cJSON *out = cJSON_IsObject(raw) ? cJSON_CreateObject() : cJSON_CreateArray();
     size_t mark = path->len, i = 0;
@@ -123,12 +121,10 @@ static cJSON *build(struct interp *ip, const cJSON *raw, struct cfg_buf *path, s
         else
             cfg_path_push_index(path, i);
         cJSON *item = build(ip, c, path, depth + 1);
-        path->len = mark;
-        if (path->s)
-            path->s[mark] = '\0';
+        sb_truncate(path, mark);
         if (item && c->string && !(item->string = cfg_key_dup(c->string, strlen(c->string)))) {
             cJSON_Delete(item);
-            item = ioom(ip, path->s);
+            item = ioom(ip, path->buf);
         }
         if (!item) {
             cJSON_Delete(out);
@@ -136,7 +132,7 @@ static cJSON *build(struct interp *ip, const cJSON *raw, struct cfg_buf *path, s
         }
         cJSON_AddItemToArray(out, item);
     }
-    return out ? out : ioom(ip, path->s);
+    return out ? out : ioom(ip, path->buf);
 }
 
 /* ---- references --------------------------------------------------------------------- */
@@ -146,16 +142,16 @@ static void report_cycle(struct interp *ip, const cJSON *raw, const char *path)
     size_t start = 0;
     while (start < ip->nchain && ip->chain[start].node != raw)
         start++;
-    struct cfg_buf b = {0};
+    struct strbuf b = STRBUF_INIT;
     for (size_t i = start; i < ip->nchain; i++) {
         const char *where = cfg_path_where(ip->cfg, ip->chain[i].path);
         ref_name(ip->chain[i].path, &b);
-        cfg_buf_printf(&b, " (%s) -> ", where ? where : "?");
+        sb_addf(&b, " (%s) -> ", where ? where : "?");
     }
     ref_name(path, &b);
     ifail(ip, start < ip->nchain ? ip->chain[start].path : path, "interpolation cycle: %s",
-          b.s ? b.s : "?");
-    cfg_buf_free(&b);
+          b.buf ? b.buf : "?");
+    sb_release(&b);
 }
 
 static int chain_push(struct interp *ip, const cJSON *node, const char *path)
@@ -176,7 +172,7 @@ static void chain_pop(struct interp *ip) { free(ip->chain[--ip->nchain].path); }
 
 static const cJSON *resolve_string(struct interp *ip, const cJSON *raw, const char *path)
 {
-    void *memo = cfg_ptrmap_get(&ip->memo, raw);
+    void *memo = ptrmap_get(&ip->memo, raw);
     if (memo == &resolving_mark) {
         report_cycle(ip, raw, path);
         return NULL;
@@ -185,18 +181,13 @@ static const cJSON *resolve_string(struct interp *ip, const cJSON *raw, const ch
         return memo;
     if (chain_push(ip, raw, path) < 0)
         return NULL;
-    if (cfg_ptrmap_put(&ip->memo, raw, &resolving_mark) < 0) {
-        chain_pop(ip);
-        return ioom(ip, path);
-    }
+    ptrmap_put(&ip->memo, raw, &resolving_mark);
     cJSON *v = eval_template(ip, raw->valuestring, path);
     chain_pop(ip);
-    if (v && cfg_ptrmap_put(&ip->memo, raw, v) < 0) {
-        cJSON_Delete(v);
-        return ioom(ip, path);
-    }
-    if (v && ip->secret && cJSON_IsString(v) && cfg_add_secret(ip->cfg, v->valuestring) < 0)
-        return ioom(ip, path);
+    if (v)
+        ptrmap_put(&ip->memo, raw, v);
+    if (v && ip->secret && cJSON_IsString(v))
+        cfg_add_secret(ip->cfg, v->valuestring);
     return v;
 }
 
@@ -205,21 +196,19 @@ static int find_ref(struct interp *ip, int sec, const char *dotted, cJSON **out,
 {
     const cJSON *node = ip->cfg->raw[sec];
     const char *rest = dotted;
-    struct cfg_buf target = {0};
+    struct strbuf target = STRBUF_INIT;
     int rc = 0;
-    cfg_buf_puts(&target, cfg_section_names[sec]);
+    sb_adds(&target, cfg_section_names[sec]);
     while (node && *rest && !needs_interp(node))
         node = cfg_step(node, &rest, &target);
-    if (target.failed) {
-        rc = -1, ioom(ip, path);
-    } else if (node && *rest) {        /* the path goes on inside a templated value */
-        const cJSON *v = resolve_string(ip, node, target.s), *found = v ? cfg_walk(v, rest, NULL) : NULL;
+    if (node && *rest) {               /* the path goes on inside a templated value */
+        const cJSON *v = resolve_string(ip, node, target.buf), *found = v ? cfg_walk(v, rest, NULL) : NULL;
         rc = !v ? -1 : !found ? 0 : charge(ip, found, path) < 0 ? -1 : (*out = cfg_copy_value(found)) ? 1 : -1;
         if (rc < 0 && !ip->failed)
             ioom(ip, path);
     } else if (node) {
         int linked = (cJSON_IsObject(node) || cJSON_IsArray(node));
-        if (linked && chain_push(ip, node, target.s) < 0) {
+        if (linked && chain_push(ip, node, target.buf) < 0) {
             rc = -1;
         } else {
             *out = build(ip, node, &target, 0);
@@ -228,7 +217,7 @@ static int find_ref(struct interp *ip, int sec, const char *dotted, cJSON **out,
                 chain_pop(ip);
         }
     }
-    cfg_buf_free(&target);
+    sb_release(&target);
     return rc;
 }
 
@@ -267,8 +256,8 @@ static cJSON *eval_env(struct interp *ip, const char *name, char *def, const cha
         return NULL;
     }
     if (val) {
-        if (ip->secret && cfg_add_secret(ip->cfg, val) < 0)
-            return ioom(ip, path);
+        if (ip->secret)
+            cfg_add_secret(ip->cfg, val);
         cJSON *v = in_credentials(path) ? cJSON_CreateString(val) : cfg_scalar_infer(val, strlen(val), 0);
         return v ? v : ioom(ip, path);
     }
@@ -347,15 +336,15 @@ static cJSON *eval_ref(struct interp *ip, const char *inner, size_t n, const cha
 }
 
 /* Stringifies a referenced value into a longer string. */
-static int append_value(struct interp *ip, struct cfg_buf *b, const cJSON *v, const char *path)
+static int append_value(struct interp *ip, struct strbuf *b, const cJSON *v, const char *path)
 {
     char num[40];
     if (cJSON_IsString(v))
-        cfg_buf_puts(b, v->valuestring);
+        sb_adds(b, v->valuestring);
     else if (cJSON_IsNumber(v))
-        cfg_buf_puts(b, cfg_format_number(v->valuedouble, num));
+        sb_adds(b, cfg_format_number(v->valuedouble, num));
     else if (cJSON_IsBool(v))
-        cfg_buf_puts(b, cJSON_IsTrue(v) ? "true" : "false");
+        sb_adds(b, cJSON_IsTrue(v) ? "true" : "false");
     else if (cJSON_IsObject(v) || cJSON_IsArray(v)) {
         ifail(ip, path, "a %s cannot be embedded in a longer string; make the reference the "
               "whole value", cJSON_IsObject(v) ? "mapping" : "list");
@@ -369,16 +358,16 @@ static cJSON *eval_template(struct interp *ip, const char *text, const char *pat
     size_t len = strlen(text), end;
     if (text[0] == '$' && text[1] == '{' && text[2] != '{' && ref_end(text, 0) == len)
         return eval_ref(ip, text + 2, len - 3, path);
-    struct cfg_buf b = {0};
-    cfg_buf_add(&b, "", 0);
+    struct strbuf b = STRBUF_INIT;
+    sb_add(&b, "", 0);
     for (size_t i = 0; i < len && !ip->failed;) {
         if (strncmp(text + i, "$${", 3) == 0) {
-            cfg_buf_add(&b, "${", 2);
+            sb_add(&b, "${", 2);
             i += 3;
         } else if (strncmp(text + i, "${{", 3) == 0) {
             const char *close = strstr(text + i + 3, "}}");
             end = close ? (size_t)(close - text) + 2 : len;
-            cfg_buf_add(&b, text + i, end - i);
+            sb_add(&b, text + i, end - i);
             i = end;
         } else if (strncmp(text + i, "${", 2) == 0) {
             if (!(end = ref_end(text, i))) {
@@ -391,11 +380,11 @@ static cJSON *eval_template(struct interp *ip, const char *text, const char *pat
             cJSON_Delete(v);
             i = end;
         } else {
-            cfg_buf_add(&b, text + i, 1);
+            sb_add(&b, text + i, 1);
             i++;
         }
     }
-    char *s = cfg_buf_take(&b);
+    char *s = sb_detach(&b);
     cJSON *v = s && !ip->failed ? cJSON_CreateString(s) : NULL;
     free(s);
     return v || ip->failed ? v : ioom(ip, path);
@@ -403,22 +392,20 @@ static cJSON *eval_template(struct interp *ip, const char *text, const char *pat
 
 /* ---- entry point -------------------------------------------------------------------- */
 
-static int collect_secrets(struct config *cfg, const cJSON *node)
+static void collect_secrets(struct config *cfg, const cJSON *node)
 {
     if (cJSON_IsString(node))
-        return cfg_add_secret(cfg, node->valuestring);
+        cfg_add_secret(cfg, node->valuestring);
     for (const cJSON *c = node->child; c; c = c->next)
-        if (collect_secrets(cfg, c) < 0)
-            return -1;
-    return 0;
+        collect_secrets(cfg, c);
 }
 
 static void interp_free(struct interp *ip)
 {
     for (size_t i = 0; i < ip->memo.cap; i++)
-        if (ip->memo.keys[i] && ip->memo.vals[i] != &resolving_mark)
-            cJSON_Delete(ip->memo.vals[i]);
-    cfg_ptrmap_free(&ip->memo);
+        if (ip->memo.slots[i].key && ip->memo.slots[i].value != &resolving_mark)
+            cJSON_Delete(ip->memo.slots[i].value);
+    ptrmap_free(&ip->memo);
     while (ip->nchain)
         chain_pop(ip);
 }
@@ -442,15 +429,15 @@ int config_resolve(struct config *cfg, char *err, size_t errlen)
     int rc = 0;
     for (size_t k = 0; k < CFG_NSECTIONS && rc == 0; k++) {
         int s = order[k];
-        struct cfg_buf path = {0};
-        cfg_buf_puts(&path, cfg_section_names[s]);
+        struct strbuf path = STRBUF_INIT;
+        sb_adds(&path, cfg_section_names[s]);
         ip.secret = s == CFG_CREDENTIALS;
         out[s] = build(&ip, cfg->raw[s], &path, 0);
-        cfg_buf_free(&path);
+        sb_release(&path);
         rc = out[s] ? 0 : -1;
     }
-    if (rc == 0 && collect_secrets(cfg, out[CFG_CREDENTIALS]) < 0)
-        rc = -1, snprintf(err, errlen, "out of memory");
+    if (rc == 0)
+        collect_secrets(cfg, out[CFG_CREDENTIALS]);
     interp_free(&ip);
     for (int s = 0; s < CFG_NSECTIONS; s++) {
         cJSON *old = rc == 0 ? cfg->res[s] : out[s];

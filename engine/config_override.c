@@ -54,12 +54,12 @@ static int override_set(struct config *cfg, const char *dotted, cJSON *value, co
                         char *err, size_t errlen)
 {
     struct cfg_source from = {origin, NULL, CFG_LAYER_OVERRIDE, CFG_PARAMETERS};
-    struct cfg_buf path = {0};
+    struct strbuf path = STRBUF_INIT;
     cJSON *node = cfg->raw[CFG_PARAMETERS], *child;
     const char *rest = dotted ? dotted : "";
     size_t keylen;
     int rc = -1;
-    cfg_buf_puts(&path, cfg_section_names[CFG_PARAMETERS]);
+    sb_adds(&path, cfg_section_names[CFG_PARAMETERS]);
     if (!*rest) {
         if (cJSON_IsObject(value))
             rc = cfg_merge_object(cfg, &path, node, value, &from, 0, err, errlen);
@@ -83,7 +83,7 @@ static int override_set(struct config *cfg, const char *dotted, cJSON *value, co
     while ((child = cfg_match_key(node, rest, &keylen)) != NULL && rest[keylen] == '.') {
         cfg_path_push(&path, child->string);
         if (!cJSON_IsObject(child)) {
-            const char *where = path.failed ? NULL : cfg_path_where(cfg, path.s);
+            const char *where = cfg_path_where(cfg, path.buf);
             cfg_errorf(cfg, err, errlen, "%s: cannot set parameter '%s': '%.*s' is %s (set at %s), "
                        "not a mapping", origin, dotted, (int)(rest - dotted + keylen), dotted,
                        type_name(child), where ? where : "?");
@@ -102,13 +102,13 @@ static int override_set(struct config *cfg, const char *dotted, cJSON *value, co
         goto done;
     }
     cfg_path_push(&path, value->string);
-    rc = path.failed ? -1 : cfg_merge_member(cfg, &path, node, value, &from, 0, err, errlen);
+    rc = cfg_merge_member(cfg, &path, node, value, &from, 0, err, errlen);
     value = NULL;                      /* merge_member took it */
     if (rc < 0 && !err[0])
         snprintf(err, errlen, "out of memory");
 done:
     cJSON_Delete(value);
-    cfg_buf_free(&path);
+    sb_release(&path);
     return rc;
 }
 
@@ -171,19 +171,19 @@ static cJSON *spec_fail(struct spec *s, const char *msg)
 static cJSON *parse_quoted(struct spec *s)
 {
     char q = *s->p++;
-    struct cfg_buf b = {0};
-    cfg_buf_add(&b, "", 0);
+    struct strbuf b = STRBUF_INIT;
+    sb_add(&b, "", 0);
     for (; *s->p && *s->p != q; s->p++) {
         if (*s->p == '\\' && (s->p[1] == q || s->p[1] == '\\'))
             s->p++;
-        cfg_buf_add(&b, s->p, 1);
+        sb_add(&b, s->p, 1);
     }
     if (!*s->p) {
-        cfg_buf_free(&b);
+        sb_release(&b);
         return spec_fail(s, "unterminated quoted string");
     }
     s->p++;
-    char *str = cfg_buf_take(&b);
+    char *str = sb_detach(&b);
     cJSON *v = str ? cJSON_CreateString(str) : NULL;
     free(str);
     return v ? v : spec_fail(s, "out of memory");

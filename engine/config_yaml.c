@@ -188,7 +188,7 @@ struct yanchor { char *name; cJSON *node; int open; };
 struct yload {
     yaml_parser_t parser;
     const char *text, *file;
-    struct cfg_ptrmap *lines;
+    struct ptrmap *lines;
     struct yframe stack[CFG_MAX_DEPTH + 1];
     size_t depth;
     struct yanchor *anchors;
@@ -292,11 +292,11 @@ static void yclose_anchors(struct yload *y, const cJSON *node)
 }
 
 /* Copies the line of every node of src onto the same place in its copy dst. */
-static int copy_lines(struct cfg_ptrmap *lines, const cJSON *src, const cJSON *dst)
+static int copy_lines(struct ptrmap *lines, const cJSON *src, const cJSON *dst)
 {
-    void *line = cfg_ptrmap_get(lines, src);
-    if (line && cfg_ptrmap_put(lines, dst, line) < 0)
-        return -1;
+    void *line = ptrmap_get(lines, src);
+    if (line)
+        ptrmap_put(lines, dst, line);
     for (src = src->child, dst = dst->child; src && dst; src = src->next, dst = dst->next)
         if (copy_lines(lines, src, dst) < 0)
             return -1;
@@ -349,7 +349,8 @@ static int yattach(struct yload *y, cJSON *node, const yaml_mark_t *m)
             cJSON_AddItemToArray(f->node, node);
         }
     }
-    return cfg_ptrmap_put(y->lines, node, (void *)(intptr_t)line);
+    ptrmap_put(y->lines, node, (void *)(intptr_t)line);
+    return 0;
 }
 
 static int ycount(struct yload *y, size_t n, const yaml_mark_t *m)
@@ -417,7 +418,7 @@ static int keyed_cmp(const void *a, const void *b)
     return c ? c : (x->line > y->line) - (x->line < y->line);
 }
 
-static int check_dup_keys(const cJSON *obj, const char *file, const struct cfg_ptrmap *lines,
+static int check_dup_keys(const cJSON *obj, const char *file, const struct ptrmap *lines,
                           char *err, size_t errlen)
 {
     size_t n = 0, i = 0;
@@ -431,7 +432,7 @@ static int check_dup_keys(const cJSON *obj, const char *file, const struct cfg_p
         return -1;
     }
     for (const cJSON *c = obj->child; c; c = c->next, i++)
-        v[i] = (struct keyed){c->string, (long)(intptr_t)cfg_ptrmap_get(lines, c)};
+        v[i] = (struct keyed){c->string, (long)(intptr_t)ptrmap_get(lines, c)};
     qsort(v, n, sizeof *v, keyed_cmp);
     int rc = 0;
     for (i = 1; i < n && rc == 0; i++)
@@ -555,7 +556,7 @@ static int yevent(struct yload *y, const yaml_event_t *ev)
 /* Parses one YAML file into a cJSON object (empty for an empty file); lines receives the
  * line of every value (of its key, for mapping values).  text[len] must be '\0'. */
 cJSON *cfg_parse_yaml(const char *text, size_t len, const char *file,
-                      struct cfg_ptrmap *lines, char *err, size_t errlen)
+                      struct ptrmap *lines, char *err, size_t errlen)
 {
     struct yload *y = calloc(1, sizeof *y);
     if (!y || !yaml_parser_initialize(&y->parser)) {
@@ -603,7 +604,7 @@ cJSON *cfg_parse_yaml(const char *text, size_t len, const char *file,
 /* ---- JSON reading ------------------------------------------------------------------- */
 
 /* Walks text that cJSON accepted, in step with the tree, to learn each value's line. */
-struct jscan { const char *s; size_t pos, len; long line; struct cfg_ptrmap *lines; };
+struct jscan { const char *s; size_t pos, len; long line; struct ptrmap *lines; };
 
 static int is_json_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
@@ -639,8 +640,7 @@ static int jscan_value(struct jscan *j, const cJSON *node)
     int object = j->s[j->pos++] == '{';
     for (const cJSON *c = node->child; c; c = c->next) {
         jskip_ws(j);
-        if (cfg_ptrmap_put(j->lines, c, (void *)(intptr_t)j->line) < 0)
-            return -1;
+        ptrmap_put(j->lines, c, (void *)(intptr_t)j->line);
         if (object) {
             jskip_token(j);
             jskip_ws(j);
@@ -657,7 +657,7 @@ static int jscan_value(struct jscan *j, const cJSON *node)
     return 0;
 }
 
-static int check_dups_tree(const cJSON *node, const char *file, const struct cfg_ptrmap *lines,
+static int check_dups_tree(const cJSON *node, const char *file, const struct ptrmap *lines,
                            char *err, size_t errlen)
 {
     if (cJSON_IsObject(node) && check_dup_keys(node, file, lines, err, errlen) < 0)
@@ -680,7 +680,7 @@ static cJSON *json_fail(cJSON *root, char *err, size_t errlen, const char *file,
 
 /* Parses one JSON file into a cJSON object, like cfg_parse_yaml.  text[len] must be '\0'. */
 cJSON *cfg_parse_json(const char *text, size_t len, const char *file,
-                      struct cfg_ptrmap *lines, char *err, size_t errlen)
+                      struct ptrmap *lines, char *err, size_t errlen)
 {
     size_t start = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0, i = start;
     while (i < len && is_json_ws(text[i]))
@@ -734,17 +734,17 @@ static size_t utf8_len(const unsigned char *s)
 
 static char *utf8_fix(const char *s)
 {
-    struct cfg_buf b = {0};
+    struct strbuf b = STRBUF_INIT;
     while (*s) {
         size_t n = utf8_len((const unsigned char *)s);
         if (n)
-            cfg_buf_add(&b, s, n);
+            sb_add(&b, s, n);
         else
-            cfg_buf_add(&b, "\xEF\xBF\xBD", 3);
+            sb_add(&b, "\xEF\xBF\xBD", 3);
         s += n ? n : 1;
     }
-    cfg_buf_add(&b, "", 0);
-    return cfg_buf_take(&b);
+    sb_add(&b, "", 0);
+    return sb_detach(&b);
 }
 
 static int emit_scalar(yaml_emitter_t *e, const char *text, int is_string)
@@ -796,9 +796,9 @@ static int emit_node(yaml_emitter_t *e, const cJSON *n)
 
 static int emit_write(void *data, unsigned char *buffer, size_t size)
 {
-    struct cfg_buf *b = data;
-    cfg_buf_add(b, (const char *)buffer, size);
-    return !b->failed;
+    struct strbuf *b = data;
+    sb_add(b, (const char *)buffer, size);
+    return 1;
 }
 
 /* Block-style YAML for a value; strings that would read back as another type are quoted. */
@@ -806,7 +806,7 @@ char *cfg_yaml_emit(const cJSON *node)
 {
     yaml_emitter_t e;
     yaml_event_t ev;
-    struct cfg_buf out = {0};
+    struct strbuf out = STRBUF_INIT;
     if (!yaml_emitter_initialize(&e))
         return NULL;
     yaml_emitter_set_output(&e, emit_write, &out);
@@ -820,9 +820,9 @@ char *cfg_yaml_emit(const cJSON *node)
              yaml_stream_end_event_initialize(&ev) && yaml_emitter_emit(&e, &ev);
     yaml_emitter_delete(&e);
     if (!ok) {
-        cfg_buf_free(&out);
+        sb_release(&out);
         return NULL;
     }
-    cfg_buf_add(&out, "", 0);
-    return cfg_buf_take(&out);
+    sb_add(&out, "", 0);
+    return sb_detach(&out);
 }

@@ -1,7 +1,9 @@
-/* strmap.c — linear probing, FNV-1a hash, grows at 70% load. */
+/* strmap.c — linear probing, grows at 70% load; FNV-1a for strings, a 64-bit mixer for
+ * pointers (their low bits are mostly alignment). */
 #include "strmap.h"
 #include "util.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,4 +63,53 @@ bool strmap_get(const struct strmap *m, const char *key, size_t *value)
     if (!s->key) return false;
     if (value) *value = s->value;
     return true;
+}
+
+static size_t hash_ptr(const void *p)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x;
+}
+
+void ptrmap_free(struct ptrmap *m)
+{
+    free(m->slots);
+    m->slots = NULL;
+    m->count = m->cap = 0;
+}
+
+static struct ptrmap_slot *ptr_slot(const struct ptrmap *m, const void *key)
+{
+    size_t mask = m->cap - 1;
+    for (size_t i = hash_ptr(key) & mask; ; i = (i + 1) & mask) {
+        struct ptrmap_slot *s = &m->slots[i];
+        if (!s->key || s->key == key) return s;
+    }
+}
+
+static void ptr_grow(struct ptrmap *m)
+{
+    struct ptrmap old = *m;
+    m->cap = old.cap ? old.cap * 2 : 64;
+    m->slots = xcalloc(m->cap, sizeof *m->slots);
+    for (size_t i = 0; i < old.cap; i++)
+        if (old.slots[i].key) *ptr_slot(m, old.slots[i].key) = old.slots[i];
+    free(old.slots);
+}
+
+void ptrmap_put(struct ptrmap *m, const void *key, void *value)
+{
+    if ((m->count + 1) * 10 > m->cap * 7) ptr_grow(m);
+    struct ptrmap_slot *s = ptr_slot(m, key);
+    m->count += !s->key;
+    s->key = key;
+    s->value = value;
+}
+
+void *ptrmap_get(const struct ptrmap *m, const void *key)
+{
+    return m->cap ? ptr_slot(m, key)->value : NULL;
 }

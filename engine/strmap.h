@@ -1,5 +1,6 @@
-/* strmap.h — an open-addressing hash map from strings to indices.
- * The DAG keys 100,000s of step and dataset names with it; keys are copied. */
+/* strmap.h — the engine's open-addressing hash maps: strings to indices (the DAG keys
+ * 100,000s of step and dataset names with it; keys are copied) and pointers to pointers
+ * (the config loader maps parsed nodes to their line numbers). */
 #ifndef FLOW_STRMAP_H
 #define FLOW_STRMAP_H
 #include <stddef.h>
@@ -14,5 +15,17 @@ void strmap_free(struct strmap *m);
 /* Insert or overwrite. */
 void strmap_put(struct strmap *m, const char *key, size_t value);
 bool strmap_get(const struct strmap *m, const char *key, size_t *value);
+
+/* Pointer -> pointer.  Keys and values must be non-NULL (a NULL value reads as absent);
+ * keys are not owned, and entries are never removed. */
+struct ptrmap {
+    struct ptrmap_slot { const void *key; void *value; } *slots;
+    size_t count, cap;       /* cap is 0 or a power of two */
+};
+
+void ptrmap_free(struct ptrmap *m);
+/* Insert or overwrite. */
+void ptrmap_put(struct ptrmap *m, const void *key, void *value);
+void *ptrmap_get(const struct ptrmap *m, const void *key);
 
 #endif

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const namespaces[] = { "inputs", "outputs", "params" };
+static const char *const namespaces[] = { "inputs", "outputs", "params", "credentials" };
 
 /* Parse the reference body "ns.key" (without ${ }); fills ns and key. */
 static int split_ref(const char *body, size_t len, char *ns, size_t nslen,
@@ -12,8 +12,8 @@ static int split_ref(const char *body, size_t len, char *ns, size_t nslen,
 {
     const char *dot = memchr(body, '.', len);
     if (!dot || dot == body || dot + 1 == body + len) {
-        errf(err, errlen, "bad reference '${%.*s}': write ${inputs.NAME}, ${outputs.NAME} "
-             "or ${params.KEY}", (int)len, body);
+        errf(err, errlen, "bad reference '${%.*s}': write ${inputs.NAME}, ${outputs.NAME}, "
+             "${params.KEY} or ${credentials.KEY}", (int)len, body);
         return -1;
     }
     size_t n = (size_t)(dot - body);
@@ -21,8 +21,8 @@ static int split_ref(const char *body, size_t len, char *ns, size_t nslen,
     for (size_t i = 0; i < sizeof namespaces / sizeof *namespaces; i++)
         if (strlen(namespaces[i]) == n && memcmp(namespaces[i], body, n) == 0) known = 1;
     if (!known || n >= nslen) {
-        errf(err, errlen, "unknown reference '${%.*s}': only inputs., outputs. and params. "
-             "can be expanded", (int)len, body);
+        errf(err, errlen, "unknown reference '${%.*s}': only inputs., outputs., params. and "
+             "credentials. can be expanded", (int)len, body);
         return -1;
     }
     memcpy(ns, body, n);

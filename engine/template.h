@@ -1,4 +1,5 @@
-/* template.h — `${inputs.x}`, `${outputs.y}`, `${params.a.b}` in command steps.
+/* template.h — `${inputs.x}`, `${outputs.y}`, `${params.a.b}`, `${credentials.a.b}` in
+ * command steps.
  * The caller resolves each reference through a callback, so the engine decides
  * what a name means (a materialised path, a parameter's text). `$${` is a literal `${`;
  * `${NAME}` without a dot (a shell variable, `${RANK:-0}`) is left as it is. */

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +103,14 @@ void sb_addf(struct strbuf *sb, const char *fmt, ...)
     va_end(ap);
 }
 
+void sb_truncate(struct strbuf *sb, size_t len)
+{
+    if (sb->buf && len < sb->len) {
+        sb->len = len;
+        sb->buf[len] = '\0';
+    }
+}
+
 char *sb_detach(struct strbuf *sb)
 {
     char *s = sb->buf ? sb->buf : xstrdup("");
@@ -157,6 +166,11 @@ int write_all(int fd, const void *buf, size_t len)
 
 char *read_file(const char *path, size_t *len)
 {
+    return read_file_max(path, SIZE_MAX, len);
+}
+
+char *read_file_max(const char *path, size_t max, size_t *len)
+{
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return NULL;
     struct strbuf sb = STRBUF_INIT;
@@ -173,6 +187,12 @@ char *read_file(const char *path, size_t *len)
         }
         if (n == 0) break;
         sb_add(&sb, chunk, (size_t)n);
+        if (sb.len > max) {
+            close(fd);
+            sb_release(&sb);
+            errno = EFBIG;
+            return NULL;
+        }
     }
     close(fd);
     if (len) *len = sb.len;

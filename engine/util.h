@@ -29,6 +29,8 @@ void sb_adds(struct strbuf *sb, const char *s);
 void sb_addc(struct strbuf *sb, char c);
 void sb_addf(struct strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sb_vaddf(struct strbuf *sb, const char *fmt, va_list ap);
+/* Shortens the string to its first len bytes (a no-op when it is not longer). */
+void sb_truncate(struct strbuf *sb, size_t len);
 char *sb_detach(struct strbuf *sb);          /* caller owns the result ("" if empty) */
 void sb_release(struct strbuf *sb);
 
@@ -38,6 +40,9 @@ void errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(
 int mkdir_p(const char *path, mode_t mode);
 /* Whole file into a NUL-terminated buffer; NULL with errno set on failure. */
 char *read_file(const char *path, size_t *len);
+/* The same, but a file longer than max bytes fails with EFBIG as soon as more than max
+ * bytes were read, so an accidental huge file costs about the limit, not its size. */
+char *read_file_max(const char *path, size_t max, size_t *len);
 /* write() all of buf, retrying on EINTR and short writes; -1 with errno. */
 int write_all(int fd, const void *buf, size_t len);
 /* The entries of dir but "." and "..", sorted bytewise; NULL with errno on

@@ -111,6 +111,14 @@ static int l_redact(lua_State *L)
     return push_owned(L, config_redact(cfg, luaL_checkstring(L, 2)));
 }
 
+/* cfg:add_secret(text) — text flow hands to a process from credentials, masked from now on */
+static int l_add_secret(lua_State *L)
+{
+    struct config *cfg = *check_config(L, 1);
+    config_add_secret(cfg, luaL_checkstring(L, 2));
+    return 0;
+}
+
 static int l_closest(lua_State *L)
 {
     struct config *cfg = *check_config(L, 1);
@@ -182,6 +190,7 @@ static const luaL_Reg config_methods[] = {
     { "explain", l_explain },
     { "dump", l_dump },
     { "redact", l_redact },
+    { "add_secret", l_add_secret },
     { "closest", l_closest },
     { "env", l_env },
     { "warnings", l_warnings },

@@ -14,6 +14,12 @@
 -- version unless --load-versions pins one.  Patterns match dataset names; the
 -- most specific wins (most literal characters, then fewest placeholders, then
 -- by name, as Kedro ranks them).
+--
+-- `credentials: db_creds` names a block of credentials.yml (Kedro's pattern);
+-- it must exist.  The entry keeps the name; a command step that reads or
+-- writes the dataset gets the block's values in its environment (see
+-- flow.credentials), and Catalog:credentials(e) hands them to whatever loads
+-- or saves the dataset itself (no local type needs them; remote ones will).
 local core = require("flow.core")
 local util = require("flow.util")
 
@@ -22,8 +28,8 @@ local M = {}
 M.TYPES = { "memory", "json", "text", "lua", "file", "folder" }
 local TYPE_SET = {}
 for _, t in ipairs(M.TYPES) do TYPE_SET[t] = true end
-local FIELDS = { type = true, path = true, versioned = true, metadata = true }
-local FIELD_NAMES = { "type", "path", "versioned", "metadata" }
+local FIELDS = { type = true, path = true, versioned = true, metadata = true, credentials = true }
+local FIELD_NAMES = { "type", "path", "versioned", "metadata", "credentials" }
 
 local Catalog = {}
 Catalog.__index = Catalog
@@ -97,18 +103,35 @@ local function check_entry(name, spec, where, pattern)
     if type(spec.path) ~= "string" or spec.path == "" then bad("type %s needs path: (where it is stored)", t) end
   end
   if spec.versioned ~= nil and type(spec.versioned) ~= "boolean" then bad("versioned must be true or false") end
+  if spec.credentials ~= nil then
+    if type(spec.credentials) ~= "string" or spec.credentials == "" then
+      bad("credentials names a block of credentials.yml, like credentials: db_creds")
+    end
+    if t == "memory" then bad("a memory dataset has no credentials") end
+  end
   if pattern and spec.path then
     for ph in spec.path:gmatch("{([^{}]*)}") do
       if not pattern.seen[ph] then bad("path uses {%s}, which the name pattern does not have", ph) end
     end
   end
-  return { type = t, path = spec.path, versioned = spec.versioned or false }
+  return { type = t, path = spec.path, versioned = spec.versioned or false, credentials = spec.credentials }
+end
+
+-- A catalog entry's credentials block must exist in this environment.
+local function check_credentials(settings, name, e, where)
+  local cfg = settings.cfg
+  if not e.credentials or cfg:get("credentials", e.credentials) ~= nil then return end
+  local near = cfg:closest("credentials", e.credentials)
+  util.setup_error(string.format("%s: catalog entry '%s': credentials '%s' is not defined in environment '%s' "
+    .. "(conf/*/credentials.yml)%s", cfg:origin("catalog", name .. ".credentials") or where, name,
+    e.credentials, settings.env, near and (" (did you mean '" .. near .. "'?)") or ""))
 end
 
 -- new(settings, {load_versions = {name = stamp}, save_version = stamp})
 function M.new(settings, opts)
   opts = opts or {}
-  local self = setmetatable({ exact = {}, patterns = {}, memo = {}, load_versions = opts.load_versions or {},
+  local self = setmetatable({ exact = {}, patterns = {}, memo = {}, settings = settings,
+                              load_versions = opts.load_versions or {},
                               save_version = opts.save_version or M.version_stamp(core.time()) }, Catalog)
   local cfg = settings.cfg
   local spec = cfg and cfg:get("catalog") or {}
@@ -120,10 +143,12 @@ function M.new(settings, opts)
     if name:find("[{}]") then
       local pat = compile_pattern(name, where)
       pat.entry = check_entry(name, entry, where, pat)
+      check_credentials(settings, name, pat.entry, where)
       pat.origin = where
       self.patterns[#self.patterns + 1] = pat
     else
       local e = check_entry(name, entry, where)
+      check_credentials(settings, name, e, where)
       e.name, e.origin, e.declared = name, where, true
       self.exact[name] = e
     end
@@ -140,7 +165,7 @@ local function from_pattern(name, pat, captures)
   local values = {}
   for i, ph in ipairs(pat.names) do values[ph] = captures[i] end
   local e = { name = name, type = pat.entry.type, versioned = pat.entry.versioned, origin = pat.origin,
-              pattern = pat.key, declared = true }
+              pattern = pat.key, declared = true, credentials = pat.entry.credentials }
   if pat.entry.path then e.path = pat.entry.path:gsub("{([%a_][%w_]*)}", values) end
   return e
 end
@@ -162,6 +187,12 @@ function Catalog:entry(name)
 end
 
 function M.persisted(e) return e.type ~= "memory" end
+
+-- The values of the credentials block entry e names, {dotted key = text}
+-- (each registered as a secret), or nil when it names none.
+function Catalog:credentials(e)
+  if e.credentials then return require("flow.credentials").block(self.settings, e.credentials) end
+end
 
 -- Where this run saves dataset e.
 function Catalog:save_path(e)

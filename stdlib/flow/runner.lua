@@ -25,6 +25,7 @@ local catalog = require("flow.catalog")
 local cache = require("flow.cache")
 local fingerprint = require("flow.fingerprint")
 local state_mod = require("flow.state")
+local credentials = require("flow.credentials")
 
 local M = {}
 
@@ -353,6 +354,9 @@ function Run:expand_command(n, staging)
   for _, io in ipairs(n.inputs) do by_arg.inputs[io.arg] = io end
   for _, io in ipairs(n.outputs) do by_arg.outputs[io.arg] = io end
   local function lookup(ns, key)
+    if ns == "credentials" then      -- refused in argv words before the run (flow.credentials)
+      return nil, string.format("${credentials.%s} cannot be a command-line argument", key)
+    end
     if ns == "params" then
       local ok, v = pcall(params_mod.get, self.params, key)
       if not ok or v == nil then return nil, string.format("no parameter '%s'", key) end
@@ -373,6 +377,7 @@ function Run:expand_command(n, staging)
   local cmd = n.cmd
   local function expand(s, quote)
     local out, err = core.expand(s, quote and function(ns, key)
+      if ns == "credentials" then return credentials.shell_ref(key) end     -- "$FLOW_CRED_…"
       local v, e = lookup(ns, key)
       return v and command.shell_quote(v), e
     end or lookup)
@@ -458,9 +463,14 @@ function Run:log_path(n, rank)
   return self.log_dir .. "/" .. core.safe_name(n.name) .. (rank and (".rank" .. rank) or "") .. ".log"
 end
 
+-- The credentials each command step's process gets in its environment, set
+-- by flow.run for its steps (see flow.credentials).
+local step_secrets = setmetatable({}, { __mode = "k" })
+
 local function command_env(n, extra)
   local env = {}
   for k, v in pairs(n.cmd and n.cmd.env or {}) do env[k] = v end
+  for k, v in pairs(step_secrets[n] or {}) do env[k] = v end
   for k, v in pairs(extra or {}) do env[k] = v end
   return launch.env_list(env)
 end
@@ -1030,6 +1040,8 @@ function M.run(p, opts, level)
   opts = opts or {}
   if M.child then return M.run_child(pipeline.is_node(p) and pipeline.pipeline({ p }) or p) end
   local plan = M.prepare(p, opts, (level or 1) + 1)
+  local secrets = credentials.check(plan.nodes, plan.settings, plan.cat, plan.selected)
+  for _, n in ipairs(plan.nodes) do step_secrets[n] = secrets[n] end
   state_mod.lock()
   local run_id = core.run_id()
   local self = new_run(plan, opts, run_id, state_mod.load(run_id))

@@ -49,6 +49,14 @@ no_crash() {   # stderr of the last run shows no C-level crash or sanitizer repo
 
 skip() { echo "$*"; exit 77; }
 
+# copy_example NAME DEST — a fresh copy of examples/NAME: without the .flow/ a demo
+# or an earlier run left there, so a test never depends on what ran before it.
+copy_example() {
+    rm -rf "$2"
+    mkdir -p "$2"
+    (cd "$FLOW_ROOT/examples/$1" && tar --exclude=./.flow -cf - .) | (cd "$2" && tar -xf -)
+}
+
 write() {      # write FILE <<'EOF' ... EOF
     mkdir -p "$(dirname "$1")"
     cat >"$1"

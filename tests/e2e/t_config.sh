@@ -226,7 +226,7 @@ L
 }
 
 test_pytorch_example_lists_four_nodes_in_prod() {
-    cp -r "$FLOW_ROOT/examples/pytorch_ddp" ex
+    copy_example pytorch_ddp ex
     run_flow 0 list ex
     contains "$OUT" "PyTorch 1 node x 2 processes"
     run_flow 0 list ex --env prod

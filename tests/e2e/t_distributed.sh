@@ -148,7 +148,7 @@ L
 ddp_run() {   # ddp_run NODES PPN
     py=$(python_with torch)
     [ -n "$py" ] || skip "no python3 here can import torch (make check installs python3-torch)"
-    rm -rf ex && cp -r "$FLOW_ROOT/examples/pytorch_ddp" ex
+    copy_example pytorch_ddp ex
     FLOW_PYTHON=$py run_flow 0 run ex --distributed=local --params "num_training_nodes=$1,processes_per_node=$2,epochs=40"
     logs=ex/.flow/runs/latest/logs
     # every rank joined one process group of world size 2 ...

@@ -2,7 +2,7 @@
 # their files, composition, the annotation form, registries and flow.run.
 
 test_hello_example() {
-    cp -r "$FLOW_ROOT/examples/hello" hello
+    copy_example hello hello
     run_flow 0 run hello
     contains "$OUT" "9 words, 8 distinct; longest: quick"
     contains "$OUT" "the    2"
@@ -357,7 +357,7 @@ torch_python() {
 test_pytorch_example_trains_once_locally() {
     py=$(torch_python)
     [ -n "$py" ] || skip "no python3 here can import torch (make check installs python3-torch)"
-    cp -r "$FLOW_ROOT/examples/pytorch_ddp" ex
+    copy_example pytorch_ddp ex
     FLOW_PYTHON=$py run_flow 0 run ex
     contains "$OUT" "trained on 1 process(es)"
     [ -f ex/.flow/data/model/model.pt ] || { echo "no model.pt"; return 1; }

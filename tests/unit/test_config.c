@@ -924,6 +924,16 @@ static void test_credentials_redaction(void)
     CHECK(text && !strstr(text, "hunter2secret"));
     CHECK_CONTAINS(text, "conf/local/credentials.yml:3");
     free(text);
+
+    /* a number is no secret until flow hands it to a process as text; short text never is */
+    r = config_redact(cfg, "port 5432, bob");
+    CHECK_STR(r, "port 5432, bob");
+    free(r);
+    config_add_secret(cfg, "5432");
+    config_add_secret(cfg, "bob");
+    r = config_redact(cfg, "port 5432, bob");
+    CHECK_STR(r, "port ***, bob");
+    free(r);
     config_free(cfg);
     project_done();
 
@@ -997,6 +1007,23 @@ static void test_hostile_input(void)
         put_n("conf/base/parameters.json", "{\"a\": 1}\0{}", 11);
         CHECK(load(NULL, err, sizeof err) == NULL);
         CHECK_CONTAINS(err, "conf/base/parameters.json:1:9: NUL byte");
+        project_done();
+    }
+    {   /* a file over 64 MiB is refused by name, not read whole (sparse: costs no disk) */
+        char err[1024];
+        project_new();
+        put("conf/base/parameters.yml", "a: 1\n");
+        CHECK(truncate("conf/base/parameters.yml", (64L << 20) + 1) == 0);
+        CHECK(load(NULL, err, sizeof err) == NULL);
+        CHECK_CONTAINS(err, "conf/base/parameters.yml: file larger than 64 MiB");
+        CHECK(truncate("conf/base/parameters.yml", 64L << 20) == 0);   /* at the limit: read */
+        CHECK(load(NULL, err, sizeof err) == NULL);
+        CHECK_CONTAINS(err, "conf/base/parameters.yml:2:1:");   /* parsed: the zeros are bad YAML */
+        chmod("conf/base/parameters.yml", 0);
+        if (geteuid() != 0) {          /* root reads it anyway */
+            CHECK(load(NULL, err, sizeof err) == NULL);
+            CHECK_CONTAINS(err, "conf/base/parameters.yml: cannot open: Permission denied");
+        }
         project_done();
     }
 

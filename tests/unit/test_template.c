@@ -1,4 +1,4 @@
-/* test_template.c — ${inputs.x} / ${outputs.y} / ${params.a.b} expansion. */
+/* test_template.c — ${inputs.x} / ${outputs.y} / ${params.a.b} / ${credentials.a.b} expansion. */
 #include "check.h"
 #include "template.h"
 
@@ -49,6 +49,11 @@ static void test_shell_variables_kept(void)
 {
     expect("${HOME}/x ${RANK:-0} ${inputs.a}", "${HOME}/x ${RANK:-0} <inputs:a>");
 }
+static void test_credentials_namespace(void)
+{
+    expect("${credentials.db.password}", "<credentials:db.password>");
+    expect_error("${credential.db}", "credentials. can be expanded");
+}
 static void test_lookup_error(void) { expect_error("a ${inputs.missing}", "no inputs named 'missing'"); }
 
 static int count_refs(void *ctx, const char *ns, const char *key)
@@ -78,6 +83,7 @@ int main(void)
     RUN(test_no_key);
     RUN(test_shell_variables_kept);
     RUN(test_lookup_error);
+    RUN(test_credentials_namespace);
     RUN(test_each_ref);
     return CHECK_DONE("template");
 }

@@ -1,0 +1,178 @@
+# t_credentials.sh — conf/*/credentials.yml reaching command steps: through the
+# process's environment only, never on a command line, never in anything flow
+# writes (logs, journal, run.json, state), never in a fingerprint.
+
+SECRET=hunter2-SECRET-value
+PIN=98765432
+TOKEN=tok-abcdef-123
+
+creds() {
+    write conf/local/credentials.yml <<Y
+db:
+  user: app
+  password: "$SECRET"
+  pin: $PIN
+db_creds:
+  username: alice_user
+  token: "$TOKEN"
+Y
+}
+
+# Nothing flow wrote under .flow/ holds a secret, except outputs the steps
+# themselves wrote (.flow/data/, which hold what the commands printed there)
+# and, with an argument, the logs of what a process printed itself.
+no_secret_in_flow_dir() {
+    local hits
+    hits=$(grep -rlF -e "$SECRET" -e "$PIN" -e "$TOKEN" -e alice_user .flow --exclude-dir=data ${1:+--exclude-dir=logs} || true)
+    equals "$hits" "" "files under .flow/ holding a secret"
+}
+
+test_shell_command_gets_credential_through_environment() {
+    creds
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "printf '%s' ${credentials.db.password} > ${outputs.o}; tr '\\0' ' ' < /proc/$$/cmdline > ${outputs.cmdline}",
+        outputs = { "o", "cmdline" }, name = "shell" },
+}
+L
+    run_flow 0 run -v
+    equals "$(cat .flow/data/o)" "$SECRET" "what the process received"
+    # its command line (sh -c SCRIPT) names the variable, not the value
+    contains "$(cat .flow/data/cmdline)" '"$FLOW_CRED_DB_PASSWORD"' "the shell's command line"
+    not_contains "$(cat .flow/data/cmdline)" "$SECRET" "the shell's command line"
+    # the "$ command" header of the log shows the reference too
+    contains "$(cat .flow/runs/latest/logs/shell.log)" 'printf '"'"'%s'"'"' "$FLOW_CRED_DB_PASSWORD"' "log header"
+    not_contains "$OUT$ERR" "$SECRET" "-v output"
+    no_secret_in_flow_dir
+}
+
+test_argv_word_with_credential_is_refused() {
+    creds
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = { "tool", "--password", "${credentials.db.password}" }, outputs = "o", name = "argv" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "step 'argv' (pipeline.lua:2): \${credentials.db.password} in an argument list would put the secret on the process's command line"
+    contains "$ERR" 'env = { NAME = "${credentials.db.password}" }'
+    contains "$ERR" '"$FLOW_CRED_DB_PASSWORD"'
+    not_contains "$ERR" "$SECRET"
+    [ ! -d .flow/runs ] || { echo "a run started"; return 1; }
+}
+
+test_argv_command_gets_credential_in_env() {
+    creds
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = flow.command{ "sh", "-c", 'printf "%s|%s" "$PGPASSWORD" "$PGUSER" > "$1"', "sh", "${outputs.o}",
+                                env = { PGPASSWORD = "${credentials.db.password}", PGUSER = "u-${credentials.db.user}" } },
+        outputs = "o", name = "argvenv" },
+}
+L
+    run_flow 0 run -v
+    equals "$(cat .flow/data/o)" "$SECRET|u-app" "the environment the process received"
+    no_secret_in_flow_dir
+}
+
+test_missing_credential_is_a_setup_error() {
+    creds
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo ${credentials.db.passwrd} > ${outputs.o}", outputs = "o", name = "missing" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "step 'missing' (pipeline.lua:2): credential 'db.passwrd' is not defined in environment 'local'"
+    contains "$ERR" "did you mean 'db.password'?"
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo ${credentials.db} > ${outputs.o}", outputs = "o", name = "mapping" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "credential 'db' is a mapping or a list"
+    not_contains "$ERR" "$SECRET"
+}
+
+test_numeric_credential_is_redacted() {
+    creds
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo pin is ${credentials.db.pin} >&2; exit 3", outputs = "o", name = "fails" },
+}
+L
+    run_flow 1 run
+    contains "$ERR" "pin is ***"
+    not_contains "$ERR" "$PIN"
+    no_secret_in_flow_dir except-logs      # the process printed it: its log is the stream redactor's
+}
+
+test_credential_change_does_not_rerun() {
+    creds
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "printf '%s' ${credentials.db.password} > ${outputs.o}", outputs = "o", name = "uses" },
+}
+L
+    run_flow 0 run
+    sed -i "s/$SECRET/another-SECRET-value/" conf/local/credentials.yml
+    run_flow 0 run --explain
+    contains "$ERR" "explain: uses is up to date"
+    grep -qF "$SECRET" .flow/cache/state.json && { echo "state.json holds the old secret"; return 1; }
+    grep -qF "another-SECRET-value" .flow/cache/state.json && { echo "state.json holds the secret"; return 1; }
+    return 0
+}
+
+test_catalog_entry_credentials_reach_its_commands() {
+    creds
+    write conf/base/catalog.yml <<'Y'
+sales: {type: text, path: data/sales.txt, credentials: db_creds}
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = 'printf "%s/%s" "$FLOW_CRED_DB_CREDS_USERNAME" "$FLOW_CRED_DB_CREDS_TOKEN" > ${outputs.s}',
+        outputs = { s = "sales" }, name = "writes" },
+  node{ command = 'printf "%s" "$FLOW_CRED_DB_CREDS_TOKEN" > ${outputs.t}', inputs = { s = "sales" },
+        outputs = { t = "seen" }, name = "reads" },
+  node{ command = 'printf "[%s]" "$FLOW_CRED_DB_CREDS_TOKEN" > ${outputs.n}', outputs = { n = "other" }, name = "unrelated" },
+}
+L
+    run_flow 0 run
+    equals "$(cat data/sales.txt)" "alice_user/$TOKEN" "what the producer received"
+    equals "$(cat .flow/data/seen)" "$TOKEN" "what the consumer received"
+    equals "$(cat .flow/data/other)" "[]" "a step that does not use the dataset"
+    no_secret_in_flow_dir
+}
+
+test_catalog_credentials_must_exist() {
+    creds
+    write conf/base/catalog.yml <<'Y'
+raw: {type: text, path: data/raw.txt}
+sales: {type: text, path: data/sales.txt,
+        credentials: db_cred}
+Y
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "true", outputs = "sales", name = "w" } }
+L
+    run_flow 2 run
+    contains "$ERR" "conf/base/catalog.yml:3: catalog entry 'sales': credentials 'db_cred' is not defined in environment 'local'"
+    contains "$ERR" "did you mean 'db_creds'?"
+    write conf/base/catalog.yml <<'Y'
+sales: {type: text, path: data/sales.txt, credentials: [a]}
+Y
+    run_flow 2 run
+    contains "$ERR" "credentials names a block of credentials.yml"
+}
+
+test_every_local_rank_gets_the_credential() {
+    creds
+    write pipeline.lua <<'L'
+local cmd = flow.command "printf '%s' ${credentials.db.password} > cred.$RANK"
+return pipeline{ node{ func = distributed_job{ framework = "pytorch", num_nodes = 1, processes_per_node = 2 }(cmd),
+                       name = "train" } }
+L
+    run_flow 0 run --distributed=local
+    for r in 0 1; do equals "$(cat cred.$r)" "$SECRET" "what rank $r received"; done
+    no_secret_in_flow_dir
+}
