@@ -227,12 +227,14 @@ static int l_free_port(lua_State *L)
     return 1;
 }
 
-/* code(fn) -> its bytecode without debug information or line numbers, or nil for a C function */
+/* code(f [, strings]) -> f's bytecode without debug information or line
+ * numbers (nil for a C function) [, the list of its string constants] */
 static int l_code(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TFUNCTION);
-    if (!flow_push_code(L, 1)) lua_pushnil(L);
-    return 1;
+    int n = flow_push_code(L, 1, lua_toboolean(L, 2));
+    if (n == 0) lua_pushnil(L);
+    return n ? n : 1;
 }
 
 /* readlink(path) -> target, or nil if path is not a symlink */

@@ -591,15 +591,15 @@ function Run:parts(i, n)
   if n.kind == "func" then
     parts.code = h:fn(n.fn)
   else
-    parts.code, parts.files = fingerprint.command_code(n.cmd, self.root, self.hc, self.memo)
+    parts.code, parts.files = fingerprint.command_code(n.cmd, self.root, self.hc, self.memo.code)
     for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
-      local refs = self.memo[s]
+      local refs = self.memo.refs[s]
       if not refs then
         refs = {}
         for _, ref in ipairs(core.template_refs(s)) do
           if ref[1] == "params" then refs[#refs + 1] = ref[2] end
         end
-        self.memo[s] = refs
+        self.memo.refs[s] = refs
       end
       for _, key in ipairs(refs) do param(key) end
     end
@@ -981,7 +981,8 @@ local function new_run(plan, opts, run_id, st)
   local self = setmetatable({
     nodes = plan.nodes, params = plan.settings.params, verbose = opts.verbose, records = {},
     dists = plan.dists, mode = plan.mode, index = {}, cat = plan.cat, state = st, pending = {},
-    held = {}, flushed_at = 0, memo = {},
+    held = {}, flushed_at = 0,
+    memo = { code = {}, refs = {} },  -- by command text: its code and files; its ${params.} keys
     hc = cache.hashes(state_mod.CACHE .. "/hashes"), hasher = fingerprint.hasher(), root = core.cwd(),
     force = opts.force, explain = opts.explain, completed = opts.resume and opts.resume.completed or {},
     run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
