@@ -1,6 +1,7 @@
 /* l_core.c — module flow.core: the small file-system, JSON and template
  * primitives the stdlib is written with. */
 #include "flowlua.h"
+#include "suggest.h"
 #include "template.h"
 #include "loop.h"
 #include "ui.h"
@@ -227,6 +228,25 @@ static int l_free_port(lua_State *L)
     return 1;
 }
 
+/* closest(word, candidates) -> the candidate "did you mean" suggests, or nil:
+ * engine/suggest.c's rule, the one every message of flow uses. */
+static int l_closest(lua_State *L)
+{
+    const char *word = luaL_checkstring(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, 2);
+    const char **words = lua_newuserdatauv(L, (size_t)n * sizeof *words + 1, 0);   /* the GC frees it */
+    size_t count = 0;
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_rawgeti(L, 2, i) == LUA_TSTRING) words[count++] = lua_tostring(L, -1);   /* alive in the table */
+        lua_pop(L, 1);
+    }
+    const char *best = closest_word(word, words, count);
+    if (best) lua_pushstring(L, best);
+    else lua_pushnil(L);
+    return 1;
+}
+
 /* code(f [, strings]) -> f's bytecode without debug information or line
  * numbers (nil for a C function) [, the list of its string constants] */
 static int l_code(lua_State *L)
@@ -393,6 +413,7 @@ static const luaL_Reg core_funcs[] = {
     { "lock", l_lock },
     { "readlink", l_readlink },
     { "code", l_code },
+    { "closest", l_closest },
     { NULL, NULL }
 };
 

@@ -481,7 +481,7 @@ local function catalog_rows(p)
   local plan = runner.prepare(p, {})
   local cat, rows, by_name = plan.cat, {}, {}
   local function row(d)
-    if d == "parameters" or d:match("^params:") then return nil end
+    if require("flow.dag").is_param_input(d) then return nil end
     if not by_name[d] then
       local e = cat:entry(d)
       local where, from

@@ -46,8 +46,8 @@ local function step_failure(t) return setmetatable(t, StepFailure) end
 -- in the run's environment and checked to be positive integers.
 local function resolve_count(n, what, value, ref, settings)
   if not ref then return value end
-  local key = ref:match("^params:(.+)$")
-  local v = params_mod.get(settings.params, key)
+  local key = dag.is_param_input(ref)
+  local v = params_mod.get(settings, key)
   if v == nil then
     local near = settings_mod.closest_param(settings, key)
     graph_error(string.format("step '%s' (%s): %s = \"%s\" but parameter '%s' is not defined in environment '%s'%s",
@@ -119,9 +119,9 @@ end
 
 -- The value a Lua function receives for input `io`.
 function Run:input_value(n, io)
-  if io.dataset == "parameters" then return self.params end
-  local key = io.dataset:match("^params:(.+)$")
-  if key then return params_mod.get(self.params, key) end
+  local key = dag.is_param_input(io.dataset)
+  if key == true then return self.params end
+  if key then return params_mod.get(self.settings, key) end
   local ok, v = pcall(self.value_of, self, io.dataset)
   if not ok then error(step_failure { message = string.format("step '%s': %s", n.name, tostring(v)) }) end
   return v
@@ -354,7 +354,8 @@ function Run:expand_command(n, staging)
   for _, io in ipairs(n.outputs) do by_arg.outputs[io.arg] = io end
   local function lookup(ns, key)
     if ns == "params" then
-      local ok, v = pcall(params_mod.get, self.params, key)
+      key = pipeline.command_param(n, key)
+      local ok, v = pcall(params_mod.get, self.settings, key)
       if not ok or v == nil then return nil, string.format("no parameter '%s'", key) end
       return param_text(v)
     end
@@ -365,7 +366,7 @@ function Run:expand_command(n, staging)
         ns == "inputs" and "input" or "output", key, util.did_you_mean(key, names))
     end
     if ns == "outputs" then return staging[io.dataset] end
-    if io.dataset:match("^params:") or io.dataset == "parameters" then
+    if dag.is_param_input(io.dataset) then
       return param_text(self:input_value(n, io))
     end
     return self:input_path(io.dataset)
@@ -586,7 +587,12 @@ function Run:parts(i, n)
   local h = self.hasher
   local parts = { params = {}, inputs = {} }
   local function param(key)
-    parts.params[key] = h:value(params_mod.get(self.params, key))
+    local ph = self.memo.params[key]
+    if not ph then
+      ph = h:value(params_mod.get(self.settings, key))
+      self.memo.params[key] = ph
+    end
+    parts.params[key] = ph
   end
   if n.kind == "func" then
     parts.code = h:fn(n.fn)
@@ -601,13 +607,14 @@ function Run:parts(i, n)
         end
         self.memo.refs[s] = refs
       end
-      for _, key in ipairs(refs) do param(key) end
+      for _, key in ipairs(refs) do param(pipeline.command_param(n, key)) end
     end
   end
   for _, io in ipairs(n.inputs) do
     local d = io.dataset
-    if d == "parameters" then parts.params["*"] = h:value(self.params)
-    elseif d:match("^params:") then param(d:sub(8))
+    local key = dag.is_param_input(d)
+    if key == true then parts.params["*"] = h:value(self.params)
+    elseif key then param(key)
     else parts.inputs[d] = self:hash_of(d) end
   end
   local dist = self.dists[i]
@@ -755,20 +762,20 @@ end
 local function check_params(nodes, settings)
   for _, n in ipairs(nodes) do
     local function check(key)
-      if params_mod.get(settings.params, key) == nil then
-        local near = settings_mod.closest_param(settings, key) or util.closest(key, params_mod.keys(settings.params))
+      if params_mod.get(settings, key) == nil then
+        local near = settings_mod.closest_param(settings, key)
         graph_error(string.format("step '%s' (%s) reads parameter '%s', which is not defined in environment '%s'%s",
           n.name, n.where, key, settings.env, near and (" (did you mean '" .. near .. "'?)") or ""))
       end
     end
     for _, io in ipairs(n.inputs) do
-      local key = io.dataset:match("^params:(.+)$")
-      if key then check(key) end
+      local key = dag.is_param_input(io.dataset)
+      if type(key) == "string" then check(key) end
     end
     if n.kind == "command" then
       for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
         for _, ref in ipairs(core.template_refs(s)) do
-          if ref[1] == "params" then check(ref[2]) end
+          if ref[1] == "params" then check(pipeline.command_param(n, ref[2])) end
         end
       end
     end
@@ -888,7 +895,7 @@ local function outside_inputs(plan, st)
         local d = io.dataset
         local p = g:producer(d)
         local inside = p and (not selected or selected[p])
-        if not seen[d] and not inside and d ~= "parameters" and not d:match("^params:") then
+        if not seen[d] and not inside and not dag.is_param_input(d) then
           seen[d] = true
           local e = cat:entry(d)
           local rec = p and st.steps[nodes[p].name]
@@ -926,7 +933,7 @@ local function catalog_inputs(nodes, cat)
   for _, n in ipairs(nodes) do
     for _, io in ipairs(n.inputs) do
       local d = io.dataset
-      if not produced[d] and d ~= "parameters" and not d:match("^params:") then
+      if not produced[d] and not dag.is_param_input(d) then
         if readers[#readers] ~= n then readers[#readers + 1] = n end
         if not seen[d] then
           seen[d] = true
@@ -979,10 +986,11 @@ end
 local function new_run(plan, opts, run_id, st)
   local run_dir = ".flow/runs/" .. run_id
   local self = setmetatable({
-    nodes = plan.nodes, params = plan.settings.params, verbose = opts.verbose, records = {},
+    nodes = plan.nodes, settings = plan.settings, params = plan.settings.params, verbose = opts.verbose, records = {},
     dists = plan.dists, mode = plan.mode, index = {}, cat = plan.cat, state = st, pending = {},
     held = {}, flushed_at = 0,
-    memo = { code = {}, refs = {} },  -- by command text: its code and files; its ${params.} keys
+    memo = { code = {}, refs = {},    -- by command text: its code and files; its ${params.} keys
+             params = {} },           -- by parameter key: its value's hash
     hc = cache.hashes(state_mod.CACHE .. "/hashes"), hasher = fingerprint.hasher(), root = core.cwd(),
     force = opts.force, explain = opts.explain, completed = opts.resume and opts.resume.completed or {},
     run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
