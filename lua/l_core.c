@@ -178,17 +178,34 @@ static int l_time(lua_State *L)
     return 1;
 }
 
-/* A run id that sorts by time and is unique per process: 20261122-031500-1234 */
+/* run_id(runs_dir) -> a new run's id, its directory runs_dir/<id> created.
+ * The id sorts by time (20261122-031500-123456-1: UTC to the microsecond,
+ * then a counter); it is unique because mkdir() made its directory, so two
+ * runs in the same microsecond, or a clock set back, take the next counter. */
 static int l_run_id(lua_State *L)
 {
-    time_t t = time(NULL);
+    static unsigned long counter;      /* one process, many flow.run calls */
+    const char *dir = luaL_checkstring(L, 1);
+    if (mkdir_p(dir, 0755) != 0)
+        return luaL_error(L, "cannot create directory %s: %s", dir, strerror(errno));
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
-    char buf[64];
-    gmtime_r(&t, &tm);
-    size_t n = strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
-    snprintf(buf + n, sizeof buf - n, "-%ld", (long)getpid());
-    lua_pushstring(L, buf);
-    return 1;
+    gmtime_r(&ts.tv_sec, &tm);
+    char stamp[32], id[64];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    for (int tries = 0; tries < 1000; tries++) {
+        snprintf(id, sizeof id, "%s-%06ld-%lu", stamp, ts.tv_nsec / 1000, ++counter);
+        char *path = xasprintf("%s/%s", dir, id);
+        int rc = mkdir(path, 0755), e = errno;
+        free(path);
+        if (rc == 0) {
+            lua_pushstring(L, id);
+            return 1;
+        }
+        if (e != EEXIST) return luaL_error(L, "cannot create directory %s/%s: %s", dir, id, strerror(e));
+    }
+    return luaL_error(L, "cannot find a free run id in %s", dir);
 }
 
 static int l_symlink(lua_State *L)

@@ -1040,7 +1040,7 @@ function M.run(p, opts, level)
   if M.child then return M.run_child(pipeline.is_node(p) and pipeline.pipeline({ p }) or p) end
   local plan = M.prepare(p, opts, (level or 1) + 1)
   state_mod.lock()
-  local run_id = core.run_id()
+  local run_id = core.run_id(state_mod.RUNS)
   local self = new_run(plan, opts, run_id, state_mod.load(run_id))
   core.mkdir_p(self.log_dir)
   core.mkdir_p(self.tmp_dir)
