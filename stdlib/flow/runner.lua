@@ -448,6 +448,23 @@ function Run:commit_outputs(n, staging, display)
         " (the command was given the path %s)\n  command: %s", n.name, d, staging[d], display) })
     end
   end
+  -- A typed output is checked before anything is committed: bad JSON fails
+  -- this step, not the one that reads it, and leaves the last good output.
+  -- (The value is not kept: a command's consumers may all be commands.)
+  for _, io in ipairs(n.outputs) do
+    local d, e = io.dataset, self.cat:entry(io.dataset)
+    if e.type == "json" or e.type == "lua" then
+      local text, err = core.read_file(staging[d])
+      local v, why = nil, err
+      if text then v, why = catalog.parse(e, text, d) end
+      if v == nil then
+        discard(staging)
+        error(step_failure { message = string.format("step '%s' exited 0 but its output '%s' (a %s dataset, %s) %s"
+          .. "\n  command: %s", n.name, d, e.type, e.origin, text and why or ("cannot be read: " .. tostring(why)),
+          display) })
+      end
+    end
+  end
   local outs = {}
   for _, io in ipairs(n.outputs) do
     outs[io.dataset] = self:commit(io.dataset, self.cat:entry(io.dataset), staging[io.dataset], n)
