@@ -164,14 +164,16 @@ int write_file_atomic(const char *path, const void *data, size_t len, char *err,
         free(tmp);
         return -1;
     }
-    if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
-        errf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-        close(fd);
+    /* close() is checked too: some file systems (NFS) report a failed write there. */
+    int failed = write_all(fd, data, len) != 0 || fsync(fd) != 0;
+    int e = errno;
+    if (close(fd) != 0 && !failed) failed = 1, e = errno;
+    if (failed) {
+        errf(err, errlen, "cannot write %s: %s", tmp, strerror(e));
         unlink(tmp);
         free(tmp);
         return -1;
     }
-    close(fd);
     if (rename(tmp, path) != 0) {
         errf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
         unlink(tmp);

@@ -225,38 +225,69 @@ function Run:commit(d, e, from, n)
   return { path = final, hash = h }
 end
 
+local function discard(staging)
+  for _, path in pairs(staging) do core.remove_tree(path) end
+end
+
+-- Write `bytes` to `path`, checking open, write, flush and close: a full
+-- disk or a file-size limit fails the step instead of leaving a truncated
+-- file to commit.  Returns true, or nil and why.
+local function write_checked(path, bytes)
+  local f, err = io.open(path, "wb")
+  if not f then return nil, err end
+  local ok, werr = f:write(bytes)
+  if ok then ok, werr = f:flush() end
+  local closed, cerr = f:close()
+  if not ok then return nil, string.format("cannot write %s: %s", path, werr) end
+  if not closed then return nil, string.format("cannot write %s: %s", path, cerr) end
+  return true
+end
+
 -- Save what a Lua function returned: memory values stay in memory (and in
--- the cache), persisted ones are written through the catalog.  Returns the
--- output records for the step's journal entry.
+-- the cache), persisted ones are written through the catalog.  Every output
+-- is prepared (encoded, written to its staging path) before any is
+-- committed, so a failure commits none.  Returns the output records for the
+-- step's journal entry.
 function Run:save_values(n, by)
-  local outs = {}
-  for _, o in ipairs(n.outputs) do
+  local ready, staged = {}, {}
+  local function fail(fmt, ...)
+    discard(staged)
+    error(step_failure { message = string.format(fmt, ...) })
+  end
+  for i, o in ipairs(n.outputs) do
     local d, v = o.dataset, by[o.dataset]
     local e = self.cat:entry(d)
     if e.type == "memory" then
-      local rec, err = state_mod.store_value(v)
-      outs[d] = rec or { uncacheable = err }
-      self.values[d] = { value = v, loaded = true,
-                         hash = rec and rec.hash or ("uncacheable:" .. self.run_id .. ":" .. d) }
+      local ok, rec, err = pcall(state_mod.store_value, v)
+      if not ok then fail("step '%s': cannot cache output '%s': %s", n.name, d, tostring(rec)) end
+      ready[i] = { memory = true, rec = rec, err = err }
     elseif e.type == "file" or e.type == "folder" then
       if type(v) ~= "string" or not core.exists(v) then
-        error(step_failure { message = string.format("step '%s': output '%s' is a %s dataset (%s): the function "
-          .. "returns the path of the %s it wrote, got %s", n.name, d, e.type, e.origin, e.type,
-          type(v) == "string" and ("'" .. v .. "', which does not exist") or type(v)) })
+        fail("step '%s': output '%s' is a %s dataset (%s): the function returns the path of the %s it wrote, got %s",
+             n.name, d, e.type, e.origin, e.type,
+             type(v) == "string" and ("'" .. v .. "', which does not exist") or type(v))
       end
-      outs[d] = self:commit(d, e, v, n)
+      ready[i] = { from = v }
     else
       local bytes, err = catalog.encode(e, v)
-      if not bytes then
-        error(step_failure { message = string.format("step '%s': output '%s' is a %s dataset (%s), but %s",
-                                                     n.name, d, e.type, e.origin, err) })
-      end
+      if not bytes then fail("step '%s': output '%s' is a %s dataset (%s), but %s", n.name, d, e.type, e.origin, err) end
       local staging = self:staging_path(n, d)
-      local f = assert(io.open(staging, "wb"))
-      f:write(bytes)
-      f:close()
-      outs[d] = self:commit(d, e, staging, n)
-      self.values[d].value, self.values[d].loaded = v, true
+      staged[d] = staging
+      local ok, werr = write_checked(staging, bytes)
+      if not ok then fail("step '%s': cannot save output '%s': %s", n.name, d, werr) end
+      ready[i] = { from = staging, value = v }
+    end
+  end
+  local outs = {}
+  for i, o in ipairs(n.outputs) do
+    local d, r = o.dataset, ready[i]
+    if r.memory then
+      outs[d] = r.rec or { uncacheable = r.err }
+      self.values[d] = { value = by[d], loaded = true,
+                         hash = r.rec and r.rec.hash or ("uncacheable:" .. self.run_id .. ":" .. d) }
+    else
+      outs[d] = self:commit(d, self.cat:entry(d), r.from, n)
+      if r.value ~= nil then self.values[d].value, self.values[d].loaded = r.value, true end
     end
   end
   return outs
@@ -424,10 +455,6 @@ function Run:staging(n)
     staging[io.dataset] = path
   end
   return staging
-end
-
-local function discard(staging)
-  for _, path in pairs(staging) do core.remove_tree(path) end
 end
 
 -- Move a successful command's outputs into place; all must exist, as the

@@ -152,6 +152,40 @@ L
     contains "$ERR" "0 done, 2 up to date"
 }
 
+test_write_past_the_file_size_limit_fails_the_step_and_commits_nothing() {
+    write conf/base/catalog.yml <<'Y'
+small: {type: json, path: data/small.json}
+big: {type: text, path: data/big.txt}
+Y
+    write conf/base/parameters.yml <<'Y'
+n: 10
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "w", inputs = "params:n", outputs = { "small", "big" },
+        func = function(n) return { n = n }, string.rep("x", n) end },
+  node{ name = "m", inputs = "params:n", outputs = "mem", func = function(n) return string.rep("y", n) end },
+  node{ name = "use", inputs = "mem", func = function(s) print("mem=" .. #s) end },
+}
+L
+    run_flow 0 run
+    contains "$OUT" "mem=10"
+    # a 64 KiB file-size limit, SIGXFSZ ignored: write() fails with EFBIG
+    ( trap '' XFSZ; ulimit -f 64; run_flow 1 run -k --params n=200000 )
+    ERR=$(cat stderr.txt)
+    contains "$ERR" "step 'w': cannot save output 'big': cannot write "
+    contains "$ERR" "File too large"
+    contains "$ERR" "step 'm': cannot cache output 'mem': "
+    not_contains "$ERR" "stack traceback"
+    equals "$(tr -d ' \t\n' < data/small.json)" '{"n":10}' "the output written before the failed one"
+    equals "$(cat data/big.txt)" "xxxxxxxxxx" "the output that hit the limit"
+    equals "$(ls -A data)" "big.txt
+small.json" "nothing beside the outputs"
+    run_flow 0 run --params n=200000
+    contains "$OUT" "mem=200000"
+    equals "$(wc -c < data/big.txt)" "200000"
+}
+
 test_failed_step_keeps_the_previous_output_whole() {
     write conf/base/catalog.yml <<'Y'
 out: {type: file, path: data/out.txt}
