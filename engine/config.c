@@ -8,6 +8,7 @@
  * was inside it, since none of that survives. */
 #define FLOW_CONFIG_INTERNAL
 #include "config.h"
+#include "suggest.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -630,38 +631,6 @@ void config_list_free(char **list)
     free(list);
 }
 
-/* Edit distance counting a swap of neighbours as one edit ("prdo" is one away from
- * "prod"): the optimal-string-alignment variant of Damerau-Levenshtein. */
-static size_t edit_distance(const char *a, const char *b)
-{
-    size_t n = strlen(a), m = strlen(b), rows[3][257];
-    if (n > 256 || m > 256)
-        return SIZE_MAX;
-    for (size_t j = 0; j <= m; j++)
-        rows[0][j] = j;
-    for (size_t i = 1; i <= n; i++) {
-        size_t *cur = rows[i % 3], *prev = rows[(i - 1) % 3], *prev2 = rows[(i + 1) % 3];
-        cur[0] = i;
-        for (size_t j = 1; j <= m; j++) {
-            size_t best = prev[j - 1] + (a[i - 1] != b[j - 1]);
-            if (prev[j] + 1 < best)
-                best = prev[j] + 1;
-            if (cur[j - 1] + 1 < best)
-                best = cur[j - 1] + 1;
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && prev2[j - 2] + 1 < best)
-                best = prev2[j - 2] + 1;
-            cur[j] = best;
-        }
-    }
-    return rows[n % 3][m];
-}
-
-static int close_enough(const char *query, size_t d)
-{
-    size_t limit = strlen(query) / 3;
-    return d <= (limit < 1 ? 1 : limit);
-}
-
 static int env_missing(const struct config *cfg, const char *env, char *err, size_t errlen)
 {
     size_t n = 0, best_d = SIZE_MAX;
@@ -681,9 +650,9 @@ static int env_missing(const struct config *cfg, const char *env, char *err, siz
     else
         cfg_errorf(cfg, err, errlen, "environment '%s' not found: %s/%s does not exist "
                    "(environments: %s)%s%s%s", env, cfg->dir, env, list.buf,
-                   best && close_enough(env, best_d) ? "; did you mean '" : "",
-                   best && close_enough(env, best_d) ? best : "",
-                   best && close_enough(env, best_d) ? "'?" : "");
+                   best && near_enough(env, best_d) ? "; did you mean '" : "",
+                   best && near_enough(env, best_d) ? best : "",
+                   best && near_enough(env, best_d) ? "'?" : "");
     sb_release(&list);
     config_list_free(envs);
     return -1;
@@ -841,7 +810,7 @@ char *config_closest_key(const struct config *cfg, const char *section, const ch
         return NULL;
     closest_in(current_tree(cfg, sec), &prefix, dotted, &best, &best_d);
     sb_release(&prefix);
-    if (best && !close_enough(dotted, best_d)) {
+    if (best && !near_enough(dotted, best_d)) {
         free(best);
         best = NULL;
     }

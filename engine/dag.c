@@ -48,9 +48,14 @@ void dag_free(struct dag *dag)
     free(dag);
 }
 
+const char *dag_param_key(const char *dataset)
+{
+    return strncmp(dataset, "params:", 7) == 0 ? dataset + 7 : NULL;
+}
+
 bool dag_is_param_input(const char *dataset)
 {
-    return strncmp(dataset, "params:", 7) == 0 || strcmp(dataset, "parameters") == 0;
+    return dag_param_key(dataset) || strcmp(dataset, "parameters") == 0;
 }
 
 static struct dag_io *copy_io(const struct dag_io *io, size_t n)

@@ -60,8 +60,11 @@ void dag_free(struct dag *dag);
 long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_t errlen);
 /* A dataset that exists without a producer: declared in the catalog, say. */
 void dag_declare_dataset(struct dag *dag, const char *name);
-/* Inputs like "params:a.b" and "parameters" read parameters, not datasets. */
+/* Inputs like "params:a.b" and "parameters" read parameters, not datasets.
+ * dag_param_key: "a.b" for "params:a.b", NULL for anything else ("parameters"
+ * reads them all).  The Lua side asks these too (flow.dag.is_param_input). */
 bool dag_is_param_input(const char *dataset);
+const char *dag_param_key(const char *dataset);
 
 /* Checks the graph and computes edges and the order: each dataset has at most
  * one producer, every input is produced or declared, no cycles.  Among steps

@@ -10,11 +10,25 @@
 #include "util.h"
 
 #include <lauxlib.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* Where a string constant's bytes sit in the output. */
+struct span { size_t at, len; };
+
+/* The buffers of one walk, owned by a userdata from before they are first
+ * filled: pushing the results can raise (out of memory), and the userdata's
+ * __gc then frees them. */
+struct code_bufs {
+    struct strbuf dump, out;
+    struct span *strings;              /* the string constants, when asked for */
+    size_t nstrings, cap;
+};
 
 struct reader {
     const unsigned char *p, *end;
     struct strbuf *out;
+    struct code_bufs *keep;            /* records string constants; NULL: none */
     int ok;
 };
 
@@ -52,6 +66,20 @@ static void copy_string(struct reader *r)
     if (n > 0) copy(r, n - 1);
 }
 
+/* A string constant: copied, and its place recorded when constants are wanted. */
+static void copy_constant(struct reader *r)
+{
+    size_t n = read_size(r, 1);
+    if (n == 0) return;
+    size_t at = r->out->len;
+    copy(r, n - 1);
+    struct code_bufs *k = r->keep;
+    if (k && r->ok) {
+        ARRAY_GROW(k->strings, k->nstrings, k->cap);
+        k->strings[k->nstrings++] = (struct span){ at, n - 1 };
+    }
+}
+
 enum { VNIL = 0, VFALSE = 1, VTRUE = 17, VNUMINT = 3, VNUMFLT = 19, VSHRSTR = 4, VLNGSTR = 20 };
 
 static void copy_function(struct reader *r, int depth)
@@ -70,7 +98,7 @@ static void copy_function(struct reader *r, int depth)
         unsigned char tag = *r->p;
         copy(r, 1);
         if (tag == VNUMFLT || tag == VNUMINT) copy(r, 8);
-        else if (tag == VSHRSTR || tag == VLNGSTR) copy_string(r);
+        else if (tag == VSHRSTR || tag == VLNGSTR) copy_constant(r);
         else if (tag != VNIL && tag != VFALSE && tag != VTRUE) r->ok = 0;
     }
     copy(r, read_size(r, 1) * 3);                    /* upvalues: instack, idx, kind */
@@ -90,21 +118,55 @@ static void copy_function(struct reader *r, int depth)
  * LUAC_NUM 8; then the main function's upvalue count (1 byte). */
 #define HEADER_SIZE (4 + 1 + 1 + 6 + 3 + 8 + 8 + 1)
 
-/* Pushes the position-independent code of the Lua function at idx, or
- * returns 0 (pushing nothing) for a C function. */
-int flow_push_code(lua_State *L, int idx)
+static void code_bufs_release(struct code_bufs *b)
+{
+    sb_release(&b->dump);
+    sb_release(&b->out);
+    free(b->strings);
+    b->strings = NULL;
+    b->nstrings = b->cap = 0;
+}
+
+static int code_bufs_gc(lua_State *L)
+{
+    code_bufs_release(lua_touserdata(L, 1));
+    return 0;
+}
+
+/* Pushes the position-independent code of the Lua function at idx and, with
+ * `strings`, a table listing its string constants and those of the functions
+ * nested in it (what a module name passed to require() would be).  Returns
+ * the number of values pushed: 0 (nothing) for a C function. */
+int flow_push_code(lua_State *L, int idx, int strings)
 {
     if (!lua_isfunction(L, idx) || lua_iscfunction(L, idx)) return 0;
-    struct strbuf dump = STRBUF_INIT, out = STRBUF_INIT;
+    idx = lua_absindex(L, idx);
+    struct code_bufs *b = lua_newuserdatauv(L, sizeof *b, 0);
+    *b = (struct code_bufs){ STRBUF_INIT, STRBUF_INIT, NULL, 0, 0 };
+    if (luaL_newmetatable(L, "flow.code_bufs")) {
+        lua_pushcfunction(L, code_bufs_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_setmetatable(L, -2);
+    int owner = lua_gettop(L);
     lua_pushvalue(L, idx);
-    lua_dump(L, writer, &dump, 1);
+    lua_dump(L, writer, &b->dump, 1);
     lua_pop(L, 1);
-    struct reader r = { (const unsigned char *)dump.buf, (const unsigned char *)dump.buf + dump.len, &out, 1 };
+    struct reader r = { (const unsigned char *)b->dump.buf, (const unsigned char *)b->dump.buf + b->dump.len,
+                        &b->out, strings ? b : NULL, 1 };
     copy(&r, HEADER_SIZE);
     copy_function(&r, 0);
-    if (r.ok && r.p == r.end) lua_pushlstring(L, out.buf ? out.buf : "", out.len);
-    else lua_pushlstring(L, dump.buf ? dump.buf : "", dump.len);   /* an unknown format: the plain dump */
-    sb_release(&dump);
-    sb_release(&out);
-    return 1;
+    int parsed = r.ok && r.p == r.end;
+    if (parsed) lua_pushlstring(L, b->out.buf ? b->out.buf : "", b->out.len);
+    else lua_pushlstring(L, b->dump.buf ? b->dump.buf : "", b->dump.len);   /* an unknown format: the plain dump */
+    if (strings) {
+        lua_createtable(L, parsed ? (int)b->nstrings : 0, 0);
+        for (size_t i = 0; parsed && i < b->nstrings; i++) {
+            lua_pushlstring(L, b->out.buf + b->strings[i].at, b->strings[i].len);
+            lua_rawseti(L, -2, (lua_Integer)i + 1);
+        }
+    }
+    code_bufs_release(b);              /* now, not at the next collection */
+    lua_remove(L, owner);
+    return strings ? 2 : 1;
 }

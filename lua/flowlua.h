@@ -56,8 +56,10 @@ void flow_step_sleep(lua_State *co, double seconds);
 double flow_step_deadline(lua_State *co);
 
 /* The position-independent code of the Lua function at idx (bytecode.c):
- * pushes it and returns 1, or returns 0 for a C function. */
-int flow_push_code(lua_State *L, int idx);
+ * pushes it (and with `strings` a list of its string constants, nested
+ * functions' included) and returns how many values it pushed; 0 for a C
+ * function. */
+int flow_push_code(lua_State *L, int idx, int strings);
 
 /* Shared by the C modules (support.c). */
 struct luaL_Reg;

@@ -2,6 +2,7 @@
  * primitives the stdlib is written with. */
 #include "flowlua.h"
 #include "commit.h"
+#include "suggest.h"
 #include "template.h"
 #include "loop.h"
 #include "ui.h"
@@ -206,17 +207,34 @@ static int l_time(lua_State *L)
     return 1;
 }
 
-/* A run id that sorts by time and is unique per process: 20261122-031500-1234 */
+/* run_id(runs_dir) -> a new run's id, its directory runs_dir/<id> created.
+ * The id sorts by time (20261122-031500-123456-1: UTC to the microsecond,
+ * then a counter); it is unique because mkdir() made its directory, so two
+ * runs in the same microsecond, or a clock set back, take the next counter. */
 static int l_run_id(lua_State *L)
 {
-    time_t t = time(NULL);
+    static unsigned long counter;      /* one process, many flow.run calls */
+    const char *dir = luaL_checkstring(L, 1);
+    if (mkdir_p(dir, 0755) != 0)
+        return luaL_error(L, "cannot create directory %s: %s", dir, strerror(errno));
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
-    char buf[64];
-    gmtime_r(&t, &tm);
-    size_t n = strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
-    snprintf(buf + n, sizeof buf - n, "-%ld", (long)getpid());
-    lua_pushstring(L, buf);
-    return 1;
+    gmtime_r(&ts.tv_sec, &tm);
+    char stamp[32], id[64];
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    for (int tries = 0; tries < 1000; tries++) {
+        snprintf(id, sizeof id, "%s-%06ld-%lu", stamp, ts.tv_nsec / 1000, ++counter);
+        char *path = xasprintf("%s/%s", dir, id);
+        int rc = mkdir(path, 0755), e = errno;
+        free(path);
+        if (rc == 0) {
+            lua_pushstring(L, id);
+            return 1;
+        }
+        if (e != EEXIST) return luaL_error(L, "cannot create directory %s/%s: %s", dir, id, strerror(e));
+    }
+    return luaL_error(L, "cannot find a free run id in %s", dir);
 }
 
 static int l_symlink(lua_State *L)
@@ -256,12 +274,33 @@ static int l_free_port(lua_State *L)
     return 1;
 }
 
-/* code(fn) -> its bytecode without debug information or line numbers, or nil for a C function */
+/* closest(word, candidates) -> the candidate "did you mean" suggests, or nil:
+ * engine/suggest.c's rule, the one every message of flow uses. */
+static int l_closest(lua_State *L)
+{
+    const char *word = luaL_checkstring(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, 2);
+    const char **words = lua_newuserdatauv(L, (size_t)n * sizeof *words + 1, 0);   /* the GC frees it */
+    size_t count = 0;
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_rawgeti(L, 2, i) == LUA_TSTRING) words[count++] = lua_tostring(L, -1);   /* alive in the table */
+        lua_pop(L, 1);
+    }
+    const char *best = closest_word(word, words, count);
+    if (best) lua_pushstring(L, best);
+    else lua_pushnil(L);
+    return 1;
+}
+
+/* code(f [, strings]) -> f's bytecode without debug information or line
+ * numbers (nil for a C function) [, the list of its string constants] */
 static int l_code(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TFUNCTION);
-    if (!flow_push_code(L, 1)) lua_pushnil(L);
-    return 1;
+    int n = flow_push_code(L, 1, lua_toboolean(L, 2));
+    if (n == 0) lua_pushnil(L);
+    return n ? n : 1;
 }
 
 /* readlink(path) -> target, or nil if path is not a symlink */
@@ -420,6 +459,7 @@ static const luaL_Reg core_funcs[] = {
     { "lock", l_lock },
     { "readlink", l_readlink },
     { "code", l_code },
+    { "closest", l_closest },
     { NULL, NULL }
 };
 

@@ -251,8 +251,21 @@ static const luaL_Reg dag_methods[] = {
     { NULL, NULL }
 };
 
+/* is_param_input(name) -> false for a dataset; for a parameter input, its
+ * dotted key ("params:a.b" -> "a.b") or true ("parameters": all of them).
+ * The graph's own rule (dag_is_param_input), so Lua never spells it again. */
+static int l_is_param_input(lua_State *L)
+{
+    const char *name = luaL_checkstring(L, 1);
+    const char *key = dag_param_key(name);
+    if (key) lua_pushstring(L, key);
+    else lua_pushboolean(L, dag_is_param_input(name));
+    return 1;
+}
+
 static const luaL_Reg dag_funcs[] = {
     { "build", l_build },
+    { "is_param_input", l_is_param_input },
     { NULL, NULL }
 };
 

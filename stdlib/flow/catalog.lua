@@ -229,20 +229,28 @@ function Catalog:load_path(e)
   return e.path .. "/" .. versions[#versions] .. "/" .. basename(e.path)
 end
 
+-- The value the bytes `text` of dataset e hold (text, json or lua), or nil
+-- and what is wrong with them ("is not valid JSON: …").
+function M.parse(e, text, where)
+  if e.type == "text" then return text end
+  if e.type == "json" then
+    local v, err = core.json_decode(text)
+    if v == nil then return nil, "is not valid JSON: " .. (err or "it is null, which is no value") end
+    return v
+  end
+  local ok, v = pcall(require("flow.cache").deserialize, text, where)
+  if not ok then return nil, "is not a serialised Lua value: " .. tostring(v) end
+  return v
+end
+
 -- The value a Lua function receives for dataset e stored at path.
 function M.decode(e, path)
   if e.type == "file" or e.type == "folder" then return path end
   local text, err = core.read_file(path)
   if not text then error(string.format("cannot read dataset '%s' from %s: %s", e.name, path, err), 0) end
-  if e.type == "text" then return text end
-  if e.type == "json" then
-    local ok, v = pcall(core.json_decode, text)
-    if not ok or v == nil then
-      error(string.format("dataset '%s' (%s) is not valid JSON: %s", e.name, path, tostring(v)), 0)
-    end
-    return v
-  end
-  return require("flow.cache").deserialize(text, path)
+  local v, why = M.parse(e, text, path)
+  if v == nil then error(string.format("dataset '%s' (%s) %s", e.name, path, why), 0) end
+  return v
 end
 
 -- The bytes a Lua value is saved as for dataset e (json, text, lua), or nil

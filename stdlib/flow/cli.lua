@@ -52,8 +52,9 @@ options:
                      from their last successful run: the catalog's files or the cache)
   --force            run every selected step, up to date or not
   --explain          say for each step why it runs or is skipped
-  --resume [RUN_ID]  finish a failed or interrupted run (default: the latest) with
-                     its original arguments; steps it completed are not run again
+  --resume [RUN_ID]  finish a failed or interrupted run (default: the latest; a
+                     unique prefix of its id will do) with its original arguments;
+                     steps it completed are not run again
   --load-versions NAME:VERSION,…
                      load these versions of versioned datasets (default: the newest)
   -j, --jobs N       run at most N steps at once (default: number of CPUs)
@@ -186,8 +187,10 @@ local function parse_args(cmd, args)
                     util.did_you_mean(name, long):gsub("'(.-)'", "'--%1'", 1))
       end
       if kind == "optional" then
-        -- --resume [RUN_ID]: the next word is its value when it names a run.
-        if not value and args[i + 1] and (args[i + 1] == "latest" or args[i + 1]:match("^%d+%-%d+%-%d+$")) then
+        -- --resume [RUN_ID]: the next word is its value unless it is an
+        -- option or names a script or project (a run id that names none is
+        -- an error then, not the latest run resumed in its place).
+        if not value and args[i + 1] and not args[i + 1]:match("^%-") and not core.exists(args[i + 1]) then
           i = i + 1
           value = args[i]
         end
@@ -341,16 +344,28 @@ local function resume_args(opts, pos)
     dir = core.exists(pos[1]) == "directory" and pos[1] or (pos[1]:match("^(.*)/[^/]*$") or ".")
   end
   local id = opts.resume == true and "latest" or opts.resume
+  local runs = {}
+  for _, r in ipairs(core.list_dir(dir .. "/.flow/runs") or {}) do
+    if r ~= "latest" then runs[#runs + 1] = r end
+  end
+  local function recent() return #runs > 0 and (" (latest runs: " .. table.concat(runs, ", ", math.max(1, #runs - 4)) .. ")")
+                                             or " (no runs yet)" end
+  if id ~= "latest" then                      -- a run's id, or a prefix that names one run
+    local matches = {}
+    for _, r in ipairs(runs) do
+      if r == id then matches = { r } break end
+      if r:sub(1, #id) == id then matches[#matches + 1] = r end
+    end
+    if #matches > 1 then
+      usage_error("--resume: '%s' is ambiguous: it starts %d runs (%s)", id, #matches,
+                  table.concat(matches, ", ", math.max(1, #matches - 4)))
+    end
+    if #matches == 0 then usage_error("--resume: no run '%s' in %s/.flow/runs%s", id, dir, recent()) end
+    id = matches[1]
+  end
   local path = dir .. "/.flow/runs/" .. id .. "/journal.jsonl"
   local events = require("flow.state").read_journal(path)
-  if not events then
-    local runs = {}
-    for _, r in ipairs(core.list_dir(dir .. "/.flow/runs") or {}) do
-      if r ~= "latest" then runs[#runs + 1] = r end
-    end
-    usage_error("--resume: no run '%s' in %s/.flow/runs%s", id, dir,
-                #runs > 0 and (" (latest runs: " .. table.concat(runs, ", ", math.max(1, #runs - 4)) .. ")") or " (no runs yet)")
-  end
+  if not events then usage_error("--resume: no run '%s' in %s/.flow/runs%s", id, dir, recent()) end
   local start = events[1]
   if not start or start.event ~= "run_start" or type(start.args) ~= "table" then
     usage_error("--resume: %s does not start with the run's arguments", path)
@@ -481,7 +496,7 @@ local function catalog_rows(p)
   local plan = runner.prepare(p, {})
   local cat, rows, by_name = plan.cat, {}, {}
   local function row(d)
-    if d == "parameters" or d:match("^params:") then return nil end
+    if require("flow.dag").is_param_input(d) then return nil end
     if not by_name[d] then
       local e = cat:entry(d)
       local where, from

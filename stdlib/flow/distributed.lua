@@ -2,6 +2,7 @@
 -- and the rank helpers.  The decorator form comes from kedro-azureml's
 -- @distributed_job; `distributed_job<...>` in scripts is desugared to it.
 local util = require("flow.util")
+local dag = require("flow.dag")
 local command = require("flow.command")
 
 local M = {}
@@ -20,7 +21,8 @@ end
 
 -- A count: a positive integer, or "params:key" resolved per environment later.
 local function check_count(v, what, level)
-  if type(v) == "string" and v:match("^params:.+") then return nil, v end
+  local key = type(v) == "string" and dag.is_param_input(v)
+  if type(key) == "string" and key ~= "" then return nil, v end
   if math.type(v) == "integer" and v >= 1 then return v, nil end
   if type(v) == "number" and v >= 1 and v == math.floor(v) then return math.tointeger(v), nil end
   util.fail(level + 1, "distributed_job: %s must be a positive integer or \"params:KEY\", got %s",

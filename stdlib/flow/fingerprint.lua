@@ -1,7 +1,8 @@
 -- flow.fingerprint: what a step's result depends on, as SHA-256 hashes.
 --
 -- A step's fingerprint covers its code (a Lua function's bytecode with the
--- values of its upvalues and of the script globals it names; a command with
+-- values of its upvalues and of the script globals it names, and the source
+-- of the project modules it names or holds; a command with
 -- its parameters expanded, plus the content of project files it names, such
 -- as src/train.py), the parameters it reads, its distribution settings, its
 -- declared outputs and the content hashes of its inputs.  The parts are kept
@@ -22,6 +23,15 @@ for _, k in ipairs({ "node", "pipeline", "distributed_job", "Framework", "flow",
   builtin_globals[k] = true
 end
 
+-- Modules loaded before any script ran (Lua's own libraries, the stdlib's
+-- C modules) and the stdlib: they change only with flow itself.  Every other
+-- module is the project's (or installed beside it) and is hashed by its source.
+local builtin_modules = {}
+for k in pairs(package.loaded) do builtin_modules[k] = true end
+local function stdlib_module(name)
+  return builtin_modules[name] or name == "flow" or name:sub(1, 5) == "flow."
+end
+
 -- Hashes Lua values canonically.  One per run: functions and tables are
 -- hashed once (memo), so a helper shared by 10,000 steps costs one dump.
 local Hasher = {}
@@ -32,7 +42,70 @@ function M.hasher()
   for name, mod in pairs(package.loaded) do
     if type(mod) == "table" then modules[mod] = name end
   end
-  return setmetatable({ memo = {}, active = {}, modules = modules, globals = nil }, Hasher)
+  return setmetatable({ memo = {}, active = {}, modules = modules, globals = nil,
+                        module_files = {}, module_hashes = {}, code_modules = {} }, Hasher)
+end
+
+-- Project module `name` as {path =, hash = of its source, deps = {names of
+-- the modules its code names}}, or false: a stdlib module, a string that
+-- names no Lua file on package.path, or a C module (no source to hash).
+function Hasher:module_file(name)
+  local m = self.module_files[name]
+  if m ~= nil then return m end
+  m = false
+  if #name <= 200 and name:match("^[%a_][%w_%.%-]*$") and not stdlib_module(name) then
+    local path = package.searchpath(name, package.path)
+    local text = path and core.read_file(path)
+    if text then
+      m = { path = path, hash = cache.sha256(text), deps = {} }
+      local chunk = load(text, "=" .. path, "t")       -- compiled, not run: only its constants are read
+      if chunk then
+        local _, strings = core.code(chunk, true)
+        for _, s in ipairs(strings) do m.deps[#m.deps + 1] = s end
+      end
+    end
+  end
+  self.module_files[name] = m
+  return m
+end
+
+-- The hash of project module `name` with every project module it names,
+-- transitively (cycles included), or false when it is not a project module.
+function Hasher:module(name)
+  local h = self.module_hashes[name]
+  if h ~= nil then return h end
+  h = false
+  if self:module_file(name) then
+    local seen, stack, items = { [name] = true }, { name }, {}
+    while #stack > 0 do                  -- iterative: a long chain of requires cannot overflow
+      local m = table.remove(stack)
+      local f = self:module_file(m)
+      items[#items + 1] = m .. "=" .. f.hash
+      for _, d in ipairs(f.deps) do
+        if not seen[d] and self:module_file(d) then seen[d] = true; stack[#stack + 1] = d end
+      end
+    end
+    table.sort(items)
+    h = cache.sha256(table.concat(items, "\0"))
+  end
+  self.module_hashes[name] = h
+  return h
+end
+
+-- The project modules a function's code names (require("lib.x") has the
+-- string "lib.x"): "name=hash" items, found once per distinct code.
+function Hasher:modules_named(f, code)
+  local found = self.code_modules[code]
+  if found then return found end
+  found = {}
+  local _, strings = core.code(f, true)
+  for _, s in ipairs(strings) do
+    local h = self:module(s)
+    if h then found[#found + 1] = "M" .. s .. "=" .. h end
+  end
+  table.sort(found)
+  self.code_modules[code] = found
+  return found
 end
 
 -- The script's own globals (names with their values), found once per run.
@@ -62,7 +135,11 @@ end
 function Hasher:table(tbl)
   local memo = self.memo[tbl]
   if memo then return memo end
-  if self.modules[tbl] then return "module:" .. self.modules[tbl] end
+  local module = self.modules[tbl]
+  if module then
+    local h = self:module(module)      -- a project module: its source, not its name
+    return "module:" .. module .. (h and (":" .. h) or "")
+  end
   if self.active[tbl] then return "cycle" end
   self.active[tbl] = true
   local items = {}
@@ -75,8 +152,8 @@ function Hasher:table(tbl)
 end
 
 -- A Lua function: its bytecode without debug information or line numbers
--- (so moving it to another line changes nothing), its upvalues' values and the values of the
--- script globals whose names appear in its code.
+-- (so moving it to another line changes nothing), its upvalues' values, the values of the
+-- script globals whose names appear in its code and the project modules it names.
 function Hasher:fn(f)
   local memo = self.memo[f]
   if memo then return memo end
@@ -85,6 +162,7 @@ function Hasher:fn(f)
   if not code then return "C function" end    -- not user code
   self.active[f] = true
   local parts = { code }
+  for _, m in ipairs(self:modules_named(f, code)) do parts[#parts + 1] = m end
   for i = 1, math.huge do
     local name, v = debug.getupvalue(f, i)
     if not name then break end

@@ -1,25 +1,14 @@
--- flow.params: reading "a.b.c" out of the resolved parameter tree.
+-- flow.params: a parameter by its dotted key, found as `flow config KEY`
+-- finds it: by the configuration's own walker (engine/config.c), so mapping
+-- keys (the longest that matches: a key with dots in it is found too) and
+-- list indexes counted from 0 ("layers.0.size") mean the same everywhere.
 local M = {}
 
--- Value at dotted `key`, or nil when any part is missing.
-function M.get(tree, key)
-  local v = tree
-  for part in key:gmatch("[^.]+") do
-    if type(v) ~= "table" then return nil end
-    v = v[part]
-  end
-  return v
-end
-
--- Every dotted key in the tree (for "did you mean").
-function M.keys(tree, prefix, out)
-  out = out or {}
-  for k, v in pairs(tree) do
-    local key = prefix and (prefix .. "." .. tostring(k)) or tostring(k)
-    out[#out + 1] = key
-    if type(v) == "table" then M.keys(v, key, out) end
-  end
-  return out
+-- The value at dotted `key` in a run's parameters (settings from
+-- flow.settings.load), or nil when it is not set.
+function M.get(settings, key)
+  if not settings.cfg then return nil end        -- no configuration: no parameters
+  return settings.cfg:get("parameters", key)
 end
 
 return M

@@ -1,6 +1,8 @@
 -- flow.pipeline: node{...}, pipeline{...} (nesting, namespace, remapping,
 -- + and -) and the registry of named pipelines.  Everything here is plain
 -- description; flow.runner turns it into a DAG.
+local core = require("flow.core")
+local dag = require("flow.dag")
 local util = require("flow.util")
 local command = require("flow.command")
 local distributed = require("flow.distributed")
@@ -174,20 +176,43 @@ local function strip_params(map)
   return out
 end
 
-local function namespaced(nodes, ns, inputs, outputs, params)
-  local function rename(d)
-    if d == "parameters" then return d end
-    local key = d:match("^params:(.+)$")
-    if key then
-      if params[key] then return "params:" .. params[key] end
-      return ns and ("params:" .. ns .. "." .. key) or d
+-- The parameter key a command's ${params.KEY} reads: KEY, unless namespaces
+-- and `parameters =` mappings renamed it as they rename "params:KEY" inputs.
+function M.command_param(n, key)
+  local keys = n.cmd_params
+  return keys and keys[key] or key
+end
+
+-- A command node's ${params.} keys as namespacing leaves them ({KEY = key
+-- it now reads}), from the node's earlier renames and `rename_param`.
+local function command_params(n, rename_param)
+  local keys = {}
+  for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
+    for _, ref in ipairs(core.template_refs(s)) do
+      if ref[1] == "params" then keys[ref[2]] = rename_param(M.command_param(n, ref[2])) end
     end
+  end
+  return keys
+end
+
+local function namespaced(nodes, ns, inputs, outputs, params)
+  local function rename_param(key)
+    if params[key] then return params[key] end
+    return ns and (ns .. "." .. key) or key
+  end
+  local function rename(d)
+    local key = dag.is_param_input(d)
+    if key == true then return d end                       -- "parameters": all of them
+    if key then return "params:" .. rename_param(key) end
     if inputs[d] then return inputs[d] end
     if outputs[d] then return outputs[d] end
     return ns and (ns .. "." .. d) or d
   end
   local out = {}
-  for i, n in ipairs(nodes) do out[i] = renamed(n, rename, ns) end
+  for i, n in ipairs(nodes) do
+    out[i] = renamed(n, rename, ns)
+    if n.kind == "command" then out[i].cmd_params = command_params(n, rename_param) end
+  end
   return out
 end
 

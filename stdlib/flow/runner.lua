@@ -47,8 +47,8 @@ local function step_failure(t) return setmetatable(t, StepFailure) end
 -- in the run's environment and checked to be positive integers.
 local function resolve_count(n, what, value, ref, settings)
   if not ref then return value end
-  local key = ref:match("^params:(.+)$")
-  local v = params_mod.get(settings.params, key)
+  local key = dag.is_param_input(ref)
+  local v = params_mod.get(settings, key)
   if v == nil then
     local near = settings_mod.closest_param(settings, key)
     graph_error(string.format("step '%s' (%s): %s = \"%s\" but parameter '%s' is not defined in environment '%s'%s",
@@ -120,9 +120,9 @@ end
 
 -- The value a Lua function receives for input `io`.
 function Run:input_value(n, io)
-  if io.dataset == "parameters" then return self.params end
-  local key = io.dataset:match("^params:(.+)$")
-  if key then return params_mod.get(self.params, key) end
+  local key = dag.is_param_input(io.dataset)
+  if key == true then return self.params end
+  if key then return params_mod.get(self.settings, key) end
   local ok, v = pcall(self.value_of, self, io.dataset)
   if not ok then error(step_failure { message = string.format("step '%s': %s", n.name, tostring(v)) }) end
   return v
@@ -226,38 +226,69 @@ function Run:commit(d, e, from, n)
   return { path = final, hash = h }
 end
 
+local function discard(staging)
+  for _, path in pairs(staging) do core.remove_tree(path) end
+end
+
+-- Write `bytes` to `path`, checking open, write, flush and close: a full
+-- disk or a file-size limit fails the step instead of leaving a truncated
+-- file to commit.  Returns true, or nil and why.
+local function write_checked(path, bytes)
+  local f, err = io.open(path, "wb")
+  if not f then return nil, err end
+  local ok, werr = f:write(bytes)
+  if ok then ok, werr = f:flush() end
+  local closed, cerr = f:close()
+  if not ok then return nil, string.format("cannot write %s: %s", path, werr) end
+  if not closed then return nil, string.format("cannot write %s: %s", path, cerr) end
+  return true
+end
+
 -- Save what a Lua function returned: memory values stay in memory (and in
--- the cache), persisted ones are written through the catalog.  Returns the
--- output records for the step's journal entry.
+-- the cache), persisted ones are written through the catalog.  Every output
+-- is prepared (encoded, written to its staging path) before any is
+-- committed, so a failure commits none.  Returns the output records for the
+-- step's journal entry.
 function Run:save_values(n, by)
-  local outs = {}
-  for _, o in ipairs(n.outputs) do
+  local ready, staged = {}, {}
+  local function fail(fmt, ...)
+    discard(staged)
+    error(step_failure { message = string.format(fmt, ...) })
+  end
+  for i, o in ipairs(n.outputs) do
     local d, v = o.dataset, by[o.dataset]
     local e = self.cat:entry(d)
     if e.type == "memory" then
-      local rec, err = state_mod.store_value(v)
-      outs[d] = rec or { uncacheable = err }
-      self.values[d] = { value = v, loaded = true,
-                         hash = rec and rec.hash or ("uncacheable:" .. self.run_id .. ":" .. d) }
+      local ok, rec, err = pcall(state_mod.store_value, v)
+      if not ok then fail("step '%s': cannot cache output '%s': %s", n.name, d, tostring(rec)) end
+      ready[i] = { memory = true, rec = rec, err = err }
     elseif e.type == "file" or e.type == "folder" then
       if type(v) ~= "string" or not core.exists(v) then
-        error(step_failure { message = string.format("step '%s': output '%s' is a %s dataset (%s): the function "
-          .. "returns the path of the %s it wrote, got %s", n.name, d, e.type, e.origin, e.type,
-          type(v) == "string" and ("'" .. v .. "', which does not exist") or type(v)) })
+        fail("step '%s': output '%s' is a %s dataset (%s): the function returns the path of the %s it wrote, got %s",
+             n.name, d, e.type, e.origin, e.type,
+             type(v) == "string" and ("'" .. v .. "', which does not exist") or type(v))
       end
-      outs[d] = self:commit(d, e, v, n)
+      ready[i] = { from = v }
     else
       local bytes, err = catalog.encode(e, v)
-      if not bytes then
-        error(step_failure { message = string.format("step '%s': output '%s' is a %s dataset (%s), but %s",
-                                                     n.name, d, e.type, e.origin, err) })
-      end
+      if not bytes then fail("step '%s': output '%s' is a %s dataset (%s), but %s", n.name, d, e.type, e.origin, err) end
       local staging = self:staging_path(n, d)
-      local f = assert(io.open(staging, "wb"))
-      f:write(bytes)
-      f:close()
-      outs[d] = self:commit(d, e, staging, n)
-      self.values[d].value, self.values[d].loaded = v, true
+      staged[d] = staging
+      local ok, werr = write_checked(staging, bytes)
+      if not ok then fail("step '%s': cannot save output '%s': %s", n.name, d, werr) end
+      ready[i] = { from = staging, value = v }
+    end
+  end
+  local outs = {}
+  for i, o in ipairs(n.outputs) do
+    local d, r = o.dataset, ready[i]
+    if r.memory then
+      outs[d] = r.rec or { uncacheable = r.err }
+      self.values[d] = { value = by[d], loaded = true,
+                         hash = r.rec and r.rec.hash or ("uncacheable:" .. self.run_id .. ":" .. d) }
+    else
+      outs[d] = self:commit(d, self.cat:entry(d), r.from, n)
+      if r.value ~= nil then self.values[d].value, self.values[d].loaded = r.value, true end
     end
   end
   return outs
@@ -358,7 +389,8 @@ function Run:expand_command(n, staging)
       return nil, string.format("${credentials.%s} cannot be a command-line argument", key)
     end
     if ns == "params" then
-      local ok, v = pcall(params_mod.get, self.params, key)
+      key = pipeline.command_param(n, key)
+      local ok, v = pcall(params_mod.get, self.settings, key)
       if not ok or v == nil then return nil, string.format("no parameter '%s'", key) end
       return param_text(v)
     end
@@ -369,7 +401,7 @@ function Run:expand_command(n, staging)
         ns == "inputs" and "input" or "output", key, util.did_you_mean(key, names))
     end
     if ns == "outputs" then return staging[io.dataset] end
-    if io.dataset:match("^params:") or io.dataset == "parameters" then
+    if dag.is_param_input(io.dataset) then
       return param_text(self:input_value(n, io))
     end
     return self:input_path(io.dataset)
@@ -430,10 +462,6 @@ function Run:staging(n)
   return staging
 end
 
-local function discard(staging)
-  for _, path in pairs(staging) do core.remove_tree(path) end
-end
-
 -- Move a successful command's outputs into place; all must exist, as the
 -- kind (file or folder) the catalog declares.
 function Run:commit_outputs(n, staging, display)
@@ -450,6 +478,23 @@ function Run:commit_outputs(n, staging, display)
       discard(staging)
       error(step_failure { message = string.format("step '%s' exited 0 but " .. problem ..
         " (the command was given the path %s)\n  command: %s", n.name, d, staging[d], display) })
+    end
+  end
+  -- A typed output is checked before anything is committed: bad JSON fails
+  -- this step, not the one that reads it, and leaves the last good output.
+  -- (The value is not kept: a command's consumers may all be commands.)
+  for _, io in ipairs(n.outputs) do
+    local d, e = io.dataset, self.cat:entry(io.dataset)
+    if e.type == "json" or e.type == "lua" then
+      local text, err = core.read_file(staging[d])
+      local v, why = nil, err
+      if text then v, why = catalog.parse(e, text, d) end
+      if v == nil then
+        discard(staging)
+        error(step_failure { message = string.format("step '%s' exited 0 but its output '%s' (a %s dataset, %s) %s"
+          .. "\n  command: %s", n.name, d, e.type, e.origin, text and why or ("cannot be read: " .. tostring(why)),
+          display) })
+      end
     end
   end
   local outs = {}
@@ -596,28 +641,34 @@ function Run:parts(i, n)
   local h = self.hasher
   local parts = { params = {}, inputs = {} }
   local function param(key)
-    parts.params[key] = h:value(params_mod.get(self.params, key))
+    local ph = self.memo.params[key]
+    if not ph then
+      ph = h:value(params_mod.get(self.settings, key))
+      self.memo.params[key] = ph
+    end
+    parts.params[key] = ph
   end
   if n.kind == "func" then
     parts.code = h:fn(n.fn)
   else
-    parts.code, parts.files = fingerprint.command_code(n.cmd, self.root, self.hc, self.memo)
+    parts.code, parts.files = fingerprint.command_code(n.cmd, self.root, self.hc, self.memo.code)
     for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
-      local refs = self.memo[s]
+      local refs = self.memo.refs[s]
       if not refs then
         refs = {}
         for _, ref in ipairs(core.template_refs(s)) do
           if ref[1] == "params" then refs[#refs + 1] = ref[2] end
         end
-        self.memo[s] = refs
+        self.memo.refs[s] = refs
       end
-      for _, key in ipairs(refs) do param(key) end
+      for _, key in ipairs(refs) do param(pipeline.command_param(n, key)) end
     end
   end
   for _, io in ipairs(n.inputs) do
     local d = io.dataset
-    if d == "parameters" then parts.params["*"] = h:value(self.params)
-    elseif d:match("^params:") then param(d:sub(8))
+    local key = dag.is_param_input(d)
+    if key == true then parts.params["*"] = h:value(self.params)
+    elseif key then param(key)
     else parts.inputs[d] = self:hash_of(d) end
   end
   local dist = self.dists[i]
@@ -765,20 +816,20 @@ end
 local function check_params(nodes, settings)
   for _, n in ipairs(nodes) do
     local function check(key)
-      if params_mod.get(settings.params, key) == nil then
-        local near = settings_mod.closest_param(settings, key) or util.closest(key, params_mod.keys(settings.params))
+      if params_mod.get(settings, key) == nil then
+        local near = settings_mod.closest_param(settings, key)
         graph_error(string.format("step '%s' (%s) reads parameter '%s', which is not defined in environment '%s'%s",
           n.name, n.where, key, settings.env, near and (" (did you mean '" .. near .. "'?)") or ""))
       end
     end
     for _, io in ipairs(n.inputs) do
-      local key = io.dataset:match("^params:(.+)$")
-      if key then check(key) end
+      local key = dag.is_param_input(io.dataset)
+      if type(key) == "string" then check(key) end
     end
     if n.kind == "command" then
       for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
         for _, ref in ipairs(core.template_refs(s)) do
-          if ref[1] == "params" then check(ref[2]) end
+          if ref[1] == "params" then check(pipeline.command_param(n, ref[2])) end
         end
       end
     end
@@ -898,7 +949,7 @@ local function outside_inputs(plan, st)
         local d = io.dataset
         local p = g:producer(d)
         local inside = p and (not selected or selected[p])
-        if not seen[d] and not inside and d ~= "parameters" and not d:match("^params:") then
+        if not seen[d] and not inside and not dag.is_param_input(d) then
           seen[d] = true
           local e = cat:entry(d)
           local rec = p and st.steps[nodes[p].name]
@@ -936,7 +987,7 @@ local function catalog_inputs(nodes, cat)
   for _, n in ipairs(nodes) do
     for _, io in ipairs(n.inputs) do
       local d = io.dataset
-      if not produced[d] and d ~= "parameters" and not d:match("^params:") then
+      if not produced[d] and not dag.is_param_input(d) then
         if readers[#readers] ~= n then readers[#readers + 1] = n end
         if not seen[d] then
           seen[d] = true
@@ -989,9 +1040,11 @@ end
 local function new_run(plan, opts, run_id, st)
   local run_dir = ".flow/runs/" .. run_id
   local self = setmetatable({
-    nodes = plan.nodes, params = plan.settings.params, verbose = opts.verbose, records = {},
+    nodes = plan.nodes, settings = plan.settings, params = plan.settings.params, verbose = opts.verbose, records = {},
     dists = plan.dists, mode = plan.mode, index = {}, cat = plan.cat, state = st, pending = {},
-    held = {}, flushed_at = 0, memo = {},
+    held = {}, flushed_at = 0,
+    memo = { code = {}, refs = {},    -- by command text: its code and files; its ${params.} keys
+             params = {} },           -- by parameter key: its value's hash
     hc = cache.hashes(state_mod.CACHE .. "/hashes"), hasher = fingerprint.hasher(), root = core.cwd(),
     force = opts.force, explain = opts.explain, completed = opts.resume and opts.resume.completed or {},
     run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
@@ -1043,7 +1096,7 @@ function M.run(p, opts, level)
   local secrets = credentials.check(plan.nodes, plan.settings, plan.cat, plan.selected)
   for _, n in ipairs(plan.nodes) do step_secrets[n] = secrets[n] end
   state_mod.lock()
-  local run_id = core.run_id()
+  local run_id = core.run_id(state_mod.RUNS)
   local self = new_run(plan, opts, run_id, state_mod.load(run_id))
   core.mkdir_p(self.log_dir)
   core.mkdir_p(self.tmp_dir)

@@ -1,5 +1,7 @@
 -- flow.util: small helpers shared by the stdlib (errors at the user's line,
 -- "did you mean", list formatting).
+local core = require("flow.core")
+
 local M = {}
 
 -- Raise `msg` at the caller's caller `level` frames up, as error() does,
@@ -18,28 +20,10 @@ function M.is_setup_error(e)
   return getmetatable(e) == SetupError
 end
 
--- Levenshtein distance, for "did you mean" hints.
-local function distance(a, b)
-  local prev, cur = {}, {}
-  for j = 0, #b do prev[j] = j end
-  for i = 1, #a do
-    cur[0] = i
-    for j = 1, #b do
-      local cost = a:byte(i) == b:byte(j) and 0 or 1
-      cur[j] = math.min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
-    end
-    prev, cur = cur, prev
-  end
-  return prev[#b]
-end
-
+-- "Did you mean": the candidate nearest to `word`, if near enough, or nil.
+-- The engine's rule (engine/suggest.c), so every message suggests alike.
 function M.closest(word, candidates)
-  local best, best_d
-  for _, c in ipairs(candidates) do
-    local d = distance(word, c)
-    if d <= math.max(2, #word // 3) and (not best_d or d < best_d) then best, best_d = c, d end
-  end
-  return best
+  return core.closest(word, candidates)
 end
 
 function M.did_you_mean(word, candidates)

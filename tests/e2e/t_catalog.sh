@@ -121,6 +121,71 @@ L
     [ ! -e data/state.lua ] || { echo "a partial output was left"; return 1; }
 }
 
+test_command_writing_bad_json_fails_itself_and_commits_nothing() {
+    write conf/base/catalog.yml <<'Y'
+table: {type: json, path: data/table.json}
+side: {type: file, path: data/side.txt}
+Y
+    write conf/base/parameters.yml <<'Y'
+body: '{"rows": 2}'
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "produce", inputs = "params:body", outputs = { t = "table", s = "side" },
+        command = "printf '%s' ${params.body} > ${outputs.s}; printf '%s' ${params.body} > ${outputs.t}" },
+  node{ name = "consume", inputs = "table", outputs = "n", func = function(t) print("rows=" .. t.rows) return t.rows end },
+}
+L
+    run_flow 0 run
+    contains "$OUT" "rows=2"
+    run_flow 1 run --params 'body=not json'
+    contains "$ERR" "step 'produce' exited 0 but its output 'table' (a json dataset, conf/base/catalog.yml:1) is not valid JSON"
+    not_contains "$ERR" "step 'consume'"
+    contains "$ERR" "not run: consume"
+    equals "$(cat data/table.json)" '{"rows": 2}' "the previous output"
+    equals "$(cat data/side.txt)" '{"rows": 2}' "the previous output beside it"
+    contains "$(tr -d ' \t\n' < .flow/runs/latest/run.json)" '"name":"produce","started":'
+    contains "$(tr -d ' \t\n' < .flow/runs/latest/run.json)" '"state":"failed"},{"name":"consume","state":"notrun"}'
+    run_flow 1 run --resume
+    contains "$ERR" "step 'produce' exited 0 but its output 'table' (a json dataset, conf/base/catalog.yml:1) is not valid JSON"
+    run_flow 0 run
+    contains "$ERR" "0 done, 2 up to date"
+}
+
+test_write_past_the_file_size_limit_fails_the_step_and_commits_nothing() {
+    write conf/base/catalog.yml <<'Y'
+small: {type: json, path: data/small.json}
+big: {type: text, path: data/big.txt}
+Y
+    write conf/base/parameters.yml <<'Y'
+n: 10
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "w", inputs = "params:n", outputs = { "small", "big" },
+        func = function(n) return { n = n }, string.rep("x", n) end },
+  node{ name = "m", inputs = "params:n", outputs = "mem", func = function(n) return string.rep("y", n) end },
+  node{ name = "use", inputs = "mem", func = function(s) print("mem=" .. #s) end },
+}
+L
+    run_flow 0 run
+    contains "$OUT" "mem=10"
+    # a 64 KiB file-size limit, SIGXFSZ ignored: write() fails with EFBIG
+    ( trap '' XFSZ; ulimit -f 64; run_flow 1 run -k --params n=200000 )
+    ERR=$(cat stderr.txt)
+    contains "$ERR" "step 'w': cannot save output 'big': cannot write "
+    contains "$ERR" "File too large"
+    contains "$ERR" "step 'm': cannot cache output 'mem': "
+    not_contains "$ERR" "stack traceback"
+    equals "$(tr -d ' \t\n' < data/small.json)" '{"n":10}' "the output written before the failed one"
+    equals "$(cat data/big.txt)" "xxxxxxxxxx" "the output that hit the limit"
+    equals "$(ls -A data)" "big.txt
+small.json" "nothing beside the outputs"
+    run_flow 0 run --params n=200000
+    contains "$OUT" "mem=200000"
+    equals "$(wc -c < data/big.txt)" "200000"
+}
+
 test_failed_step_keeps_the_previous_output_whole() {
     write conf/base/catalog.yml <<'Y'
 out: {type: file, path: data/out.txt}

@@ -87,6 +87,36 @@ test_num_nodes_resolved_per_env() {
     contains "$ERR" "is \"two\" in environment 'local'"
 }
 
+test_list_indexes_read_the_same_in_config_commands_and_inputs() {
+    project
+    write conf/base/parameters.yml <<'Y'
+stages:
+  - { size: 3 }
+  - { size: 5 }
+"v1.2": dotted-key
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = { "echo", "cmd first=${params.stages.0.size} second=${params.stages.1.size} ${params.v1.2}" },
+        name = "cmd" },
+  node{ func = function(s, k) print("lua second=" .. s .. " " .. k) end,
+        inputs = { "params:stages.1.size", "params:v1.2" }, name = "lua" },
+}
+L
+    run_flow 0 config stages.0.size
+    equals "$OUT" "3"
+    run_flow 0 run -v
+    contains "$ERR" "cmd first=3 second=5 dotted-key"
+    contains "$OUT" "lua second=5 dotted-key"
+    sed -i 's/size: 3/size: 4/' conf/base/parameters.yml
+    run_flow 0 run --explain
+    contains "$ERR" "explain: cmd runs: parameter 'stages.0.size' changed"
+    contains "$ERR" "explain: lua is up to date"
+    sed -i 's/stages.1.size}/stages.2.size}/' pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "reads parameter 'stages.2.size', which is not defined"
+}
+
 test_unknown_env_lists_existing() {
     project
     run_flow 2 run --env staging

@@ -132,6 +132,66 @@ L
     equals "$(ran)" "f " "after a global it names changed"
 }
 
+test_project_modules_are_part_of_the_code() {
+    # a module the step requires at run time, one a module requires, and one
+    # held in an upvalue: each is hashed by its source file's content
+    write lib/helpers.lua <<'L'
+local M = {}
+function M.scale(x) return x * require("lib.factor") end
+return M
+L
+    write lib/factor.lua <<'L'
+return 2
+L
+    write lib/shift.lua <<'L'
+return { by = 1 }
+L
+    write pipeline.lua <<'L'
+local shift = require("lib.shift")
+return pipeline{
+  node{ name = "scaled", outputs = "y",
+        func = function() io.open("ran_scaled", "w"):close() return require("lib.helpers").scale(3) end },
+  node{ name = "shifted", outputs = "z",
+        func = function() io.open("ran_shifted", "w"):close() return 3 + shift.by end },
+  node{ name = "show", inputs = { "y", "z" }, func = function(y, z) print("y=" .. y .. " z=" .. z) end },
+}
+L
+    run_flow 0 run
+    contains "$OUT" "y=6 z=4"
+    rm -f ran_*
+    run_flow 0 run
+    equals "$(ran)" "" "unchanged"
+    sed -i 's/x \* /x * 10 * /' lib/helpers.lua
+    run_flow 0 run --explain
+    equals "$(ran)" "scaled " "after the module a step requires changed"
+    contains "$ERR" "explain: scaled runs: its code changed"
+    contains "$OUT" "y=60 z=4"
+    rm -f ran_*
+    echo 'return 3' > lib/factor.lua
+    run_flow 0 run
+    equals "$(ran)" "scaled " "after a module that module requires changed"
+    contains "$OUT" "y=90 z=4"
+    rm -f ran_*
+    echo 'return { by = 2 }' > lib/shift.lua
+    run_flow 0 run
+    equals "$(ran)" "shifted " "after the module held in an upvalue changed"
+    contains "$OUT" "y=90 z=5"
+}
+
+test_single_word_command_is_up_to_date() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = { "true" }, name = "noop" },
+  node{ command = "true", name = "noop_sh" },
+}
+L
+    run_flow 0 run
+    contains "$ERR" "2 done"
+    run_flow 0 run --explain
+    contains "$ERR" "0 done, 2 up to date"
+    not_contains "$ERR" "runs:"
+}
+
 test_force_and_dry_run() {
     incr_project
     run_flow 0 run

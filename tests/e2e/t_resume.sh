@@ -94,6 +94,48 @@ L
     contains "$ERR" "--resume runs again with the original run's arguments; drop --env"
 }
 
+test_runs_get_their_own_ids_and_resume_names_one_exactly() {
+    mkdir sweep
+    write sweep/driver.lua <<'L'
+local flow = require("flow")
+local p = pipeline{ node{ name = "s", outputs = "y", func = function() return 1 end } }
+for i = 1, 3 do print("run " .. flow.run(p, { force = true }).run_id) end
+L
+    cd sweep
+    run_flow 0 run driver.lua
+    cd ..
+    equals "$(printf '%s\n' "$OUT" | sort -u | wc -l)" "3" "distinct run ids of three flow.run calls"
+    for id in $(printf '%s\n' "$OUT" | sed 's/^run //'); do
+        contains "$(head -n 1 "sweep/.flow/runs/$id/journal.jsonl")" "\"run\":\"$id\"" "run $id's journal"
+    done
+    equals "$(ls sweep/.flow/runs | grep -vc latest)" "3" "run directories"
+
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "a", outputs = "a", func = function() return 1 end },
+  node{ name = "b", inputs = "a", outputs = "b",
+        func = function(x) io.open("ran_b", "w"):close() if os.getenv("FAIL") then error("b broke") end return x end },
+}
+L
+    FAIL=1 run_flow 1 run
+    first=$(readlink .flow/runs/latest)
+    FAIL=1 run_flow 1 run
+    second=$(readlink .flow/runs/latest)
+    [ "$first" != "$second" ] || { echo "two runs share the id $first"; return 1; }
+    run_flow 2 run --resume nope
+    contains "$ERR" "--resume: no run 'nope'"
+    contains "$ERR" "latest runs: $first, $second"
+    run_flow 2 run --resume "${first:0:8}"
+    contains "$ERR" "--resume: '${first:0:8}' is ambiguous: it starts 2 runs ($first, $second)"
+    # the shortest prefix naming only the first run
+    n=1
+    while [ "$(ls .flow/runs | grep -c "^${first:0:$n}")" != 1 ]; do n=$((n + 1)); done
+    rm -f ran_b
+    run_flow 0 run --resume "${first:0:$n}"
+    contains "$ERR" "resuming run $first"
+    [ -e ran_b ] || { echo "b did not run again"; return 1; }
+}
+
 test_kill_9_then_resume_matches_an_uninterrupted_run() {
     resume_project
     keep=$(mktemp -d "${TMPDIR:-/tmp}/flow-resume.XXXXXX")

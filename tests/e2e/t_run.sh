@@ -178,6 +178,53 @@ Y
     contains "$OUT" "params:shared_k"
 }
 
+test_namespaced_commands_read_namespaced_parameters() {
+    write conf/base/parameters.yml <<'Y'
+k: global
+a: { k: in-a }
+shared_k: shared
+outer: { inner: { k: nested } }
+Y
+    write pipeline.lua <<'L'
+local base = pipeline{ node{ command = "echo ${params.k} > ${outputs.out}", outputs = { out = "k_file" },
+                             name = "write_k" } }
+local a = pipeline{ base, namespace = "a" }
+local b = pipeline{ base, namespace = "b", parameters = { k = "shared_k" } }
+local c = pipeline{ pipeline{ base, namespace = "inner" }, namespace = "outer" }
+-- pipeline{} on its C fast path (no options) and on the Lua path (tags) keep
+-- the same nodes; node{} on its C fast path and in Lua (a level given) too
+local function same(x, y, what)
+  for _, k in ipairs({ "name", "kind", "cmd", "cmd_params", "inputs", "outputs" }) do
+    if require("flow.core").json_encode(x[k]) ~= require("flow.core").json_encode(y[k]) then
+      error(what .. ": the two paths disagree on " .. k)
+    end
+  end
+end
+local fast, slow = pipeline{ a, b, c }, pipeline{ a, b, c, tags = "t" }
+for i, n in ipairs(fast.nodes) do same(n, slow.nodes[i], "pipeline{}") end
+local spec = function() return { command = "echo ${params.k} > ${outputs.out}", outputs = { out = "k_file" },
+                                 name = "write_k" } end
+local n_fast, n_lua = node(spec()), require("flow.pipeline").node(spec(), 1)
+same(pipeline{ n_fast, namespace = "a" }.nodes[1], pipeline{ n_lua, namespace = "a" }.nodes[1], "node{}")
+return fast
+L
+    run_flow 0 run
+    equals "$(cat .flow/data/a.k_file)" "in-a"
+    equals "$(cat .flow/data/b.k_file)" "shared"
+    equals "$(cat .flow/data/outer.inner.k_file)" "nested"
+    sed -i 's/^k: global/k: changed/' conf/base/parameters.yml
+    run_flow 0 run --explain
+    contains "$ERR" "0 done, 3 up to date"
+    sed -i 's/in-a/in-a-2/' conf/base/parameters.yml
+    run_flow 0 run --explain
+    contains "$ERR" "explain: a.write_k runs: parameter 'a.k' changed"
+    contains "$ERR" "1 done, 2 up to date"
+    equals "$(cat .flow/data/a.k_file)" "in-a-2"
+    sed -i '/^outer:/d' conf/base/parameters.yml
+    run_flow 2 run
+    contains "$ERR" "step 'outer.inner.write_k' (pipeline.lua:1) reads parameter 'outer.inner.k', which is not defined"
+}
+
 test_plus_and_minus() {
     write pipeline.lua <<'L'
 local one = node{ func = function() return 1 end, outputs = "x", name = "one" }

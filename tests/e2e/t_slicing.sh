@@ -79,6 +79,13 @@ test_empty_and_unknown_selections() {
     contains "$ERR" "matches no step"
     run_flow 2 run --from-nodes trian
     contains "$ERR" "--from-nodes: no step named 'trian' (did you mean 'train'?)"
+    # the engine's rule (a swap of neighbours is one edit), not a second one in Lua
+    run_flow 2 run --nodes erpotr
+    contains "$ERR" "--nodes: no step named 'erpotr' (did you mean 'report'?)"
+    run_flow 2 run --nodes lod
+    contains "$ERR" "--nodes: no step named 'lod' (did you mean 'load'?)"
+    run_flow 2 run --nodes ld
+    not_contains "$ERR" "did you mean"
     run_flow 2 run --to-outputs nothing
     contains "$ERR" "--to-outputs: no step produces 'nothing'"
 }

@@ -228,6 +228,9 @@ static void test_framework_names(void)
     CHECK(dag_is_param_input("params:a.b"));
     CHECK(dag_is_param_input("parameters"));
     CHECK(!dag_is_param_input("params"));
+    CHECK_STR(dag_param_key("params:a.b"), "a.b");
+    CHECK(dag_param_key("parameters") == NULL);
+    CHECK(dag_param_key("raw") == NULL);
 }
 
 int main(void)
