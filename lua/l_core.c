@@ -94,14 +94,17 @@ static int collect_ref(void *ctx, const char *ns, const char *key)
     return 0;
 }
 
-/* template_refs(template) -> {{ns, key}, ...}, parsed exactly as expand does;
- * a malformed template yields the references before the error (expand reports it). */
+/* template_refs(template) -> {{ns, key}, ...}[, error], parsed exactly as expand
+ * does; a malformed template yields the references before the error and the
+ * error itself, so a pipeline can be checked before anything runs. */
 static int l_template_refs(lua_State *L)
 {
     const char *tmpl = luaL_checkstring(L, 1);
+    char err[512];
     lua_newtable(L);
-    template_each_ref(tmpl, collect_ref, L, NULL, 0);
-    return 1;
+    if (template_each_ref(tmpl, collect_ref, L, err, sizeof err) == 0) return 1;
+    lua_pushstring(L, err);
+    return 2;
 }
 
 static int l_write_atomic(lua_State *L)

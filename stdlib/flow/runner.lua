@@ -775,6 +775,42 @@ local function check_params(nodes, settings)
   end
 end
 
+-- Every ${inputs.x} / ${outputs.y} in a command must name one of its step's
+-- inputs or outputs, and every reference must be well formed: checked with the
+-- graph, so a typo stops the run before any step starts.
+local TEMPLATE_NAMESPACES = { "inputs", "outputs", "params" }
+
+local function check_templates(nodes)
+  for _, n in ipairs(nodes) do
+    if n.kind == "command" then
+      local args = { inputs = {}, outputs = {} }
+      for _, io in ipairs(n.inputs) do args.inputs[io.arg] = true end
+      for _, io in ipairs(n.outputs) do args.outputs[io.arg] = true end
+      for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
+        local refs, err = core.template_refs(s)
+        for _, ref in ipairs(refs) do
+          local ns, key = ref[1], ref[2]
+          if args[ns] and not args[ns][key] then
+            local names = util.sorted_keys(args[ns])
+            local hint = util.did_you_mean(key, names)
+            if hint == "" then
+              hint = #names > 0 and string.format(" (its %s: %s)", ns, table.concat(names, ", "))
+                     or string.format(" (it declares no %s)", ns)
+            end
+            graph_error(string.format("step '%s' (%s): ${%s.%s}: the step has no %s named '%s'%s", n.name, n.where,
+              ns, key, ns == "inputs" and "input" or "output", key, hint))
+          end
+        end
+        if err then
+          local ns = err:match("^unknown reference '%${([^.}]*)%.")
+          graph_error(string.format("step '%s' (%s): %s%s", n.name, n.where, err,
+                                    ns and util.did_you_mean(ns, TEMPLATE_NAMESPACES) or ""))
+        end
+      end
+    end
+  end
+end
+
 local run_fields = { jobs = true, keep_going = true, params = true, verbose = true, env = true,
                      nodes = true, from_nodes = true, to_nodes = true, tags = true,
                      from_inputs = true, to_outputs = true, distributed = true,
@@ -961,6 +997,7 @@ function M.prepare(p, opts, level)
   local g = M.build_graph(p.nodes, dists, declared)
   cat:check_load_versions(produced)
   check_params(p.nodes, settings)
+  check_templates(p.nodes)
   local selected = select_steps(p.nodes, g, opts, level)
   local mode = opts.distributed or M.defaults.distributed
   if not mode and settings.cfg then mode = settings.cfg:get("flow", "distributed") end

@@ -254,3 +254,23 @@ L
     run_flow 2 run
     contains "$ERR" "pipeline.lua:1: node: this step has no name"
 }
+
+test_bad_template_reference_stops_before_any_step() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() io.open("load-ran", "w"):close() return "x" end, outputs = "rows", name = "load" },
+  node{ command = "cat ${inputs.row} > ${outputs.out}", inputs = "rows", outputs = "out", name = "c" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "step 'c' (pipeline.lua:3): \${inputs.row}: the step has no input named 'row' (did you mean 'rows'?)"
+    [ ! -e load-ran ] || { echo "a step ran before the template was checked"; return 1; }
+    sed -i 's/inputs.row}/inputs.rows}/; s/outputs.out}/output.out}/' pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "step 'c' (pipeline.lua:3): unknown reference '\${output.out}'"
+    contains "$ERR" "(did you mean 'outputs'?)"
+    sed -i 's/output.out}/outputs.nope}/' pipeline.lua
+    run_flow 2 list
+    contains "$ERR" "\${outputs.nope}: the step has no output named 'nope' (its outputs: out)"
+    [ ! -e load-ran ] || { echo "a step ran before the template was checked"; return 1; }
+}
