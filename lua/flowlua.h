@@ -21,6 +21,10 @@ struct loop *flow_state_loop(lua_State *L);
  * On error pushes a message "file:line: reason" and returns non-zero. */
 int flow_load_file(lua_State *L, const char *path);
 int flow_load_buffer(lua_State *L, const char *buf, size_t len, const char *chunkname);
+/* Makes require (for files on package.path), dofile and loadfile read project
+ * files through the same reader, desugared.  Call before flow_open_stdlib, whose
+ * searcher goes ahead of it. */
+void flow_open_project_loaders(lua_State *L);
 /* lua_pcall with a traceback handler; on error the message has a traceback. */
 int flow_pcall(lua_State *L, int nargs, int nresults);
 int flow_traceback(lua_State *L);
