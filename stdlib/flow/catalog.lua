@@ -163,6 +163,13 @@ end
 
 function M.persisted(e) return e.type ~= "memory" end
 
+-- The entries declared by name (not patterns), sorted by name.
+function Catalog:declared()
+  local out = {}
+  for _, name in ipairs(util.sorted_keys(self.exact)) do out[#out + 1] = self.exact[name] end
+  return out
+end
+
 -- Where this run saves dataset e.
 function Catalog:save_path(e)
   if e.versioned then return e.path .. "/" .. self.save_version .. "/" .. basename(e.path) end

@@ -916,7 +916,7 @@ end
 -- {dataset = value entry}, or raises listing everything missing.
 local function outside_inputs(plan, st)
   local nodes, g, selected, cat = plan.nodes, plan.graph, plan.selected, plan.cat
-  local values, missing, seen = {}, {}, {}
+  local values, missing, seen, unselected_producer = {}, {}, {}, false
   local readers = selected and nodes or plan.free_readers     -- without a selection only free inputs are outside
   for i, n in ipairs(readers) do
     if not selected or selected[i] then
@@ -931,8 +931,9 @@ local function outside_inputs(plan, st)
           local v, why = saved_dataset(d, e, rec and rec.outputs and rec.outputs[d], cat)
           values[d] = v
           if not v then
-            missing[#missing + 1] = string.format("  '%s' (%s), needed by '%s'%s: %s", d,
-              e.declared and (e.type .. " dataset, " .. e.origin) or "memory dataset", n.name,
+            unselected_producer = unselected_producer or p ~= nil
+            missing[#missing + 1] = string.format("  '%s' (%s), needed by '%s' (%s)%s: %s", d,
+              e.declared and (e.type .. " dataset, " .. e.origin) or "memory dataset", n.name, n.where,
               p and string.format(", produced by '%s'", nodes[p].name) or "", why)
           end
         end
@@ -940,8 +941,10 @@ local function outside_inputs(plan, st)
     end
   end
   if #missing > 0 then
-    graph_error("the selected steps read datasets that are not available:\n" .. table.concat(missing, "\n")
-                .. "\n(run their producers too, e.g. with --from-nodes, or drop the selection)")
+    -- The hint only where the selection left a dataset's producer out.
+    graph_error((selected and "the selected steps read" or "the pipeline reads") .. " datasets that are not available:\n"
+                .. table.concat(missing, "\n")
+                .. (unselected_producer and "\n(run their producers too, e.g. with --from-nodes, or drop the selection)" or ""))
   end
   return values
 end
@@ -974,6 +977,63 @@ local function catalog_inputs(nodes, cat)
   return declared, produced, readers
 end
 
+-- Inputs that no step produces and the catalog does not declare, with the
+-- steps that read them (file:line) and the closest dataset that does exist.
+local function check_missing_inputs(nodes, cat, produced)
+  local missing, readers = {}, {}
+  for _, n in ipairs(nodes) do
+    for _, io in ipairs(n.inputs) do
+      local d = io.dataset
+      if not produced[d] and d ~= "parameters" and not d:match("^params:") and not catalog.persisted(cat:entry(d)) then
+        local r = readers[d]
+        if not r then r = {}; readers[d] = r; missing[#missing + 1] = d end
+        if r[#r] ~= n then r[#r + 1] = n end
+      end
+    end
+  end
+  if #missing == 0 then return end
+  local known = util.sorted_keys(produced)
+  for _, e in ipairs(cat:declared()) do
+    if not produced[e.name] then known[#known + 1] = e.name end
+  end
+  local lines = {}
+  for k, d in ipairs(missing) do
+    if k > 20 then lines[#lines + 1] = string.format("  ... and %d more", #missing - 20) break end
+    local who = {}
+    for _, n in ipairs(readers[d]) do who[#who + 1] = string.format("'%s' (%s)", n.name, n.where) end
+    lines[#lines + 1] = string.format("  '%s', needed by %s%s", d, table.concat(who, ", "), util.did_you_mean(d, known))
+  end
+  graph_error(string.format("%d input dataset%s that no step produces and the catalog does not declare:\n%s\n"
+    .. "(add a step that outputs it, or declare it in conf/base/catalog.yml)", #missing, #missing == 1 and "" or "s",
+    table.concat(lines, "\n")))
+end
+
+-- A catalog entry that no step of this pipeline (or of any registered one)
+-- reads or writes is most likely a typo: a warning, once per entry and process.
+local warned_unused = {}
+local function warn_unused_entries(nodes, cat)
+  local used, undeclared = {}, {}
+  local function mark(list)
+    for _, n in ipairs(list) do
+      for _, io in ipairs(n.inputs) do used[io.dataset] = true end
+      for _, io in ipairs(n.outputs) do used[io.dataset] = true end
+    end
+  end
+  mark(nodes)
+  for _, q in pairs(pipeline.registry) do mark(q.nodes) end
+  for d in pairs(used) do
+    if not cat:entry(d).declared and d ~= "parameters" and not d:match("^params:") then undeclared[#undeclared + 1] = d end
+  end
+  table.sort(undeclared)
+  for _, e in ipairs(cat:declared()) do
+    if not used[e.name] and not warned_unused[e.origin .. "\0" .. e.name] then
+      warned_unused[e.origin .. "\0" .. e.name] = true
+      core.ui_warn(string.format("%s: catalog entry '%s' is used by no step%s", e.origin, e.name,
+                                 util.did_you_mean(e.name, undeclared)))
+    end
+  end
+end
+
 -- Everything a run or a listing needs before any step runs: the pipeline's
 -- nodes, the configuration, the catalog, resolved distribution settings and
 -- the graph.
@@ -994,6 +1054,7 @@ function M.prepare(p, opts, level)
   local dists = {}
   for i, n in ipairs(p.nodes) do dists[i] = M.resolve_dist(n, settings) end
   local declared, produced, free_readers = catalog_inputs(p.nodes, cat)
+  check_missing_inputs(p.nodes, cat, produced)
   local g = M.build_graph(p.nodes, dists, declared)
   cat:check_load_versions(produced)
   check_params(p.nodes, settings)
@@ -1008,6 +1069,7 @@ function M.prepare(p, opts, level)
       (opts.distributed or M.defaults.distributed) and "--distributed" or
       (settings.cfg:origin("flow", "distributed") or "conf/<env>/flow.yml")))
   end
+  warn_unused_entries(p.nodes, cat)
   return { nodes = p.nodes, settings = settings, dists = dists, graph = g, selected = selected,
            mode = mode, cat = cat, started = started, free_readers = free_readers }
 end

@@ -140,7 +140,24 @@ return pipeline{
 }
 L
     run_flow 2 run
-    contains "$ERR" "'raw', needed by 'first', 'second'"
+    contains "$ERR" "'raw', needed by 'first' (pipeline.lua:3), 'second' (pipeline.lua:4)"
+}
+
+test_missing_input_suggests_the_closest_dataset() {
+    write conf/base/catalog.yml <<'Y'
+raw_rows: {type: text, path: data/rows.txt}
+Y
+    write pipeline.lua <<'L'
+local function f(x) return x end
+return pipeline{
+  node{ func = f, inputs = "raw_row", outputs = "features", name = "featurize" },
+  node{ func = f, inputs = "feature", outputs = "model", name = "train" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "2 input datasets that no step produces and the catalog does not declare"
+    contains "$ERR" "'raw_row', needed by 'featurize' (pipeline.lua:3) (did you mean 'raw_rows'?)"
+    contains "$ERR" "'feature', needed by 'train' (pipeline.lua:4) (did you mean 'features'?)"
 }
 
 test_duplicate_step_name_points_at_lines() {
