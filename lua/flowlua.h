@@ -38,6 +38,8 @@ void flow_open_stdlib(lua_State *L);
  * offending key path on values JSON cannot hold (functions, userdata, cycles). */
 cJSON *lua_to_json(lua_State *L, int idx, char *err, size_t errlen);
 void json_to_lua(lua_State *L, const cJSON *item);
+/* Pushes flow.core.json_null, which lua_to_json turns into null. */
+void flow_push_json_null(lua_State *L);
 
 /* Step coroutines (l_sched.c).  A C function that waits (flow.proc.spawn)
  * yields only when it runs on a step's own coroutine; anywhere else it drives

@@ -204,3 +204,16 @@ test_raw_input_change_reruns_its_readers() {
     contains "$ERR" "explain: parse runs: input 'raw' changed"
     equals "$(cat data/summaries/train.txt)" "n=2 sum=9 mean=4.5 yes 45"
 }
+
+test_catalog_list_command_output_is_a_file() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return "x" end, outputs = "rows", name = "load" },
+  node{ command = "cat ${inputs.rows} > ${outputs.out}", inputs = "rows", outputs = "out", name = "c" },
+}
+L
+    run_flow 0 catalog list
+    contains "$OUT" "rows     memory  in memory"
+    contains "$OUT" "out      file    .flow/data/out"
+    not_contains "$(grep '^out' stdout.txt)" "in memory" "the command output's row"
+}
