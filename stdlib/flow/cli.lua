@@ -13,7 +13,8 @@ usage: flow <command> [options]
 
 commands:
   run [SCRIPT]     run a pipeline (default script: ./pipeline.lua); steps whose
-                   inputs, code and parameters did not change are skipped
+                   inputs, code and parameters did not change are up to date
+                   and do not run again
   list [SCRIPT]    show the steps in run order: inputs, outputs, tags, distribution
   catalog list     show every dataset a pipeline uses: its type and where it lives
   config [KEY]     print the resolved configuration of an environment, or explain a key
@@ -36,7 +37,8 @@ are resolved from the script's directory; state lives in its .flow/.
 
 A step whose fingerprint (its code or command, the parameters it reads, its
 distribution settings and its inputs' content) matches its last successful
-run, and whose outputs are still as that run left them, is skipped.
+run, and whose outputs are still as that run left them, is up to date: it
+does not run again.  Steps a selection leaves out are skipped.
 
 options:
   -e, --env ENV      configuration environment: conf/base + conf/ENV
@@ -51,7 +53,7 @@ options:
                      (several selections intersect; inputs from unselected steps come
                      from their last successful run: the catalog's files or the cache)
   --force            run every selected step, up to date or not
-  --explain          say for each step why it runs or is skipped
+  --explain          say for each step why it runs or is up to date
   --resume [RUN_ID]  finish a failed or interrupted run (default: the latest) with
                      its original arguments; steps it completed are not run again
   --load-versions NAME:VERSION,…
@@ -105,7 +107,7 @@ no longer needs: run directories (journals, logs) older than a limit, never
 the latest run; temporary directories of runs that are over; with --cache,
 cached values that no step's last run refers to, and hashes of files that
 changed or are gone.  Outputs and the record of each step's last run stay,
-so the next run still skips what is up to date.
+so the next run still does not rerun what is up to date.
 
 options:
   --runs-older-than AGE  remove runs that started more than AGE ago (default 30d;

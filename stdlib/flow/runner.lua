@@ -536,7 +536,7 @@ local function first_line(err)
 end
 
 local function report(n, err)
-  if core.interrupted() > 0 then return end      -- stopped, not failed: the summary says so
+  if core.interrupted() > 0 then return end      -- interrupted, not failed: the summary says so
   if getmetatable(err) == StepFailure then
     if not err.quiet then core.ui_error(err.message) end
   else
@@ -643,7 +643,7 @@ function Run:outputs_changed(n, rec)
   end
 end
 
--- Whether step i can be skipped: returns nil when it is up to date, else
+-- Whether step i is up to date: returns nil when it is, else
 -- why it runs.  Its fingerprint is kept for the record of its run.
 function Run:decide(i, n)
   local parts = self:parts(i, n)
@@ -727,7 +727,7 @@ function Run:step(i)
   else
     rec.timed_out = getmetatable(err) == StepFailure and err.timed_out or nil
     rec.error = first_line(err)
-    ev.status = core.interrupted() > 0 and "stopped" or "failed"
+    ev.status = core.interrupted() > 0 and "interrupted" or "failed"
     ev.error, ev.exit_code = rec.error, rec.exit_code
     report(n, err)
   end

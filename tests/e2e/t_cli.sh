@@ -203,3 +203,23 @@ L
     run_flow 0 list --format json
     equals "$OUT" "[]" "an empty pipeline's steps"
 }
+
+# "skipped" is a step a selection leaves out; "up to date" one that need not run again.
+test_up_to_date_is_not_called_skipped() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo a > ${outputs.x}", outputs = "x", name = "a" },
+  node{ command = "cat ${inputs.x} > ${outputs.y}", inputs = "x", outputs = "y", name = "b" },
+}
+L
+    run_flow 0 run
+    run_flow 0 run -v --progress=plain
+    contains "$ERR" "up to date  a"
+    contains "$ERR" "0 done, 2 up to date in"
+    not_contains "$ERR" "skipped" stderr
+    run_flow 0 run --nodes b --progress=plain
+    contains "$ERR" "0 done, 1 up to date, 1 skipped in"
+    run_flow 0 run --help
+    not_contains "$OUT" "is skipped." "flow run --help"
+    contains "$OUT" "Steps a selection leaves out are skipped."
+}
