@@ -735,16 +735,18 @@ function Run:step(i)
   return ok
 end
 
--- .flow/runs/<id>/run.json: what ran, when, and how it ended.
+-- .flow/runs/<id>/run.json: what ran, when, and how it ended.  Every key is
+-- there for every step (null when it does not apply), for other programs.
 function Run:write_summary(result, started, states)
-  local steps = {}
+  local steps, null = {}, core.json_null
   for i, n in ipairs(self.nodes) do
     local rec = self.records[n.name]
-    steps[i] = { name = n.name, state = states[i], started = rec.started, finished = rec.finished,
-                 elapsed = rec.started and rec.finished and (rec.finished - rec.started) or nil,
-                 attempts = rec.attempts, exit_code = rec.exit_code, timed_out = rec.timed_out,
-                 error = rec.error }
+    steps[i] = { name = n.name, state = states[i], started = rec.started or null, finished = rec.finished or null,
+                 elapsed = rec.started and rec.finished and (rec.finished - rec.started) or null,
+                 attempts = rec.attempts or null, exit_code = rec.exit_code or null, timed_out = rec.timed_out or false,
+                 error = rec.error or null }
   end
+  steps = core.json_list(steps)
   local summary = { run_id = self.run_id, status = result.status, code = result.code, env = result.env,
                     started = started, finished = core.time(), steps = steps }
   summary.elapsed = summary.finished - started
