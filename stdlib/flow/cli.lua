@@ -511,10 +511,10 @@ local function catalog_rows(p)
     if d == "parameters" or d:match("^params:") then return nil end
     if not by_name[d] then
       local e = cat:entry(d)
-      local type, path, where, from = e.type, e.path, nil, nil
+      local kind, path, where, from = e.type, e.path, nil, nil
       if e.type == "memory" and producer and producer.kind == "command" then
         -- a command's output the catalog does not name is a file, not a value
-        type, where, from = "file", ".flow/data/" .. core.safe_name(d), "not in the catalog (a command's output)"
+        kind, where, from = "file", ".flow/data/" .. core.safe_name(d), "not in the catalog (a command's output)"
         path = where
       elseif e.type == "memory" then
         where, from = "in memory (a file in .flow/data/ when a command reads it)", "not in the catalog"
@@ -527,7 +527,7 @@ local function catalog_rows(p)
         end
         from = e.pattern and string.format("pattern \"%s\" (%s)", e.pattern, e.origin) or e.origin
       end
-      by_name[d] = { dataset = d, type = type, path = path, versioned = e.versioned, where = where,
+      by_name[d] = { dataset = d, type = kind, path = path, versioned = e.versioned, where = where,
                      from = from, produced_by = nil, used_by = {} }
       rows[#rows + 1] = by_name[d]
     end

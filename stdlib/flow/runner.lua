@@ -804,7 +804,7 @@ local function check_templates(nodes)
           end
         end
         if err then
-          local ns = err:match("^unknown reference '%${([^.}]*)%.")
+          local ns = err:match("^unknown reference '%${([^.}]*)%.")   -- template.c names the reference
           graph_error(string.format("step '%s' (%s): %s%s", n.name, n.where, err,
                                     ns and util.did_you_mean(ns, TEMPLATE_NAMESPACES) or ""))
         end
