@@ -198,6 +198,15 @@ static cJSON *parse_plain(struct spec *s, const char *stops)
     const char *end = s->p;
     while (end > start && (end[-1] == ' ' || end[-1] == '\t'))
         end--;
+    /* 'a=1 b=2' is two overrides written with a space, not a = "1 b=2" */
+    const char *space = memchr(start, ' ', (size_t)(end - start));
+    if (!space)
+        space = memchr(start, '\t', (size_t)(end - start));
+    if (space && strcmp(stops, ",") == 0 && memchr(space, '=', (size_t)(end - space))) {
+        s->p = space;
+        return spec_fail(s, "a space before another key=value: separate overrides with commas "
+                            "(a=1,b=2), or quote a value that holds spaces and '='");
+    }
     cJSON *v = cfg_scalar_infer(start, (size_t)(end - start), 0);
     return v ? v : spec_fail(s, "out of memory");
 }

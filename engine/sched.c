@@ -95,7 +95,11 @@ static void release_dependents(struct sched *s, size_t i)
 
 void sched_step_done(struct sched *s, size_t i, bool ok)
 {
-    s->state[i] = ok ? STEP_DONE : STEP_FAILED;
+    /* A step that ends badly once Ctrl-C or SIGTERM arrived was stopped, not
+     * failed (loop_interrupts also counts a signal no wait has read yet: a busy
+     * Lua step's hook sees it pending and stops the step before the loop runs). */
+    bool stopped = !ok && (s->interrupted || loop_interrupts(s->loop) > 0);
+    s->state[i] = ok ? STEP_DONE : stopped ? STEP_INTERRUPTED : STEP_FAILED;
     s->finished[i] = monotonic_seconds();
     s->running--;
     if (s->obs.step_finished) s->obs.step_finished(s->obs.ctx, s, i);
@@ -103,7 +107,7 @@ void sched_step_done(struct sched *s, size_t i, bool ok)
         release_dependents(s, i);
         return;
     }
-    s->failed = true;
+    if (!stopped) s->failed = true;
     mark_not_run_downstream(s, i);
     if (!s->opt.keep_going) s->stopping = true;
 }
@@ -209,6 +213,6 @@ double sched_elapsed(const struct sched *s, size_t i)
 const char *step_state_name(enum step_state st)
 {
     static const char *const names[] = { "waiting", "ready", "running", "done",
-                                         "failed", "not run", "skipped", "up to date" };
+                                         "failed", "not run", "skipped", "up to date", "interrupted" };
     return names[st];
 }

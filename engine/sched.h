@@ -18,6 +18,7 @@ enum step_state {
     STEP_NOT_RUN,       /* upstream failed, or the run stopped first */
     STEP_SKIPPED,       /* not selected */
     STEP_UP_TO_DATE,    /* selected, but its last run's outputs still hold */
+    STEP_INTERRUPTED,   /* stopped by Ctrl-C/SIGTERM while it ran: not a failure */
 };
 
 struct sched;

@@ -22,7 +22,7 @@ static struct {
     const struct dag *dag;
     struct loop *loop;
     double started;
-    size_t done, failed, running, queued, skipped, up_to_date;
+    size_t done, failed, interrupted, running, queued, skipped, up_to_date;
     size_t *running_steps, n_running, cap_running;
     int lines_drawn;                 /* height of the live region on screen */
     bool dirty;                      /* counts changed since the last draw */
@@ -84,10 +84,12 @@ static void draw_region(void)
     double now = monotonic_seconds();
     char clock[32];
     format_clock(clock, sizeof clock, now - run.started);
-    size_t total = run.done + run.failed + run.up_to_date + run.running + run.queued;
+    size_t finished = run.done + run.failed + run.interrupted + run.up_to_date;
+    size_t total = finished + run.running + run.queued;
     fprintf(stderr, "%s[%zu/%zu]%s done %s%zu%s · running %zu · queued %zu", BOLD,
-            run.done + run.failed + run.up_to_date, total, RESET, GREEN, run.done, RESET, run.running, run.queued);
+            finished, total, RESET, GREEN, run.done, RESET, run.running, run.queued);
     if (run.failed) fprintf(stderr, " · %sfailed %zu%s", RED, run.failed, RESET);
+    if (run.interrupted) fprintf(stderr, " · interrupted %zu", run.interrupted);
     if (run.up_to_date) fprintf(stderr, " · up to date %zu", run.up_to_date);
     if (run.skipped) fprintf(stderr, " · skipped %zu", run.skipped);
     fprintf(stderr, "  %s%s%s\n", DIM, clock, RESET);
@@ -226,8 +228,7 @@ static void step_up_to_date(const struct sched *s, size_t i)
     run.dirty = true;
     if (!live && level == UI_VERBOSE) {
         fflush(stdout);
-        fprintf(stderr, "  %s%-7s%s  %s %s(up to date)%s\n", DIM, "skipped", RESET, sched_dag(s)->steps[i].name,
-                DIM, RESET);
+        fprintf(stderr, "  %s%-7s%s  %s\n", DIM, "up to date", RESET, sched_dag(s)->steps[i].name);
     }
 }
 
@@ -242,6 +243,7 @@ static void step_finished(void *ctx, const struct sched *s, size_t i)
     run.running--;
     run.dirty = true;
     if (st == STEP_DONE) run.done++;
+    else if (st == STEP_INTERRUPTED) run.interrupted++;
     else run.failed++;
     for (size_t k = 0; k < run.n_running; k++)
         if (run.running_steps[k] == i) {
@@ -249,11 +251,11 @@ static void step_finished(void *ctx, const struct sched *s, size_t i)
             run.n_running--;
             break;
         }
-    const char *word = st == STEP_DONE ? "done" : sched_interrupted(s) ? "stopped" : "FAILED";
-    if (!live) plain_line(s, i, word, st != STEP_DONE);
+    const char *word = st == STEP_DONE ? "done" : st == STEP_INTERRUPTED ? "interrupted" : "FAILED";
+    if (!live) plain_line(s, i, word, st == STEP_FAILED);
     else if (st != STEP_DONE) {
         clear_region();
-        plain_line(s, i, word, true);     /* failures stay on screen above the display */
+        plain_line(s, i, word, st == STEP_FAILED);   /* these stay on screen above the display */
     }
 }
 
@@ -292,6 +294,7 @@ void ui_run_end(const struct sched *s)
     struct strbuf sb = STRBUF_INIT;
     sb_addf(&sb, "%zu done", run.done);
     if (run.failed) sb_addf(&sb, ", %s%zu failed%s", RED, run.failed, RESET);
+    if (run.interrupted) sb_addf(&sb, ", %zu interrupted", run.interrupted);
     if (not_run) sb_addf(&sb, ", %zu not run", not_run);
     if (run.up_to_date) sb_addf(&sb, ", %zu up to date", run.up_to_date);
     if (run.skipped) sb_addf(&sb, ", %zu skipped", run.skipped);

@@ -1,6 +1,9 @@
 /* convert.c — Lua values ↔ cJSON.  A table is a JSON array when its keys are
  * exactly 1..n (an empty table is an object: {} round-trips as {}), else an
  * object with string keys; integer keys of a sparse table become strings.
+ * Output meant for other programs (flow list --format json) says what Lua
+ * cannot: flow.core.json_list(t) is an array even when empty, and
+ * flow.core.json_null is null where a key must be present.
  * Object keys are sorted: the same value always encodes to the same bytes,
  * whatever order its table was filled in (a json dataset's content hash
  * decides whether the steps reading it rerun). */
@@ -17,6 +20,30 @@
 #define MAX_DEPTH 200
 
 static cJSON *convert(lua_State *L, int idx, struct strbuf *path, int depth, char *err, size_t errlen);
+
+static const char json_null_key;       /* its address is the json_null light userdata */
+
+void flow_push_json_null(lua_State *L)
+{
+    lua_pushlightuserdata(L, (void *)&json_null_key);
+}
+
+static bool empty_table(lua_State *L, int idx)
+{
+    lua_pushnil(L);
+    if (!lua_next(L, idx)) return true;
+    lua_pop(L, 2);
+    return false;
+}
+
+/* A table marked by flow.core.json_list: its metatable's __json is "array". */
+static bool marked_list(lua_State *L, int idx)
+{
+    if (luaL_getmetafield(L, idx, "__json") == LUA_TNIL) return false;
+    bool list = lua_type(L, -1) == LUA_TSTRING && strcmp(lua_tostring(L, -1), "array") == 0;
+    lua_pop(L, 1);
+    return list;
+}
 
 static bool is_array(lua_State *L, int idx, size_t *n_out)
 {
@@ -58,8 +85,8 @@ static void sort_object(cJSON *obj)
 static cJSON *convert_table(lua_State *L, int idx, struct strbuf *path, int depth,
                             char *err, size_t errlen)
 {
-    size_t n, mark = path->len;
-    if (is_array(L, idx, &n)) {
+    size_t n = 0, mark = path->len;
+    if (is_array(L, idx, &n) || (empty_table(L, idx) && marked_list(L, idx))) {
         cJSON *arr = cJSON_CreateArray();
         for (size_t i = 1; i <= n; i++) {
             lua_rawgeti(L, idx, (lua_Integer)i);
@@ -115,6 +142,9 @@ static cJSON *convert(lua_State *L, int idx, struct strbuf *path, int depth, cha
     }
     case LUA_TSTRING: return cJSON_CreateString(lua_tostring(L, idx));
     case LUA_TTABLE: return convert_table(L, idx, path, depth, err, errlen);
+    case LUA_TLIGHTUSERDATA:
+        if (lua_touserdata(L, idx) == &json_null_key) return cJSON_CreateNull();
+        /* fall through */
     default:
         errf(err, errlen, "%s is a %s, which cannot be saved as data",
              path->len ? path->buf : "value", luaL_typename(L, idx));

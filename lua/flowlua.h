@@ -22,6 +22,10 @@ struct loop *flow_state_loop(lua_State *L);
  * On error pushes a message "file:line: reason" and returns non-zero. */
 int flow_load_file(lua_State *L, const char *path);
 int flow_load_buffer(lua_State *L, const char *buf, size_t len, const char *chunkname);
+/* Makes require (for files on package.path), dofile and loadfile read project
+ * files through the same reader, desugared.  Call before flow_open_stdlib, whose
+ * searcher goes ahead of it. */
+void flow_open_project_loaders(lua_State *L);
 /* lua_pcall with a traceback handler; on error the message has a traceback. */
 int flow_pcall(lua_State *L, int nargs, int nresults);
 int flow_traceback(lua_State *L);
@@ -35,6 +39,8 @@ void flow_open_stdlib(lua_State *L);
  * offending key path on values JSON cannot hold (functions, userdata, cycles). */
 cJSON *lua_to_json(lua_State *L, int idx, char *err, size_t errlen);
 void json_to_lua(lua_State *L, const cJSON *item);
+/* Pushes flow.core.json_null, which lua_to_json turns into null. */
+void flow_push_json_null(lua_State *L);
 
 /* Step coroutines (l_sched.c).  A C function that waits (flow.proc.spawn)
  * yields only when it runs on a step's own coroutine; anywhere else it drives

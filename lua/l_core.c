@@ -38,6 +38,15 @@ static int l_json_encode(lua_State *L)
     return 1;
 }
 
+/* json_list(t) -> t, encoded as a JSON array even when it is empty */
+static int l_json_list(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    luaL_setmetatable(L, "flow.json_list");
+    return 1;
+}
+
 static int l_json_decode(lua_State *L)
 {
     size_t len;
@@ -124,14 +133,17 @@ static int collect_ref(void *ctx, const char *ns, const char *key)
     return 0;
 }
 
-/* template_refs(template) -> {{ns, key}, ...}, parsed exactly as expand does;
- * a malformed template yields the references before the error (expand reports it). */
+/* template_refs(template) -> {{ns, key}, ...}[, error], parsed exactly as expand
+ * does; a malformed template yields the references before the error and the
+ * error itself, so a pipeline can be checked before anything runs. */
 static int l_template_refs(lua_State *L)
 {
     const char *tmpl = luaL_checkstring(L, 1);
+    char err[512];
     lua_newtable(L);
-    template_each_ref(tmpl, collect_ref, L, NULL, 0);
-    return 1;
+    if (template_each_ref(tmpl, collect_ref, L, err, sizeof err) == 0) return 1;
+    lua_pushstring(L, err);
+    return 2;
 }
 
 static int l_write_atomic(lua_State *L)
@@ -439,6 +451,7 @@ static const luaL_Reg core_funcs[] = {
     { "interrupted", l_interrupted },
     { "json_encode", l_json_encode },
     { "json_decode", l_json_decode },
+    { "json_list", l_json_list },
     { "expand", l_expand },
     { "template_refs", l_template_refs },
     { "write_atomic", l_write_atomic },
@@ -466,5 +479,11 @@ static const luaL_Reg core_funcs[] = {
 int luaopen_flow_core(lua_State *L)
 {
     luaL_newlib(L, core_funcs);
+    flow_push_json_null(L);
+    lua_setfield(L, -2, "json_null");
+    luaL_newmetatable(L, "flow.json_list");
+    lua_pushliteral(L, "array");
+    lua_setfield(L, -2, "__json");
+    lua_pop(L, 1);
     return 1;
 }

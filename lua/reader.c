@@ -1,10 +1,13 @@
 /* reader.c — the chunk reader: whole file in, desugared, loaded under the
- * user's file name so every message points at their line. */
+ * user's file name so every message points at their line.  The same reader
+ * serves every project file: the script, and what it loads with require,
+ * dofile or loadfile (one file per pipeline, as Kedro projects keep them). */
 #include "flowlua.h"
 #include "desugar.h"
 #include "util.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +41,111 @@ int flow_load_file(lua_State *L, const char *path)
     lua_remove(L, -2);                 /* the chunk name; the chunk or error stays */
     free(buf);
     return rc;
+}
+
+/* Reads path and pushes its chunk, named "@path" (so messages say "path:line"),
+ * or an error message; returns LUA_OK or the error.  A precompiled chunk is
+ * loaded as it is; `mode` is load's ("t", "b", "bt" or NULL).  No C memory is
+ * held across a Lua call that can raise: the name is pushed before the file is
+ * read, and lua_load itself runs protected. */
+static int load_project_file(lua_State *L, const char *path, const char *mode)
+{
+    const char *chunkname = lua_pushfstring(L, "@%s", path);
+    size_t len;
+    char *buf = read_file(path, &len);
+    if (!buf) {
+        int e = errno;
+        lua_pop(L, 1);
+        lua_pushfstring(L, "cannot open %s: %s", path, strerror(e));
+        return LUA_ERRFILE;
+    }
+    int rc;
+    if (len > 0 && buf[0] == LUA_SIGNATURE[0]) {
+        rc = luaL_loadbufferx(L, buf, len, chunkname, mode);
+        free(buf);
+    } else {
+        char err[512];
+        int err_line = 0;
+        size_t out_len;
+        char *code = desugar_chunk(buf, len, &out_len, &err_line, err, sizeof err);
+        free(buf);
+        if (!code) {
+            lua_pop(L, 1);
+            lua_pushfstring(L, "%s:%d: %s", path, err_line, err);
+            return LUA_ERRSYNTAX;
+        }
+        rc = luaL_loadbufferx(L, code, out_len, chunkname, mode);
+        free(code);
+    }
+    lua_remove(L, -2);                 /* the chunk name; the chunk or error stays */
+    return rc;
+}
+
+/* loadfile([filename [, mode [, env]]]), as Lua's own (stdin when no name). */
+static int l_loadfile(lua_State *L)
+{
+    const char *path = luaL_optstring(L, 1, NULL);
+    const char *mode = luaL_optstring(L, 2, NULL);
+    bool has_env = !lua_isnone(L, 3);
+    int rc = path ? load_project_file(L, path, mode) : luaL_loadfilex(L, NULL, mode);
+    if (rc != LUA_OK) {
+        luaL_pushfail(L);
+        lua_insert(L, -2);
+        return 2;
+    }
+    if (has_env) {                     /* the chunk's first upvalue is its _ENV */
+        lua_pushvalue(L, 3);
+        if (!lua_setupvalue(L, -2, 1)) lua_pop(L, 1);
+    }
+    return 1;
+}
+
+static int dofile_done(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    return lua_gettop(L) - 1;
+}
+
+/* dofile([filename]), as Lua's own: the chunk may yield (a step waiting on a process). */
+static int l_dofile(lua_State *L)
+{
+    const char *path = luaL_optstring(L, 1, NULL);
+    lua_settop(L, 1);
+    int rc = path ? load_project_file(L, path, NULL) : luaL_loadfilex(L, NULL, NULL);
+    if (rc != LUA_OK) return lua_error(L);
+    lua_callk(L, 0, LUA_MULTRET, 0, dofile_done);
+    return dofile_done(L, LUA_OK, 0);
+}
+
+/* require's searcher for Lua files on package.path, in place of Lua's own. */
+static int search_project(lua_State *L)
+{
+    const char *name = luaL_checkstring(L, 1);
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "searchpath");
+    lua_pushvalue(L, 1);
+    if (lua_getfield(L, -3, "path") != LUA_TSTRING) return luaL_error(L, "'package.path' must be a string");
+    lua_call(L, 2, 2);                 /* package.searchpath(name, package.path) */
+    if (lua_isnil(L, -2)) return 1;    /* not here: the message lists where it looked */
+    const char *path = lua_tostring(L, -2);
+    if (load_project_file(L, path, NULL) != LUA_OK)
+        return luaL_error(L, "error loading module '%s' from file '%s':\n\t%s", name, path, lua_tostring(L, -1));
+    lua_pushvalue(L, -3);              /* the file name: the loader's second argument */
+    return 2;
+}
+
+void flow_open_project_loaders(lua_State *L)
+{
+    lua_pushcfunction(L, l_loadfile);
+    lua_setglobal(L, "loadfile");
+    lua_pushcfunction(L, l_dofile);
+    lua_setglobal(L, "dofile");
+    lua_getglobal(L, "package");
+    lua_getfield(L, -1, "searchers");
+    lua_pushcfunction(L, search_project);
+    lua_rawseti(L, -2, 2);             /* Lua's own searcher for Lua files */
+    lua_pop(L, 2);
 }
 
 int flow_traceback(lua_State *L)

@@ -194,6 +194,13 @@ function Catalog:credentials(e)
   if e.credentials then return require("flow.credentials").block(self.settings, e.credentials) end
 end
 
+-- The entries declared by name (not patterns), sorted by name.
+function Catalog:declared()
+  local out = {}
+  for _, name in ipairs(util.sorted_keys(self.exact)) do out[#out + 1] = self.exact[name] end
+  return out
+end
+
 -- Where this run saves dataset e.
 function Catalog:save_path(e)
   if e.versioned then return e.path .. "/" .. self.save_version .. "/" .. basename(e.path) end

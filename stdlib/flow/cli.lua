@@ -13,7 +13,8 @@ usage: flow <command> [options]
 
 commands:
   run [SCRIPT]     run a pipeline (default script: ./pipeline.lua); steps whose
-                   inputs, code and parameters did not change are skipped
+                   inputs, code and parameters did not change are up to date
+                   and do not run again
   list [SCRIPT]    show the steps in run order: inputs, outputs, tags, distribution
   catalog list     show every dataset a pipeline uses: its type and where it lives
   config [KEY]     print the resolved configuration of an environment, or explain a key
@@ -36,7 +37,8 @@ are resolved from the script's directory; state lives in its .flow/.
 
 A step whose fingerprint (its code or command, the parameters it reads, its
 distribution settings and its inputs' content) matches its last successful
-run, and whose outputs are still as that run left them, is skipped.
+run, and whose outputs are still as that run left them, is up to date: it
+does not run again.  Steps a selection leaves out are skipped.
 
 options:
   -e, --env ENV      configuration environment: conf/base + conf/ENV
@@ -51,7 +53,7 @@ options:
                      (several selections intersect; inputs from unselected steps come
                      from their last successful run: the catalog's files or the cache)
   --force            run every selected step, up to date or not
-  --explain          say for each step why it runs or is skipped
+  --explain          say for each step why it runs or is up to date
   --resume [RUN_ID]  finish a failed or interrupted run (default: the latest; a
                      unique prefix of its id will do) with its original arguments;
                      steps it completed are not run again
@@ -106,13 +108,19 @@ no longer needs: run directories (journals, logs) older than a limit, never
 the latest run; temporary directories of runs that are over; with --cache,
 cached values that no step's last run refers to, and hashes of files that
 changed or are gone.  Outputs and the record of each step's last run stay,
-so the next run still skips what is up to date.
+so the next run still does not rerun what is up to date.
 
 options:
   --runs-older-than AGE  remove runs that started more than AGE ago (default 30d;
-                         units s, m, h, d)
+                         units ms, s, m, h, d, combined as in 1h30m; 0s: all but
+                         the latest)
   --cache                also remove unused cache entries
   -n, --dry-run          say what would be removed, remove nothing]],
+  help = [[
+usage: flow help [COMMAND]
+
+Shows how to use COMMAND (run, list, catalog, config, clean, help), or, without
+one, the list of commands.  'flow COMMAND --help' shows the same.]],
   config = [[
 usage: flow config [KEY] [options]
 
@@ -126,7 +134,8 @@ options:
   -e, --env ENV        environment (default: $FLOW_ENV, else local)
   -p, --params K=V,…   override parameters
   --conf DIR           configuration directory (default: ./conf)
-  --explain KEY        say which file and line set KEY, and what it overrode]],
+  --explain [KEY]      say which file and line set KEY, and what it overrode
+                       (flow config --explain model.lr, or flow config model.lr --explain)]],
 }
 
 -- Thrown for usage errors: printed with a hint, exit 2.
@@ -151,7 +160,7 @@ local OPTIONS = {
                       distributed = "value", force = "flag", explain = "flag",
                       resume = "optional", ["load-versions"] = "value" },
   list = with_config { pipeline = "value", format = "value" },
-  config = with_config { explain = "value" },
+  config = with_config { explain = "optional" },
   catalog = with_config { pipeline = "value", format = "value" },
   clean = { ["runs-older-than"] = "value", cache = "flag", ["dry-run"] = "flag", n = "dry-run",
             help = "flag", h = "help" },
@@ -159,8 +168,10 @@ local OPTIONS = {
 }
 
 -- Parse args for `cmd`: returns options table and positional list.
+-- Short flags combine (-nv is -n -v); a short option's value may follow it (-j4).
 local function parse_args(cmd, args)
   local spec, opts, pos = OPTIONS[cmd], {}, {}
+  args = { table.unpack(args) }          -- combined short flags are split in place
   local i = 1
   while i <= #args do
     local a = args[i]
@@ -173,7 +184,16 @@ local function parse_args(cmd, args)
       name = name or a:sub(3)
     elseif a:match("^%-.") then
       name = a:sub(2, 2)
-      if #a > 2 then value = a:sub(3) end
+      if #a > 2 then
+        local kind = spec[name]
+        if spec[kind] then kind = spec[kind] end
+        if kind == "flag" then
+          table.insert(args, i + 1, "-" .. a:sub(3))
+          a = a:sub(1, 2)
+        else
+          value = a:sub(3)
+        end
+      end
     else
       pos[#pos + 1] = a
     end
@@ -190,8 +210,11 @@ local function parse_args(cmd, args)
         -- --resume [RUN_ID]: the next word is its value unless it is an
         -- option or names a script or project (a run id that names none is
         -- an error then, not the latest run resumed in its place).
-        if not value and args[i + 1] and not args[i + 1]:match("^%-") and not core.exists(args[i + 1]) then
+        if not value and name == "resume" and args[i + 1] and not args[i + 1]:match("^%-") and not core.exists(args[i + 1]) then
           i = i + 1
+          value = args[i]
+        elseif not value and name == "explain" and args[i + 1] and not args[i + 1]:match("^%-") then
+          i = i + 1                        -- flow config --explain KEY (or flow config KEY --explain)
           value = args[i]
         end
         opts[name] = value or true
@@ -474,11 +497,15 @@ local function cmd_list(args)
   if not p then return 0 end
   local rows = list_rows(p)
   if fmt == "json" then
+    -- Every key present (null when absent), and lists as arrays even when empty.
+    local null, list = core.json_null, core.json_list
     for _, r in ipairs(rows) do
       r.dist = r.dist and { framework = r.dist.framework, num_nodes = r.dist.num_nodes,
-                            processes_per_node = r.dist.processes_per_node }
+                            processes_per_node = r.dist.processes_per_node } or null
+      r.distribution = r.distribution or null
+      r.inputs, r.outputs, r.tags = list(r.inputs), list(r.outputs), list({ table.unpack(r.tags) })
     end
-    print(core.json_encode(rows, true))
+    print(core.json_encode(list(rows), true))
     return 0
   end
   local header = { "#", "step", "runs", "inputs", "outputs", "tags", "distribution" }
@@ -495,12 +522,16 @@ end
 local function catalog_rows(p)
   local plan = runner.prepare(p, {})
   local cat, rows, by_name = plan.cat, {}, {}
-  local function row(d)
+  local function row(d, producer)
     if require("flow.dag").is_param_input(d) then return nil end
     if not by_name[d] then
       local e = cat:entry(d)
-      local where, from
-      if e.type == "memory" then
+      local kind, path, where, from = e.type, e.path, nil, nil
+      if e.type == "memory" and producer and producer.kind == "command" then
+        -- a command's output the catalog does not name is a file, not a value
+        kind, where, from = "file", ".flow/data/" .. core.safe_name(d), "not in the catalog (a command's output)"
+        path = where
+      elseif e.type == "memory" then
         where, from = "in memory (a file in .flow/data/ when a command reads it)", "not in the catalog"
       else
         where = e.path
@@ -511,7 +542,7 @@ local function catalog_rows(p)
         end
         from = e.pattern and string.format("pattern \"%s\" (%s)", e.pattern, e.origin) or e.origin
       end
-      by_name[d] = { dataset = d, type = e.type, path = e.path, versioned = e.versioned, where = where,
+      by_name[d] = { dataset = d, type = kind, path = path, versioned = e.versioned, where = where,
                      from = from, produced_by = nil, used_by = {} }
       rows[#rows + 1] = by_name[d]
     end
@@ -523,7 +554,7 @@ local function catalog_rows(p)
       local r = row(io.dataset)
       if r then r.used_by[#r.used_by + 1] = n.name end
     end
-    for _, io in ipairs(n.outputs) do row(io.dataset).produced_by = n.name end
+    for _, io in ipairs(n.outputs) do row(io.dataset, n).produced_by = n.name end
   end
   return rows
 end
@@ -537,7 +568,13 @@ local function cmd_catalog(args)
   local p, fmt = pipeline_to_list(opts, pos, "catalog list")
   if not p then return 0 end
   local rows = catalog_rows(p)
-  if fmt == "json" then print(core.json_encode(rows, true)) return 0 end
+  if fmt == "json" then
+    for _, r in ipairs(rows) do       -- every key present (null when absent), lists as arrays
+      r.path, r.produced_by, r.used_by = r.path or core.json_null, r.produced_by or core.json_null, core.json_list(r.used_by)
+    end
+    print(core.json_encode(core.json_list(rows), true))
+    return 0
+  end
   local cells = { { "dataset", "type", "where", "from", "made by", "read by" } }
   for _, r in ipairs(rows) do
     cells[#cells + 1] = { r.dataset, r.type, r.where, r.from, r.produced_by or "-",
@@ -555,9 +592,9 @@ local function cmd_clean(args)
     if core.exists(pos[1]) ~= "directory" then usage_error("no such directory: %s", pos[1]) end
     core.chdir(pos[1])
   end
-  local older = util.parse_duration(opts["runs-older-than"] or "30d")
+  local older = util.parse_duration(opts["runs-older-than"] or "30d", true)
   if not older then
-    usage_error("--runs-older-than needs a duration like 30d, 12h or 90m, got '%s'", opts["runs-older-than"])
+    usage_error("--runs-older-than needs a duration like 30d, 12h, 1h30m or 0s, got '%s'", opts["runs-older-than"])
   end
   core.ui_setup("normal")
   if core.exists(".flow") ~= "directory" then core.ui_info("no .flow/ in " .. core.cwd() .. ": nothing to clean") return 0 end
@@ -588,29 +625,35 @@ local function cmd_config(args)
   local opts, pos = parse_args("config", args)
   if opts.help then print(HELP.config) return 0 end
   if #pos > 1 then usage_error("'flow config' takes one KEY, got %d", #pos) end
-  if opts.explain and pos[1] then usage_error("give either KEY or --explain KEY") end
+  if type(opts.explain) == "string" and pos[1] then
+    usage_error("give one KEY to explain: flow config %s --explain, or flow config --explain %s", opts.explain, opts.explain)
+  end
+  local explain = opts.explain and (pos[1] or opts.explain)
+  if explain == true then usage_error("--explain needs a KEY: flow config --explain model.lr") end
   core.ui_setup("normal")
   local settings = require("flow.settings").load { conf = opts.conf, env = opts.env, params_spec = opts.params }
   local cfg = settings.cfg
-  if opts.explain then
-    if not cfg then usage_error("no configuration: there is no conf/ directory in %s", core.cwd()) end
-    local section, key = split_key(opts.explain)
-    print((cfg:explain(section, key or "")))
-    return 0
-  end
   if not cfg then
-    core.ui_info("no conf/ directory in " .. core.cwd() .. ": the configuration is empty")
-    return 0
+    if opts.conf or core.exists("pipeline.lua") then
+      if explain then usage_error("no configuration: there is no conf/ directory in %s", core.cwd()) end
+      core.ui_info("no conf/ directory in " .. core.cwd() .. ": the configuration is empty")
+      return 0
+    end
+    usage_error("not in a flow project: no conf/ directory and no pipeline.lua in %s "
+                .. "(run flow config in the project, or give --conf DIR)", core.cwd())
   end
+  local key_text = explain or pos[1]
   local section, key
-  if pos[1] then section, key = split_key(pos[1]) end
+  if key_text then section, key = split_key(key_text) end
   local text = cfg:dump(section, key, true)
   if not text then
     local near = key and cfg:closest(section, key)
-    usage_error("no key '%s' in the %s of environment '%s'%s", pos[1], section, settings.env,
+    usage_error("no key '%s' in the %s of environment '%s'%s", key_text, section, settings.env,
                 near and (" (did you mean '" .. near .. "'?)") or "")
   end
+  if explain then text = cfg:explain(section, key or "") end
   io.write(text)
+  if not text:match("\n$") then io.write("\n") end
   return 0
 end
 
@@ -648,14 +691,17 @@ local function dispatch(args)
   end
   if cmd == "help" then
     local topic = args[2]
+    if topic == "-h" or topic == "--help" then topic = "help" end
     if topic and HELP[topic] then print(HELP[topic]) return 0 end
-    if topic then usage_error("no command '%s'", topic) end
+    if topic then
+      usage_error("no command '%s'%s", topic, util.did_you_mean(topic, util.sorted_keys(HELP)))
+    end
     print(USAGE)
     return 0
   end
   local fn = COMMANDS[cmd]
   if not fn then
-    usage_error("unknown command '%s'%s", cmd, util.did_you_mean(cmd, util.sorted_keys(COMMANDS)))
+    usage_error("unknown command '%s'%s", cmd, util.did_you_mean(cmd, util.sorted_keys(HELP)))
   end
   return fn({ table.unpack(args, 2) })
 end
@@ -669,7 +715,9 @@ function M.main(args)
     return 130
   end
   if type(ret) == "table" and ret.usage then
-    core.ui_error(ret.usage .. "\n(see 'flow --help')")
+    local cmd = args[1]
+    local topic = HELP[cmd] and cmd ~= "help" and ("flow " .. cmd .. " --help") or "flow --help"
+    core.ui_error(ret.usage .. "\n(see '" .. topic .. "')")
     return 2
   elseif type(ret) == "table" and ret.script then
     core.ui_error(ret.script)

@@ -138,7 +138,7 @@ function M.node(spec, level)
   if spec.timeout ~= nil then
     n.timeout = util.parse_duration(spec.timeout)
     if not n.timeout then
-      util.fail(level, "node: timeout must be seconds or a duration like \"90s\", \"30m\", \"2h\", got %s",
+      util.fail(level, "node: timeout must be seconds or a duration like \"90s\", \"30m\", \"1h30m\", got %s",
                 tostring(spec.timeout))
     end
   end

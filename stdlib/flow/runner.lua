@@ -591,7 +591,7 @@ local function first_line(err)
 end
 
 local function report(n, err)
-  if core.interrupted() > 0 then return end      -- stopped, not failed: the summary says so
+  if core.interrupted() > 0 then return end      -- interrupted, not failed: the summary says so
   if getmetatable(err) == StepFailure then
     if not err.quiet then core.ui_error(err.message) end
   else
@@ -704,7 +704,7 @@ function Run:outputs_changed(n, rec)
   end
 end
 
--- Whether step i can be skipped: returns nil when it is up to date, else
+-- Whether step i is up to date: returns nil when it is, else
 -- why it runs.  Its fingerprint is kept for the record of its run.
 function Run:decide(i, n)
   local parts = self:parts(i, n)
@@ -788,7 +788,7 @@ function Run:step(i)
   else
     rec.timed_out = getmetatable(err) == StepFailure and err.timed_out or nil
     rec.error = first_line(err)
-    ev.status = core.interrupted() > 0 and "stopped" or "failed"
+    ev.status = core.interrupted() > 0 and "interrupted" or "failed"
     ev.error, ev.exit_code = rec.error, rec.exit_code
     report(n, err)
   end
@@ -796,16 +796,18 @@ function Run:step(i)
   return ok
 end
 
--- .flow/runs/<id>/run.json: what ran, when, and how it ended.
+-- .flow/runs/<id>/run.json: what ran, when, and how it ended.  Every key is
+-- there for every step (null when it does not apply), for other programs.
 function Run:write_summary(result, started, states)
-  local steps = {}
+  local steps, null = {}, core.json_null
   for i, n in ipairs(self.nodes) do
     local rec = self.records[n.name]
-    steps[i] = { name = n.name, state = states[i], started = rec.started, finished = rec.finished,
-                 elapsed = rec.started and rec.finished and (rec.finished - rec.started) or nil,
-                 attempts = rec.attempts, exit_code = rec.exit_code, timed_out = rec.timed_out,
-                 error = rec.error }
+    steps[i] = { name = n.name, state = states[i], started = rec.started or null, finished = rec.finished or null,
+                 elapsed = rec.started and rec.finished and (rec.finished - rec.started) or null,
+                 attempts = rec.attempts or null, exit_code = rec.exit_code or null, timed_out = rec.timed_out or false,
+                 error = rec.error or null }
   end
+  steps = core.json_list(steps)
   local summary = { run_id = self.run_id, status = result.status, code = result.code, env = result.env,
                     started = started, finished = core.time(), steps = steps }
   summary.elapsed = summary.finished - started
@@ -830,6 +832,42 @@ local function check_params(nodes, settings)
       for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
         for _, ref in ipairs(core.template_refs(s)) do
           if ref[1] == "params" then check(pipeline.command_param(n, ref[2])) end
+        end
+      end
+    end
+  end
+end
+
+-- Every ${inputs.x} / ${outputs.y} in a command must name one of its step's
+-- inputs or outputs, and every reference must be well formed: checked with the
+-- graph, so a typo stops the run before any step starts.
+local TEMPLATE_NAMESPACES = { "inputs", "outputs", "params" }
+
+local function check_templates(nodes)
+  for _, n in ipairs(nodes) do
+    if n.kind == "command" then
+      local args = { inputs = {}, outputs = {} }
+      for _, io in ipairs(n.inputs) do args.inputs[io.arg] = true end
+      for _, io in ipairs(n.outputs) do args.outputs[io.arg] = true end
+      for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
+        local refs, err = core.template_refs(s)
+        for _, ref in ipairs(refs) do
+          local ns, key = ref[1], ref[2]
+          if args[ns] and not args[ns][key] then
+            local names = util.sorted_keys(args[ns])
+            local hint = util.did_you_mean(key, names)
+            if hint == "" then
+              hint = #names > 0 and string.format(" (its %s: %s)", ns, table.concat(names, ", "))
+                     or string.format(" (it declares no %s)", ns)
+            end
+            graph_error(string.format("step '%s' (%s): ${%s.%s}: the step has no %s named '%s'%s", n.name, n.where,
+              ns, key, ns == "inputs" and "input" or "output", key, hint))
+          end
+        end
+        if err then
+          local ns = err:match("^unknown reference '%${([^.}]*)%.")   -- template.c names the reference
+          graph_error(string.format("step '%s' (%s): %s%s", n.name, n.where, err,
+                                    ns and util.did_you_mean(ns, TEMPLATE_NAMESPACES) or ""))
         end
       end
     end
@@ -941,7 +979,7 @@ end
 -- {dataset = value entry}, or raises listing everything missing.
 local function outside_inputs(plan, st)
   local nodes, g, selected, cat = plan.nodes, plan.graph, plan.selected, plan.cat
-  local values, missing, seen = {}, {}, {}
+  local values, missing, seen, unselected_producer = {}, {}, {}, false
   local readers = selected and nodes or plan.free_readers     -- without a selection only free inputs are outside
   for i, n in ipairs(readers) do
     if not selected or selected[i] then
@@ -956,8 +994,9 @@ local function outside_inputs(plan, st)
           local v, why = saved_dataset(d, e, rec and rec.outputs and rec.outputs[d], cat)
           values[d] = v
           if not v then
-            missing[#missing + 1] = string.format("  '%s' (%s), needed by '%s'%s: %s", d,
-              e.declared and (e.type .. " dataset, " .. e.origin) or "memory dataset", n.name,
+            unselected_producer = unselected_producer or p ~= nil
+            missing[#missing + 1] = string.format("  '%s' (%s), needed by '%s' (%s)%s: %s", d,
+              e.declared and (e.type .. " dataset, " .. e.origin) or "memory dataset", n.name, n.where,
               p and string.format(", produced by '%s'", nodes[p].name) or "", why)
           end
         end
@@ -965,8 +1004,10 @@ local function outside_inputs(plan, st)
     end
   end
   if #missing > 0 then
-    graph_error("the selected steps read datasets that are not available:\n" .. table.concat(missing, "\n")
-                .. "\n(run their producers too, e.g. with --from-nodes, or drop the selection)")
+    -- The hint only where the selection left a dataset's producer out.
+    graph_error((selected and "the selected steps read" or "the pipeline reads") .. " datasets that are not available:\n"
+                .. table.concat(missing, "\n")
+                .. (unselected_producer and "\n(run their producers too, e.g. with --from-nodes, or drop the selection)" or ""))
   end
   return values
 end
@@ -999,6 +1040,63 @@ local function catalog_inputs(nodes, cat)
   return declared, produced, readers
 end
 
+-- Inputs that no step produces and the catalog does not declare, with the
+-- steps that read them (file:line) and the closest dataset that does exist.
+local function check_missing_inputs(nodes, cat, produced)
+  local missing, readers = {}, {}
+  for _, n in ipairs(nodes) do
+    for _, io in ipairs(n.inputs) do
+      local d = io.dataset
+      if not produced[d] and d ~= "parameters" and not d:match("^params:") and not catalog.persisted(cat:entry(d)) then
+        local r = readers[d]
+        if not r then r = {}; readers[d] = r; missing[#missing + 1] = d end
+        if r[#r] ~= n then r[#r + 1] = n end
+      end
+    end
+  end
+  if #missing == 0 then return end
+  local known = util.sorted_keys(produced)
+  for _, e in ipairs(cat:declared()) do
+    if not produced[e.name] then known[#known + 1] = e.name end
+  end
+  local lines = {}
+  for k, d in ipairs(missing) do
+    if k > 20 then lines[#lines + 1] = string.format("  ... and %d more", #missing - 20) break end
+    local who = {}
+    for _, n in ipairs(readers[d]) do who[#who + 1] = string.format("'%s' (%s)", n.name, n.where) end
+    lines[#lines + 1] = string.format("  '%s', needed by %s%s", d, table.concat(who, ", "), util.did_you_mean(d, known))
+  end
+  graph_error(string.format("%d input dataset%s that no step produces and the catalog does not declare:\n%s\n"
+    .. "(add a step that outputs it, or declare it in conf/base/catalog.yml)", #missing, #missing == 1 and "" or "s",
+    table.concat(lines, "\n")))
+end
+
+-- A catalog entry that no step of this pipeline (or of any registered one)
+-- reads or writes is most likely a typo: a warning, once per entry and process.
+local warned_unused = {}
+local function warn_unused_entries(nodes, cat)
+  local used, undeclared = {}, {}
+  local function mark(list)
+    for _, n in ipairs(list) do
+      for _, io in ipairs(n.inputs) do used[io.dataset] = true end
+      for _, io in ipairs(n.outputs) do used[io.dataset] = true end
+    end
+  end
+  mark(nodes)
+  for _, q in pairs(pipeline.registry) do mark(q.nodes) end
+  for d in pairs(used) do
+    if not cat:entry(d).declared and d ~= "parameters" and not d:match("^params:") then undeclared[#undeclared + 1] = d end
+  end
+  table.sort(undeclared)
+  for _, e in ipairs(cat:declared()) do
+    if not used[e.name] and not warned_unused[e.origin .. "\0" .. e.name] then
+      warned_unused[e.origin .. "\0" .. e.name] = true
+      core.ui_warn(string.format("%s: catalog entry '%s' is used by no step%s", e.origin, e.name,
+                                 util.did_you_mean(e.name, undeclared)))
+    end
+  end
+end
+
 -- Everything a run or a listing needs before any step runs: the pipeline's
 -- nodes, the configuration, the catalog, resolved distribution settings and
 -- the graph.
@@ -1019,9 +1117,11 @@ function M.prepare(p, opts, level)
   local dists = {}
   for i, n in ipairs(p.nodes) do dists[i] = M.resolve_dist(n, settings) end
   local declared, produced, free_readers = catalog_inputs(p.nodes, cat)
+  check_missing_inputs(p.nodes, cat, produced)
   local g = M.build_graph(p.nodes, dists, declared)
   cat:check_load_versions(produced)
   check_params(p.nodes, settings)
+  check_templates(p.nodes)
   local selected = select_steps(p.nodes, g, opts, level)
   local mode = opts.distributed or M.defaults.distributed
   if not mode and settings.cfg then mode = settings.cfg:get("flow", "distributed") end
@@ -1032,6 +1132,7 @@ function M.prepare(p, opts, level)
       (opts.distributed or M.defaults.distributed) and "--distributed" or
       (settings.cfg:origin("flow", "distributed") or "conf/<env>/flow.yml")))
   end
+  warn_unused_entries(p.nodes, cat)
   return { nodes = p.nodes, settings = settings, dists = dists, graph = g, selected = selected,
            mode = mode, cat = cat, started = started, free_readers = free_readers }
 end

@@ -20,6 +20,21 @@ local function pick_env(env)
   return "local", false
 end
 
+-- The settings flow.yml may hold; anything else is a typo, and an error.
+M.FLOW_KEYS = { distributed = true }
+
+local function check_flow_keys(cfg)
+  local section = cfg:get("flow")
+  if type(section) ~= "table" then return end
+  for _, k in ipairs(util.sorted_keys(section)) do
+    if not M.FLOW_KEYS[k] then
+      M.fail("%s: unknown flow setting '%s'%s; the settings are: %s", cfg:origin("flow", tostring(k)) or "flow.yml",
+             tostring(k), util.did_you_mean(tostring(k), util.sorted_keys(M.FLOW_KEYS)),
+             table.concat(util.sorted_keys(M.FLOW_KEYS), ", "))
+    end
+  end
+end
+
 -- load{conf =, env =, params_spec =, params =} -> settings
 -- settings = { env =, cfg = (userdata or nil), params = (table) }
 function M.load(opts)
@@ -55,6 +70,7 @@ function M.load(opts)
   cfg:activate()                   -- from here on, engine messages mask its secrets
   local okr, err = pcall(cfg.resolve, cfg)
   if not okr then M.fail("%s", tostring(err)) end
+  check_flow_keys(cfg)
   return { env = env, cfg = cfg, params = cfg:get("parameters") or {} }
 end
 

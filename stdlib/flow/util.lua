@@ -60,20 +60,48 @@ function M.is_list(t)
   return n == #t
 end
 
--- "30s", "15m", "2h", "1d" or a number of seconds -> seconds, or nil.
-function M.parse_duration(v)
-  if type(v) == "number" and v > 0 then return v end
-  if type(v) ~= "string" then return nil end
-  local n, unit = v:match("^%s*(%d+%.?%d*)%s*([smhd]?)%s*$")
-  n = tonumber(n)
-  if not n or n <= 0 then return nil end
-  return n * ({ [""] = 1, s = 1, m = 60, h = 3600, d = 86400 })[unit]
+-- A duration -> seconds, or nil: a number of seconds, or parts such as
+-- "30s", "15m", "2h", "1d", "500ms", combined as in "1h30m" or "1d 12h".
+-- Zero only where `allow_zero` says it means something ("older than 0s").
+local UNITS = { ms = 0.001, s = 1, m = 60, h = 3600, d = 86400 }
+
+function M.parse_duration(v, allow_zero)
+  local total
+  if type(v) == "number" then
+    total = v
+  elseif type(v) == "string" then
+    local s = v:match("^%s*(.-)%s*$")
+    if s:match("^%d+%.?%d*$") then
+      total = tonumber(s)
+    elseif s ~= "" then
+      total = 0
+      local pos = 1
+      while pos <= #s do
+        local n, unit, next_pos = s:match("^(%d+%.?%d*)%s*(%a+)%s*()", pos)
+        if not n or not UNITS[unit] then return nil end
+        total, pos = total + tonumber(n) * UNITS[unit], next_pos
+      end
+    end
+  end
+  if not total or total ~= total or total == math.huge then return nil end
+  if total > 0 or (allow_zero and total == 0) then return total end
+  return nil
 end
 
+-- Seconds as the shortest duration text that parses back: "1h30m", "500ms".
 function M.format_duration(s)
-  if s >= 3600 and s % 3600 == 0 then return string.format("%dh", s // 3600) end
-  if s >= 60 and s % 60 == 0 then return string.format("%dm", s // 60) end
-  return string.format("%gs", s)
+  if s <= 0 then return "0s" end
+  if s < 1 then return string.format("%gms", s * 1000) end
+  local parts, rest = {}, s
+  for _, u in ipairs({ { "d", 86400 }, { "h", 3600 }, { "m", 60 } }) do
+    if rest >= u[2] then
+      local k = rest // u[2]
+      parts[#parts + 1] = string.format("%d%s", k, u[1])
+      rest = rest - k * u[2]
+    end
+  end
+  if rest > 0 then parts[#parts + 1] = string.format("%gs", rest) end
+  return table.concat(parts)
 end
 
 -- Keep the user's frames of a traceback, drop the engine's own.  A traceback

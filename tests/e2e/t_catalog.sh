@@ -235,7 +235,30 @@ test_missing_raw_input_is_named() {
     catalog_project
     rm data/raw.txt
     run_flow 2 run
-    contains "$ERR" "'raw' (text dataset, conf/base/catalog.yml:1), needed by 'parse': there is no file at data/raw.txt"
+    contains "$ERR" "the pipeline reads datasets that are not available"
+    contains "$ERR" "'raw' (text dataset, conf/base/catalog.yml:1), needed by 'parse' (pipeline.lua:2): there is no file at data/raw.txt"
+    # No selection left anything out: running "their producers" would not help.
+    not_contains "$ERR" "run their producers" stderr
+    not_contains "$ERR" "selection" stderr
+}
+
+test_unused_catalog_entry_is_a_warning() {
+    catalog_project
+    cat >>conf/base/catalog.yml <<'Y'
+sorted_copy: {type: file, path: data/sorted_copy.txt}
+Y
+    run_flow 0 run
+    contains "$ERR" "warning: conf/base/catalog.yml:12: catalog entry 'sorted_copy' is used by no step"
+    not_contains "$ERR" "entry 'raw'" stderr
+    # an entry a registered pipeline uses is not unused
+    cat >>pipeline.lua <<'L'
+flow.register("copy", pipeline{ node{ name = "copy", inputs = "sorted", outputs = "sorted_copy",
+                                      command = "cp ${inputs.sorted} ${outputs.sorted_copy}" } })
+L
+    sed -i '1s/^return /local p = /' pipeline.lua
+    echo 'return p' >>pipeline.lua
+    run_flow 0 run
+    not_contains "$ERR" "used by no step" stderr
 }
 
 test_raw_input_change_reruns_its_readers() {
@@ -245,4 +268,17 @@ test_raw_input_change_reruns_its_readers() {
     run_flow 0 run --explain
     contains "$ERR" "explain: parse runs: input 'raw' changed"
     equals "$(cat data/summaries/train.txt)" "n=2 sum=9 mean=4.5 yes 45"
+}
+
+test_catalog_list_command_output_is_a_file() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return "x" end, outputs = "rows", name = "load" },
+  node{ command = "cat ${inputs.rows} > ${outputs.out}", inputs = "rows", outputs = "out", name = "c" },
+}
+L
+    run_flow 0 catalog list
+    contains "$OUT" "rows     memory  in memory"
+    contains "$OUT" "out      file    .flow/data/out"
+    not_contains "$(grep '^out' stdout.txt)" "in memory" "the command output's row"
 }

@@ -71,3 +71,155 @@ L
     contains "$ERR" "[say] hello-from-command"
     run_flow 2 run -q -v
 }
+
+config_project() {
+    write conf/base/parameters.yml <<'Y'
+model:
+  lr: 0.1
+Y
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "a" } }
+L
+}
+
+test_config_explain_forms() {
+    config_project
+    run_flow 0 config model.lr --explain        # the README's form
+    contains "$OUT" "conf/base/parameters.yml:2"
+    run_flow 0 config --explain model.lr
+    contains "$OUT" "parameters: model.lr = 0.1"
+    run_flow 2 config model --explain model.lr
+    contains "$ERR" "give one KEY to explain"
+    run_flow 2 config --explain
+    contains "$ERR" "--explain needs a KEY"
+}
+
+test_config_explain_missing_key_exits_2() {
+    config_project
+    run_flow 2 config --explain model.lrr
+    contains "$ERR" "no key 'model.lrr' in the parameters of environment 'local' (did you mean 'model.lr'?)"
+    run_flow 2 config model.lrr
+    contains "$ERR" "no key 'model.lrr'"
+}
+
+test_config_outside_a_project() {
+    mkdir empty && cd empty
+    run_flow 2 config
+    contains "$ERR" "not in a flow project: no conf/ directory and no pipeline.lua in"
+}
+
+test_combined_short_flags() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "echo hello-from-command", name = "say" } }
+L
+    run_flow 0 run -nv
+    contains "$OUT" "1 of 1 selected steps would run"
+    run_flow 0 run -qk
+    [ -d .flow/runs ] || { echo "-qk did not run"; return 1; }
+    run_flow 0 run -vj1 --force
+    contains "$ERR" "[say] hello-from-command"
+    run_flow 2 run -nx
+    contains "$ERR" "unknown option '-x' for 'flow run'"
+}
+
+test_params_with_a_space_instead_of_a_comma() {
+    config_project
+    run_flow 2 config --params 'a=1 b=2'
+    contains "$ERR" "separate overrides with commas (a=1,b=2)"
+    run_flow 2 run --params 'model.lr=1 epochs=2'
+    contains "$ERR" "separate overrides with commas"
+    run_flow 0 config note --params 'note=spaced out'   # a space alone is a string
+    contains "$OUT" "spaced out"
+}
+
+test_durations_combine_units() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "true", name = "a", timeout = "1h30m" },
+  node{ command = "true", name = "b", timeout = "500ms" },
+  node{ command = "true", name = "c", timeout = "1d 12h" },
+}
+L
+    run_flow 0 run
+    run_flow 0 clean --runs-older-than 1h30m
+    contains "$ERR" "removed 0 runs older than 1h30m"
+    run_flow 0 run --force
+    sleep 1
+    run_flow 0 run --force
+    run_flow 0 clean --runs-older-than 0s
+    contains "$ERR" "removed 2 runs older than 0s"
+    equals "$(ls .flow/runs | grep -vc latest)" 1 "runs left (the latest)"
+    run_flow 2 clean --runs-older-than 1h30
+    contains "$ERR" "--runs-older-than needs a duration"
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "true", name = "a", timeout = "0s" } }
+L
+    run_flow 2 run
+    contains "$ERR" "node: timeout must be seconds or a duration"
+}
+
+test_help_help_and_usage_error_hints() {
+    run_flow 0 help --help
+    contains "$OUT" "usage: flow help [COMMAND]"
+    run_flow 0 help help
+    contains "$OUT" "usage: flow help [COMMAND]"
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "a" } }
+L
+    run_flow 2 run --jbos 2
+    contains "$ERR" "(see 'flow run --help')"
+    run_flow 2 catalog lsit
+    contains "$ERR" "(see 'flow catalog --help')"
+    run_flow 2 clean --bogus
+    contains "$ERR" "(see 'flow clean --help')"
+    run_flow 2 rnu
+    contains "$ERR" "(see 'flow --help')"
+}
+
+test_json_lists_and_nulls() {
+    write conf/base/catalog.yml <<'Y'
+raw: {type: text, path: raw.txt}
+Y
+    echo data > raw.txt
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function(r) return r end, inputs = "raw", outputs = "rows", name = "load" },
+  node{ command = "cat ${inputs.rows} > ${outputs.out}", inputs = "rows", outputs = "out", name = "c" },
+}
+L
+    run_flow 0 list --format json
+    contains "$OUT" '"tags":	[]'
+    contains "$OUT" '"distribution":	null'
+    not_contains "$OUT" '{
+		}'
+    run_flow 0 catalog list --format json
+    contains "$OUT" '"used_by":	[]'
+    contains "$OUT" '"produced_by":	null'
+    not_contains "$OUT" '{
+		}'
+    write pipeline.lua <<'L'
+return pipeline{}
+L
+    run_flow 0 list --format json
+    equals "$OUT" "[]" "an empty pipeline's steps"
+}
+
+# "skipped" is a step a selection leaves out; "up to date" one that need not run again.
+test_up_to_date_is_not_called_skipped() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo a > ${outputs.x}", outputs = "x", name = "a" },
+  node{ command = "cat ${inputs.x} > ${outputs.y}", inputs = "x", outputs = "y", name = "b" },
+}
+L
+    run_flow 0 run
+    run_flow 0 run -v --progress=plain
+    contains "$ERR" "up to date  a"
+    contains "$ERR" "0 done, 2 up to date in"
+    not_contains "$ERR" "skipped" stderr
+    run_flow 0 run --nodes b --progress=plain
+    contains "$ERR" "0 done, 1 up to date, 1 skipped in"
+    run_flow 0 run --help
+    not_contains "$OUT" "is skipped." "flow run --help"
+    contains "$OUT" "Steps a selection leaves out are skipped."
+}

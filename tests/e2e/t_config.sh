@@ -196,6 +196,18 @@ Y
     contains "$OUT" "x: 1"
 }
 
+test_unknown_flow_yml_setting_is_an_error() {
+    project
+    write conf/base/flow.yml <<'Y'
+# engine settings
+distributd: local
+Y
+    run_flow 2 run
+    contains "$ERR" "conf/base/flow.yml:2: unknown flow setting 'distributd' (did you mean 'distributed'?)"
+    run_flow 2 config
+    contains "$ERR" "conf/base/flow.yml:2: unknown flow setting 'distributd'"
+}
+
 test_config_explain() {
     project
     run_flow 0 config --env prod --explain model.lr

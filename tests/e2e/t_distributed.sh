@@ -226,3 +226,59 @@ L
     contains "$ERR" "m.rankN.log"
     contains "$(cat .flow/runs/latest/logs/m.rank1.log)" "rank one broke"
 }
+
+# One file per pipeline, as Kedro projects keep them: the annotation form works
+# in every project file the script loads, and errors keep their file and line.
+test_annotation_in_required_dofile_and_loadfile_files() {
+    write pipelines/train.lua <<'L'
+local M = {}
+distributed_job<framework = "pytorch", nodes = 2> function M.train(x)
+  return x .. "-trained"
+end
+return M
+L
+    write pipelines/evaluate.lua <<'L'
+return distributed_job<framework = "mpi", nodes = 3>(function(m) return m .. "-evaluated" end)
+L
+    write pipelines/report.lua <<'L'
+return distributed_job<framework = "tensorflow", nodes = 4>(function(m) return m .. "!" end)
+L
+    write pipeline.lua <<'L'
+local train = require("pipelines.train").train
+local evaluate = dofile("pipelines/evaluate.lua")
+local report = assert(loadfile("pipelines/report.lua"))()
+return pipeline{
+  node{ func = function() return "data" end, outputs = "d", name = "load" },
+  node{ func = train, inputs = "d", outputs = "m", name = "train" },
+  node{ func = evaluate, inputs = "m", outputs = "e", name = "evaluate" },
+  node{ func = report, inputs = "e", outputs = "r", name = "report" },
+}
+L
+    run_flow 0 list
+    contains "$OUT" "PyTorch 2 nodes"
+    contains "$OUT" "MPI 3 nodes"
+    contains "$OUT" "TensorFlow 4 nodes"
+    write driver.lua <<'L'
+local r = flow.run(dofile("pipeline.lua"))
+print("result=" .. r.outputs.r)
+L
+    run_flow 0 run driver.lua
+    contains "$OUT" "result=data-trained-evaluated!"
+    write pipelines/bad.lua <<'L'
+local a = 1
+distributed_job<framework = "pytorch",
+                nodes = 2> function t(x)
+  return x
+end
+local y = )
+L
+    echo 'require("pipelines.bad")' > pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "pipelines/bad.lua:6: unexpected symbol near ')'"
+    echo 'return dofile("pipelines/bad.lua")' > pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "pipelines/bad.lua:6: unexpected symbol near ')'"
+    echo 'print(select(2, loadfile("pipelines/bad.lua")))' > pipeline.lua
+    run_flow 2 run
+    contains "$OUT" "pipelines/bad.lua:6: unexpected symbol near ')'"
+}

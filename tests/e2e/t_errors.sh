@@ -140,7 +140,24 @@ return pipeline{
 }
 L
     run_flow 2 run
-    contains "$ERR" "'raw', needed by 'first', 'second'"
+    contains "$ERR" "'raw', needed by 'first' (pipeline.lua:3), 'second' (pipeline.lua:4)"
+}
+
+test_missing_input_suggests_the_closest_dataset() {
+    write conf/base/catalog.yml <<'Y'
+raw_rows: {type: text, path: data/rows.txt}
+Y
+    write pipeline.lua <<'L'
+local function f(x) return x end
+return pipeline{
+  node{ func = f, inputs = "raw_row", outputs = "features", name = "featurize" },
+  node{ func = f, inputs = "feature", outputs = "model", name = "train" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "2 input datasets that no step produces and the catalog does not declare"
+    contains "$ERR" "'raw_row', needed by 'featurize' (pipeline.lua:3) (did you mean 'raw_rows'?)"
+    contains "$ERR" "'feature', needed by 'train' (pipeline.lua:4) (did you mean 'features'?)"
 }
 
 test_duplicate_step_name_points_at_lines() {
@@ -253,4 +270,24 @@ return pipeline{ node{ func = function() return 1 end, outputs = "x" } }
 L
     run_flow 2 run
     contains "$ERR" "pipeline.lua:1: node: this step has no name"
+}
+
+test_bad_template_reference_stops_before_any_step() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() io.open("load-ran", "w"):close() return "x" end, outputs = "rows", name = "load" },
+  node{ command = "cat ${inputs.row} > ${outputs.out}", inputs = "rows", outputs = "out", name = "c" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "step 'c' (pipeline.lua:3): \${inputs.row}: the step has no input named 'row' (did you mean 'rows'?)"
+    [ ! -e load-ran ] || { echo "a step ran before the template was checked"; return 1; }
+    sed -i 's/inputs.row}/inputs.rows}/; s/outputs.out}/output.out}/' pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "step 'c' (pipeline.lua:3): unknown reference '\${output.out}'"
+    contains "$ERR" "(did you mean 'outputs'?)"
+    sed -i 's/output.out}/outputs.nope}/' pipeline.lua
+    run_flow 2 list
+    contains "$ERR" "\${outputs.nope}: the step has no output named 'nope' (its outputs: out)"
+    [ ! -e load-ran ] || { echo "a step ran before the template was checked"; return 1; }
 }

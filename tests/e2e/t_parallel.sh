@@ -101,6 +101,8 @@ L
     contains "$json" '"exit_code":	3'
     contains "$json" '"state":	"done"'
     contains "$json" '"started":'
+    contains "$json" '"exit_code":	null'      # a Lua step: absent values are null, not left out
+    contains "$json" '"error":	null'
 }
 
 test_plain_progress_when_not_a_terminal() {

@@ -25,6 +25,12 @@ L
     done
     contains "$(cat stderr.txt)" "(interrupted)"
     not_contains "$(cat stderr.txt)" "failed (killed by signal" "an interrupted step's report"
+    # stopped steps are counted as interrupted, not failed: summary and run.json
+    contains "$(cat stderr.txt)" "0 done, 2 interrupted in"
+    not_contains "$(cat stderr.txt)" "failed" stderr
+    contains "$(tr -d ' \t\n' < .flow/runs/latest/run.json)" '"state":"interrupted"'
+    not_contains "$(tr -d ' \t\n' < .flow/runs/latest/run.json)" '"state":"failed"' run.json
+    contains "$(cat .flow/runs/latest/journal.jsonl)" '"status":"interrupted"' 
 }
 
 test_sigint_stops_everything() { interrupt_run INT; }

@@ -69,7 +69,9 @@ test_from_inputs_and_to_outputs() {
 test_missing_saved_input_is_an_error() {
     slice_project
     run_flow 2 run --nodes eval
-    contains "$ERR" "'c' (memory dataset), needed by 'eval', produced by 'train': no earlier run left it in the cache"
+    contains "$ERR" "'c' (memory dataset), needed by 'eval' (pipeline.lua:"
+    contains "$ERR" "produced by 'train': no earlier run left it in the cache"
+    contains "$ERR" "(run their producers too"
     equals "$(ran)" "" "steps run"
 }
 
@@ -98,7 +100,7 @@ test_dry_run_shows_selection() {
     not_contains "$OUT" "train"
     equals "$(ran)" "" "steps run by a dry run"
     run_flow 2 run -n --from-nodes eval      # what the real run would refuse, a dry run refuses too
-    contains "$ERR" "'c' (memory dataset), needed by 'eval', produced by 'train'"
+    contains "$ERR" "'c' (memory dataset), needed by 'eval' (pipeline.lua:"
 }
 
 test_flow_run_selection_from_lua() {

@@ -670,6 +670,8 @@ static void test_override_spec_errors(void)
         {"a='x'y", "expected ','"},
         {"name.sub=1", "'name' is a string (set at conf/base/parameters.yml:1), not a mapping"},
         {"a..b=1", "invalid parameter name 'a..b'"},
+        {"a=1 b=2", "separate overrides with commas"},
+        {"a=x\tb=[1]", "separate overrides with commas"},
     };
     char err[1024];
     project_new();
