@@ -106,6 +106,9 @@ static void read_spec(lua_State *L, int idx, struct proc_spec *spec, char ***arg
     spec->log_path = flow_field_string(L, idx, "log");
     spec->echo_prefix = flow_field_string(L, idx, "echo");
     spec->log_header = flow_field_string(L, idx, "header");
+    lua_getfield(L, idx, "append");
+    spec->log_append = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     spec->echo = spec->echo_prefix != NULL;
     lua_getfield(L, idx, "timeout");
     spec->timeout_s = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
@@ -118,7 +121,7 @@ static void read_spec(lua_State *L, int idx, struct proc_spec *spec, char ***arg
     }
 }
 
-/* spawn{argv=, cwd=, log=, env={"K=V",...}, capture=, echo=, timeout=} -> result | nil, err
+/* spawn{argv=, cwd=, log=, append=, header=, env={"K=V",...}, capture=, echo=, timeout=} -> result | nil, err
  * (the step's own timeout bounds it too) */
 static int l_spawn(lua_State *L)
 {
