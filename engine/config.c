@@ -1,6 +1,6 @@
 /* config.c — loading conf/base + conf/<env>, deep merging, origins, lookups, explain,
  * dump, secrets.  Parsing lives in config_yaml.c, ${...} in config_interp.c, --params in
- * config_override.c.
+ * config_override.c, masking secrets in text in config_redact.c.
  *
  * Every value's history is kept beside the tree, keyed by its canonical path (section and
  * keys joined by CFG_SEP), so "where was this set, and what did it override?" is answered
@@ -96,29 +96,6 @@ void cfg_add_secret(struct config *cfg, const char *s)
 }
 
 void config_add_secret(struct config *cfg, const char *text) { cfg_add_secret(cfg, text); }
-
-char *config_redact(const struct config *cfg, const char *text)
-{
-    if (!text)
-        return NULL;
-    struct strbuf b = STRBUF_INIT;
-    sb_add(&b, "", 0);
-    for (const char *p = text; *p;) {
-        size_t best = 0;
-        for (size_t i = 0; cfg && i < cfg->nsecrets; i++) {
-            const char *s = cfg->secrets[i];
-            size_t n = strlen(s);
-            if (s[0] == *p && n > best && strncmp(p, s, n) == 0)
-                best = n;
-        }
-        if (best)
-            sb_add(&b, "***", 3);
-        else
-            sb_add(&b, p, 1);
-        p += best ? best : 1;
-    }
-    return sb_detach(&b);
-}
 
 /* Formats an error, then masks secrets before it leaves the module (a second line of
  * defence: messages are written never to quote values in the first place). */

@@ -27,6 +27,7 @@
 #ifndef FLOW_CONFIG_H
 #define FLOW_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <cjson/cJSON.h>
 
@@ -85,12 +86,21 @@ char *config_dump_yaml(const struct config *cfg, const char *section, const char
 
 /* A copy of text with every secret replaced by ***.  Secrets: string values of at least
  * 4 characters in the credentials section, and the values of environment variables
- * interpolated into it. */
+ * interpolated into it.  Where secrets overlap, the longest one that matches wins. */
 char *config_redact(const struct config *cfg, const char *text);
 
 /* Adds text to the secrets config_redact masks, unless shorter than 4 characters: for a
  * credential flow hands to a process in another form than a string (a numeric password). */
 void config_add_secret(struct config *cfg, const char *text);
+
+/* The same masking for text that arrives in pieces (a step's output, pipe read by pipe
+ * read): appends buf[0..len) masked to out and returns how many bytes it consumed.  With
+ * `final` that is all of them; otherwise it stops before a tail that may be the start of
+ * a secret (shorter than the longest secret), which the caller passes again in front of
+ * the bytes that follow.  Pieces cut anywhere give what config_redact gives the whole. */
+struct strbuf;
+size_t config_redact_span(const struct config *cfg, const char *buf, size_t len, bool final,
+                          struct strbuf *out);
 
 /* The existing dotted key closest to `dotted` (edit distance), for "did you mean"; NULL
  * when nothing is reasonably close. */

@@ -1,5 +1,5 @@
 /* loop.c — epoll over fds, a sorted timer list (few timers: step timeouts and
- * retry back-offs), and a signalfd for interrupts. */
+ * retry back-offs), and a signalfd for interrupts (SIGINT, SIGTERM, SIGHUP). */
 #include "loop.h"
 #include "util.h"
 
@@ -29,6 +29,7 @@ struct loop {
     size_t n_timers, cap_timers;
     unsigned long next_timer_id;
     int interrupts;
+    int first_signal;               /* the signal of the first interrupt, 0 before */
     sigset_t saved_mask;
 };
 
@@ -40,6 +41,10 @@ struct loop *loop_new(char *err, size_t errlen)
     sigemptyset(&mask);
     sigaddset(&mask, SIGINT);
     sigaddset(&mask, SIGTERM);
+    /* A closed terminal stops the run like Ctrl-C — unless SIGHUP was ignored
+     * before flow started (nohup): blocked, it would be queued, not ignored. */
+    struct sigaction hup;
+    if (sigaction(SIGHUP, NULL, &hup) == 0 && hup.sa_handler != SIG_IGN) sigaddset(&mask, SIGHUP);
     sigprocmask(SIG_BLOCK, &mask, &loop->saved_mask);
     struct epoll_event ev = { .events = EPOLLIN, .data.ptr = NULL };
     if ((loop->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
@@ -145,7 +150,10 @@ void loop_cancel_timer(struct loop *loop, unsigned long id)
 static void drain_signals(struct loop *loop)
 {
     struct signalfd_siginfo si;
-    while (read(loop->sigfd, &si, sizeof si) == (ssize_t)sizeof si) loop->interrupts++;
+    while (read(loop->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+        if (!loop->interrupts) loop->first_signal = (int)si.ssi_signo;
+        loop->interrupts++;
+    }
 }
 
 static void fire_due_timers(struct loop *loop)
@@ -191,6 +199,12 @@ int loop_interrupts(struct loop *loop)
 {
     drain_signals(loop);         /* also count those not yet seen by a wait */
     return loop->interrupts;
+}
+
+int loop_first_signal(struct loop *loop)
+{
+    drain_signals(loop);
+    return loop->first_signal;
 }
 
 void loop_child_sigmask(void *sigset_out)

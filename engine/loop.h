@@ -1,5 +1,5 @@
 /* loop.h — the one event loop: file descriptors (pipes, pidfds, later libcurl's
- * sockets), timers and SIGINT/SIGTERM, all on one thread with epoll. Nothing polls. */
+ * sockets), timers and SIGINT/SIGTERM/SIGHUP, all on one thread with epoll. Nothing polls. */
 #ifndef FLOW_LOOP_H
 #define FLOW_LOOP_H
 
@@ -30,9 +30,12 @@ void loop_cancel_timer(struct loop *loop, unsigned long id);
 /* Waits (at most max_wait_s; < 0 means until something happens) and dispatches. */
 void loop_run_once(struct loop *loop, double max_wait_s);
 
-/* SIGINT and SIGTERM are blocked and delivered through the loop: this returns
- * how many arrived since the loop was made (so a second Ctrl-C can escalate). */
+/* SIGINT, SIGTERM and SIGHUP (unless ignored when flow started, as under
+ * nohup) are blocked and delivered through the loop: this returns how many
+ * arrived since the loop was made (so a second Ctrl-C can escalate). */
 int loop_interrupts(struct loop *loop);
+/* Which signal the first of them was (0: none yet): flow exits 129 after SIGHUP. */
+int loop_first_signal(struct loop *loop);
 /* The signal mask children must be started with (everything unblocked). */
 void loop_child_sigmask(void *sigset_out);
 

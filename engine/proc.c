@@ -1,6 +1,7 @@
 /* proc.c — see proc.h.  Exit is noticed through a pidfd (Linux ≥ 5.3), so the
  * loop needs no SIGCHLD handler and never busy-waits. */
 #include "proc.h"
+#include "reaper.h"
 #include "ui.h"
 #include "util.h"
 
@@ -18,6 +19,15 @@
 extern char **environ;
 
 #define TAIL_MAX 4096
+#define ECHO_LINE_MAX 16384     /* -v shows a line without an end once it is this long */
+
+/* What is still held of one output pipe (stdout, stderr): bytes read but not
+ * yet masked, since they may be the start of a secret the next read completes,
+ * and for -v the masked text of a line not ended yet. */
+struct held {
+    struct strbuf raw, line;
+};
+enum { OUT, ERR };
 
 struct proc {
     struct loop *loop;
@@ -29,6 +39,7 @@ struct proc {
     bool capture_stdout, echo;
     char *echo_prefix;
     struct strbuf captured;        /* stdout, with capture_stdout */
+    struct held held[2];           /* [OUT], [ERR] */
     char tail[TAIL_MAX];           /* ring of the last stderr bytes */
     size_t tail_len, tail_pos;
     char *tail_text;               /* tail as a string, made on demand */
@@ -57,6 +68,49 @@ static void write_log(struct proc *p, const char *buf, size_t n)
     }
 }
 
+/* -v: shows the complete lines of `line` plus `text`, keeps the rest (all of
+ * it at the end of the output, or once it is too long to wait for its end). */
+static void echo_lines(struct proc *p, struct strbuf *line, const char *text, size_t len, bool final)
+{
+    if (len) sb_add(line, text, len);
+    if (!line->len) return;
+    const char *nl = memrchr(line->buf, '\n', line->len);
+    size_t upto = nl ? (size_t)(nl - line->buf) + 1 : 0;
+    if (final || line->len >= ECHO_LINE_MAX) upto = line->len;
+    if (!upto) return;
+    ui_step_output(p->echo_prefix ? p->echo_prefix : "", line->buf, upto);
+    memmove(line->buf, line->buf + upto, line->len - upto);
+    line->len -= upto;
+    line->buf[line->len] = '\0';
+}
+
+/* Output of stream `which`: masked, then into the log, the stderr tail and
+ * (-v) the screen.  `final` at the end of the stream: nothing is held back. */
+static void take_output(struct proc *p, int which, const char *buf, size_t n, bool final)
+{
+    struct held *h = &p->held[which];
+    const char *text = buf;
+    size_t len = n;
+    if (h->raw.len) {                   /* the held tail goes first */
+        sb_add(&h->raw, buf, n);
+        text = h->raw.buf;
+        len = h->raw.len;
+    }
+    struct strbuf clean = STRBUF_INIT;
+    size_t used = ui_redact_span(text, len, final, &clean);
+    if (text == h->raw.buf) {
+        memmove(h->raw.buf, h->raw.buf + used, len - used);
+        h->raw.len = len - used;
+        h->raw.buf[h->raw.len] = '\0';
+    } else if (used < len) {
+        sb_add(&h->raw, text + used, len - used);
+    }
+    write_log(p, clean.buf, clean.len);
+    if (which == ERR) tail_add(p, clean.buf, clean.len);
+    if (p->echo) echo_lines(p, &h->line, clean.buf, clean.len, final);
+    sb_release(&clean);
+}
+
 /* Reads what is available from one output pipe; returns false at EOF. */
 static bool pump(struct proc *p, int fd)
 {
@@ -67,9 +121,7 @@ static bool pump(struct proc *p, int fd)
         if (n < 0) return errno == EAGAIN;
         if (n == 0) return false;
         if (fd == p->out_fd && p->capture_stdout) sb_add(&p->captured, buf, (size_t)n);
-        else write_log(p, buf, (size_t)n);
-        if (fd == p->err_fd) tail_add(p, buf, (size_t)n);
-        if (p->echo) ui_step_output(p->echo_prefix ? p->echo_prefix : "", buf, (size_t)n);
+        else take_output(p, fd == p->err_fd ? ERR : OUT, buf, (size_t)n, false);
     }
 }
 
@@ -84,7 +136,10 @@ static void close_pipe(struct proc *p, int *fd)
 static void on_output(void *arg, int fd, unsigned events)
 {
     struct proc *p = arg;
-    if (!pump(p, fd)) close_pipe(p, fd == p->out_fd ? &p->out_fd : &p->err_fd);
+    if (pump(p, fd)) return;
+    int which = fd == p->err_fd ? ERR : OUT;
+    take_output(p, which, "", 0, true);
+    close_pipe(p, which == ERR ? &p->err_fd : &p->out_fd);
 }
 
 #define KILL_GRACE_S 5.0
@@ -110,6 +165,7 @@ static void on_timeout(void *arg)
 static void on_pidfd(void *arg, int fd, unsigned events)
 {
     struct proc *p = arg;
+    reaper_forget(p->pid);               /* before the reap, while the pid cannot be reused */
     if (waitpid(p->pid, &p->status, WNOHANG) != p->pid) return;
     p->exited = true;
     if (p->timer) { loop_cancel_timer(p->loop, p->timer); p->timer = 0; }
@@ -118,6 +174,8 @@ static void on_pidfd(void *arg, int fd, unsigned events)
     p->pidfd = -1;
     if (p->out_fd >= 0) pump(p, p->out_fd);
     if (p->err_fd >= 0) pump(p, p->err_fd);
+    take_output(p, OUT, "", 0, true);   /* what a grandchild may still add is not waited for */
+    take_output(p, ERR, "", 0, true);
     close_pipe(p, &p->out_fd);
     close_pipe(p, &p->err_fd);
     if (p->log_fd >= 0) { close(p->log_fd); p->log_fd = -1; }
@@ -196,7 +254,9 @@ static int start(struct proc *p, const struct proc_spec *spec, char *err, size_t
     }
     size_t n_env;
     char **env = build_env(spec->env_extra, &n_env);
+    reaper_start();
     rc = posix_spawnp(&p->pid, spec->argv[0], &fa, &attr, spec->argv, env);
+    if (rc == 0) reaper_watch(p->pid);   /* at once: flow may be killed at any moment */
     free(env);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
@@ -229,19 +289,26 @@ struct proc *proc_spawn(struct loop *loop, const struct proc_spec *spec,
     p->echo_prefix = spec->echo_prefix ? xstrdup(spec->echo_prefix) : NULL;
     if (spec->log_path) {
         /* A log, not a result: no fsync, no rename — it is only read by people. */
-        p->log_fd = open(spec->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+        p->log_fd = open(spec->log_path, O_WRONLY | O_CREAT | (spec->log_append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC,
+                         0644);
         if (p->log_fd < 0) {
             errf(err, errlen, "cannot open log %s: %s", spec->log_path, strerror(errno));
             proc_free(p);
             return NULL;
         }
-        if (spec->log_header) write_log(p, spec->log_header, strlen(spec->log_header));
+        if (spec->log_header) {
+            struct strbuf h = STRBUF_INIT;
+            ui_redact_span(spec->log_header, strlen(spec->log_header), true, &h);
+            write_log(p, h.buf, h.len);
+            sb_release(&h);
+        }
     }
     if (start(p, spec, err, errlen) != 0) { proc_free(p); return NULL; }
     p->pidfd = pidfd_open(p->pid, 0);
     if (p->pidfd < 0) {
         errf(err, errlen, "pidfd_open: %s (flow needs Linux 5.3 or later)", strerror(errno));
         kill(-p->pid, SIGKILL);
+        reaper_forget(p->pid);
         waitpid(p->pid, NULL, 0);
         proc_free(p);
         return NULL;
@@ -270,6 +337,7 @@ void proc_free(struct proc *p)
     if (p->timer) loop_cancel_timer(p->loop, p->timer);
     if (p->pidfd >= 0) {                 /* still running: never leave a zombie or orphan */
         kill(-p->pid, SIGKILL);
+        reaper_forget(p->pid);
         waitpid(p->pid, NULL, 0);
         loop_unwatch(p->loop, p->pidfd);
         close(p->pidfd);
@@ -278,6 +346,10 @@ void proc_free(struct proc *p)
     close_pipe(p, &p->err_fd);
     if (p->log_fd >= 0) close(p->log_fd);
     sb_release(&p->captured);
+    for (int i = OUT; i <= ERR; i++) {
+        sb_release(&p->held[i].raw);
+        sb_release(&p->held[i].line);
+    }
     free(p->tail_text);
     free(p->echo_prefix);
     free(p);

@@ -1,6 +1,9 @@
 /* proc.h — child processes: posix_spawn of an argv (never a shell unless the
  * caller asks for /bin/sh), each in its own process group, with stdout/stderr
- * read by the event loop into a log file and a tail kept for error messages. */
+ * read by the event loop into a log file and a tail kept for error messages.
+ * Everything it writes (log, tail, -v echo) is masked through ui_redact_span;
+ * a secret cut in two by pipe reads is masked too.  Each process group is
+ * known to the reaper (reaper.h), so it dies with flow. */
 #ifndef FLOW_PROC_H
 #define FLOW_PROC_H
 
@@ -13,10 +16,11 @@ struct proc_spec {
     char *const *argv;           /* argv[0] is looked up in PATH */
     const char *cwd;             /* NULL: the engine's */
     const char *log_path;        /* stdout+stderr go here (truncated first); NULL: discarded */
+    bool log_append;             /* add to the log instead (a retry's attempt) */
     const char *log_header;      /* written to the log before the output, or NULL */
     char *const *env_extra;      /* "NAME=value" added to the environment, or NULL */
     bool capture_stdout;         /* keep stdout in memory (flow.sh) instead of the log */
-    bool echo;                   /* also copy output to flow's stderr, prefixed */
+    bool echo;                   /* also copy output to flow's stderr, whole lines, prefixed */
     const char *echo_prefix;
     double timeout_s;            /* > 0: SIGTERM the group after this long, SIGKILL 5 s later */
 };

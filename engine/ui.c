@@ -62,6 +62,13 @@ void ui_set_redactor(ui_redact_fn redact, void *ctx)
 
 void *ui_redactor_ctx(void) { return redactor_ctx; }
 
+size_t ui_redact_span(const char *buf, size_t len, bool final, struct strbuf *out)
+{
+    if (redactor) return redactor(redactor_ctx, buf, len, final, out);
+    sb_add(out, buf, len);
+    return len;
+}
+
 /* ---- the live region ---------------------------------------------------- */
 
 static void clear_region(void)
@@ -130,14 +137,14 @@ static void tick(void *arg)
 
 static void vmessage(const char *tag, const char *tagcolor, const char *fmt, va_list ap)
 {
-    struct strbuf sb = STRBUF_INIT;
+    struct strbuf sb = STRBUF_INIT, clean = STRBUF_INIT;
     sb_vaddf(&sb, fmt, ap);
-    char *clean = redactor && sb.buf ? redactor(redactor_ctx, sb.buf) : NULL;
+    ui_redact_span(sb.buf ? sb.buf : "", sb.len, true, &clean);
     fflush(stdout);
     clear_region();
-    fprintf(stderr, "flow: %s%s%s%s\n", tagcolor, tag, RESET, clean ? clean : sb.buf ? sb.buf : "");
+    fprintf(stderr, "flow: %s%s%s%s\n", tagcolor, tag, RESET, clean.buf ? clean.buf : "");
     draw_region();
-    free(clean);
+    sb_release(&clean);
     sb_release(&sb);
 }
 
@@ -168,14 +175,17 @@ void ui_info(const char *fmt, ...)
 
 void ui_stdout(const char *text, size_t len)
 {
+    struct strbuf clean = STRBUF_INIT;
+    ui_redact_span(text, len, true, &clean);
     if (run.lines_drawn && isatty(1)) {       /* same screen: write above the display */
         clear_region();
-        fwrite(text, 1, len, stdout);
+        if (clean.len) fwrite(clean.buf, 1, clean.len, stdout);
         fflush(stdout);
         draw_region();
-        return;
+    } else if (clean.len) {
+        fwrite(clean.buf, 1, clean.len, stdout);
     }
-    fwrite(text, 1, len, stdout);
+    sb_release(&clean);
 }
 
 void ui_step_output(const char *prefix, const char *buf, size_t len)

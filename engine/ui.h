@@ -19,16 +19,22 @@ enum ui_level ui_level(void);
 void ui_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ui_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void ui_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Text for stdout (a Lua step's print) or a step's output for stderr (-v),
- * written without disturbing the live display. */
+/* Text for stdout (print), masked, or whole lines of a step's output for
+ * stderr (-v; masked by the caller), each line prefixed; both written without
+ * disturbing the live display. */
 void ui_stdout(const char *text, size_t len);
 void ui_step_output(const char *prefix, const char *buf, size_t len);
 
-/* Every message goes through `redact` (when set) before it is printed: the
- * configuration masks secrets this way.  It returns a malloc'd copy or NULL. */
-typedef char *(*ui_redact_fn)(void *ctx, const char *text);
+/* Everything flow writes goes through `redact` (when set) first: messages,
+ * print, a step's output (-v) and its log.  The configuration masks secrets
+ * this way.  The contract is config_redact_span's: append buf masked to out and
+ * return the bytes consumed — all with `final`, else it may hold back a tail
+ * that could be the start of a secret, to be passed again with what follows. */
+struct strbuf;
+typedef size_t (*ui_redact_fn)(void *ctx, const char *buf, size_t len, bool final, struct strbuf *out);
 void ui_set_redactor(ui_redact_fn redact, void *ctx);
 void *ui_redactor_ctx(void);
+size_t ui_redact_span(const char *buf, size_t len, bool final, struct strbuf *out);
 
 struct sched_observer ui_sched_observer(void);
 void ui_run_begin(const struct dag *dag, const bool *selected, struct loop *loop);

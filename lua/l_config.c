@@ -143,9 +143,9 @@ static int l_warnings(lua_State *L)
     return 1;
 }
 
-static char *redact_with(void *ctx, const char *text)
+static size_t redact_with(void *ctx, const char *buf, size_t len, bool final, struct strbuf *out)
 {
-    return config_redact(ctx, text);
+    return config_redact_span(ctx, buf, len, final, out);
 }
 
 /* cfg:activate() — route every engine message through this config's redactor. */

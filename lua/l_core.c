@@ -432,6 +432,14 @@ static int l_ui_setup(lua_State *L)
     return 0;
 }
 
+/* ui_level() -> "quiet" | "normal" | "verbose", as ui_setup left it */
+static int l_ui_level(lua_State *L)
+{
+    static const char *const names[] = { [UI_QUIET] = "quiet", [UI_NORMAL] = "normal", [UI_VERBOSE] = "verbose" };
+    lua_pushstring(L, names[ui_level()]);
+    return 1;
+}
+
 /* ui_print(text): stdout text that keeps clear of the live display */
 static int l_ui_print(lua_State *L)
 {
@@ -448,6 +456,7 @@ static const luaL_Reg core_funcs[] = {
     { "ui_info", l_ui_info },
     { "ui_setup", l_ui_setup },
     { "ui_print", l_ui_print },
+    { "ui_level", l_ui_level },
     { "interrupted", l_interrupted },
     { "json_encode", l_json_encode },
     { "json_decode", l_json_decode },

@@ -139,6 +139,9 @@ static void read_spec(lua_State *L, int idx, struct spec *s)
     p->echo_prefix = s->echo;
     p->echo = s->echo != NULL;
     p->log_header = s->header;
+    lua_getfield(L, idx, "append");
+    p->log_append = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     lua_getfield(L, idx, "timeout");
     p->timeout_s = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : 0;
     lua_pop(L, 1);
@@ -279,7 +282,7 @@ static int start_and_wait(lua_State *L, struct spawn *sp)
     return push_result(L, sp);
 }
 
-/* spawn{argv=, cwd=, log=, env={"K=V",...}, capture=, echo=, timeout=} -> result | nil, err
+/* spawn{argv=, cwd=, log=, append=, header=, env={"K=V",...}, capture=, echo=, timeout=} -> result | nil, err
  * (the step's own timeout bounds it too) */
 static int l_spawn(lua_State *L)
 {

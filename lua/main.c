@@ -1,13 +1,21 @@
 /* main.c — the flow binary: make the engine state, hand argv to the stdlib's
- * command line (flow.cli), exit with what it returns. */
+ * command line (flow.cli), exit with what it returns.  The same binary is the
+ * reaper that stops a killed flow's steps (reaper.h), in a mode no user types. */
 #include "flowlua.h"
+#include "loop.h"
+#include "reaper.h"
 #include "ui.h"
 
 #include <lauxlib.h>
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], REAPER_ARG) == 0) return reaper_main();
+    if (access("/proc/self/exe", X_OK) == 0) reaper_init("/proc/self/exe");
     char err[256];
     lua_State *L = flow_state_new(err, sizeof err);
     if (!L) { fprintf(stderr, "flow: %s\n", err); return 2; }
@@ -27,6 +35,9 @@ int main(int argc, char **argv)
     } else {
         ui_error("internal error loading the stdlib: %s", lua_tostring(L, -1));
     }
+    /* Interrupted by a closed terminal: 128 + SIGHUP, as a shell reports it. */
+    if (code == 130 && loop_first_signal(flow_state_loop(L)) == SIGHUP) code = 129;
     flow_state_close(L);
+    reaper_stop();
     return code;
 }

@@ -11,7 +11,7 @@
 
 static const char loop_key = 'L';      /* its address keys the loop in the registry */
 
-/* SIGINT/SIGTERM are blocked (the loop reads them from a signalfd), so a Lua
+/* SIGINT/SIGTERM/SIGHUP are blocked (the loop reads them from a signalfd), so a Lua
  * step that computes without waiting would never notice Ctrl-C.  Every million
  * VM instructions this looks for one pending and raises; the signal stays
  * pending for the loop to count.  New threads inherit the hook. */
@@ -19,7 +19,8 @@ static void interrupt_hook(lua_State *L, lua_Debug *ar)
 {
     (void)ar;
     sigset_t pending;
-    if (sigpending(&pending) == 0 && (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM)))
+    if (sigpending(&pending) == 0 &&
+        (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM) || sigismember(&pending, SIGHUP)))
         luaL_error(L, "interrupted");
     double deadline = flow_step_deadline(L);   /* a step's timeout, in a busy loop */
     if (deadline > 0 && monotonic_seconds() > deadline) luaL_error(L, "timed out");

@@ -18,6 +18,7 @@ commands:
   list [SCRIPT]    show the steps in run order: inputs, outputs, tags, distribution
   catalog list     show every dataset a pipeline uses: its type and where it lives
   config [KEY]     print the resolved configuration of an environment, or explain a key
+  logs [STEP]      print a step's newest log, from whichever run ran it
   clean            remove old runs (.flow/runs) and unused cache entries
   help [COMMAND]   show help for a command
 
@@ -119,8 +120,19 @@ options:
   help = [[
 usage: flow help [COMMAND]
 
-Shows how to use COMMAND (run, list, catalog, config, clean, help), or, without
+Shows how to use COMMAND (run, list, catalog, logs, config, clean, help), or, without
 one, the list of commands.  'flow COMMAND --help' shows the same.]],
+  logs = [==[
+usage: flow logs [STEP [DIR]] [options]
+
+Prints the log of STEP — its command's stdout and stderr, or what a Lua step
+printed — from the newest run that ran it: a run in which the step was up to
+date made no log of it.  A distributed step's ranks each have a log; all are
+printed.  Without STEP, lists each step's newest log.  DIR is the project
+(default: the current directory).
+
+options:
+  --path    print where the log is instead of what it says]==],
   config = [[
 usage: flow config [KEY] [options]
 
@@ -164,6 +176,7 @@ local OPTIONS = {
   catalog = with_config { pipeline = "value", format = "value" },
   clean = { ["runs-older-than"] = "value", cache = "flag", ["dry-run"] = "flag", n = "dry-run",
             help = "flag", h = "help" },
+  logs = { path = "flag", help = "flag", h = "help" },
   __step = with_config {},
 }
 
@@ -611,6 +624,80 @@ local function cmd_clean(args)
   return 0
 end
 
+-- The newest logs of each step, by file-name stem (core.safe_name of the
+-- step): { run =, files = {paths, rank order} }.  Newest: the run whose log
+-- of it was written last.
+local function newest_logs()
+  local cache = require("flow.cache")
+  local by_step = {}
+  for _, id in ipairs(core.list_dir(".flow/runs") or {}) do
+    if id ~= "latest" then
+      local dir = ".flow/runs/" .. id .. "/logs"
+      for _, f in ipairs(core.list_dir(dir) or {}) do
+        local stem, rank = f:match("^(.-)%.rank(%d+)%.log$")
+        stem = stem or f:match("^(.-)%.log$")
+        if stem then
+          local path = dir .. "/" .. f
+          local _, mtime = cache.stat(path)
+          local runs = by_step[stem] or {}
+          by_step[stem] = runs
+          local r = runs[id] or { run = id, files = {}, mtime = 0 }
+          runs[id] = r
+          r.files[#r.files + 1] = { path = path, rank = tonumber(rank) or -1 }
+          r.mtime = math.max(r.mtime, mtime or 0)
+        end
+      end
+    end
+  end
+  local newest = {}
+  for stem, runs in pairs(by_step) do
+    local best
+    for _, r in pairs(runs) do
+      if not best or r.mtime > best.mtime or (r.mtime == best.mtime and r.run > best.run) then best = r end
+    end
+    table.sort(best.files, function(a, b) return a.rank < b.rank end)
+    for i, f in ipairs(best.files) do best.files[i] = f.path end
+    newest[stem] = best
+  end
+  return newest
+end
+
+local function cmd_logs(args)
+  local opts, pos = parse_args("logs", args)
+  if opts.help then print(HELP.logs) return 0 end
+  if #pos > 2 then usage_error("'flow logs' takes a step and a project directory, got %d arguments", #pos) end
+  if pos[2] then
+    if core.exists(pos[2]) ~= "directory" then usage_error("no such directory: %s", pos[2]) end
+    core.chdir(pos[2])
+  end
+  core.ui_setup("normal")
+  local logs = newest_logs()
+  local stems = util.sorted_keys(logs)
+  if not pos[1] then
+    if #stems == 0 then core.ui_info("no step logs in " .. core.cwd() .. "/.flow/runs") return 0 end
+    local cells = { { "step", "run", "log" } }
+    for _, stem in ipairs(stems) do
+      local l = logs[stem]
+      cells[#cells + 1] = { stem, l.run, table.concat(l.files, ", ") }
+    end
+    print_table(cells)
+    return 0
+  end
+  local l = logs[core.safe_name(pos[1])]
+  if not l then
+    usage_error("no log of step '%s' in %s/.flow/runs%s", pos[1], core.cwd(),
+                #stems > 0 and (" (steps with logs: " .. table.concat(stems, ", ") .. ")") or "")
+  end
+  for _, path in ipairs(l.files) do
+    if opts.path then print(path)
+    else
+      if #l.files > 1 then io.write("==> " .. path .. " <==\n") end
+      io.write(core.read_file(path) or "")
+    end
+  end
+  return 0
+end
+
 local SECTIONS = { parameters = true, params = true, catalog = true, azureml = true,
                    credentials = true, globals = true, flow = true }
 
@@ -663,7 +750,7 @@ function M.print(...)
   local n = select("#", ...)
   local parts = {}
   for i = 1, n do parts[i] = tostring((select(i, ...))) end
-  core.ui_print(table.concat(parts, "\t") .. "\n")
+  runner.print(table.concat(parts, "\t") .. "\n")
 end
 
 -- flow __step SCRIPT STEP INPUTS OUTPUTS [--env …]: one rank of a distributed
@@ -680,7 +767,7 @@ local function cmd_step(args)
 end
 
 local COMMANDS = { run = cmd_run, list = cmd_list, config = cmd_config, catalog = cmd_catalog,
-                   clean = cmd_clean, __step = cmd_step }
+                   clean = cmd_clean, logs = cmd_logs, __step = cmd_step }
 
 local function dispatch(args)
   local cmd = args[1]

@@ -445,8 +445,12 @@ local function process_failure(n, r, display, log, who)
   local how = r.signal ~= 0 and string.format("killed by signal %d", r.signal)
               or string.format("exit code %d", r.code)
   local msg = string.format("step '%s' failed%s (%s)\n  command: %s", n.name, who or "", how, display)
-  if r.stderr:find("%S") then msg = msg .. "\n  last lines of stderr:\n" .. tail_lines(r.stderr, 10) end
-  return step_failure { message = msg .. "\n  full log: " .. log }
+  local tail
+  if r.stderr:find("%S") then
+    tail = "\n  last lines of stderr:\n" .. tail_lines(r.stderr, 10)
+    msg = msg .. tail
+  end
+  return step_failure { message = msg .. "\n  full log: " .. log, stderr_tail = tail }
 end
 
 -- The staging path of each output of step n, emptied of any leftover of an
@@ -512,6 +516,46 @@ end
 -- by flow.run for its steps (see flow.credentials).
 local step_secrets = setmetatable({}, { __mode = "k" })
 
+-- Every attempt of a step writes to the same log: the first starts it, a
+-- retry adds to it, each under a header of its own.  Returns the header and
+-- whether to append.
+function Run:attempt_header(n)
+  if n.retries == 0 then return "", false end
+  local attempt = self.records[n.name].attempts or 1
+  return string.format("%s--- attempt %d of %d ---\n", attempt > 1 and "\n" or "", attempt, n.retries + 1),
+         attempt > 1
+end
+
+-- print() in a Lua step: into the step's log like a command's output, and
+-- shown as the pipeline's output: on stdout, prefixed with the step's name
+-- under -v, not at all under -q.  Anywhere else it is a plain print.
+local printing = setmetatable({}, { __mode = "k" })     -- step coroutine -> { run =, n = }
+
+function M.print(text)
+  local to = printing[coroutine.running()]
+  if to then to.run:step_print(to.n, text) else core.ui_print(text) end
+end
+
+function Run:step_print(n, text)
+  local rec = self.records[n.name]
+  if rec.print_attempt ~= rec.attempts then       -- the first print of this attempt
+    if rec.print_log then rec.print_log:close() end
+    local header, append = self:attempt_header(n)
+    rec.print_log = io.open(self:log_path(n), append and "a" or "w")
+    if rec.print_log then
+      rec.print_log:setvbuf("line")
+      rec.print_log:write(header)
+    end
+    rec.print_attempt = rec.attempts
+  end
+  if rec.print_log then rec.print_log:write(self.cfg and self.cfg:redact(text) or text) end
+  if core.ui_level() == "quiet" then return end
+  if self.verbose then
+    text = text:gsub("([^\n]*)\n", function(line) return "[" .. n.name .. "] " .. line .. "\n" end)
+  end
+  core.ui_print(text)
+end
+
 local function command_env(n, extra)
   local env = {}
   for k, v in pairs(n.cmd and n.cmd.env or {}) do env[k] = v end
@@ -533,8 +577,9 @@ end
 
 function Run:launch_once(n, argv, display)
   local log = self:log_path(n)
+  local header, append = self:attempt_header(n)
   local r, err = proc.spawn { argv = argv, cwd = n.cmd and n.cmd.cwd, log = log, env = command_env(n),
-                              header = "$ " .. display .. "\n",
+                              header = header .. "$ " .. display .. "\n", append = append,
                               echo = self.verbose and ("[" .. n.name .. "] ") or nil }
   if not r then error(step_failure { message = string.format("step '%s': %s", n.name, err) }) end
   self.records[n.name].exit_code = r.code
@@ -546,10 +591,11 @@ function Run:launch_ranks(n, dist, argv, display)
   if dist.framework == "mpi" then return self:launch_mpi(n, dist, argv, display) end
   local ranks = dist.framework == "pytorch" and launch.pytorch_ranks(dist) or launch.tensorflow_ranks(dist)
   local specs = {}
+  local header, append = self:attempt_header(n)
   for r, env in ipairs(ranks) do
     local log = self:log_path(n, r - 1)
-    specs[r] = { argv = argv, cwd = n.cmd and n.cmd.cwd, log = log, env = command_env(n, env),
-                 header = "$ " .. display .. "\n" .. table.concat(launch.env_list(env), "\n") .. "\n\n",
+    specs[r] = { argv = argv, cwd = n.cmd and n.cmd.cwd, log = log, env = command_env(n, env), append = append,
+                 header = header .. "$ " .. display .. "\n" .. table.concat(launch.env_list(env), "\n") .. "\n\n",
                  echo = self.verbose and string.format("[%s rank %d] ", n.name, r - 1) or nil }
   end
   local g, err = proc.spawn_group(specs)
@@ -568,8 +614,9 @@ function Run:launch_mpi(n, dist, argv, display)
   local margv, menv = launch.mpi_argv(dist, argv, (log:gsub("%.log$", "")))
   local env = command_env(n)
   for _, e in ipairs(menv) do env[#env + 1] = e end
+  local header, append = self:attempt_header(n)
   local r, err = proc.spawn { argv = margv, cwd = n.cmd and n.cmd.cwd, log = log, env = env,
-                              header = "$ " .. command.display(margv) .. "\n",
+                              header = header .. "$ " .. command.display(margv) .. "\n", append = append,
                               echo = self.verbose and ("[" .. n.name .. "] ") or nil }
   if not r then
     if err:find("command not found") then
@@ -764,17 +811,21 @@ function Run:step(i)
   self:log(string.format('{"event":"step_start","step":%s,"time":%.6f%s}', core.json_encode(n.name), rec.started,
                          pending and (',"fingerprint":"' .. pending.fp .. '"') or ""))
   local ok, err
+  printing[coroutine.running()] = { run = self, n = n }
   for attempt = 1, n.retries + 1 do
     rec.attempts = attempt
     ok, err = self:attempt(n)
     if ok or core.interrupted() > 0 or attempt > n.retries then break end
     local delay = math.min(60, 2 ^ (attempt - 1))
     local reason = first_line(err):gsub("^step '.-'%s*", ""):gsub("^:%s*", "")
-    core.ui_warn(string.format("step '%s' %s (attempt %d of %d); retrying in %gs",
-                               n.name, reason, attempt, n.retries + 1, delay))
+    local tail = getmetatable(err) == StepFailure and err.stderr_tail or ""
+    core.ui_warn(string.format("step '%s' %s (attempt %d of %d); retrying in %gs%s",
+                               n.name, reason, attempt, n.retries + 1, delay, tail))
     proc.sleep(delay)
     if core.interrupted() > 0 then break end
   end
+  printing[coroutine.running()] = nil
+  if rec.print_log then rec.print_log:close(); rec.print_log = nil end
   rec.finished = core.time()
   local ev = { event = "step_end", step = n.name, time = rec.finished, attempts = rec.attempts,
                elapsed = rec.finished - rec.started, run = self.run_id }
@@ -1142,6 +1193,7 @@ local function new_run(plan, opts, run_id, st)
   local run_dir = ".flow/runs/" .. run_id
   local self = setmetatable({
     nodes = plan.nodes, settings = plan.settings, params = plan.settings.params, verbose = opts.verbose, records = {},
+    cfg = plan.settings.cfg,
     dists = plan.dists, mode = plan.mode, index = {}, cat = plan.cat, state = st, pending = {},
     held = {}, flushed_at = 0,
     memo = { code = {}, refs = {},    -- by command text: its code and files; its ${params.} keys
@@ -1188,6 +1240,19 @@ function Run:result(code, states, elapsed, env)
   return result
 end
 
+-- A run in which every step was up to date made no logs of its own: say
+-- where what the steps made, and what they said, is.
+local function nothing_ran(states)
+  local up_to_date = 0
+  for _, st in ipairs(states) do
+    if st == "up to date" then up_to_date = up_to_date + 1
+    elseif st ~= "skipped" then return end
+  end
+  if up_to_date == 0 then return end
+  core.ui_info("nothing ran: every step is up to date; their outputs are where earlier runs left them "
+               .. "('flow catalog list'), their logs in those runs ('flow logs STEP')")
+end
+
 -- flow.run(p, opts) -> result {status =, code =, outputs =, steps =, run_id =}
 -- Graph errors raise {graph_error = message}; step failures are in the result.
 function M.run(p, opts, level)
@@ -1217,6 +1282,7 @@ function M.run(p, opts, level)
   M.runs_started, M.last_code = M.runs_started + 1, code
   local result = self:result(code, states, elapsed, plan.settings.env)
   self:write_summary(result, plan.started, states)
+  if code == 0 then nothing_ran(states) end
   return result
 end
 

@@ -244,6 +244,31 @@ L
     not_contains "$ERR" "s3cr3t-VALUE-123"
 }
 
+test_secret_redacted_in_verbose_output_and_logs() {
+    project
+    # The secret in one write, split across two writes, on stderr, in the
+    # command line flow logs itself, and in a Lua step's print.
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo login bob:s3cr3t-VALUE-123; printf 'split s3cr3t-VA'; sleep 0.3; "
+                  .. "printf 'LUE-123 end\\n'; echo err=s3cr3t-VALUE-123 >&2", name = "leaky" },
+  node{ func = function() print("lua says s3cr3t-VALUE-123") return 1 end, outputs = "x", name = "talker" },
+}
+L
+    run_flow 0 run -v
+    not_contains "$ERR$OUT" "s3cr3t-VALUE-123" "terminal output"
+    contains "$ERR" "[leaky] login bob:***"
+    contains "$ERR" "[leaky] split *** end"
+    contains "$ERR" "[leaky] err=***"
+    contains "$OUT" "lua says ***"
+    logs=$(cat .flow/runs/latest/logs/*.log)
+    not_contains "$logs" "s3cr3t-VALUE-123" "step logs"
+    contains "$logs" "login bob:***"
+    contains "$logs" "split *** end"
+    contains "$logs" "lua says ***"
+    contains "$logs" '$ echo login bob:***;'
+}
+
 test_conf_dir_option() {
     project
     mv conf settings

@@ -1,9 +1,10 @@
-# t_signals.sh — Ctrl-C / SIGTERM stop the run, leave no process behind, exit 130.
+# t_signals.sh — Ctrl-C / SIGTERM stop the run, leave no process behind, exit 130;
+# a closed terminal (SIGHUP) exits 129 the same way; a killed flow takes its steps along.
 
 # Start flow in the background, wait until the marker file shows the step
 # started, send SIG, and check the exit status and that no child survives.
 interrupt_run() {
-    local sig=$1
+    local sig=$1 want=${2:-130}
     write pipeline.lua <<'L'
 return pipeline{
   node{ command = "echo $$ > started; exec sleep 300", name = "long_a" },
@@ -16,7 +17,7 @@ L
     [ -s started ] || { echo "the step never started"; cat stderr.txt; return 1; }
     kill -"$sig" "$pid"
     set +e; wait "$pid"; STATUS=$?; set -e
-    equals "$STATUS" 130 "exit status after SIG$sig"
+    equals "$STATUS" "$want" "exit status after SIG$sig"
     for p in $(cat started) $(cat child); do
         sleep 0.1
         # A zombie is dead (this machine's PID 1 may not reap orphans).
@@ -35,6 +36,56 @@ L
 
 test_sigint_stops_everything() { interrupt_run INT; }
 test_sigterm_stops_everything() { interrupt_run TERM; }
+test_sighup_stops_everything() { interrupt_run HUP 129; }
+
+# all_gone PID... — each process is gone (or a zombie) within 30 s.
+all_gone() {
+    for p in "$@"; do
+        for _ in $(seq 300); do
+            state=$(ps -o stat= -p "$p" 2>/dev/null || true)
+            [ -z "$state" ] || [[ "$state" == Z* ]] && break
+            sleep 0.1
+        done
+        state=$(ps -o stat= -p "$p" 2>/dev/null || true)
+        if [ -n "$state" ] && [[ "$state" != Z* ]]; then
+            echo "process $p outlived flow ($state)"
+            kill -9 "$@" 2>/dev/null           # leave nothing behind for the next test
+            return 1
+        fi
+    done
+}
+
+test_kill_9_takes_the_steps_along() {
+    # flow cannot clean up after SIGKILL: its steps' processes must notice on their own.
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo $$ > started; exec sleep 1000", name = "direct" },
+  node{ command = "sleep 1000 & echo $! > child; wait", name = "grandchild" },
+}
+L
+    "$FLOW" run -j 2 >stdout.txt 2>stderr.txt &
+    local pid=$!
+    for _ in $(seq 200); do [ -s started ] && [ -s child ] && break; sleep 0.05; done
+    [ -s started ] && [ -s child ] || { echo "the steps never started"; cat stderr.txt; return 1; }
+    sleep 1          # running, not just starting (see engine/reaper.h: a kill in between)
+    kill -9 "$pid"
+    set +e; wait "$pid"; set -e
+    all_gone "$(cat started)" "$(cat child)"
+}
+
+test_sighup_ignored_under_nohup() {
+    # nohup (SIGHUP ignored before flow starts) keeps its meaning: the run goes on.
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "touch started; sleep 1; touch finished", name = "s" } }
+L
+    ( trap '' HUP; exec "$FLOW" run >stdout.txt 2>stderr.txt ) &
+    local pid=$!
+    for _ in $(seq 200); do [ -e started ] && break; sleep 0.05; done
+    kill -HUP "$pid"
+    set +e; wait "$pid"; STATUS=$?; set -e
+    equals "$STATUS" 0 "exit status of a run under nohup after SIGHUP"
+    [ -e finished ] || { echo "the step did not finish"; return 1; }
+}
 
 # Start flow on pipeline.lua, wait for the file "started", send SIGINT; 130 expected.
 interrupt_when_started() {

@@ -3,6 +3,7 @@
  * inside it, so origins read like the user sees them ("conf/base/parameters.yml:3"). */
 #include "check.h"
 #include "config.h"
+#include "util.h"
 
 #include <ftw.h>
 #include <limits.h>
@@ -1085,6 +1086,49 @@ static void test_hostile_input(void)
     CHECK(config_resolve(NULL, NULL, 0) == -1);
 }
 
+/* A step's output reaches the redactor in pieces cut anywhere (pipe reads): the
+ * result must be the same as redacting the whole text, whatever the cuts. */
+static char *redact_in_pieces(const struct config *cfg, const char *text, size_t piece)
+{
+    struct strbuf out = STRBUF_INIT, carry = STRBUF_INIT;
+    size_t len = strlen(text);
+    for (size_t at = 0; at < len; at += piece) {
+        size_t n = len - at < piece ? len - at : piece;
+        sb_add(&carry, text + at, n);
+        size_t used = config_redact_span(cfg, carry.buf, carry.len, false, &out);
+        CHECK(carry.len - used < strlen("hunter2secret"));      /* held back: less than a secret */
+        memmove(carry.buf, carry.buf + used, carry.len - used);
+        carry.len -= used;
+    }
+    CHECK(config_redact_span(cfg, carry.buf ? carry.buf : "", carry.len, true, &out) == carry.len);
+    sb_release(&carry);
+    return sb_detach(&out);
+}
+
+static void test_streaming_redaction(void)
+{
+    project_new();
+    put("conf/local/credentials.yml", "db:\n  password: hunter2secret\n  short: hunt\n");
+    struct config *cfg = load_ok("local");
+    CHECK(cfg != NULL);
+    const char *text = "login bob:hunter2secret, hunt, hunter2sec at the end: hunter2secr";
+    char *whole = config_redact(cfg, text);
+    CHECK_STR(whole, "login bob:***, ***, ***er2sec at the end: ***er2secr");
+    for (size_t piece = 1; piece <= strlen(text); piece++) {
+        char *r = redact_in_pieces(cfg, text, piece);
+        CHECK_STR(r, whole);
+        free(r);
+    }
+    /* without secrets nothing is held back */
+    struct strbuf out = STRBUF_INIT;
+    CHECK(config_redact_span(NULL, "hunter2", 7, false, &out) == 7);
+    CHECK_STR(out.buf, "hunter2");
+    sb_release(&out);
+    free(whole);
+    config_free(cfg);
+    project_done();
+}
+
 int main(void)
 {
     if (!getcwd(home, sizeof home))
@@ -1114,6 +1158,7 @@ int main(void)
     RUN(test_dotted_keys_and_closest);
     RUN(test_dump_round_trip);
     RUN(test_credentials_redaction);
+    RUN(test_streaming_redaction);
     RUN(test_hostile_input);
     return CHECK_DONE("config");
 }

@@ -1,0 +1,130 @@
+/* reaper.c — see reaper.h.  The first half runs in flow, the second
+ * (reaper_main) in the reaper process. */
+#include "reaper.h"
+#include "ui.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define REAPER_FD 3
+#define GRACE_S 5
+
+static const char *reaper_exe;
+static int sock = -1;
+static pid_t reaper_pid;
+static bool failed;
+
+void reaper_init(const char *exe) { reaper_exe = exe; }
+
+bool reaper_start(void)
+{
+    if (sock >= 0) return true;
+    if (!reaper_exe || failed) return false;
+    /* SEQPACKET: each message arrives whole or not at all, even when one is dropped. */
+    int sv[2];
+    int rc = socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0 ? 0 : errno;
+    if (rc == 0) {
+        posix_spawn_file_actions_t fa;
+        posix_spawnattr_t attr;
+        sigset_t none;
+        sigemptyset(&none);
+        char *argv[] = { "flow", REAPER_ARG, NULL };
+        if ((rc = posix_spawn_file_actions_init(&fa)) == 0) {
+            if ((rc = posix_spawnattr_init(&attr)) == 0) {
+                if (!(rc = posix_spawn_file_actions_adddup2(&fa, sv[1], REAPER_FD)) &&
+                    !(rc = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0)) &&
+                    /* not flow's stdout or stderr: a pipe reader must see their end when flow ends */
+                    !(rc = posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0)) &&
+                    !(rc = posix_spawn_file_actions_adddup2(&fa, 1, 2)) &&
+                    !(rc = posix_spawnattr_setsigmask(&attr, &none)) &&
+                    /* its own group: a kill of flow's group (or Ctrl-C) must leave it standing */
+                    !(rc = posix_spawnattr_setpgroup(&attr, 0)) &&
+                    !(rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP)))
+                    rc = posix_spawn(&reaper_pid, reaper_exe, &fa, &attr, argv, environ);
+                posix_spawnattr_destroy(&attr);
+            }
+            posix_spawn_file_actions_destroy(&fa);
+        }
+        close(sv[1]);
+        if (rc == 0) sock = sv[0];
+        else close(sv[0]);
+    }
+    if (rc != 0) {
+        failed = true;
+        ui_warn("cannot start the process that stops steps if flow is killed (%s); "
+                "if flow is killed, its steps keep running", strerror(rc));
+        return false;
+    }
+    return true;
+}
+
+static void tell(int32_t v)
+{
+    if (sock < 0) return;
+    /* Never block or stop a run for this: a reaper that is gone or stuck
+     * costs this one safeguard, nothing else. */
+    (void)send(sock, &v, sizeof v, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void reaper_stop(void)
+{
+    if (sock < 0) return;
+    close(sock);
+    sock = -1;
+    waitpid(reaper_pid, NULL, 0);      /* no zombie left where PID 1 does not reap */
+}
+
+void reaper_watch(pid_t pgid) { if (pgid > 0) tell((int32_t)pgid); }
+void reaper_forget(pid_t pgid) { if (pgid > 0) tell(-(int32_t)pgid); }
+
+/* ---- the reaper process --------------------------------------------------- */
+
+static bool any_alive(const pid_t *groups, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (kill(-groups[i], 0) == 0) return true;
+    return false;
+}
+
+int reaper_main(void)
+{
+    /* It lives exactly as long as flow: the signals that stop a run are for flow. */
+    static const int ignored[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU };
+    for (size_t i = 0; i < sizeof ignored / sizeof *ignored; i++) signal(ignored[i], SIG_IGN);
+    pid_t *groups = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        int32_t v;
+        ssize_t r = recv(REAPER_FD, &v, sizeof v, 0);
+        if (r < 0 && errno == EINTR) continue;
+        if (r != (ssize_t)sizeof v) break;           /* 0: flow is gone */
+        if (v > 0) {
+            ARRAY_GROW(groups, n, cap);
+            groups[n++] = v;
+        } else {
+            for (size_t i = 0; i < n; i++)
+                if (groups[i] == -v) { groups[i] = groups[--n]; break; }
+        }
+    }
+    if (n) {
+        /* flow died with these running: what it would have done on Ctrl-C. */
+        for (size_t i = 0; i < n; i++) kill(-groups[i], SIGTERM);
+        struct timespec tick = { 0, 100 * 1000 * 1000 };
+        for (int t = 0; t < GRACE_S * 10 && any_alive(groups, n); t++) nanosleep(&tick, NULL);
+        for (size_t i = 0; i < n; i++) kill(-groups[i], SIGKILL);
+    }
+    free(groups);
+    return 0;
+}

@@ -1,0 +1,102 @@
+# t_logs.sh — what a step says: -v shows whole lines, a Lua step's print is in
+# its log too, retries keep every attempt, `flow logs STEP` finds the newest log.
+
+test_verbose_shows_whole_lines_of_parallel_steps() {
+    # Each line is written in two pieces with a pause between: -v must not
+    # cut it where a pipe read ended, nor mix in the other step's pieces.
+    write pipeline.lua <<'L'
+local function slow(tag)
+  return string.format("for i in 1 2 3; do printf '%s-'; sleep 0.1; printf 'line-%%s\\n' $i; done; printf '%s-tail'", tag, tag)
+end
+return pipeline{
+  node{ command = slow("aaa"), name = "a" },
+  node{ command = slow("bbb"), name = "b" },
+}
+L
+    run_flow 0 run -v -j 2
+    for t in a b; do
+        tag=$([ $t = a ] && echo aaa || echo bbb)
+        lines=$(grep "^\[$t\] " stderr.txt)
+        equals "$lines" "[$t] $tag-line-1
+[$t] $tag-line-2
+[$t] $tag-line-3
+[$t] $tag-tail" "what -v showed of step $t"
+    done
+}
+
+test_lua_print_goes_to_the_step_log() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() print("hello", "from-lua") return 1 end, outputs = "x", name = "talker" } }
+L
+    run_flow 0 run
+    equals "$OUT" $'hello\tfrom-lua' "stdout without -v"
+    contains "$(cat .flow/runs/latest/logs/talker.log)" $'hello\tfrom-lua'
+    run_flow 0 run -v --force
+    contains "$OUT" $'[talker] hello\tfrom-lua' "stdout with -v"
+    contains "$(cat .flow/runs/latest/logs/talker.log)" $'hello\tfrom-lua'
+    run_flow 0 run -q --force
+    equals "$OUT" "" "stdout with -q"
+    contains "$(cat .flow/runs/latest/logs/talker.log)" $'hello\tfrom-lua'
+}
+
+test_retries_keep_every_attempt_in_the_log() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "echo x >> tries; n=$(wc -l < tries); echo out-$n; echo boom-$n >&2; [ $n -ge 3 ]",
+                       name = "flaky", retries = 2 } }
+L
+    run_flow 0 run
+    log=$(cat .flow/runs/latest/logs/flaky.log)
+    for n in 1 2 3; do
+        contains "$log" "attempt $n of 3"
+        contains "$log" "out-$n"
+        contains "$log" "boom-$n"
+    done
+    # the warning before a retry shows what the attempt said on stderr
+    contains "$ERR" "boom-1"
+    contains "$ERR" "boom-2"
+}
+
+test_flow_logs_finds_the_newest_log_of_a_step() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo made-by-$(cat ver)", name = "make" },
+  node{ func = function() print("lua-step-said") return 1 end, outputs = "x", name = "lua" },
+}
+L
+    echo one > ver
+    run_flow 0 run
+    first=$(readlink .flow/runs/latest)
+    sleep 1.1                                   # a later run id
+    run_flow 0 run                              # nothing runs again
+    [ -z "$(ls .flow/runs/latest/logs)" ] || { echo "a no-op run wrote logs"; return 1; }
+    contains "$ERR" "flow logs"
+    run_flow 0 logs make
+    contains "$OUT" "made-by-one"
+    run_flow 0 logs lua
+    contains "$OUT" "lua-step-said"
+    run_flow 0 logs make --path
+    equals "$OUT" ".flow/runs/$first/logs/make.log" "flow logs --path"
+    run_flow 0 logs
+    contains "$OUT" "make"
+    contains "$OUT" ".flow/runs/$first/logs/make.log"
+    # a newer run of the step wins
+    echo two > ver
+    sleep 1.1
+    run_flow 0 run --force --nodes make
+    run_flow 0 logs make
+    contains "$OUT" "made-by-two"
+    not_contains "$OUT" "made-by-one"
+    run_flow 2 logs nosuch
+    contains "$ERR" "no log of step 'nosuch'"
+}
+
+test_flow_logs_from_another_directory() {
+    write proj/pipeline.lua <<'L'
+return pipeline{ node{ command = "echo in-proj", name = "s" } }
+L
+    run_flow 0 run proj
+    run_flow 0 logs s proj
+    contains "$OUT" "in-proj"
+    run_flow 2 logs s nowhere
+    contains "$ERR" "no such directory: nowhere"
+}
