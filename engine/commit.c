@@ -39,12 +39,15 @@ char *path_base(const char *path)
 static int fsync_path(const char *path, int flags, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | flags);
-    if (fd < 0 || fsync(fd) != 0) {
-        errf(err, errlen, "cannot sync %s: %s", path, strerror(errno));
-        if (fd >= 0) close(fd);
+    int e = fd < 0 ? errno : 0;
+    if (fd >= 0) {
+        if (fsync(fd) != 0) e = errno;
+        if (close(fd) != 0 && !e) e = errno;
+    }
+    if (e) {
+        errf(err, errlen, "cannot sync %s: %s%s", path, strerror(e), errno_hint(e));
         return -1;
     }
-    close(fd);
     return 0;
 }
 

@@ -233,10 +233,17 @@ int cfg_add_secret(struct config *cfg, const char *s)
     return 0;
 }
 
+bool config_has_secrets(const struct config *cfg)
+{
+    return cfg && cfg->nsecrets > 0;
+}
+
 char *config_redact(const struct config *cfg, const char *text)
 {
     if (!text)
         return NULL;
+    if (!config_has_secrets(cfg))
+        return strdup(text);
     struct cfg_buf b = {0};
     cfg_buf_add(&b, "", 0);
     for (const char *p = text; *p;) {

@@ -27,6 +27,7 @@
 #ifndef FLOW_CONFIG_H
 #define FLOW_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <cjson/cJSON.h>
 
@@ -87,6 +88,8 @@ char *config_dump_yaml(const struct config *cfg, const char *section, const char
  * 4 characters in the credentials section, and the values of environment variables
  * interpolated into it. */
 char *config_redact(const struct config *cfg, const char *text);
+/* Whether there is any secret to redact (else config_redact only copies). */
+bool config_has_secrets(const struct config *cfg);
 
 /* The existing dotted key closest to `dotted` (edit distance), for "did you mean"; NULL
  * when nothing is reasonably close. */

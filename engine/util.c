@@ -126,6 +126,19 @@ void errf(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
+const char *errno_hint(int e)
+{
+    switch (e) {
+    case ENOSPC: case EDQUOT: return "; free some disk space and run again";
+    case EROFS: return "; flow writes its state to .flow/ beside the pipeline and its outputs "
+                       "where the catalog says: run it where it can write";
+    case EACCES: case EPERM: return "; flow needs permission to write there";
+    case EIO: return "; the disk reported an I/O error: check it before running again";
+    case EMFILE: case ENFILE: return "; too many open files: raise the limit (ulimit -n)";
+    default: return "";
+    }
+}
+
 int mkdir_p(const char *path, mode_t mode)
 {
     char *p = xstrdup(path);
@@ -152,33 +165,6 @@ int write_all(int fd, const void *buf, size_t len)
         data += n;
         len -= (size_t)n;
     }
-    return 0;
-}
-
-int write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen)
-{
-    char *tmp = xasprintf("%s.tmp-%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        errf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
-        errf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        return -1;
-    }
-    close(fd);
-    if (rename(tmp, path) != 0) {
-        errf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
-        free(tmp);
-        return -1;
-    }
-    free(tmp);
     return 0;
 }
 
@@ -257,7 +243,7 @@ char **dir_list(const char *dir, size_t *count)
     int e_read = errno;
     closedir(d);
     if (e_read) { dir_list_free(names, n); errno = e_read; return NULL; }
-    qsort(names, n, sizeof *names, compare_names);
+    if (n > 1) qsort(names, n, sizeof *names, compare_names);    /* never qsort(NULL, 0): UB */
     *count = n;
     return names ? names : xcalloc(1, sizeof *names);
 }

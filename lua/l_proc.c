@@ -43,7 +43,7 @@ static void spawn_exited(struct proc *p, void *arg)
     }
 }
 
-/* Pushes {code=, signal=, timed_out=, stderr=} for an exited process. */
+/* Pushes {code=, signal=, timed_out=, stderr=, log_error=} for an exited process. */
 static void push_exit(lua_State *L, const struct proc *p)
 {
     lua_createtable(L, 0, 5);
@@ -55,6 +55,10 @@ static void push_exit(lua_State *L, const struct proc *p)
     lua_setfield(L, -2, "timed_out");
     lua_pushstring(L, proc_stderr_tail(p));
     lua_setfield(L, -2, "stderr");
+    if (proc_log_errno(p)) {
+        lua_pushfstring(L, "%s%s", strerror(proc_log_errno(p)), errno_hint(proc_log_errno(p)));
+        lua_setfield(L, -2, "log_error");
+    }
 }
 
 /* Pushes the exit table plus stdout= and frees the waiter. */
