@@ -14,7 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define DIR_FLAGS (O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+/* O_PATH: a directory on the way need not be readable, only searchable. */
+#define DIR_FLAGS (O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
 
 /* Why `name` (in the directory dfd; `shown` is its path from the start) could
  * not be used, after a failure with errno e.  A link or a file in the way is
@@ -134,6 +135,7 @@ static int open_parent(const char *path, const char *verb, char **base, char **s
     if (!name) {
         errf(err, errlen, "cannot %s %s: not a file name", verb, path);
         walk_end(&w);
+        errno = EINVAL;
         return -1;
     }
     int fd = w.dfd;
@@ -150,14 +152,16 @@ int nofollow_open(const char *path, int flags, mode_t mode, char *err, size_t er
     int dfd = open_parent(path, "open", &base, &shown, err, errlen);
     if (dfd < 0) return -1;
     int fd = openat(dfd, base, flags | O_NOFOLLOW | O_CLOEXEC, mode);
+    int e = errno;
     if (fd < 0) {
         char why[768];
-        explain(dfd, base, shown, errno, why, sizeof why);
+        explain(dfd, base, shown, e, why, sizeof why);
         errf(err, errlen, "cannot open %s: %s", path, why);
     }
     close(dfd);
     free(base);
     free(shown);
+    errno = e;                                    /* EEXIST, for an O_EXCL caller */
     return fd;
 }
 
@@ -189,8 +193,10 @@ int nofollow_write_atomic(const char *path, const void *data, size_t len, char *
     }
     if (!e && renameat(dfd, tmp, dfd, base) != 0) e = errno;
     else if (!e) {
-        renamed = true;
-        if (fsync(dfd) != 0) e = errno;           /* the new name, durable */
+        renamed = true;                           /* now make the new name durable */
+        int sfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (sfd < 0 || fsync(sfd) != 0) e = errno;
+        if (sfd >= 0) close(sfd);
     }
     if (e && !renamed) unlinkat(dfd, tmp, 0);
     if (e == EISDIR || e == ENOTEMPTY || e == EEXIST) {

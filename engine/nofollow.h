@@ -15,7 +15,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* open(path, flags, mode) with O_NOFOLLOW and O_CLOEXEC on every component. */
+/* open(path, flags, mode) with O_NOFOLLOW and O_CLOEXEC on every component;
+ * on failure errno is the failing call's (EEXIST for O_EXCL on an existing file). */
 int nofollow_open(const char *path, int flags, mode_t mode, char *err, size_t errlen);
 
 /* mkdir -p where every existing component must be a directory, not a link. */

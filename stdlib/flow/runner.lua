@@ -1090,12 +1090,19 @@ function M.run(p, opts, level)
     local ok, err = pcall(f, ...)
     if not ok then problem(err) end
   end
+  -- What only saves work later is worth a warning, not a failed run.
+  local function tidy(f, arg, consequence)
+    local ok, err = pcall(f, arg)
+    if ok then return end
+    if not util.is_fs_error(err) then error(err, 0) end
+    core.ui_warn(err.fs_error .. " (" .. consequence .. ")")
+  end
   local logged, lerr = self:log({ event = "run_end", time = core.time(), code = code }, true)
   if not logged then problem(lerr) end
   record(self.journal.close, self.journal)
   record(state_mod.save, self.state, run_id)
-  record(self.hc.save, self.hc)
-  record(core.remove_tree, self.tmp_dir)
+  tidy(self.hc.save, self.hc, "the next run hashes those files again")
+  tidy(core.remove_tree, self.tmp_dir, "flow clean removes it later")
   local result = self:result(code, states, elapsed, plan.settings.env)
   record(self.write_summary, self, result, plan.started, states)
   if #problems > 0 then

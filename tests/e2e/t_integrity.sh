@@ -334,6 +334,10 @@ test_failed_state_write_is_reported() {
     rm -f ran.log
     run_flow 0 run                  # the journal has what ran
     contains "$ERR" "3 up to date"
+    # The hash cache only saves work: a warning.
+    with_faults fsync "*/cache/hashes.tmp-*" -- 0 run --force
+    contains "$ERR" "warning: cannot write .flow/cache/hashes: No space left on device"
+    contains "$ERR" "(the next run hashes those files again)"
 }
 
 test_failed_value_cache_write_fails_the_step() {
