@@ -236,13 +236,19 @@ test_full_disk_on_the_journal() {
     contains "$ERR" "journal.jsonl: No space left on device; free some disk space and run again"
     clean_failure
     [ ! -e ran.log ] || { echo "steps ran: $(ran)"; return 1; }
-    # Later: the step whose end cannot be recorded fails; what was recorded stands.
+    # Later (which batch of lines that is depends on timing): the step whose
+    # start or end cannot be recorded fails; the next run redoes what was not
+    # recorded, and then everything is.
     with_faults write "*/journal.jsonl" ENOSPC 1 -- 1 run
-    contains "$ERR" "step 'c' ran, but its end cannot be recorded: cannot append to"
+    contains "$ERR" "cannot append to .flow/runs/"
+    [[ "$ERR" == *"ran, but its end cannot be recorded"* || "$ERR" == *"did not start"* ]] \
+        || { echo "no step failed for the journal: $ERR"; return 1; }
     clean_failure
-    equals "$(ran)" "a b c " "steps run"
+    rm -f ran.log
     run_flow 0 run
-    equals "$(ran)" "c " "steps run after the disk has room again"
+    [ -s ran.log ] || { echo "nothing ran again"; return 1; }
+    run_flow 0 run
+    contains "$ERR" "3 up to date"
     # A failed sync of the journal is reported too.
     with_faults fsync "*/journal.jsonl" EIO -- 1 run --force
     contains "$ERR" "journal.jsonl: Input/output error"
