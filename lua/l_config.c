@@ -137,13 +137,15 @@ static int l_redact_active(lua_State *L)
     return push_owned(L, safe);
 }
 
-/* Keys whose values are content hashes, never masked: a short credential of
+/* Keys whose values are never masked: content hashes (a short credential of
  * hex digits could match inside one, and a damaged hash would make a step
- * look changed for ever.  (Numbers are never masked either: a credential
- * "2026" must not break a time.) */
-static bool is_hash_key(const char *key)
+ * look changed for ever) and a cached value's serialised text (a value that
+ * holds a credential is never cached; masking "return 2026" would only break
+ * it).  Numbers are never masked either: a credential "2026" must not break a
+ * time. */
+static bool unmasked_key(const char *key)
 {
-    static const char *const keys[] = { "fp", "fingerprint", "hash", "parts", "params_hash", NULL };
+    static const char *const keys[] = { "fp", "fingerprint", "hash", "parts", "params_hash", "value", NULL };
     for (const char *const *k = keys; *k; k++)
         if (strcmp(key, *k) == 0) return true;
     return false;
@@ -163,7 +165,7 @@ static void mask_tree(const struct config *cfg, cJSON *node)
                 c->string = key;
             }
         }
-        if (c->string && is_hash_key(c->string)) continue;
+        if (c->string && unmasked_key(c->string)) continue;
         if (cJSON_IsString(c) && c->valuestring) {
             char *safe = config_redact(cfg, c->valuestring);
             if (!safe) abort();

@@ -190,6 +190,16 @@ json.load(open(".flow/runs/latest/run.json"))
     run_flow 1 run
     sed -i 's/error("b broke")/x + 1/' pipeline.lua
     run_flow 0 run --resume
+    # A cached value that is that number is restored as it was.
+    write pipeline.lua <<L
+return pipeline{
+  node{ name = "n", outputs = "n", func = function() return $num end },
+  node{ name = "m", inputs = "n", outputs = "m", func = function(n) print("got " .. n) return n end },
+}
+L
+    run_flow 0 run
+    run_flow 0 run --nodes m --force
+    contains "$OUT" "got $num"
 }
 
 # ---- the environment ----------------------------------------------------------
