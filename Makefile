@@ -30,6 +30,8 @@ STDLIB     := $(shell find stdlib -name '*.lua' | sort)
 LIB_OBJ    := $(patsubst %.c,$(BUILD)/%.o,$(ENGINE_SRC) $(LUA_SRC)) $(BUILD)/stdlib_embed.o
 UNIT_SRC   := $(wildcard tests/unit/test_*.c)
 UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
+# The e2e tests' fault injection (LD_PRELOAD): failing writes, syncs, renames.
+FAULTSHIM  := $(BUILD)/tests/libfaultshim.so
 
 .PHONY: all deps test-deps demo check test unit e2e bench clean asan
 all: flow
@@ -78,12 +80,18 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libflow.a tests/unit/check.h
 	@echo "  TEST  $@"
 	$(Q)$(CC) $(ALL_CFLAGS) -iquote tests/unit -o $@ $< $(BUILD)/libflow.a $(LDFLAGS) $(PKG_LIBS) -lm
 
+# Plain flags, not the build's: it is preloaded into the ASan binary too.
+$(FAULTSHIM): tests/e2e/faultshim.c
+	@mkdir -p $(dir $@)
+	@echo "  SHIM  $@"
+	$(Q)$(CC) -std=c11 -O2 -Wall -Wextra -U_FORTIFY_SOURCE -shared -fPIC -o $@ $< -ldl
+
 demo: deps
 	@$(MAKE) --no-print-directory flow
 	@cd examples/hello && ../../flow run
 
 check: test-deps
-	@$(MAKE) --no-print-directory $(BUILD)/flow $(UNIT_BIN)
+	@$(MAKE) --no-print-directory $(BUILD)/flow $(UNIT_BIN) $(FAULTSHIM)
 	@tests/run.sh $(BUILD)
 
 asan:

@@ -39,12 +39,15 @@ char *path_base(const char *path)
 static int fsync_path(const char *path, int flags, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | flags);
-    if (fd < 0 || fsync(fd) != 0) {
-        errf(err, errlen, "cannot sync %s: %s", path, strerror(errno));
-        if (fd >= 0) close(fd);
+    int e = fd < 0 ? errno : 0;
+    if (fd >= 0) {
+        if (fsync(fd) != 0) e = errno;
+        if (close(fd) != 0 && !e) e = errno;
+    }
+    if (e) {
+        errf(err, errlen, "cannot sync %s: %s%s", path, strerror(e), errno_hint(e));
         return -1;
     }
-    close(fd);
     return 0;
 }
 
@@ -53,37 +56,6 @@ int fsync_dir(const char *path, char *err, size_t errlen)
     return fsync_path(path, O_DIRECTORY, err, errlen);
 }
 
-
-int write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen)
-{
-    char *tmp = xasprintf("%s.tmp-%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        errf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-        free(tmp);
-        return -1;
-    }
-    bool ok = write_all(fd, data, len) == 0 && fsync(fd) == 0;
-    int e = errno;
-    if (close(fd) != 0 && ok) {        /* a network file system may report only here */
-        ok = false;
-        e = errno;
-    }
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok) errf(err, errlen, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-        else errf(err, errlen, "cannot write %s: %s", tmp, strerror(e));
-        unlink(tmp);
-        free(tmp);
-        return -1;
-    }
-    free(tmp);
-    /* The rename is durable only once the directory is: the journal's records
-     * point at these files, and must not outlive them after a crash. */
-    char *parent = path_parent(path);
-    int rc = fsync_dir(parent, err, errlen);
-    free(parent);
-    return rc;
-}
 
 /* Calls fn(path) for each entry of the directory at path->buf, with path->buf
  * extended to the entry's path; stops at the first failure. */

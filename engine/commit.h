@@ -17,11 +17,6 @@ int fsync_dir(const char *path, char *err, size_t errlen);
  * symlinks are not followed. */
 int fsync_tree(const char *path, char *err, size_t errlen);
 
-/* Writes `data` to a temporary file beside `path`, syncs it, renames it into
- * place and syncs the directory: after a crash `path` holds the old or the new
- * data, and once this returns, the new. */
-int write_file_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
-
 /* Moves `staging` (a file or a directory tree) to `final` durably: syncs
  * staging's contents, renames it over final (an existing directory or an
  * entry of another type is replaced too), syncs final's parent.  Across file

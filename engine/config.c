@@ -97,6 +97,11 @@ void cfg_add_secret(struct config *cfg, const char *s)
 
 void config_add_secret(struct config *cfg, const char *text) { cfg_add_secret(cfg, text); }
 
+bool config_has_secrets(const struct config *cfg)
+{
+    return cfg && cfg->nsecrets > 0;
+}
+
 /* Formats an error, then masks secrets before it leaves the module (a second line of
  * defence: messages are written never to quote values in the first place). */
 void cfg_errorf(const struct config *cfg, char *err, size_t errlen, const char *fmt, ...)

@@ -88,6 +88,8 @@ char *config_dump_yaml(const struct config *cfg, const char *section, const char
  * 4 characters in the credentials section, and the values of environment variables
  * interpolated into it.  Where secrets overlap, the longest one that matches wins. */
 char *config_redact(const struct config *cfg, const char *text);
+/* Whether there is any secret to redact (else config_redact only copies). */
+bool config_has_secrets(const struct config *cfg);
 
 /* Adds text to the secrets config_redact masks, unless shorter than 4 characters: for a
  * credential flow hands to a process in another form than a string (a numeric password). */

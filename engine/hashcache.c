@@ -16,6 +16,7 @@
  * which time the tick is over.  ctime is checked as well as mtime because
  * utimensat() can put an old mtime on new content, but not an old ctime. */
 #include "hashcache.h"
+#include "nofollow.h"
 #include "commit.h"
 #include "strmap.h"
 #include "util.h"
@@ -357,8 +358,7 @@ int hashcache_save(struct hashcache *hc, char *err, size_t errlen)
 {
     if (!hc->dirty) return 0;
     char *dir = path_parent(hc->file);
-    int rc = mkdir_p(dir, 0755);
-    if (rc != 0) errf(err, errlen, "cannot create directory %s: %s", dir, strerror(errno));
+    int rc = nofollow_mkdir_p(dir, 0755, err, errlen);     /* it lives under .flow/ */
     free(dir);
     if (rc != 0) return -1;
     struct strbuf sb = STRBUF_INIT;
@@ -369,7 +369,7 @@ int hashcache_save(struct hashcache *hc, char *err, size_t errlen)
         sb_addf(&sb, "%s %lld %lld %lld %llu %llu %lld %s\n", e->hex, e->st.size, e->st.mtime_ns,
                 e->st.ctime_ns, e->st.ino, e->st.dev, e->hashed_at_ns, e->path);
     }
-    rc = write_file_atomic(hc->file, sb.buf, sb.len, err, errlen);
+    rc = nofollow_write_atomic(hc->file, sb.buf, sb.len, err, errlen);
     sb_release(&sb);
     if (rc == 0) hc->dirty = false;
     return rc;

@@ -4,6 +4,7 @@
  * lines that arrive while the disk is busy share the next sync. */
 #include "journal.h"
 #include "commit.h"
+#include "nofollow.h"
 #include "util.h"
 #include "work.h"
 
@@ -13,6 +14,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct journal {
@@ -23,6 +25,7 @@ struct journal {
     pthread_cond_t wake;           /* to the syncer: lines to sync, or stop */
     pthread_cond_t moved;          /* from the syncer: `synced` went up */
     unsigned long long appended, synced;
+    off_t size;                    /* the file's length after the last whole line */
     int sync_errno;                /* the first failed fdatasync; sticky, as the page cache may have dropped the data */
     bool stopping;
 };
@@ -48,12 +51,13 @@ static void *sync_loop(void *arg)
 }
 
 /* O_EXCL first, to learn whether the file is new: a new file's name is only
- * durable once its directory is synced. */
-static int open_for_append(const char *path, bool *created)
+ * durable once its directory is synced.  The journal lives under .flow/, so
+ * no link on the way is followed. */
+static int open_for_append(const char *path, bool *created, char *err, size_t errlen)
 {
-    int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int fd = nofollow_open(path, O_WRONLY | O_APPEND | O_CREAT | O_EXCL, 0644, err, errlen);
     *created = fd >= 0;
-    if (fd < 0 && errno == EEXIST) fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0 && errno == EEXIST) fd = nofollow_open(path, O_WRONLY | O_APPEND, 0, err, errlen);
     return fd;
 }
 
@@ -62,11 +66,14 @@ struct journal *journal_open(const char *path, char *err, size_t errlen)
     char *parent = path_parent(path);
     bool created = false;
     int fd = -1;
-    if (mkdir_p(parent, 0755) != 0)
-        errf(err, errlen, "cannot create directory %s: %s", parent, strerror(errno));
-    else if ((fd = open_for_append(path, &created)) < 0)
+    struct stat st;
+    if (nofollow_mkdir_p(parent, 0755, err, errlen) == 0 &&
+        (fd = open_for_append(path, &created, err, errlen)) >= 0 && fstat(fd, &st) != 0) {
         errf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-    else if (created && fsync_dir(parent, err, errlen) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    if (fd >= 0 && created && fsync_dir(parent, err, errlen) != 0) {
         close(fd);
         fd = -1;
     }
@@ -76,6 +83,7 @@ struct journal *journal_open(const char *path, char *err, size_t errlen)
     struct journal *j = xcalloc(1, sizeof *j);
     j->path = xstrdup(path);
     j->fd = fd;
+    j->size = st.st_size;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->wake, NULL);
     pthread_cond_init(&j->moved, NULL);
@@ -95,7 +103,7 @@ struct journal *journal_open(const char *path, char *err, size_t errlen)
 
 static int sync_error(struct journal *j, int e, char *err, size_t errlen)
 {
-    errf(err, errlen, "cannot sync %s: %s", j->path, strerror(e));
+    errf(err, errlen, "cannot sync %s: %s%s", j->path, strerror(e), errno_hint(e));
     return -1;
 }
 
@@ -116,9 +124,17 @@ int journal_append(struct journal *j, const char *line, size_t len, char *err, s
     e = errno;
     if (buf != small) free(buf);
     if (rc != 0) {
-        errf(err, errlen, "cannot append to %s: %s", j->path, strerror(e));
+        /* Cut off what part of the lines got in, so a later append does not
+         * glue onto half a line; if even that fails, the journal takes no more. */
+        if (ftruncate(j->fd, j->size) != 0) {
+            pthread_mutex_lock(&j->mu);
+            if (!j->sync_errno) j->sync_errno = e;
+            pthread_mutex_unlock(&j->mu);
+        }
+        errf(err, errlen, "cannot append to %s: %s%s", j->path, strerror(e), errno_hint(e));
         return -1;
     }
+    j->size += (off_t)total;
     pthread_mutex_lock(&j->mu);
     j->appended++;
     pthread_cond_signal(&j->wake);

@@ -33,6 +33,7 @@ struct proc {
     struct loop *loop;
     pid_t pid;
     int pidfd, out_fd, err_fd, log_fd;
+    int log_errno;                 /* the first failed write to the log, or 0 */
     int status;                    /* from waitpid */
     bool exited, timed_out;
     unsigned long timer;           /* timeout, then the SIGKILL that follows it */
@@ -58,11 +59,14 @@ static void tail_add(struct proc *p, const char *buf, size_t n)
 
 static void write_log(struct proc *p, const char *buf, size_t n)
 {
-    if (p->log_fd < 0) return;
+    if (p->log_fd < 0 || p->log_errno) return;
     while (n > 0) {
         ssize_t w = write(p->log_fd, buf, n);
         if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return;              /* a full disk must not stop the step */
+        if (w < 0) {                    /* the process runs on; the step fails when it ends */
+            p->log_errno = errno;
+            return;
+        }
         buf += w;
         n -= (size_t)w;
     }
@@ -178,7 +182,10 @@ static void on_pidfd(void *arg, int fd, unsigned events)
     take_output(p, ERR, "", 0, true);
     close_pipe(p, &p->out_fd);
     close_pipe(p, &p->err_fd);
-    if (p->log_fd >= 0) { close(p->log_fd); p->log_fd = -1; }
+    if (p->log_fd >= 0) {
+        if (close(p->log_fd) != 0 && !p->log_errno) p->log_errno = errno;
+        p->log_fd = -1;
+    }
     p->on_exit(p, p->arg);
 }
 
@@ -288,9 +295,10 @@ struct proc *proc_spawn(struct loop *loop, const struct proc_spec *spec,
     p->echo = spec->echo;
     p->echo_prefix = spec->echo_prefix ? xstrdup(spec->echo_prefix) : NULL;
     if (spec->log_path) {
-        /* A log, not a result: no fsync, no rename — it is only read by people. */
-        p->log_fd = open(spec->log_path, O_WRONLY | O_CREAT | (spec->log_append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC,
-                         0644);
+        /* A log, not a result: no fsync, no rename — it is only read by people.
+         * It lives under .flow/, where flow follows no link. */
+        p->log_fd = open(spec->log_path, O_WRONLY | O_CREAT | (spec->log_append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC
+                                         | O_NOFOLLOW, 0644);
         if (p->log_fd < 0) {
             errf(err, errlen, "cannot open log %s: %s", spec->log_path, strerror(errno));
             proc_free(p);
@@ -361,6 +369,11 @@ int proc_exit_code(const struct proc *p)
 {
     if (WIFSIGNALED(p->status)) return 128 + WTERMSIG(p->status);
     return WEXITSTATUS(p->status);
+}
+
+int proc_log_errno(const struct proc *p)
+{
+    return p->log_errno;
 }
 
 int proc_term_signal(const struct proc *p)

@@ -40,6 +40,8 @@ void proc_free(struct proc *p);
 int proc_exit_code(const struct proc *p);
 int proc_term_signal(const struct proc *p);      /* 0 unless killed by a signal */
 bool proc_timed_out(const struct proc *p);
+/* The first write to the log that failed (errno), or 0: the log is incomplete. */
+int proc_log_errno(const struct proc *p);
 const char *proc_stderr_tail(const struct proc *p);  /* last lines of stderr */
 const char *proc_stdout(const struct proc *p, size_t *len);  /* with capture_stdout */
 

@@ -135,6 +135,19 @@ void errf(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
+const char *errno_hint(int e)
+{
+    switch (e) {
+    case ENOSPC: case EDQUOT: return "; free some disk space and run again";
+    case EROFS: return "; flow writes its state to .flow/ beside the pipeline and its outputs "
+                       "where the catalog says: run it where it can write";
+    case EACCES: case EPERM: return "; flow needs permission to write there";
+    case EIO: return "; the disk reported an I/O error: check it before running again";
+    case EMFILE: case ENFILE: return "; too many open files: raise the limit (ulimit -n)";
+    default: return "";
+    }
+}
+
 int mkdir_p(const char *path, mode_t mode)
 {
     char *p = xstrdup(path);
@@ -250,7 +263,7 @@ char **dir_list(const char *dir, size_t *count)
     int e_read = errno;
     closedir(d);
     if (e_read) { dir_list_free(names, n); errno = e_read; return NULL; }
-    qsort(names, n, sizeof *names, compare_names);
+    if (n > 1) qsort(names, n, sizeof *names, compare_names);    /* never qsort(NULL, 0): UB */
     *count = n;
     return names ? names : xcalloc(1, sizeof *names);
 }

@@ -37,6 +37,10 @@ void sb_release(struct strbuf *sb);
 /* Write errors the same way everywhere: into a caller's fixed buffer. */
 void errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* What to do about a failed file-system call, to end a message with
+ * ("; free some disk space and run again"), or "" when errno says it all. */
+const char *errno_hint(int e);
+
 int mkdir_p(const char *path, mode_t mode);
 /* Whole file into a NUL-terminated buffer; NULL with errno set on failure. */
 char *read_file(const char *path, size_t *len);

@@ -71,7 +71,11 @@ int flow_push_code(lua_State *L, int idx, int strings);
 struct luaL_Reg;
 /* Raise `msg` as it is: no "file:line:" of the C function in front. */
 int flow_raise(lua_State *L, const char *msg);
-/* Field `key` of the table at idx if it is a string (it stays alive in the table), or NULL. */
+/* Raise a failure of the file system or the disk (not of the script nor of
+ * flow): {fs_error = msg}, which prints as msg.  The stdlib reports it as a
+ * message, without a traceback (util.is_fs_error). */
+int flow_raise_fs(lua_State *L, const char *msg);
+/* Field `key` of the table at idx as a string (it stays alive in the table), or NULL. */
 const char *flow_field_string(lua_State *L, int idx, const char *key);
 /* A userdata metatable `name` with `methods` as __index and `gc` as __gc. */
 void flow_new_class(lua_State *L, const char *name, const struct luaL_Reg *methods, lua_CFunction gc);

@@ -82,7 +82,7 @@ static int l_hc_file(lua_State *L)
 static int l_hc_save(lua_State *L)
 {
     char err[1024];
-    if (hashcache_save(check_hashcache(L), err, sizeof err) != 0) return flow_raise(L, err);
+    if (hashcache_save(check_hashcache(L), err, sizeof err) != 0) return flow_raise_fs(L, err);
     return 0;
 }
 
@@ -152,7 +152,7 @@ static int l_journal(lua_State *L)
     *box = NULL;
     luaL_setmetatable(L, JOURNAL_CLASS);
     char err[1024];
-    if (!(*box = journal_open(path, err, sizeof err))) return flow_raise(L, err);
+    if (!(*box = journal_open(path, err, sizeof err))) return flow_raise_fs(L, err);
     return 1;
 }
 
@@ -163,7 +163,7 @@ static int l_journal_append(lua_State *L)
     size_t len;
     const char *line = luaL_checklstring(L, 2, &len);
     char err[1024];
-    if (journal_append(j, line, len, err, sizeof err) != 0) return flow_raise(L, err);
+    if (journal_append(j, line, len, err, sizeof err) != 0) return flow_raise_fs(L, err);
     return 0;
 }
 
@@ -171,7 +171,7 @@ static int l_journal_append(lua_State *L)
 static int l_journal_sync(lua_State *L)
 {
     char err[1024];
-    if (journal_sync(check_journal(L), err, sizeof err) != 0) return flow_raise(L, err);
+    if (journal_sync(check_journal(L), err, sizeof err) != 0) return flow_raise_fs(L, err);
     return 0;
 }
 
@@ -183,7 +183,7 @@ static int l_journal_close(lua_State *L)
     char err[1024];
     int rc = journal_close(*box, err, sizeof err);
     *box = NULL;
-    return rc != 0 ? flow_raise(L, err) : 0;
+    return rc != 0 ? flow_raise_fs(L, err) : 0;
 }
 
 /* A finalizer cannot report: the journal is closed all the same. */
@@ -267,7 +267,7 @@ static void commit_done(void *arg)
 
 static int commit_result(lua_State *L, struct commit_job *job)
 {
-    if (job->rc != 0) return flow_raise(L, job->err);
+    if (job->rc != 0) return flow_raise_fs(L, job->err);
     return 0;
 }
 

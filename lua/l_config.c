@@ -9,6 +9,7 @@
 
 #include <lauxlib.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define CONFIG_MT "flow.config"
 
@@ -119,6 +120,101 @@ static int l_add_secret(lua_State *L)
     return 0;
 }
 
+/* The active configuration (see activate), or NULL. */
+static struct config *active_config(lua_State *L)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, "flow.config.active");
+    struct config **c = luaL_testudata(L, -1, CONFIG_MT);
+    lua_pop(L, 1);                            /* the registry keeps it alive */
+    return c ? *c : NULL;
+}
+
+/* redact(text) -> text with the secrets of the active configuration (the one
+ * flow's messages are masked with) masked; as it is when none is active.
+ * What flow writes into its own files goes through it. */
+static int l_redact_active(lua_State *L)
+{
+    const char *text = luaL_checkstring(L, 1);
+    struct config *cfg = active_config(L);
+    char *safe = config_has_secrets(cfg) ? config_redact(cfg, text) : NULL;
+    if (!safe || strcmp(safe, text) == 0) {   /* nothing masked: the same string, not a copy */
+        free(safe);
+        lua_settop(L, 1);
+        return 1;
+    }
+    return push_owned(L, safe);
+}
+
+/* Keys whose values are never masked: content hashes (a short credential of
+ * hex digits could match inside one, and a damaged hash would make a step
+ * look changed for ever) and a cached value's serialised text (a value that
+ * holds a credential is never cached; masking "return 2026" would only break
+ * it).  Numbers are never masked either: a credential "2026" must not break a
+ * time. */
+static bool unmasked_key(const char *key)
+{
+    static const char *const keys[] = { "fp", "fingerprint", "hash", "parts", "params_hash", "value", NULL };
+    for (const char *const *k = keys; *k; k++)
+        if (strcmp(key, *k) == 0) return true;
+    return false;
+}
+
+/* Masks the credentials in every string value and key under node.  Flow's
+ * records are a few levels deep, so recursion is bounded by what it builds. */
+static void mask_tree(const struct config *cfg, cJSON *node)
+{
+    for (cJSON *c = node->child; c; c = c->next) {
+        if (c->string && !(c->type & cJSON_StringIsConst)) {
+            char *key = config_redact(cfg, c->string);
+            if (!key) abort();                          /* out of memory */
+            if (strcmp(key, c->string) == 0) free(key);
+            else {
+                cJSON_free(c->string);                  /* cJSON's default hooks: malloc and free */
+                c->string = key;
+            }
+        }
+        if (c->string && unmasked_key(c->string)) continue;
+        if (cJSON_IsString(c) && c->valuestring) {
+            char *safe = config_redact(cfg, c->valuestring);
+            if (!safe) abort();
+            /* "***" is never longer than what it masks: set in place, no allocation */
+            if (strcmp(safe, c->valuestring) != 0 && !cJSON_SetValuestring(c, safe)) abort();
+            free(safe);
+        } else if (cJSON_IsObject(c) || cJSON_IsArray(c)) {
+            mask_tree(cfg, c);
+        }
+    }
+}
+
+/* record_json(value [, pretty]) -> JSON text for one of flow's own files
+ * (journal, run.json, state.json), every credential of the active
+ * configuration masked in its strings and keys; or nil, message. */
+static int l_record_json(lua_State *L)
+{
+    luaL_checkany(L, 1);
+    char err[512];
+    cJSON *j = lua_to_json(L, 1, err, sizeof err);
+    if (!j) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    struct config *cfg = active_config(L);
+    if (config_has_secrets(cfg)) mask_tree(cfg, j);
+    char *s = lua_toboolean(L, 2) ? cJSON_Print(j) : cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    lua_pushstring(L, s);
+    cJSON_free(s);
+    return 1;
+}
+
+/* has_secrets() -> whether the active configuration has any secret to mask */
+static int l_has_secrets(lua_State *L)
+{
+    lua_pushboolean(L, config_has_secrets(active_config(L)));
+    return 1;
+}
+
 static int l_closest(lua_State *L)
 {
     struct config *cfg = *check_config(L, 1);
@@ -201,6 +297,9 @@ static const luaL_Reg config_methods[] = {
 static const luaL_Reg config_funcs[] = {
     { "load", l_load },
     { "list_envs", l_list_envs },
+    { "redact", l_redact_active },
+    { "has_secrets", l_has_secrets },
+    { "record_json", l_record_json },
     { NULL, NULL }
 };
 

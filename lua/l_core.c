@@ -1,8 +1,8 @@
 /* l_core.c — module flow.core: the small file-system, JSON and template
  * primitives the stdlib is written with. */
 #include "flowlua.h"
-#include "commit.h"
 #include "suggest.h"
+#include "nofollow.h"
 #include "template.h"
 #include "loop.h"
 #include "ui.h"
@@ -10,7 +10,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/file.h>
@@ -146,13 +145,16 @@ static int l_template_refs(lua_State *L)
     return 2;
 }
 
+/* write_atomic, mkdir_p, remove_tree, symlink and lock are for flow's own
+ * files under .flow/: they never follow a symbolic link (nofollow.h), and a
+ * failure raises a file-system error (flow_raise_fs). */
 static int l_write_atomic(lua_State *L)
 {
     const char *path = luaL_checkstring(L, 1);
     size_t len;
     const char *data = luaL_checklstring(L, 2, &len);
     char err[1024];
-    if (write_file_atomic(path, data, len, err, sizeof err) != 0) return flow_raise(L, err);
+    if (nofollow_write_atomic(path, data, len, err, sizeof err) != 0) return flow_raise_fs(L, err);
     return 0;
 }
 
@@ -168,9 +170,8 @@ static int l_read_file(lua_State *L)
 
 static int l_mkdir_p(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
-    if (mkdir_p(path, 0755) != 0)
-        return luaL_error(L, "cannot create directory %s: %s", path, strerror(errno));
+    char err[1024];
+    if (nofollow_mkdir_p(luaL_checkstring(L, 1), 0755, err, sizeof err) != 0) return flow_raise_fs(L, err);
     return 0;
 }
 
@@ -182,24 +183,10 @@ static int l_exists(lua_State *L)
     return 1;
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-    (void)st; (void)flag; (void)ftw;
-    return remove(path);
-}
-
-static int remove_tree(const char *path)
-{
-    struct stat st;
-    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
-    if (!S_ISDIR(st.st_mode)) return unlink(path);
-    return nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 static int l_remove_tree(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
-    if (remove_tree(path) != 0) return luaL_error(L, "cannot remove %s: %s", path, strerror(errno));
+    char err[1024];
+    if (nofollow_remove_tree(luaL_checkstring(L, 1), err, sizeof err) != 0) return flow_raise_fs(L, err);
     return 0;
 }
 
@@ -249,16 +236,13 @@ static int l_run_id(lua_State *L)
     return luaL_error(L, "cannot find a free run id in %s", dir);
 }
 
+/* symlink(target, path): path becomes a link to target, replaced atomically */
 static int l_symlink(lua_State *L)
 {
     const char *target = luaL_checkstring(L, 1), *link = luaL_checkstring(L, 2);
-    char *tmp = xasprintf("%s.tmp-%ld", link, (long)getpid());
-    unlink(tmp);
-    int ok = symlink(target, tmp) == 0 && rename(tmp, link) == 0;
-    if (!ok) unlink(tmp);
-    free(tmp);
-    lua_pushboolean(L, ok);
-    return 1;
+    char err[1024];
+    if (nofollow_symlink(target, link, err, sizeof err) != 0) return flow_raise_fs(L, err);
+    return 0;
 }
 
 static int l_cpu_count(lua_State *L)
@@ -357,8 +341,9 @@ static int l_list_dir(lua_State *L)
 static int l_lock(lua_State *L)
 {
     const char *path = luaL_checkstring(L, 1);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) return luaL_error(L, "cannot open %s: %s", path, strerror(errno));
+    char err[1024];
+    int fd = nofollow_open(path, O_RDWR | O_CREAT, 0644, err, sizeof err);
+    if (fd < 0) return flow_raise_fs(L, err);
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         char buf[64] = "";
         ssize_t n = pread(fd, buf, sizeof buf - 1, 0);

@@ -220,7 +220,7 @@ static void block_on(struct spawn *sp)
     }
 }
 
-/* Pushes {code=, signal=, timed_out=, stderr=} for an exited process. */
+/* Pushes {code=, signal=, timed_out=, stderr=, log_error=} for an exited process. */
 static void push_exit(lua_State *L, const struct proc *p)
 {
     lua_createtable(L, 0, 5);
@@ -232,6 +232,10 @@ static void push_exit(lua_State *L, const struct proc *p)
     lua_setfield(L, -2, "timed_out");
     lua_pushstring(L, proc_stderr_tail(p));
     lua_setfield(L, -2, "stderr");
+    if (proc_log_errno(p)) {
+        lua_pushfstring(L, "%s%s", strerror(proc_log_errno(p)), errno_hint(proc_log_errno(p)));
+        lua_setfield(L, -2, "log_error");
+    }
 }
 
 /* spawn: the exit table plus stdout=.

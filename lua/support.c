@@ -9,6 +9,25 @@ int flow_raise(lua_State *L, const char *msg)
     return lua_error(L);
 }
 
+static int fs_error_tostring(lua_State *L)
+{
+    lua_getfield(L, 1, "fs_error");
+    return 1;
+}
+
+int flow_raise_fs(lua_State *L, const char *msg)
+{
+    lua_createtable(L, 0, 1);
+    lua_pushstring(L, msg);
+    lua_setfield(L, -2, "fs_error");
+    if (luaL_newmetatable(L, "flow.FsError")) {
+        lua_pushcfunction(L, fs_error_tostring);
+        lua_setfield(L, -2, "__tostring");
+    }
+    lua_setmetatable(L, -2);
+    return lua_error(L);
+}
+
 const char *flow_field_string(lua_State *L, int idx, const char *key)
 {
     lua_getfield(L, idx, key);

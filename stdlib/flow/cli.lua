@@ -282,7 +282,11 @@ local function load_pipeline(path, name)
   _G.flow = flow
   _G.print = M.print
   local runs_before = runner.runs_started
-  local ok, ret = xpcall(chunk, function(e) return debug.traceback(tostring(e), 2) end)
+  local ok, ret = xpcall(chunk, function(e)
+    if util.is_fs_error(e) then return e end   -- a driver's flow.run met the disk, not a bug
+    return debug.traceback(tostring(e), 2)
+  end)
+  if not ok and util.is_fs_error(ret) then error(ret, 0) end
   if not ok then script_error(util.user_traceback(ret)) end
   if ret ~= nil then
     if pipeline.is_node(ret) then ret = pipeline.pipeline({ ret }) end
@@ -406,12 +410,23 @@ local function resume_args(opts, pos)
   if not start or start.event ~= "run_start" or type(start.args) ~= "table" then
     usage_error("--resume: %s does not start with the run's arguments", path)
   end
+  local bad = not util.is_list(start.args) or type(start.run) ~= "string"
+              or (start.script ~= nil and type(start.script) ~= "string")
+  for _, a in ipairs(start.args) do bad = bad or type(a) ~= "string" end
+  if bad then
+    util.setup_error(string.format("--resume: the first line of %s is damaged (its arguments are not "
+                                   .. "a list of words); start a new run instead", path))
+  end
+  if start.redacted then
+    util.setup_error(string.format("--resume: run %s had a credential among its arguments, which flow "
+                                   .. "does not store; run it again with the same arguments instead", start.run))
+  end
   local completed, finished = {}, nil
   for _, ev in ipairs(events) do
     if ev.event == "step_end" and (ev.status == "ok" or ev.status == "up to date") then completed[ev.step] = true end
     if ev.event == "run_end" then finished = ev.code end
   end
-  return start, completed, finished
+  return start, completed, finished, dir
 end
 
 local run_with
@@ -420,14 +435,18 @@ local function cmd_run(args)
   local opts, pos = parse_args("run", args)
   if opts.help then print(HELP.run) return 0 end
   if not opts.resume then return run_with(opts, pos, args) end
-  local start, completed, finished = resume_args(opts, pos)
+  local start, completed, finished, dir = resume_args(opts, pos)
   if finished == 0 then
     core.ui_setup(opts.quiet and "quiet" or "normal", opts.progress or "auto")
     core.ui_info(string.format("run %s finished successfully: nothing to resume", start.run))
     return 0
   end
-  if start.cwd then core.chdir(start.cwd) end
+  -- From the project directory, where the journal is, with the script as it
+  -- is named there: the project may have been moved since, so the directory
+  -- the run was started from (and the script's path from it) may not exist.
+  core.chdir(dir)
   local orig, orig_pos = parse_args("run", start.args)
+  if start.script then orig_pos = { start.script } end
   for k in pairs(RESUME_OK) do
     if opts[k] ~= nil and k ~= "resume" then orig[k] = opts[k] end
   end
@@ -811,6 +830,9 @@ function M.main(args)
     return 2
   elseif util.is_setup_error(ret) then
     core.ui_error(ret.setup_error)
+    return 2
+  elseif util.is_fs_error(ret) then       -- before any step ran: the message says what to do
+    core.ui_error(ret.fs_error)
     return 2
   end
   error(ret, 0)

@@ -26,6 +26,10 @@ local cache = require("flow.cache")
 local fingerprint = require("flow.fingerprint")
 local state_mod = require("flow.state")
 local credentials = require("flow.credentials")
+-- What flow writes into its own files (journal, run.json, logs' headers)
+-- goes through the configuration's redaction, as its messages do
+-- (util.record_json for JSON records).
+local redact = require("flow.config").redact
 
 local M = {}
 
@@ -575,15 +579,24 @@ function Run:run_command(n)
   self.records[n.name].outputs = self:commit_outputs(n, staging, display)
 end
 
+-- A process that succeeded but whose log could not be written (a full
+-- disk) fails its step: its outputs may be as incomplete as its log.
+local function check_log(n, r, log)
+  if r.log_error then
+    error(step_failure { message = string.format("step '%s': cannot write its log %s: %s", n.name, log, r.log_error) })
+  end
+end
+
 function Run:launch_once(n, argv, display)
   local log = self:log_path(n)
   local header, append = self:attempt_header(n)
   local r, err = proc.spawn { argv = argv, cwd = n.cmd and n.cmd.cwd, log = log, env = command_env(n),
-                              header = header .. "$ " .. display .. "\n", append = append,
+                              header = redact(header .. "$ " .. display .. "\n"), append = append,
                               echo = self.verbose and ("[" .. n.name .. "] ") or nil }
   if not r then error(step_failure { message = string.format("step '%s': %s", n.name, err) }) end
   self.records[n.name].exit_code = r.code
   if r.code ~= 0 then error(process_failure(n, r, display, log)) end
+  check_log(n, r, log)
 end
 
 -- distributed: local — every rank of the job as a local process.
@@ -595,7 +608,7 @@ function Run:launch_ranks(n, dist, argv, display)
   for r, env in ipairs(ranks) do
     local log = self:log_path(n, r - 1)
     specs[r] = { argv = argv, cwd = n.cmd and n.cmd.cwd, log = log, env = command_env(n, env), append = append,
-                 header = header .. "$ " .. display .. "\n" .. table.concat(launch.env_list(env), "\n") .. "\n\n",
+                 header = redact(header .. "$ " .. display .. "\n" .. table.concat(launch.env_list(env), "\n") .. "\n\n"),
                  echo = self.verbose and string.format("[%s rank %d] ", n.name, r - 1) or nil }
   end
   local g, err = proc.spawn_group(specs)
@@ -606,6 +619,7 @@ function Run:launch_ranks(n, dist, argv, display)
     error(process_failure(n, r, display, specs[g.failed].log,
                           string.format(" on rank %d of %d", g.failed - 1, #specs)))
   end
+  for r, res in ipairs(g.results) do check_log(n, res, specs[r].log) end
   self.records[n.name].exit_code = 0
 end
 
@@ -616,7 +630,7 @@ function Run:launch_mpi(n, dist, argv, display)
   for _, e in ipairs(menv) do env[#env + 1] = e end
   local header, append = self:attempt_header(n)
   local r, err = proc.spawn { argv = margv, cwd = n.cmd and n.cmd.cwd, log = log, env = env,
-                              header = header .. "$ " .. command.display(margv) .. "\n", append = append,
+                              header = redact(header .. "$ " .. command.display(margv) .. "\n"), append = append,
                               echo = self.verbose and ("[" .. n.name .. "] ") or nil }
   if not r then
     if err:find("command not found") then
@@ -630,6 +644,7 @@ function Run:launch_mpi(n, dist, argv, display)
     error(process_failure(n, r, display, log .. " (each rank's output: " ..
                           self:log_path(n, "N") .. ")"))
   end
+  check_log(n, r, log)
 end
 
 local function first_line(err)
@@ -649,6 +664,7 @@ end
 -- One attempt of step n, with its timeout; returns ok, err.
 local function on_step_error(e)
   if getmetatable(e) == StepFailure then return e end
+  if util.is_fs_error(e) then return step_failure { message = e.fs_error, on_disk = true } end
   return { traceback = debug.traceback(tostring(e), 2), message = tostring(e) }
 end
 
@@ -656,6 +672,7 @@ function Run:attempt(n)
   if n.timeout then sched.set_deadline(n.timeout) end
   local ok, err = xpcall(n.kind == "func" and self.run_function or self.run_command, on_step_error, self, n)
   if n.timeout then sched.set_deadline(nil) end
+  if not ok and err.on_disk then err.message = string.format("step '%s': %s", n.name, err.message) end
   if ok or getmetatable(err) == StepFailure then return ok, err end
   if n.timeout and err.message:find("timed out$") then    -- raised by the deadline hook
     return false, step_failure { timed_out = true, message = string.format(
@@ -670,17 +687,26 @@ end
 -- makes a few hundred writes, not 200,000, and a long step's end is written
 -- at once.  A kill loses at most the last 50 ms of lines: those steps run
 -- again on --resume, which is correct, only redundant.
+--
+-- A line already encoded must have its strings masked (redact) by its maker.
+-- Returns true, or false and the file-system error when the journal cannot
+-- take the lines (a full disk): the caller decides what that fails.
 local FLUSH_EVERY = 0.05
 
 function Run:log(ev, flush)
-  if not self.journal then return end
+  if not self.journal then return true end
   local held = self.held
-  held[#held + 1] = type(ev) == "string" and ev or core.json_encode(ev)
+  held[#held + 1] = type(ev) == "string" and ev or util.record_json(ev)
   local now = core.time()
   if flush or now - self.flushed_at >= FLUSH_EVERY then
-    self.journal:append(table.concat(held, "\n"))
+    local ok, err = pcall(self.journal.append, self.journal, table.concat(held, "\n"))
     self.held, self.flushed_at = {}, now
+    if not ok then
+      if not util.is_fs_error(err) then error(err, 0) end
+      return false, err
+    end
   end
+  return true
 end
 
 -- The parts of step i's fingerprint (see flow.fingerprint).
@@ -796,7 +822,7 @@ function Run:up_to_date(i)
   self.pending[i] = nil                       -- its parts are needed only for a run's record
   self:use_recorded(n, self.state.steps[n.name])
   if self.explain then explain_line(n, "is up to date") end
-  self.held[#self.held + 1] = '{"event":"step_end","step":' .. core.json_encode(n.name) .. ',"status":"up to date"}'
+  self.held[#self.held + 1] = '{"event":"step_end","step":' .. core.json_encode(redact(n.name)) .. ',"status":"up to date"}'
   return true
 end
 
@@ -808,11 +834,12 @@ function Run:step(i)
   local pending = self.pending[i]
   self.pending[i] = nil
   rec.started = core.time()
-  self:log(string.format('{"event":"step_start","step":%s,"time":%.6f%s}', core.json_encode(n.name), rec.started,
-                         pending and (',"fingerprint":"' .. pending.fp .. '"') or ""))
-  local ok, err
+  -- A step whose start cannot be recorded does not run (no attempt).
+  local ok, err = self:log(string.format('{"event":"step_start","step":%s,"time":%.6f%s}', core.json_encode(redact(n.name)),
+                           rec.started, pending and (',"fingerprint":"' .. pending.fp .. '"') or ""))
+  if not ok then err = step_failure { message = string.format("step '%s' did not start: %s", n.name, err.fs_error) } end
   printing[coroutine.running()] = { run = self, n = n }
-  for attempt = 1, n.retries + 1 do
+  for attempt = 1, ok and n.retries + 1 or 0 do
     rec.attempts = attempt
     ok, err = self:attempt(n)
     if ok or core.interrupted() > 0 or attempt > n.retries then break end
@@ -831,11 +858,7 @@ function Run:step(i)
                elapsed = rec.finished - rec.started, run = self.run_id }
   if ok then
     ev.status, ev.outputs = "ok", rec.outputs
-    if pending then
-      ev.fingerprint, ev.parts = pending.fp, fingerprint.short(pending.parts)
-      state_mod.put(self.state, n.name, { fp = pending.fp, parts = ev.parts, outputs = rec.outputs,
-                                          time = rec.finished })
-    end
+    if pending then ev.fingerprint, ev.parts = pending.fp, fingerprint.short(pending.parts) end
   else
     rec.timed_out = getmetatable(err) == StepFailure and err.timed_out or nil
     rec.error = first_line(err)
@@ -843,7 +866,17 @@ function Run:step(i)
     ev.error, ev.exit_code = rec.error, rec.exit_code
     report(n, err)
   end
-  self:log(ev, n.kind == "command" or ev.elapsed >= FLUSH_EVERY or not ok)
+  local logged, lerr = self:log(ev, n.kind == "command" or ev.elapsed >= FLUSH_EVERY or not ok)
+  if ok and not logged then
+    -- Its outputs are in place, but with no record of them the step is not done.
+    ok, err = false, step_failure { message = string.format("step '%s' ran, but its end cannot be recorded: %s",
+                                                            n.name, lerr.fs_error) }
+    rec.error = first_line(err)
+    report(n, err)
+  end
+  if ok and pending then
+    state_mod.put(self.state, n.name, { fp = pending.fp, parts = ev.parts, outputs = rec.outputs, time = rec.finished })
+  end
   return ok
 end
 
@@ -862,7 +895,7 @@ function Run:write_summary(result, started, states)
   local summary = { run_id = self.run_id, status = result.status, code = result.code, env = result.env,
                     started = started, finished = core.time(), steps = steps }
   summary.elapsed = summary.finished - started
-  core.write_atomic(self.run_dir .. "/run.json", core.json_encode(summary, #steps <= 1000) .. "\n")
+  core.write_atomic(self.run_dir .. "/run.json", util.record_json(summary, #steps <= 1000) .. "\n")
 end
 
 -- Every "params:" input and ${params.} reference must exist before anything runs.
@@ -1214,9 +1247,9 @@ function Run:log_start(plan, opts)
                args = M.defaults.args, script = M.defaults.script, env = plan.settings.env,
                params_hash = self.hasher:value(self.params), resumes = opts.resume and opts.resume.run,
                steps = #plan.nodes, flow_version = require("flow").VERSION }
-  local line = core.json_encode(ev)
-  if plan.settings.cfg then line = plan.settings.cfg:redact(line) end
-  self:log(line, true)
+  if util.record_json(ev) ~= core.json_encode(ev) then ev.redacted = true end   -- --resume cannot use them
+  local ok, err = self:log(ev, true)
+  if not ok then error(err, 0) end
 end
 
 -- The run's result for flow.run's caller: the outputs no step consumes.
@@ -1264,9 +1297,13 @@ function M.run(p, opts, level)
   state_mod.lock()
   local run_id = core.run_id(state_mod.RUNS)
   local self = new_run(plan, opts, run_id, state_mod.load(run_id))
+  -- Every directory the run writes to, made (or found to be a directory, not
+  -- a file or a link) before any step runs: a problem here raises a file-system
+  -- error naming it, which the CLI reports with exit status 2.
   core.mkdir_p(self.log_dir)
   core.mkdir_p(self.tmp_dir)
   core.mkdir_p(DATA)
+  core.mkdir_p(state_mod.CACHE)
   self.journal = cache.journal(self.run_dir .. "/journal.jsonl")
   self:log_start(plan, opts)
   core.symlink(run_id, ".flow/runs/latest")
@@ -1274,15 +1311,41 @@ function M.run(p, opts, level)
                                                         keep_going = opts.keep_going, selected = plan.selected },
                                           function(i) return self:step(i) end,
                                           function(i) return self:up_to_date(i) end)
-  self:log({ event = "run_end", time = core.time(), code = code }, true)
-  self.journal:close()
-  state_mod.save(self.state, run_id)
-  self.hc:save()
-  core.remove_tree(self.tmp_dir)
-  M.runs_started, M.last_code = M.runs_started + 1, code
+  -- Record what ran: each of these is tried even when one before it failed.
+  local problems, seen = {}, {}
+  local function problem(err)
+    if not util.is_fs_error(err) then error(err, 0) end
+    if not seen[err.fs_error] then problems[#problems + 1], seen[err.fs_error] = err.fs_error, true end
+  end
+  local function record(f, ...)
+    local ok, err = pcall(f, ...)
+    if not ok then problem(err) end
+  end
+  -- What only saves work later is worth a warning, not a failed run.
+  local function tidy(f, arg, consequence)
+    local ok, err = pcall(f, arg)
+    if ok then return end
+    if not util.is_fs_error(err) then error(err, 0) end
+    core.ui_warn(err.fs_error .. " (" .. consequence .. ")")
+  end
+  local logged, lerr = self:log({ event = "run_end", time = core.time(), code = code }, true)
+  if not logged then problem(lerr) end
+  record(self.journal.close, self.journal)
+  record(state_mod.save, self.state, run_id)
+  tidy(self.hc.save, self.hc, "the next run hashes those files again")
+  tidy(core.remove_tree, self.tmp_dir, "flow clean removes it later")
   local result = self:result(code, states, elapsed, plan.settings.env)
-  self:write_summary(result, plan.started, states)
-  if code == 0 then nothing_ran(states) end
+  record(self.write_summary, self, result, plan.started, states)
+  if #problems > 0 then
+    for _, msg in ipairs(problems) do core.ui_error("the run's record is incomplete: " .. msg) end
+    if result.code == 0 then
+      local ran = false
+      for _, n in ipairs(self.nodes) do ran = ran or self.records[n.name].started ~= nil end
+      result.code, result.status = ran and 1 or 2, "failed"
+    end
+  end
+  M.runs_started, M.last_code = M.runs_started + 1, result.code
+  if result.code == 0 then nothing_ran(states) end
   return result
 end
 

@@ -39,10 +39,18 @@ function M.lock()
   locked = true
 end
 
+-- Whether a step record (from state.json or a journal) has fields of the
+-- types the runner reads; a damaged one is dropped, so that step runs again.
+local function valid(rec)
+  return type(rec) == "table" and type(rec.fp) == "string" and type(rec.outputs) == "table"
+     and (rec.parts == nil or type(rec.parts) == "table") and (rec.time == nil or type(rec.time) == "number")
+end
+
 -- One step_end line of a journal -> (name, record) when it is a success.
 local function record_of(ev)
   if ev.event ~= "step_end" or ev.status ~= "ok" or type(ev.step) ~= "string" then return nil end
-  return ev.step, { fp = ev.fingerprint, parts = ev.parts, outputs = ev.outputs or {}, time = ev.time }
+  local rec = { fp = ev.fingerprint, parts = ev.parts, outputs = ev.outputs or {}, time = ev.time }
+  if valid(rec) then return ev.step, rec end
 end
 
 -- The events of a journal; a torn last line (a kill mid-write) is skipped.
@@ -85,7 +93,9 @@ function M.load(current)
   if text then
     local ok, doc = pcall(core.json_decode, text)
     if ok and type(doc) == "table" and doc.version == 1 and type(doc.steps) == "table" then
-      steps = doc.steps
+      for name, rec in pairs(doc.steps) do
+        if type(name) == "string" and valid(rec) then steps[name] = rec end
+      end
     else
       core.ui_warn(M.STATE .. " is unreadable; every step will run (its outputs are checked afresh)")
     end
@@ -104,7 +114,7 @@ end
 function M.save(state, run_id)
   if state.dirty then
     core.mkdir_p(M.CACHE)
-    core.write_atomic(M.STATE, core.json_encode({ version = 1, steps = state.steps }) .. "\n")
+    core.write_atomic(M.STATE, util.record_json({ version = 1, steps = state.steps }) .. "\n")
     state.dirty = false
   end
   local ids = state.folded
@@ -121,6 +131,7 @@ end
 function M.store_value(v)
   local text, err = cache.serialize(v)
   if not text then return nil, err end
+  if util.holds_secret(v) then return nil, "it holds a credential, which flow does not write to its cache" end
   local h = cache.sha256(text)
   if #text <= M.INLINE_MAX then return { hash = h, value = text } end
   local path = M.VALUES .. "/" .. h
@@ -188,9 +199,14 @@ function M.clean(older, with_cache, dry)
       if older and t and now - t > older then remove(dir); counts.runs = counts.runs + 1 end
     end
   end
-  for _, id in ipairs(core.list_dir(".flow/tmp") or {}) do
-    remove(".flow/tmp/" .. id)                         -- the lock says no run is using them
+  if core.readlink(".flow/tmp") then                   -- a link: removed itself, never emptied
+    remove(".flow/tmp")
     counts.tmp = counts.tmp + 1
+  else
+    for _, id in ipairs(core.list_dir(".flow/tmp") or {}) do
+      remove(".flow/tmp/" .. id)                       -- the lock says no run is using them
+      counts.tmp = counts.tmp + 1
+    end
   end
   if with_cache then
     local keep = referenced_values(st.steps)

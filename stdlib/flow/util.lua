@@ -1,6 +1,7 @@
 -- flow.util: small helpers shared by the stdlib (errors at the user's line,
--- "did you mean", list formatting).
+-- "did you mean", list formatting, credentials masked in what flow records).
 local core = require("flow.core")
+local config = require("flow.config")
 
 local M = {}
 
@@ -18,6 +19,38 @@ function M.setup_error(msg)
 end
 function M.is_setup_error(e)
   return getmetatable(e) == SetupError
+end
+
+-- A failure of the file system or the disk, raised by flow's C file
+-- primitives ({fs_error = message}): the environment's fault, reported as its
+-- message (which names the path and what to do), never with a traceback.
+function M.is_fs_error(e)
+  return type(e) == "table" and type(rawget(e, "fs_error")) == "string"
+end
+
+-- ---- what flow writes into its own files: credentials masked ----
+
+-- The JSON text of t (plain data) for one of flow's own files (journal,
+-- run.json, state.json): every credential of the active configuration is
+-- masked in its strings and keys, hashes and numbers aside.  Returns what
+-- core.json_encode returns.
+M.record_json = config.record_json
+
+-- Whether value v holds a credential in one of its strings or keys (a value
+-- that does is not written to the cache).
+function M.holds_secret(v)
+  if not config.has_secrets() then return false end
+  local seen = {}
+  local function walk(x)
+    if type(x) == "string" then return config.redact(x) ~= x end
+    if type(x) ~= "table" or seen[x] then return false end
+    seen[x] = true
+    for k, y in pairs(x) do
+      if walk(k) or walk(y) then return true end
+    end
+    return false
+  end
+  return walk(v)
 end
 
 -- "Did you mean": the candidate nearest to `word`, if near enough, or nil.

@@ -1,0 +1,376 @@
+# t_integrity.sh — integrity under faults: flow never writes or deletes
+# through a link under .flow/, never writes a credential into its files,
+# reports a broken environment (a file where a directory belongs, a read-only
+# project, a full disk) as a message naming the path, and a failed write fails
+# the step or the run and commits nothing.  docs/RELIABILITY.md lists these.
+#
+# Disk faults come from tests/e2e/faultshim.c (LD_PRELOAD), built by the
+# Makefile next to the flow binary: $(BUILD)/tests/libfaultshim.so.
+
+SECRET=tok-SECRET-4242
+
+shim_path() {
+    local d
+    for d in "$(dirname "$FLOW")/tests" "${FLOW_ROOT:-.}/build/tests"; do
+        [ -f "$d/libfaultshim.so" ] && { echo "$d/libfaultshim.so"; return; }
+    done
+    skip "no libfaultshim.so beside $FLOW (make $(dirname "$FLOW")/tests/libfaultshim.so)"
+}
+
+# with_faults OPS PATTERN [ERRNO [AFTER]] -- EXPECTED_STATUS ARGS...: run_flow
+# with the calls OPS (write, fsync, rename, create) failing on paths matching
+# PATTERN.
+with_faults() {
+    local ops=$1 pattern=$2 err=ENOSPC after=0 shim
+    shift 2
+    [ "$1" != "--" ] && { err=$1; shift; }
+    [ "$1" != "--" ] && { after=$1; shift; }
+    shift
+    shim=$(shim_path)
+    LD_PRELOAD=$shim FLOW_FAULT=$ops FLOW_FAULT_PATH=$pattern FLOW_FAULT_ERRNO=$err FLOW_FAULT_AFTER=$after \
+        ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 run_flow "$@"
+}
+
+clean_failure() {   # the last run failed with a message, not a crash or a traceback
+    no_crash
+    not_contains "$ERR" "stack traceback" stderr
+}
+
+# a (Lua) -> b (Lua) -> c (command writing a file output); each step notes
+# that it ran in ran.log.
+small_project() {
+    write pipeline.lua <<'L'
+local function note(name) local f = io.open("ran.log", "a") f:write(name, "\n") f:close() end
+return pipeline{
+  node{ name = "a", outputs = "x", func = function() note("a") return 1 end },
+  node{ name = "b", inputs = "x", outputs = "y", func = function(x) note("b") return x + 1 end },
+  node{ name = "c", inputs = { y = "y" }, outputs = { out = "o" },
+        command = { "sh", "-c", 'echo c >> ran.log; cat "$0" > "$1"', "${inputs.y}", "${outputs.out}" } },
+}
+L
+}
+
+ran() { tr '\n' ' ' < ran.log 2>/dev/null; rm -f ran.log; }
+
+# ---- links under .flow/ -------------------------------------------------------
+
+test_lock_symlink_is_refused_never_followed() {
+    small_project
+    mkdir .flow
+    echo precious > victim.txt
+    ln -s "$PWD/victim.txt" .flow/lock
+    run_flow 2 run
+    contains "$ERR" ".flow/lock is a symbolic link"
+    clean_failure
+    run_flow 2 clean
+    contains "$ERR" ".flow/lock is a symbolic link"
+    equals "$(cat victim.txt)" "precious" "the file .flow/lock points to"
+    [ ! -e ran.log ] || { echo "steps ran: $(ran)"; return 1; }
+}
+
+test_symlinked_state_directories_are_refused() {
+    small_project
+    run_flow 0 run
+    for d in runs cache tmp data; do
+        mkdir -p "victim-$d"
+        rm -rf ".flow/$d"
+        ln -s "$PWD/victim-$d" ".flow/$d"
+        run_flow 2 run --force
+        contains "$ERR" ".flow/$d is a symbolic link" "stderr with .flow/$d a link"
+        clean_failure
+        equals "$(ls -A "victim-$d")" "" "what flow wrote through .flow/$d"
+        rm ".flow/$d"
+    done
+    rm -f ran.log
+    mv .flow flow-state
+    ln -s "$PWD/flow-state" .flow
+    run_flow 2 run
+    contains "$ERR" ".flow is a symbolic link"
+    [ ! -e ran.log ] || { echo "steps ran with .flow a link: $(ran)"; return 1; }
+}
+
+test_state_files_that_are_links_are_replaced_not_written_through() {
+    small_project
+    run_flow 0 run
+    echo precious > victim.txt
+    for f in cache/state.json cache/hashes; do
+        rm ".flow/$f"
+        ln -s "$PWD/victim.txt" ".flow/$f"
+    done
+    run_flow 0 run --force
+    equals "$(cat victim.txt)" "precious" "a file that .flow/cache/state.json or hashes pointed to"
+    [ ! -L .flow/cache/state.json ] || { echo ".flow/cache/state.json is still a link"; return 1; }
+    run_flow 0 run
+    contains "$ERR" "3 up to date"
+}
+
+test_clean_unlinks_a_symlinked_tmp_and_never_empties_it() {
+    small_project
+    run_flow 0 run
+    mkdir -p victim/keep
+    echo precious > victim/keep/file
+    rm -rf .flow/tmp
+    ln -s "$PWD/victim" .flow/tmp
+    run_flow 0 clean
+    equals "$(cat victim/keep/file)" "precious" "a file in the directory .flow/tmp pointed to"
+    [ ! -e .flow/tmp ] && [ ! -L .flow/tmp ] || { echo ".flow/tmp is still there"; return 1; }
+    # A link in place of a run directory: refused, never emptied.
+    ln -s "$PWD/victim" .flow/runs/20000101-000000-1
+    run_flow 2 clean --runs-older-than 1s
+    contains "$ERR" ".flow/runs/20000101-000000-1 is a symbolic link"
+    clean_failure
+    equals "$(cat victim/keep/file)" "precious" "a file in the directory a run link pointed to"
+}
+
+# ---- secrets ------------------------------------------------------------------
+
+test_credentials_never_reach_flow_files() {
+    write conf/base/credentials.yml <<Y
+api:
+  key: "$SECRET"
+Y
+    mkdir -p "conf/stage$SECRET"
+    write conf/base/parameters.yml <<'Y'
+api_key: none
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  -- an error message built from a parameter
+  node{ name = "check", inputs = "params:api_key", outputs = "checked",
+        func = function(k) error("the service rejected key " .. k) end },
+  -- an error message of the Lua code itself
+  node{ name = "login", outputs = "session",
+        func = function() error("login failed for tok-SECRET-4242") end },
+  -- a value holding the secret: used in memory, never cached
+  node{ name = "token", outputs = "t", func = function() return "Bearer tok-SECRET-4242" end },
+  node{ name = "use", inputs = "t", outputs = "n", func = function(t) return #t end },
+  -- a command line holding it (the log's header)
+  node{ name = "call", command = { "true", "${params.api_key}" } },
+}
+L
+    run_flow 1 run -k --env "stage$SECRET" --params "api_key=$SECRET"
+    contains "$ERR" "the service rejected key ***"
+    hits=$(grep -rl -- "$SECRET" .flow || true)
+    equals "$hits" "" "files under .flow/ holding the credential"
+    contains "$(cat .flow/runs/latest/run.json)" "login failed for ***" "run.json"
+    contains "$(cat .flow/runs/latest/journal.jsonl)" "the service rejected key ***" "the journal"
+    # The step with the secret in its output is not taken as up to date next time.
+    run_flow 1 run -k --env "stage$SECRET" --params "api_key=$SECRET" --explain
+    contains "$ERR" "token runs: its output 't' cannot be cached (it holds a credential"
+    # --resume cannot use arguments it never stored.
+    run_flow 2 run --resume
+    contains "$ERR" "had a credential among its arguments"
+    clean_failure
+    hits=$(grep -rl -- "$SECRET" .flow || true)
+    equals "$hits" "" "files under .flow/ holding the credential"
+}
+
+test_short_credentials_leave_hashes_and_numbers_intact() {
+    small_project
+    run_flow 0 run
+    # Credentials that happen to occur inside a fingerprint and inside every time
+    hex=$(grep -o '"fp":"[0-9a-f]*"' .flow/cache/state.json | head -n 1 | cut -c7-12)
+    num=$(date +%s | cut -c1-5)
+    write conf/base/credentials.yml <<Y
+db: { user: "$hex", pin: "$num" }
+Y
+    rm -f ran.log
+    run_flow 0 run --force
+    python3 -c '
+import glob, json
+for path in glob.glob(".flow/runs/*/journal.jsonl"):
+    for line in open(path):
+        json.loads(line)
+json.load(open(".flow/cache/state.json"))
+json.load(open(".flow/runs/latest/run.json"))
+'
+    run_flow 0 run
+    contains "$ERR" "3 up to date"
+    sed -i 's/x + 1/error("b broke")/' pipeline.lua
+    run_flow 1 run
+    sed -i 's/error("b broke")/x + 1/' pipeline.lua
+    run_flow 0 run --resume
+    # A cached value that is that number is restored as it was.
+    write pipeline.lua <<L
+return pipeline{
+  node{ name = "n", outputs = "n", func = function() return $num end },
+  node{ name = "m", inputs = "n", outputs = "m", func = function(n) print("got " .. n) return n end },
+}
+L
+    run_flow 0 run
+    run_flow 0 run --nodes m --force
+    contains "$OUT" "got $num"
+}
+
+# ---- the environment ----------------------------------------------------------
+
+test_state_paths_that_are_files_give_a_message() {
+    small_project
+    for p in .flow .flow/runs .flow/cache; do
+        rm -rf .flow ran.log
+        mkdir -p "$(dirname "$p")"
+        echo not a directory > "$p"
+        run_flow 2 run
+        contains "$ERR" "$p is not a directory: remove or rename it" "stderr with $p a file"
+        clean_failure
+        [ ! -e ran.log ] || { echo "steps ran with $p a file: $(ran)"; return 1; }
+    done
+}
+
+test_lock_that_is_a_directory_gives_a_message() {
+    small_project
+    mkdir -p .flow/lock
+    run_flow 2 run
+    contains "$ERR" "cannot open .flow/lock: .flow/lock is a directory where flow keeps a file: remove it"
+    clean_failure
+}
+
+test_read_only_project_gives_a_message() {
+    small_project
+    with_faults create "$PWD/*" EROFS -- 2 run
+    contains "$ERR" "cannot create directory .flow: Read-only file system; flow writes its state to .flow/"
+    clean_failure
+    run_flow 0 run
+    rm -f ran.log
+    with_faults create "$PWD/*" EROFS -- 2 run
+    contains "$ERR" "cannot open .flow/lock: Read-only file system"
+    clean_failure
+    [ ! -e ran.log ] || { echo "steps ran: $(ran)"; return 1; }
+}
+
+test_full_disk_on_the_journal() {
+    small_project
+    # At the run's first line: nothing runs.
+    with_faults write "*/journal.jsonl" -- 2 run
+    contains "$ERR" "cannot append to .flow/runs/"
+    contains "$ERR" "journal.jsonl: No space left on device; free some disk space and run again"
+    clean_failure
+    [ ! -e ran.log ] || { echo "steps ran: $(ran)"; return 1; }
+    # Later (which batch of lines that is depends on timing): the step whose
+    # start or end cannot be recorded fails; the next run redoes what was not
+    # recorded, and then everything is.
+    with_faults write "*/journal.jsonl" ENOSPC 1 -- 1 run
+    contains "$ERR" "cannot append to .flow/runs/"
+    [[ "$ERR" == *"ran, but its end cannot be recorded"* || "$ERR" == *"did not start"* ]] \
+        || { echo "no step failed for the journal: $ERR"; return 1; }
+    clean_failure
+    rm -f ran.log
+    run_flow 0 run
+    [ -s ran.log ] || { echo "nothing ran again"; return 1; }
+    run_flow 0 run
+    contains "$ERR" "3 up to date"
+    # A failed sync of the journal is reported too.
+    with_faults fsync "*/journal.jsonl" EIO -- 1 run --force
+    contains "$ERR" "journal.jsonl: Input/output error"
+    clean_failure
+}
+
+test_resume_in_a_moved_project() {
+    mkdir proj
+    (cd proj && small_project)
+    sed -i 's/return x + 1/if os.getenv("FAIL") then error("b broke") end return x + 1/' proj/pipeline.lua
+    FAIL=1 run_flow 1 run proj/pipeline.lua
+    mv proj moved
+    rm moved/ran.log
+    cd moved
+    run_flow 0 run --resume
+    equals "$(ran)" "b c " "steps the resumed run ran"
+    no_crash
+}
+
+test_resume_with_a_damaged_first_line() {
+    small_project
+    sed -i 's/x + 1/error("b broke")/' pipeline.lua
+    run_flow 1 run
+    sed -i '1s/"args":[^]}]*[]}]/"args":[1,true]/' .flow/runs/latest/journal.jsonl
+    contains "$(head -n 1 .flow/runs/latest/journal.jsonl)" '"args":[1,true]'
+    run_flow 2 run --resume
+    contains "$ERR" "journal.jsonl is damaged (its arguments are not a list of words); start a new run instead"
+    clean_failure
+}
+
+test_damaged_step_records_are_dropped() {
+    small_project
+    run_flow 0 run
+    run_flow 0 run --force
+    id=$(readlink .flow/runs/latest)
+    rm ".flow/runs/$id/merged"
+    sed -i '/step_end/s/"time":[0-9.e+-]*}/"time":"soon"}/' ".flow/runs/$id/journal.jsonl"
+    contains "$(cat ".flow/runs/$id/journal.jsonl")" '"time":"soon"'
+    rm -f ran.log
+    run_flow 0 run
+    no_crash
+    sed -i 's/"fp":"[0-9a-f]*"/"fp":7/g' .flow/cache/state.json
+    run_flow 0 run
+    no_crash
+    equals "$(ran)" "a b c " "steps whose records were damaged"
+}
+
+# ---- failed writes ------------------------------------------------------------
+
+test_failed_output_sync_commits_nothing() {
+    small_project
+    with_faults fsync "*/.flow/tmp/*" -- 1 run
+    contains "$ERR" "step 'c': cannot save output 'o': cannot move"
+    contains "$ERR" "No space left on device"
+    clean_failure
+    [ ! -e .flow/data/o ] || { echo "the output was committed"; return 1; }
+    rm -f ran.log
+    run_flow 0 run --explain
+    contains "$ERR" "explain: c runs"
+    equals "$(ran)" "c " "steps run after the failure"
+}
+
+test_failed_output_rename_keeps_the_old_output() {
+    write conf/base/catalog.yml <<'Y'
+result: {type: json, path: data/result.json}
+Y
+    write conf/base/parameters.yml <<'Y'
+v: 1
+Y
+    write pipeline.lua <<'L'
+return pipeline{ node{ name = "make", inputs = "params:v", outputs = "result", func = function(v) return { v = v } end } }
+L
+    run_flow 0 run
+    old=$(cat data/result.json)
+    with_faults rename "*/data/result.json" EIO -- 1 run --params v=2
+    contains "$ERR" "step 'make': cannot save output 'result': cannot move"
+    clean_failure
+    equals "$(cat data/result.json)" "$old" "the output after a failed commit"
+    run_flow 0 run --params v=2 --explain
+    contains "$ERR" "explain: make runs"
+    grep -q '"v":[[:space:]]*2' data/result.json || { echo "data/result.json: $(cat data/result.json)"; return 1; }
+}
+
+test_failed_state_write_is_reported() {
+    small_project
+    with_faults fsync "*/state.json.tmp-*" -- 1 run
+    contains "$ERR" "the run's record is incomplete: cannot write .flow/cache/state.json: No space left on device"
+    clean_failure
+    rm -f ran.log
+    run_flow 0 run                  # the journal has what ran
+    contains "$ERR" "3 up to date"
+    # The hash cache only saves work: a warning.
+    with_faults fsync "*/cache/hashes.tmp-*" -- 0 run --force
+    contains "$ERR" "warning: cannot write .flow/cache/hashes: No space left on device"
+    contains "$ERR" "(the next run hashes those files again)"
+}
+
+test_failed_value_cache_write_fails_the_step() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ name = "big", outputs = "v", func = function() return string.rep("x", 4096) end } }
+L
+    with_faults rename "*/.flow/cache/values/*" -- 1 run
+    contains "$ERR" "step 'big': cannot write .flow/cache/values/"
+    clean_failure
+    run_flow 0 run
+    contains "$ERR" "1 done"
+}
+
+test_failed_log_write_fails_the_step() {
+    small_project
+    with_faults write "*/logs/c.log" -- 1 run
+    contains "$ERR" "step 'c': cannot write its log .flow/runs/"
+    clean_failure
+    [ ! -e .flow/data/o ] || { echo "the output was committed"; return 1; }
+}
