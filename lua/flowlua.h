@@ -51,8 +51,16 @@ void flow_step_resume(lua_State *co, int nargs);
  * Stopping the step (Ctrl-C) resumes it at once. */
 void flow_step_sleep(lua_State *co, double seconds);
 /* Monotonic time by which the step must finish (0: none); the instruction-count
- * hook raises "timed out" in a busy Lua step past it. */
+ * hook stops a busy Lua step past it. */
 double flow_step_deadline(lua_State *co);
+/* The instruction-count hook of every thread (l_sched.c): it stops a step's
+ * code on Ctrl-C or at its timeout, and a script's top level on Ctrl-C. */
+#define FLOW_HOOK_COUNT 1000000
+void flow_count_hook(lua_State *L, lua_Debug *ar);
+/* Replaces pcall, xpcall, coroutine.resume, coroutine.wrap, coroutine.close,
+ * os.exit and os.execute by versions that keep a stopped step stopped (see
+ * l_sched.c). */
+void flow_install_guards(lua_State *L);
 
 /* The position-independent code of the Lua function at idx (bytecode.c):
  * pushes it and returns 1, or returns 0 for a C function. */

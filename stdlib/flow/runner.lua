@@ -550,15 +550,27 @@ local function on_step_error(e)
   return { traceback = debug.traceback(tostring(e), 2), message = tostring(e) }
 end
 
+-- A step stopped by sched.guard (its code cannot catch that): Ctrl-C, its
+-- timeout, or os.exit, which must not end flow without its journal and summary.
+local function cancelled_failure(n, c)
+  if c.cancelled == "timed out" and getmetatable(c.error) == StepFailure and c.error.timed_out then
+    return c.error                      -- a command's, which says what it stopped
+  elseif c.cancelled == "timed out" then
+    return step_failure { timed_out = true, message = string.format(
+      "step '%s' timed out after %s", n.name, util.format_duration(n.timeout or 0)) }
+  elseif c.cancelled == "exit" then
+    return step_failure { message = string.format("step '%s' called os.exit(%d), which a step cannot do: "
+      .. "return its outputs, or raise an error to fail it", n.name, c.code) }
+  end
+  return step_failure { message = string.format("step '%s' stopped (interrupted)", n.name), quiet = true }
+end
+
 function Run:attempt(n)
   if n.timeout then sched.set_deadline(n.timeout) end
-  local ok, err = xpcall(n.kind == "func" and self.run_function or self.run_command, on_step_error, self, n)
+  local ok, err = sched.guard(on_step_error, n.kind == "func" and self.run_function or self.run_command, self, n)
   if n.timeout then sched.set_deadline(nil) end
   if ok or getmetatable(err) == StepFailure then return ok, err end
-  if n.timeout and err.message:find("timed out$") then    -- raised by the deadline hook
-    return false, step_failure { timed_out = true, message = string.format(
-      "step '%s' timed out after %s", n.name, util.format_duration(n.timeout)) }
-  end
+  if err.cancelled then return false, cancelled_failure(n, err) end
   return false, err.traceback
 end
 
