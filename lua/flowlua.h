@@ -20,6 +20,10 @@ struct loop *flow_state_loop(lua_State *L);
 /* Reads a script, desugars `distributed_job<…>` and pushes the chunk.
  * On error pushes a message "file:line: reason" and returns non-zero. */
 int flow_load_file(lua_State *L, const char *path);
+/* A script's text: a regular file of at most 64 MiB (/dev/zero or a FIFO would
+ * never end).  NULL with "cannot read DISPLAY: …", "DISPLAY is not a regular
+ * file" or "DISPLAY is larger than 64 MiB" in err.  The caller frees it. */
+char *flow_read_script(const char *path, const char *display, size_t *len, char *err, size_t errlen);
 int flow_load_buffer(lua_State *L, const char *buf, size_t len, const char *chunkname);
 /* lua_pcall with a traceback handler; on error the message has a traceback. */
 int flow_pcall(lua_State *L, int nargs, int nresults);

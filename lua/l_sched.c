@@ -22,6 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* More steps at once than this is a typo (-j 1e999), not a plan. */
+#define MAX_JOBS 100000
+
 /* Why a step's code must stop. */
 enum cancel { CANCEL_NONE, CANCEL_INTERRUPT, CANCEL_TIMEOUT, CANCEL_EXIT };
 static const char *const cancel_names[] = { "none", "interrupted", "timed out", "exit" };
@@ -311,9 +314,10 @@ static int l_run(lua_State *L)
     luaL_checktype(L, 2, LUA_TTABLE);
     luaL_checktype(L, 3, LUA_TFUNCTION);
     lua_getfield(L, 2, "jobs");
-    int jobs = (int)luaL_optinteger(L, -1, 1);
+    lua_Integer jobs = lua_isnil(L, -1) ? 1 : lua_tointeger(L, -1);
+    if (jobs < 1 || jobs > MAX_JOBS) return luaL_error(L, "jobs must be a whole number from 1 to %d", MAX_JOBS);
     lua_getfield(L, 2, "keep_going");
-    struct sched_options opt = { jobs, lua_toboolean(L, -1), NULL };
+    struct sched_options opt = { (int)jobs, lua_toboolean(L, -1), NULL };
     lua_pop(L, 2);
     opt.selected = read_selected(L, 2, dag->n_steps);
 
@@ -607,5 +611,7 @@ static const luaL_Reg sched_funcs[] = {
 int luaopen_flow_sched(lua_State *L)
 {
     luaL_newlib(L, sched_funcs);
+    lua_pushinteger(L, MAX_JOBS);
+    lua_setfield(L, -2, "MAX_JOBS");
     return 1;
 }

@@ -961,6 +961,10 @@ function M.prepare(p, opts, level)
   if opts.params ~= nil and type(opts.params) ~= "table" then
     util.fail(level, "flow.run: params must be a table")
   end
+  local jobs = opts.jobs and math.tointeger(opts.jobs)
+  if opts.jobs ~= nil and (not jobs or jobs < 1 or jobs > sched.MAX_JOBS) then
+    util.fail(level, "flow.run: jobs must be a whole number from 1 to %d, got %s", sched.MAX_JOBS, tostring(opts.jobs))
+  end
   local settings = settings_mod.load { conf = M.defaults.conf, env = opts.env or M.defaults.env,
                                        params_spec = M.defaults.params_spec, params = opts.params }
   local load_versions = opts.load_versions or M.defaults.load_versions

@@ -186,3 +186,101 @@ Y
     run_bounded 30 0 run
     equals "$(cat r.txt)" "false mine false"
 }
+
+# ---- inputs that would grow without bound ----------------------------------
+
+# Each level repeats the one before ten times: 100 bytes become 10^8.
+nested_parameters() {
+    mkdir -p conf/base
+    {
+        printf 'l0: "%s"\n' "$(printf 'x%.0s' $(seq 100))"
+        for i in 1 2 3 4 5 6; do
+            printf 'l%d: "' "$i"
+            for _ in $(seq 10); do printf '${params:l%d}' $((i - 1)); done
+            printf '"\n'
+        done
+    } > conf/base/parameters.yml
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function(x) return #x end, inputs = "params:l1", outputs = "n", name = "n" } }
+L
+}
+
+test_interpolation_cannot_build_a_huge_string() {
+    nested_parameters
+    [ "$(wc -c < conf/base/parameters.yml)" -lt 2500 ] || { echo "the test's file is not small"; return 1; }
+    run_bounded 60 2 run
+    contains "$ERR" "conf/base/parameters.yml:7: parameters key 'l6': interpolation makes this string longer than 16 MiB"
+    run_bounded 60 2 config l1
+}
+
+test_interpolation_copies_are_bounded_too() {
+    nested_parameters
+    sed -i '/^l6:/d' conf/base/parameters.yml      # l5 is 10 MB, under the limit of one string
+    for i in $(seq 30); do printf 'copy%d: "${params:l5}"\n' "$i"; done >> conf/base/parameters.yml
+    run_bounded 60 2 run
+    contains "$ERR" "interpolation produces more than 256 MiB of text"
+    contains "$ERR" "conf/base/parameters.yml:"
+}
+
+test_a_script_that_is_not_a_regular_file_is_refused() {
+    run_bounded 30 2 run /dev/zero
+    contains "$ERR" "/dev/zero is not a regular file"
+    mkfifo fifo.lua
+    run_bounded 30 2 run fifo.lua
+    contains "$ERR" "fifo.lua is not a regular file"
+    truncate -s 65M big.lua
+    run_bounded 30 2 run big.lua
+    contains "$ERR" "big.lua is larger than 64 MiB"
+}
+
+test_jobs_must_be_a_reasonable_integer() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "x" } }
+L
+    for j in 1e999 1e3 0x10 99999999999999999999 2.0 " 4" 0 -1 inf nan; do
+        run_bounded 30 2 run -j "$j"
+        contains "$ERR" "--jobs needs a whole number from 1 to 100000, got '$j'"
+    done
+    run_bounded 30 0 run -j 100000
+    write driver.lua <<'L'
+local flow = require("flow")
+flow.run(pipeline{ node{ func = function() return 1 end, outputs = "x", name = "x" } }, { jobs = 1e999 })
+L
+    run_bounded 30 2 run driver.lua
+    contains "$ERR" "driver.lua:2: flow.run: jobs must be a whole number from 1 to 100000"
+}
+
+test_an_empty_parameter_name_is_an_error() {
+    write pipeline.lua <<'L'
+local function f(x) return x end
+return pipeline{
+  node{ func = f, inputs = "params:", outputs = "x", name = "x" },
+}
+L
+    run_bounded 30 2 run
+    contains "$ERR" "pipeline.lua:3: node: inputs: 'params:' names no parameter"
+    write pipeline.lua <<'L'
+local function f(x) return x end
+return pipeline{
+  node{ func = f, inputs = { a = "params:" }, outputs = "x", name = "x" },
+}
+L
+    run_bounded 30 2 run
+    contains "$ERR" "pipeline.lua:3: node: inputs: 'params:' names no parameter"
+}
+
+test_a_catalog_entry_cannot_be_named_like_a_parameter() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function(x) return x end, inputs = "params:lr", outputs = "x", name = "x" } }
+L
+    write conf/base/parameters.yml <<'Y'
+lr: 0.1
+Y
+    write conf/base/catalog.yml <<'Y'
+raw: {type: text, path: raw.txt}
+"params:lr": {type: text, path: lr.txt}
+Y
+    run_bounded 30 2 run
+    contains "$ERR" "conf/base/catalog.yml:2: catalog entry 'params:lr'"
+    contains "$ERR" "parameters"
+}
