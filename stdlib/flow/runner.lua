@@ -202,7 +202,7 @@ end
 -- Where a step's output is staged while the step runs (in the run's
 -- temporary directory; flow.cache.commit moves it into place).
 function Run:staging_path(n, d)
-  return self.tmp_dir .. "/" .. core.safe_name(n.name) .. "--" .. core.safe_name(d)
+  return self.tmp_dir .. "/" .. core.safe_name(n.name) .. "+" .. core.safe_name(d)    -- no name encodes a '+'
 end
 
 -- Where a finished output goes: its catalog path, or .flow/data/ for a
@@ -225,6 +225,19 @@ function Run:commit(d, e, from, n)
   return { path = final, hash = h }
 end
 
+-- The input of step n that `path` is, lies in or holds (resolving symbolic
+-- links), if any: committing `path` as an output would move that input away.
+function Run:input_at(n, path)
+  local real = cache.realpath(path)
+  if not real then return nil end
+  local function within(a, b) return a == b or a:sub(1, #b + 1) == b .. "/" end
+  for _, io in ipairs(n.inputs) do
+    local v = self.values[io.dataset]
+    local p = v and v.path and cache.realpath(v.path)
+    if p and (within(real, p) or within(p, real)) then return io.dataset end
+  end
+end
+
 -- Save what a Lua function returned: memory values stay in memory (and in
 -- the cache), persisted ones are written through the catalog.  Returns the
 -- output records for the step's journal entry.
@@ -243,6 +256,12 @@ function Run:save_values(n, by)
         error(step_failure { message = string.format("step '%s': output '%s' is a %s dataset (%s): the function "
           .. "returns the path of the %s it wrote, got %s", n.name, d, e.type, e.origin, e.type,
           type(v) == "string" and ("'" .. v .. "', which does not exist") or type(v)) })
+      end
+      local input = self:input_at(n, v)
+      if input then
+        error(step_failure { message = string.format("step '%s': output '%s' is the path of its input '%s' (%s): "
+          .. "flow moves a %s output into place, which would take the input away; write a new %s and "
+          .. "return its path", n.name, d, input, v, e.type, e.type) })
       end
       outs[d] = self:commit(d, e, v, n)
     else
@@ -300,7 +319,7 @@ function Run:run_function_ranks(n, dist, args, count)
     error(step_failure { message = string.format("step '%s': a distributed Lua step runs in child processes, "
       .. "which need the pipeline script: run it with `flow run SCRIPT`", n.name) })
   end
-  local tmpdir = self.tmp_dir .. "/" .. core.safe_name(n.name) .. "--ranks"
+  local tmpdir = self.tmp_dir .. "/" .. core.safe_name(n.name) .. "~ranks"
   core.remove_tree(tmpdir)
   core.mkdir_p(tmpdir)
   local inputs, outputs = tmpdir .. "/inputs.json", tmpdir .. "/outputs.json"
@@ -649,8 +668,13 @@ function Run:outputs_changed(n, rec)
       local h = self.hc:file(out.path)
       if not h then return string.format("its output '%s' is missing (%s)", d, out.path) end
       if h ~= out.hash then return string.format("its output '%s' was changed since (%s)", d, out.path) end
-    elseif not state_mod.value_available(out) then
-      return string.format("the cached value of its output '%s' is gone", d)
+    else
+      local ok, why = state_mod.value_available(out, self.hc)
+      if why == "damaged" then
+        core.ui_warn(string.format("the cached value of '%s' (output of step '%s') was damaged "
+          .. "(its content no longer matches its hash); the step runs again", d, n.name))
+      end
+      if not ok then return string.format("the cached value of its output '%s' is %s", d, why) end
     end
   end
 end
@@ -950,6 +974,66 @@ local function catalog_inputs(nodes, cat)
   return declared, produced, readers
 end
 
+-- A path as one key: absolute, without "." or ".." segments or repeated '/'.
+local function path_key(path, cwd)
+  if path:sub(1, 1) ~= "/" then path = cwd .. "/" .. path end
+  local parts = {}
+  for seg in path:gmatch("[^/]+") do
+    if seg == ".." then parts[#parts] = nil
+    elseif seg ~= "." then parts[#parts + 1] = seg end
+  end
+  return "/" .. table.concat(parts, "/")
+end
+
+-- Every dataset needs a place of its own, or two would overwrite each other:
+-- two catalog entries with one path, or two datasets flow keeps in
+-- .flow/data (a command's output "a.json" and a value "a" a command reads,
+-- written as a.json).  Raises naming both.
+local function check_paths(nodes, cat)
+  local owner, cwd = {}, core.cwd()
+  local function claim(path, d, e)
+    local key = path_key(path, cwd)
+    local o = owner[key]
+    if o and o.d ~= d then
+      local function who(x)
+        return x.e.declared and string.format("catalog entry '%s' (%s)", x.d, x.e.origin)
+               or string.format("dataset '%s'", x.d)
+      end
+      graph_error(string.format("%s and %s are both stored at %s: each dataset needs a path of its own",
+                                who(o), who({ d = d, e = e }), path))
+    end
+    owner[key] = { d = d, e = e }
+  end
+  local by_command, read_by_command, seen = {}, {}, {}
+  for _, n in ipairs(nodes) do
+    for _, io in ipairs(n.outputs) do by_command[io.dataset] = n.kind == "command" end
+    if n.kind == "command" then for _, io in ipairs(n.inputs) do read_by_command[io.dataset] = true end end
+  end
+  for _, name in ipairs(util.sorted_keys(cat.exact)) do
+    local e = cat.exact[name]
+    if catalog.persisted(e) then claim(e.path, name, e) end
+  end
+  for _, n in ipairs(nodes) do
+    for _, list in ipairs({ n.inputs, n.outputs }) do
+      for _, io in ipairs(list) do
+        local d = io.dataset
+        if not seen[d] and d ~= "parameters" and not d:match("^params:") then
+          seen[d] = true
+          local e = cat:entry(d)
+          if catalog.persisted(e) then
+            if not cat.exact[d] then claim(e.path, d, e) end
+          elseif by_command[d] then
+            claim(DATA .. "/" .. core.safe_name(d), d, e)
+          elseif read_by_command[d] then
+            claim(DATA .. "/" .. core.safe_name(d) .. ".json", d, e)
+            claim(DATA .. "/" .. core.safe_name(d) .. ".txt", d, e)
+          end
+        end
+      end
+    end
+  end
+end
+
 -- Everything a run or a listing needs before any step runs: the pipeline's
 -- nodes, the configuration, the catalog, resolved distribution settings and
 -- the graph.
@@ -974,6 +1058,7 @@ function M.prepare(p, opts, level)
   local dists = {}
   for i, n in ipairs(p.nodes) do dists[i] = M.resolve_dist(n, settings) end
   local declared, produced, free_readers = catalog_inputs(p.nodes, cat)
+  check_paths(p.nodes, cat)
   local g = M.build_graph(p.nodes, dists, declared)
   cat:check_load_versions(produced)
   check_params(p.nodes, settings)
