@@ -61,9 +61,8 @@ double flow_step_deadline(lua_State *co);
  * code on Ctrl-C or at its timeout, and a script's top level on Ctrl-C. */
 #define FLOW_HOOK_COUNT 1000000
 void flow_count_hook(lua_State *L, lua_Debug *ar);
-/* Replaces pcall, xpcall, coroutine.resume, coroutine.wrap, coroutine.close,
- * os.exit and os.execute by versions that keep a stopped step stopped (see
- * l_sched.c). */
+/* Replaces pcall, xpcall, coroutine.create/wrap/resume/close, os.exit and
+ * os.execute by versions that keep a stopped step stopped (see l_sched.c). */
 void flow_install_guards(lua_State *L);
 
 /* The position-independent code of the Lua function at idx (bytecode.c):

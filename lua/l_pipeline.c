@@ -258,8 +258,10 @@ static const char *name_problem(const char *s, size_t len)
 /* A string that can name a dataset (and a node). */
 static int nonempty_string(lua_State *L, int idx)
 {
+    if (lua_type(L, idx) != LUA_TSTRING) return 0;
     size_t len;
-    return lua_type(L, idx) == LUA_TSTRING && !name_problem(lua_tolstring(L, idx, &len), len);
+    const char *s = lua_tolstring(L, idx, &len);
+    return !name_problem(s, len);
 }
 
 /* Pushes {arg = <string at arg>, dataset = <string at dataset>}. */

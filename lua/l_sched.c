@@ -7,7 +7,7 @@
  * timeout and by os.exit.  Stopping raises an error the user's code cannot keep:
  * pcall, xpcall, coroutine.resume and coroutine.close hand it on instead of
  * returning it, the count hook raises it again at the very next instruction of
- * a thread that swallowed it some other way (a load() reader, a __gc), and
+ * a thread that swallowed it some other way (a load() reader, a __close), and
  * sched.guard reports the cancellation whatever the code made of it. */
 #include "flowlua.h"
 #include "proc.h"
@@ -439,10 +439,10 @@ static int l_rethrowing(lua_State *L)
     return after_catch(L, LUA_OK, 0);
 }
 
-/* Before a switch to another coroutine.  Each thread counts its own
- * instructions for the hook, so a loop of coroutines that each run less than
- * FLOW_HOOK_COUNT would never meet it: look here (the clock every time, the
- * signals at most every 10 ms). */
+/* Each thread counts its own instructions for the hook, and a new one starts
+ * from zero: a loop that makes coroutines that each run less than
+ * FLOW_HOOK_COUNT would never meet it.  So making one, and switching to one,
+ * looks (the clock every time, the signals at most every 10 ms). */
 static void look_before_switch(lua_State *L)
 {
     struct step_run *st = current_step(L);
@@ -459,23 +459,14 @@ static int l_resume(lua_State *L)
     return l_rethrowing(L);
 }
 
-/* What coroutine.wrap returns, around the standard one's function (upvalue 1). */
-static int l_wrapped(lua_State *L)
+/* coroutine.create and coroutine.wrap (upvalue 1), unchanged but for the look. */
+static int l_create(lua_State *L)
 {
     look_before_switch(L);
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, 1);
     lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
     return lua_gettop(L);
-}
-
-static int l_wrap(lua_State *L)
-{
-    lua_pushvalue(L, lua_upvalueindex(1));
-    lua_insert(L, 1);
-    lua_call(L, lua_gettop(L) - 1, 1);
-    lua_pushcclosure(L, l_wrapped, 1);
-    return 1;
 }
 
 /* xpcall's message handler (upvalue 1), kept from a cancellation: raised by
@@ -583,7 +574,7 @@ void flow_install_guards(lua_State *L)
     static const struct { const char *lib, *name; lua_CFunction fn; } wraps[] = {
         { LUA_GNAME, "pcall", l_rethrowing }, { LUA_GNAME, "xpcall", l_xpcall },
         { LUA_COLIBNAME, "resume", l_resume }, { LUA_COLIBNAME, "close", l_rethrowing },
-        { LUA_COLIBNAME, "wrap", l_wrap },
+        { LUA_COLIBNAME, "create", l_create }, { LUA_COLIBNAME, "wrap", l_create },
         { LUA_OSLIBNAME, "exit", l_exit }, { LUA_OSLIBNAME, "execute", l_execute },
     };
     for (size_t i = 0; i < sizeof wraps / sizeof *wraps; i++) {

@@ -1004,33 +1004,32 @@ local function check_paths(nodes, cat)
     end
     owner[key] = { d = d, e = e }
   end
-  local by_command, read_by_command, seen = {}, {}, {}
-  for _, n in ipairs(nodes) do
-    for _, io in ipairs(n.outputs) do by_command[io.dataset] = n.kind == "command" end
-    if n.kind == "command" then for _, io in ipairs(n.inputs) do read_by_command[io.dataset] = true end end
-  end
   for _, name in ipairs(util.sorted_keys(cat.exact)) do
     local e = cat.exact[name]
     if catalog.persisted(e) then claim(e.path, name, e) end
   end
+  local by_command = {}
   for _, n in ipairs(nodes) do
-    for _, list in ipairs({ n.inputs, n.outputs }) do
-      for _, io in ipairs(list) do
-        local d = io.dataset
-        if not seen[d] and d ~= "parameters" and not d:match("^params:") then
-          seen[d] = true
-          local e = cat:entry(d)
-          if catalog.persisted(e) then
-            if not cat.exact[d] then claim(e.path, d, e) end
-          elseif by_command[d] then
-            claim(DATA .. "/" .. core.safe_name(d), d, e)
-          elseif read_by_command[d] then
-            claim(DATA .. "/" .. core.safe_name(d) .. ".json", d, e)
-            claim(DATA .. "/" .. core.safe_name(d) .. ".txt", d, e)
-          end
-        end
-      end
+    if n.kind == "command" then for _, io in ipairs(n.outputs) do by_command[io.dataset] = true end end
+  end
+  -- Only a pattern or a command gives a dataset a path not claimed above:
+  -- a Lua step's memory values (most datasets, often) need no look.
+  local patterns = #cat.patterns > 0
+  local function place(d, command)
+    if not (command or patterns) or d == "parameters" or d:find("^params:") then return end
+    local e = cat:entry(d)
+    if catalog.persisted(e) then
+      if not cat.exact[d] then claim(e.path, d, e) end
+    elseif by_command[d] then claim(DATA .. "/" .. core.safe_name(d), d, e)
+    elseif command then
+      claim(DATA .. "/" .. core.safe_name(d) .. ".json", d, e)
+      claim(DATA .. "/" .. core.safe_name(d) .. ".txt", d, e)
     end
+  end
+  for _, n in ipairs(nodes) do
+    local command = n.kind == "command"
+    for _, io in ipairs(n.inputs) do place(io.dataset, command) end
+    for _, io in ipairs(n.outputs) do place(io.dataset, command) end
   end
 end
 

@@ -78,5 +78,5 @@ int main(void)
     RUN(test_different_names_give_different_files);
     RUN(test_long_names_fit_a_file_name_and_stay_distinct);
     free(enc("x"));
-    return CHECK_DONE("test_names");
+    return CHECK_DONE("names");
 }
