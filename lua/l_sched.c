@@ -433,6 +433,7 @@ static int after_catch(lua_State *L, int status, lua_KContext ctx)
 
 static int l_rethrowing(lua_State *L)
 {
+    luaL_checkany(L, 1);                    /* named after this function, not '?' */
     lua_pushvalue(L, lua_upvalueindex(1));
     lua_insert(L, 1);
     lua_callk(L, lua_gettop(L) - 1, LUA_MULTRET, 0, after_catch);
@@ -455,7 +456,14 @@ static void look_before_switch(lua_State *L)
 
 static int l_resume(lua_State *L)
 {
+    luaL_checktype(L, 1, LUA_TTHREAD);
     look_before_switch(L);
+    return l_rethrowing(L);
+}
+
+static int l_close(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTHREAD);
     return l_rethrowing(L);
 }
 
@@ -573,7 +581,7 @@ void flow_install_guards(lua_State *L)
 {
     static const struct { const char *lib, *name; lua_CFunction fn; } wraps[] = {
         { LUA_GNAME, "pcall", l_rethrowing }, { LUA_GNAME, "xpcall", l_xpcall },
-        { LUA_COLIBNAME, "resume", l_resume }, { LUA_COLIBNAME, "close", l_rethrowing },
+        { LUA_COLIBNAME, "resume", l_resume }, { LUA_COLIBNAME, "close", l_close },
         { LUA_COLIBNAME, "create", l_create }, { LUA_COLIBNAME, "wrap", l_create },
         { LUA_OSLIBNAME, "exit", l_exit }, { LUA_OSLIBNAME, "execute", l_execute },
     };
