@@ -120,7 +120,8 @@ L
     signal_when_started INT run -j 1 -k
     equals "$STATUS" 130 "exit status"
     [ ! -e b_ran ] || { echo "step b started after Ctrl-C"; return 1; }
-    not_contains "$(cat .flow/runs/latest/journal.jsonl)" '"step":"a","status":"ok"' "the journal"
+    not_contains "$(cat .flow/runs/latest/journal.jsonl)" '"status":"ok","step":"a"' "the journal"
+    contains "$(cat .flow/runs/latest/journal.jsonl)" '"status":"stopped","step":"a"' "the journal"
 }
 
 test_os_execute_in_a_step_is_bounded_by_its_timeout() {
@@ -162,7 +163,7 @@ L
     contains "$ERR" "step 'catches' called os.exit(0)"
     contains "$(cat .flow/runs/latest/run.json)" '"code":	1'
     contains "$(cat .flow/runs/latest/journal.jsonl)" '"event":"run_end"'
-    contains "$(cat .flow/runs/latest/journal.jsonl)" '"step":"fine","time"'
+    contains "$(cat .flow/runs/latest/journal.jsonl)" '"status":"ok","step":"fine"'
 }
 
 test_os_exit_outside_a_step_still_exits() {
