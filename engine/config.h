@@ -124,6 +124,8 @@ void config_list_free(char **list);
 
 #define CFG_MAX_DEPTH 100              /* nesting of mappings and lists */
 #define CFG_MAX_NODES 2000000          /* values per file, and per resolution */
+#define CFG_MAX_STRING (16L << 20)     /* bytes of one string interpolation builds */
+#define CFG_MAX_RESOLVED (256L << 20)  /* bytes of strings one resolution builds and copies */
 #define CFG_MAX_CHAIN 32               /* references resolved inside one another */
 #define CFG_SECRET_MIN 4               /* shorter credentials are not redacted from text */
 #define CFG_SEP '\x1f'                 /* separates the segments of a canonical path */

@@ -24,6 +24,7 @@ struct interp {
     size_t nchain;
     int secret;                        /* building credentials: env values become secrets */
     size_t nodes;                      /* values copied by substitution, bounded */
+    size_t bytes;                      /* string bytes built or copied by substitution, bounded */
     int failed;
     char *err;
     size_t errlen;
@@ -83,13 +84,35 @@ static void *ioom(struct interp *ip, const char *path)
     return NULL;
 }
 
+/* The bytes of the strings (keys included) in a tree. */
+static size_t tree_bytes(const cJSON *v)
+{
+    size_t n = (v->string ? strlen(v->string) : 0) + (cJSON_IsString(v) ? strlen(v->valuestring) : 0);
+    for (const cJSON *c = v->child; c; c = c->next)
+        n += tree_bytes(c);
+    return n;
+}
+
+/* A few kilobytes of YAML can reference a value ten times, that value ten
+ * times, and so on: what substitution makes is counted, values and bytes,
+ * as the parser counts what aliases make. */
+static int charge_bytes(struct interp *ip, size_t n, const char *path)
+{
+    ip->bytes += n;
+    if (ip->bytes <= (size_t)CFG_MAX_RESOLVED)
+        return 0;
+    ifail(ip, path, "interpolation produces more than %ld MiB of text", CFG_MAX_RESOLVED >> 20);
+    return -1;
+}
+
 static int charge(struct interp *ip, const cJSON *v, const char *path)
 {
     ip->nodes += cfg_tree_size(v);
-    if (ip->nodes <= CFG_MAX_NODES)
-        return 0;
-    ifail(ip, path, "interpolation produces more than %d values", CFG_MAX_NODES);
-    return -1;
+    if (ip->nodes > CFG_MAX_NODES) {
+        ifail(ip, path, "interpolation produces more than %d values", CFG_MAX_NODES);
+        return -1;
+    }
+    return charge_bytes(ip, tree_bytes(v), path);
 }
 
 static int needs_interp(const cJSON *n) { return cJSON_IsString(n) && strstr(n->valuestring, "${"); }
@@ -383,7 +406,11 @@ static cJSON *eval_template(struct interp *ip, const char *text, const char *pat
             sb_add(&b, text + i, 1);
             i++;
         }
+        if (b.len > (size_t)CFG_MAX_STRING && !ip->failed)
+            ifail(ip, path, "interpolation makes this string longer than %ld MiB", CFG_MAX_STRING >> 20);
     }
+    if (!ip->failed)
+        charge_bytes(ip, b.len, path);
     char *s = sb_detach(&b);
     cJSON *v = s && !ip->failed ? cJSON_CreateString(s) : NULL;
     free(s);

@@ -185,6 +185,9 @@ int sched_run(struct sched *s)
         while (!s->stopping && s->ready.n && s->running < (size_t)s->opt.jobs) {
             size_t i = heap_pop(&s->ready);
             if (!skip_up_to_date(s, i)) start_step(s, i);
+            /* A step that blocked the loop (os.execute, io.popen) may have let
+             * Ctrl-C arrive unseen: after it nothing new starts. */
+            handle_interrupts(s);
         }
         if (!s->running) break;
         loop_run_once(s->loop, -1);

@@ -1,7 +1,9 @@
 /* util.c — see util.h. */
 #include "util.h"
+#include "hash.h"
 
 #include <dirent.h>
+#include <stdbool.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -212,21 +214,37 @@ char *read_file_max(const char *path, size_t max, size_t *len)
     return sb_detach(&sb);
 }
 
+/* Past this many bytes an encoded name keeps its start and a hash of all of it:
+ * a file name has at most 255 bytes (NAME_MAX), and a suffix is added to some. */
+#define SAFE_NAME_MAX 200
+#define SAFE_NAME_KEEP 160
+
+static bool portable_byte(unsigned char c, bool first)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           c == '-' || c == '_' || (c == '.' && !first) || c >= 0x80;
+}
+
 char *safe_file_name(const char *name)
 {
-    char *s = xstrdup(name);
-    for (char *p = s; *p; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (!(c == '.' || c == '-' || c == '_' || (c >= '0' && c <= '9') ||
-              (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c >= 0x80))
-            *p = '_';
+    struct strbuf sb = STRBUF_INIT;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++) {
+        if (portable_byte(*p, p == (const unsigned char *)name)) sb_addc(&sb, (char)*p);
+        else sb_addf(&sb, "%%%02X", *p);
     }
-    if (s[0] == '.' || s[0] == '\0') {       /* never a hidden file, "." or ".." */
-        char *t = xasprintf("_%s", s);
-        free(s);
-        s = t;
+    if (sb.len == 0) sb_addc(&sb, '%');          /* no encoding is a lone '%' */
+    if (sb.len > SAFE_NAME_MAX) {
+        size_t keep = SAFE_NAME_KEEP;
+        /* not inside a %XX or a UTF-8 sequence */
+        while (keep > 0 && (((unsigned char)sb.buf[keep] & 0xC0) == 0x80 ||
+                            (keep >= 1 && sb.buf[keep - 1] == '%') || (keep >= 2 && sb.buf[keep - 2] == '%')))
+            keep--;
+        char hex[SHA256_HEX_SIZE];
+        sha256_hex(name, strlen(name), hex);
+        sb.len = keep;
+        sb_addf(&sb, "~%.16s", hex);                /* '~' is always encoded: no name ends up here */
     }
-    return s;
+    return sb_detach(&sb);
 }
 
 double monotonic_seconds(void)

@@ -53,7 +53,12 @@ int write_all(int fd, const void *buf, size_t len);
  * failure.  The directory is closed on return, so a walk holds no fds. */
 char **dir_list(const char *dir, size_t *count);
 void dir_list_free(char **names, size_t n);
-/* A file name made from a dataset or step name: '/' and other unsafe bytes become '_'. */
+/* A file name made from a dataset or step name, a different one for every
+ * name: bytes other than [A-Za-z0-9._-] and those of UTF-8 (>= 0x80) are
+ * percent-encoded ("m/n" is "m%2Fn", '%' is "%25"), as is a leading '.' (never
+ * a hidden file, "." or ".."); a name longer than 200 bytes encoded keeps its
+ * start and gets "~" and 16 hex digits of its SHA-256.  Never "" and never
+ * contains '+' or '~' otherwise, so either can join two of them.  Caller frees. */
 char *safe_file_name(const char *name);
 
 double monotonic_seconds(void);

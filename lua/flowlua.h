@@ -21,6 +21,10 @@ struct loop *flow_state_loop(lua_State *L);
 /* Reads a script, desugars `distributed_job<…>` and pushes the chunk.
  * On error pushes a message "file:line: reason" and returns non-zero. */
 int flow_load_file(lua_State *L, const char *path);
+/* A script's text: a regular file of at most 64 MiB (/dev/zero or a FIFO would
+ * never end).  NULL with "cannot read DISPLAY: …", "DISPLAY is not a regular
+ * file" or "DISPLAY is larger than 64 MiB" in err.  The caller frees it. */
+char *flow_read_script(const char *path, const char *display, size_t *len, char *err, size_t errlen);
 int flow_load_buffer(lua_State *L, const char *buf, size_t len, const char *chunkname);
 /* Makes require (for files on package.path), dofile and loadfile read project
  * files through the same reader, desugared.  Call before flow_open_stdlib, whose
@@ -58,8 +62,15 @@ void flow_step_resume(lua_State *co, int nargs);
  * Stopping the step (Ctrl-C) resumes it at once. */
 void flow_step_sleep(lua_State *co, double seconds);
 /* Monotonic time by which the step must finish (0: none); the instruction-count
- * hook raises "timed out" in a busy Lua step past it. */
+ * hook stops a busy Lua step past it. */
 double flow_step_deadline(lua_State *co);
+/* The instruction-count hook of every thread (l_sched.c): it stops a step's
+ * code on Ctrl-C or at its timeout, and a script's top level on Ctrl-C. */
+#define FLOW_HOOK_COUNT 1000000
+void flow_count_hook(lua_State *L, lua_Debug *ar);
+/* Replaces pcall, xpcall, coroutine.create/wrap/resume/close, os.exit and
+ * os.execute by versions that keep a stopped step stopped (see l_sched.c). */
+void flow_install_guards(lua_State *L);
 
 /* The position-independent code of the Lua function at idx (bytecode.c):
  * pushes it (and with `strings` a list of its string constants, nested

@@ -14,6 +14,8 @@
 #include <errno.h>
 #include <lauxlib.h>
 #include <stdbool.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -318,6 +320,21 @@ static int l_stat(lua_State *L)
     return 3;
 }
 
+/* realpath(path) -> the path with symbolic links, "." and ".." resolved, or
+ * nil, message: where an output really is, before it is moved into place. */
+static int l_realpath(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    char real[PATH_MAX];                 /* not malloc'd: pushing it may raise */
+    if (!realpath(path, real)) {
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s: %s", path, strerror(errno));
+        return 2;
+    }
+    lua_pushstring(L, real);
+    return 1;
+}
+
 static const luaL_Reg cache_funcs[] = {
     { "sha256", l_sha256 },
     { "hashes", l_hashes },
@@ -326,6 +343,7 @@ static const luaL_Reg cache_funcs[] = {
     { "journal", l_journal },
     { "commit", l_commit },
     { "stat", l_stat },
+    { "realpath", l_realpath },
     { NULL, NULL }
 };
 

@@ -381,10 +381,11 @@ static int l_load_script(lua_State *L)
     const char *path = luaL_checkstring(L, 1);
     const char *display = luaL_optstring(L, 2, path);
     size_t len;
-    char *buf = read_file(path, &len);
+    char err[1024];
+    char *buf = flow_read_script(path, display, &len, err, sizeof err);
     if (!buf) {
         lua_pushnil(L);
-        lua_pushfstring(L, "cannot read %s: %s", display, strerror(errno));
+        lua_pushstring(L, err);
         return 2;
     }
     lua_pushfstring(L, "@%s", display);

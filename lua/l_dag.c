@@ -93,12 +93,48 @@ static void read_dist(lua_State *L, int idx, struct dag_dist *dist)
     lua_pop(L, 1);
 }
 
+/* Whether field `key` of the table at idx is a string with a NUL inside. */
+static bool has_nul(lua_State *L, int idx, const char *key)
+{
+    size_t len;
+    lua_getfield(L, idx, key);
+    const char *s = lua_tolstring(L, -1, &len);
+    bool nul = s && strlen(s) != len;
+    lua_pop(L, 1);
+    return nul;
+}
+
+/* The graph keys datasets by C string: "a\0b" and "a\0c" would be one
+ * dataset.  node{} refuses such names; this holds for any other caller. */
+static bool names_have_nul(lua_State *L, int idx)
+{
+    if (has_nul(L, idx, "name")) return true;
+    static const char *const lists[] = { "inputs", "outputs" };
+    for (size_t k = 0; k < 2; k++) {
+        lua_getfield(L, idx, lists[k]);
+        size_t n = lua_istable(L, -1) ? lua_rawlen(L, -1) : 0;
+        bool nul = false;
+        for (size_t i = 0; i < n && !nul; i++) {
+            lua_rawgeti(L, -1, (lua_Integer)i + 1);
+            nul = lua_istable(L, -1) && has_nul(L, lua_gettop(L), "dataset");
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+        if (nul) return true;
+    }
+    return false;
+}
+
 /* Adds the step table at `idx`; on error leaves a message in err. */
 static long add_step(lua_State *L, struct dag *dag, int idx, int udata, char *err, size_t errlen)
 {
     struct dag_step spec = { 0 };
     spec.name = (char *)flow_field_string(L, idx, "name");
     if (!spec.name) { errf(err, errlen, "a step without a name"); return -1; }
+    if (names_have_nul(L, idx)) {
+        errf(err, errlen, "step '%s': a step or dataset name contains a NUL byte", spec.name);
+        return -1;
+    }
     const char *kind = flow_field_string(L, idx, "kind");
     spec.kind = kind && strcmp(kind, "command") == 0 ? STEP_COMMAND : STEP_FUNC;
     spec.inputs = read_io(L, idx, "inputs", &spec.n_inputs);

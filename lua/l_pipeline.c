@@ -240,10 +240,28 @@ static int lua_strcmp(const char *l, size_t ll, const char *r, size_t lr)
     }
 }
 
-/* A non-empty string, as a dataset name (and a node's name) must be. */
+/* Why `s` cannot name a dataset or a step, or NULL.  Names become C strings
+ * and file names: a NUL would cut one short and merge two datasets, and no
+ * control character belongs in either.  "params:" alone names no parameter.
+ * The Lua code reports what this finds (name_problem below). */
+static const char *name_problem(const char *s, size_t len)
+{
+    if (len == 0) return "is empty";
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f) return "contains a control character";
+    }
+    if (len == 7 && memcmp(s, "params:", 7) == 0) return "names no parameter (write params:key)";
+    return NULL;
+}
+
+/* A string that can name a dataset (and a node). */
 static int nonempty_string(lua_State *L, int idx)
 {
-    return lua_type(L, idx) == LUA_TSTRING && lua_rawlen(L, idx) > 0;
+    if (lua_type(L, idx) != LUA_TSTRING) return 0;
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    return !name_problem(s, len);
 }
 
 /* Pushes {arg = <string at arg>, dataset = <string at dataset>}. */
@@ -316,6 +334,7 @@ static int set_io(lua_State *L, int v, const char *what, const char *style_field
     if (t == LUA_TNIL) {
         lua_createtable(L, 0, 0);
     } else if (t == LUA_TSTRING) {
+        if (!nonempty_string(L, v)) return 0;
         lua_createtable(L, 1, 0);
         push_io(L, v, v);
         lua_rawseti(L, -2, 1);
@@ -528,8 +547,20 @@ static int l_bind(lua_State *L)
     return 2;
 }
 
+/* name_problem(s) -> why s cannot name a dataset or a step, or nil */
+static int l_name_problem(lua_State *L)
+{
+    size_t len;
+    const char *s = luaL_checklstring(L, 1, &len);
+    const char *problem = name_problem(s, len);
+    if (!problem) return 0;
+    lua_pushstring(L, problem);
+    return 1;
+}
+
 static const luaL_Reg pipeline_funcs[] = {
     { "bind", l_bind },
+    { "name_problem", l_name_problem },
     { NULL, NULL }
 };
 

@@ -1,6 +1,14 @@
 /* l_sched.c — module flow.sched: runs a flow.dag with the C scheduler, each
  * step on its own Lua coroutine.  The coroutine's extra space (LUA_EXTRASPACE)
- * points at its step, which is how a waiting C function knows it may yield. */
+ * points at its step, which is how a waiting C function knows it may yield.
+ *
+ * Cancellation.  A step's own code (what sched.guard runs: the user's function
+ * and the runner's handling of its values) is stopped by Ctrl-C/SIGTERM, by its
+ * timeout and by os.exit.  Stopping raises an error the user's code cannot keep:
+ * pcall, xpcall, coroutine.resume and coroutine.close hand it on instead of
+ * returning it, the count hook raises it again at the very next instruction of
+ * a thread that swallowed it some other way (a load() reader, a __close), and
+ * sched.guard reports the cancellation whatever the code made of it. */
 #include "flowlua.h"
 #include "proc.h"
 #include "sched.h"
@@ -9,8 +17,17 @@
 #include "util.h"
 
 #include <lauxlib.h>
+#include <lualib.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* More steps at once than this is a typo (-j 1e999), not a plan. */
+#define MAX_JOBS 100000
+
+/* Why a step's code must stop. */
+enum cancel { CANCEL_NONE, CANCEL_INTERRUPT, CANCEL_TIMEOUT, CANCEL_EXIT };
+static const char *const cancel_names[] = { "none", "interrupted", "timed out", "exit" };
 
 struct step_run {
     struct run *run;
@@ -22,6 +39,10 @@ struct step_run {
     unsigned long sleep_timer;     /* flow.proc.sleep in progress, or 0 */
     int n_waits;                   /* other waits in progress (flow_step_track_wait) */
     double deadline;               /* monotonic; 0 = no timeout */
+    int guarded;                   /* sched.guard calls running the step's code */
+    enum cancel cancel;            /* decided once, reported by the guard */
+    lua_Integer exit_code;         /* os.exit's status, for CANCEL_EXIT */
+    double next_look;              /* look_before_switch: next look at the signals */
 };
 
 struct run {
@@ -39,6 +60,72 @@ struct run {
 static struct step_run *step_of(lua_State *co)
 {
     return *(struct step_run **)lua_getextraspace(co);
+}
+
+/* The registry keeps the step being resumed: the hook and pcall run on any
+ * thread, including coroutines the step's code made (their extra space is NULL). */
+static const char current_key = 'C';
+static const char cancelled_key = 'X';     /* the error value a cancellation raises */
+
+static struct step_run *current_step(lua_State *L)
+{
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &current_key);
+    struct step_run *st = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    return st;
+}
+
+static void set_current_step(lua_State *L, struct step_run *st)
+{
+    if (st) lua_pushlightuserdata(L, st);
+    else lua_pushnil(L);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &current_key);
+}
+
+/* Whether the step's code must stop: an interrupt arrived (counted by the loop
+ * or still pending) or, with `deadline`, its timeout passed. */
+static bool cancel_due(lua_State *L, struct step_run *st, bool deadline)
+{
+    if (st->cancel == CANCEL_NONE) {
+        if (loop_interrupts(flow_state_loop(L)) > 0) st->cancel = CANCEL_INTERRUPT;
+        else if (deadline && st->deadline > 0 && monotonic_seconds() > st->deadline) st->cancel = CANCEL_TIMEOUT;
+    }
+    return st->cancel != CANCEL_NONE;
+}
+
+/* Raise the cancellation; the thread's hook now fires at every instruction, so
+ * whatever catches it without handing it on is left at once. */
+static int raise_cancel(lua_State *L)
+{
+    lua_sethook(L, flow_count_hook, LUA_MASKCOUNT, 1);
+    lua_rawgetp(L, LUA_REGISTRYINDEX, &cancelled_key);
+    return lua_error(L);
+}
+
+static void reset_hook(lua_State *L)
+{
+    if (lua_gethookcount(L) != FLOW_HOOK_COUNT) lua_sethook(L, flow_count_hook, LUA_MASKCOUNT, FLOW_HOOK_COUNT);
+}
+
+/* SIGINT/SIGTERM/SIGHUP are blocked (the loop reads them from a signalfd), so Lua
+ * code that computes without waiting would never notice Ctrl-C: every
+ * FLOW_HOOK_COUNT instructions this looks.  In a step's code it cancels the
+ * step (Ctrl-C, or its timeout); at a script's top level it raises
+ * "interrupted" and leaves the signal pending for the loop to count.  New
+ * threads inherit the hook. */
+void flow_count_hook(lua_State *L, lua_Debug *ar)
+{
+    (void)ar;
+    struct step_run *st = current_step(L);
+    if (st && st->guarded) {
+        if (cancel_due(L, st, true)) raise_cancel(L);
+    } else if (!st) {
+        sigset_t pending;
+        if (sigpending(&pending) == 0 &&
+            (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM) || sigismember(&pending, SIGHUP)))
+            luaL_error(L, "interrupted");
+    }
+    reset_hook(L);
 }
 
 int flow_step_can_yield(lua_State *co)
@@ -119,8 +206,12 @@ static void finish(struct step_run *st, bool ok)
  * the engine's bug, reported as such. */
 static void resume(struct step_run *st, int nargs)
 {
+    lua_State *L = st->run->L;
+    struct step_run *outer = current_step(L);      /* a step that waits by running the loop itself */
+    set_current_step(L, st);
     int nres = 0;
-    int status = lua_resume(st->co, st->run->L, nargs, &nres);
+    int status = lua_resume(st->co, L, nargs, &nres);
+    set_current_step(L, outer);
     if (status == LUA_YIELD) {
         if (st->n_procs == 0 && st->sleep_timer == 0 && st->n_waits == 0) {
             lua_pop(st->co, nres);
@@ -157,6 +248,9 @@ static int exec_start(void *ctx, struct sched *s, size_t i)
         st->co_ref = luaL_ref(run->L, LUA_REGISTRYINDEX);
     }
     *(struct step_run **)lua_getextraspace(st->co) = st;
+    st->guarded = 0;
+    st->cancel = CANCEL_NONE;
+    st->next_look = 0;
     lua_rawgeti(st->co, LUA_REGISTRYINDEX, run->step_fn_ref);
     lua_pushinteger(st->co, (lua_Integer)i + 1);
     resume(st, 1);
@@ -169,6 +263,7 @@ static void exec_stop(void *ctx, struct sched *s, size_t i, int sig)
     struct run *run = ctx;
     (void)s;
     struct step_run *st = &run->steps[i];
+    if (st->cancel == CANCEL_NONE) st->cancel = CANCEL_INTERRUPT;   /* only interrupts stop steps */
     for (size_t k = 0; k < st->n_procs; k++) proc_kill(st->procs[k], sig);
     if (st->sleep_timer) {                    /* a retry back-off: end it now */
         loop_cancel_timer(flow_state_loop(run->L), st->sleep_timer);
@@ -220,9 +315,10 @@ static int l_run(lua_State *L)
     luaL_checktype(L, 2, LUA_TTABLE);
     luaL_checktype(L, 3, LUA_TFUNCTION);
     lua_getfield(L, 2, "jobs");
-    int jobs = (int)luaL_optinteger(L, -1, 1);
+    lua_Integer jobs = lua_isnil(L, -1) ? 1 : lua_tointeger(L, -1);
+    if (jobs < 1 || jobs > MAX_JOBS) return luaL_error(L, "jobs must be a whole number from 1 to %d", MAX_JOBS);
     lua_getfield(L, 2, "keep_going");
-    struct sched_options opt = { jobs, lua_toboolean(L, -1), NULL };
+    struct sched_options opt = { (int)jobs, lua_toboolean(L, -1), NULL };
     lua_pop(L, 2);
     opt.selected = read_selected(L, 2, dag->n_steps);
 
@@ -262,14 +358,260 @@ static int l_run(lua_State *L)
     return 3;
 }
 
+/* ---- the step's code: sched.guard and the library functions it changes ---- */
+
+/* Pushes false, {cancelled = "interrupted" | "timed out" | "exit", code = n,
+ * error = the error the code ended with, if any} and clears the reason: a
+ * retry starts afresh. */
+static int push_cancel(lua_State *L, struct step_run *st, int error_idx)
+{
+    lua_pushboolean(L, 0);
+    lua_createtable(L, 0, 3);
+    if (error_idx) {
+        lua_pushvalue(L, error_idx);
+        lua_setfield(L, -2, "error");
+    }
+    lua_pushstring(L, cancel_names[st->cancel]);
+    lua_setfield(L, -2, "cancelled");
+    if (st->cancel == CANCEL_EXIT) {
+        lua_pushinteger(L, st->exit_code);
+        lua_setfield(L, -2, "code");
+    }
+    st->cancel = CANCEL_NONE;
+    return 2;
+}
+
+static int guard_done(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)ctx;
+    struct step_run *st = step_of(L);
+    if (st) {
+        st->guarded--;
+        reset_hook(L);
+        /* code that went on past Ctrl-C (os.execute ignores it) or past its
+         * timeout is stopped all the same: its results are not trusted */
+        if (cancel_due(L, st, true))
+            return push_cancel(L, st, status == LUA_OK || status == LUA_YIELD ? 0 : lua_gettop(L));
+    }
+    if (status == LUA_OK || status == LUA_YIELD) {
+        lua_pushboolean(L, 1);
+        lua_replace(L, 1);                  /* the handler's slot */
+        return lua_gettop(L);
+    }
+    lua_pushboolean(L, 0);
+    lua_insert(L, -2);
+    return 2;
+}
+
+/* guard(handler, f, ...) -> true, f's results | false, handler(error) | false, {cancelled =, code =, error =}
+ * xpcall for the step's own code, on the step's coroutine (it may yield).
+ * Once the step is stopped nothing more of its code runs: a guard entered
+ * after an interrupt returns the cancellation at once. */
+static int l_guard(lua_State *L)
+{
+    luaL_checkany(L, 2);
+    struct step_run *st = step_of(L);
+    if (st) {
+        if (cancel_due(L, st, false)) return push_cancel(L, st, 0);
+        st->guarded++;
+    }
+    int status = lua_pcallk(L, lua_gettop(L) - 2, LUA_MULTRET, 1, 0, guard_done);
+    return guard_done(L, status, 0);
+}
+
+/* After pcall, xpcall, coroutine.resume or coroutine.close (upvalue 1)
+ * returned: a failure in a step that must stop hands the cancellation on. */
+static int after_catch(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    if (lua_gettop(L) > 0 && !lua_toboolean(L, 1)) {
+        struct step_run *st = current_step(L);
+        if (st && st->guarded && cancel_due(L, st, true)) return raise_cancel(L);
+    }
+    return lua_gettop(L);
+}
+
+static int l_rethrowing(lua_State *L)
+{
+    luaL_checkany(L, 1);                    /* named after this function, not '?' */
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_callk(L, lua_gettop(L) - 1, LUA_MULTRET, 0, after_catch);
+    return after_catch(L, LUA_OK, 0);
+}
+
+/* Each thread counts its own instructions for the hook, and a new one starts
+ * from zero: a loop that makes coroutines that each run less than
+ * FLOW_HOOK_COUNT would never meet it.  So making one, and switching to one,
+ * looks (the clock every time, the signals at most every 10 ms). */
+static void look_before_switch(lua_State *L)
+{
+    struct step_run *st = current_step(L);
+    if (!st || !st->guarded) return;
+    double now = monotonic_seconds();
+    if (st->cancel == CANCEL_NONE && now < st->next_look && (st->deadline <= 0 || now <= st->deadline)) return;
+    st->next_look = now + 0.01;
+    if (cancel_due(L, st, true)) raise_cancel(L);
+}
+
+static int l_resume(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTHREAD);
+    look_before_switch(L);
+    return l_rethrowing(L);
+}
+
+static int l_close(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTHREAD);
+    return l_rethrowing(L);
+}
+
+/* coroutine.create and coroutine.wrap (upvalue 1), unchanged but for the look. */
+static int l_create(lua_State *L)
+{
+    look_before_switch(L);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+/* xpcall's message handler (upvalue 1), kept from a cancellation: raised by
+ * the hook, the error reaches the handler while hooks are off, and a handler
+ * that never returned could not be stopped. */
+static int l_handler(lua_State *L)
+{
+    struct step_run *st = current_step(L);
+    if (st && st->guarded && st->cancel != CANCEL_NONE) return lua_gettop(L);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+    return lua_gettop(L);
+}
+
+static int l_xpcall(lua_State *L)
+{
+    luaL_checktype(L, 2, LUA_TFUNCTION);
+    lua_pushvalue(L, 2);
+    lua_pushcclosure(L, l_handler, 1);
+    lua_replace(L, 2);
+    return l_rethrowing(L);
+}
+
+/* os.exit in a step's code fails the step (flow exits 0/1/2/130 and writes its
+ * journal and summary); anywhere else it is the standard one (upvalue 1). */
+static int l_exit(lua_State *L)
+{
+    struct step_run *st = current_step(L);
+    if (!st || !st->guarded) {
+        lua_pushvalue(L, lua_upvalueindex(1));
+        lua_insert(L, 1);
+        lua_call(L, lua_gettop(L) - 1, 0);
+        return 0;
+    }
+    st->cancel = CANCEL_EXIT;
+    if (lua_isboolean(L, 1)) st->exit_code = lua_toboolean(L, 1) ? 0 : 1;
+    else st->exit_code = lua_isinteger(L, 1) ? lua_tointeger(L, 1) : 0;
+    return raise_cancel(L);
+}
+
+/* os.execute's results from flow.proc.spawn's: true|nil, "exit"|"signal", n */
+static int execute_done(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    (void)ctx;
+    if (!lua_istable(L, -2)) {                 /* the shell could not be started */
+        lua_pushnil(L);
+        lua_pushliteral(L, "exit");
+        lua_pushinteger(L, 127);
+        return 3;
+    }
+    lua_getfield(L, -2, "signal");
+    lua_Integer sig = lua_tointeger(L, -1);
+    lua_getfield(L, -3, "code");
+    lua_Integer code = lua_tointeger(L, -1);
+    if (sig == 0 && code == 0) lua_pushboolean(L, 1);
+    else lua_pushnil(L);
+    lua_pushstring(L, sig ? "signal" : "exit");
+    lua_pushinteger(L, sig ? sig : code);
+    return 3;
+}
+
+/* os.execute(cmd) in a step's code runs like flow.sh: the step yields while
+ * the command runs (other steps go on), Ctrl-C and the step's timeout stop
+ * it, its output goes to flow's stderr, its stdin is /dev/null.  Anywhere
+ * else, and os.execute() without a command, it is the standard one (upvalue 1). */
+static int l_execute(lua_State *L)
+{
+    struct step_run *st = step_of(L);
+    if (!st || !st->guarded || !flow_step_can_yield(L) || lua_isnoneornil(L, 1)) {
+        lua_pushvalue(L, lua_upvalueindex(1));
+        lua_insert(L, 1);
+        lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+        return lua_gettop(L);
+    }
+    const char *cmd = luaL_checkstring(L, 1);
+    lua_settop(L, 1);
+    lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+    lua_getfield(L, -1, "flow.proc");
+    lua_getfield(L, -1, "spawn");
+    lua_createtable(L, 0, 2);
+    lua_createtable(L, 3, 0);
+    lua_pushliteral(L, "/bin/sh");
+    lua_rawseti(L, -2, 1);
+    lua_pushliteral(L, "-c");
+    lua_rawseti(L, -2, 2);
+    lua_pushstring(L, cmd);
+    lua_rawseti(L, -2, 3);
+    lua_setfield(L, -2, "argv");
+    lua_pushliteral(L, "");
+    lua_setfield(L, -2, "echo");
+    lua_callk(L, 1, 2, 0, execute_done);
+    return execute_done(L, LUA_OK, 0);
+}
+
+static int cancelled_tostring(lua_State *L)
+{
+    lua_pushliteral(L, "the step was stopped (interrupted, timed out or os.exit)");
+    return 1;
+}
+
+void flow_install_guards(lua_State *L)
+{
+    static const struct { const char *lib, *name; lua_CFunction fn; } wraps[] = {
+        { LUA_GNAME, "pcall", l_rethrowing }, { LUA_GNAME, "xpcall", l_xpcall },
+        { LUA_COLIBNAME, "resume", l_resume }, { LUA_COLIBNAME, "close", l_close },
+        { LUA_COLIBNAME, "create", l_create }, { LUA_COLIBNAME, "wrap", l_create },
+        { LUA_OSLIBNAME, "exit", l_exit }, { LUA_OSLIBNAME, "execute", l_execute },
+    };
+    for (size_t i = 0; i < sizeof wraps / sizeof *wraps; i++) {
+        if (lua_getglobal(L, wraps[i].lib) != LUA_TTABLE) { lua_pop(L, 1); continue; }
+        lua_getfield(L, -1, wraps[i].name);
+        lua_pushcclosure(L, wraps[i].fn, 1);
+        lua_setfield(L, -2, wraps[i].name);
+        lua_pop(L, 1);
+    }
+    lua_createtable(L, 0, 0);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, cancelled_tostring);
+    lua_setfield(L, -2, "__tostring");
+    lua_setmetatable(L, -2);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &cancelled_key);
+}
+
 static const luaL_Reg sched_funcs[] = {
     { "run", l_run },
     { "set_deadline", l_set_deadline },
+    { "guard", l_guard },
     { NULL, NULL }
 };
 
 int luaopen_flow_sched(lua_State *L)
 {
     luaL_newlib(L, sched_funcs);
+    lua_pushinteger(L, MAX_JOBS);
+    lua_setfield(L, -2, "MAX_JOBS");
     return 1;
 }

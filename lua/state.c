@@ -6,25 +6,9 @@
 
 #include <lauxlib.h>
 #include <lualib.h>
-#include <signal.h>
 #include <string.h>
 
 static const char loop_key = 'L';      /* its address keys the loop in the registry */
-
-/* SIGINT/SIGTERM/SIGHUP are blocked (the loop reads them from a signalfd), so a Lua
- * step that computes without waiting would never notice Ctrl-C.  Every million
- * VM instructions this looks for one pending and raises; the signal stays
- * pending for the loop to count.  New threads inherit the hook. */
-static void interrupt_hook(lua_State *L, lua_Debug *ar)
-{
-    (void)ar;
-    sigset_t pending;
-    if (sigpending(&pending) == 0 &&
-        (sigismember(&pending, SIGINT) || sigismember(&pending, SIGTERM) || sigismember(&pending, SIGHUP)))
-        luaL_error(L, "interrupted");
-    double deadline = flow_step_deadline(L);   /* a step's timeout, in a busy loop */
-    if (deadline > 0 && monotonic_seconds() > deadline) luaL_error(L, "timed out");
-}
 
 lua_State *flow_state_new(char *err, size_t errlen)
 {
@@ -40,7 +24,7 @@ lua_State *flow_state_new(char *err, size_t errlen)
      * there means "not a step coroutine". */
     memset(lua_getextraspace(L), 0, LUA_EXTRASPACE);
     luaL_openlibs(L);
-    lua_sethook(L, interrupt_hook, LUA_MASKCOUNT, 1000000);
+    lua_sethook(L, flow_count_hook, LUA_MASKCOUNT, FLOW_HOOK_COUNT);
     lua_pushlightuserdata(L, loop);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &loop_key);
     static const luaL_Reg modules[] = {
@@ -58,6 +42,7 @@ lua_State *flow_state_new(char *err, size_t errlen)
         lua_pop(L, 1);
     }
     flow_open_project_loaders(L);
+    flow_install_guards(L);
     flow_open_stdlib(L);
     return L;
 }

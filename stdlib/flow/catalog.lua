@@ -140,6 +140,10 @@ function M.new(settings, opts)
     if type(name) ~= "string" then
       util.setup_error(string.format("%s: catalog keys are dataset names, got %s", where, tostring(name)))
     end
+    if name == "parameters" or name:find("^params:") then
+      util.setup_error(string.format("%s: catalog entry '%s': 'parameters' and 'params:…' are parameters, "
+        .. "not datasets (set them in parameters.yml)", where, name))
+    end
     if name:find("[{}]") then
       local pat = compile_pattern(name, where)
       pat.entry = check_entry(name, entry, where, pat)

@@ -311,12 +311,13 @@ local function load_pipeline(path, name)
   return p, base
 end
 
-local function positive_int(v, flag)
-  local n = tonumber(v)
-  if not n or math.type(n) ~= "integer" and n ~= math.floor(n) or n < 1 then
-    usage_error("%s needs a positive integer, got '%s'", flag, tostring(v))
+-- Decimal digits only: tonumber would take 1e999, 0x10 and " 4".
+local function positive_int(v, flag, max)
+  local n = tostring(v):match("^%d+$") and math.tointeger(tonumber(v))
+  if not n or n < 1 or n > max then
+    usage_error("%s needs a whole number from 1 to %d, got '%s'", flag, max, tostring(v))
   end
-  return math.tointeger(n)
+  return n
 end
 
 local function where_runs(n)
@@ -456,7 +457,7 @@ end
 
 function run_with(opts, pos, args, resume)
   local path = script_path(pos, "run")
-  local jobs = opts.jobs and positive_int(opts.jobs, "--jobs")
+  local jobs = opts.jobs and positive_int(opts.jobs, "--jobs", require("flow.sched").MAX_JOBS)
   if opts.quiet and opts.verbose then usage_error("--quiet and --verbose contradict each other") end
   local progress = opts.progress or "auto"
   if progress ~= "auto" and progress ~= "live" and progress ~= "plain" then

@@ -23,6 +23,18 @@ function M.is_pipeline(v) return getmetatable(v) == Pipeline end
 local node_fast, pipeline_fast =
   require("flow.pipeline_c").bind(Node, Pipeline, command.Command, distributed.Distributed, util)
 
+-- Why a string cannot name a dataset or a step (nil if it can): the rule
+-- is the C fast path's, so the two cannot disagree.
+local name_problem = require("flow.pipeline_c").name_problem
+
+local function check_name(name, what, level)
+  local problem = name_problem(name)
+  if problem then
+    local shown = name:gsub("[%c\\]", function(c) return string.format("\\%d", c:byte()) end)
+    util.fail(level + 1, "%s: '%s' %s", what, shown, problem)
+  end
+end
+
 local function where(level)
   local info = debug.getinfo(level + 1, "Sl")
   if not info or info.currentline < 0 then return "?" end
@@ -33,7 +45,10 @@ end
 -- Returns the list of {arg=, dataset=} and its style.
 local function parse_io(value, what, level)
   if value == nil then return {}, "list" end
-  if type(value) == "string" then return { { arg = value, dataset = value } }, "single" end
+  if type(value) == "string" then
+    check_name(value, "node: " .. what, level + 1)
+    return { { arg = value, dataset = value } }, "single"
+  end
   if type(value) ~= "table" then
     util.fail(level + 1, "node: %s must be a dataset name, a list of names or a map, got %s", what, type(value))
   end
@@ -44,6 +59,7 @@ local function parse_io(value, what, level)
         util.fail(level + 1, "node: %s[%d] must be a dataset name (a non-empty string), got %s",
                   what, i, type(v) == "string" and '""' or type(v))
       end
+      check_name(v, "node: " .. what, level + 1)
       io[i] = { arg = v, dataset = v }
     end
     return io, "list"
@@ -54,6 +70,7 @@ local function parse_io(value, what, level)
       util.fail(level + 1, "node: %s must map names to dataset names (strings); %s = %s is not",
                 what, tostring(k), type(v) == "string" and '""' or type(v))
     end
+    check_name(v, "node: " .. what, level + 1)
     io[#io + 1] = { arg = k, dataset = v }
   end
   return io, "map"
@@ -126,6 +143,7 @@ function M.node(spec, level)
   if spec.name ~= nil and (type(spec.name) ~= "string" or spec.name == "") then
     util.fail(level, "node: name must be a non-empty string")
   end
+  if spec.name then check_name(spec.name, "node: name", level) end
   n.name = spec.name or variable_name(spec.func ~= nil and spec.func or spec.command, level)
   if not n.name then
     util.fail(level, "node: this step has no name and its %s is not held in a variable: add name = \"...\"",
@@ -165,6 +183,7 @@ local function parse_remap(v, what, level)
   if type(v) ~= "table" then util.fail(level + 1, "pipeline: %s must be a list or a map of dataset names", what) end
   for k, name in pairs(v) do
     if type(name) ~= "string" then util.fail(level + 1, "pipeline: %s values must be strings", what) end
+    check_name(name, "pipeline: " .. what, level + 1)
     if type(k) == "number" then map[name] = name else map[k] = name end
   end
   return map
@@ -252,6 +271,7 @@ function M.pipeline(spec, level)
   if spec.namespace ~= nil and (type(spec.namespace) ~= "string" or spec.namespace == "") then
     util.fail(level, "pipeline: namespace must be a non-empty string")
   end
+  if spec.namespace then check_name(spec.namespace, "pipeline: namespace", level) end
   if spec.namespace or spec.inputs or spec.outputs or spec.parameters then
     nodes = namespaced(nodes, spec.namespace, parse_remap(spec.inputs, "inputs", level),
                        parse_remap(spec.outputs, "outputs", level),

@@ -207,7 +207,7 @@ end
 -- Where a step's output is staged while the step runs (in the run's
 -- temporary directory; flow.cache.commit moves it into place).
 function Run:staging_path(n, d)
-  return self.tmp_dir .. "/" .. core.safe_name(n.name) .. "--" .. core.safe_name(d)
+  return self.tmp_dir .. "/" .. core.safe_name(n.name) .. "+" .. core.safe_name(d)    -- no name encodes a '+'
 end
 
 -- Where a finished output goes: its catalog path, or .flow/data/ for a
@@ -248,6 +248,19 @@ local function write_checked(path, bytes)
   return true
 end
 
+-- The input of step n that `path` is, lies in or holds (resolving symbolic
+-- links), if any: committing `path` as an output would move that input away.
+function Run:input_at(n, path)
+  local real = cache.realpath(path)
+  if not real then return nil end
+  local function within(a, b) return a == b or a:sub(1, #b + 1) == b .. "/" end
+  for _, io in ipairs(n.inputs) do
+    local v = self.values[io.dataset]
+    local p = v and v.path and cache.realpath(v.path)
+    if p and (within(real, p) or within(p, real)) then return io.dataset end
+  end
+end
+
 -- Save what a Lua function returned: memory values stay in memory (and in
 -- the cache), persisted ones are written through the catalog.  Every output
 -- is prepared (encoded, written to its staging path) before any is
@@ -271,6 +284,11 @@ function Run:save_values(n, by)
         fail("step '%s': output '%s' is a %s dataset (%s): the function returns the path of the %s it wrote, got %s",
              n.name, d, e.type, e.origin, e.type,
              type(v) == "string" and ("'" .. v .. "', which does not exist") or type(v))
+      end
+      local input = self:input_at(n, v)
+      if input then
+        fail("step '%s': output '%s' is the path of its input '%s' (%s): flow moves a %s output into place, "
+             .. "which would take the input away; write a new %s and return its path", n.name, d, input, v, e.type, e.type)
       end
       ready[i] = { from = v }
     else
@@ -336,7 +354,7 @@ function Run:run_function_ranks(n, dist, args, count)
     error(step_failure { message = string.format("step '%s': a distributed Lua step runs in child processes, "
       .. "which need the pipeline script: run it with `flow run SCRIPT`", n.name) })
   end
-  local tmpdir = self.tmp_dir .. "/" .. core.safe_name(n.name) .. "--ranks"
+  local tmpdir = self.tmp_dir .. "/" .. core.safe_name(n.name) .. "~ranks"
   core.remove_tree(tmpdir)
   core.mkdir_p(tmpdir)
   local inputs, outputs = tmpdir .. "/inputs.json", tmpdir .. "/outputs.json"
@@ -668,16 +686,28 @@ local function on_step_error(e)
   return { traceback = debug.traceback(tostring(e), 2), message = tostring(e) }
 end
 
+-- A step stopped by sched.guard (its code cannot catch that): Ctrl-C, its
+-- timeout, or os.exit, which must not end flow without its journal and summary.
+local function cancelled_failure(n, c)
+  if c.cancelled == "timed out" and getmetatable(c.error) == StepFailure and c.error.timed_out then
+    return c.error                      -- a command's, which says what it stopped
+  elseif c.cancelled == "timed out" then
+    return step_failure { timed_out = true, message = string.format(
+      "step '%s' timed out after %s", n.name, util.format_duration(n.timeout or 0)) }
+  elseif c.cancelled == "exit" then
+    return step_failure { message = string.format("step '%s' called os.exit(%d), which a step cannot do: "
+      .. "return its outputs, or raise an error to fail it", n.name, c.code) }
+  end
+  return step_failure { message = string.format("step '%s' stopped (interrupted)", n.name), quiet = true }
+end
+
 function Run:attempt(n)
   if n.timeout then sched.set_deadline(n.timeout) end
-  local ok, err = xpcall(n.kind == "func" and self.run_function or self.run_command, on_step_error, self, n)
+  local ok, err = sched.guard(on_step_error, n.kind == "func" and self.run_function or self.run_command, self, n)
   if n.timeout then sched.set_deadline(nil) end
   if not ok and err.on_disk then err.message = string.format("step '%s': %s", n.name, err.message) end
   if ok or getmetatable(err) == StepFailure then return ok, err end
-  if n.timeout and err.message:find("timed out$") then    -- raised by the deadline hook
-    return false, step_failure { timed_out = true, message = string.format(
-      "step '%s' timed out after %s", n.name, util.format_duration(n.timeout)) }
-  end
+  if err.cancelled then return false, cancelled_failure(n, err) end
   return false, err.traceback
 end
 
@@ -771,8 +801,13 @@ function Run:outputs_changed(n, rec)
       local h = self.hc:file(out.path)
       if not h then return string.format("its output '%s' is missing (%s)", d, out.path) end
       if h ~= out.hash then return string.format("its output '%s' was changed since (%s)", d, out.path) end
-    elseif not state_mod.value_available(out) then
-      return string.format("the cached value of its output '%s' is gone", d)
+    else
+      local ok, why = state_mod.value_available(out, self.hc)
+      if why == "damaged" then
+        core.ui_warn(string.format("the cached value of '%s' (output of step '%s') was damaged "
+          .. "(its content no longer matches its hash); the step runs again", d, n.name))
+      end
+      if not ok then return string.format("the cached value of its output '%s' is %s", d, why) end
     end
   end
 end
@@ -1181,6 +1216,65 @@ local function warn_unused_entries(nodes, cat)
   end
 end
 
+-- A path as one key: absolute, without "." or ".." segments or repeated '/'.
+local function path_key(path, cwd)
+  if path:sub(1, 1) ~= "/" then path = cwd .. "/" .. path end
+  local parts = {}
+  for seg in path:gmatch("[^/]+") do
+    if seg == ".." then parts[#parts] = nil
+    elseif seg ~= "." then parts[#parts + 1] = seg end
+  end
+  return "/" .. table.concat(parts, "/")
+end
+
+-- Every dataset needs a place of its own, or two would overwrite each other:
+-- two catalog entries with one path, or two datasets flow keeps in
+-- .flow/data (a command's output "a.json" and a value "a" a command reads,
+-- written as a.json).  Raises naming both.
+local function check_paths(nodes, cat)
+  local owner, cwd = {}, core.cwd()
+  local function claim(path, d, e)
+    local key = path_key(path, cwd)
+    local o = owner[key]
+    if o and o.d ~= d then
+      local function who(x)
+        return x.e.declared and string.format("catalog entry '%s' (%s)", x.d, x.e.origin)
+               or string.format("dataset '%s'", x.d)
+      end
+      graph_error(string.format("%s and %s are both stored at %s: each dataset needs a path of its own",
+                                who(o), who({ d = d, e = e }), path))
+    end
+    owner[key] = { d = d, e = e }
+  end
+  for _, name in ipairs(util.sorted_keys(cat.exact)) do
+    local e = cat.exact[name]
+    if catalog.persisted(e) then claim(e.path, name, e) end
+  end
+  local by_command = {}
+  for _, n in ipairs(nodes) do
+    if n.kind == "command" then for _, io in ipairs(n.outputs) do by_command[io.dataset] = true end end
+  end
+  -- Only a pattern or a command gives a dataset a path not claimed above:
+  -- a Lua step's memory values (most datasets, often) need no look.
+  local patterns = #cat.patterns > 0
+  local function place(d, command)
+    if not (command or patterns) or d == "parameters" or d:find("^params:") then return end
+    local e = cat:entry(d)
+    if catalog.persisted(e) then
+      if not cat.exact[d] then claim(e.path, d, e) end
+    elseif by_command[d] then claim(DATA .. "/" .. core.safe_name(d), d, e)
+    elseif command then
+      claim(DATA .. "/" .. core.safe_name(d) .. ".json", d, e)
+      claim(DATA .. "/" .. core.safe_name(d) .. ".txt", d, e)
+    end
+  end
+  for _, n in ipairs(nodes) do
+    local command = n.kind == "command"
+    for _, io in ipairs(n.inputs) do place(io.dataset, command) end
+    for _, io in ipairs(n.outputs) do place(io.dataset, command) end
+  end
+end
+
 -- Everything a run or a listing needs before any step runs: the pipeline's
 -- nodes, the configuration, the catalog, resolved distribution settings and
 -- the graph.
@@ -1192,6 +1286,10 @@ function M.prepare(p, opts, level)
   if opts.params ~= nil and type(opts.params) ~= "table" then
     util.fail(level, "flow.run: params must be a table")
   end
+  local jobs = opts.jobs and math.tointeger(opts.jobs)
+  if opts.jobs ~= nil and (not jobs or jobs < 1 or jobs > sched.MAX_JOBS) then
+    util.fail(level, "flow.run: jobs must be a whole number from 1 to %d, got %s", sched.MAX_JOBS, tostring(opts.jobs))
+  end
   local settings = settings_mod.load { conf = M.defaults.conf, env = opts.env or M.defaults.env,
                                        params_spec = M.defaults.params_spec, params = opts.params }
   local load_versions = opts.load_versions or M.defaults.load_versions
@@ -1202,6 +1300,7 @@ function M.prepare(p, opts, level)
   for i, n in ipairs(p.nodes) do dists[i] = M.resolve_dist(n, settings) end
   local declared, produced, free_readers = catalog_inputs(p.nodes, cat)
   check_missing_inputs(p.nodes, cat, produced)
+  check_paths(p.nodes, cat)
   local g = M.build_graph(p.nodes, dists, declared)
   cat:check_load_versions(produced)
   check_params(p.nodes, settings)

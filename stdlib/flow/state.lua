@@ -135,24 +135,45 @@ function M.store_value(v)
   local h = cache.sha256(text)
   if #text <= M.INLINE_MAX then return { hash = h, value = text } end
   local path = M.VALUES .. "/" .. h
-  if not core.exists(path) then
+  if core.read_file(path) ~= text then             -- missing, or damaged since it was written
     core.mkdir_p(M.VALUES)
     core.write_atomic(path, text)
   end
   return { hash = h, cached = true }
 end
 
--- Whether an output record's value can be restored.
-function M.value_available(out)
-  return out.value ~= nil or (out.cached and core.exists(M.VALUES .. "/" .. out.hash) ~= nil)
+-- Whether an output record's value can be restored: true, or false and why
+-- not.  Cached content is addressed by its hash and trusted only while it
+-- still has that hash: an edited or truncated value is "damaged", a miss
+-- like a missing one (the producer runs again and writes it afresh), and its
+-- file is removed.  `hc` (the run's hash cache) spares reading a value file
+-- that has not changed since it was last hashed.
+function M.value_available(out, hc)
+  if out.value ~= nil then
+    if cache.sha256(out.value) == out.hash then return true end
+    return false, "damaged"
+  end
+  if not out.cached then return false, "gone" end
+  local path = M.VALUES .. "/" .. out.hash
+  local h = hc and hc:file(path) or cache.sha256(core.read_file(path) or "")
+  if h == out.hash then return true end
+  if not core.exists(path) then return false, "gone" end
+  os.remove(path)
+  return false, "damaged"
 end
 
 function M.restore_value(out, name)
   local text = out.value
+  local path = M.VALUES .. "/" .. tostring(out.hash)
   if not text then
     local err
-    text, err = core.read_file(M.VALUES .. "/" .. out.hash)
-    if not text then error(string.format("the cached value of '%s' is gone (%s): run with --force", name, err), 0) end
+    text, err = core.read_file(path)
+    if not text then error(string.format("the cached value of '%s' is gone (%s): run again to remake it", name, err), 0) end
+  end
+  if cache.sha256(text) ~= out.hash then              -- changed since the run decided to use it
+    if not out.value then os.remove(path) end
+    error(string.format("the cached value of '%s' is damaged (its content no longer matches its hash): "
+      .. "run again to remake it", name), 0)
   end
   return cache.deserialize(text, "cached value of '" .. name .. "'")
 end

@@ -39,7 +39,7 @@ test_bad_jobs_value() {
 return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "a" } }
 L
     run_flow 2 run -j zero
-    contains "$ERR" "--jobs needs a positive integer, got 'zero'"
+    contains "$ERR" "--jobs needs a whole number from 1 to 100000, got 'zero'"
     run_flow 2 run --jobs
     contains "$ERR" "option '--jobs' needs a value"
 }

@@ -1,0 +1,225 @@
+# t_outputs.sh — outputs and the cache are what they claim: cached values
+# are checked against their hash, every dataset has a file of its own, and an
+# output never destroys an input.
+
+# A producer whose value is big enough to be cached in its own file, and a
+# consumer that sums it; the consumer reruns when parameter k changes.
+cached_value_pipeline() {
+    write pipeline.lua <<'L'
+local function make()
+  local t = {}
+  for i = 1, 300 do t[i] = 1 end
+  return t
+end
+local function total(t, k)
+  if io.open("fail") then error("asked to fail") end
+  local s = 0
+  for _, v in ipairs(t) do s = s + v end
+  return s .. " " .. k
+end
+return pipeline{
+  node{ func = make, outputs = "ones", name = "make" },
+  node{ func = total, inputs = { "ones", "params:k" }, outputs = "sum", name = "total" },
+}
+L
+    write conf/base/catalog.yml <<'Y'
+sum: {type: text, path: sum.txt}
+Y
+    write conf/base/parameters.yml <<'Y'
+k: 1
+Y
+}
+
+the_cached_value() {
+    local files=(.flow/cache/values/*)
+    [ ${#files[@]} = 1 ] && [ -f "${files[0]}" ] || { echo "expected one cached value file, got: ${files[*]}"; return 1; }
+    VALUE=${files[0]}
+}
+
+test_an_edited_cached_value_is_recomputed() {
+    cached_value_pipeline
+    run_flow 0 run
+    equals "$(cat sum.txt)" "300 1"
+    the_cached_value
+    sed -i '0,/1/s//7/' "$VALUE"                 # one digit changed
+    run_flow 0 run --params k=2
+    equals "$(cat sum.txt)" "300 2" "the consumer's result"
+    contains "$ERR" "the cached value of 'ones' (output of step 'make') was damaged"
+    contains "$ERR" "done     make"
+    the_cached_value
+    equals "$(cache_hash "$VALUE")" "$(basename "$VALUE")" "the rewritten value's hash"
+}
+
+cache_hash() { sha256sum "$1" | cut -d' ' -f1; }
+
+test_a_truncated_cached_value_is_recomputed_on_resume() {
+    cached_value_pipeline
+    touch fail
+    run_flow 1 run
+    the_cached_value
+    truncate -s 10 "$VALUE"
+    rm fail
+    run_flow 0 run --resume
+    equals "$(cat sum.txt)" "300 1"
+    contains "$ERR" "was damaged"
+    no_crash
+    run_flow 0 run
+    contains "$ERR" "up to date"
+}
+
+test_a_damaged_inline_value_is_recomputed() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return 41 end, outputs = "n", name = "make" },
+  node{ func = function(n, k) return (n + 1) .. " " .. k end, inputs = { "n", "params:k" }, outputs = "r", name = "use" },
+}
+L
+    write conf/base/catalog.yml <<'Y'
+r: {type: text, path: r.txt}
+Y
+    write conf/base/parameters.yml <<'Y'
+k: 1
+Y
+    run_flow 0 run
+    sed -i 's/return 41/return 99/' .flow/cache/state.json
+    grep -q 'return 99' .flow/cache/state.json || { echo "the inline value was not where expected"; cat .flow/cache/state.json; return 1; }
+    run_flow 0 run --params k=2
+    equals "$(cat r.txt)" "42 2"
+    contains "$ERR" "was damaged"
+}
+
+# ---- every dataset has a file of its own -----------------------------------
+
+test_datasets_named_alike_get_different_files() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return "slash", "underscore" end, outputs = { "m/n", "m_n" }, name = "make" },
+  node{ command = "cat ${inputs.a} ${inputs.b} > ${outputs.both}", inputs = { a = "m/n", b = "m_n" },
+        outputs = { both = "both" }, name = "join" },
+  node{ command = "echo one > ${outputs.x}; echo two > ${outputs.y}", outputs = { x = "c/d", y = "c_d" },
+        name = "two" },
+  node{ command = "cat ${inputs.x} ${inputs.y} > ${outputs.z}", inputs = { x = "c/d", y = "c_d" },
+        outputs = { z = "both2" }, name = "read" },
+}
+L
+    run_flow 0 run
+    equals "$(cat .flow/data/both)" "slashunderscore"
+    equals "$(cat .flow/data/both2)" "$(printf 'one\ntwo')"
+    [ -f .flow/data/m%2Fn.txt ] && [ -f .flow/data/m_n.txt ] || { ls -a .flow/data; return 1; }
+}
+
+test_names_with_control_characters_are_refused_where_written() {
+    write pipeline.lua <<'L'
+local function f() return 1 end
+return pipeline{
+  node{ func = f, outputs = "a\0b", name = "x" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:3: node: outputs: 'a\\0b' contains a control character"
+    write pipeline.lua <<'L'
+local function f(x) return x end
+return pipeline{
+  node{ func = f, outputs = "a", name = "x" },
+  node{ func = f, inputs = { "a" }, outputs = { "b\nc" }, name = "y" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:4: node: outputs: 'b\\10c' contains a control character"
+    write pipeline.lua <<'L'
+local function f() return 1 end
+return pipeline{
+  node{ func = f, outputs = "a", name = "x\0y" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:3: node: name: 'x\\0y' contains a control character"
+    write pipeline.lua <<'L'
+local function f() return 1 end
+local p = pipeline{ node{ func = f, outputs = "a", name = "x" } }
+local q = pipeline{ p, namespace = "n\0s" }
+return q
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:3: pipeline: namespace: 'n\\0s' contains a control character"
+}
+
+test_two_catalog_entries_with_one_path_are_an_error() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return "a" end, outputs = "first", name = "one" },
+  node{ func = function() return "b" end, outputs = "second", name = "two" },
+}
+L
+    write conf/base/catalog.yml <<'Y'
+first: {type: text, path: data/out.txt}
+second: {type: text, path: ./data//out.txt}
+Y
+    run_flow 2 run
+    contains "$ERR" "catalog entry 'first' (conf/base/catalog.yml:1) and catalog entry 'second' (conf/base/catalog.yml:2) are both stored at"
+    [ ! -e data/out.txt ] || { echo "a step ran"; return 1; }
+}
+
+test_a_pattern_and_an_entry_with_one_path_are_an_error() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return "a" end, outputs = "a_metrics", name = "one" },
+  node{ func = function() return "b" end, outputs = "report", name = "two" },
+}
+L
+    write conf/base/catalog.yml <<'Y'
+"{name}_metrics": {type: text, path: "data/{name}.txt"}
+report: {type: text, path: data/a.txt}
+Y
+    run_flow 2 run
+    contains "$ERR" "catalog entry 'report' (conf/base/catalog.yml:2) and catalog entry 'a_metrics' (conf/base/catalog.yml:1)"
+}
+
+test_a_value_file_and_a_command_output_with_one_name_are_an_error() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return { 1 } end, outputs = "a", name = "value" },
+  node{ command = "cat ${inputs.a} > ${outputs.o}", inputs = { a = "a" }, outputs = { o = "a.json" }, name = "cmd" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "dataset 'a' and dataset 'a.json' are both stored at .flow/data/a.json"
+}
+
+# ---- an output never takes an input away --------------------------------
+
+test_a_lua_step_returning_its_input_path_is_refused() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function(path) return path end, inputs = "raw", outputs = "copy", name = "passthrough" },
+  node{ func = function(dir) return dir .. "/one.txt" end, inputs = "folder", outputs = "part", name = "part" },
+}
+L
+    write conf/base/catalog.yml <<'Y'
+raw: {type: file, path: data/raw.txt}
+copy: {type: file, path: data/copy.txt}
+folder: {type: folder, path: data/dir}
+part: {type: file, path: data/part.txt}
+Y
+    mkdir -p data/dir
+    echo precious > data/raw.txt
+    echo one > data/dir/one.txt
+    run_flow 1 run -k
+    contains "$ERR" "step 'passthrough': output 'copy' is the path of its input 'raw' (data/raw.txt): flow moves a file output into place"
+    contains "$ERR" "step 'part': output 'part' is the path of its input 'folder'"
+    equals "$(cat data/raw.txt)" "precious" "the input"
+    equals "$(cat data/dir/one.txt)" "one" "the folder input"
+}
+
+test_the_graph_refuses_a_nul_in_a_name_from_any_caller() {
+    write check.lua <<'L'
+local dag = require("flow.dag")
+local steps = { { name = "s", kind = "func", inputs = {}, outputs = { { arg = "x", dataset = "a\0b" } } },
+                { name = "t", kind = "func", inputs = {}, outputs = { { arg = "x", dataset = "a\0c" } } } }
+local ok, err = pcall(dag.build, steps, {})
+io.open("result", "w"):write(tostring(ok) .. ": " .. tostring(err)):close()
+return pipeline{}
+L
+    run_flow 0 run check.lua
+    equals "$(cat result)" "false: step 's': a step or dataset name contains a NUL byte"
+}
