@@ -214,26 +214,30 @@ static int l_run_id(lua_State *L)
 {
     static unsigned long counter;      /* one process, many flow.run calls */
     const char *dir = luaL_checkstring(L, 1);
-    if (mkdir_p(dir, 0755) != 0)
-        return luaL_error(L, "cannot create directory %s: %s", dir, strerror(errno));
+    char err[1024];
+    /* Under .flow/: made and opened without following a link (nofollow.h). */
+    if (nofollow_mkdir_p(dir, 0755, err, sizeof err) != 0) return flow_raise_fs(L, err);
+    int dfd = nofollow_open(dir, O_RDONLY | O_DIRECTORY, 0, err, sizeof err);
+    if (dfd < 0) return flow_raise_fs(L, err);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
     gmtime_r(&ts.tv_sec, &tm);
     char stamp[32], id[64];
     strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-    for (int tries = 0; tries < 1000; tries++) {
+    int e = EEXIST;
+    for (int tries = 0; tries < 1000 && e == EEXIST; tries++) {
         snprintf(id, sizeof id, "%s-%06ld-%lu", stamp, ts.tv_nsec / 1000, ++counter);
-        char *path = xasprintf("%s/%s", dir, id);
-        int rc = mkdir(path, 0755), e = errno;
-        free(path);
-        if (rc == 0) {
-            lua_pushstring(L, id);
-            return 1;
-        }
-        if (e != EEXIST) return luaL_error(L, "cannot create directory %s/%s: %s", dir, id, strerror(e));
+        e = mkdirat(dfd, id, 0755) == 0 ? 0 : errno;
     }
-    return luaL_error(L, "cannot find a free run id in %s", dir);
+    close(dfd);
+    if (e == 0) {
+        lua_pushstring(L, id);
+        return 1;
+    }
+    if (e == EEXIST) errf(err, sizeof err, "cannot find a free run id in %s", dir);
+    else errf(err, sizeof err, "cannot create directory %s/%s: %s", dir, id, strerror(e));
+    return flow_raise_fs(L, err);
 }
 
 /* symlink(target, path): path becomes a link to target, replaced atomically */

@@ -194,12 +194,13 @@ json.load(open(".flow/runs/latest/run.json"))
     write pipeline.lua <<L
 return pipeline{
   node{ name = "n", outputs = "n", func = function() return $num end },
-  node{ name = "m", inputs = "n", outputs = "m", func = function(n) print("got " .. n) return n end },
+  node{ name = "m", inputs = "n", outputs = "m", func = function(n)
+    local f = io.open("got.txt", "w") f:write(math.type(n), " ", n) f:close() return n end },
 }
 L
     run_flow 0 run
     run_flow 0 run --nodes m --force
-    contains "$OUT" "got $num"
+    equals "$(cat got.txt)" "integer $num" "the value m got from the cache"
 }
 
 # ---- the environment ----------------------------------------------------------
@@ -361,7 +362,7 @@ test_failed_value_cache_write_fails_the_step() {
 return pipeline{ node{ name = "big", outputs = "v", func = function() return string.rep("x", 4096) end } }
 L
     with_faults rename "*/.flow/cache/values/*" -- 1 run
-    contains "$ERR" "step 'big': cannot write .flow/cache/values/"
+    contains "$ERR" "step 'big': cannot cache output 'v': cannot write .flow/cache/values/"
     clean_failure
     run_flow 0 run
     contains "$ERR" "1 done"

@@ -121,7 +121,7 @@ L
     equals "$STATUS" 130 "exit status"
     [ ! -e b_ran ] || { echo "step b started after Ctrl-C"; return 1; }
     not_contains "$(cat .flow/runs/latest/journal.jsonl)" '"status":"ok","step":"a"' "the journal"
-    contains "$(cat .flow/runs/latest/journal.jsonl)" '"status":"stopped","step":"a"' "the journal"
+    contains "$(cat .flow/runs/latest/journal.jsonl)" '"status":"interrupted","step":"a"' "the journal"
 }
 
 test_os_execute_in_a_step_is_bounded_by_its_timeout() {
