@@ -6,7 +6,11 @@ CC      ?= cc
 Q       := $(if $(V),,@)
 PKGS    := lua5.4 libcjson libcurl openssl yaml-0.1 readline
 BUILD   := build
-WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+WARN    := -Wall -Wextra -Wconversion -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+# CI builds with WERROR=1: a warning fails the build.
+ifeq ($(WERROR),1)
+WARN    += -Werror
+endif
 CFLAGS  ?= -O2 -g
 ifeq ($(ASAN),1)
 CFLAGS  += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer

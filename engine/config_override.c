@@ -85,7 +85,7 @@ static int override_set(struct config *cfg, const char *dotted, cJSON *value, co
         if (!cJSON_IsObject(child)) {
             const char *where = cfg_path_where(cfg, path.buf);
             cfg_errorf(cfg, err, errlen, "%s: cannot set parameter '%s': '%.*s' is %s (set at %s), "
-                       "not a mapping", origin, dotted, (int)(rest - dotted + keylen), dotted,
+                       "not a mapping", origin, dotted, (int)((size_t)(rest - dotted) + keylen), dotted,
                        type_name(child), where ? where : "?");
             goto done;
         }

@@ -86,10 +86,10 @@ void sb_addc(struct strbuf *sb, char c) { sb_add(sb, &c, 1); }
 
 void sb_vaddf(struct strbuf *sb, const char *fmt, va_list ap)
 {
+    if (!fmt) return;     /* never NULL; said so for gcc -O1 -fsanitize=undefined (-Wformat-truncation) */
     va_list ap2;
     va_copy(ap2, ap);
-    char probe[1];
-    int n = vsnprintf(probe, sizeof probe, fmt, ap2);    /* the length it needs */
+    int n = vsnprintf(NULL, 0, fmt, ap2);                /* the length it needs */
     va_end(ap2);
     if (n < 0) return;
     sb_reserve(sb, (size_t)n);

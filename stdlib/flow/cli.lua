@@ -654,7 +654,7 @@ local function newest_logs()
     if id ~= "latest" then
       local dir = ".flow/runs/" .. id .. "/logs"
       for _, f in ipairs(core.list_dir(dir) or {}) do
-        local stem, rank = f:match("^(.-)%.rank(%d+)%.log$")
+        local stem, rank = f:match("^(.-)%+rank(%d+)%.log$")
         stem = stem or f:match("^(.-)%.log$")
         if stem then
           local path = dir .. "/" .. f

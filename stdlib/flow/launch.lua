@@ -51,12 +51,12 @@ function M.tensorflow_ranks(dist)
 end
 
 -- mpirun in front of argv.  Each rank adds its own output straight to
--- log_base .. ".rank<N>.log" (through a tiny sh wrapper; adds, so a retry
+-- log_base .. "+rank<N>.log" (through a tiny sh wrapper; adds, so a retry
 -- keeps the attempt before): relaying it through mpirun's output forwarding
 -- can lose a rank's last lines when mpirun exits.
 -- Running as root (CI, containers) needs Open MPI's consent; more ranks than
 -- cores need --oversubscribe.
-local RANK_LOG = 'exec "$@" >> "$0.rank${OMPI_COMM_WORLD_RANK:-0}.log" 2>&1'
+local RANK_LOG = 'exec "$@" >> "$0+rank${OMPI_COMM_WORLD_RANK:-0}.log" 2>&1'
 
 function M.mpi_argv(dist, argv, log_base)
   local np = dist.num_nodes * dist.processes_per_node

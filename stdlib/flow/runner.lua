@@ -531,7 +531,7 @@ function Run:commit_outputs(n, staging, display)
 end
 
 function Run:log_path(n, rank)
-  return self.log_dir .. "/" .. core.safe_name(n.name) .. (rank and (".rank" .. rank) or "") .. ".log"
+  return self.log_dir .. "/" .. core.safe_name(n.name) .. (rank and ("+rank" .. rank) or "") .. ".log"
 end
 
 -- The credentials each command step's process gets in its environment, set

@@ -35,7 +35,7 @@ L
     contains "$(cat env.0)" "LOCAL_WORLD_SIZE=2"
     contains "$(cat env.0)" "MASTER_ADDR=127.0.0.1"
     equals "$(grep MASTER_PORT env.0)" "$(grep MASTER_PORT env.3)" "MASTER_PORT on every rank"
-    for r in 0 1 2 3; do [ -f .flow/runs/latest/logs/train.rank$r.log ] || { echo "no log for rank $r"; return 1; }; done
+    for r in 0 1 2 3; do [ -f .flow/runs/latest/logs/train+rank$r.log ] || { echo "no log for rank $r"; return 1; }; done
 }
 
 test_mode_from_flow_yml_and_params_counts() {
@@ -81,10 +81,10 @@ return pipeline{ node{ func = distributed_job{ framework = "tensorflow", num_nod
 L
     run_flow 0 run --distributed=local
     logs=.flow/runs/latest/logs
-    contains "$(cat $logs/tf.rank0.log)" '{"type": "worker", "index": 0, "workers": 2, "ps": 1, "env": "cloud"}'
-    contains "$(cat $logs/tf.rank1.log)" '"type": "worker", "index": 1'
-    contains "$(cat $logs/tf.rank2.log)" '"type": "ps", "index": 0'
-    contains "$(cat $logs/tf.rank0.log)" '127.0.0.1:'
+    contains "$(cat $logs/tf+rank0.log)" '{"type": "worker", "index": 0, "workers": 2, "ps": 1, "env": "cloud"}'
+    contains "$(cat $logs/tf+rank1.log)" '"type": "worker", "index": 1'
+    contains "$(cat $logs/tf+rank2.log)" '"type": "ps", "index": 0'
+    contains "$(cat $logs/tf+rank0.log)" '127.0.0.1:'
 }
 
 test_lua_step_runs_on_every_rank_master_returns() {
@@ -120,7 +120,7 @@ L
     [ $(( $(date +%s) - t0 )) -lt 15 ] || { echo "the other ranks were not stopped"; return 1; }
     contains "$ERR" "step 'train' failed on rank 2 of 4 (exit code 7)"
     contains "$ERR" "rank two broke"
-    contains "$ERR" "train.rank2.log"
+    contains "$ERR" "train+rank2.log"
     for f in pid.*; do
         state=$(ps -o stat= -p "$(cat "$f")" 2>/dev/null || true)
         [ -z "$state" ] || [[ "$state" == Z* ]] || { echo "rank ${f#pid.} survived ($state)"; return 1; }
@@ -152,10 +152,10 @@ ddp_run() {   # ddp_run NODES PPN
     FLOW_PYTHON=$py run_flow 0 run ex --distributed=local --params "num_training_nodes=$1,processes_per_node=$2,epochs=40"
     logs=ex/.flow/runs/latest/logs
     # every rank joined one process group of world size 2 ...
-    for r in 0 1; do contains "$(cat $logs/train_model.rank$r.log)" '"world_size": 2' "rank $r log"; done
+    for r in 0 1; do contains "$(cat $logs/train_model+rank$r.log)" '"world_size": 2' "rank $r log"; done
     # ... and DDP kept the model identical on every rank
-    w0=$(grep -o '"weights": .*}' $logs/train_model.rank0.log)
-    w1=$(grep -o '"weights": .*}' $logs/train_model.rank1.log)
+    w0=$(grep -o '"weights": .*}' $logs/train_model+rank0.log)
+    w1=$(grep -o '"weights": .*}' $logs/train_model+rank1.log)
     equals "$w0" "$w1" "final weights of rank 0 and rank 1"
     # the loss went down (metrics.json from rank 0)
     "$py" - ex/.flow/data/model/metrics.json <<'P'
@@ -186,7 +186,7 @@ return pipeline{ node{ func = distributed_job{ framework = "mpi", num_nodes = 1,
 L
     run_flow 0 run --distributed=local
     logs=.flow/runs/latest/logs
-    for r in 0 1 2; do contains "$(cat $logs/reduce.rank$r.log)" "rank $r of 3: sum=6"; done
+    for r in 0 1 2; do contains "$(cat $logs/reduce+rank$r.log)" "rank $r of 3: sum=6"; done
 }
 
 test_mpi_rank_helpers_in_lua_step() {
@@ -223,8 +223,8 @@ return pipeline{ node{ func = distributed_job{ framework = "mpi", num_nodes = 2 
 L
     run_flow 1 run --distributed=local
     contains "$ERR" "step 'm' failed"
-    contains "$ERR" "m.rankN.log"
-    contains "$(cat .flow/runs/latest/logs/m.rank1.log)" "rank one broke"
+    contains "$ERR" "m+rankN.log"
+    contains "$(cat .flow/runs/latest/logs/m+rank1.log)" "rank one broke"
 }
 
 # One file per pipeline, as Kedro projects keep them: the annotation form works

@@ -100,3 +100,20 @@ L
     run_flow 2 logs s nowhere
     contains "$ERR" "no such directory: nowhere"
 }
+
+test_a_step_named_like_a_rank_log_has_its_own_log() {
+    write pipeline.lua <<'L'
+local cmd = flow.command{ "sh", "-c", "echo rank-$RANK-said" }
+return pipeline{
+  node{ func = distributed_job{ framework = "pytorch", num_nodes = 2 }(cmd), name = "x" },
+  node{ command = "echo plain-step-said", name = "x.rank0" },
+}
+L
+    run_flow 0 run --distributed=local
+    run_flow 0 logs x.rank0
+    equals "$OUT" "$(printf '$ echo plain-step-said\nplain-step-said')" "the log of step x.rank0"
+    run_flow 0 logs x
+    contains "$OUT" "rank-0-said"
+    contains "$OUT" "rank-1-said"
+    not_contains "$OUT" "plain-step-said"
+}
