@@ -161,6 +161,15 @@ cJSON *lua_to_json(lua_State *L, int idx, char *err, size_t errlen)
     return j;
 }
 
+void flow_push_json_text(lua_State *L, cJSON *j, bool pretty)
+{
+    char *s = pretty ? cJSON_Print(j) : cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!s) abort();                       /* out of memory, as everywhere in flow */
+    lua_pushstring(L, s);
+    cJSON_free(s);
+}
+
 void json_to_lua(lua_State *L, const cJSON *item)
 {
     luaL_checkstack(L, 4, "JSON too deeply nested");

@@ -6,6 +6,7 @@
 
 #include <cjson/cJSON.h>
 #include <lua.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 struct loop;
@@ -43,6 +44,8 @@ void flow_open_stdlib(lua_State *L);
  * offending key path on values JSON cannot hold (functions, userdata, cycles). */
 cJSON *lua_to_json(lua_State *L, int idx, char *err, size_t errlen);
 void json_to_lua(lua_State *L, const cJSON *item);
+/* Pushes j's JSON text (compact, or indented when `pretty`) and deletes j. */
+void flow_push_json_text(lua_State *L, cJSON *j, bool pretty);
 /* Pushes flow.core.json_null, which lua_to_json turns into null. */
 void flow_push_json_null(lua_State *L);
 

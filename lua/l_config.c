@@ -201,10 +201,7 @@ static int l_record_json(lua_State *L)
     }
     struct config *cfg = active_config(L);
     if (config_has_secrets(cfg)) mask_tree(cfg, j);
-    char *s = lua_toboolean(L, 2) ? cJSON_Print(j) : cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    lua_pushstring(L, s);
-    cJSON_free(s);
+    flow_push_json_text(L, j, lua_toboolean(L, 2));
     return 1;
 }
 

@@ -30,10 +30,7 @@ static int l_json_encode(lua_State *L)
     luaL_checkany(L, 1);
     cJSON *j = lua_to_json(L, 1, err, sizeof err);
     if (!j) { lua_pushnil(L); lua_pushstring(L, err); return 2; }
-    char *s = lua_toboolean(L, 2) ? cJSON_Print(j) : cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    lua_pushstring(L, s);
-    cJSON_free(s);
+    flow_push_json_text(L, j, lua_toboolean(L, 2));
     return 1;
 }
 

@@ -155,6 +155,13 @@ local function usage_error(fmt, ...)
   error({ usage = string.format(fmt, ...) }, 0)
 end
 
+-- A command's optional project directory argument: work there.
+local function enter_project(dir)
+  if not dir then return end
+  if core.exists(dir) ~= "directory" then usage_error("no such directory: %s", dir) end
+  core.chdir(dir)
+end
+
 local CONFIG_OPTIONS = { env = "value", e = "env", params = "value", p = "params", conf = "value" }
 
 local function with_config(t)
@@ -621,10 +628,7 @@ local function cmd_clean(args)
   local opts, pos = parse_args("clean", args)
   if opts.help then print(HELP.clean) return 0 end
   if #pos > 1 then usage_error("'flow clean' takes at most the project directory, got %d arguments", #pos) end
-  if pos[1] then
-    if core.exists(pos[1]) ~= "directory" then usage_error("no such directory: %s", pos[1]) end
-    core.chdir(pos[1])
-  end
+  enter_project(pos[1])
   local older = util.parse_duration(opts["runs-older-than"] or "30d", true)
   if not older then
     usage_error("--runs-older-than needs a duration like 30d, 12h, 1h30m or 0s, got '%s'", opts["runs-older-than"])
@@ -686,10 +690,7 @@ local function cmd_logs(args)
   local opts, pos = parse_args("logs", args)
   if opts.help then print(HELP.logs) return 0 end
   if #pos > 2 then usage_error("'flow logs' takes a step and a project directory, got %d arguments", #pos) end
-  if pos[2] then
-    if core.exists(pos[2]) ~= "directory" then usage_error("no such directory: %s", pos[2]) end
-    core.chdir(pos[2])
-  end
+  enter_project(pos[2])
   core.ui_setup("normal")
   local logs = newest_logs()
   local stems = util.sorted_keys(logs)

@@ -559,18 +559,23 @@ function M.print(text)
 end
 
 function Run:step_print(n, text)
-  local rec = self.records[n.name]
+  local rec, path = self.records[n.name], self:log_path(n)
+  -- A log that cannot be written fails the step, as a command's does.
+  local function check(ok, err)
+    if not ok then
+      error(step_failure { message = string.format("step '%s': cannot write its log %s: %s", n.name, path, err) }, 0)
+    end
+    return ok
+  end
   if rec.print_attempt ~= rec.attempts then       -- the first print of this attempt
     if rec.print_log then rec.print_log:close() end
     local header, append = self:attempt_header(n)
-    rec.print_log = io.open(self:log_path(n), append and "a" or "w")
-    if rec.print_log then
-      rec.print_log:setvbuf("line")
-      rec.print_log:write(header)
-    end
+    rec.print_log = check(io.open(path, append and "a" or "w"))
+    rec.print_log:setvbuf("line")
+    check(rec.print_log:write(header))
     rec.print_attempt = rec.attempts
   end
-  if rec.print_log then rec.print_log:write(self.cfg and self.cfg:redact(text) or text) end
+  check(rec.print_log:write(redact(text)))
   if core.ui_level() == "quiet" then return end
   if self.verbose then
     text = text:gsub("([^\n]*)\n", function(line) return "[" .. n.name .. "] " .. line .. "\n" end)
@@ -1325,7 +1330,6 @@ local function new_run(plan, opts, run_id, st)
   local run_dir = ".flow/runs/" .. run_id
   local self = setmetatable({
     nodes = plan.nodes, settings = plan.settings, params = plan.settings.params, verbose = opts.verbose, records = {},
-    cfg = plan.settings.cfg,
     dists = plan.dists, mode = plan.mode, index = {}, cat = plan.cat, state = st, pending = {},
     held = {}, flushed_at = 0,
     memo = { code = {}, refs = {},    -- by command text: its code and files; its ${params.} keys

@@ -375,3 +375,15 @@ test_failed_log_write_fails_the_step() {
     clean_failure
     [ ! -e .flow/data/o ] || { echo "the output was committed"; return 1; }
 }
+
+test_failed_print_to_the_log_fails_the_lua_step() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ name = "a", outputs = "x", func = function() print(string.rep("x", 3000)) return 1 end } }
+L
+    # a 2 KiB file-size limit, SIGXFSZ ignored: the log's write fails with EFBIG
+    ( trap '' XFSZ; ulimit -f 2; run_flow 1 run -q )
+    ERR=$(cat stderr.txt)
+    contains "$ERR" "step 'a': cannot write its log .flow/runs/"
+    contains "$ERR" "File too large"
+    clean_failure
+}
