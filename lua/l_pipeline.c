@@ -61,7 +61,9 @@ static bool is_list(lua_State *L, int idx)
         lua_pop(L, 1);
         n++;
     }
-    return n == luaL_len(L, idx);
+    if (!lua_getmetatable(L, idx)) return n == (lua_Integer)lua_rawlen(L, idx);
+    lua_pop(L, 1);
+    return n == luaL_len(L, idx);   /* # through __len, as util.is_list's */
 }
 
 /* tostring(v) without the type name of a failure: pushes it, returns it. */
@@ -94,9 +96,10 @@ static const char *name_problem(const char *s, size_t len)
     return NULL;
 }
 
-/* Raises "<what>: '<name>' <problem>" at `level` if the string at idx cannot
- * be a name; control characters and backslashes are shown as \<byte>. */
-static void check_name(lua_State *L, int idx, const char *what, int level)
+/* Raises "<prefix><what>: '<name>' <problem>" at `level` if the string at
+ * idx cannot be a name; control characters and backslashes are shown as
+ * \<byte>.  (Two parts, so that a passing check formats nothing.) */
+static void check_name(lua_State *L, int idx, const char *prefix, const char *what, int level)
 {
     size_t len;
     const char *s = lua_tolstring(L, idx, &len);
@@ -105,6 +108,7 @@ static void check_name(lua_State *L, int idx, const char *what, int level)
     luaL_where(L, level);
     luaL_Buffer b;
     luaL_buffinit(L, &b);
+    luaL_addstring(&b, prefix);
     luaL_addstring(&b, what);
     luaL_addstring(&b, ": '");
     for (size_t i = 0; i < len; i++) {
@@ -245,20 +249,26 @@ static void read_spec(lua_State *L, int level)
 {
     lua_settop(L, S_NODE - 1);         /* absent fields read as nil */
     lua_pushnil(L);
-    while (lua_next(L, 1)) {
-        lua_pop(L, 1);
+    while (lua_next(L, 1)) {           /* key, value */
         int slot = 0;
-        if (lua_type(L, -1) == LUA_TSTRING) {
+        if (lua_type(L, -2) == LUA_TSTRING) {
             size_t len;
-            const char *k = lua_tolstring(L, -1, &len);
+            const char *k = lua_tolstring(L, -2, &len);
             for (size_t i = 0; i < N_NODE_FIELDS && !slot; i++)
                 if (strlen(node_fields[i]) == len && memcmp(node_fields[i], k, len) == 0) slot = S_FUNC + (int)i;
         }
-        if (!slot) bad_field(L, level);
+        if (!slot) {
+            lua_pop(L, 1);
+            bad_field(L, level);
+        }
+        lua_replace(L, slot);
     }
-    for (int i = 0; i < (int)N_NODE_FIELDS; i++) {
-        lua_getfield(L, 1, node_fields[i]);
-        lua_replace(L, S_FUNC + i);
+    if (lua_getmetatable(L, 1)) {      /* spec.func and the others through __index */
+        lua_pop(L, 1);
+        for (int i = 0; i < (int)N_NODE_FIELDS; i++) {
+            lua_getfield(L, 1, node_fields[i]);
+            lua_replace(L, S_FUNC + i);
+        }
     }
 }
 
@@ -355,7 +365,7 @@ static bool nonempty_string(lua_State *L, int idx)
 }
 
 /* inputs/outputs as a list: each entry a dataset name. */
-static void push_io_list(lua_State *L, int v, const char *what, const char *ctx, int level)
+static void push_io_list(lua_State *L, int v, const char *what, int level)
 {
     lua_newtable(L);
     int out = lua_gettop(L);
@@ -365,7 +375,7 @@ static void push_io_list(lua_State *L, int v, const char *what, const char *ctx,
         if (!nonempty_string(L, name))
             fail(L, level, "node: %s[%d] must be a dataset name (a non-empty string), got %s", what, (int)i,
                  shown_kind(L, name));
-        check_name(L, name, ctx, level);
+        check_name(L, name, "node: ", what, level);
         push_io(L, name, name);
         lua_rawseti(L, out, i);
         lua_pop(L, 1);
@@ -420,7 +430,7 @@ static void push_sorted_keys(lua_State *L, int v)
 }
 
 /* inputs/outputs as a map {arg = dataset}, in sorted key order. */
-static void push_io_map(lua_State *L, int v, const char *what, const char *ctx, int level)
+static void push_io_map(lua_State *L, int v, const char *what, int level)
 {
     push_sorted_keys(L, v);
     int keys = lua_gettop(L);
@@ -438,7 +448,7 @@ static void push_io_map(lua_State *L, int v, const char *what, const char *ctx, 
             fail(L, level, "node: %s must map names to dataset names (strings); %s = %s is not", what, ks,
                  shown_kind(L, d));
         }
-        check_name(L, d, ctx, level);
+        check_name(L, d, "node: ", what, level);
         push_io(L, k, d);
         lua_rawseti(L, out, i);
         lua_settop(L, out);
@@ -449,13 +459,12 @@ static void push_io_map(lua_State *L, int v, const char *what, const char *ctx, 
 /* inputs/outputs: sets the node's <what> and <what>_style. */
 static void set_io(lua_State *L, int v, const char *what, const char *style_field, int level)
 {
-    const char *ctx = lua_pushfstring(L, "node: %s", what);
     const char *style = "list";
     int t = lua_type(L, v);
     if (t == LUA_TNIL) {
         lua_createtable(L, 0, 0);
     } else if (t == LUA_TSTRING) {
-        check_name(L, v, ctx, level);
+        check_name(L, v, "node: ", what, level);
         lua_createtable(L, 1, 0);
         push_io(L, v, v);
         lua_rawseti(L, -2, 1);
@@ -463,15 +472,14 @@ static void set_io(lua_State *L, int v, const char *what, const char *style_fiel
     } else if (t != LUA_TTABLE) {
         fail(L, level, "node: %s must be a dataset name, a list of names or a map, got %s", what, lua_typename(L, t));
     } else if (is_list(L, v)) {
-        push_io_list(L, v, what, ctx, level);
+        push_io_list(L, v, what, level);
     } else {
-        push_io_map(L, v, what, ctx, level);
+        push_io_map(L, v, what, level);
         style = "map";
     }
     lua_setfield(L, S_NODE, what);
     lua_pushstring(L, style);
     lua_setfield(L, S_NODE, style_field);
-    lua_pop(L, 1);                     /* ctx */
 }
 
 /* tags: a copy of the list of strings (a string is a list of one). */
@@ -542,7 +550,7 @@ static void set_name(lua_State *L, lua_Debug *ar, bool have_frame, int level)
 {
     if (!lua_isnil(L, S_NAME)) {
         if (!nonempty_string(L, S_NAME)) fail(L, level, "node: name must be a non-empty string");
-        check_name(L, S_NAME, "node: name", level);
+        check_name(L, S_NAME, "node: ", "name", level);
         lua_pushvalue(L, S_NAME);
     } else {
         int body = !lua_isnil(L, S_FUNC) && lua_toboolean(L, S_FUNC) ? S_FUNC : S_COMMAND;
@@ -633,7 +641,7 @@ static int l_check_name(lua_State *L)
     luaL_checkstring(L, 1);
     luaL_checkstring(L, 2);
     int level = (int)luaL_optinteger(L, 3, 1);
-    check_name(L, 1, lua_tostring(L, 2), level);
+    check_name(L, 1, "", lua_tostring(L, 2), level);
     return 0;
 }
 

@@ -107,18 +107,22 @@ local function namespaced(nodes, ns, inputs, outputs, params)
   return out
 end
 
-local function collect(items, out, seen, level)
+-- Appends the nodes of `items` (flattened, each once) to out[n + 1 ...];
+-- returns the new count.
+local function collect(items, out, n, seen, level)
   for i, item in ipairs(items) do
-    if M.is_node(item) then
-      if not seen[item] then seen[item] = true; out[#out + 1] = item end
-    elseif M.is_pipeline(item) then
-      collect(item.nodes, out, seen, level)
+    local class = getmetatable(item)
+    if class == Node then
+      if not seen[item] then seen[item] = true; n = n + 1; out[n] = item end
+    elseif class == Pipeline then
+      n = collect(item.nodes, out, n, seen, level)
     elseif type(item) == "table" and util.is_list(item) then
-      collect(item, out, seen, level)
+      n = collect(item, out, n, seen, level)
     else
       util.fail(level + 1, "pipeline: item %d is a %s, not a node or a pipeline", i, type(item))
     end
   end
+  return n
 end
 
 local pipeline_fields = { namespace = true, inputs = true, outputs = true, parameters = true, tags = true }
@@ -126,16 +130,14 @@ local pipeline_fields = { namespace = true, inputs = true, outputs = true, param
 function M.pipeline(spec, level)
   level = (level or 1) + 1
   if type(spec) ~= "table" or M.is_node(spec) or M.is_pipeline(spec) then spec = { spec } end
-  local items = {}
-  for k, v in pairs(spec) do
-    if type(k) == "number" then items[k] = v
-    elseif not pipeline_fields[k] then
+  for k in pairs(spec) do           -- the items are spec's list part (ipairs)
+    if type(k) ~= "number" and not pipeline_fields[k] then
       util.fail(level, "pipeline: unknown option '%s'%s", tostring(k),
                 util.did_you_mean(tostring(k), util.sorted_keys(pipeline_fields)))
     end
   end
   local nodes = {}
-  collect(items, nodes, {}, level)
+  collect(spec, nodes, 0, {}, level)
   if spec.namespace ~= nil and (type(spec.namespace) ~= "string" or spec.namespace == "") then
     util.fail(level, "pipeline: namespace must be a non-empty string")
   end

@@ -102,4 +102,6 @@ try("pipeline tags ok", function() local p = pipeline{ node{ func = f, name = "s
 try("pipeline opt", function() local p = pipeline{ node{ func = f, name = "s" }, namespce = "x" }; return p end)
 try("pipeline item", function() local p = pipeline{ node{ func = f, name = "s" }, 3 }; return p end)
 try("pipeline nested", function() local p = pipeline{ { node{ func = f, name = "s" }, pipeline{ node{ func = f, name = "t" } } } }; return p end)
+try("pipeline after nested", function() local p = pipeline{ pipeline{ node{ func = f, name = "a" } }, { node{ func = f, name = "b" } }, node{ func = f, name = "c" } }; return tostring(p) end)
+try("pipeline remapped", function() local p = pipeline{ pipeline{ node{ func = f, name = "a", outputs = "x" } }, node{ func = f, name = "c" }, namespace = "ns" }; return tostring(p) end)
 return pipeline{}
