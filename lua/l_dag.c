@@ -79,18 +79,16 @@ static enum dist_framework framework_of(const char *s)
     return DIST_NONE;
 }
 
-static void read_dist(lua_State *L, int idx, struct dag_dist *dist)
+/* The distribution of a step: the value at t (nil, or {framework = ...}). */
+static void read_dist(lua_State *L, int t, struct dag_dist *dist)
 {
-    lua_getfield(L, idx, "dist");
-    if (lua_istable(L, -1)) {
-        int t = lua_gettop(L);
+    if (lua_istable(L, t)) {
         dist->framework = framework_of(flow_field_string(L, t, "framework"));
         dist->num_nodes = (long)opt_integer(L, t, "num_nodes", 1);
         dist->processes_per_node = (long)opt_integer(L, t, "processes_per_node", 1);
         dist->num_nodes_ref = (char *)flow_field_string(L, t, "num_nodes_ref");
         dist->processes_per_node_ref = (char *)flow_field_string(L, t, "processes_per_node_ref");
     }
-    lua_pop(L, 1);
 }
 
 /* Whether field `key` of the table at idx is a string with a NUL inside. */
@@ -125,8 +123,9 @@ static bool names_have_nul(lua_State *L, int idx)
     return false;
 }
 
-/* Adds the step table at `idx`; on error leaves a message in err. */
-static long add_step(lua_State *L, struct dag *dag, int idx, int udata, char *err, size_t errlen)
+/* Adds the step table at `idx`, whose distribution is the value at `dist`;
+ * on error leaves a message in err. */
+static long add_step(lua_State *L, struct dag *dag, int idx, int dist, int udata, char *err, size_t errlen)
 {
     struct dag_step spec = { 0 };
     spec.name = (char *)flow_field_string(L, idx, "name");
@@ -140,7 +139,7 @@ static long add_step(lua_State *L, struct dag *dag, int idx, int udata, char *er
     spec.inputs = read_io(L, idx, "inputs", &spec.n_inputs);
     spec.outputs = read_io(L, idx, "outputs", &spec.n_outputs);
     spec.tags = read_strings(L, idx, "tags", &spec.n_tags);
-    read_dist(L, idx, &spec.dist);
+    read_dist(L, dist, &spec.dist);
     spec.udata = udata;
     long rc = -1;
     if (!every_dataset_named(spec.inputs, spec.n_inputs))
@@ -155,7 +154,10 @@ static long add_step(lua_State *L, struct dag *dag, int idx, int udata, char *er
     return rc;
 }
 
-/* build(steps, declared_datasets) -> dag | raises "message" (no position). */
+/* build(steps, declared_datasets [, dists]) -> dag | raises "message" (no
+ * position).  A step is any table with name, kind, inputs, outputs, tags (a
+ * node{} as it is: no copy per step); dists[i], when dists is given, is
+ * step i's distribution in place of the step's own dist field. */
 static int l_build(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
@@ -164,10 +166,14 @@ static int l_build(lua_State *L)
     luaL_setmetatable(L, DAG_MT);
     char err[4096];
     size_t n = lua_rawlen(L, 1);
+    bool dists = lua_istable(L, 3);
     for (size_t i = 1; i <= n; i++) {
         lua_rawgeti(L, 1, (lua_Integer)i);
-        long rc = add_step(L, *ud, lua_gettop(L), (int)i, err, sizeof err);
-        lua_pop(L, 1);
+        int step = lua_gettop(L);
+        if (dists) lua_rawgeti(L, 3, (lua_Integer)i);
+        else lua_getfield(L, step, "dist");
+        long rc = add_step(L, *ud, step, step + 1, (int)i, err, sizeof err);
+        lua_settop(L, step - 1);
         if (rc < 0) return flow_raise(L, err);
     }
     if (lua_istable(L, 2))

@@ -1,105 +1,281 @@
-/* l_pipeline.c — module flow.pipeline_c: a fast path for node{} and
- * pipeline{} (stdlib/flow/pipeline.lua).  A benchmark builds 100,000 nodes in
- * a loop, and the Lua version spends most of its time on checks that pass.
+/* l_pipeline.c — module flow.pipeline_c: node{} and flow.command, the one
+ * implementation of their rules (fields, body, inputs/outputs, tags, names,
+ * retries, timeout, argv) and of every error they report.  A benchmark builds
+ * 100,000 nodes in a loop; this is where that time goes, so it is C.
  *
- * The fast path builds exactly the tables the Lua code builds, for the valid
- * shapes only.  It never raises: on anything it does not handle (an error to
- * report, a metatable that could change what pairs/ipairs/# see, an unusual
- * call) it returns nothing and the Lua code runs as before, so every error
- * message and level stays the Lua code's.  The rules mirror M.node (with
- * parse_body, parse_io, parse_tags, variable_name), command.command and
- * M.pipeline: a change there must be made here too, or made to fall back. */
+ * stdlib/flow/pipeline.lua and command.lua own the classes (Node, Command,
+ * Distributed) and hand them to bind(); pipeline{} composition (namespaces,
+ * remapping, tags, + and -) stays in pipeline.lua, which checks names with
+ * check_name below.
+ *
+ * Errors name the user's file:line as error(msg, level) would: `level`
+ * counts frames from the C function (1 is its caller).  Nothing here holds C
+ * heap memory, so a Lua error anywhere cannot leak. */
 #include "flowlua.h"
+#include "suggest.h"
 
 #include <ctype.h>
 #include <lauxlib.h>
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* Upvalues of the closures bind() returns: what the Lua side owns, then
- * node_fast's cache of its last where() string. */
-enum { UP_NODE = 1, UP_PIPELINE, UP_COMMAND, UP_DISTRIBUTED, UP_UTIL, N_UP = UP_UTIL,
-       UP_WHERE_KEY, UP_WHERE };
+/* Upvalues of the closures bind() returns, then node's cache of its last
+ * where() string. */
+enum { UP_NODE = 1, UP_COMMAND, UP_DISTRIBUTED, UP_UTIL, N_UP = UP_UTIL, UP_WHERE_KEY, UP_WHERE };
 
 /* What the cached where() string was made of: a loop of node{} calls asks
  * for the same line again and again, and formatting it is a snprintf. */
 struct where_key { int line; char src[LUA_IDSIZE]; };
 
-/* The raw metatable of a value, among the ones the fast path knows. */
-enum meta { MT_NONE, MT_NODE, MT_PIPELINE, MT_COMMAND, MT_DISTRIBUTED, MT_OTHER };
-
-/* Raw, as the Lua side's getmetatable(v) == X is: none of these classes sets
- * __metatable. */
-static enum meta meta_of(lua_State *L, int idx)
+/* error(fmt..., level): the message with the position of frame `level`.
+ * Does not return (lua_error longjmps). */
+static void fail(lua_State *L, int level, const char *fmt, ...)
 {
-    if (!lua_getmetatable(L, idx)) return MT_NONE;
-    enum meta m = MT_OTHER;
-    for (int up = UP_NODE; up <= UP_DISTRIBUTED && m == MT_OTHER; up++)
-        if (lua_rawequal(L, -1, lua_upvalueindex(up))) m = (enum meta)(MT_NODE + up - UP_NODE);
+    va_list ap;
+    luaL_where(L, level);
+    va_start(ap, fmt);
+    lua_pushvfstring(L, fmt, ap);
+    va_end(ap);
+    lua_concat(L, 2);
+    lua_error(L);
+}
+
+/* Whether the value at idx has the metatable held in upvalue `up` (raw, as
+ * getmetatable(v) == X is: none of these classes sets __metatable). */
+static bool has_class(lua_State *L, int idx, int up)
+{
+    if (!lua_getmetatable(L, idx)) return false;
+    bool same = lua_rawequal(L, -1, lua_upvalueindex(up));
     lua_pop(L, 1);
-    return m;
+    return same;
 }
 
-/* A table pairs, ipairs and # see as it is (no metatable). */
-static int plain_table(lua_State *L, int idx)
+/* util.is_list: a table with as many keys as its length (#, so __len). */
+static bool is_list(lua_State *L, int idx)
 {
-    return lua_type(L, idx) == LUA_TTABLE && meta_of(L, idx) == MT_NONE;
-}
-
-/* tostring(s) is s: the string metatable has no __tostring. */
-static int tostring_keeps_strings(lua_State *L)
-{
-    lua_pushliteral(L, "");
-    int plain = luaL_getmetafield(L, -1, "__tostring") == LUA_TNIL;
-    lua_pop(L, plain ? 1 : 2);
-    return plain;
-}
-
-/* util.is_list: as many keys as the border #t. */
-static int is_list(lua_State *L, int idx, lua_Unsigned *len)
-{
-    lua_Unsigned n = 0;
+    if (lua_type(L, idx) != LUA_TTABLE) return false;
+    lua_Integer n = 0;
     lua_pushnil(L);
     while (lua_next(L, idx)) {
         lua_pop(L, 1);
         n++;
     }
-    *len = lua_rawlen(L, idx);
-    return n == *len;
+    if (!lua_getmetatable(L, idx)) return n == (lua_Integer)lua_rawlen(L, idx);
+    lua_pop(L, 1);
+    return n == luaL_len(L, idx);   /* # through __len, as util.is_list's */
+}
+
+/* tostring(v) without the type name of a failure: pushes it, returns it. */
+static const char *push_tostring(lua_State *L, int idx)
+{
+    return luaL_tolstring(L, idx, NULL);
+}
+
+/* util.did_you_mean(word, candidates): " (did you mean 'x'?)" or "". */
+static void push_did_you_mean(lua_State *L, const char *word, const char *const *cands, size_t n)
+{
+    const char *c = closest_word(word, cands, n);
+    if (c) lua_pushfstring(L, " (did you mean '%s'?)", c);
+    else lua_pushliteral(L, "");
+}
+
+/* ---- names ------------------------------------------------------------- */
+
+/* Why `s` cannot name a dataset or a step, or NULL.  Names become C strings
+ * and file names: a NUL would cut one short and merge two datasets, and no
+ * control character belongs in either.  "params:" alone names no parameter. */
+static const char *name_problem(const char *s, size_t len)
+{
+    if (len == 0) return "is empty";
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f) return "contains a control character";
+    }
+    if (len == 7 && memcmp(s, "params:", 7) == 0) return "names no parameter (write params:key)";
+    return NULL;
+}
+
+/* Raises "<prefix><what>: '<name>' <problem>" at `level` if the string at
+ * idx cannot be a name; control characters and backslashes are shown as
+ * \<byte>.  (Two parts, so that a passing check formats nothing.) */
+static void check_name(lua_State *L, int idx, const char *prefix, const char *what, int level)
+{
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    const char *problem = name_problem(s, len);
+    if (!problem) return;
+    luaL_where(L, level);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    luaL_addstring(&b, prefix);
+    luaL_addstring(&b, what);
+    luaL_addstring(&b, ": '");
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (iscntrl(c) || c == '\\') {
+            char esc[8];
+            int n = snprintf(esc, sizeof esc, "\\%u", (unsigned)c);
+            luaL_addlstring(&b, esc, (size_t)n);
+        } else {
+            luaL_addchar(&b, (char)c);
+        }
+    }
+    luaL_addstring(&b, "' ");
+    luaL_addstring(&b, problem);
+    luaL_pushresult(&b);
+    lua_concat(L, 2);
+    lua_error(L);
+}
+
+/* ---- flow.command ---------------------------------------------------------- */
+
+static const char *const command_fields[] = { "env", "cwd" };
+
+/* command(spec) with the user's frame at `level`; `cls` is the Command class.
+ * Pushes the command. */
+static void push_command(lua_State *L, int spec, int level, int cls)
+{
+    spec = lua_absindex(L, spec);
+    int t = lua_type(L, spec);
+    if (t == LUA_TSTRING) {
+        size_t len;
+        const char *s = lua_tolstring(L, spec, &len);
+        size_t i = 0;
+        while (i < len && isspace((unsigned char)s[i])) i++;  /* Lua's %S is !isspace */
+        if (i == len) fail(L, level, "flow.command: empty command line");
+        lua_createtable(L, 0, 1);
+        lua_pushvalue(L, spec);
+        lua_setfield(L, -2, "shell");
+        lua_pushvalue(L, cls);
+        lua_setmetatable(L, -2);
+        return;
+    }
+    if (t != LUA_TTABLE)
+        fail(L, level, "flow.command: expected a list of arguments or a command string, got %s", luaL_typename(L, spec));
+    lua_createtable(L, 0, 3);
+    int cmd = lua_gettop(L);
+    lua_newtable(L);
+    int argv = lua_gettop(L);
+    lua_Integer n = 0;
+    for (;;) {                         /* ipairs: through __index, to the first nil */
+        int at = lua_geti(L, spec, n + 1);
+        if (at == LUA_TNIL) break;
+        if (at != LUA_TSTRING && at != LUA_TNUMBER)
+            fail(L, level, "flow.command: argument %d is a %s; arguments are strings or numbers", (int)(n + 1),
+                 lua_typename(L, at));
+        push_tostring(L, -1);
+        lua_rawseti(L, argv, ++n);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    lua_Integer len = luaL_len(L, spec);
+    lua_pushnil(L);
+    while (lua_next(L, spec)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TNUMBER) {
+            const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+            if (!k || (strcmp(k, "env") != 0 && strcmp(k, "cwd") != 0)) {
+                const char *shown = push_tostring(L, -1);
+                push_did_you_mean(L, shown, command_fields, 2);
+                fail(L, level, "flow.command: unknown field '%s'%s", shown, lua_tostring(L, -1));
+            }
+        } else if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > len) {
+            fail(L, level, "flow.command: the argument list has a hole at [%s]", push_tostring(L, -1));
+        }
+    }
+    if (n == 0) fail(L, level, "flow.command: empty argument list");
+    int env = lua_getfield(L, spec, "env");
+    if (env != LUA_TNIL && env != LUA_TTABLE) fail(L, level, "flow.command: env must be a table of NAME = value");
+    lua_setfield(L, cmd, "env");
+    lua_getfield(L, spec, "cwd");
+    lua_setfield(L, cmd, "cwd");
+    lua_setfield(L, cmd, "argv");
+    lua_pushvalue(L, cls);
+    lua_setmetatable(L, cmd);
+}
+
+/* flow.command(spec [, level]) */
+static int l_command(lua_State *L)
+{
+    int level = (int)luaL_optinteger(L, 2, 1);
+    lua_settop(L, 1);
+    push_command(L, 1, level, lua_upvalueindex(1));
+    return 1;
 }
 
 /* ---- node{} ------------------------------------------------------------ */
 
-/* node{}'s fields, in the stack slots they are copied to (spec is slot 1). */
-enum { S_FUNC = 2, S_COMMAND, S_INPUTS, S_OUTPUTS, S_NAME, S_TAGS, S_RETRIES, S_TIMEOUT,
+/* node{}'s fields, in the stack slots they are copied to (spec is slot 1,
+ * the level slot 2).  To add a field: a slot, an entry, and its check in
+ * l_node; the error lists the names sorted. */
+enum { S_FUNC = 3, S_COMMAND, S_INPUTS, S_OUTPUTS, S_NAME, S_TAGS, S_RETRIES, S_TIMEOUT,
        S_NODE, S_BODY };
-static const struct { const char *name; size_t len; } node_fields[] = {
-    { "func", 4 }, { "command", 7 }, { "inputs", 6 }, { "outputs", 7 }, { "name", 4 }, { "tags", 4 },
-    { "retries", 7 }, { "timeout", 7 },
+static const char *const node_fields[] = {
+    "func", "command", "inputs", "outputs", "name", "tags", "retries", "timeout",
 };
+#define N_NODE_FIELDS (sizeof node_fields / sizeof *node_fields)
 
-/* util.check_fields: copies each field of spec to its slot; 0 on any other key. */
-static int read_spec(lua_State *L)
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The unknown key at the top of the stack: the error util.check_fields gives. */
+static void bad_field(lua_State *L, int level)
+{
+    const char *sorted[N_NODE_FIELDS];
+    memcpy(sorted, node_fields, sizeof sorted);
+    qsort(sorted, N_NODE_FIELDS, sizeof *sorted, cmp_names);
+    bool named = lua_type(L, -1) == LUA_TSTRING;
+    const char *k = push_tostring(L, -1);
+    if (!named) {
+        luaL_Buffer b;
+        luaL_buffinit(L, &b);
+        for (size_t i = 0; i < N_NODE_FIELDS; i++) {
+            if (i) luaL_addstring(&b, ", ");
+            luaL_addstring(&b, sorted[i]);
+        }
+        luaL_pushresult(&b);
+        fail(L, level, "node: unexpected positional value %s (fields are %s)", k, lua_tostring(L, -1));
+    }
+    push_did_you_mean(L, k, sorted, N_NODE_FIELDS);
+    fail(L, level, "node: unknown field '%s'%s", k, lua_tostring(L, -1));
+}
+
+/* util.check_fields: copies each field of spec to its slot; raises on any
+ * other key.  A spec with a metatable is read through it (spec.func). */
+static void read_spec(lua_State *L, int level)
 {
     lua_settop(L, S_NODE - 1);         /* absent fields read as nil */
     lua_pushnil(L);
-    while (lua_next(L, 1)) {
-        if (lua_type(L, -2) != LUA_TSTRING) return 0;
-        size_t len;
-        const char *k = lua_tolstring(L, -2, &len);
+    while (lua_next(L, 1)) {           /* key, value */
         int slot = 0;
-        for (int i = 0; i < (int)(sizeof node_fields / sizeof *node_fields) && !slot; i++)
-            if (node_fields[i].len == len && memcmp(node_fields[i].name, k, len) == 0) slot = S_FUNC + i;
-        if (!slot) return 0;
+        if (lua_type(L, -2) == LUA_TSTRING) {
+            size_t len;
+            const char *k = lua_tolstring(L, -2, &len);
+            for (size_t i = 0; i < N_NODE_FIELDS && !slot; i++)
+                if (strlen(node_fields[i]) == len && memcmp(node_fields[i], k, len) == 0) slot = S_FUNC + (int)i;
+        }
+        if (!slot) {
+            lua_pop(L, 1);
+            bad_field(L, level);
+        }
         lua_replace(L, slot);
     }
-    return 1;
+    if (lua_getmetatable(L, 1)) {      /* spec.func and the others through __index */
+        lua_pop(L, 1);
+        for (int i = 0; i < (int)N_NODE_FIELDS; i++) {
+            lua_getfield(L, 1, node_fields[i]);
+            lua_replace(L, S_FUNC + i);
+        }
+    }
 }
 
-/* The user's node{} call: level 0 is this function, 1 is M.node, 2 its caller.
- * Pushes where(): "short_src:line", or "?" as the Lua code says. */
-static int user_frame(lua_State *L, lua_Debug *ar)
+/* The user's frame, and where(): "short_src:line", or "?". */
+static bool user_frame(lua_State *L, int level, lua_Debug *ar)
 {
-    int found = lua_getstack(L, 2, ar) && lua_getinfo(L, "Sl", ar);
+    bool found = lua_getstack(L, level, ar) && lua_getinfo(L, "Sl", ar);
     if (!found || ar->currentline < 0) {
         lua_pushliteral(L, "?");
         return found;
@@ -115,115 +291,42 @@ static int user_frame(lua_State *L, lua_Debug *ar)
     return found;
 }
 
-/* setmetatable(top, Command) */
-static void set_command_class(lua_State *L)
+/* func or command: sets kind, fn, cmd and dist of the node. */
+static void set_body(lua_State *L, int level)
 {
-    lua_pushvalue(L, lua_upvalueindex(UP_COMMAND));
-    lua_setmetatable(L, -2);
-}
-
-/* A string argv element or a number as tostring() writes it.  0 when numbers
- * have a metatable (tostring would call its __tostring). */
-static int push_arg(lua_State *L, int t)
-{
-    if (t == LUA_TSTRING) return 1;
-    if (t != LUA_TNUMBER) return 0;
-    if (lua_getmetatable(L, -1)) { lua_pop(L, 2); return 0; }
-    luaL_tolstring(L, -1, NULL);
-    lua_remove(L, -2);
-    return 1;
-}
-
-/* command.command(list) for a list without a metatable: pushes the command. */
-static int push_argv_command(lua_State *L, int spec)
-{
-    if (!tostring_keeps_strings(L)) return 0;
-    lua_Unsigned len = lua_rawlen(L, spec);
-    lua_createtable(L, len > 64 ? 0 : (int)len, 0);
-    int argv = lua_gettop(L);
-    lua_Integer n = 0;
-    int t;
-    while ((t = lua_rawgeti(L, spec, n + 1)) != LUA_TNIL) {    /* ipairs */
-        if (!push_arg(L, t)) return 0;
-        lua_rawseti(L, argv, ++n);
-    }
-    lua_pop(L, 1);
-    if (n == 0) return 0;
-    lua_pushnil(L);
-    while (lua_next(L, spec)) {        /* every key an index in 1..#spec, env or cwd */
-        lua_pop(L, 1);
-        if (lua_type(L, -1) == LUA_TNUMBER) {
-            if (!lua_isinteger(L, -1)) return 0;
-            lua_Integer k = lua_tointeger(L, -1);
-            if (k < 1 || (lua_Unsigned)k > len) return 0;
-        } else {
-            const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
-            if (strcmp(k, "env") != 0 && strcmp(k, "cwd") != 0) return 0;
-        }
-    }
-    int env = lua_getfield(L, spec, "env");
-    if (env != LUA_TNIL && env != LUA_TTABLE) return 0;
-    lua_createtable(L, 0, 3);
-    lua_rotate(L, -2, 1);              /* argv, cmd, env */
-    lua_setfield(L, -2, "env");
-    lua_getfield(L, spec, "cwd");
-    lua_setfield(L, -2, "cwd");
-    lua_rotate(L, -2, 1);              /* cmd, argv */
-    lua_setfield(L, -2, "argv");
-    set_command_class(L);
-    return 1;
-}
-
-/* command.command(string): a command line with something in it. */
-static int push_shell_command(lua_State *L, int spec)
-{
-    size_t len;
-    const char *s = lua_tolstring(L, spec, &len);
-    size_t i = 0;
-    while (i < len && isspace((unsigned char)s[i])) i++;      /* Lua's %S is !isspace */
-    if (i == len) return 0;
-    lua_createtable(L, 0, 1);
-    lua_pushvalue(L, spec);
-    lua_setfield(L, -2, "shell");
-    set_command_class(L);
-    return 1;
-}
-
-/* parse_body: sets kind, fn, cmd and dist of the node. */
-static int set_body(lua_State *L)
-{
-    int has_func = !lua_isnil(L, S_FUNC), has_command = !lua_isnil(L, S_COMMAND);
-    if (has_func == has_command) return 0;
-    lua_pushvalue(L, has_func ? S_FUNC : S_COMMAND);
+    bool has_func = !lua_isnil(L, S_FUNC), has_command = !lua_isnil(L, S_COMMAND);
+    /* spec.func ~= nil and spec.func or spec.command */
+    lua_pushvalue(L, has_func && lua_toboolean(L, S_FUNC) ? S_FUNC : S_COMMAND);
     lua_replace(L, S_BODY);
-    if (lua_type(L, S_BODY) == LUA_TTABLE && meta_of(L, S_BODY) == MT_DISTRIBUTED) {
-        lua_getfield(L, S_BODY, "dist");           /* via __index: as body.dist reads it */
+    if (has_func && has_command) fail(L, level, "node: give either func or command, not both");
+    if (lua_isnil(L, S_BODY))
+        fail(L, level, "node: a step needs func = <function> or command = <flow.command or argv list or string>");
+    if (has_class(L, S_BODY, UP_DISTRIBUTED)) {
+        lua_getfield(L, S_BODY, "dist");
         lua_setfield(L, S_NODE, "dist");
         lua_getfield(L, S_BODY, "target");
         lua_replace(L, S_BODY);
     }
     int t = lua_type(L, S_BODY);
     if (t == LUA_TFUNCTION) {
-        if (has_command) return 0;
+        if (has_command) fail(L, level, "node: command must be a command, not a function (use func =)");
         lua_pushliteral(L, "func");
         lua_setfield(L, S_NODE, "kind");
         lua_pushvalue(L, S_BODY);
         lua_setfield(L, S_NODE, "fn");
-        return 1;
+        return;
     }
-    if (t == LUA_TSTRING) {
-        if (!push_shell_command(L, S_BODY)) return 0;
-    } else if (t == LUA_TTABLE && meta_of(L, S_BODY) == MT_COMMAND) {
-        lua_pushvalue(L, S_BODY);                   /* already a flow.command */
-    } else if (t == LUA_TTABLE && has_command && meta_of(L, S_BODY) == MT_NONE) {
-        if (!push_argv_command(L, S_BODY)) return 0;
+    bool is_cmd = has_class(L, S_BODY, UP_COMMAND);
+    if (t == LUA_TSTRING || (t == LUA_TTABLE && !is_cmd && has_command)) {
+        push_command(L, S_BODY, level, lua_upvalueindex(UP_COMMAND));
+    } else if (is_cmd) {
+        lua_pushvalue(L, S_BODY);
     } else {
-        return 0;
+        fail(L, level, "node: func must be a function or a flow.command, got %s", luaL_typename(L, S_BODY));
     }
     lua_setfield(L, S_NODE, "cmd");
     lua_pushliteral(L, "command");
     lua_setfield(L, S_NODE, "kind");
-    return 1;
 }
 
 /* Lua's string order (lvm.c l_strcmp): strcoll per '\0'-separated segment. */
@@ -240,31 +343,7 @@ static int lua_strcmp(const char *l, size_t ll, const char *r, size_t lr)
     }
 }
 
-/* Why `s` cannot name a dataset or a step, or NULL.  Names become C strings
- * and file names: a NUL would cut one short and merge two datasets, and no
- * control character belongs in either.  "params:" alone names no parameter.
- * The Lua code reports what this finds (name_problem below). */
-static const char *name_problem(const char *s, size_t len)
-{
-    if (len == 0) return "is empty";
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x20 || c == 0x7f) return "contains a control character";
-    }
-    if (len == 7 && memcmp(s, "params:", 7) == 0) return "names no parameter (write params:key)";
-    return NULL;
-}
-
-/* A string that can name a dataset (and a node). */
-static int nonempty_string(lua_State *L, int idx)
-{
-    if (lua_type(L, idx) != LUA_TSTRING) return 0;
-    size_t len;
-    const char *s = lua_tolstring(L, idx, &len);
-    return !name_problem(s, len);
-}
-
-/* Pushes {arg = <string at arg>, dataset = <string at dataset>}. */
+/* Pushes {arg = <value at arg>, dataset = <value at dataset>}. */
 static void push_io(lua_State *L, int arg, int dataset)
 {
     lua_createtable(L, 0, 2);
@@ -274,42 +353,68 @@ static void push_io(lua_State *L, int arg, int dataset)
     lua_setfield(L, -2, "dataset");
 }
 
-/* parse_io for a list: each entry a dataset name.  A hole falls back. */
-static int push_io_list(lua_State *L, int v, lua_Unsigned len)
+/* '""' for an empty string, else the type's name: how a bad entry is shown. */
+static const char *shown_kind(lua_State *L, int idx)
 {
-    lua_createtable(L, len > 64 ? 0 : (int)len, 0);
-    for (lua_Unsigned i = 1; i <= len; i++) {
-        lua_rawgeti(L, v, (lua_Integer)i);
-        int name = lua_gettop(L);
-        if (!nonempty_string(L, name)) return 0;
-        push_io(L, name, name);
-        lua_rawseti(L, -3, (lua_Integer)i);
-        lua_pop(L, 1);
-    }
-    return 1;
+    return lua_type(L, idx) == LUA_TSTRING ? "\"\"" : luaL_typename(L, idx);
 }
 
-#define MAX_MAP 32     /* a bigger map is rare: the Lua code sorts it */
-
-/* parse_io for a map {arg = dataset}: entries in sorted_keys order (tostring
- * of each key, compared as Lua compares strings). */
-static int push_io_map(lua_State *L, int v)
+static bool nonempty_string(lua_State *L, int idx)
 {
-    if (!tostring_keeps_strings(L) || !lua_checkstack(L, 2 * MAX_MAP + 8)) return 0;
+    return lua_type(L, idx) == LUA_TSTRING && lua_rawlen(L, idx) > 0;
+}
+
+/* inputs/outputs as a list: each entry a dataset name. */
+static void push_io_list(lua_State *L, int v, const char *what, int level)
+{
+    lua_newtable(L);
+    int out = lua_gettop(L);
+    for (lua_Integer i = 1;; i++) {    /* ipairs */
+        if (lua_geti(L, v, i) == LUA_TNIL) break;
+        int name = lua_gettop(L);
+        if (!nonempty_string(L, name))
+            fail(L, level, "node: %s[%d] must be a dataset name (a non-empty string), got %s", what, (int)i,
+                 shown_kind(L, name));
+        check_name(L, name, "node: ", what, level);
+        push_io(L, name, name);
+        lua_rawseti(L, out, i);
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+}
+
+#define MAX_SORTED 32  /* keys sorted on the stack; a bigger map asks util.sorted_keys */
+
+/* The keys of the table at v, in util.sorted_keys order (tostring of each,
+ * compared as Lua compares strings), as a new list. */
+static void push_sorted_keys(lua_State *L, int v)
+{
     int base = lua_gettop(L), n = 0;
+    luaL_checkstack(L, 2 * MAX_SORTED + 8, "node: too many keys");
     lua_pushnil(L);
-    while (lua_next(L, v)) {                /* leaves key, value pairs on the stack */
-        if (n == MAX_MAP || lua_type(L, -2) != LUA_TSTRING || !nonempty_string(L, -1)) return 0;
+    while (lua_next(L, v)) {           /* leaves key, tostring(key) pairs on the stack */
+        lua_pop(L, 1);
+        if (n == MAX_SORTED) break;
+        lua_pushvalue(L, -1);
+        push_tostring(L, -1);
+        lua_replace(L, -2);
         lua_pushvalue(L, -2);
         n++;
     }
-    int order[MAX_MAP];
-    for (int i = 0; i < n; i++) {           /* insertion sort: a handful of keys */
+    if (n == MAX_SORTED) {             /* a large map: the Lua sort */
+        lua_settop(L, base);
+        lua_getfield(L, lua_upvalueindex(UP_UTIL), "sorted_keys");
+        lua_pushvalue(L, v);
+        lua_call(L, 1, 1);
+        return;
+    }
+    int order[MAX_SORTED];
+    for (int i = 0; i < n; i++) {      /* insertion sort: a handful of keys */
         size_t li, lj;
-        const char *ki = lua_tolstring(L, base + 1 + 2 * i, &li);
+        const char *ki = lua_tolstring(L, base + 2 + 2 * i, &li);
         int j = i;
         for (; j > 0; j--) {
-            const char *kj = lua_tolstring(L, base + 1 + 2 * order[j - 1], &lj);
+            const char *kj = lua_tolstring(L, base + 2 + 2 * order[j - 1], &lj);
             if (lua_strcmp(kj, lj, ki, li) <= 0) break;
             order[j] = order[j - 1];
         }
@@ -317,234 +422,236 @@ static int push_io_map(lua_State *L, int v)
     }
     lua_createtable(L, n, 0);
     for (int i = 0; i < n; i++) {
-        int k = base + 1 + 2 * order[i];
-        push_io(L, k, k + 1);
+        lua_pushvalue(L, base + 1 + 2 * order[i]);
         lua_rawseti(L, -2, i + 1);
     }
     lua_replace(L, base + 1);
     lua_settop(L, base + 1);
-    return 1;
 }
 
-/* parse_io: sets the node's <what> and <what>_style. */
-static int set_io(lua_State *L, int v, const char *what, const char *style_field)
+/* inputs/outputs as a map {arg = dataset}, in sorted key order. */
+static void push_io_map(lua_State *L, int v, const char *what, int level)
+{
+    push_sorted_keys(L, v);
+    int keys = lua_gettop(L);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, keys);
+    lua_createtable(L, (int)(n > 64 ? 0 : n), 0);
+    int out = lua_gettop(L);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, keys, i);
+        int k = lua_gettop(L);
+        lua_pushvalue(L, k);
+        lua_gettable(L, v);
+        int d = lua_gettop(L);
+        if (lua_type(L, k) != LUA_TSTRING || !nonempty_string(L, d)) {
+            const char *ks = push_tostring(L, k);
+            fail(L, level, "node: %s must map names to dataset names (strings); %s = %s is not", what, ks,
+                 shown_kind(L, d));
+        }
+        check_name(L, d, "node: ", what, level);
+        push_io(L, k, d);
+        lua_rawseti(L, out, i);
+        lua_settop(L, out);
+    }
+    lua_remove(L, keys);
+}
+
+/* inputs/outputs: sets the node's <what> and <what>_style. */
+static void set_io(lua_State *L, int v, const char *what, const char *style_field, int level)
 {
     const char *style = "list";
     int t = lua_type(L, v);
     if (t == LUA_TNIL) {
         lua_createtable(L, 0, 0);
     } else if (t == LUA_TSTRING) {
-        if (!nonempty_string(L, v)) return 0;
+        check_name(L, v, "node: ", what, level);
         lua_createtable(L, 1, 0);
         push_io(L, v, v);
         lua_rawseti(L, -2, 1);
         style = "single";
-    } else if (plain_table(L, v)) {
-        lua_Unsigned len;
-        if (is_list(L, v, &len)) {
-            if (!push_io_list(L, v, len)) return 0;
-        } else {
-            if (!push_io_map(L, v)) return 0;
-            style = "map";
-        }
+    } else if (t != LUA_TTABLE) {
+        fail(L, level, "node: %s must be a dataset name, a list of names or a map, got %s", what, lua_typename(L, t));
+    } else if (is_list(L, v)) {
+        push_io_list(L, v, what, level);
     } else {
-        return 0;
+        push_io_map(L, v, what, level);
+        style = "map";
     }
     lua_setfield(L, S_NODE, what);
     lua_pushstring(L, style);
     lua_setfield(L, S_NODE, style_field);
-    return 1;
 }
 
-/* parse_tags: a copy of the list of strings. */
-static int set_tags(lua_State *L)
+/* tags: a copy of the list of strings (a string is a list of one). */
+static void push_tags(lua_State *L, int tags, const char *what, int level)
 {
-    int t = lua_type(L, S_TAGS);
+    int t = lua_type(L, tags);
     if (t == LUA_TNIL) {
         lua_createtable(L, 0, 0);
-    } else if (t == LUA_TSTRING) {
-        lua_createtable(L, 1, 0);
-        lua_pushvalue(L, S_TAGS);
-        lua_rawseti(L, -2, 1);
-    } else if (plain_table(L, S_TAGS)) {
-        lua_Unsigned len;
-        /* a long list: table.unpack's limit is the Lua code's to report */
-        if (!is_list(L, S_TAGS, &len) || len > 1000) return 0;
-        lua_createtable(L, (int)len, 0);
-        for (lua_Unsigned i = 1; i <= len; i++) {
-            if (lua_rawgeti(L, S_TAGS, (lua_Integer)i) != LUA_TSTRING) return 0;
-            lua_rawseti(L, -2, (lua_Integer)i);
-        }
-    } else {
-        return 0;
+        return;
     }
-    lua_setfield(L, S_NODE, "tags");
-    return 1;
+    if (t == LUA_TSTRING) {
+        lua_createtable(L, 1, 0);
+        lua_pushvalue(L, tags);
+        lua_rawseti(L, -2, 1);
+        return;
+    }
+    if (!is_list(L, tags)) fail(L, level, "%s: tags must be a string or a list of strings", what);
+    lua_Integer n = luaL_len(L, tags);
+    for (lua_Integer i = 1;; i++) {    /* ipairs checks each */
+        int at = lua_geti(L, tags, i);
+        lua_pop(L, 1);
+        if (at == LUA_TNIL) break;
+        if (at != LUA_TSTRING)
+            fail(L, level, "%s: tags[%d] must be a string, got %s", what, (int)i, lua_typename(L, at));
+    }
+    lua_createtable(L, (int)(n > 1000 ? 0 : n), 0);
+    for (lua_Integer i = 1; i <= n; i++) {  /* { table.unpack(tags) } */
+        lua_geti(L, tags, i);
+        lua_rawseti(L, -2, i);
+    }
 }
 
 /* variable_name: a local of the user's frame holding `value` (not a
- * "(temporary)"), then a global. */
-static int push_variable_name(lua_State *L, lua_Debug *ar, int value)
+ * "(temporary)"), then a global (pairs(_G)).  Pushes it, or returns false. */
+static bool push_variable_name(lua_State *L, lua_Debug *ar, bool have_frame, int value)
 {
     const char *name;
-    for (int i = 1; (name = lua_getlocal(L, ar, i)) != NULL; i++) {
-        int hit = lua_rawequal(L, -1, value) && name[0] != '(';
+    for (int i = 1; have_frame && (name = lua_getlocal(L, ar, i)) != NULL; i++) {
+        bool hit = lua_rawequal(L, -1, value) && name[0] != '(';
         lua_pop(L, 1);
-        if (hit) { lua_pushstring(L, name); return 1; }
+        if (hit) {
+            lua_pushstring(L, name);
+            return true;
+        }
     }
-    /* pairs(_G): _G read from the globals, both without metatables so that
-     * neither the read nor the traversal runs user code. */
     lua_pushglobaltable(L);
-    int plain = meta_of(L, -1) == MT_NONE && lua_getfield(L, -1, "_G") == LUA_TTABLE && plain_table(L, -1);
-    if (!plain) return 0;
+    if (lua_getfield(L, -1, "_G") != LUA_TTABLE) {
+        lua_pop(L, 2);
+        return false;
+    }
     int g = lua_gettop(L);
     lua_pushnil(L);
     while (lua_next(L, g)) {
         if (lua_rawequal(L, -1, value) && lua_type(L, -2) == LUA_TSTRING) {
             lua_pop(L, 1);
-            lua_replace(L, g - 1);        /* the name where the globals were */
+            lua_replace(L, g - 1);     /* the name where the globals were */
             lua_pop(L, 1);
-            return 1;
+            return true;
         }
         lua_pop(L, 1);
     }
-    return 0;
+    lua_pop(L, 2);
+    return false;
 }
 
 /* The name: spec.name, or the variable holding func (or command). */
-static int set_name(lua_State *L, lua_Debug *ar, int have_frame)
+static void set_name(lua_State *L, lua_Debug *ar, bool have_frame, int level)
 {
-    int t = lua_type(L, S_NAME);
-    if (t != LUA_TNIL) {
-        if (!nonempty_string(L, S_NAME)) return 0;    /* a non-empty string, as a dataset name */
+    if (!lua_isnil(L, S_NAME)) {
+        if (!nonempty_string(L, S_NAME)) fail(L, level, "node: name must be a non-empty string");
+        check_name(L, S_NAME, "node: ", "name", level);
         lua_pushvalue(L, S_NAME);
     } else {
-        /* without the frame, debug.getlocal raises "level out of range" */
-        if (!have_frame || !push_variable_name(L, ar, lua_isnil(L, S_FUNC) ? S_COMMAND : S_FUNC)) return 0;
+        int body = !lua_isnil(L, S_FUNC) && lua_toboolean(L, S_FUNC) ? S_FUNC : S_COMMAND;
+        if (!push_variable_name(L, ar, have_frame, body)) {
+            lua_getfield(L, S_NODE, "kind");
+            bool func = strcmp(lua_tostring(L, -1), "func") == 0;
+            fail(L, level, "node: this step has no name and its %s is not held in a variable: add name = \"...\"",
+                 func ? "function" : "command");
+        }
     }
     lua_setfield(L, S_NODE, "name");
-    return 1;
 }
 
 /* retries (default 0) and timeout (util.parse_duration). */
-static int set_limits(lua_State *L)
+static void set_limits(lua_State *L, int level)
 {
     if (lua_isnil(L, S_RETRIES)) lua_pushinteger(L, 0);
     else if (lua_isinteger(L, S_RETRIES) && lua_tointeger(L, S_RETRIES) >= 0) lua_pushvalue(L, S_RETRIES);
-    else return 0;
+    else fail(L, level, "node: retries must be a non-negative integer");
     lua_setfield(L, S_NODE, "retries");
-    int t = lua_type(L, S_TIMEOUT);
-    if (t == LUA_TNIL) return 1;
-    if (t == LUA_TNUMBER) {
-        if (!(lua_tonumber(L, S_TIMEOUT) > 0)) return 0;
-        lua_pushvalue(L, S_TIMEOUT);
-    } else if (t == LUA_TSTRING) {                   /* "90s": the Lua parser, protected */
-        if (lua_getfield(L, lua_upvalueindex(UP_UTIL), "parse_duration") != LUA_TFUNCTION) return 0;
-        lua_pushvalue(L, S_TIMEOUT);
-        if (lua_pcall(L, 1, 1, 0) != LUA_OK || !lua_toboolean(L, -1)) return 0;
-    } else {
-        return 0;
-    }
+    if (lua_isnil(L, S_TIMEOUT)) return;
+    lua_getfield(L, lua_upvalueindex(UP_UTIL), "parse_duration");
+    lua_pushvalue(L, S_TIMEOUT);
+    lua_call(L, 1, 1);
+    if (!lua_toboolean(L, -1))
+        fail(L, level, "node: timeout must be seconds or a duration like \"90s\", \"30m\", \"1h30m\", got %s",
+             push_tostring(L, S_TIMEOUT));
     lua_setfield(L, S_NODE, "timeout");
-    return 1;
 }
 
-/* node_fast(spec) -> the node, or nothing for the Lua code to handle. */
+/* node(spec [, level]) -> the node.  `level` is the user's frame (1: the
+ * caller of node). */
 static int l_node(lua_State *L)
 {
-    if (lua_gettop(L) != 1 || !plain_table(L, 1) || !lua_checkstack(L, 40) || !read_spec(L)) return 0;
-    lua_createtable(L, 0, 12);                      /* S_NODE */
-    lua_pushnil(L);                                 /* S_BODY */
+    int level = (int)luaL_optinteger(L, 2, 1);
+    lua_settop(L, 2);
+    luaL_checkstack(L, 40, "node");
+    if (lua_type(L, 1) != LUA_TTABLE || has_class(L, 1, UP_NODE))
+        fail(L, level, "node: expected node{func = ..., inputs = ..., outputs = ...}, got %s", luaL_typename(L, 1));
+    read_spec(L, level);
+    lua_createtable(L, 0, 13);          /* S_NODE */
+    lua_pushnil(L);                     /* S_BODY */
     lua_Debug ar;
-    int have_frame = user_frame(L, &ar);
+    bool have_frame = user_frame(L, level, &ar);
     lua_setfield(L, S_NODE, "where");
-    if (!set_body(L) || !set_io(L, S_INPUTS, "inputs", "input_style") ||
-        !set_io(L, S_OUTPUTS, "outputs", "output_style") || !set_tags(L) ||
-        !set_name(L, &ar, have_frame) || !set_limits(L))
-        return 0;
+    set_body(L, level);
+    set_io(L, S_INPUTS, "inputs", "input_style", level);
+    set_io(L, S_OUTPUTS, "outputs", "output_style", level);
+    push_tags(L, S_TAGS, "node", level);
+    lua_setfield(L, S_NODE, "tags");
+    set_name(L, &ar, have_frame, level);
+    set_limits(L, level);
     lua_settop(L, S_NODE);
     lua_pushvalue(L, lua_upvalueindex(UP_NODE));
     lua_setmetatable(L, S_NODE);
     return 1;
 }
 
-/* ---- pipeline{} ---------------------------------------------------------- */
+/* ---- the module ---------------------------------------------------------- */
 
-#define MAX_DEPTH 100  /* deeper nesting (or a list that holds itself) falls back */
-
-/* collect(): appends the nodes of the list at idx (its ipairs prefix) to
- * `out`, once each (`seen`); pipelines and nested lists are flattened. */
-static int collect(lua_State *L, int idx, int out, int seen, lua_Integer *n, int depth)
-{
-    if (depth > MAX_DEPTH || !lua_checkstack(L, 8)) return 0;
-    for (lua_Integer i = 1;; i++) {
-        if (lua_rawgeti(L, idx, i) == LUA_TNIL) break;
-        int item = lua_gettop(L), ok = 1;
-        enum meta m = lua_type(L, item) == LUA_TTABLE ? meta_of(L, item) : MT_OTHER;
-        if (m == MT_NODE) {
-            lua_pushvalue(L, item);
-            if (lua_rawget(L, seen) == LUA_TNIL) {
-                lua_pushvalue(L, item);
-                lua_pushboolean(L, 1);
-                lua_rawset(L, seen);
-                lua_pushvalue(L, item);
-                lua_rawseti(L, out, ++*n);
-            }
-        } else if (m == MT_PIPELINE) {
-            lua_getfield(L, item, "nodes");         /* item.nodes: ipairs, no is_list check */
-            ok = plain_table(L, -1) && collect(L, lua_gettop(L), out, seen, n, depth + 1);
-        } else if (m == MT_NONE) {
-            lua_Unsigned len;
-            ok = is_list(L, item, &len) && collect(L, item, out, seen, n, depth + 1);
-        } else {
-            ok = 0;
-        }
-        if (!ok) return 0;
-        lua_settop(L, item - 1);
-    }
-    lua_pop(L, 1);
-    return 1;
-}
-
-/* pipeline_fast(spec) -> the pipeline, for a list of nodes, pipelines and
- * lists without options; nothing otherwise. */
-static int l_pipeline(lua_State *L)
-{
-    if (!plain_table(L, 1)) return 0;
-    lua_settop(L, 1);
-    lua_pushnil(L);
-    while (lua_next(L, 1)) {           /* options (and errors about them) are the Lua code's */
-        lua_pop(L, 1);
-        if (lua_type(L, -1) != LUA_TNUMBER) return 0;
-    }
-    int len = lua_rawlen(L, 1) > 1000000 ? 0 : (int)lua_rawlen(L, 1);
-    lua_createtable(L, 0, 1);          /* 2: the pipeline */
-    lua_createtable(L, len, 0);        /* 3: its nodes */
-    lua_createtable(L, 0, len);        /* 4: seen */
-    lua_Integer n = 0;
-    if (!collect(L, 1, 3, 4, &n, 0)) return 0;
-    lua_settop(L, 3);
-    lua_setfield(L, 2, "nodes");
-    lua_pushvalue(L, lua_upvalueindex(UP_PIPELINE));
-    lua_setmetatable(L, 2);
-    return 1;
-}
-
-/* bind(Node, Pipeline, Command, Distributed, util) -> node_fast, pipeline_fast:
- * the classes live in Lua; the closures keep them as upvalues. */
+/* bind(Node, Command, Distributed, util) -> node: the classes live in Lua;
+ * the closure keeps them as upvalues. */
 static int l_bind(lua_State *L)
 {
     for (int i = 1; i <= N_UP; i++) luaL_checktype(L, i, LUA_TTABLE);
     lua_settop(L, N_UP);
-    for (int i = 1; i <= N_UP; i++) lua_pushvalue(L, i);
     struct where_key *key = lua_newuserdatauv(L, sizeof *key, 0);
     key->line = -1;                    /* matches no line */
     key->src[0] = '\0';
     lua_pushliteral(L, "?");
     lua_pushcclosure(L, l_node, UP_WHERE);
-    for (int i = 1; i <= N_UP; i++) lua_pushvalue(L, i);
-    lua_pushcclosure(L, l_pipeline, N_UP);
-    return 2;
+    return 1;
+}
+
+/* bind_command(Command) -> command(spec [, level]) */
+static int l_bind_command(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_settop(L, 1);
+    lua_pushcclosure(L, l_command, 1);
+    return 1;
+}
+
+/* check_name(s, what [, level]): raises "<what>: '<s>' <problem>" at `level`
+ * (as error's; 1 is the caller) when s cannot name a dataset or a step. */
+static int l_check_name(lua_State *L)
+{
+    luaL_checkstring(L, 1);
+    luaL_checkstring(L, 2);
+    int level = (int)luaL_optinteger(L, 3, 1);
+    check_name(L, 1, "", lua_tostring(L, 2), level);
+    return 0;
+}
+
+/* tags(value, what [, level]) -> a copy of the list of tags (pipeline{tags =}). */
+static int l_tags(lua_State *L)
+{
+    luaL_checkstring(L, 2);
+    int level = (int)luaL_optinteger(L, 3, 1);
+    push_tags(L, 1, lua_tostring(L, 2), level);
+    return 1;
 }
 
 /* name_problem(s) -> why s cannot name a dataset or a step, or nil */
@@ -560,6 +667,9 @@ static int l_name_problem(lua_State *L)
 
 static const luaL_Reg pipeline_funcs[] = {
     { "bind", l_bind },
+    { "bind_command", l_bind_command },
+    { "check_name", l_check_name },
+    { "tags", l_tags },
     { "name_problem", l_name_problem },
     { NULL, NULL }
 };

@@ -16,151 +16,23 @@ Pipeline.__index = Pipeline
 function M.is_node(v) return getmetatable(v) == Node end
 function M.is_pipeline(v) return getmetatable(v) == Pipeline end
 
--- The C fast path (lua/l_pipeline.c) builds the common valid nodes and
--- pipelines as the code below does and returns nothing for anything else
--- (errors included), which the code below then handles.  It mirrors M.node,
--- command.command and M.pipeline: change those and l_pipeline.c together.
-local node_fast, pipeline_fast =
-  require("flow.pipeline_c").bind(Node, Pipeline, command.Command, distributed.Distributed, util)
+-- node{} is C (lua/l_pipeline.c): the one implementation of its fields,
+-- checks and errors.  This file owns the classes and pipeline{} composition.
+local pipeline_c = require("flow.pipeline_c")
+M.node = pipeline_c.bind(Node, command.Command, distributed.Distributed, util)
 
--- Why a string cannot name a dataset or a step (nil if it can): the rule
--- is the C fast path's, so the two cannot disagree.
-local name_problem = require("flow.pipeline_c").name_problem
-
+-- check_name(name, what, level): raises "<what>: '<name>' <problem>" where a
+-- string cannot name a dataset or a step (the rule is node{}'s, in C).
+local c_check_name = pipeline_c.check_name
 local function check_name(name, what, level)
-  local problem = name_problem(name)
-  if problem then
-    local shown = name:gsub("[%c\\]", function(c) return string.format("\\%d", c:byte()) end)
-    util.fail(level + 1, "%s: '%s' %s", what, shown, problem)
-  end
+  c_check_name(name, what, level + 1)
 end
 
-local function where(level)
-  local info = debug.getinfo(level + 1, "Sl")
-  if not info or info.currentline < 0 then return "?" end
-  return info.short_src .. ":" .. info.currentline
-end
-
--- inputs/outputs: nil, "name", {"a", "b"} or {arg = "dataset"}.
--- Returns the list of {arg=, dataset=} and its style.
-local function parse_io(value, what, level)
-  if value == nil then return {}, "list" end
-  if type(value) == "string" then
-    check_name(value, "node: " .. what, level + 1)
-    return { { arg = value, dataset = value } }, "single"
-  end
-  if type(value) ~= "table" then
-    util.fail(level + 1, "node: %s must be a dataset name, a list of names or a map, got %s", what, type(value))
-  end
-  local io = {}
-  if util.is_list(value) then
-    for i, v in ipairs(value) do
-      if type(v) ~= "string" or v == "" then
-        util.fail(level + 1, "node: %s[%d] must be a dataset name (a non-empty string), got %s",
-                  what, i, type(v) == "string" and '""' or type(v))
-      end
-      check_name(v, "node: " .. what, level + 1)
-      io[i] = { arg = v, dataset = v }
-    end
-    return io, "list"
-  end
-  for _, k in ipairs(util.sorted_keys(value)) do
-    local v = value[k]
-    if type(k) ~= "string" or type(v) ~= "string" or v == "" then
-      util.fail(level + 1, "node: %s must map names to dataset names (strings); %s = %s is not",
-                what, tostring(k), type(v) == "string" and '""' or type(v))
-    end
-    check_name(v, "node: " .. what, level + 1)
-    io[#io + 1] = { arg = k, dataset = v }
-  end
-  return io, "map"
-end
-
--- The name of the variable holding `value` in the caller (a local, then a
--- global): node{func = split} is named "split", as Kedro names by __name__.
-local function variable_name(value, level)
-  local i = 1
-  while true do
-    local name, v = debug.getlocal(level + 1, i)
-    if not name then break end
-    if rawequal(v, value) and not name:find("^%(") then return name end
-    i = i + 1
-  end
-  for k, v in pairs(_G) do
-    if rawequal(v, value) and type(k) == "string" then return k end
-  end
-end
-
-local node_fields = { func = true, command = true, inputs = true, outputs = true, name = true,
-                      tags = true, retries = true, timeout = true }
-
--- func or command -> kind ("func"|"command"), fn, cmd, dist
-local function parse_body(spec, level)
-  local body = spec.func ~= nil and spec.func or spec.command
-  local dist
-  if spec.func ~= nil and spec.command ~= nil then
-    util.fail(level + 1, "node: give either func or command, not both")
-  elseif body == nil then
-    util.fail(level + 1, "node: a step needs func = <function> or command = <flow.command or argv list or string>")
-  end
-  if distributed.is_distributed(body) then dist, body = body.dist, body.target end
-  if type(body) == "function" then
-    if spec.command ~= nil then util.fail(level + 1, "node: command must be a command, not a function (use func =)") end
-    return "func", body, nil, dist
-  end
-  if type(body) == "string" or (type(body) == "table" and not command.is_command(body) and spec.command ~= nil) then
-    body = command.command(body, level + 1)
-  end
-  if command.is_command(body) then return "command", nil, body, dist end
-  util.fail(level + 1, "node: func must be a function or a flow.command, got %s", type(body))
-end
-
+-- tags: a string or a list of strings -> a copy of the list (node{}'s rule).
+local c_tags = pipeline_c.tags
 local function parse_tags(tags, level)
-  if tags == nil then return {} end
-  if type(tags) == "string" then return { tags } end
-  if not util.is_list(tags) then util.fail(level + 1, "node: tags must be a string or a list of strings") end
-  for i, t in ipairs(tags) do
-    if type(t) ~= "string" then util.fail(level + 1, "node: tags[%d] must be a string, got %s", i, type(t)) end
-  end
-  return { table.unpack(tags) }
-end
-
-function M.node(spec, level)
-  if level == nil then             -- the fast path finds the user's frame two levels up
-    local n = node_fast(spec)      -- not a tail call: that would drop this frame
-    if n then return n end
-  end
-  level = (level or 1) + 1
-  if type(spec) ~= "table" or M.is_node(spec) then
-    util.fail(level, "node: expected node{func = ..., inputs = ..., outputs = ...}, got %s", type(spec))
-  end
-  util.check_fields(spec, node_fields, "node", level)
-  local n = setmetatable({ where = where(level) }, Node)
-  n.kind, n.fn, n.cmd, n.dist = parse_body(spec, level)
-  n.inputs, n.input_style = parse_io(spec.inputs, "inputs", level)
-  n.outputs, n.output_style = parse_io(spec.outputs, "outputs", level)
-  n.tags = parse_tags(spec.tags, level)
-  if spec.name ~= nil and (type(spec.name) ~= "string" or spec.name == "") then
-    util.fail(level, "node: name must be a non-empty string")
-  end
-  if spec.name then check_name(spec.name, "node: name", level) end
-  n.name = spec.name or variable_name(spec.func ~= nil and spec.func or spec.command, level)
-  if not n.name then
-    util.fail(level, "node: this step has no name and its %s is not held in a variable: add name = \"...\"",
-              n.kind == "func" and "function" or "command")
-  end
-  if spec.retries ~= nil and (math.type(spec.retries) ~= "integer" or spec.retries < 0) then
-    util.fail(level, "node: retries must be a non-negative integer")
-  end
-  n.retries = spec.retries or 0
-  if spec.timeout ~= nil then
-    n.timeout = util.parse_duration(spec.timeout)
-    if not n.timeout then
-      util.fail(level, "node: timeout must be seconds or a duration like \"90s\", \"30m\", \"1h30m\", got %s",
-                tostring(spec.timeout))
-    end
-  end
-  return n
+  local t = c_tags(tags, "node", level + 1)
+  return t
 end
 
 -- Copy of node `n` with datasets and name renamed by `rename(dataset)`.
@@ -235,39 +107,37 @@ local function namespaced(nodes, ns, inputs, outputs, params)
   return out
 end
 
-local function collect(items, out, seen, level)
+-- Appends the nodes of `items` (flattened, each once) to out[n + 1 ...];
+-- returns the new count.
+local function collect(items, out, n, seen, level)
   for i, item in ipairs(items) do
-    if M.is_node(item) then
-      if not seen[item] then seen[item] = true; out[#out + 1] = item end
-    elseif M.is_pipeline(item) then
-      collect(item.nodes, out, seen, level)
+    local class = getmetatable(item)
+    if class == Node then
+      if not seen[item] then seen[item] = true; n = n + 1; out[n] = item end
+    elseif class == Pipeline then
+      n = collect(item.nodes, out, n, seen, level)
     elseif type(item) == "table" and util.is_list(item) then
-      collect(item, out, seen, level)
+      n = collect(item, out, n, seen, level)
     else
       util.fail(level + 1, "pipeline: item %d is a %s, not a node or a pipeline", i, type(item))
     end
   end
+  return n
 end
 
 local pipeline_fields = { namespace = true, inputs = true, outputs = true, parameters = true, tags = true }
 
 function M.pipeline(spec, level)
-  do                               -- a block: the frame keeps its size (see M.node)
-    local p = pipeline_fast(spec)
-    if p then return p end
-  end
   level = (level or 1) + 1
   if type(spec) ~= "table" or M.is_node(spec) or M.is_pipeline(spec) then spec = { spec } end
-  local items = {}
-  for k, v in pairs(spec) do
-    if type(k) == "number" then items[k] = v
-    elseif not pipeline_fields[k] then
+  for k in pairs(spec) do           -- the items are spec's list part (ipairs)
+    if type(k) ~= "number" and not pipeline_fields[k] then
       util.fail(level, "pipeline: unknown option '%s'%s", tostring(k),
                 util.did_you_mean(tostring(k), util.sorted_keys(pipeline_fields)))
     end
   end
   local nodes = {}
-  collect(items, nodes, {}, level)
+  collect(spec, nodes, 0, {}, level)
   if spec.namespace ~= nil and (type(spec.namespace) ~= "string" or spec.namespace == "") then
     util.fail(level, "pipeline: namespace must be a non-empty string")
   end

@@ -80,12 +80,8 @@ end
 
 -- The plain data the C graph is built from.
 function M.build_graph(nodes, dists, declared)
-  local specs = {}
-  for i, n in ipairs(nodes) do
-    specs[i] = { name = n.name, kind = n.kind, inputs = n.inputs, outputs = n.outputs,
-                 tags = n.tags, dist = dists and dists[i] }
-  end
-  local ok, g = pcall(dag.build, specs, declared or {})
+  -- the nodes as they are (no copy per step); dists[i] is node i's resolved dist
+  local ok, g = pcall(dag.build, nodes, declared or {}, dists or {})
   if not ok then
     -- Point at the script lines where the clashing steps were declared.
     local msg = tostring(g)

@@ -74,6 +74,16 @@ L
     contains "$ERR" "unknown field 'outptus' (did you mean 'outputs'?)"
 }
 
+# Every rule of node{} and flow.command, what each returns and every error
+# (message, file:line, did-you-mean) as the Lua implementation gave them
+# before node{} moved to C (lua/l_pipeline.c): node_rules.expected.
+test_node_and_command_rules_keep_their_results_and_messages() {
+    cp "$FLOW_ROOT/tests/e2e/node_rules.lua" .
+    run_flow 0 run -q node_rules.lua
+    equals "$OUT$ERR" "$(cat "$FLOW_ROOT/tests/e2e/node_rules.expected")" "node{} results"
+    no_crash
+}
+
 test_unknown_framework_lists_valid() {
     write pipeline.lua <<'L'
 local train = distributed_job{ framework = "jax", num_nodes = 2 }(function() end)

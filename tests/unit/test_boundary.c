@@ -130,6 +130,20 @@ static void test_dag_build_bad_step_frees_what_was_read(void)
               "for i = 1, 2000 do assert(not pcall(dag.build, steps, {})) end\n");
 }
 
+/* The runner hands dag.build its node{} tables as they are (no spec table
+ * per step): fields read through the Node class's __index. */
+static void test_dag_build_reads_nodes_as_they_are(void)
+{
+    lua_ok("local dag, flow = require('flow.dag'), require('flow')\n"
+           "local f = function() end\n"
+           "local a = flow.node{ func = f, name = 'a', outputs = 'x', tags = 't' }\n"
+           "local b = flow.node{ command = { 'true' }, name = 'b', inputs = { i = 'x' }, outputs = { 'y' } }\n"
+           "local g = dag.build({ a, b }, {}, {})\n"
+           "assert(g:count() == 2 and g:producer('y') == 2 and g:deps(2)[1] == 1)\n"
+           "local ok, e = pcall(dag.build, { a, a }, {}, {})\n"
+           "assert(not ok and e:find(\"two steps are named 'a'\"), e)\n");
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st; (void)flag; (void)ftw;
@@ -149,6 +163,7 @@ int main(void)
     RUN(test_spawn_group_bad_spec_starts_nothing);
     RUN(test_spawn_and_group_results);
     RUN(test_dag_build_bad_step_frees_what_was_read);
+    RUN(test_dag_build_reads_nodes_as_they_are);
     flow_state_close(L);
     if (chdir("/") != 0) perror("/");
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
