@@ -70,11 +70,11 @@ static int is_list(lua_State *L, int idx, lua_Unsigned *len)
 /* ---- node{} ------------------------------------------------------------ */
 
 /* node{}'s fields, in the stack slots they are copied to (spec is slot 1). */
-enum { S_FUNC = 2, S_COMMAND, S_INPUTS, S_OUTPUTS, S_NAME, S_TAGS, S_RETRIES, S_TIMEOUT,
+enum { S_FUNC = 2, S_COMMAND, S_INPUTS, S_OUTPUTS, S_NAME, S_TAGS, S_RETRIES, S_TIMEOUT, S_POOL,
        S_NODE, S_BODY };
 static const struct { const char *name; size_t len; } node_fields[] = {
     { "func", 4 }, { "command", 7 }, { "inputs", 6 }, { "outputs", 7 }, { "name", 4 }, { "tags", 4 },
-    { "retries", 7 }, { "timeout", 7 },
+    { "retries", 7 }, { "timeout", 7 }, { "pool", 4 },
 };
 
 /* util.check_fields: copies each field of spec to its slot; 0 on any other key. */
@@ -426,9 +426,15 @@ static int set_name(lua_State *L, lua_Debug *ar, int have_frame)
     return 1;
 }
 
-/* retries (default 0) and timeout (util.parse_duration). */
+/* retries (default 0), timeout (util.parse_duration) and pool (a name,
+ * checked against flow.yml when the run is planned). */
 static int set_limits(lua_State *L)
 {
+    if (!lua_isnil(L, S_POOL)) {
+        if (lua_type(L, S_POOL) != LUA_TSTRING || lua_rawlen(L, S_POOL) == 0) return 0;
+        lua_pushvalue(L, S_POOL);
+        lua_setfield(L, S_NODE, "pool");
+    }
     if (lua_isnil(L, S_RETRIES)) lua_pushinteger(L, 0);
     else if (lua_isinteger(L, S_RETRIES) && lua_tointeger(L, S_RETRIES) >= 0) lua_pushvalue(L, S_RETRIES);
     else return 0;

@@ -515,7 +515,7 @@ local function list_rows(p)
     for _, io in ipairs(n.outputs) do outs[#outs + 1] = io.dataset end
     rows[k] = { index = k, name = n.name, kind = n.kind, runs = where_runs(n), inputs = ins,
                 outputs = outs, tags = n.tags, distribution = plan.dists[i] and distributed.describe(plan.dists[i]) or nil,
-                dist = plan.dists[i], where = n.where }
+                dist = plan.dists[i], where = n.where, pool = n.pool }
   end
   return rows
 end
@@ -543,16 +543,22 @@ local function cmd_list(args)
       r.dist = r.dist and { framework = r.dist.framework, num_nodes = r.dist.num_nodes,
                             processes_per_node = r.dist.processes_per_node } or null
       r.distribution = r.distribution or null
+      r.pool = r.pool or null
       r.inputs, r.outputs, r.tags = list(r.inputs), list(r.outputs), list({ table.unpack(r.tags) })
     end
     print(core.json_encode(list(rows), true))
     return 0
   end
   local header = { "#", "step", "runs", "inputs", "outputs", "tags", "distribution" }
+  local pools = false                  -- a pool column only when a step asks for one
+  for _, r in ipairs(rows) do pools = pools or r.pool ~= nil end
+  if pools then table.insert(header, 7, "pool") end
   local cells = { header }
   for _, r in ipairs(rows) do
-    cells[#cells + 1] = { tostring(r.index), r.name, r.runs, table.concat(r.inputs, ", "),
-                          table.concat(r.outputs, ", "), table.concat(r.tags, ", "), r.distribution or "" }
+    local row = { tostring(r.index), r.name, r.runs, table.concat(r.inputs, ", "),
+                  table.concat(r.outputs, ", "), table.concat(r.tags, ", "), r.distribution or "" }
+    if pools then table.insert(row, 7, r.pool or "") end
+    cells[#cells + 1] = row
   end
   print_table(cells)
   return 0

@@ -92,7 +92,7 @@ local function variable_name(value, level)
 end
 
 local node_fields = { func = true, command = true, inputs = true, outputs = true, name = true,
-                      tags = true, retries = true, timeout = true }
+                      tags = true, retries = true, timeout = true, pool = true }
 
 -- func or command -> kind ("func"|"command"), fn, cmd, dist
 local function parse_body(spec, level)
@@ -153,6 +153,10 @@ function M.node(spec, level)
     util.fail(level, "node: retries must be a non-negative integer")
   end
   n.retries = spec.retries or 0
+  if spec.pool ~= nil and (type(spec.pool) ~= "string" or spec.pool == "") then
+    util.fail(level, "node: pool must be the name of a pool (flow.yml pools:), got %s", type(spec.pool))
+  end
+  n.pool = spec.pool
   if spec.timeout ~= nil then
     n.timeout = util.parse_duration(spec.timeout)
     if not n.timeout then
