@@ -60,7 +60,8 @@ options:
                      steps it completed are not run again
   --load-versions NAME:VERSION,…
                      load these versions of versioned datasets (default: the newest)
-  -j, --jobs N       run at most N steps at once (default: number of CPUs)
+  -j, --jobs N       run at most N command steps at once, and N Lua steps
+                     (default: number of CPUs; named pools: flow.yml pools:)
   --distributed MODE once (default): a distributed_job step runs once, normally;
                      local: it runs as num_nodes x processes_per_node local
                      processes with the variables Azure ML sets (also
@@ -79,7 +80,7 @@ exit status: 0 success, 1 a step failed, 2 usage, script or graph error,
 usage: flow list [SCRIPT] [options]
 
 Prints the steps in run order with their inputs, outputs, tags, where each
-would run and its distribution settings.
+would run, its pool (when a step has one) and its distribution settings.
 
 options:
   -e, --env ENV      resolve "params:" counts in this environment
