@@ -37,6 +37,7 @@ struct proc {
     int status;                    /* from waitpid */
     bool exited, timed_out;
     unsigned long timer;           /* timeout, then the SIGKILL that follows it */
+    bool killing;                  /* `timer` is that SIGKILL: stopping has begun */
     bool capture_stdout, echo;
     char *echo_prefix;
     struct strbuf captured;        /* stdout, with capture_stdout */
@@ -155,12 +156,29 @@ static void kill_after_grace(void *arg)
     proc_kill(p, SIGKILL);
 }
 
+void proc_cancel(struct proc *p, enum cancel_mode mode)
+{
+    if (!p || p->exited) return;
+    if (mode == CANCEL_FORCED) {
+        if (p->timer) loop_cancel_timer(p->loop, p->timer);
+        p->timer = 0;
+        p->killing = true;               /* nothing left to escalate to */
+        proc_kill(p, SIGKILL);
+        return;
+    }
+    proc_kill(p, SIGTERM);
+    if (p->killing) return;              /* the grace period already runs: it is not restarted */
+    if (p->timer) loop_cancel_timer(p->loop, p->timer);     /* the timeout: stopping now anyway */
+    p->killing = true;
+    p->timer = loop_add_timer(p->loop, KILL_GRACE_S, kill_after_grace, p);
+}
+
 static void on_timeout(void *arg)
 {
     struct proc *p = arg;
+    p->timer = 0;
     p->timed_out = true;
-    proc_kill(p, SIGTERM);
-    p->timer = loop_add_timer(p->loop, KILL_GRACE_S, kill_after_grace, p);
+    proc_cancel(p, CANCEL_GRACEFUL);
 }
 
 /* The process has exited: reap it, drain what it wrote and report.  Output

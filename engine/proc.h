@@ -8,6 +8,7 @@
 #define FLOW_PROC_H
 
 #include "loop.h"
+#include "step_wait.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -22,7 +23,7 @@ struct proc_spec {
     bool capture_stdout;         /* keep stdout in memory (flow.sh) instead of the log */
     bool echo;                   /* also copy output to flow's stderr, whole lines, prefixed */
     const char *echo_prefix;
-    double timeout_s;            /* > 0: SIGTERM the group after this long, SIGKILL 5 s later */
+    double timeout_s;            /* > 0: after this long, proc_cancel(graceful) (proc_timed_out then says so) */
 };
 
 struct proc;
@@ -34,6 +35,10 @@ struct proc *proc_spawn(struct loop *loop, const struct proc_spec *spec,
                         proc_exit_fn on_exit, void *arg, char *err, size_t errlen);
 /* Signals the whole process group. */
 void proc_kill(struct proc *p, int sig);
+/* Stops the whole process group: graceful is SIGTERM, then SIGKILL 5 s later
+ * unless it has exited (a second graceful cancel does not restart the grace
+ * period); forced is SIGKILL now.  Nothing once it has exited. */
+void proc_cancel(struct proc *p, enum cancel_mode mode);
 void proc_free(struct proc *p);
 
 /* Exit code, or 128 + signal number when killed by a signal. */

@@ -1,13 +1,17 @@
 /* sched.c — see sched.h.  The loop wakes for process exits and timers; after
- * every wake-up, ready steps are started until `jobs` are running. */
+ * every wake-up, ready steps are started while their pools have free slots. */
 #include "sched.h"
 #include "heap.h"
 #include "util.h"
 
-#include <signal.h>
 #include <stdlib.h>
 
-#define STOP_GRACE_S 5.0      /* SIGTERM, then SIGKILL after this long */
+/* One pool: its ready steps (earliest declared first) and its slots. */
+struct pool {
+    size_t size;                   /* SCHED_UNBOUNDED: no limit */
+    size_t running, peak;
+    struct index_heap ready;
+};
 
 struct sched {
     const struct dag *dag;
@@ -18,17 +22,54 @@ struct sched {
     enum step_state *state;
     size_t *pending;               /* unfinished upstream steps */
     double *started, *finished;
-    struct index_heap ready;       /* ready steps, earliest declared first */
-    size_t running;
+    struct pool *pools;
+    size_t n_pools;
+    size_t *pool_of;               /* each step's pool */
+    size_t running;                /* in all pools */
     bool stopping, interrupted, failed;
     int interrupts_seen;
-    unsigned long kill_timer;
 };
 
 static void ready_push(struct sched *s, size_t v)
 {
-    heap_push(&s->ready, v);
+    heap_push(&s->pools[s->pool_of[v]].ready, v);
     s->state[v] = STEP_READY;
+}
+
+static bool has_free_slot(const struct pool *p)
+{
+    return p->size == SCHED_UNBOUNDED || p->running < p->size;
+}
+
+/* The earliest declared ready step whose pool has a free slot, taken off its
+ * pool's queue; false if there is none.  Pools are few: a linear look is cheap. */
+static bool next_ready(struct sched *s, size_t *out)
+{
+    struct pool *best = NULL;
+    for (size_t k = 0; k < s->n_pools; k++) {
+        struct pool *p = &s->pools[k];
+        if (p->ready.n && has_free_slot(p) && (!best || p->ready.a[0] < best->ready.a[0])) best = p;
+    }
+    if (!best) return false;
+    *out = heap_pop(&best->ready);
+    return true;
+}
+
+static void init_pools(struct sched *s, const struct sched_options *opt, size_t n_steps)
+{
+    s->n_pools = opt->pools && opt->n_pools ? opt->n_pools : 1;
+    s->pools = xcalloc(s->n_pools, sizeof *s->pools);
+    s->pool_of = xcalloc(n_steps + 1, sizeof *s->pool_of);
+    for (size_t k = 0; k < s->n_pools; k++)
+        s->pools[k].size = opt->pools && opt->n_pools ? opt->pools[k].size : (size_t)s->opt.jobs;
+    size_t *count = xcalloc(s->n_pools, sizeof *count);
+    for (size_t i = 0; i < n_steps; i++) {
+        size_t p = opt->pool_of ? opt->pool_of[i] : 0;
+        s->pool_of[i] = p < s->n_pools ? p : 0;          /* the caller checked; never out of bounds */
+        count[s->pool_of[i]]++;
+    }
+    for (size_t k = 0; k < s->n_pools; k++) s->pools[k].ready.a = xcalloc(count[k] + 1, sizeof(size_t));
+    free(count);
 }
 
 struct sched *sched_new(const struct dag *dag, struct loop *loop, const struct sched_options *opt,
@@ -46,7 +87,7 @@ struct sched *sched_new(const struct dag *dag, struct loop *loop, const struct s
     s->pending = xcalloc(n, sizeof *s->pending);
     s->started = xcalloc(n, sizeof *s->started);
     s->finished = xcalloc(n, sizeof *s->finished);
-    s->ready.a = xcalloc(n, sizeof *s->ready.a);
+    init_pools(s, opt, dag->n_steps);
     return s;
 }
 
@@ -57,7 +98,9 @@ void sched_free(struct sched *s)
     free(s->pending);
     free(s->started);
     free(s->finished);
-    free(s->ready.a);
+    for (size_t k = 0; k < s->n_pools; k++) free(s->pools[k].ready.a);
+    free(s->pools);
+    free(s->pool_of);
     free(s);
 }
 
@@ -102,6 +145,7 @@ void sched_step_done(struct sched *s, size_t i, bool ok)
     s->state[i] = ok ? STEP_DONE : stopped ? STEP_INTERRUPTED : STEP_FAILED;
     s->finished[i] = monotonic_seconds();
     s->running--;
+    s->pools[s->pool_of[i]].running--;
     if (s->obs.step_finished) s->obs.step_finished(s->obs.ctx, s, i);
     if (ok) {
         release_dependents(s, i);
@@ -112,7 +156,7 @@ void sched_step_done(struct sched *s, size_t i, bool ok)
     if (!s->opt.keep_going) s->stopping = true;
 }
 
-/* Steps whose outputs are up to date finish at once, without a job slot. */
+/* Steps whose outputs are up to date finish at once, without a pool slot. */
 static bool skip_up_to_date(struct sched *s, size_t i)
 {
     if (!s->ex.up_to_date || !s->ex.up_to_date(s->ex.ctx, s, i)) return false;
@@ -127,26 +171,22 @@ static void start_step(struct sched *s, size_t i)
     s->state[i] = STEP_RUNNING;
     s->started[i] = monotonic_seconds();
     s->running++;
+    struct pool *p = &s->pools[s->pool_of[i]];
+    if (++p->running > p->peak) p->peak = p->running;
     if (s->obs.step_started) s->obs.step_started(s->obs.ctx, s, i);
     if (s->ex.start(s->ex.ctx, s, i) != 0 && s->state[i] == STEP_RUNNING)
         sched_step_done(s, i, false);
 }
 
-static void stop_running(struct sched *s, int sig)
+static void cancel_running(struct sched *s, enum cancel_mode mode)
 {
     for (size_t i = 0; i < s->dag->n_steps; i++)
-        if (s->state[i] == STEP_RUNNING) s->ex.stop(s->ex.ctx, s, i, sig);
+        if (s->state[i] == STEP_RUNNING) s->ex.cancel(s->ex.ctx, s, i, mode);
 }
 
-static void kill_stragglers(void *arg)
-{
-    struct sched *s = arg;
-    s->kill_timer = 0;
-    stop_running(s, SIGKILL);
-}
-
-/* First Ctrl-C: stop starting steps, SIGTERM the running ones, SIGKILL after a
- * grace period.  A second Ctrl-C kills at once. */
+/* First Ctrl-C: stop starting steps, cancel the running ones gracefully (a
+ * process gets SIGTERM, then SIGKILL after a grace period).  A second Ctrl-C
+ * cancels by force. */
 static void handle_interrupts(struct sched *s)
 {
     int n = loop_interrupts(s->loop);
@@ -154,10 +194,9 @@ static void handle_interrupts(struct sched *s)
     s->interrupts_seen = n;
     if (!s->interrupted) {
         s->interrupted = s->stopping = true;
-        stop_running(s, SIGTERM);
-        s->kill_timer = loop_add_timer(s->loop, STOP_GRACE_S, kill_stragglers, s);
+        cancel_running(s, CANCEL_GRACEFUL);
     } else {
-        stop_running(s, SIGKILL);
+        cancel_running(s, CANCEL_FORCED);
     }
 }
 
@@ -182,8 +221,8 @@ int sched_run(struct sched *s)
     seed_ready(s);
     for (;;) {
         handle_interrupts(s);
-        while (!s->stopping && s->ready.n && s->running < (size_t)s->opt.jobs) {
-            size_t i = heap_pop(&s->ready);
+        size_t i;
+        while (!s->stopping && next_ready(s, &i)) {
             if (!skip_up_to_date(s, i)) start_step(s, i);
             /* A step that blocked the loop (os.execute, io.popen) may have let
              * Ctrl-C arrive unseen: after it nothing new starts. */
@@ -193,8 +232,8 @@ int sched_run(struct sched *s)
         loop_run_once(s->loop, -1);
     }
     handle_interrupts(s);        /* a signal that made the last step fail */
-    if (s->kill_timer) loop_cancel_timer(s->loop, s->kill_timer);
-    while (s->ready.n) s->state[heap_pop(&s->ready)] = STEP_NOT_RUN;
+    for (size_t k = 0; k < s->n_pools; k++)
+        while (s->pools[k].ready.n) s->state[heap_pop(&s->pools[k].ready)] = STEP_NOT_RUN;
     for (size_t i = 0; i < s->dag->n_steps; i++)
         if (s->state[i] == STEP_WAITING) s->state[i] = STEP_NOT_RUN;
     if (s->interrupted) return 130;
@@ -212,6 +251,9 @@ double sched_elapsed(const struct sched *s, size_t i)
     double end = s->finished[i] ? s->finished[i] : monotonic_seconds();
     return end - s->started[i];
 }
+
+size_t sched_pool_running(const struct sched *s, size_t p) { return p < s->n_pools ? s->pools[p].running : 0; }
+size_t sched_pool_peak(const struct sched *s, size_t p) { return p < s->n_pools ? s->pools[p].peak : 0; }
 
 const char *step_state_name(enum step_state st)
 {

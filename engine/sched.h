@@ -1,12 +1,21 @@
-/* sched.h — runs a finalized DAG: starts ready steps in declaration order, at
- * most `jobs` at once, through an executor that knows how to run one step.
- * The executor is a vtable (as Redis's engine interface is), so this file knows
- * nothing of Lua: the Lua side implements it with one coroutine per step. */
+/* sched.h — runs a finalized DAG: starts ready steps in declaration order,
+ * through an executor that knows how to run one step.  The executor is a
+ * vtable (as Redis's engine interface is), so this file knows nothing of Lua:
+ * the Lua side implements it with one coroutine per step.
+ *
+ * Pools, as ninja has them: every step belongs to one pool and holds one of
+ * its slots while it runs, so a pool of size N runs at most N of its steps at
+ * once, whatever the other pools do.  Which pools there are, and which step
+ * goes in which, is the caller's to say (flow: "local" for command processes,
+ * sized by -j; "lua" for Lua steps; "remote" for jobs a remote backend runs,
+ * unbounded unless configured; and the named pools of flow.yml).  A step
+ * waiting in a full pool never holds back a ready step of another pool. */
 #ifndef FLOW_SCHED_H
 #define FLOW_SCHED_H
 
 #include "dag.h"
 #include "loop.h"
+#include "step_wait.h"
 #include <stdbool.h>
 
 enum step_state {
@@ -29,10 +38,11 @@ struct sched_executor {
      * returning) or later from a loop callback. Returns 0, or -1 if it could
      * not be started (the executor has reported why). */
     int (*start)(void *ctx, struct sched *s, size_t i);
-    /* Stop a running step (Ctrl-C, a failure elsewhere): signal its processes.
-     * The executor still calls sched_step_done when they are gone. */
-    void (*stop)(void *ctx, struct sched *s, size_t i, int sig);
-    /* Optional: asked when step `i` is ready, before it takes a job slot.
+    /* Stop a running step (Ctrl-C): cancel what it waits on, in `mode` (see
+     * step_wait.h).  The first Ctrl-C cancels gracefully, a second one by
+     * force.  The executor still calls sched_step_done once the step ends. */
+    void (*cancel)(void *ctx, struct sched *s, size_t i, enum cancel_mode mode);
+    /* Optional: asked when step `i` is ready, before it takes a pool slot.
      * True means its outputs are up to date: it is not started, and its
      * dependents go on as if it had run. */
     bool (*up_to_date)(void *ctx, struct sched *s, size_t i);
@@ -46,10 +56,20 @@ struct sched_observer {
     void (*step_finished)(void *ctx, const struct sched *s, size_t i);
 };
 
+#define SCHED_UNBOUNDED 0
+
+struct sched_pool {
+    const char *name;        /* for messages; not copied: it outlives the scheduler */
+    size_t size;             /* slots, ≥ 1, or SCHED_UNBOUNDED */
+};
+
 struct sched_options {
-    int jobs;                /* ≥ 1 */
+    int jobs;                /* ≥ 1: the one pool's size when `pools` is NULL */
     bool keep_going;         /* run everything that does not depend on a failure */
     const bool *selected;    /* NULL: all steps; else steps to run (others SKIPPED) */
+    const struct sched_pool *pools;   /* NULL: one pool, "local", of `jobs` slots */
+    size_t n_pools;
+    const size_t *pool_of;   /* per step, the index of its pool (< n_pools); NULL: pool 0 */
 };
 
 struct sched *sched_new(const struct dag *dag, struct loop *loop, const struct sched_options *opt,
@@ -67,5 +87,8 @@ enum step_state sched_state(const struct sched *s, size_t i);
 double sched_elapsed(const struct sched *s, size_t i);
 bool sched_interrupted(const struct sched *s);
 const char *step_state_name(enum step_state st);
+/* How many of pool p's steps run now, and the most that ever ran at once. */
+size_t sched_pool_running(const struct sched *s, size_t p);
+size_t sched_pool_peak(const struct sched *s, size_t p);
 
 #endif

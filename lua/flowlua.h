@@ -56,14 +56,13 @@ struct proc;
 struct dag;
 struct dag *flow_check_dag(lua_State *L, int idx);
 int flow_step_can_yield(lua_State *co);
-void flow_step_track_proc(lua_State *co, struct proc *p, int add);
-/* Another kind of wait (a commit on a pool thread): counted so that the step's
- * yield is accepted; whoever ends the wait calls flow_step_resume. */
-void flow_step_track_wait(lua_State *co, int add);
+/* The step's coroutine is about to yield on `w` (step_wait.h): it is listed,
+ * so that stopping the step cancels it.  Whoever completes the wait calls
+ * flow_step_wake, which takes it off the list and resumes the step. */
+struct step_wait;
+void flow_step_wait(lua_State *co, struct step_wait *w);
+void flow_step_wake(lua_State *co, struct step_wait *w);
 void flow_step_resume(lua_State *co, int nargs);
-/* Arms a timer that resumes the step after `seconds`; the caller then yields.
- * Stopping the step (Ctrl-C) resumes it at once. */
-void flow_step_sleep(lua_State *co, double seconds);
 /* Monotonic time by which the step must finish (0: none); the instruction-count
  * hook stops a busy Lua step past it. */
 double flow_step_deadline(lua_State *co);

@@ -8,6 +8,7 @@
 #include "hashcache.h"
 #include "journal.h"
 #include "serialize.h"
+#include "step_wait.h"
 #include "util.h"
 #include "work.h"
 
@@ -220,6 +221,7 @@ struct commit_job {
     char err[1024];
     bool done;                     /* set on the loop's thread */
     lua_State *co;                 /* the step waiting for it, or NULL */
+    struct step_wait wait;         /* what that step waits on (step_wait_job_ops) */
 };
 
 static const char pool_key = 'W';  /* its address keys the pool in the registry */
@@ -263,8 +265,7 @@ static void commit_done(void *arg)
     lua_State *co = job->co;
     if (!co) return;
     job->co = NULL;
-    flow_step_track_wait(co, 0);
-    flow_step_resume(co, 0);
+    flow_step_wake(co, &job->wait);
 }
 
 static int commit_result(lua_State *L, struct commit_job *job)
@@ -285,7 +286,8 @@ static int commit_wait(lua_State *L, struct commit_job *job)
 {
     if (job->done) return commit_result(L, job);
     job->co = L;
-    flow_step_track_wait(L, 1);
+    step_wait_init(&job->wait, &step_wait_job_ops);
+    flow_step_wait(L, &job->wait);
     return lua_yieldk(L, 0, (lua_KContext)job, commit_continue);
 }
 

@@ -209,10 +209,10 @@ static int l_command(lua_State *L)
 /* node{}'s fields, in the stack slots they are copied to (spec is slot 1,
  * the level slot 2).  To add a field: a slot, an entry, and its check in
  * l_node; the error lists the names sorted. */
-enum { S_FUNC = 3, S_COMMAND, S_INPUTS, S_OUTPUTS, S_NAME, S_TAGS, S_RETRIES, S_TIMEOUT,
+enum { S_FUNC = 3, S_COMMAND, S_INPUTS, S_OUTPUTS, S_NAME, S_TAGS, S_RETRIES, S_TIMEOUT, S_POOL,
        S_NODE, S_BODY };
 static const char *const node_fields[] = {
-    "func", "command", "inputs", "outputs", "name", "tags", "retries", "timeout",
+    "func", "command", "inputs", "outputs", "name", "tags", "retries", "timeout", "pool",
 };
 #define N_NODE_FIELDS (sizeof node_fields / sizeof *node_fields)
 
@@ -564,9 +564,17 @@ static void set_name(lua_State *L, lua_Debug *ar, bool have_frame, int level)
     lua_setfield(L, S_NODE, "name");
 }
 
-/* retries (default 0) and timeout (util.parse_duration). */
+/* retries (default 0), timeout (util.parse_duration) and pool (a name,
+ * checked against flow.yml when the run is planned). */
 static void set_limits(lua_State *L, int level)
 {
+    if (!lua_isnil(L, S_POOL)) {
+        if (lua_type(L, S_POOL) != LUA_TSTRING || lua_rawlen(L, S_POOL) == 0)
+            fail(L, level, "node: pool must be the name of a pool (flow.yml pools:), got %s",
+                 lua_type(L, S_POOL) == LUA_TSTRING ? "\"\"" : luaL_typename(L, S_POOL));
+        lua_pushvalue(L, S_POOL);
+        lua_setfield(L, S_NODE, "pool");
+    }
     if (lua_isnil(L, S_RETRIES)) lua_pushinteger(L, 0);
     else if (lua_isinteger(L, S_RETRIES) && lua_tointeger(L, S_RETRIES) >= 0) lua_pushvalue(L, S_RETRIES);
     else fail(L, level, "node: retries must be a non-negative integer");

@@ -3,6 +3,7 @@
  * else (top level of a script, the REPL) it runs the loop until the exit. */
 #include "flowlua.h"
 #include "proc.h"
+#include "step_wait.h"
 #include "util.h"
 
 #include <lauxlib.h>
@@ -12,7 +13,7 @@
 #include <string.h>
 
 #define SPAWN_CLASS "flow.Spawn"
-#define GROUP_GRACE_S 5.0
+#define SLEEP_CLASS "flow.Sleep"
 
 /* One spawn{} table, its strings copied: nothing points into a table that Lua
  * code could change or the collector could free while the processes run. */
@@ -30,11 +31,10 @@ struct spawn {
     lua_State *co;                 /* the step coroutine to resume, or NULL (blocking) */
     struct loop *loop;
     struct spec *specs;            /* n, all read before any process starts */
-    struct proc **procs;           /* n; NULL until started and once reported */
-    size_t n, remaining;           /* remaining: started and not yet exited */
+    size_t n;
     bool group;                    /* the first rank that fails stops the others */
-    long first_failed;             /* index of the first rank that failed, or -1 */
-    unsigned long kill_timer;
+    struct step_wait *wait;        /* the processes, once started; NULL once reported */
+    bool done;                     /* every one has exited */
 };
 
 static void free_strings(char **v)
@@ -55,12 +55,8 @@ static void spec_release(struct spec *s)
 
 static void release_procs(struct spawn *sp)
 {
-    if (sp->kill_timer) loop_cancel_timer(sp->loop, sp->kill_timer);
-    sp->kill_timer = 0;
-    for (size_t i = 0; i < sp->n; i++) {
-        proc_free(sp->procs[i]);     /* kills and reaps one still running */
-        sp->procs[i] = NULL;
-    }
+    step_wait_free(sp->wait);        /* kills and reaps one still running */
+    sp->wait = NULL;
 }
 
 static int spawn_gc(lua_State *L)
@@ -69,9 +65,7 @@ static int spawn_gc(lua_State *L)
     release_procs(sp);
     for (size_t i = 0; i < sp->n; i++) spec_release(&sp->specs[i]);
     free(sp->specs);
-    free(sp->procs);
     sp->specs = NULL;
-    sp->procs = NULL;
     sp->n = 0;
     return 0;
 }
@@ -84,9 +78,7 @@ static struct spawn *new_spawn(lua_State *L, size_t n, bool group)
     luaL_setmetatable(L, SPAWN_CLASS);
     sp->loop = flow_state_loop(L);
     sp->group = group;
-    sp->first_failed = -1;
     sp->specs = xcalloc(n, sizeof *sp->specs);
-    sp->procs = xcalloc(n, sizeof *sp->procs);
     sp->n = n;
     return sp;
 }
@@ -157,65 +149,42 @@ static void apply_deadline(lua_State *L, struct proc_spec *p)
     if (p->timeout_s <= 0 || left < p->timeout_s) p->timeout_s = left;
 }
 
-static void group_kill_all(void *arg)
+static void spawn_done(struct step_wait *w, void *arg)
 {
     struct spawn *sp = arg;
-    sp->kill_timer = 0;
-    for (size_t i = 0; i < sp->n; i++) proc_kill(sp->procs[i], SIGKILL);
+    sp->done = true;
+    /* Last: the step may finish and drop the userdata before this returns. */
+    if (sp->co) flow_step_wake(sp->co, w);
 }
 
-static void spawn_exited(struct proc *p, void *arg)
-{
-    struct spawn *sp = arg;
-    sp->remaining--;
-    if (sp->co) flow_step_track_proc(sp->co, p, 0);
-    if (sp->group && proc_exit_code(p) != 0 && sp->first_failed < 0) {
-        /* One rank failed: the others cannot finish a collective without it. */
-        size_t i = 0;
-        while (sp->procs[i] != p) i++;
-        sp->first_failed = (long)i;
-        for (size_t k = 0; k < sp->n; k++) proc_kill(sp->procs[k], SIGTERM);
-        sp->kill_timer = loop_add_timer(sp->loop, GROUP_GRACE_S, group_kill_all, sp);
-    }
-    if (sp->remaining == 0) {
-        if (sp->kill_timer) loop_cancel_timer(sp->loop, sp->kill_timer);
-        sp->kill_timer = 0;
-        /* Last: the step may finish and drop the userdata before this returns. */
-        if (sp->co) flow_step_resume(sp->co, 0);
-    }
-}
-
-/* Starts every spec; on a failure stops those already started and returns false
- * with the reason in err.  The step tracks them only once all are running. */
+/* Starts every spec (a group stops its other ranks once one fails); false
+ * with the reason in err if one could not be started. */
 static bool start_all(lua_State *L, struct spawn *sp, char *err, size_t errlen)
 {
+    struct proc_spec *specs = xmalloc(sp->n * sizeof *specs);     /* no Lua call until freed */
     for (size_t i = 0; i < sp->n; i++) {
-        apply_deadline(L, &sp->specs[i].proc);
-        sp->procs[i] = proc_spawn(sp->loop, &sp->specs[i].proc, spawn_exited, sp, err, errlen);
-        if (!sp->procs[i]) {
-            release_procs(sp);
-            sp->remaining = 0;
-            return false;
-        }
-        sp->remaining++;
+        specs[i] = sp->specs[i].proc;
+        apply_deadline(L, &specs[i]);
     }
-    if (sp->co)
-        for (size_t i = 0; i < sp->n; i++) flow_step_track_proc(sp->co, sp->procs[i], 1);
+    sp->wait = step_wait_procs(sp->loop, specs, sp->n, sp->group, spawn_done, sp, err, errlen);
+    free(specs);
+    if (!sp->wait) return false;
+    if (sp->co) flow_step_wait(sp->co, sp->wait);
     return true;
 }
 
 /* Blocking wait (not on a step coroutine): run the loop until all exited.
  * The children have their own process groups, so Ctrl-C is passed on to
- * them: SIGTERM at the first, SIGKILL at a second. */
+ * them: a graceful cancel at the first, a forced one at a second. */
 static void block_on(struct spawn *sp)
 {
     int seen = loop_interrupts(sp->loop), sent = 0;
-    while (sp->remaining) {
+    while (!sp->done) {
         loop_run_once(sp->loop, -1);
         int extra = loop_interrupts(sp->loop) - seen;
         if (extra > sent && sent < 2) {
             sent = extra > 1 ? 2 : 1;
-            for (size_t k = 0; k < sp->n; k++) proc_kill(sp->procs[k], sent > 1 ? SIGKILL : SIGTERM);
+            step_wait_cancel(sp->wait, sent > 1 ? CANCEL_FORCED : CANCEL_GRACEFUL);
         }
     }
 }
@@ -243,20 +212,22 @@ static void push_exit(lua_State *L, const struct proc *p)
 static int push_result(lua_State *L, struct spawn *sp)
 {
     if (!sp->group) {
-        push_exit(L, sp->procs[0]);
+        struct proc *p = step_wait_procs_proc(sp->wait, 0);
+        push_exit(L, p);
         size_t len;
-        const char *out = proc_stdout(sp->procs[0], &len);
+        const char *out = proc_stdout(p, &len);
         lua_pushlstring(L, out, len);
         lua_setfield(L, -2, "stdout");
     } else {
         lua_createtable(L, 0, 2);
-        if (sp->first_failed >= 0) {
-            lua_pushinteger(L, sp->first_failed + 1);
+        long failed = step_wait_procs_first_failed(sp->wait);
+        if (failed >= 0) {
+            lua_pushinteger(L, failed + 1);
             lua_setfield(L, -2, "failed");
         }
         lua_createtable(L, (int)sp->n, 0);
         for (size_t i = 0; i < sp->n; i++) {
-            push_exit(L, sp->procs[i]);
+            push_exit(L, step_wait_procs_proc(sp->wait, i));
             lua_rawseti(L, -2, (lua_Integer)i + 1);
         }
         lua_setfield(L, -2, "results");
@@ -299,21 +270,43 @@ static int l_spawn(lua_State *L)
     return start_and_wait(L, sp);
 }
 
-static int sleep_continue(lua_State *L, int status, lua_KContext ctx)
+/* A timer a step sleeps on, owned by a userdata on the step's stack while it
+ * waits: its __gc frees a timer the step never woke from. */
+static int sleep_gc(lua_State *L)
 {
-    (void)L; (void)status; (void)ctx;
+    struct step_wait **box = luaL_checkudata(L, 1, SLEEP_CLASS);
+    step_wait_free(*box);
+    *box = NULL;
     return 0;
 }
 
-/* sleep(seconds): on a step's coroutine, yields to the loop; elsewhere blocks
- * (still waking for Ctrl-C). */
+static void sleep_done(struct step_wait *w, void *arg)
+{
+    flow_step_wake(arg, w);
+}
+
+static int sleep_continue(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)L; (void)status;
+    struct step_wait **box = (struct step_wait **)ctx;
+    step_wait_free(*box);
+    *box = NULL;
+    return 0;
+}
+
+/* sleep(seconds): on a step's coroutine, yields to the loop (stopping the
+ * step ends the sleep at once); elsewhere blocks (still waking for Ctrl-C). */
 static int l_sleep(lua_State *L)
 {
     double s = luaL_checknumber(L, 1);
     if (s <= 0) return 0;
     if (flow_step_can_yield(L)) {
-        flow_step_sleep(L, s);
-        return lua_yieldk(L, 0, 0, sleep_continue);
+        struct step_wait **box = lua_newuserdatauv(L, sizeof *box, 0);
+        *box = NULL;
+        luaL_setmetatable(L, SLEEP_CLASS);
+        *box = step_wait_timer(flow_state_loop(L), s, sleep_done, L);
+        flow_step_wait(L, *box);
+        return lua_yieldk(L, 0, (lua_KContext)box, sleep_continue);
     }
     struct loop *loop = flow_state_loop(L);
     double until = monotonic_seconds() + s;
@@ -355,6 +348,7 @@ static const luaL_Reg no_methods[] = { { NULL, NULL } };
 int luaopen_flow_proc(lua_State *L)
 {
     flow_new_class(L, SPAWN_CLASS, no_methods, spawn_gc);
+    flow_new_class(L, SLEEP_CLASS, no_methods, sleep_gc);
     luaL_newlib(L, proc_funcs);
     return 1;
 }

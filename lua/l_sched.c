@@ -12,6 +12,7 @@
 #include "flowlua.h"
 #include "proc.h"
 #include "sched.h"
+#include "step_wait.h"
 #include "loop.h"
 #include "ui.h"
 #include "util.h"
@@ -34,10 +35,7 @@ struct step_run {
     size_t index;
     lua_State *co;
     int co_ref;                    /* anchors the coroutine in the registry */
-    struct proc **procs;           /* processes it is waiting on */
-    size_t n_procs, cap_procs;
-    unsigned long sleep_timer;     /* flow.proc.sleep in progress, or 0 */
-    int n_waits;                   /* other waits in progress (flow_step_track_wait) */
+    struct step_wait_list waits;   /* what it is waiting on: processes, timers, jobs */
     double deadline;               /* monotonic; 0 = no timeout */
     int guarded;                   /* sched.guard calls running the step's code */
     enum cancel cancel;            /* decided once, reported by the guard */
@@ -133,36 +131,16 @@ int flow_step_can_yield(lua_State *co)
     return step_of(co) != NULL && lua_isyieldable(co);
 }
 
-void flow_step_track_proc(lua_State *co, struct proc *p, int add)
+void flow_step_wait(lua_State *co, struct step_wait *w)
 {
     struct step_run *st = step_of(co);
-    if (!st) return;
-    if (add) {
-        ARRAY_GROW(st->procs, st->n_procs, st->cap_procs);
-        st->procs[st->n_procs++] = p;
-        return;
-    }
-    for (size_t i = 0; i < st->n_procs; i++)
-        if (st->procs[i] == p) { st->procs[i] = st->procs[--st->n_procs]; return; }
+    if (st) step_wait_attach(&st->waits, w);
 }
 
-void flow_step_track_wait(lua_State *co, int add)
+void flow_step_wake(lua_State *co, struct step_wait *w)
 {
-    struct step_run *st = step_of(co);
-    if (st) st->n_waits += add ? 1 : -1;
-}
-
-static void wake_up(void *arg)
-{
-    struct step_run *st = arg;
-    st->sleep_timer = 0;
-    flow_step_resume(st->co, 0);
-}
-
-void flow_step_sleep(lua_State *co, double seconds)
-{
-    struct step_run *st = step_of(co);
-    st->sleep_timer = loop_add_timer(flow_state_loop(co), seconds, wake_up, st);
+    step_wait_detach(w);
+    flow_step_resume(co, 0);
 }
 
 double flow_step_deadline(lua_State *co)
@@ -195,9 +173,7 @@ static void finish(struct step_run *st, bool ok)
         luaL_unref(run->L, LUA_REGISTRYINDEX, st->co_ref);
     }
     st->co = NULL;
-    free(st->procs);
-    st->procs = NULL;
-    st->n_procs = st->cap_procs = 0;
+    step_wait_list_clear(&st->waits);     /* their owners (the coroutine's userdata) free them */
     sched_step_done(run->sched, st->index, ok);
 }
 
@@ -213,7 +189,7 @@ static void resume(struct step_run *st, int nargs)
     int status = lua_resume(st->co, L, nargs, &nres);
     set_current_step(L, outer);
     if (status == LUA_YIELD) {
-        if (st->n_procs == 0 && st->sleep_timer == 0 && st->n_waits == 0) {
+        if (st->waits.n == 0) {
             lua_pop(st->co, nres);
             ui_error("step '%s' yielded without waiting for anything (a coroutine.yield() outside "
                      "a coroutine of its own?)", sched_dag(st->run->sched)->steps[st->index].name);
@@ -258,18 +234,15 @@ static int exec_start(void *ctx, struct sched *s, size_t i)
     return 0;
 }
 
-static void exec_stop(void *ctx, struct sched *s, size_t i, int sig)
+/* Ctrl-C: the step's code is stopped (sched.guard reports it) and whatever it
+ * waits on is cancelled; a cancelled timer (a retry's back-off) ends at once. */
+static void exec_cancel(void *ctx, struct sched *s, size_t i, enum cancel_mode mode)
 {
     struct run *run = ctx;
     (void)s;
     struct step_run *st = &run->steps[i];
     if (st->cancel == CANCEL_NONE) st->cancel = CANCEL_INTERRUPT;   /* only interrupts stop steps */
-    for (size_t k = 0; k < st->n_procs; k++) proc_kill(st->procs[k], sig);
-    if (st->sleep_timer) {                    /* a retry back-off: end it now */
-        loop_cancel_timer(flow_state_loop(run->L), st->sleep_timer);
-        st->sleep_timer = 0;
-        resume(st, 0);
-    }
+    step_wait_list_cancel(&st->waits, mode);
 }
 
 /* Ask the stdlib whether step i's outputs are up to date.  It runs on the
@@ -308,7 +281,43 @@ static bool *read_selected(lua_State *L, int opts, size_t n)
     return sel;
 }
 
-/* run(dag, {jobs=, keep_going=, selected=}, run_step [, up_to_date]) -> code, {state, ...}, {elapsed, ...} */
+/* opts.pools ({name = size, ...}, 0 = unbounded) and opts.pool ({[i] = name})
+ * into opt; the arrays are userdata left on the stack, so a bad value raises
+ * without leaking.  Without opts.pools: one pool of `jobs` slots. */
+static void read_pools(lua_State *L, int opts, size_t n_steps, struct sched_options *opt)
+{
+    if (lua_getfield(L, opts, "pools") != LUA_TTABLE) { lua_pop(L, 1); return; }
+    int pools = lua_gettop(L);
+    size_t n = 0;
+    for (lua_pushnil(L); lua_next(L, pools); lua_pop(L, 1)) n++;
+    if (n == 0) luaL_error(L, "pools: no pools");
+    struct sched_pool *p = lua_newuserdatauv(L, n * sizeof *p, 0);
+    size_t k = 0;
+    for (lua_pushnil(L); lua_next(L, pools); lua_pop(L, 1)) {
+        lua_Integer size = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : -1;
+        if (lua_type(L, -2) != LUA_TSTRING || size < 0)
+            luaL_error(L, "pools: each is name = size (a whole number ≥ 0; 0 is unbounded)");
+        p[k++] = (struct sched_pool){ lua_tostring(L, -2), (size_t)size };  /* the name is held by opts */
+    }
+    size_t *pool_of = lua_newuserdatauv(L, (n_steps + 1) * sizeof *pool_of, 0);
+    lua_getfield(L, opts, "pool");
+    for (size_t i = 0; i < n_steps; i++) {
+        lua_rawgeti(L, -1, (lua_Integer)i + 1);
+        const char *name = lua_isstring(L, -1) ? lua_tostring(L, -1) : "local";
+        size_t j = 0;
+        while (j < n && strcmp(p[j].name, name) != 0) j++;
+        if (j == n) luaL_error(L, "pools: step %d is in pool '%s', which is not in pools", (int)i + 1, name);
+        pool_of[i] = j;
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    opt->pools = p;
+    opt->n_pools = n;
+    opt->pool_of = pool_of;
+}
+
+/* run(dag, {jobs=, keep_going=, selected=, pools=, pool=}, run_step [, up_to_date])
+ *   -> code, {state, ...}, {elapsed, ...} */
 static int l_run(lua_State *L)
 {
     struct dag *dag = flow_check_dag(L, 1);
@@ -318,8 +327,10 @@ static int l_run(lua_State *L)
     lua_Integer jobs = lua_isnil(L, -1) ? 1 : lua_tointeger(L, -1);
     if (jobs < 1 || jobs > MAX_JOBS) return luaL_error(L, "jobs must be a whole number from 1 to %d", MAX_JOBS);
     lua_getfield(L, 2, "keep_going");
-    struct sched_options opt = { (int)jobs, lua_toboolean(L, -1), NULL };
+    struct sched_options opt = { .jobs = (int)jobs, .keep_going = lua_toboolean(L, -1) };
     lua_pop(L, 2);
+    lua_settop(L, 4);
+    read_pools(L, 2, dag->n_steps, &opt);       /* before anything is allocated */
     opt.selected = read_selected(L, 2, dag->n_steps);
 
     struct run run = { .L = L, .step_fn_ref = LUA_NOREF, .check_fn_ref = LUA_NOREF,
@@ -332,7 +343,7 @@ static int l_run(lua_State *L)
         lua_pushvalue(L, 4);
         run.check_fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     }
-    struct sched_executor ex = { &run, exec_start, exec_stop, exec_up_to_date };
+    struct sched_executor ex = { &run, exec_start, exec_cancel, exec_up_to_date };
     struct sched_observer obs = ui_sched_observer();
     run.sched = sched_new(dag, flow_state_loop(L), &opt, &ex, &obs);
     ui_run_begin(dag, opt.selected, flow_state_loop(L));

@@ -60,7 +60,8 @@ options:
                      steps it completed are not run again
   --load-versions NAME:VERSION,…
                      load these versions of versioned datasets (default: the newest)
-  -j, --jobs N       run at most N steps at once (default: number of CPUs)
+  -j, --jobs N       run at most N command steps at once, and N Lua steps
+                     (default: number of CPUs; named pools: flow.yml pools:)
   --distributed MODE once (default): a distributed_job step runs once, normally;
                      local: it runs as num_nodes x processes_per_node local
                      processes with the variables Azure ML sets (also
@@ -79,7 +80,7 @@ exit status: 0 success, 1 a step failed, 2 usage, script or graph error,
 usage: flow list [SCRIPT] [options]
 
 Prints the steps in run order with their inputs, outputs, tags, where each
-would run and its distribution settings.
+would run, its pool (when a step has one) and its distribution settings.
 
 options:
   -e, --env ENV      resolve "params:" counts in this environment
@@ -515,7 +516,7 @@ local function list_rows(p)
     for _, io in ipairs(n.outputs) do outs[#outs + 1] = io.dataset end
     rows[k] = { index = k, name = n.name, kind = n.kind, runs = where_runs(n), inputs = ins,
                 outputs = outs, tags = n.tags, distribution = plan.dists[i] and distributed.describe(plan.dists[i]) or nil,
-                dist = plan.dists[i], where = n.where }
+                dist = plan.dists[i], where = n.where, pool = n.pool }
   end
   return rows
 end
@@ -543,16 +544,22 @@ local function cmd_list(args)
       r.dist = r.dist and { framework = r.dist.framework, num_nodes = r.dist.num_nodes,
                             processes_per_node = r.dist.processes_per_node } or null
       r.distribution = r.distribution or null
+      r.pool = r.pool or null
       r.inputs, r.outputs, r.tags = list(r.inputs), list(r.outputs), list({ table.unpack(r.tags) })
     end
     print(core.json_encode(list(rows), true))
     return 0
   end
   local header = { "#", "step", "runs", "inputs", "outputs", "tags", "distribution" }
+  local pools = false                  -- a pool column only when a step asks for one
+  for _, r in ipairs(rows) do pools = pools or r.pool ~= nil end
+  if pools then table.insert(header, 7, "pool") end
   local cells = { header }
   for _, r in ipairs(rows) do
-    cells[#cells + 1] = { tostring(r.index), r.name, r.runs, table.concat(r.inputs, ", "),
-                          table.concat(r.outputs, ", "), table.concat(r.tags, ", "), r.distribution or "" }
+    local row = { tostring(r.index), r.name, r.runs, table.concat(r.inputs, ", "),
+                  table.concat(r.outputs, ", "), table.concat(r.tags, ", "), r.distribution or "" }
+    if pools then table.insert(row, 7, r.pool or "") end
+    cells[#cells + 1] = row
   end
   print_table(cells)
   return 0

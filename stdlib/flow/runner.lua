@@ -1276,6 +1276,41 @@ local function check_paths(nodes, cat)
   end
 end
 
+-- A step's `pool =` must name a pool of flow.yml's `pools:` (or `local`).
+local function check_pools(nodes, settings)
+  local names = { ["local"] = true }
+  for name in pairs(settings.pools or {}) do
+    if name ~= "remote" then names[name] = true end
+  end
+  for _, n in ipairs(nodes) do
+    if n.pool and not names[n.pool] then
+      local known = util.sorted_keys(names)
+      local why = n.pool == "remote" and "the remote pool is for steps a remote backend runs"
+        or string.format("it is not defined in environment '%s'%s", settings.env,
+                         util.did_you_mean(n.pool, known))
+      graph_error(string.format("step '%s' (%s) asks for pool '%s', but %s; pools: %s (define one in "
+        .. "conf/<env>/flow.yml, e.g. pools: {%s: 1})", n.name, n.where, n.pool, why, table.concat(known, ", "),
+        n.pool == "remote" and "gpu" or n.pool))
+    end
+  end
+end
+
+-- sched.run's pools (name = size, 0 unbounded) and each step's pool: its own
+-- `pool =`, else `lua` for a Lua step and `local` for a command.  `local`
+-- holds -j slots.  Lua steps have a pool of their own, as large: their code
+-- runs on flow's one thread, so what the pool bounds is how many can wait at
+-- once (on flow.sh, os.execute, a retry's back-off), and Lua steps neither
+-- wait for command steps' slots nor take them.  `remote` (unbounded unless
+-- flow.yml sizes it) is for steps a remote backend runs: their waits never
+-- hold a local slot.
+function M.pools(plan, jobs)
+  local sizes = { ["local"] = jobs, lua = jobs, remote = 0 }
+  for name, size in pairs(plan.settings.pools or {}) do sizes[name] = size end
+  local of = {}
+  for i, n in ipairs(plan.nodes) do of[i] = n.pool or (n.kind == "func" and "lua" or "local") end
+  return sizes, of
+end
+
 -- Everything a run or a listing needs before any step runs: the pipeline's
 -- nodes, the configuration, the catalog, resolved distribution settings and
 -- the graph.
@@ -1305,6 +1340,7 @@ function M.prepare(p, opts, level)
   local g = M.build_graph(p.nodes, dists, declared)
   cat:check_load_versions(produced)
   check_params(p.nodes, settings)
+  check_pools(p.nodes, settings)
   check_templates(p.nodes)
   local selected = select_steps(p.nodes, g, opts, level)
   local mode = opts.distributed or M.defaults.distributed
@@ -1406,7 +1442,9 @@ function M.run(p, opts, level)
   self.journal = cache.journal(self.run_dir .. "/journal.jsonl")
   self:log_start(plan, opts)
   core.symlink(run_id, ".flow/runs/latest")
-  local code, states, elapsed = sched.run(plan.graph, { jobs = opts.jobs or core.cpu_count(),
+  local jobs = opts.jobs or core.cpu_count()
+  local pools, pool_of = M.pools(plan, jobs)
+  local code, states, elapsed = sched.run(plan.graph, { jobs = jobs, pools = pools, pool = pool_of,
                                                         keep_going = opts.keep_going, selected = plan.selected },
                                           function(i) return self:step(i) end,
                                           function(i) return self:up_to_date(i) end)

@@ -21,7 +21,10 @@ local function pick_env(env)
 end
 
 -- The settings flow.yml may hold; anything else is a typo, and an error.
-M.FLOW_KEYS = { distributed = true }
+M.FLOW_KEYS = { distributed = true, pools = true }
+
+-- Pools flow.yml cannot size: `local` is -j, `lua` follows it (see runner.pools).
+M.BUILTIN_POOLS = { ["local"] = "-j sizes it", lua = "it is as large as -j" }
 
 local function check_flow_keys(cfg)
   local section = cfg:get("flow")
@@ -33,6 +36,30 @@ local function check_flow_keys(cfg)
              table.concat(util.sorted_keys(M.FLOW_KEYS), ", "))
     end
   end
+end
+
+-- flow.yml's `pools: {name: size}`: each size a positive whole number.
+-- Returns {name = size}.
+local function check_pools(cfg)
+  local pools = cfg:get("flow", "pools")
+  if pools == nil then return {} end
+  local where = cfg:origin("flow", "pools") or "flow.yml"
+  if type(pools) ~= "table" or (next(pools) ~= nil and util.is_list(pools)) then
+    M.fail("%s: pools must be a map of pool name to size, like pools: {gpu: 1}", where)
+  end
+  local out = {}
+  for _, name in ipairs(util.sorted_keys(pools)) do
+    local size, at = pools[name], cfg:origin("flow", "pools." .. tostring(name)) or where
+    if M.BUILTIN_POOLS[name] then
+      M.fail("%s: pool '%s' cannot be set here: %s", at, name, M.BUILTIN_POOLS[name])
+    end
+    if math.type(size) ~= "integer" or size < 1 then
+      M.fail("%s: pool '%s' must have a size that is a whole number of at least 1, got %s", at, tostring(name),
+             type(size) == "string" and string.format("%q", size) or tostring(size))
+    end
+    out[name] = size
+  end
+  return out
 end
 
 -- load{conf =, env =, params_spec =, params =} -> settings
@@ -47,7 +74,7 @@ function M.load(opts)
       M.fail("environment '%s' needs a conf/%s directory, and there is no conf/ directory in %s",
              env, env, core.cwd())
     end
-    if not (opts.params_spec or opts.params) then return { env = env, params = {} } end
+    if not (opts.params_spec or opts.params) then return { env = env, params = {}, pools = {} } end
   end
   -- Which overlay to load: none when there are no files (overrides still
   -- apply) or when the default environment has no directory (conf/local is
@@ -71,7 +98,7 @@ function M.load(opts)
   local okr, err = pcall(cfg.resolve, cfg)
   if not okr then M.fail("%s", tostring(err)) end
   check_flow_keys(cfg)
-  return { env = env, cfg = cfg, params = cfg:get("parameters") or {} }
+  return { env = env, cfg = cfg, params = cfg:get("parameters") or {}, pools = check_pools(cfg) }
 end
 
 -- Closest existing parameter key, for "did you mean".

@@ -104,4 +104,8 @@ try("pipeline item", function() local p = pipeline{ node{ func = f, name = "s" }
 try("pipeline nested", function() local p = pipeline{ { node{ func = f, name = "s" }, pipeline{ node{ func = f, name = "t" } } } }; return p end)
 try("pipeline after nested", function() local p = pipeline{ pipeline{ node{ func = f, name = "a" } }, { node{ func = f, name = "b" } }, node{ func = f, name = "c" } }; return tostring(p) end)
 try("pipeline remapped", function() local p = pipeline{ pipeline{ node{ func = f, name = "a", outputs = "x" } }, node{ func = f, name = "c" }, namespace = "ns" }; return tostring(p) end)
+try("pool", function() local n = node{ func = f, name = "x", pool = "gpu" }; return n end)
+try("pool number", function() local n = node{ func = f, name = "x", pool = 1 }; return n end)
+try("pool empty", function() local n = node{ func = f, name = "x", pool = "" }; return n end)
+try("pool typo field", function() local n = node{ func = f, name = "x", pol = "gpu" }; return n end)
 return pipeline{}

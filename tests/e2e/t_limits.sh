@@ -285,3 +285,26 @@ Y
     contains "$ERR" "conf/base/catalog.yml:2: catalog entry 'params:lr'"
     contains "$ERR" "parameters"
 }
+
+# A step's waits are cancelled, whatever they are: a retry's back-off (a
+# timer) ends at Ctrl-C instead of running out its minute.
+test_sigint_ends_a_retry_back_off() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "touch started; exit 1", name = "flaky", retries = 6 } }
+L
+    t0=$(date +%s)
+    signal_when_started INT run
+    equals "$STATUS" 130 "exit status"
+    [ $(( $(date +%s) - t0 )) -lt 25 ] || { echo "the back-off ran on after Ctrl-C"; return 1; }
+    contains "$(cat .flow/runs/latest/journal.jsonl)" '"status":"interrupted"'
+}
+
+test_sigint_ends_flow_proc_sleep_in_a_lua_step() {
+    write pipeline.lua <<'L'
+local proc = require("flow.proc")
+return pipeline{ node{ func = function() io.open("started", "w"):close(); proc.sleep(120) return 1 end,
+                       outputs = "x", name = "sleeper" } }
+L
+    signal_when_started INT run
+    equals "$STATUS" 130 "exit status"
+}

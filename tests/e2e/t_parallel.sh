@@ -121,7 +121,8 @@ test_live_progress_on_a_terminal() {
 return pipeline{
   node{ command = { "sleep", "0.5" }, name = "first" },
   node{ command = { "sleep", "0.5" }, name = "second" },
-  node{ func = function() print("printed-by-lua") return 1 end, outputs = "p", name = "talker" },
+  node{ func = function() print("printed-by-lua") return 1 end, outputs = "p", name = "talker",
+        pool = "local" },    -- queued behind the commands, as the display shows
 }
 L
     script -qec "$FLOW run -j 2" /dev/null > tty.txt 2>&1

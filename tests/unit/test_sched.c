@@ -1,0 +1,251 @@
+/* test_sched.c — the scheduler's pools and cancel modes, through an executor
+ * whose steps wait on timers (step_wait.h), as remote jobs will.  Nothing here
+ * asserts a duration: concurrency is what the pools' counters and the
+ * executor's own count saw, and what cannot happen would hang, bounded by a
+ * long timer, not pass by luck. */
+#include "check.h"
+#include "dag.h"
+#include "loop.h"
+#include "sched.h"
+#include "step_wait.h"
+#include "util.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* A graph of n independent steps named s0, s1, ... */
+static struct dag *independent_steps(size_t n)
+{
+    struct dag *d = dag_new();
+    char err[256], name[32], out[32];
+    for (size_t i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "s%zu", i);
+        snprintf(out, sizeof out, "d%zu", i);
+        struct dag_io o = { NULL, out };
+        struct dag_step s = { .name = name, .outputs = &o, .n_outputs = 1 };
+        if (dag_add_step(d, &s, err, sizeof err) < 0) { fprintf(stderr, "%s\n", err); exit(2); }
+    }
+    if (dag_finalize(d, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); exit(2); }
+    return d;
+}
+
+static struct loop *new_loop(void)
+{
+    char err[256];
+    struct loop *loop = loop_new(err, sizeof err);
+    if (!loop) { fprintf(stderr, "loop_new: %s\n", err); exit(2); }
+    return loop;
+}
+
+/* The test executor: step i waits on a timer of seconds[i]; every step's
+ * waits are in its own list, cancelled as the scheduler asks. */
+struct fake {
+    struct sched *s;
+    struct loop *loop;
+    const double *seconds;
+    struct step_wait **wait;
+    struct step_wait_list *lists;
+    size_t running, peak;
+    size_t finished_in[8];         /* per pool, steps finished */
+    const size_t *pool_of;
+    int graceful, forced;          /* cancels seen */
+    bool ignore_graceful;          /* a step that does not stop at the first Ctrl-C */
+    void (*on_finish)(struct fake *f, size_t i);
+};
+
+
+static size_t index_of(struct fake *f, struct step_wait *w)
+{
+    size_t i = 0;
+    while (f->wait[i] != w) i++;
+    return i;
+}
+
+static void timer_done(struct step_wait *w, void *arg)
+{
+    struct fake *f = arg;
+    size_t i = index_of(f, w);
+    step_wait_free(w);
+    f->wait[i] = NULL;
+    f->running--;
+    f->finished_in[f->pool_of ? f->pool_of[i] : 0]++;
+    sched_step_done(f->s, i, true);
+    if (f->on_finish) f->on_finish(f, i);
+}
+
+static int fake_start(void *ctx, struct sched *s, size_t i)
+{
+    struct fake *f = ctx;
+    f->s = s;
+    if (++f->running > f->peak) f->peak = f->running;
+    f->wait[i] = step_wait_timer(f->loop, f->seconds[i], timer_done, f);
+    step_wait_attach(&f->lists[i], f->wait[i]);
+    return 0;
+}
+
+static void fake_cancel(void *ctx, struct sched *s, size_t i, enum cancel_mode mode)
+{
+    struct fake *f = ctx;
+    (void)s;
+    if (mode == CANCEL_GRACEFUL) f->graceful++;
+    else f->forced++;
+    if (mode == CANCEL_GRACEFUL && f->ignore_graceful) return;
+    step_wait_list_cancel(&f->lists[i], mode);
+}
+
+static int run_fake(struct fake *f, struct dag *d, const struct sched_options *opt)
+{
+    f->wait = xcalloc(d->n_steps, sizeof *f->wait);
+    f->lists = xcalloc(d->n_steps, sizeof *f->lists);
+    f->pool_of = opt->pool_of;
+    struct sched_executor ex = { f, fake_start, fake_cancel, NULL };
+    struct sched *s = sched_new(d, f->loop, opt, &ex, NULL);
+    f->s = s;
+    int code = sched_run(s);
+    return code;
+}
+
+static void free_fake(struct fake *f)
+{
+    free(f->wait);
+    free(f->lists);
+    sched_free(f->s);
+}
+
+/* ---- -j: one pool of `jobs` slots ----------------------------------------- */
+
+static void test_jobs_bound_one_pool(void)
+{
+    struct dag *d = independent_steps(10);
+    double secs[10];
+    for (int i = 0; i < 10; i++) secs[i] = 0.01;
+    struct fake f = { .loop = new_loop(), .seconds = secs };
+    struct sched_options opt = { .jobs = 3 };
+    CHECK(run_fake(&f, d, &opt) == 0);
+    CHECK(f.peak == 3);
+    CHECK(sched_pool_peak(f.s, 0) == 3);
+    CHECK(f.finished_in[0] == 10);
+    free_fake(&f);
+    loop_free(f.loop);
+    dag_free(d);
+}
+
+/* ---- a named pool of size 1 serialises its steps while the others run ----- */
+
+static void test_named_pool_serialises(void)
+{
+    /* steps 0-2 in "gpu" (1 slot), 3-8 in "local" (2 slots) */
+    struct dag *d = independent_steps(9);
+    double secs[9];
+    size_t pool_of[9];
+    for (int i = 0; i < 9; i++) {
+        secs[i] = 0.02;
+        pool_of[i] = i < 3 ? 1 : 0;
+    }
+    struct sched_pool pools[] = { { "local", 2 }, { "gpu", 1 } };
+    struct fake f = { .loop = new_loop(), .seconds = secs };
+    struct sched_options opt = { .jobs = 2, .pools = pools, .n_pools = 2, .pool_of = pool_of };
+    CHECK(run_fake(&f, d, &opt) == 0);
+    CHECK(sched_pool_peak(f.s, 1) == 1);     /* never two gpu steps at once */
+    CHECK(sched_pool_peak(f.s, 0) == 2);     /* the local ones at full -j meanwhile */
+    CHECK(f.peak == 3);                      /* both pools at once */
+    CHECK(f.finished_in[0] == 6 && f.finished_in[1] == 3);
+    for (size_t i = 0; i < 9; i++) CHECK(sched_state(f.s, i) == STEP_DONE);
+    free_fake(&f);
+    loop_free(f.loop);
+    dag_free(d);
+}
+
+/* ---- 200 remote-pool waits hold no local slot ------------------------------ */
+
+#define N_REMOTE 200
+#define N_LOCAL 20
+
+/* Once every local step is done, the remote "jobs" end (their timers are
+ * cancelled, which fires them): had they held local slots, no local step
+ * could have run, and the run would wait for their 60 s instead. */
+static void end_remote_after_locals(struct fake *f, size_t i)
+{
+    if (f->pool_of[i] != 0 || f->finished_in[0] != N_LOCAL) return;
+    CHECK(sched_pool_running(f->s, 1) == N_REMOTE);    /* all still pending */
+    for (size_t k = 0; k < N_REMOTE; k++) step_wait_cancel(f->wait[k], CANCEL_GRACEFUL);
+}
+
+static void test_remote_waits_hold_no_local_slot(void)
+{
+    struct dag *d = independent_steps(N_REMOTE + N_LOCAL);
+    static double secs[N_REMOTE + N_LOCAL];
+    static size_t pool_of[N_REMOTE + N_LOCAL];
+    for (size_t i = 0; i < N_REMOTE + N_LOCAL; i++) {
+        bool remote = i < N_REMOTE;          /* declared first: they would be started first */
+        secs[i] = remote ? 60 : 0.005;
+        pool_of[i] = remote ? 1 : 0;
+    }
+    struct sched_pool pools[] = { { "local", 2 }, { "remote", SCHED_UNBOUNDED } };
+    struct fake f = { .loop = new_loop(), .seconds = secs, .on_finish = end_remote_after_locals };
+    struct sched_options opt = { .jobs = 2, .pools = pools, .n_pools = 2, .pool_of = pool_of };
+    double t0 = monotonic_seconds();
+    CHECK(run_fake(&f, d, &opt) == 0);
+    CHECK(monotonic_seconds() - t0 < 50);
+    CHECK(sched_pool_peak(f.s, 1) == N_REMOTE);
+    CHECK(sched_pool_peak(f.s, 0) == 2);
+    CHECK(f.finished_in[0] == N_LOCAL && f.finished_in[1] == N_REMOTE);
+    free_fake(&f);
+    loop_free(f.loop);
+    dag_free(d);
+}
+
+/* ---- Ctrl-C: graceful first, forced at the second --------------------------- */
+
+static void send_sigint(void *arg)
+{
+    (void)arg;
+    kill(getpid(), SIGINT);
+}
+
+static void test_interrupt_cancels_graceful_then_forced(void)
+{
+    struct dag *d = independent_steps(3);
+    double secs[3] = { 60, 60, 60 };
+    struct fake f = { .loop = new_loop(), .seconds = secs, .ignore_graceful = true };
+    struct sched_options opt = { .jobs = 2 };
+    loop_add_timer(f.loop, 0.05, send_sigint, NULL);
+    loop_add_timer(f.loop, 0.3, send_sigint, NULL);
+    double t0 = monotonic_seconds();
+    CHECK(run_fake(&f, d, &opt) == 130);
+    CHECK(monotonic_seconds() - t0 < 50);
+    CHECK(f.graceful == 2);                  /* both running steps, once each */
+    CHECK(f.forced == 2);                    /* then by force: the steps had ignored it */
+    CHECK(sched_state(f.s, 2) == STEP_NOT_RUN);       /* nothing new started after Ctrl-C */
+    CHECK(sched_interrupted(f.s));
+    free_fake(&f);
+    loop_free(f.loop);
+    dag_free(d);
+}
+
+static void test_graceful_cancel_alone_stops_cooperating_steps(void)
+{
+    struct dag *d = independent_steps(2);
+    double secs[2] = { 60, 60 };
+    struct fake f = { .loop = new_loop(), .seconds = secs };
+    struct sched_options opt = { .jobs = 2 };
+    loop_add_timer(f.loop, 0.05, send_sigint, NULL);
+    CHECK(run_fake(&f, d, &opt) == 130);
+    CHECK(f.graceful == 2);
+    CHECK(f.forced == 0);
+    free_fake(&f);
+    loop_free(f.loop);
+    dag_free(d);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    RUN(test_jobs_bound_one_pool);
+    RUN(test_named_pool_serialises);
+    RUN(test_remote_waits_hold_no_local_slot);
+    RUN(test_graceful_cancel_alone_stops_cooperating_steps);
+    RUN(test_interrupt_cancels_graceful_then_forced);
+    return CHECK_DONE("sched");
+}
