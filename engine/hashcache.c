@@ -31,6 +31,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -282,6 +283,8 @@ static char *read_link(const char *path, size_t size_hint)
 struct tree_walk {
     struct hashcache *hc;
     const atomic_bool *stop;
+    bool cached_only;              /* a file the cache does not vouch for ends the walk (1) */
+    size_t budget;                 /* entries left to look at; at 0 the walk ends (1) */
     struct strbuf path;            /* the entry being looked at */
     size_t root_len;               /* relative paths start after path.buf[root_len] */
     char *err;
@@ -291,24 +294,31 @@ struct tree_walk {
 static int tree_hash(struct tree_walk *w, char hex[SHA256_HEX_SIZE]);
 
 /* Adds the line for w->path to h.  Sockets, FIFOs and devices have no
- * content to hash and are left out. */
+ * content to hash and are left out.  0, -1 with a message, or 1 when a
+ * cached_only walk meets a file to read or runs out of budget. */
 static int tree_entry(struct tree_walk *w, struct hasher *h)
 {
     struct stat st;
     char hex[SHA256_HEX_SIZE];
     char *link = NULL;
     char type;
+    if (w->budget == 0) return 1;
+    w->budget--;
     if (lstat(w->path.buf, &st) != 0) {
         errf(w->err, w->errlen, "cannot read %s: %s", w->path.buf, strerror(errno));
         return -1;
     }
     if (S_ISREG(st.st_mode)) {
         type = 'f';
-        if (file_hash(w->hc, w->path.buf, &st, O_NOFOLLOW, w->stop, hex, w->err, w->errlen) != 0)
+        if (w->cached_only) {
+            if (!lookup(w->hc, w->path.buf, &st, hex)) return 1;
+        } else if (file_hash(w->hc, w->path.buf, &st, O_NOFOLLOW, w->stop, hex, w->err, w->errlen) != 0) {
             return -1;
+        }
     } else if (S_ISDIR(st.st_mode)) {
         type = 'd';
-        if (tree_hash(w, hex) != 0) return -1;
+        int rc = tree_hash(w, hex);
+        if (rc != 0) return rc;
     } else if (S_ISLNK(st.st_mode)) {
         type = 'l';
         if (!(link = read_link(w->path.buf, (size_t)st.st_size))) {
@@ -354,10 +364,14 @@ static int tree_hash(struct tree_walk *w, char hex[SHA256_HEX_SIZE])
     return rc;
 }
 
-static int dir_hash(struct hashcache *hc, const char *path, const atomic_bool *stop,
+/* max_entries 0: the whole tree, reading what the cache does not vouch for;
+ * otherwise at most that many entries, all files cached, or 1. */
+static int dir_hash(struct hashcache *hc, const char *path, const atomic_bool *stop, size_t max_entries,
                     char hex[SHA256_HEX_SIZE], char *err, size_t errlen)
 {
-    struct tree_walk w = { .hc = hc, .stop = stop, .path = STRBUF_INIT, .err = err, .errlen = errlen };
+    struct tree_walk w = { .hc = hc, .stop = stop, .cached_only = max_entries > 0,
+                           .budget = max_entries ? max_entries : SIZE_MAX,
+                           .path = STRBUF_INIT, .err = err, .errlen = errlen };
     size_t len = strlen(path);
     while (len > 0 && path[len - 1] == '/') len--;       /* "data/" and "data" share entries */
     sb_add(&w.path, path, len);
@@ -391,7 +405,7 @@ static int hash_until(struct hashcache *hc, const char *path, const atomic_bool 
     struct stat st;
     if (stat_hashable(path, &st, kind, err, errlen) != 0) return -1;
     if (*kind == HASH_KIND_FILE) return file_hash(hc, path, &st, 0, stop, hex, err, errlen);
-    return dir_hash(hc, path, stop, hex, err, errlen);
+    return dir_hash(hc, path, stop, 0, hex, err, errlen);
 }
 
 int hashcache_hash(struct hashcache *hc, const char *path, char hex[SHA256_HEX_SIZE],
@@ -401,11 +415,13 @@ int hashcache_hash(struct hashcache *hc, const char *path, char hex[SHA256_HEX_S
 }
 
 int hashcache_hash_cheap(struct hashcache *hc, const char *path, long long max_read,
-                         char hex[SHA256_HEX_SIZE], enum hash_kind *kind, char *err, size_t errlen)
+                         size_t max_entries, char hex[SHA256_HEX_SIZE], enum hash_kind *kind,
+                         char *err, size_t errlen)
 {
     struct stat st;
     if (stat_hashable(path, &st, kind, err, errlen) != 0) return -1;
-    if (*kind == HASH_KIND_DIRECTORY) return 1;
+    if (*kind == HASH_KIND_DIRECTORY)
+        return max_entries ? dir_hash(hc, path, NULL, max_entries, hex, err, errlen) : 1;
     if (lookup(hc, path, &st, hex)) return 0;
     if ((long long)st.st_size > max_read) return 1;
     return hash_and_remember(hc, path, 0, NULL, hex, err, errlen);

@@ -30,13 +30,15 @@ void hashcache_free(struct hashcache *hc);
 int hashcache_hash(struct hashcache *hc, const char *path, char hex[SHA256_HEX_SIZE],
                    enum hash_kind *kind, char *err, size_t errlen);
 
-/* What the loop's thread can afford: one stat, and reading at most max_read
- * bytes.  0 with the hash (a trusted entry, or a small file read now), 1 when
- * only a longer read or a tree walk can tell (a directory, or a larger file
- * the cache does not vouch for: hash it with a hashcache_job), -1 with a
- * message as hashcache_hash. */
+/* What the loop's thread can afford: reading at most max_read bytes of a
+ * file, and stat-ing at most max_entries entries of a tree.  0 with the hash
+ * (a trusted entry or a small file read now; a tree of at most max_entries
+ * entries whose files the cache all vouches for), 1 when only a longer read
+ * or walk can tell (hash it with a hashcache_job), -1 with a message as
+ * hashcache_hash. */
 int hashcache_hash_cheap(struct hashcache *hc, const char *path, long long max_read,
-                         char hex[SHA256_HEX_SIZE], enum hash_kind *kind, char *err, size_t errlen);
+                         size_t max_entries, char hex[SHA256_HEX_SIZE], enum hash_kind *kind,
+                         char *err, size_t errlen);
 
 /* hashcache_hash as a work pool job: work_submit(pool, hashcache_job_run, done, job).
  * hc and path must outlive the job; setting `cancel` (from any thread) stops

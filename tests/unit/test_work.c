@@ -250,7 +250,7 @@ static void test_hash_jobs_share_the_cache(void)
     char *side = at("side"), hex[SHA256_HEX_SIZE];
     enum hash_kind kind;
     for (int k = 0; k < 200; k++)
-        CHECK(hashcache_hash_cheap(hc, side, 1 << 20, hex, &kind, err, sizeof err) == 0);
+        CHECK(hashcache_hash_cheap(hc, side, 1 << 20, 64, hex, &kind, err, sizeof err) == 0);
     run_until(loop, &done, N);
     CHECK(done == N);
     for (int i = 0; i < N; i++) {
@@ -264,7 +264,7 @@ static void test_hash_jobs_share_the_cache(void)
     CHECK(hashcache_files_read(hc) == N + 1);          /* "side" once, then hits */
     /* Now each is a hit, answered on the loop's thread without a read. */
     for (int i = 0; i < N; i++) {
-        CHECK(hashcache_hash_cheap(hc, paths[i], 0, hex, &kind, err, sizeof err) == 0);
+        CHECK(hashcache_hash_cheap(hc, paths[i], 0, 64, hex, &kind, err, sizeof err) == 0);
         CHECK_STR(hex, w[i].job.hex);
     }
     CHECK(hashcache_files_read(hc) == N + 1);
@@ -277,7 +277,8 @@ static void test_hash_jobs_share_the_cache(void)
     loop_free(loop);
 }
 
-/* hashcache_hash_cheap: a small file now; a larger one or a tree is the pool's. */
+/* hashcache_hash_cheap: a small file now; a larger one, or a tree with a file
+ * to read or more entries than allowed, is the pool's. */
 static void test_cheap_hash_leaves_long_work(void)
 {
     mkdir_rel("cheap");
@@ -288,14 +289,14 @@ static void test_cheap_hash_leaves_long_work(void)
     char *small = at("cheap/small"), *large = at("cheap/large"), *dir = at("cheap");
     char *missing = at("cheap/missing"), hex[SHA256_HEX_SIZE];
     enum hash_kind kind;
-    CHECK(hashcache_hash_cheap(hc, small, 1024, hex, &kind, err, sizeof err) == 0);
+    CHECK(hashcache_hash_cheap(hc, small, 1024, 64, hex, &kind, err, sizeof err) == 0);
     CHECK(kind == HASH_KIND_FILE);
     expect_hash_of("cheap/small", hex);
-    CHECK(hashcache_hash_cheap(hc, large, 1024, hex, &kind, err, sizeof err) == 1);
+    CHECK(hashcache_hash_cheap(hc, large, 1024, 64, hex, &kind, err, sizeof err) == 1);
     CHECK(kind == HASH_KIND_FILE);
-    CHECK(hashcache_hash_cheap(hc, dir, 1024, hex, &kind, err, sizeof err) == 1);
+    CHECK(hashcache_hash_cheap(hc, dir, 1024, 64, hex, &kind, err, sizeof err) == 1);
     CHECK(kind == HASH_KIND_DIRECTORY);
-    CHECK(hashcache_hash_cheap(hc, missing, 1024, hex, &kind, err, sizeof err) == -1);
+    CHECK(hashcache_hash_cheap(hc, missing, 1024, 64, hex, &kind, err, sizeof err) == -1);
     CHECK_CONTAINS(err, "cannot read");
     CHECK_CONTAINS(err, "cheap/missing");
     CHECK(hashcache_files_read(hc) == 1);
@@ -306,7 +307,7 @@ static void test_cheap_hash_leaves_long_work(void)
     CHECK(job.rc == 0);
     char big_hex[SHA256_HEX_SIZE];
     memcpy(big_hex, job.hex, sizeof big_hex);
-    CHECK(hashcache_hash_cheap(hc, large, 1024, hex, &kind, err, sizeof err) == 0);
+    CHECK(hashcache_hash_cheap(hc, large, 1024, 64, hex, &kind, err, sizeof err) == 0);
     CHECK_STR(hex, big_hex);
     /* And a tree job's hash is hashcache_hash's. */
     struct hashcache_job tree = { .hc = hc, .path = dir };
@@ -316,6 +317,18 @@ static void test_cheap_hash_leaves_long_work(void)
     CHECK(tree.kind == HASH_KIND_DIRECTORY);
     CHECK(hashcache_hash(hc, dir, hex, &kind, err, sizeof err) == 0);
     CHECK_STR(hex, tree.hex);
+    /* Every file of it cached now: a small enough tree is answered here. */
+    size_t reads = hashcache_files_read(hc);
+    memset(hex, 0, sizeof hex);
+    CHECK(hashcache_hash_cheap(hc, dir, 0, 2, hex, &kind, err, sizeof err) == 0);
+    CHECK(kind == HASH_KIND_DIRECTORY);
+    CHECK_STR(hex, tree.hex);
+    CHECK(hashcache_hash_cheap(hc, dir, 0, 1, hex, &kind, err, sizeof err) == 1);   /* two entries */
+    mkdir_rel("cheap/sub");
+    put_pattern("cheap/sub/new", 10, 4);
+    settle();
+    CHECK(hashcache_hash_cheap(hc, dir, 1 << 20, 64, hex, &kind, err, sizeof err) == 1);
+    CHECK(hashcache_files_read(hc) == reads);          /* a walk here reads nothing */
     hashcache_free(hc);
     free(small); free(large); free(dir); free(missing);
 }
