@@ -85,10 +85,20 @@ void sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_SIZE])
 
 int hash_fd(int fd, char hex[SHA256_HEX_SIZE])
 {
+    return hash_fd_until(fd, NULL, hex);
+}
+
+int hash_fd_until(int fd, const atomic_bool *stop, char hex[SHA256_HEX_SIZE])
+{
     char *chunk = xmalloc(READ_CHUNK);     /* off the stack: tree walks call this deep in recursion */
     struct hasher *h = hasher_new();
     int rc = 0;
     for (;;) {
+        if (stop && atomic_load_explicit(stop, memory_order_relaxed)) {
+            errno = ECANCELED;
+            rc = -1;
+            break;
+        }
         ssize_t n = read(fd, chunk, READ_CHUNK);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) { rc = -1; break; }

@@ -3,6 +3,7 @@
 #ifndef FLOW_HASH_H
 #define FLOW_HASH_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 #define SHA256_HEX_SIZE 65          /* 64 hex digits and a NUL */
@@ -20,6 +21,9 @@ void sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_SIZE]);
 
 /* Reads fd to its end in 64 KiB chunks.  -1 with errno set on a read error. */
 int hash_fd(int fd, char hex[SHA256_HEX_SIZE]);
+/* The same, stopping with errno ECANCELED at the next chunk once *stop is set
+ * (from any thread); stop may be NULL.  Safe from any thread. */
+int hash_fd_until(int fd, const atomic_bool *stop, char hex[SHA256_HEX_SIZE]);
 /* -1 with "cannot read PATH: reason" in err. */
 int hash_file(const char *path, char hex[SHA256_HEX_SIZE], char *err, size_t errlen);
 

@@ -14,7 +14,12 @@
  * file rewritten within the same tick as the hash was taken can keep the same
  * size, mtime and ctime; such an entry is hashed again on its next lookup, by
  * which time the tick is over.  ctime is checked as well as mtime because
- * utimensat() can put an old mtime on new content, but not an old ctime. */
+ * utimensat() can put an old mtime on new content, but not an old ctime.
+ *
+ * Threads.  The run hashes large files and trees on work pool threads while
+ * the loop's thread looks up small ones, so the table (entries, index, dirty,
+ * files_read) is guarded by one mutex, held only for a lookup or an insert:
+ * files are read and directories listed outside it. */
 #include "hashcache.h"
 #include "nofollow.h"
 #include "commit.h"
@@ -24,7 +29,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -44,6 +51,7 @@ struct entry {
 };
 
 struct hashcache {
+    pthread_mutex_t mu;            /* guards everything below but `file` */
     char *file;
     struct entry *entries;
     size_t n, cap;
@@ -167,6 +175,7 @@ static bool parse_line(char *line, struct hashcache *hc)
 struct hashcache *hashcache_load(const char *file)
 {
     struct hashcache *hc = xcalloc(1, sizeof *hc);
+    pthread_mutex_init(&hc->mu, NULL);
     hc->file = xstrdup(file);
     size_t len;
     char *text = read_file(file, &len);
@@ -190,45 +199,70 @@ void hashcache_free(struct hashcache *hc)
     free(hc->entries);
     strmap_free(&hc->index);
     free(hc->file);
+    pthread_mutex_destroy(&hc->mu);
     free(hc);
 }
 
-size_t hashcache_count(const struct hashcache *hc) { return hc->n; }
-size_t hashcache_files_read(const struct hashcache *hc) { return hc->files_read; }
+size_t hashcache_count(struct hashcache *hc)
+{
+    pthread_mutex_lock(&hc->mu);
+    size_t n = hc->n;
+    pthread_mutex_unlock(&hc->mu);
+    return n;
+}
+
+size_t hashcache_files_read(struct hashcache *hc)
+{
+    pthread_mutex_lock(&hc->mu);
+    size_t n = hc->files_read;
+    pthread_mutex_unlock(&hc->mu);
+    return n;
+}
 
 /* ---- hashing ---------------------------------------------------------------- */
 
 /* Reads the file and records what it read with the stat of the open file, so
  * a change during the read shows up as a stat mismatch next time. */
 static int hash_and_remember(struct hashcache *hc, const char *path, int extra_flags,
-                             char hex[SHA256_HEX_SIZE], char *err, size_t errlen)
+                             const atomic_bool *stop, char hex[SHA256_HEX_SIZE],
+                             char *err, size_t errlen)
 {
     long long hashed_at = coarse_now_ns();
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | extra_flags);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || hash_fd(fd, hex) != 0) {
+    if (fd < 0 || fstat(fd, &st) != 0 || hash_fd_until(fd, stop, hex) != 0) {
         errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
         if (fd >= 0) close(fd);
         return -1;
     }
     close(fd);
-    hc->files_read++;
     struct stamp stamp = stamp_of(&st);
+    pthread_mutex_lock(&hc->mu);
+    hc->files_read++;
     remember(hc, path, hex, &stamp, hashed_at);
+    pthread_mutex_unlock(&hc->mu);
     return 0;
+}
+
+/* The trusted hash of the file at `path` with stat `st`, copied into hex. */
+static bool lookup(struct hashcache *hc, const char *path, const struct stat *st,
+                   char hex[SHA256_HEX_SIZE])
+{
+    struct stamp now = stamp_of(st);
+    size_t i;
+    pthread_mutex_lock(&hc->mu);
+    bool hit = strmap_get(&hc->index, path, &i) && entry_trusted(&hc->entries[i], &now);
+    if (hit) memcpy(hex, hc->entries[i].hex, SHA256_HEX_SIZE);
+    pthread_mutex_unlock(&hc->mu);
+    return hit;
 }
 
 /* `st` is the caller's stat of the regular file at `path`: a hit costs nothing more. */
 static int file_hash(struct hashcache *hc, const char *path, const struct stat *st, int extra_flags,
-                     char hex[SHA256_HEX_SIZE], char *err, size_t errlen)
+                     const atomic_bool *stop, char hex[SHA256_HEX_SIZE], char *err, size_t errlen)
 {
-    struct stamp now = stamp_of(st);
-    size_t i;
-    if (strmap_get(&hc->index, path, &i) && entry_trusted(&hc->entries[i], &now)) {
-        memcpy(hex, hc->entries[i].hex, SHA256_HEX_SIZE);
-        return 0;
-    }
-    return hash_and_remember(hc, path, extra_flags, hex, err, errlen);
+    if (lookup(hc, path, st, hex)) return 0;
+    return hash_and_remember(hc, path, extra_flags, stop, hex, err, errlen);
 }
 
 
@@ -248,6 +282,9 @@ static char *read_link(const char *path, size_t size_hint)
 
 struct tree_walk {
     struct hashcache *hc;
+    const atomic_bool *stop;
+    bool cached_only;              /* a file the cache does not vouch for ends the walk (1) */
+    size_t budget;                 /* entries left to look at; at 0 the walk ends (1) */
     struct strbuf path;            /* the entry being looked at */
     size_t root_len;               /* relative paths start after path.buf[root_len] */
     char *err;
@@ -257,23 +294,31 @@ struct tree_walk {
 static int tree_hash(struct tree_walk *w, char hex[SHA256_HEX_SIZE]);
 
 /* Adds the line for w->path to h.  Sockets, FIFOs and devices have no
- * content to hash and are left out. */
+ * content to hash and are left out.  0, -1 with a message, or 1 when a
+ * cached_only walk meets a file to read or runs out of budget. */
 static int tree_entry(struct tree_walk *w, struct hasher *h)
 {
     struct stat st;
     char hex[SHA256_HEX_SIZE];
     char *link = NULL;
     char type;
+    if (w->budget == 0) return 1;
+    w->budget--;
     if (lstat(w->path.buf, &st) != 0) {
         errf(w->err, w->errlen, "cannot read %s: %s", w->path.buf, strerror(errno));
         return -1;
     }
     if (S_ISREG(st.st_mode)) {
         type = 'f';
-        if (file_hash(w->hc, w->path.buf, &st, O_NOFOLLOW, hex, w->err, w->errlen) != 0) return -1;
+        if (w->cached_only) {
+            if (!lookup(w->hc, w->path.buf, &st, hex)) return 1;
+        } else if (file_hash(w->hc, w->path.buf, &st, O_NOFOLLOW, w->stop, hex, w->err, w->errlen) != 0) {
+            return -1;
+        }
     } else if (S_ISDIR(st.st_mode)) {
         type = 'd';
-        if (tree_hash(w, hex) != 0) return -1;
+        int rc = tree_hash(w, hex);
+        if (rc != 0) return rc;
     } else if (S_ISLNK(st.st_mode)) {
         type = 'l';
         if (!(link = read_link(w->path.buf, (size_t)st.st_size))) {
@@ -319,10 +364,14 @@ static int tree_hash(struct tree_walk *w, char hex[SHA256_HEX_SIZE])
     return rc;
 }
 
-static int dir_hash(struct hashcache *hc, const char *path, char hex[SHA256_HEX_SIZE],
-                    char *err, size_t errlen)
+/* max_entries 0: the whole tree, reading what the cache does not vouch for;
+ * otherwise at most that many entries, all files cached, or 1. */
+static int dir_hash(struct hashcache *hc, const char *path, const atomic_bool *stop, size_t max_entries,
+                    char hex[SHA256_HEX_SIZE], char *err, size_t errlen)
 {
-    struct tree_walk w = { .hc = hc, .path = STRBUF_INIT, .err = err, .errlen = errlen };
+    struct tree_walk w = { .hc = hc, .stop = stop, .cached_only = max_entries > 0,
+                           .budget = max_entries ? max_entries : SIZE_MAX,
+                           .path = STRBUF_INIT, .err = err, .errlen = errlen };
     size_t len = strlen(path);
     while (len > 0 && path[len - 1] == '/') len--;       /* "data/" and "data" share entries */
     sb_add(&w.path, path, len);
@@ -332,29 +381,62 @@ static int dir_hash(struct hashcache *hc, const char *path, char hex[SHA256_HEX_
     return rc;
 }
 
-int hashcache_hash(struct hashcache *hc, const char *path, char hex[SHA256_HEX_SIZE],
-                   enum hash_kind *kind, char *err, size_t errlen)
+/* The stat of what hashcache_hash hashes; -1 with a message if it is not a
+ * file or a directory. */
+static int stat_hashable(const char *path, struct stat *st, enum hash_kind *kind,
+                         char *err, size_t errlen)
 {
-    struct stat st;
-    if (stat(path, &st) != 0) {
+    if (stat(path, st) != 0) {
         errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
         return -1;
     }
-    if (S_ISREG(st.st_mode)) {
-        *kind = HASH_KIND_FILE;
-        return file_hash(hc, path, &st, 0, hex, err, errlen);
+    if (S_ISREG(st->st_mode)) *kind = HASH_KIND_FILE;
+    else if (S_ISDIR(st->st_mode)) *kind = HASH_KIND_DIRECTORY;
+    else {
+        errf(err, errlen, "cannot read %s: not a file or a directory", path);
+        return -1;
     }
-    if (S_ISDIR(st.st_mode)) {
-        *kind = HASH_KIND_DIRECTORY;
-        return dir_hash(hc, path, hex, err, errlen);
-    }
-    errf(err, errlen, "cannot read %s: not a file or a directory", path);
-    return -1;
+    return 0;
+}
+
+static int hash_until(struct hashcache *hc, const char *path, const atomic_bool *stop,
+                      char hex[SHA256_HEX_SIZE], enum hash_kind *kind, char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat_hashable(path, &st, kind, err, errlen) != 0) return -1;
+    if (*kind == HASH_KIND_FILE) return file_hash(hc, path, &st, 0, stop, hex, err, errlen);
+    return dir_hash(hc, path, stop, 0, hex, err, errlen);
+}
+
+int hashcache_hash(struct hashcache *hc, const char *path, char hex[SHA256_HEX_SIZE],
+                   enum hash_kind *kind, char *err, size_t errlen)
+{
+    return hash_until(hc, path, NULL, hex, kind, err, errlen);
+}
+
+int hashcache_hash_cheap(struct hashcache *hc, const char *path, long long max_read,
+                         size_t max_entries, char hex[SHA256_HEX_SIZE], enum hash_kind *kind,
+                         char *err, size_t errlen)
+{
+    struct stat st;
+    if (stat_hashable(path, &st, kind, err, errlen) != 0) return -1;
+    if (*kind == HASH_KIND_DIRECTORY)
+        return max_entries ? dir_hash(hc, path, NULL, max_entries, hex, err, errlen) : 1;
+    if (lookup(hc, path, &st, hex)) return 0;
+    if ((long long)st.st_size > max_read) return 1;
+    return hash_and_remember(hc, path, 0, NULL, hex, err, errlen);
+}
+
+void hashcache_job_run(void *arg)
+{
+    struct hashcache_job *job = arg;
+    job->rc = hash_until(job->hc, job->path, &job->cancel, job->hex, &job->kind,
+                         job->err, sizeof job->err);
 }
 
 /* ---- saving and pruning ----------------------------------------------------- */
 
-int hashcache_save(struct hashcache *hc, char *err, size_t errlen)
+static int save_locked(struct hashcache *hc, char *err, size_t errlen)
 {
     if (!hc->dirty) return 0;
     char *dir = path_parent(hc->file);
@@ -375,6 +457,14 @@ int hashcache_save(struct hashcache *hc, char *err, size_t errlen)
     return rc;
 }
 
+int hashcache_save(struct hashcache *hc, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&hc->mu);
+    int rc = save_locked(hc, err, errlen);
+    pthread_mutex_unlock(&hc->mu);
+    return rc;
+}
+
 static bool entry_current(const struct entry *e)
 {
     struct stat st;
@@ -383,7 +473,7 @@ static bool entry_current(const struct entry *e)
     return stamp_equal(&e->st, &now);
 }
 
-size_t hashcache_prune(struct hashcache *hc)
+static size_t prune_locked(struct hashcache *hc)
 {
     size_t kept = 0;
     for (size_t i = 0; i < hc->n; i++) {
@@ -396,5 +486,13 @@ size_t hashcache_prune(struct hashcache *hc)
     strmap_free(&hc->index);                 /* positions moved: index them again */
     for (size_t i = 0; i < hc->n; i++) strmap_put(&hc->index, hc->entries[i].path, i);
     hc->dirty = true;
+    return removed;
+}
+
+size_t hashcache_prune(struct hashcache *hc)
+{
+    pthread_mutex_lock(&hc->mu);
+    size_t removed = prune_locked(hc);
+    pthread_mutex_unlock(&hc->mu);
     return removed;
 }

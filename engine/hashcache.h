@@ -6,6 +6,8 @@
 #define FLOW_HASHCACHE_H
 
 #include "hash.h"
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 enum hash_kind { HASH_KIND_FILE, HASH_KIND_DIRECTORY };
@@ -18,12 +20,40 @@ struct hashcache;
 struct hashcache *hashcache_load(const char *file);
 void hashcache_free(struct hashcache *hc);
 
+/* Every function below is safe from any thread: the cache's table is locked
+ * around each lookup and insert, never while a file is read. */
+
 /* The content hash of a file, or the tree hash of a directory (entries sorted
  * bytewise, recursively; each adds "<f|d|l> <hash or link target> <relative
  * path>\n"; symlinks inside are not followed, a top-level one is).
  * -1 with a message naming the path when it is missing or unreadable. */
 int hashcache_hash(struct hashcache *hc, const char *path, char hex[SHA256_HEX_SIZE],
                    enum hash_kind *kind, char *err, size_t errlen);
+
+/* What the loop's thread can afford: reading at most max_read bytes of a
+ * file, and stat-ing at most max_entries entries of a tree.  0 with the hash
+ * (a trusted entry or a small file read now; a tree of at most max_entries
+ * entries whose files the cache all vouches for), 1 when only a longer read
+ * or walk can tell (hash it with a hashcache_job), -1 with a message as
+ * hashcache_hash. */
+int hashcache_hash_cheap(struct hashcache *hc, const char *path, long long max_read,
+                         size_t max_entries, char hex[SHA256_HEX_SIZE], enum hash_kind *kind,
+                         char *err, size_t errlen);
+
+/* hashcache_hash as a work pool job: work_submit(pool, hashcache_job_run, done, job).
+ * hc and path must outlive the job; setting `cancel` (from any thread) stops
+ * the read at its next 64 KiB chunk, and the job ends with rc -1 and
+ * "cannot read PATH: Operation canceled". */
+struct hashcache_job {
+    struct hashcache *hc;
+    const char *path;
+    atomic_bool cancel;
+    int rc;                        /* out: 0 or -1 (then err says why) */
+    enum hash_kind kind;
+    char hex[SHA256_HEX_SIZE];
+    char err[1024];
+};
+void hashcache_job_run(void *job);
 
 /* Writes the cache atomically (creating its directory) if anything changed
  * since it was loaded or saved; -1 with a message naming the file. */
@@ -32,8 +62,8 @@ int hashcache_save(struct hashcache *hc, char *err, size_t errlen);
 /* Drops entries whose file is gone or whose stat changed; returns how many. */
 size_t hashcache_prune(struct hashcache *hc);
 
-size_t hashcache_count(const struct hashcache *hc);
+size_t hashcache_count(struct hashcache *hc);
 /* Files actually read since the cache was loaded (what a hit avoids). */
-size_t hashcache_files_read(const struct hashcache *hc);
+size_t hashcache_files_read(struct hashcache *hc);
 
 #endif
