@@ -115,7 +115,8 @@ static int l_hashes(lua_State *L)
  * on the loop's thread too: a stat each, about 0.3 ms in all, where going to
  * the pool made a no-op rerun of 2,000 folder outputs twice as slow. */
 #define HASH_INLINE_ENTRIES 256
-/* How often a step waiting on a hash looks for Ctrl-C, to cut the read short. */
+/* How often a hash outside a step (the up-to-date check, waiting by running
+ * the loop) looks for Ctrl-C, to cut the read short. */
 #define HASH_CANCEL_LOOK_S 0.1
 
 /* A userdata on the waiting stack, as a commit_job (below): no __gc; the
@@ -123,11 +124,23 @@ static int l_hashes(lua_State *L)
 struct hash_wait {
     struct hashcache_job job;
     struct loop *loop;
-    int interrupts;                /* loop_interrupts when the job was queued */
-    unsigned long timer;           /* the look for Ctrl-C, on a step's wait */
     bool done;                     /* set on the loop's thread */
     lua_State *co;                 /* the step waiting for it, or NULL */
+    struct step_wait wait;         /* what that step waits on (hash_wait_ops) */
 };
+
+/* Stopping a step stops its hash at the next block read (either mode: a
+ * read cannot be stopped more forcibly); the completion still runs. */
+static void hash_wait_cancel(struct step_wait *sw, enum cancel_mode mode)
+{
+    (void)mode;
+    struct hash_wait *w = (struct hash_wait *)((char *)sw - offsetof(struct hash_wait, wait));
+    atomic_store(&w->job.cancel, true);
+}
+
+static void hash_wait_free(struct step_wait *sw) { (void)sw; }   /* owned by its userdata */
+
+static const struct step_wait_ops hash_wait_ops = { "hash", hash_wait_cancel, hash_wait_free };
 
 static int push_hash(lua_State *L, int rc, const char *hex, enum hash_kind kind, const char *err)
 {
@@ -141,31 +154,32 @@ static int push_hash(lua_State *L, int rc, const char *hex, enum hash_kind kind,
     return 2;
 }
 
-static void look_for_interrupt(void *arg)
-{
-    struct hash_wait *w = arg;
-    w->timer = 0;
-    if (loop_interrupts(w->loop) != w->interrupts) atomic_store(&w->job.cancel, true);
-    else w->timer = loop_add_timer(w->loop, HASH_CANCEL_LOOK_S, look_for_interrupt, w);
-}
-
 static void hash_done(void *arg)
 {
     struct hash_wait *w = arg;
     w->done = true;
-    if (w->timer) loop_cancel_timer(w->loop, w->timer);
-    w->timer = 0;
     lua_State *co = w->co;
     if (!co) return;
     w->co = NULL;
-    flow_step_track_wait(co, 0);
-    flow_step_resume(co, 0);
+    flow_step_wake(co, &w->wait);
 }
 
 static int hash_continue(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
     struct hash_wait *w = (struct hash_wait *)ctx;
+    return push_hash(L, w->job.rc, w->job.hex, w->job.kind, w->job.err);
+}
+
+/* Outside a step: wait by running the loop, which goes on draining pipes and
+ * resuming steps, until the completion arrives; Ctrl-C cuts the read short. */
+static int hash_block(lua_State *L, struct hash_wait *w)
+{
+    int interrupts = loop_interrupts(w->loop);
+    while (!w->done) {
+        loop_run_once(w->loop, HASH_CANCEL_LOOK_S);
+        if (loop_interrupts(w->loop) != interrupts) atomic_store(&w->job.cancel, true);
+    }
     return push_hash(L, w->job.rc, w->job.hex, w->job.kind, w->job.err);
 }
 
@@ -189,20 +203,11 @@ static int l_hc_file(lua_State *L)
         return push_hash(L, w->job.rc, w->job.hex, w->job.kind, w->job.err);
     }
     w->loop = flow_state_loop(L);
-    w->interrupts = loop_interrupts(w->loop);
-    if (flow_step_can_yield(L)) {
-        w->co = L;
-        flow_step_track_wait(L, 1);
-        w->timer = loop_add_timer(w->loop, HASH_CANCEL_LOOK_S, look_for_interrupt, w);
-        return lua_yieldk(L, 0, (lua_KContext)w, hash_continue);
-    }
-    /* Not on a step's coroutine: wait by running the loop, which goes on
-     * draining pipes and resuming steps, until the completion arrives. */
-    while (!w->done) {
-        loop_run_once(w->loop, -1);
-        if (loop_interrupts(w->loop) != w->interrupts) atomic_store(&w->job.cancel, true);
-    }
-    return push_hash(L, w->job.rc, w->job.hex, w->job.kind, w->job.err);
+    if (!flow_step_can_yield(L)) return hash_block(L, w);
+    w->co = L;
+    step_wait_init(&w->wait, &hash_wait_ops);
+    flow_step_wait(L, &w->wait);
+    return lua_yieldk(L, 0, (lua_KContext)w, hash_continue);
 }
 
 /* hc:save(): writes the cache if it changed; raises on failure */
