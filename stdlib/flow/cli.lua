@@ -127,7 +127,8 @@ usage: flow logs [STEP [DIR]] [options]
 
 Prints the log of STEP — its command's stdout and stderr, or what a Lua step
 printed — from the newest run that ran it: a run in which the step was up to
-date made no log of it.  A distributed step's ranks each have a log; all are
+date made no log of it, nor one in which it wrote nothing (a log is created on
+a step's first byte of output).  A distributed step's ranks each have a log; all are
 printed.  Without STEP, lists each step's newest log.  DIR is the project
 (default: the current directory).
 
@@ -706,7 +707,8 @@ local function cmd_logs(args)
   end
   local l = logs[core.safe_name(pos[1])]
   if not l then
-    usage_error("no log of step '%s' in %s/.flow/runs%s", pos[1], core.cwd(),
+    usage_error("no log of step '%s' in %s/.flow/runs (a step that writes no output has none)%s",
+                pos[1], core.cwd(),
                 #stems > 0 and (" (steps with logs: " .. table.concat(stems, ", ") .. ")") or "")
   end
   for _, path in ipairs(l.files) do
