@@ -11,9 +11,9 @@
  * "@<flow>/flow/x.lua", and dumped with its debug information (strip = 0):
  * the source name, line numbers and local and upvalue names are what make an
  * error in the stdlib read "<flow>/flow/runner.lua:123: …" with the same
- * traceback as when it was compiled from source.  Stripping would save about
- * a fifth of the bytes, not the time: loading is dominated by allocating the
- * prototypes and constants, not by reading line tables.
+ * traceback as when it was compiled from source.  Stripping (measured) would
+ * save 29% of the bytes and about 0.2 ms of a start, and every stdlib error
+ * would read "?:" with neither file nor line.
  *
  * A syntax error in the stdlib stops the build here, with its file and line. */
 #include <lauxlib.h>

@@ -2,9 +2,25 @@
 -- 0 success, 1 a step failed, 2 usage/script/graph error, 130 interrupted.
 local core = require("flow.core")
 local util = require("flow.util")
-local pipeline = require("flow.pipeline")
-local runner = require("flow.runner")
-local distributed = require("flow.distributed")
+
+-- A module that only some commands use, loaded on its first use: `flow
+-- --version` and `flow help` load neither the runner nor the pipeline layer.
+-- (A command that runs a script uses the runner before the script's first
+-- line: flow.fingerprint must see the globals as they were before it.)
+local function lazy(name)
+  local function load(proxy)
+    local m = require(name)
+    setmetatable(proxy, { __index = m, __newindex = m })
+    return m
+  end
+  return setmetatable({}, {
+    __index = function(proxy, k) return load(proxy)[k] end,
+    __newindex = function(proxy, k, v) load(proxy)[k] = v end,
+  })
+end
+local pipeline = lazy("flow.pipeline")
+local runner = lazy("flow.runner")
+local distributed = lazy("flow.distributed")
 
 local M = {}
 

@@ -393,6 +393,24 @@ test_stdlib_override_path() {
     contains "$OUT" "flow dev-override"
 }
 
+# `flow --version` and `flow help` load neither the runner nor the pipeline
+# layer (a module that fails to load shows where it would have been loaded).
+test_version_and_help_load_only_what_they_need() {
+    mkdir -p dev/flow
+    for m in runner pipeline distributed launch catalog credentials fingerprint state settings shell; do
+        echo "error('flow.$m was loaded')" > "dev/flow/$m.lua"
+    done
+    FLOW_STDLIB_PATH=$PWD/dev run_flow 0 --version
+    contains "$OUT" "flow 0.1.0"
+    FLOW_STDLIB_PATH=$PWD/dev run_flow 0 help
+    FLOW_STDLIB_PATH=$PWD/dev run_flow 0 help run
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "lua" } }
+L
+    FLOW_STDLIB_PATH=$PWD/dev run_flow 2 run
+    contains "$ERR" "was loaded"
+}
+
 # The stdlib is embedded as Lua bytecode (tools/embed.c), not as source: its
 # comments are not in the binary.
 test_stdlib_is_embedded_as_bytecode() {
