@@ -443,6 +443,7 @@ L
 # (reaper.h) is started with the first command a step runs, not before.
 test_version_and_lua_steps_start_no_process() {
     command -v strace >/dev/null 2>&1 || skip "no strace"
+    export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0   # LeakSanitizer refuses ptrace
     strace -f -e trace=clone,clone3,fork,vfork,execve -o trace.txt "$FLOW" --version >/dev/null 2>&1 ||
         skip "strace cannot trace here"
     equals "$(grep -c execve trace.txt)" 1 "execve calls of flow --version"
