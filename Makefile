@@ -67,10 +67,12 @@ $(BUILD)/%.o: %.c
 	@echo "  CC    $<"
 	$(Q)$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
-# The Lua half of the engine is compiled into the binary (tools/embed.c writes a C array).
+# The Lua half of the engine is compiled into the binary as Lua bytecode
+# (tools/embed.c writes a C array).  Plain flags, not the build's: it runs at
+# build time, against the same liblua5.4 as flow.
 $(BUILD)/tools/embed: tools/embed.c
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) -std=c11 -O2 -Wall -Wextra -o $@ $<
+	$(Q)$(CC) -std=c11 -O2 -Wall -Wextra $(PKG_CFLAGS) -o $@ $< $(PKG_LIBS)
 
 $(BUILD)/stdlib_embed.c: $(BUILD)/tools/embed $(STDLIB)
 	@echo "  EMBED stdlib/"

@@ -33,7 +33,10 @@ struct proc {
     struct loop *loop;
     pid_t pid;
     int pidfd, out_fd, err_fd, log_fd;
-    int log_errno;                 /* the first failed write to the log, or 0 */
+    int log_errno;                 /* the first failed open of or write to the log, or 0 */
+    char *log_path;                /* opened on the first byte of output (see write_log) */
+    bool log_append;
+    char *log_header;              /* masked; written just before that byte */
     int status;                    /* from waitpid */
     bool exited, timed_out;
     unsigned long timer;           /* timeout, then the SIGKILL that follows it */
@@ -58,19 +61,25 @@ static void tail_add(struct proc *p, const char *buf, size_t n)
     }
 }
 
+/* The log is created on the first byte of output, header first: a step that
+ * says nothing leaves no file (one file fewer per step, which is what a run
+ * of many small steps spends its time on).  A log that cannot be opened fails
+ * the step when its process ends, as a failed write does. */
 static void write_log(struct proc *p, const char *buf, size_t n)
 {
-    if (p->log_fd < 0 || p->log_errno) return;
-    while (n > 0) {
-        ssize_t w = write(p->log_fd, buf, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) {                    /* the process runs on; the step fails when it ends */
-            p->log_errno = errno;
+    if (!n || !p->log_path || p->log_errno) return;
+    if (p->log_fd < 0) {
+        /* A log, not a result: no fsync, no rename — it is only read by people.
+         * It lives under .flow/, where flow follows no link. */
+        p->log_fd = open(p->log_path, O_WRONLY | O_CREAT | (p->log_append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC
+                                      | O_NOFOLLOW, 0644);
+        if (p->log_fd < 0) { p->log_errno = errno; return; }
+        if (p->log_header && write_all(p->log_fd, p->log_header, strlen(p->log_header)) != 0) {
+            p->log_errno = errno;       /* the process runs on; the step fails when it ends */
             return;
         }
-        buf += w;
-        n -= (size_t)w;
     }
+    if (write_all(p->log_fd, buf, n) != 0) p->log_errno = errno;
 }
 
 /* -v: shows the complete lines of `line` plus `text`, keeps the rest (all of
@@ -313,19 +322,12 @@ struct proc *proc_spawn(struct loop *loop, const struct proc_spec *spec,
     p->echo = spec->echo;
     p->echo_prefix = spec->echo_prefix ? xstrdup(spec->echo_prefix) : NULL;
     if (spec->log_path) {
-        /* A log, not a result: no fsync, no rename — it is only read by people.
-         * It lives under .flow/, where flow follows no link. */
-        p->log_fd = open(spec->log_path, O_WRONLY | O_CREAT | (spec->log_append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC
-                                         | O_NOFOLLOW, 0644);
-        if (p->log_fd < 0) {
-            errf(err, errlen, "cannot open log %s: %s", spec->log_path, strerror(errno));
-            proc_free(p);
-            return NULL;
-        }
+        p->log_path = xstrdup(spec->log_path);
+        p->log_append = spec->log_append;
         if (spec->log_header) {
             struct strbuf h = STRBUF_INIT;
             ui_redact_span(spec->log_header, strlen(spec->log_header), true, &h);
-            write_log(p, h.buf, h.len);
+            p->log_header = h.len ? xstrdup(h.buf) : NULL;
             sb_release(&h);
         }
     }
@@ -378,6 +380,8 @@ void proc_free(struct proc *p)
     }
     free(p->tail_text);
     free(p->echo_prefix);
+    free(p->log_path);
+    free(p->log_header);
     free(p);
 }
 

@@ -16,9 +16,10 @@
 struct proc_spec {
     char *const *argv;           /* argv[0] is looked up in PATH */
     const char *cwd;             /* NULL: the engine's */
-    const char *log_path;        /* stdout+stderr go here (truncated first); NULL: discarded */
+    const char *log_path;        /* stdout+stderr go here (truncated first), the file made on
+                                    the first byte: no output, no file; NULL: discarded */
     bool log_append;             /* add to the log instead (a retry's attempt) */
-    const char *log_header;      /* written to the log before the output, or NULL */
+    const char *log_header;      /* written to the log before the first byte, or NULL */
     char *const *env_extra;      /* "NAME=value" added to the environment, or NULL */
     bool capture_stdout;         /* keep stdout in memory (flow.sh) instead of the log */
     bool echo;                   /* also copy output to flow's stderr, whole lines, prefixed */
@@ -45,7 +46,8 @@ void proc_free(struct proc *p);
 int proc_exit_code(const struct proc *p);
 int proc_term_signal(const struct proc *p);      /* 0 unless killed by a signal */
 bool proc_timed_out(const struct proc *p);
-/* The first write to the log that failed (errno), or 0: the log is incomplete. */
+/* The first open of or write to the log that failed (errno), or 0: the log is
+ * incomplete. */
 int proc_log_errno(const struct proc *p);
 const char *proc_stderr_tail(const struct proc *p);  /* last lines of stderr */
 const char *proc_stdout(const struct proc *p, size_t *len);  /* with capture_stdout */

@@ -45,7 +45,7 @@ static int search_stdlib(lua_State *L)
     for (const struct flow_embedded *e = flow_stdlib; !n && e->name; e++) {
         if (strcmp(e->name, file) != 0) continue;
         lua_pushfstring(L, "@<flow>/%s", file);
-        if (luaL_loadbufferx(L, (const char *)e->data, e->len, lua_tostring(L, -1), "t") != LUA_OK) {
+        if (luaL_loadbufferx(L, (const char *)e->data, e->len, lua_tostring(L, -1), "b") != LUA_OK) {
             free(file);
             return lua_error(L);
         }

@@ -1,28 +1,42 @@
 -- flow: the module pipeline scripts use.  require("flow") returns this table;
 -- scripts also get node, pipeline, distributed_job and Framework as globals.
-local pipeline = require("flow.pipeline")
-local command = require("flow.command")
-local distributed = require("flow.distributed")
-local runner = require("flow.runner")
-local shell = require("flow.shell")
 local core = require("flow.core")
 
 local flow = {
   VERSION = "0.1.0",
-  node = pipeline.node,
-  pipeline = pipeline.pipeline,
-  register = pipeline.register,
-  command = command.command,
-  distributed_job = distributed.distributed_job,
-  Framework = distributed.Framework,
-  is_distributed_master_node = distributed.is_master,
-  rank = distributed.rank,
-  world_size = distributed.world_size,
-  local_rank = distributed.local_rank,
-  run = runner.run,
-  sh = shell.sh,
   -- JSON as the engine reads and writes it (tables with keys 1..n are arrays)
   json = { encode = core.json_encode, decode = core.json_decode },
 }
 
-return flow
+-- The rest comes from the modules that define it, each loaded on the first
+-- use of one of its names: `flow --version` reads VERSION and loads none.
+local from = {
+  node = { "flow.pipeline", "node" },
+  pipeline = { "flow.pipeline", "pipeline" },
+  register = { "flow.pipeline", "register" },
+  command = { "flow.command", "command" },
+  distributed_job = { "flow.distributed", "distributed_job" },
+  Framework = { "flow.distributed", "Framework" },
+  is_distributed_master_node = { "flow.distributed", "is_master" },
+  rank = { "flow.distributed", "rank" },
+  world_size = { "flow.distributed", "world_size" },
+  local_rank = { "flow.distributed", "local_rank" },
+  run = { "flow.runner", "run" },
+  sh = { "flow.shell", "sh" },
+}
+
+local function field(t, k)
+  local f = from[k]
+  if not f then return nil end
+  local v = require(f[1])[f[2]]
+  rawset(t, k, v)
+  return v
+end
+
+return setmetatable(flow, {
+  __index = field,
+  __pairs = function(t)              -- every name, loaded or not
+    for k in pairs(from) do field(t, k) end
+    return next, t, nil
+  end,
+})

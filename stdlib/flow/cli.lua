@@ -2,9 +2,25 @@
 -- 0 success, 1 a step failed, 2 usage/script/graph error, 130 interrupted.
 local core = require("flow.core")
 local util = require("flow.util")
-local pipeline = require("flow.pipeline")
-local runner = require("flow.runner")
-local distributed = require("flow.distributed")
+
+-- A module that only some commands use, loaded on its first use: `flow
+-- --version` and `flow help` load neither the runner nor the pipeline layer.
+-- (A command that runs a script uses the runner before the script's first
+-- line: flow.fingerprint must see the globals as they were before it.)
+local function lazy(name)
+  local function load(proxy)
+    local m = require(name)
+    setmetatable(proxy, { __index = m, __newindex = m })
+    return m
+  end
+  return setmetatable({}, {
+    __index = function(proxy, k) return load(proxy)[k] end,
+    __newindex = function(proxy, k, v) load(proxy)[k] = v end,
+  })
+end
+local pipeline = lazy("flow.pipeline")
+local runner = lazy("flow.runner")
+local distributed = lazy("flow.distributed")
 
 local M = {}
 
@@ -128,7 +144,8 @@ usage: flow logs [STEP [DIR]] [options]
 
 Prints the log of STEP — its command's stdout and stderr, or what a Lua step
 printed — from the newest run that ran it: a run in which the step was up to
-date made no log of it.  A distributed step's ranks each have a log; all are
+date made no log of it, nor one in which it wrote nothing (a log is created on
+a step's first byte of output).  A distributed step's ranks each have a log; all are
 printed.  Without STEP, lists each step's newest log.  DIR is the project
 (default: the current directory).
 
@@ -713,7 +730,8 @@ local function cmd_logs(args)
   end
   local l = logs[core.safe_name(pos[1])]
   if not l then
-    usage_error("no log of step '%s' in %s/.flow/runs%s", pos[1], core.cwd(),
+    usage_error("no log of step '%s' in %s/.flow/runs (a step that writes no output has none)%s",
+                pos[1], core.cwd(),
                 #stems > 0 and (" (steps with logs: " .. table.concat(stems, ", ") .. ")") or "")
   end
   for _, path in ipairs(l.files) do

@@ -449,16 +449,21 @@ local function tail_lines(text, n)
   return table.concat(out, "\n")
 end
 
+-- A log is made on a step's first byte of output (proc.c): a silent one has none.
+local function full_log(log, also)
+  return core.exists(log) and "\n  full log: " .. log .. (also or "") or "\n  no log: the step wrote no output"
+end
+
 -- A process result that is not success, as a step failure: interrupted,
 -- timed out, or failed with its exit code and the last lines of stderr.
-local function process_failure(n, r, display, log, who)
+local function process_failure(n, r, display, log, who, also)
   if r.signal ~= 0 and core.interrupted() > 0 then
     return step_failure { message = string.format("step '%s' stopped (interrupted)", n.name), quiet = true }
   end
   if r.timed_out then
     return step_failure { timed_out = true, message = string.format(
-      "step '%s' timed out after %s (its processes were stopped)\n  command: %s\n  full log: %s",
-      n.name, util.format_duration(n.timeout), display, log) }
+      "step '%s' timed out after %s (its processes were stopped)\n  command: %s%s",
+      n.name, util.format_duration(n.timeout), display, full_log(log, also)) }
   end
   local how = r.signal ~= 0 and string.format("killed by signal %d", r.signal)
               or string.format("exit code %d", r.code)
@@ -468,7 +473,7 @@ local function process_failure(n, r, display, log, who)
     tail = "\n  last lines of stderr:\n" .. tail_lines(r.stderr, 10)
     msg = msg .. tail
   end
-  return step_failure { message = msg .. "\n  full log: " .. log, stderr_tail = tail }
+  return step_failure { message = msg .. full_log(log, also), stderr_tail = tail }
 end
 
 -- The staging path of each output of step n, emptied of any leftover of an
@@ -660,8 +665,7 @@ function Run:launch_mpi(n, dist, argv, display)
   self.records[n.name].exit_code = r.code
   if r.code ~= 0 then
     -- mpirun's own stderr says which rank failed; each rank's output is in its log.
-    error(process_failure(n, r, display, log .. " (each rank's output: " ..
-                          self:log_path(n, "N") .. ")"))
+    error(process_failure(n, r, display, log, nil, " (each rank's output: " .. self:log_path(n, "N") .. ")"))
   end
   check_log(n, r, log)
 end

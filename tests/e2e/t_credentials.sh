@@ -31,7 +31,7 @@ test_shell_command_gets_credential_through_environment() {
     creds
     write pipeline.lua <<'L'
 return pipeline{
-  node{ command = "printf '%s' ${credentials.db.password} > ${outputs.o}; tr '\\0' ' ' < /proc/$$/cmdline > ${outputs.cmdline}",
+  node{ command = "printf '%s' ${credentials.db.password} > ${outputs.o}; tr '\\0' ' ' < /proc/$$/cmdline > ${outputs.cmdline}; echo wrote",
         outputs = { "o", "cmdline" }, name = "shell" },
 }
 L

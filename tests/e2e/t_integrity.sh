@@ -370,10 +370,25 @@ L
 
 test_failed_log_write_fails_the_step() {
     small_project
+    sed -i 's/echo c >> ran.log;/echo c >> ran.log; echo c-says;/' pipeline.lua  # a log is made on the first byte
     with_faults write "*/logs/c.log" -- 1 run
     contains "$ERR" "step 'c': cannot write its log .flow/runs/"
     clean_failure
     [ ! -e .flow/data/o ] || { echo "the output was committed"; return 1; }
+}
+
+# The log is created on the first byte of output: a log that cannot be created
+# then fails the step as a failed write does, and nothing is committed.
+test_a_log_that_cannot_be_created_fails_the_step() {
+    small_project
+    sed -i 's/echo c >> ran.log;/echo c >> ran.log; echo c-says;/' pipeline.lua
+    with_faults create "*/logs/c.log" EACCES -- 1 run
+    contains "$ERR" "step 'c': cannot write its log .flow/runs/"
+    contains "$ERR" "Permission denied"
+    clean_failure
+    [ ! -e .flow/data/o ] || { echo "the output was committed"; return 1; }
+    run_flow 0 run
+    contains "$(cat .flow/runs/latest/logs/c.log)" "c-says"
 }
 
 test_failed_print_to_the_log_fails_the_lua_step() {

@@ -117,3 +117,47 @@ L
     contains "$OUT" "rank-1-said"
     not_contains "$OUT" "plain-step-said"
 }
+
+# A log is created on a step's first byte of output, its "$ command" header
+# with it: a step that writes nothing leaves no file.
+test_a_log_is_created_on_the_first_byte() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "true", name = "silent" },
+  node{ command = "echo said", name = "talks" },
+  node{ command = "echo only-stderr >&2", name = "stderr" },
+  node{ func = function() return 1 end, outputs = "x", name = "lua_silent" },
+  node{ func = function() print("lua-said") return 1 end, outputs = "y", name = "lua_talks" },
+}
+L
+    run_flow 0 run
+    equals "$(ls .flow/runs/latest/logs | sort | tr '\n' ' ')" "lua_talks.log stderr.log talks.log " "the logs made"
+    equals "$(cat .flow/runs/latest/logs/talks.log)" "$(printf '$ echo said\nsaid')" "the log of a command"
+    equals "$(cat .flow/runs/latest/logs/stderr.log)" "$(printf '$ echo only-stderr >&2\nonly-stderr')" "the log of stderr"
+    run_flow 2 logs silent
+    contains "$ERR" "no log of step 'silent'"
+    contains "$ERR" "a step that writes no output has none"
+}
+
+test_a_silent_failing_step_says_it_has_no_log() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "exit 3", name = "mute" } }
+L
+    run_flow 1 run
+    contains "$ERR" "step 'mute' failed (exit code 3)"
+    contains "$ERR" "no log: the step wrote no output"
+    not_contains "$ERR" "full log:"
+    [ ! -e .flow/runs/latest/logs/mute.log ] || { echo "a log of a silent step"; return 1; }
+}
+
+test_a_retry_that_speaks_gets_its_own_header() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "echo x >> tries; [ $(wc -l < tries) -ge 2 ] && echo second-try", name = "late",
+                       retries = 1 } }
+L
+    run_flow 0 run
+    log=$(cat .flow/runs/latest/logs/late.log)
+    not_contains "$log" "attempt 1 of 2"
+    contains "$log" "attempt 2 of 2"
+    contains "$log" "second-try"
+}

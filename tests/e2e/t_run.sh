@@ -393,6 +393,74 @@ test_stdlib_override_path() {
     contains "$OUT" "flow dev-override"
 }
 
+# `flow --version` and `flow help` load neither the runner nor the pipeline
+# layer (a module that fails to load shows where it would have been loaded).
+test_version_and_help_load_only_what_they_need() {
+    mkdir -p dev/flow
+    for m in runner pipeline distributed launch catalog credentials fingerprint state settings shell; do
+        echo "error('flow.$m was loaded')" > "dev/flow/$m.lua"
+    done
+    FLOW_STDLIB_PATH=$PWD/dev run_flow 0 --version
+    contains "$OUT" "flow 0.1.0"
+    FLOW_STDLIB_PATH=$PWD/dev run_flow 0 help
+    FLOW_STDLIB_PATH=$PWD/dev run_flow 0 help run
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "lua" } }
+L
+    FLOW_STDLIB_PATH=$PWD/dev run_flow 2 run
+    contains "$ERR" "was loaded"
+}
+
+# The stdlib is embedded as Lua bytecode (tools/embed.c), not as source: its
+# comments are not in the binary.
+test_stdlib_is_embedded_as_bytecode() {
+    local comment
+    comment=$(head -n 1 "$FLOW_ROOT/stdlib/flow/runner.lua")
+    [ "${#comment}" -gt 20 ] || { echo "runner.lua does not start with a comment line"; return 1; }
+    if grep -qF -- "$comment" "$FLOW"; then echo "the binary holds the stdlib's source"; return 1; fi
+}
+
+# Compiled with its debug information: an error in the stdlib still names the
+# stdlib file and the line, as when it was compiled from source.
+test_stdlib_errors_name_file_and_line() {
+    write pipeline.lua <<'L'
+print(select(2, pcall(require("flow.state").read_journal, {})))
+local info = debug.getinfo(require("flow.state").read_journal, "S")
+print("defined at " .. info.short_src .. ":" .. info.linedefined)
+return pipeline{}
+L
+    run_flow 0 run
+    local line
+    line=$(sed -n 's/^<flow>\/flow\/state\.lua:\([0-9][0-9]*\): bad argument #1 to .read_file.*/\1/p' <<<"$OUT")
+    [ -n "$line" ] || { echo "no '<flow>/flow/state.lua:LINE: bad argument' in: $OUT"; return 1; }
+    contains "$(sed -n "${line}p" "$FLOW_ROOT/stdlib/flow/state.lua")" "read_file(" "stdlib/flow/state.lua:$line"
+    local def
+    def=$(grep -n '^function M.read_journal' "$FLOW_ROOT/stdlib/flow/state.lua" | cut -d: -f1)
+    contains "$OUT" "defined at <flow>/flow/state.lua:$def"
+}
+
+# `flow --version` and a run of Lua steps start no process: the reaper
+# (reaper.h) is started with the first command a step runs, not before.
+test_version_and_lua_steps_start_no_process() {
+    command -v strace >/dev/null 2>&1 || skip "no strace"
+    export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0   # LeakSanitizer refuses ptrace
+    strace -f -e trace=clone,clone3,fork,vfork,execve -o trace.txt "$FLOW" --version >/dev/null 2>&1 ||
+        skip "strace cannot trace here"
+    equals "$(grep -c execve trace.txt)" 1 "execve calls of flow --version"
+    not_contains "$(grep -E 'clone|fork' trace.txt || true)" "exit_signal=SIGCHLD" "processes started by flow --version"
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "lua" } }
+L
+    strace -f -e trace=clone,clone3,fork,vfork,execve -o trace.txt "$FLOW" run >/dev/null 2>&1
+    equals "$(grep -c execve trace.txt)" 1 "execve calls of a run of Lua steps"
+    not_contains "$(grep -E 'clone|fork' trace.txt || true)" "exit_signal=SIGCHLD" "processes started by a run of Lua steps"
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "true", name = "cmd" } }
+L
+    strace -f -e trace=clone,clone3,fork,vfork,execve -o trace.txt "$FLOW" run >/dev/null 2>&1
+    contains "$(cat trace.txt)" "__flow_reaper" "a run of a command step"
+}
+
 # An interpreter that can import torch: Debian's python3-torch installs for
 # /usr/bin/python3, which may not be the python3 first on PATH.
 torch_python() {
