@@ -23,7 +23,7 @@ end
 -- The settings flow.yml may hold; anything else is a typo, and an error.
 M.FLOW_KEYS = { distributed = true, pools = true }
 
--- Pools flow.yml cannot size: `local` is -j, `lua` follows it (see runner.pools).
+-- Pools flow.yml cannot size: `local` is -j, `lua` follows it (see flow.plan.pools).
 M.BUILTIN_POOLS = { ["local"] = "-j sizes it", lua = "it is as large as -j" }
 
 local function check_flow_keys(cfg)

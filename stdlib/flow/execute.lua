@@ -1,0 +1,334 @@
+-- flow.execute: one attempt of a step — a Lua function called on its input
+-- values (or on every rank, under distributed: local), or a command expanded
+-- and launched as one process, the ranks of a distributed job, or mpirun —
+-- with the step's log, its print(), and the failure it ends with.
+-- Methods of the run object (flow.runner mixes them in).
+local core = require("flow.core")
+local dag = require("flow.dag")
+local proc = require("flow.proc")
+local util = require("flow.util")
+local command = require("flow.command")
+local pipeline = require("flow.pipeline")
+local params_mod = require("flow.params")
+local launch = require("flow.launch")
+local credentials = require("flow.credentials")
+local values = require("flow.values")
+local failure = require("flow.failure")
+local redact = require("flow.config").redact
+
+local step_failure = failure.new
+
+local M = {}
+local Run = {}
+M.methods = Run
+
+local function param_text(v)
+  if type(v) == "table" then return (core.json_encode(v)) end
+  return tostring(v)
+end
+
+-- The arguments a Lua function step is called with, and their count.
+function Run:function_args(n)
+  local args = {}
+  for i, io in ipairs(n.inputs) do args[i] = self:input_value(n, io) end
+  if n.input_style == "map" then
+    local t = {}
+    for i, io in ipairs(n.inputs) do t[io.arg] = args[i] end
+    return { t }, 1
+  end
+  return args, #n.inputs
+end
+
+function Run:run_function(n)
+  local args, count = self:function_args(n)
+  local dist = self.mode == "local" and self.dists[self.index[n]]
+  local results
+  if dist then results = self:run_function_ranks(n, dist, args, count)
+  else results = table.pack(n.fn(table.unpack(args, 1, count))) end
+  self.records[n.name].outputs = self:save_values(n, values.returned_values(n, results))
+end
+
+-- The flags that give a child `flow` the configuration this run has.
+local function config_flags(defaults)
+  local flags = {}
+  if defaults.env then flags[#flags + 1] = "--env=" .. defaults.env end
+  if defaults.params_spec then flags[#flags + 1] = "--params=" .. defaults.params_spec end
+  if defaults.conf then flags[#flags + 1] = "--conf=" .. defaults.conf end
+  return flags
+end
+
+-- distributed: local for a Lua function: every rank is a `flow __step` child
+-- that loads the script and runs this one step on the inputs it is handed;
+-- only the master's return values become the step's outputs.
+function Run:run_function_ranks(n, dist, args, count)
+  if not self.defaults.script then
+    error(step_failure { message = string.format("step '%s': a distributed Lua step runs in child processes, "
+      .. "which need the pipeline script: run it with `flow run SCRIPT`", n.name) })
+  end
+  local tmpdir = self.tmp_dir .. "/" .. core.safe_name(n.name) .. "~ranks"
+  core.remove_tree(tmpdir)
+  core.mkdir_p(tmpdir)
+  local inputs, outputs = tmpdir .. "/inputs.json", tmpdir .. "/outputs.json"
+  local data, err = core.json_encode({ n = count, args = args })
+  if not data then
+    error(step_failure { message = string.format("step '%s' runs on every rank, which receive its inputs as JSON, but %s",
+                                                 n.name, err) })
+  end
+  core.write_atomic(inputs, data)
+  local argv = { core.exe_path(), "__step", self.defaults.script, n.name, inputs, outputs }
+  for _, f in ipairs(config_flags(self.defaults)) do argv[#argv + 1] = f end
+  self:launch_ranks(n, dist, argv, string.format("flow __step %s %s (on each rank)", self.defaults.script, n.name))
+  local text = core.read_file(outputs)
+  core.remove_tree(tmpdir)
+  if not text then
+    error(step_failure { message = string.format("step '%s': the master rank (rank 0) returned no outputs", n.name) })
+  end
+  local res = core.json_decode(text)
+  local results = { n = res.n }
+  for i = 1, res.n do results[i] = res.values[i] or res.values[tostring(i)] end
+  return results
+end
+
+-- In a `flow __step` child: run the one step and leave.
+local ChildDone = { __tostring = function() return "child step done" end }
+M.ChildDone = ChildDone
+
+function M.run_child(c, p)
+  for _, n in ipairs(p.nodes) do
+    if n.name == c.step then
+      local payload = core.json_decode(assert(core.read_file(c.inputs)))
+      local results = table.pack(n.fn(table.unpack(payload.args, 1, payload.n)))
+      if require("flow.distributed").is_master() then
+        local values = {}
+        for i = 1, results.n do values[i] = results[i] end
+        local data, err = core.json_encode({ n = results.n, values = values })
+        if not data then error(string.format("step '%s' returned a value that cannot go back to flow as JSON: %s", n.name, err), 0) end
+        core.write_atomic(c.outputs, data)
+      end
+      error(setmetatable({ child_done = true }, ChildDone), 0)
+    end
+  end
+  return { status = "ok", code = 0, steps = {}, outputs = {} }     -- not this pipeline: go on
+end
+
+-- Expand the command's templates; outputs go to a staging path first.
+function Run:expand_command(n, staging)
+  local by_arg = { inputs = {}, outputs = {} }
+  for _, io in ipairs(n.inputs) do by_arg.inputs[io.arg] = io end
+  for _, io in ipairs(n.outputs) do by_arg.outputs[io.arg] = io end
+  local function lookup(ns, key)
+    if ns == "credentials" then      -- refused in argv words before the run (flow.credentials)
+      return nil, string.format("${credentials.%s} cannot be a command-line argument", key)
+    end
+    if ns == "params" then
+      key = pipeline.command_param(n, key)
+      local ok, v = pcall(params_mod.get, self.settings, key)
+      if not ok or v == nil then return nil, string.format("no parameter '%s'", key) end
+      return param_text(v)
+    end
+    local io = by_arg[ns][key]
+    if not io then
+      local names = util.sorted_keys(by_arg[ns])
+      return nil, string.format("${%s.%s}: the step has no %s named '%s'%s", ns, key,
+        ns == "inputs" and "input" or "output", key, util.did_you_mean(key, names))
+    end
+    if ns == "outputs" then return staging[io.dataset] end
+    if dag.is_param_input(io.dataset) then
+      return param_text(self:input_value(n, io))
+    end
+    return self:input_path(io.dataset)
+  end
+  local cmd = n.cmd
+  local function expand(s, quote)
+    local out, err = core.expand(s, quote and function(ns, key)
+      if ns == "credentials" then return credentials.shell_ref(key) end     -- "$FLOW_CRED_…"
+      local v, e = lookup(ns, key)
+      return v and command.shell_quote(v), e
+    end or lookup)
+    if not out then error(step_failure { message = string.format("step '%s': %s", n.name, err) }) end
+    return out
+  end
+  if cmd.shell then return { "/bin/sh", "-c", expand(cmd.shell, true) }, expand(cmd.shell, true) end
+  local argv = {}
+  for i, a in ipairs(cmd.argv) do argv[i] = expand(a) end
+  return argv, command.display(argv)
+end
+
+local function tail_lines(text, n)
+  local lines = {}
+  for line in text:gmatch("[^\n]+") do lines[#lines + 1] = line end
+  local first = math.max(1, #lines - n + 1)
+  local out = {}
+  for i = first, #lines do out[#out + 1] = "    " .. lines[i] end
+  return table.concat(out, "\n")
+end
+
+-- A log is made on a step's first byte of output (proc.c): a silent one has none.
+local function full_log(log, also)
+  return core.exists(log) and "\n  full log: " .. log .. (also or "") or "\n  no log: the step wrote no output"
+end
+
+-- A process result that is not success, as a step failure: interrupted,
+-- timed out, or failed with its exit code and the last lines of stderr.
+local function process_failure(n, r, display, log, who, also)
+  if r.signal ~= 0 and core.interrupted() > 0 then
+    return step_failure { message = string.format("step '%s' stopped (interrupted)", n.name), quiet = true }
+  end
+  if r.timed_out then
+    return step_failure { timed_out = true, message = string.format(
+      "step '%s' timed out after %s (its processes were stopped)\n  command: %s%s",
+      n.name, util.format_duration(n.timeout), display, full_log(log, also)) }
+  end
+  local how = r.signal ~= 0 and string.format("killed by signal %d", r.signal)
+              or string.format("exit code %d", r.code)
+  local msg = string.format("step '%s' failed%s (%s)\n  command: %s", n.name, who or "", how, display)
+  local tail
+  if r.stderr:find("%S") then
+    tail = "\n  last lines of stderr:\n" .. tail_lines(r.stderr, 10)
+    msg = msg .. tail
+  end
+  return step_failure { message = msg .. full_log(log, also), stderr_tail = tail }
+end
+
+function Run:log_path(n, rank)
+  return self.log_dir .. "/" .. core.safe_name(n.name) .. (rank and ("+rank" .. rank) or "") .. ".log"
+end
+
+-- The credentials each command step's process gets in its environment, set
+-- by flow.run for its steps (see flow.credentials).
+local step_secrets = setmetatable({}, { __mode = "k" })
+M.step_secrets = step_secrets
+
+-- Every attempt of a step writes to the same log: the first starts it, a
+-- retry adds to it, each under a header of its own.  Returns the header and
+-- whether to append.
+function Run:attempt_header(n)
+  if n.retries == 0 then return "", false end
+  local attempt = self.records[n.name].attempts or 1
+  return string.format("%s--- attempt %d of %d ---\n", attempt > 1 and "\n" or "", attempt, n.retries + 1),
+         attempt > 1
+end
+
+-- print() in a Lua step: into the step's log like a command's output, and
+-- shown as the pipeline's output: on stdout, prefixed with the step's name
+-- under -v, not at all under -q.  Anywhere else it is a plain print.
+local printing = setmetatable({}, { __mode = "k" })     -- step coroutine -> { run =, n = }
+M.printing = printing
+
+function M.print(text)
+  local to = printing[coroutine.running()]
+  if to then to.run:step_print(to.n, text) else core.ui_print(text) end
+end
+
+function Run:step_print(n, text)
+  local rec, path = self.records[n.name], self:log_path(n)
+  -- A log that cannot be written fails the step, as a command's does.
+  local function check(ok, err)
+    if not ok then
+      error(step_failure { message = string.format("step '%s': cannot write its log %s: %s", n.name, path, err) }, 0)
+    end
+    return ok
+  end
+  if rec.print_attempt ~= rec.attempts then       -- the first print of this attempt
+    if rec.print_log then rec.print_log:close() end
+    local header, append = self:attempt_header(n)
+    rec.print_log = check(io.open(path, append and "a" or "w"))
+    rec.print_log:setvbuf("line")
+    check(rec.print_log:write(header))
+    rec.print_attempt = rec.attempts
+  end
+  check(rec.print_log:write(redact(text)))
+  if core.ui_level() == "quiet" then return end
+  if self.verbose then
+    text = text:gsub("([^\n]*)\n", function(line) return "[" .. n.name .. "] " .. line .. "\n" end)
+  end
+  core.ui_print(text)
+end
+
+local function command_env(n, extra)
+  local env = {}
+  for k, v in pairs(n.cmd and n.cmd.env or {}) do env[k] = v end
+  for k, v in pairs(step_secrets[n] or {}) do env[k] = v end
+  for k, v in pairs(extra or {}) do env[k] = v end
+  return launch.env_list(env)
+end
+
+function Run:run_command(n)
+  local staging = self:staging(n)
+  local argv, display = self:expand_command(n, staging)
+  local dist = self.mode == "local" and self.dists[self.index[n]]
+  local ok, err
+  if dist then ok, err = pcall(self.launch_ranks, self, n, dist, argv, display)
+  else ok, err = pcall(self.launch_once, self, n, argv, display) end
+  if not ok then values.discard(staging); error(err, 0) end
+  self.records[n.name].outputs = self:commit_outputs(n, staging, display)
+end
+
+-- A process that succeeded but whose log could not be written (a full
+-- disk) fails its step: its outputs may be as incomplete as its log.
+local function check_log(n, r, log)
+  if r.log_error then
+    error(step_failure { message = string.format("step '%s': cannot write its log %s: %s", n.name, log, r.log_error) })
+  end
+end
+
+function Run:launch_once(n, argv, display)
+  local log = self:log_path(n)
+  local header, append = self:attempt_header(n)
+  local r, err = proc.spawn { argv = argv, cwd = n.cmd and n.cmd.cwd, log = log, env = command_env(n),
+                              header = redact(header .. "$ " .. display .. "\n"), append = append,
+                              echo = self.verbose and ("[" .. n.name .. "] ") or nil }
+  if not r then error(step_failure { message = string.format("step '%s': %s", n.name, err) }) end
+  self.records[n.name].exit_code = r.code
+  if r.code ~= 0 then error(process_failure(n, r, display, log)) end
+  check_log(n, r, log)
+end
+
+-- distributed: local — every rank of the job as a local process.
+function Run:launch_ranks(n, dist, argv, display)
+  if dist.framework == "mpi" then return self:launch_mpi(n, dist, argv, display) end
+  local ranks = dist.framework == "pytorch" and launch.pytorch_ranks(dist) or launch.tensorflow_ranks(dist)
+  local specs = {}
+  local header, append = self:attempt_header(n)
+  for r, env in ipairs(ranks) do
+    local log = self:log_path(n, r - 1)
+    specs[r] = { argv = argv, cwd = n.cmd and n.cmd.cwd, log = log, env = command_env(n, env), append = append,
+                 header = redact(header .. "$ " .. display .. "\n" .. table.concat(launch.env_list(env), "\n") .. "\n\n"),
+                 echo = self.verbose and string.format("[%s rank %d] ", n.name, r - 1) or nil }
+  end
+  local g, err = proc.spawn_group(specs)
+  if not g then error(step_failure { message = string.format("step '%s': %s", n.name, err) }) end
+  if g.failed then
+    local r = g.results[g.failed]
+    self.records[n.name].exit_code = r.code
+    error(process_failure(n, r, display, specs[g.failed].log,
+                          string.format(" on rank %d of %d", g.failed - 1, #specs)))
+  end
+  for r, res in ipairs(g.results) do check_log(n, res, specs[r].log) end
+  self.records[n.name].exit_code = 0
+end
+
+function Run:launch_mpi(n, dist, argv, display)
+  local log = self:log_path(n)
+  local margv, menv = launch.mpi_argv(dist, argv, (log:gsub("%.log$", "")))
+  local env = command_env(n)
+  for _, e in ipairs(menv) do env[#env + 1] = e end
+  local header, append = self:attempt_header(n)
+  local r, err = proc.spawn { argv = margv, cwd = n.cmd and n.cmd.cwd, log = log, env = env,
+                              header = redact(header .. "$ " .. command.display(margv) .. "\n"), append = append,
+                              echo = self.verbose and ("[" .. n.name .. "] ") or nil }
+  if not r then
+    if err:find("command not found") then
+      err = "MPI steps run locally through mpirun, which is not installed (Debian: apt-get install openmpi-bin)"
+    end
+    error(step_failure { message = string.format("step '%s': %s", n.name, err) })
+  end
+  self.records[n.name].exit_code = r.code
+  if r.code ~= 0 then
+    -- mpirun's own stderr says which rank failed; each rank's output is in its log.
+    error(process_failure(n, r, display, log, nil, " (each rank's output: " .. self:log_path(n, "N") .. ")"))
+  end
+  check_log(n, r, log)
+end
+
+return M

@@ -1,0 +1,144 @@
+-- flow.incremental: whether a step must run.  Before a ready step starts,
+-- the scheduler asks up_to_date(i), which computes the step's fingerprint
+-- (flow.fingerprint) and compares it with the step's last successful run
+-- (flow.state); a step whose fingerprint and outputs still hold is not run,
+-- and its recorded outputs stand in for it.
+-- Methods of the run object (flow.runner mixes them in).
+local core = require("flow.core")
+local dag = require("flow.dag")
+local pipeline = require("flow.pipeline")
+local params_mod = require("flow.params")
+local fingerprint = require("flow.fingerprint")
+local state_mod = require("flow.state")
+local failure = require("flow.failure")
+local redact = require("flow.config").redact
+
+local first_line = failure.first_line
+
+local M = {}
+local Run = {}
+M.methods = Run
+
+-- The parts of step i's fingerprint (see flow.fingerprint).
+function Run:parts(i, n)
+  local h = self.hasher
+  local parts = { params = {}, inputs = {} }
+  local function param(key)
+    local ph = self.memo.params[key]
+    if not ph then
+      ph = h:value(params_mod.get(self.settings, key))
+      self.memo.params[key] = ph
+    end
+    parts.params[key] = ph
+  end
+  if n.kind == "func" then
+    parts.code = h:fn(n.fn)
+  else
+    parts.code, parts.files = fingerprint.command_code(n.cmd, self.root, self.hc, self.memo.code)
+    for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
+      local refs = self.memo.refs[s]
+      if not refs then
+        refs = {}
+        for _, ref in ipairs(core.template_refs(s)) do
+          if ref[1] == "params" then refs[#refs + 1] = ref[2] end
+        end
+        self.memo.refs[s] = refs
+      end
+      for _, key in ipairs(refs) do param(pipeline.command_param(n, key)) end
+    end
+  end
+  for _, io in ipairs(n.inputs) do
+    local d = io.dataset
+    local key = dag.is_param_input(d)
+    if key == true then parts.params["*"] = h:value(self.params)
+    elseif key then param(key)
+    else parts.inputs[d] = self:hash_of(d) end
+  end
+  local dist = self.dists[i]
+  if dist then
+    parts.dist = h:value({ dist.framework, dist.num_nodes, dist.processes_per_node,
+                           dist.parameter_server_count or false, self.mode })
+  end
+  local outs = {}
+  for k, io in ipairs(n.outputs) do
+    local e = self.cat:entry(io.dataset)
+    outs[k] = io.dataset .. "\0" .. e.type .. "\0" .. (e.path or "") .. (e.versioned and "\0v" or "")
+  end
+  if #outs > 1 then table.sort(outs) end
+  parts.outputs = table.concat(outs, "\n")
+  return parts
+end
+
+-- Why the recorded outputs of step n no longer stand, or nil if they do.
+function Run:outputs_changed(n, rec)
+  for _, io in ipairs(n.outputs) do
+    local d = io.dataset
+    local out = rec.outputs[d]
+    if not out then return string.format("its last run has no record of output '%s'", d) end
+    if out.uncacheable then
+      return string.format("its output '%s' cannot be cached (%s)", d, out.uncacheable)
+    elseif out.path then
+      local h = self.hc:file(out.path)
+      if not h then return string.format("its output '%s' is missing (%s)", d, out.path) end
+      if h ~= out.hash then return string.format("its output '%s' was changed since (%s)", d, out.path) end
+    else
+      local ok, why = state_mod.value_available(out, self.hc)
+      if why == "damaged" then
+        core.ui_warn(string.format("the cached value of '%s' (output of step '%s') was damaged "
+          .. "(its content no longer matches its hash); the step runs again", d, n.name))
+      end
+      if not ok then return string.format("the cached value of its output '%s' is %s", d, why) end
+    end
+  end
+end
+
+-- Whether step i is up to date: returns nil when it is, else
+-- why it runs.  Its fingerprint is kept for the record of its run.
+function Run:decide(i, n)
+  local parts = self:parts(i, n)
+  local fp = fingerprint.combine(parts)
+  self.pending[i] = { fp = fp, parts = parts }
+  local rec = self.state.steps[n.name]
+  if self.force and not self.completed[n.name] then return "--force" end
+  if not rec then return "it has no earlier successful run" end
+  if rec.fp ~= fp then
+    if not rec.parts then return "its fingerprint changed" end
+    return fingerprint.explain(rec.parts, fingerprint.short(parts), n.kind == "command")
+  end
+  return self:outputs_changed(n, rec)
+end
+
+-- Recorded outputs stand in for a step that does not run.
+function Run:use_recorded(n, rec)
+  for _, io in ipairs(n.outputs) do
+    local out, e = rec.outputs[io.dataset], self.cat:entry(io.dataset)
+    if out.path then self.values[io.dataset] = { path = out.path, hash = out.hash, entry = e }
+    else self.values[io.dataset] = { out = out, hash = out.hash } end
+  end
+end
+
+local function explain_line(n, verdict, why)
+  core.ui_info(string.format("explain: %s %s%s", n.name, verdict, why and (": " .. why) or ""))
+end
+
+-- Asked by the scheduler before step i starts (on the main thread).
+function Run:up_to_date(i)
+  local n = self.nodes[i]
+  local ok, why = pcall(self.decide, self, i, n)
+  if not ok then
+    -- An input that cannot be hashed: the step runs and meets the problem itself.
+    why = first_line(why)
+  end
+  if why then
+    self.records[n.name].reason = why
+    if self.explain then explain_line(n, "runs", why) end
+    return false
+  end
+  self.pending[i] = nil                       -- its parts are needed only for a run's record
+  self:use_recorded(n, self.state.steps[n.name])
+  if self.explain then explain_line(n, "is up to date") end
+  self.held[#self.held + 1] = '{"event":"step_end","step":' .. core.json_encode(redact(n.name)) .. ',"status":"up to date"}'
+  return true
+end
+
+return M

@@ -1,0 +1,437 @@
+-- flow.plan: everything a run or a listing needs before any step runs —
+-- the configuration, the catalog, each distributed step's resolved counts,
+-- the graph, the selection (slicing), and every check that must stop a run
+-- before it starts (missing inputs and parameters, template references,
+-- shared paths, pools), each with the step's file:line.
+local core = require("flow.core")
+local dag = require("flow.dag")
+local sched = require("flow.sched")
+local util = require("flow.util")
+local pipeline = require("flow.pipeline")
+local params_mod = require("flow.params")
+local settings_mod = require("flow.settings")
+local launch = require("flow.launch")
+local catalog = require("flow.catalog")
+
+local M = {}
+
+local DATA = require("flow.values").DATA
+
+local graph_error = util.setup_error
+
+-- A distributed step's counts for this run: "params:" references resolved
+-- in the run's environment and checked to be positive integers.
+local function resolve_count(n, what, value, ref, settings)
+  if not ref then return value end
+  local key = dag.is_param_input(ref)
+  local v = params_mod.get(settings, key)
+  if v == nil then
+    local near = settings_mod.closest_param(settings, key)
+    graph_error(string.format("step '%s' (%s): %s = \"%s\" but parameter '%s' is not defined in environment '%s'%s",
+      n.name, n.where, what, ref, key, settings.env, near and (" (did you mean '" .. near .. "'?)") or ""))
+  end
+  if math.type(v) ~= "integer" or v < 1 then
+    graph_error(string.format("step '%s' (%s): %s = \"%s\" is %s in environment '%s'; it must be a positive integer",
+      n.name, n.where, what, ref, type(v) == "string" and string.format("%q", v) or tostring(v), settings.env))
+  end
+  return v
+end
+
+function M.resolve_dist(n, settings)
+  local d = n.dist
+  if not d then return nil end
+  return {
+    framework = d.framework,
+    num_nodes = resolve_count(n, "num_nodes", d.num_nodes, d.num_nodes_ref, settings),
+    processes_per_node = resolve_count(n, "processes_per_node", d.processes_per_node,
+                                       d.processes_per_node_ref, settings),
+    parameter_server_count = d.parameter_server_count,
+    num_nodes_ref = d.num_nodes_ref, processes_per_node_ref = d.processes_per_node_ref,
+  }
+end
+
+-- The plain data the C graph is built from.
+function M.build_graph(nodes, dists, declared)
+  -- the nodes as they are (no copy per step); dists[i] is node i's resolved dist
+  local ok, g = pcall(dag.build, nodes, declared or {}, dists or {})
+  if not ok then
+    -- Point at the script lines where the clashing steps were declared.
+    local msg = tostring(g)
+    local name = msg:match("^two steps are named '(.-)'")
+    if name then
+      local at = {}
+      for _, n in ipairs(nodes) do if n.name == name then at[#at + 1] = n.where end end
+      msg = msg .. "\n  declared at " .. table.concat(at, " and ")
+    end
+    graph_error(msg)
+  end
+  return g
+end
+
+-- Every "params:" input and ${params.} reference must exist before anything runs.
+local function check_params(nodes, settings)
+  for _, n in ipairs(nodes) do
+    local function check(key)
+      if params_mod.get(settings, key) == nil then
+        local near = settings_mod.closest_param(settings, key)
+        graph_error(string.format("step '%s' (%s) reads parameter '%s', which is not defined in environment '%s'%s",
+          n.name, n.where, key, settings.env, near and (" (did you mean '" .. near .. "'?)") or ""))
+      end
+    end
+    for _, io in ipairs(n.inputs) do
+      local key = dag.is_param_input(io.dataset)
+      if type(key) == "string" then check(key) end
+    end
+    if n.kind == "command" then
+      for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
+        for _, ref in ipairs(core.template_refs(s)) do
+          if ref[1] == "params" then check(pipeline.command_param(n, ref[2])) end
+        end
+      end
+    end
+  end
+end
+
+-- Every ${inputs.x} / ${outputs.y} in a command must name one of its step's
+-- inputs or outputs, and every reference must be well formed: checked with the
+-- graph, so a typo stops the run before any step starts.
+local TEMPLATE_NAMESPACES = { "inputs", "outputs", "params" }
+
+local function check_templates(nodes)
+  for _, n in ipairs(nodes) do
+    if n.kind == "command" then
+      local args = { inputs = {}, outputs = {} }
+      for _, io in ipairs(n.inputs) do args.inputs[io.arg] = true end
+      for _, io in ipairs(n.outputs) do args.outputs[io.arg] = true end
+      for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
+        local refs, err = core.template_refs(s)
+        for _, ref in ipairs(refs) do
+          local ns, key = ref[1], ref[2]
+          if args[ns] and not args[ns][key] then
+            local names = util.sorted_keys(args[ns])
+            local hint = util.did_you_mean(key, names)
+            if hint == "" then
+              hint = #names > 0 and string.format(" (its %s: %s)", ns, table.concat(names, ", "))
+                     or string.format(" (it declares no %s)", ns)
+            end
+            graph_error(string.format("step '%s' (%s): ${%s.%s}: the step has no %s named '%s'%s", n.name, n.where,
+              ns, key, ns == "inputs" and "input" or "output", key, hint))
+          end
+        end
+        if err then
+          local ns = err:match("^unknown reference '%${([^.}]*)%.")   -- template.c names the reference
+          graph_error(string.format("step '%s' (%s): %s%s", n.name, n.where, err,
+                                    ns and util.did_you_mean(ns, TEMPLATE_NAMESPACES) or ""))
+        end
+      end
+    end
+  end
+end
+
+local run_fields = { jobs = true, keep_going = true, params = true, verbose = true, env = true,
+                     nodes = true, from_nodes = true, to_nodes = true, tags = true,
+                     from_inputs = true, to_outputs = true, distributed = true,
+                     force = true, explain = true, resume = true, load_versions = true }
+
+local function as_list(v, what, level)
+  if v == nil then return nil end
+  if type(v) == "string" then
+    local t = {}
+    for part in v:gmatch("[^,]+") do t[#t + 1] = part:match("^%s*(.-)%s*$") end
+    return t
+  end
+  if not util.is_list(v) then util.fail(level + 1, "flow.run: %s must be a list of names", what) end
+  return v
+end
+
+-- Slicing, as Kedro does it: every filter given selects a set of steps and
+-- the run takes their intersection.  Returns a selected-flags list, or nil for all.
+local function select_steps(nodes, g, opts, level)
+  local index, names = {}, {}
+  for i, n in ipairs(nodes) do index[n.name] = i; names[i] = n.name end
+  local function step_indices(list, flag)
+    local out = {}
+    for _, name in ipairs(list) do
+      if not index[name] then
+        graph_error(string.format("%s: no step named '%s'%s", flag, name, util.did_you_mean(name, names)))
+      end
+      out[#out + 1] = index[name]
+    end
+    return out
+  end
+  local function consumers_of(list, flag)
+    local out, known = {}, {}
+    for i, n in ipairs(nodes) do
+      for _, io in ipairs(n.inputs) do
+        known[io.dataset] = true
+        for _, d in ipairs(list) do if io.dataset == d then out[#out + 1] = i end end
+      end
+    end
+    for _, d in ipairs(list) do if not known[d] then graph_error(string.format("%s: no step reads '%s'", flag, d)) end end
+    return out
+  end
+  local function producers_of(list, flag)
+    local out = {}
+    for _, d in ipairs(list) do
+      local p = g:producer(d)
+      if not p then graph_error(string.format("%s: no step produces '%s'", flag, d)) end
+      out[#out + 1] = p
+    end
+    return out
+  end
+  local sets = {}
+  local v = as_list(opts.nodes, "nodes", level + 1)
+  if v then local t = {} for _, i in ipairs(step_indices(v, "--nodes")) do t[i] = true end sets[#sets + 1] = t end
+  v = as_list(opts.from_nodes, "from_nodes", level + 1)
+  if v then sets[#sets + 1] = g:downstream(step_indices(v, "--from-nodes")) end
+  v = as_list(opts.to_nodes, "to_nodes", level + 1)
+  if v then sets[#sets + 1] = g:upstream(step_indices(v, "--to-nodes")) end
+  v = as_list(opts.from_inputs, "from_inputs", level + 1)
+  if v then sets[#sets + 1] = g:downstream(consumers_of(v, "--from-inputs")) end
+  v = as_list(opts.to_outputs, "to_outputs", level + 1)
+  if v then sets[#sets + 1] = g:upstream(producers_of(v, "--to-outputs")) end
+  v = as_list(opts.tags, "tags", level + 1)
+  if v then
+    local t, wanted = {}, {}
+    for _, tag in ipairs(v) do wanted[tag] = true end
+    for i, n in ipairs(nodes) do
+      for _, tag in ipairs(n.tags) do if wanted[tag] then t[i] = true end end
+    end
+    sets[#sets + 1] = t
+  end
+  if #sets == 0 then return nil end
+  local selected, count = {}, 0
+  for i = 1, #nodes do
+    local keep = true
+    for _, set in ipairs(sets) do if not set[i] then keep = false break end end
+    selected[i] = keep
+    if keep then count = count + 1 end
+  end
+  if count == 0 then graph_error("the selection (--nodes, --from-nodes, --to-nodes, --tags, --from-inputs, --to-outputs) matches no step") end
+  return selected
+end
+
+-- The dataset d as an unselected producer p's last successful run left it
+
+-- Catalog-persisted datasets that no step produces (the pipeline's raw
+-- inputs): the graph accepts them as inputs from outside.
+-- Also returns which dataset each step produces, and the steps that read
+-- a dataset no step produces.
+local function catalog_inputs(nodes, cat)
+  local produced, declared, seen, readers = {}, {}, {}, {}
+  for _, n in ipairs(nodes) do
+    for _, io in ipairs(n.outputs) do produced[io.dataset] = n.name end
+  end
+  for _, n in ipairs(nodes) do
+    for _, io in ipairs(n.inputs) do
+      local d = io.dataset
+      if not produced[d] and not dag.is_param_input(d) then
+        if readers[#readers] ~= n then readers[#readers + 1] = n end
+        if not seen[d] then
+          seen[d] = true
+          if catalog.persisted(cat:entry(d)) then declared[#declared + 1] = d end
+        end
+      end
+    end
+  end
+  return declared, produced, readers
+end
+
+-- Inputs that no step produces and the catalog does not declare, with the
+-- steps that read them (file:line) and the closest dataset that does exist.
+local function check_missing_inputs(nodes, cat, produced)
+  local missing, readers = {}, {}
+  for _, n in ipairs(nodes) do
+    for _, io in ipairs(n.inputs) do
+      local d = io.dataset
+      if not produced[d] and d ~= "parameters" and not d:match("^params:") and not catalog.persisted(cat:entry(d)) then
+        local r = readers[d]
+        if not r then r = {}; readers[d] = r; missing[#missing + 1] = d end
+        if r[#r] ~= n then r[#r + 1] = n end
+      end
+    end
+  end
+  if #missing == 0 then return end
+  local known = util.sorted_keys(produced)
+  for _, e in ipairs(cat:declared()) do
+    if not produced[e.name] then known[#known + 1] = e.name end
+  end
+  local lines = {}
+  for k, d in ipairs(missing) do
+    if k > 20 then lines[#lines + 1] = string.format("  ... and %d more", #missing - 20) break end
+    local who = {}
+    for _, n in ipairs(readers[d]) do who[#who + 1] = string.format("'%s' (%s)", n.name, n.where) end
+    lines[#lines + 1] = string.format("  '%s', needed by %s%s", d, table.concat(who, ", "), util.did_you_mean(d, known))
+  end
+  graph_error(string.format("%d input dataset%s that no step produces and the catalog does not declare:\n%s\n"
+    .. "(add a step that outputs it, or declare it in conf/base/catalog.yml)", #missing, #missing == 1 and "" or "s",
+    table.concat(lines, "\n")))
+end
+
+-- A catalog entry that no step of this pipeline (or of any registered one)
+-- reads or writes is most likely a typo: a warning, once per entry and process.
+local warned_unused = {}
+local function warn_unused_entries(nodes, cat)
+  local used, undeclared = {}, {}
+  local function mark(list)
+    for _, n in ipairs(list) do
+      for _, io in ipairs(n.inputs) do used[io.dataset] = true end
+      for _, io in ipairs(n.outputs) do used[io.dataset] = true end
+    end
+  end
+  mark(nodes)
+  for _, q in pairs(pipeline.registry) do mark(q.nodes) end
+  for d in pairs(used) do
+    if not cat:entry(d).declared and d ~= "parameters" and not d:match("^params:") then undeclared[#undeclared + 1] = d end
+  end
+  table.sort(undeclared)
+  for _, e in ipairs(cat:declared()) do
+    if not used[e.name] and not warned_unused[e.origin .. "\0" .. e.name] then
+      warned_unused[e.origin .. "\0" .. e.name] = true
+      core.ui_warn(string.format("%s: catalog entry '%s' is used by no step%s", e.origin, e.name,
+                                 util.did_you_mean(e.name, undeclared)))
+    end
+  end
+end
+
+-- A path as one key: absolute, without "." or ".." segments or repeated '/'.
+local function path_key(path, cwd)
+  if path:sub(1, 1) ~= "/" then path = cwd .. "/" .. path end
+  local parts = {}
+  for seg in path:gmatch("[^/]+") do
+    if seg == ".." then parts[#parts] = nil
+    elseif seg ~= "." then parts[#parts + 1] = seg end
+  end
+  return "/" .. table.concat(parts, "/")
+end
+
+-- Every dataset needs a place of its own, or two would overwrite each other:
+-- two catalog entries with one path, or two datasets flow keeps in
+-- .flow/data (a command's output "a.json" and a value "a" a command reads,
+-- written as a.json).  Raises naming both.
+local function check_paths(nodes, cat)
+  local owner, cwd = {}, core.cwd()
+  local function claim(path, d, e)
+    local key = path_key(path, cwd)
+    local o = owner[key]
+    if o and o.d ~= d then
+      local function who(x)
+        return x.e.declared and string.format("catalog entry '%s' (%s)", x.d, x.e.origin)
+               or string.format("dataset '%s'", x.d)
+      end
+      graph_error(string.format("%s and %s are both stored at %s: each dataset needs a path of its own",
+                                who(o), who({ d = d, e = e }), path))
+    end
+    owner[key] = { d = d, e = e }
+  end
+  for _, name in ipairs(util.sorted_keys(cat.exact)) do
+    local e = cat.exact[name]
+    if catalog.persisted(e) then claim(e.path, name, e) end
+  end
+  local by_command = {}
+  for _, n in ipairs(nodes) do
+    if n.kind == "command" then for _, io in ipairs(n.outputs) do by_command[io.dataset] = true end end
+  end
+  -- Only a pattern or a command gives a dataset a path not claimed above:
+  -- a Lua step's memory values (most datasets, often) need no look.
+  local patterns = #cat.patterns > 0
+  local function place(d, command)
+    if not (command or patterns) or d == "parameters" or d:find("^params:") then return end
+    local e = cat:entry(d)
+    if catalog.persisted(e) then
+      if not cat.exact[d] then claim(e.path, d, e) end
+    elseif by_command[d] then claim(DATA .. "/" .. core.safe_name(d), d, e)
+    elseif command then
+      claim(DATA .. "/" .. core.safe_name(d) .. ".json", d, e)
+      claim(DATA .. "/" .. core.safe_name(d) .. ".txt", d, e)
+    end
+  end
+  for _, n in ipairs(nodes) do
+    local command = n.kind == "command"
+    for _, io in ipairs(n.inputs) do place(io.dataset, command) end
+    for _, io in ipairs(n.outputs) do place(io.dataset, command) end
+  end
+end
+
+-- A step's `pool =` must name a pool of flow.yml's `pools:` (or `local`).
+local function check_pools(nodes, settings)
+  local names = { ["local"] = true }
+  for name in pairs(settings.pools or {}) do
+    if name ~= "remote" then names[name] = true end
+  end
+  for _, n in ipairs(nodes) do
+    if n.pool and not names[n.pool] then
+      local known = util.sorted_keys(names)
+      local why = n.pool == "remote" and "the remote pool is for steps a remote backend runs"
+        or string.format("it is not defined in environment '%s'%s", settings.env,
+                         util.did_you_mean(n.pool, known))
+      graph_error(string.format("step '%s' (%s) asks for pool '%s', but %s; pools: %s (define one in "
+        .. "conf/<env>/flow.yml, e.g. pools: {%s: 1})", n.name, n.where, n.pool, why, table.concat(known, ", "),
+        n.pool == "remote" and "gpu" or n.pool))
+    end
+  end
+end
+
+-- sched.run's pools (name = size, 0 unbounded) and each step's pool: its own
+-- `pool =`, else `lua` for a Lua step and `local` for a command.  `local`
+-- holds -j slots.  Lua steps have a pool of their own, as large: their code
+-- runs on flow's one thread, so what the pool bounds is how many can wait at
+-- once (on flow.sh, os.execute, a retry's back-off), and Lua steps neither
+-- wait for command steps' slots nor take them.  `remote` (unbounded unless
+-- flow.yml sizes it) is for steps a remote backend runs: their waits never
+-- hold a local slot.
+function M.pools(plan, jobs)
+  local sizes = { ["local"] = jobs, lua = jobs, remote = 0 }
+  for name, size in pairs(plan.settings.pools or {}) do sizes[name] = size end
+  local of = {}
+  for i, n in ipairs(plan.nodes) do of[i] = n.pool or (n.kind == "func" and "lua" or "local") end
+  return sizes, of
+end
+
+-- Everything a run or a listing needs before any step runs: the pipeline's
+-- nodes, the configuration, the catalog, resolved distribution settings and
+-- the graph.
+function M.prepare(p, opts, defaults, level)
+  level = (level or 1) + 1
+  if pipeline.is_node(p) then p = pipeline.pipeline({ p }) end
+  if not pipeline.is_pipeline(p) then util.fail(level, "flow.run: expected a pipeline, got %s", type(p)) end
+  util.check_fields(opts, run_fields, "flow.run", level)
+  if opts.params ~= nil and type(opts.params) ~= "table" then
+    util.fail(level, "flow.run: params must be a table")
+  end
+  local jobs = opts.jobs and math.tointeger(opts.jobs)
+  if opts.jobs ~= nil and (not jobs or jobs < 1 or jobs > sched.MAX_JOBS) then
+    util.fail(level, "flow.run: jobs must be a whole number from 1 to %d, got %s", sched.MAX_JOBS, tostring(opts.jobs))
+  end
+  local settings = settings_mod.load { conf = defaults.conf, env = opts.env or defaults.env,
+                                       params_spec = defaults.params_spec, params = opts.params }
+  local load_versions = opts.load_versions or defaults.load_versions
+  if type(load_versions) ~= "table" then load_versions = catalog.parse_load_versions(load_versions) end
+  local started = core.time()
+  local cat = catalog.new(settings, { load_versions = load_versions, save_version = catalog.version_stamp(started) })
+  local dists = {}
+  for i, n in ipairs(p.nodes) do dists[i] = M.resolve_dist(n, settings) end
+  local declared, produced, free_readers = catalog_inputs(p.nodes, cat)
+  check_missing_inputs(p.nodes, cat, produced)
+  check_paths(p.nodes, cat)
+  local g = M.build_graph(p.nodes, dists, declared)
+  cat:check_load_versions(produced)
+  check_params(p.nodes, settings)
+  check_pools(p.nodes, settings)
+  check_templates(p.nodes)
+  local selected = select_steps(p.nodes, g, opts, level)
+  local mode = opts.distributed or defaults.distributed
+  if not mode and settings.cfg then mode = settings.cfg:get("flow", "distributed") end
+  mode = mode or "once"
+  if not launch.MODES[mode] then
+    graph_error(string.format("distributed must be 'once' (run a distributed step once, the default) or 'local' "
+      .. "(launch all its ranks here), got '%s' (from %s)", tostring(mode),
+      (opts.distributed or defaults.distributed) and "--distributed" or
+      (settings.cfg:origin("flow", "distributed") or "conf/<env>/flow.yml")))
+  end
+  warn_unused_entries(p.nodes, cat)
+  return { nodes = p.nodes, settings = settings, dists = dists, graph = g, selected = selected,
+           mode = mode, cat = cat, started = started, free_readers = free_readers }
+end
+
+return M

@@ -1,0 +1,340 @@
+-- flow.values: the data path of a run — what each dataset is (a Lua value,
+-- a file, a cached value restored on first use), the paths and values a step
+-- is given, and how a step's outputs are staged, checked and committed.
+-- Methods of the run object (flow.runner mixes them in).
+local core = require("flow.core")
+local dag = require("flow.dag")
+local util = require("flow.util")
+local params_mod = require("flow.params")
+local catalog = require("flow.catalog")
+local cache = require("flow.cache")
+local state_mod = require("flow.state")
+local failure = require("flow.failure")
+
+local step_failure = failure.new
+local graph_error = util.setup_error
+
+local M = {}
+local Run = {}
+M.methods = Run
+
+local DATA = ".flow/data"
+M.DATA = DATA
+
+-- self.values[d]: what the run knows of dataset d —
+--   value, loaded   the Lua value (loaded = true once it is in memory)
+--   path            where it is on disk (a persisted or command-written dataset)
+--   hash            its content hash (inputs' hashes go into fingerprints)
+--   out             a cached memory value's record, restored on first use
+--   entry           its catalog entry when it is persisted
+
+-- The Lua value of dataset d, restored or loaded on first use.
+function Run:value_of(d)
+  local v = self.values[d]
+  if not v.loaded then
+    if v.out then v.value = state_mod.restore_value(v.out, d)
+    elseif v.entry and catalog.persisted(v.entry) then v.value = catalog.decode(v.entry, v.path)
+    else return v.path end           -- a command's output that the catalog does not type: its path
+    v.loaded = true
+  end
+  return v.value
+end
+
+-- The value a Lua function receives for input `io`.
+function Run:input_value(n, io)
+  local key = dag.is_param_input(io.dataset)
+  if key == true then return self.params end
+  if key then return params_mod.get(self.settings, key) end
+  local ok, v = pcall(self.value_of, self, io.dataset)
+  if not ok then error(step_failure { message = string.format("step '%s': %s", n.name, tostring(v)) }) end
+  return v
+end
+
+-- The path a command receives for input dataset `d`: a file on disk, or a
+-- Lua value written out now (once per run) as JSON, or as text if a string.
+function Run:input_path(d)
+  local v = self.values[d]
+  if v.path then return v.path end
+  local value = self:value_of(d)
+  local data, ext = value, ".txt"
+  if type(value) ~= "string" then
+    local err
+    data, err = core.json_encode(value, true)
+    if not data then
+      error(step_failure { message = string.format("dataset '%s' cannot be passed to a command as JSON: %s", d, err) })
+    end
+    data, ext = data .. "\n", ".json"
+  end
+  core.mkdir_p(DATA)
+  v.path = DATA .. "/" .. core.safe_name(d) .. ext
+  core.write_atomic(v.path, data)
+  return v.path
+end
+
+-- The content hash of dataset d, for the fingerprints of its consumers.
+function Run:hash_of(d)
+  local v = self.values[d]
+  if not v.hash then
+    local h, err = self.hc:file(v.path)
+    if not h then error(string.format("cannot read dataset '%s': %s", d, err), 0) end
+    v.hash = h
+  end
+  return v.hash
+end
+
+-- The values a Lua function returned, by output dataset.
+function M.returned_values(n, results)
+  local by = {}
+  if n.output_style == "map" then
+    local t = results[1]
+    if type(t) ~= "table" then
+      local keys = {}
+      for _, io in ipairs(n.outputs) do keys[#keys + 1] = io.arg end
+      table.sort(keys)
+      error(step_failure { message = string.format("step '%s' must return a table with keys %s (its outputs are a map), got %s",
+        n.name, table.concat(keys, ", "), type(t)) })
+    end
+    for _, io in ipairs(n.outputs) do
+      if t[io.arg] == nil then
+        error(step_failure { message = string.format("step '%s' returned no value for output '%s' (key %q)", n.name, io.dataset, io.arg) })
+      end
+      by[io.dataset] = t[io.arg]
+    end
+    return by
+  end
+  if results.n < #n.outputs then
+    local names = {}
+    for i, io in ipairs(n.outputs) do names[i] = io.dataset end
+    error(step_failure { message = string.format("step '%s' returned %d value%s but declares %d output%s (%s)",
+      n.name, results.n, results.n == 1 and "" or "s", #n.outputs, #n.outputs == 1 and "" or "s", table.concat(names, ", ")) })
+  end
+  for i, io in ipairs(n.outputs) do
+    if results[i] == nil then
+      error(step_failure { message = string.format("step '%s' returned nil for output '%s'", n.name, io.dataset) })
+    end
+    by[io.dataset] = results[i]
+  end
+  return by
+end
+
+-- Where a step's output is staged while the step runs (in the run's
+-- temporary directory; flow.cache.commit moves it into place).
+function Run:staging_path(n, d)
+  return self.tmp_dir .. "/" .. core.safe_name(n.name) .. "+" .. core.safe_name(d)    -- no name encodes a '+'
+end
+
+-- Where a finished output goes: its catalog path, or .flow/data/ for a
+-- command's output the catalog does not persist.
+function Run:final_path(e, d)
+  if catalog.persisted(e) then return self.cat:save_path(e) end
+  return DATA .. "/" .. core.safe_name(d)
+end
+
+-- Move a finished file or folder into place; record where and its hash.
+function Run:commit(d, e, from, n)
+  local final = self:final_path(e, d)
+  local ok, err = pcall(cache.commit, from, final)
+  if not ok then
+    error(step_failure { message = string.format("step '%s': cannot save output '%s': %s", n.name, d, tostring(err)) })
+  end
+  local h, herr = self.hc:file(final)
+  if not h then error(step_failure { message = string.format("step '%s': output '%s': %s", n.name, d, herr) }) end
+  self.values[d] = { path = final, hash = h, entry = e }
+  return { path = final, hash = h }
+end
+
+function M.discard(staging)
+  for _, path in pairs(staging) do core.remove_tree(path) end
+end
+
+-- Write `bytes` to `path`, checking open, write, flush and close: a full
+-- disk or a file-size limit fails the step instead of leaving a truncated
+-- file to commit.  Returns true, or nil and why.
+local function write_checked(path, bytes)
+  local f, err = io.open(path, "wb")
+  if not f then return nil, err end
+  local ok, werr = f:write(bytes)
+  if ok then ok, werr = f:flush() end
+  local closed, cerr = f:close()
+  if not ok then return nil, string.format("cannot write %s: %s", path, werr) end
+  if not closed then return nil, string.format("cannot write %s: %s", path, cerr) end
+  return true
+end
+
+-- The input of step n that `path` is, lies in or holds (resolving symbolic
+-- links), if any: committing `path` as an output would move that input away.
+function Run:input_at(n, path)
+  local real = cache.realpath(path)
+  if not real then return nil end
+  local function within(a, b) return a == b or a:sub(1, #b + 1) == b .. "/" end
+  for _, io in ipairs(n.inputs) do
+    local v = self.values[io.dataset]
+    local p = v and v.path and cache.realpath(v.path)
+    if p and (within(real, p) or within(p, real)) then return io.dataset end
+  end
+end
+
+-- Save what a Lua function returned: memory values stay in memory (and in
+-- the cache), persisted ones are written through the catalog.  Every output
+-- is prepared (encoded, written to its staging path) before any is
+-- committed, so a failure commits none.  Returns the output records for the
+-- step's journal entry.
+function Run:save_values(n, by)
+  local ready, staged = {}, {}
+  local function fail(fmt, ...)
+    M.discard(staged)
+    error(step_failure { message = string.format(fmt, ...) })
+  end
+  for i, o in ipairs(n.outputs) do
+    local d, v = o.dataset, by[o.dataset]
+    local e = self.cat:entry(d)
+    if e.type == "memory" then
+      local ok, rec, err = pcall(state_mod.store_value, v)
+      if not ok then fail("step '%s': cannot cache output '%s': %s", n.name, d, tostring(rec)) end
+      ready[i] = { memory = true, rec = rec, err = err }
+    elseif e.type == "file" or e.type == "folder" then
+      if type(v) ~= "string" or not core.exists(v) then
+        fail("step '%s': output '%s' is a %s dataset (%s): the function returns the path of the %s it wrote, got %s",
+             n.name, d, e.type, e.origin, e.type,
+             type(v) == "string" and ("'" .. v .. "', which does not exist") or type(v))
+      end
+      local input = self:input_at(n, v)
+      if input then
+        fail("step '%s': output '%s' is the path of its input '%s' (%s): flow moves a %s output into place, "
+             .. "which would take the input away; write a new %s and return its path", n.name, d, input, v, e.type, e.type)
+      end
+      ready[i] = { from = v }
+    else
+      local bytes, err = catalog.encode(e, v)
+      if not bytes then fail("step '%s': output '%s' is a %s dataset (%s), but %s", n.name, d, e.type, e.origin, err) end
+      local staging = self:staging_path(n, d)
+      staged[d] = staging
+      local ok, werr = write_checked(staging, bytes)
+      if not ok then fail("step '%s': cannot save output '%s': %s", n.name, d, werr) end
+      ready[i] = { from = staging, value = v }
+    end
+  end
+  local outs = {}
+  for i, o in ipairs(n.outputs) do
+    local d, r = o.dataset, ready[i]
+    if r.memory then
+      outs[d] = r.rec or { uncacheable = r.err }
+      self.values[d] = { value = by[d], loaded = true,
+                         hash = r.rec and r.rec.hash or ("uncacheable:" .. self.run_id .. ":" .. d) }
+    else
+      outs[d] = self:commit(d, self.cat:entry(d), r.from, n)
+      if r.value ~= nil then self.values[d].value, self.values[d].loaded = r.value, true end
+    end
+  end
+  return outs
+end
+
+-- The staging path of each output of step n, emptied of any leftover of an
+-- earlier attempt; a folder output starts as an empty directory.
+function Run:staging(n)
+  local staging = {}
+  for _, io in ipairs(n.outputs) do
+    local path = self:staging_path(n, io.dataset)
+    core.remove_tree(path)
+    if self.cat:entry(io.dataset).type == "folder" then core.mkdir_p(path) end
+    staging[io.dataset] = path
+  end
+  return staging
+end
+
+-- Move a successful command's outputs into place; all must exist, as the
+-- kind (file or folder) the catalog declares.
+function Run:commit_outputs(n, staging, display)
+  for _, io in ipairs(n.outputs) do
+    local d = io.dataset
+    local kind, e = core.exists(staging[d]), self.cat:entry(d)
+    local problem
+    if not kind then problem = "did not write its output '%s'"
+    elseif e.type == "folder" and kind ~= "directory" then problem = "wrote a file for its output '%s', a folder dataset"
+    elseif catalog.persisted(e) and e.type ~= "folder" and kind == "directory" then
+      problem = "wrote a directory for its output '%s', a " .. e.type .. " dataset (declare it as type: folder)"
+    end
+    if problem then
+      M.discard(staging)
+      error(step_failure { message = string.format("step '%s' exited 0 but " .. problem ..
+        " (the command was given the path %s)\n  command: %s", n.name, d, staging[d], display) })
+    end
+  end
+  -- A typed output is checked before anything is committed: bad JSON fails
+  -- this step, not the one that reads it, and leaves the last good output.
+  -- (The value is not kept: a command's consumers may all be commands.)
+  for _, io in ipairs(n.outputs) do
+    local d, e = io.dataset, self.cat:entry(io.dataset)
+    if e.type == "json" or e.type == "lua" then
+      local text, err = core.read_file(staging[d])
+      local v, why = nil, err
+      if text then v, why = catalog.parse(e, text, d) end
+      if v == nil then
+        M.discard(staging)
+        error(step_failure { message = string.format("step '%s' exited 0 but its output '%s' (a %s dataset, %s) %s"
+          .. "\n  command: %s", n.name, d, e.type, e.origin, text and why or ("cannot be read: " .. tostring(why)),
+          display) })
+      end
+    end
+  end
+  local outs = {}
+  for _, io in ipairs(n.outputs) do
+    outs[io.dataset] = self:commit(io.dataset, self.cat:entry(io.dataset), staging[io.dataset], n)
+  end
+  return outs
+end
+
+-- entry, or nil and why not.
+local function saved_dataset(d, e, out, cat)
+  if out and out.path and core.exists(out.path) then return { path = out.path, entry = e } end
+  if out and not out.path and not out.uncacheable and state_mod.value_available(out) then
+    return { out = out, hash = out.hash }
+  end
+  if catalog.persisted(e) then
+    local path, why = cat:load_path(e)
+    if path then return { path = path, entry = e } end
+    return nil, why
+  end
+  return nil, "no earlier run left it in the cache"
+end
+
+-- The datasets the selected steps read but no selected step writes: a
+-- catalog dataset no step produces (the pipeline's raw data), or the output
+-- of an unselected step as its last successful run left it.  Returns
+-- {dataset = value entry}, or raises listing everything missing.
+function M.outside_inputs(plan, st)
+  local nodes, g, selected, cat = plan.nodes, plan.graph, plan.selected, plan.cat
+  local values, missing, seen, unselected_producer = {}, {}, {}, false
+  local readers = selected and nodes or plan.free_readers     -- without a selection only free inputs are outside
+  for i, n in ipairs(readers) do
+    if not selected or selected[i] then
+      for _, io in ipairs(n.inputs) do
+        local d = io.dataset
+        local p = g:producer(d)
+        local inside = p and (not selected or selected[p])
+        if not seen[d] and not inside and not dag.is_param_input(d) then
+          seen[d] = true
+          local e = cat:entry(d)
+          local rec = p and st.steps[nodes[p].name]
+          local v, why = saved_dataset(d, e, rec and rec.outputs and rec.outputs[d], cat)
+          values[d] = v
+          if not v then
+            unselected_producer = unselected_producer or p ~= nil
+            missing[#missing + 1] = string.format("  '%s' (%s), needed by '%s' (%s)%s: %s", d,
+              e.declared and (e.type .. " dataset, " .. e.origin) or "memory dataset", n.name, n.where,
+              p and string.format(", produced by '%s'", nodes[p].name) or "", why)
+          end
+        end
+      end
+    end
+  end
+  if #missing > 0 then
+    -- The hint only where the selection left a dataset's producer out.
+    graph_error((selected and "the selected steps read" or "the pipeline reads") .. " datasets that are not available:\n"
+                .. table.concat(missing, "\n")
+                .. (unselected_producer and "\n(run their producers too, e.g. with --from-nodes, or drop the selection)" or ""))
+  end
+  return values
+end
+
+return M
