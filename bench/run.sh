@@ -284,7 +284,7 @@ run_one() {
       if [ "$want" = "?" ]; then
         RUN_NOTE="steps not counted: run.json unreadable"
       elif [ "$want" != "$n" ]; then
-        say "$label $tool: run.json says $done_n done, $utd up to date (expected $n $([ "$mode" = full ] && echo done || echo 'up to date'))"
+        say "$label $tool: run.json says $done_n done, $utd up to date (expected $n $([ "$mode" = full ] && echo 'done' || echo 'up to date'))"
         RUN_NOTE="did not do the work: run.json says $done_n done, $utd up to date"; return 1
       fi
       [ "$el" != "?" ] && RUN_PHASE=$el ;;
@@ -322,11 +322,11 @@ alternate() {
     if [ -n "${dead[$tool]:-}" ]; then
       record "$section" "$tool" "$n" "" "" 0 "" "${note[$tool]}"; continue
     fi
-    ws=(${walls[$tool]})
+    read -ra ws <<<"${walls[$tool]}"
     w=$(median "${ws[@]}"); r=$(max ${rsss[$tool]})
     k=${note[$tool]:-}
     if [ -n "${phases[$tool]:-}" ]; then
-      local ph=(${phases[$tool]})
+      local ph; read -ra ph <<<"${phases[$tool]}"
       k="${k:+$k; }run phase (run.json elapsed) median $(median "${ph[@]}") s"
     fi
     say "$(printf '%-22s %-9s %9.3f s %8s MB  (%d run%s: %s)' "$label" "$tool" "$w" "$(mb "$r")" \
@@ -385,7 +385,7 @@ if [ -n "$TMPFS_DIR" ]; then
   peers "$N_SMALL"
   say "N=$N_SMALL on tmpfs ($TMPFS_DIR): ${TOOLS[*]}, $REPS rounds"
   alternate "$SECTION" full "$N_SMALL" "$REPS" "$TMPFS_DIR/$N_SMALL" "N=$N_SMALL tmpfs full" "${TOOLS[@]}"
-  rm -rf "$TMPFS_DIR/$N_SMALL"
+  rm -rf "${TMPFS_DIR:?}/$N_SMALL"
 else
   record "$SECTION" flow "$N_SMALL" "" "" 0 "" "$TMPFS_NOTE"
 fi
