@@ -1,6 +1,7 @@
 -- bench/phases.lua — where the time of a `flow run` goes, phase by phase.
 --
---   PIPELINE=$PWD/bench/work/100000/flow-lua/pipeline.lua ./flow run -q -j 2 bench/phases.lua
+--   python3 bench/gen.py 100000 /tmp/lua --lua
+--   PIPELINE=/tmp/lua/flow-lua/pipeline.lua ./flow run -q -j 2 bench/phases.lua
 --
 -- Wraps the stdlib's entry points (the module tables are shared, so the
 -- runner calls the wrappers), then loads and returns the pipeline named by

@@ -1,32 +1,55 @@
 #!/usr/bin/env python3
 """report.py RESULTS_TSV MACHINE_TSV OUT_MD — bench/RESULTS.md from bench/run.sh's measurements.
 
-Prints the tables to stdout too.  Rows of RESULTS_TSV:
-tool, n, mode, wall_s ("" when not measured), rss_kb, reps, note.
+Prints the summary and the tables to stdout too.  Rows of RESULTS_TSV:
+section, tool, n, wall_s (median; "" when not measured), rss_kb (max over the
+runs), runs, walls (every run's wall time, in order, space-separated), note.
+
+Sections: disk-small, tmpfs-small, disk-large (full runs from clean),
+noop-large (no-op reruns), lua, lua-noop (in-process Lua steps), startup
+(hyperfine).  The targets are those of issue 12's "Targets" table.
 """
+import re
 import sys
 
 NAMES = {
-    "ninja": "ninja", "make": "make", "snakemake": "snakemake",
-    "flow": "flow", "flow-q": "flow -q",
-    "flow-lua": "flow", "flow-lua-q": "flow -q",
-    "flow-one": "flow run", "flow-one-q": "flow run -q", "flow-version": "flow --version",
+    "flow": "flow", "ninja": "ninja", "make": "make", "snakemake": "snakemake",
+    "flow-lua": "flow", "flow-version": "`flow --version`", "flow-one": "`flow run` (one step)",
 }
 COMMANDS = {
-    "ninja": "`ninja -j 2`", "make": "`make -j 2`", "snakemake": "`snakemake -j 2 --quiet`",
-    "flow": "`flow run -j 2 2>/dev/null`", "flow-q": "`flow run -q -j 2 2>/dev/null`",
+    "flow": "`flow run -j 2 2>/dev/null`", "ninja": "`ninja -j 2`", "make": "`make -j 2`",
+    "snakemake": "`snakemake -j 2 --quiet`",
 }
+PEER_ORDER = ("flow", "ninja", "make", "snakemake")
+
+# Issue 12, "Targets": the rows, their limits, and the numbers the issue was written with.
+TARGETS = [
+    dict(key="disk-small", n=1000, work="1,000 command steps, project on ext4, `rm -rf` before each run",
+         ratio=0.9, issue="ninja 0.96 s, flow 2.04 s (2.1×)"),
+    dict(key="tmpfs-small", n=1000, work="same, on tmpfs", ratio=0.8, issue="ninja 0.87 s, flow 0.79 s (0.91×)"),
+    dict(key="disk-large", n=10000, work="10,000 command steps, ext4", ratio=0.9, issue="ninja 10.3 s, flow 14.9 s (1.34×)"),
+    dict(key="noop-large", n=10000, work="no-op rerun, 10,000 command steps", wall=0.1, rss_mb=30,
+         issue="ninja 0.036 s; flow 0.57 s, 79 MB"),
+    dict(key="lua", n=100000, work="100,000 in-process Lua steps, build + run", wall=1.0, rss_mb=200,
+         issue="14.4 s, 743 MB"),
+    dict(key="lua-noop", n=100000, work="no-op rerun of those", wall=0.5, issue="6.0 s, 653 MB"),
+    dict(key="startup", n=1, work="`flow --version` / one-step `flow run`", issue="7 ms / 11 ms",
+         parts=[("flow-version", "`flow --version`", 0.003), ("flow-one", "one-step `flow run`", 0.006)]),
+]
 
 
 def load(path):
     rows = []
     with open(path) as f:
         for line in f:
+            if not line.strip():
+                continue
             parts = line.rstrip("\n").split("\t")
-            parts += [""] * (7 - len(parts))
-            tool, n, mode, wall, rss, reps, note = parts[:7]
-            rows.append(dict(tool=tool, n=int(n), mode=mode, wall=float(wall) if wall else None,
-                             rss=int(rss) if rss and rss != "0" else None, reps=reps, note=note))
+            parts += [""] * (8 - len(parts))
+            section, tool, n, wall, rss, reps, walls, note = parts[:8]
+            rows.append(dict(section=section, tool=tool, n=int(n), wall=float(wall) if wall else None,
+                             rss=int(rss) if rss and rss != "0" else None, reps=int(reps or 0),
+                             walls=[float(x) for x in walls.split()], note=note))
     return rows
 
 
@@ -42,29 +65,27 @@ def machine(path):
 def fmt_s(w):
     if w is None:
         return "—"
+    if w < 0.1:
+        return "%.4f" % w
     return "%.3f" % w if w < 100 else "%.1f" % w
+
+
+def fmt_ms(w):
+    return "—" if w is None else "%.2f ms" % (w * 1000)
 
 
 def fmt_mb(kb):
     return "—" if kb is None else "%.1f" % (kb / 1024)
 
 
-def fmt_ratio(a, b):
-    if a is None or b is None or b == 0:
+def fmt_ratio(r):
+    if r is None:
         return "—"
-    r = a / b
     return "%.3f" % r if r < 0.1 else "%.2f" % r
 
 
 def n_str(n):
     return "{:,}".format(n)
-
-
-def find(rows, tool, n, mode):
-    for r in rows:
-        if r["tool"] == tool and r["n"] == n and r["mode"] == mode:
-            return r
-    return None
 
 
 def main():
@@ -75,180 +96,228 @@ def main():
     out = []
     w = out.append
 
+    def sec(key):
+        return [r for r in rows if r["section"] == key]
+
+    def get(key, tool):
+        return next((r for r in rows if r["section"] == key and r["tool"] == tool), None)
+
+    def wall(key, tool):
+        r = get(key, tool)
+        return r["wall"] if r else None
+
+    def ratio(a, b):
+        return a / b if a is not None and b else None
+
+    m = re.search(r" on (\S+)", md.get("disk rows", ""))
+    disk_fs = m.group(1) if m else "?"
+
+    # ---------------------------------------------------------------- verdicts
+    verdicts = {}          # key -> (result, sentence, summary cells)
+
+    def no_data(t, what):
+        return ("not measured", what.rstrip(".") + ".", ["—"] * 4)
+
+    def size_note(t, n):
+        return "" if n == t["n"] else " (at N = %s, not the target's %s: a smoke-test size, no verdict on the target)" % (
+            n_str(n), n_str(t["n"]))
+
+    for t in TARGETS:
+        key = t["key"]
+        if "ratio" in t:
+            f, nj, mk, sm = (get(key, x) for x in ("flow", "ninja", "make", "snakemake"))
+            if not f or f["wall"] is None:
+                verdicts[key] = no_data(t, "flow: %s" % (f["note"] if f else "no data (no successful full run to start from, or not run)"))
+                continue
+            if not nj or nj["wall"] is None:
+                verdicts[key] = no_data(t, "ninja: %s" % (nj["note"] if nj else "no data"))
+                continue
+            r = f["wall"] / nj["wall"]
+            ok = r <= t["ratio"]
+            rounds = [a / b for a, b in zip(f["walls"], nj["walls"]) if b] if f["reps"] == nj["reps"] else []
+            s = "N = %s: flow %.3f s, ninja %.3f s, flow/ninja = **%.2f** (target ≤ %.1f)%s%s%s; flow's peak RSS %s MB" % (
+                n_str(f["n"]), f["wall"], nj["wall"], r, t["ratio"],
+                "; per round: " + ", ".join("%.2f" % x for x in rounds) if len(rounds) > 1 else "",
+                "; make %.3f s (flow/make %.2f)" % (mk["wall"], f["wall"] / mk["wall"]) if mk and mk["wall"] else "",
+                "; Snakemake %.3f s" % sm["wall"] if sm and sm["wall"] else "",
+                fmt_mb(f["rss"]))
+            verdicts[key] = ("met" if ok else "missed", s + size_note(t, f["n"]) + ".",
+                             [fmt_s(nj["wall"]), fmt_s(mk and mk["wall"]), fmt_s(f["wall"]), "%.2f×" % r])
+        elif "parts" in t:
+            oks, bits, cells = [], [], []
+            for tool, label, lim in t["parts"]:
+                r = get(key, tool)
+                if not r or r["wall"] is None:
+                    bits.append("%s: not measured" % label)
+                    oks.append(None)
+                    cells.append("—")
+                    continue
+                ok = r["wall"] < lim
+                oks.append(ok)
+                bits.append("%s %s mean (target < %g ms): %s; peak RSS %s MB" % (
+                    label, fmt_ms(r["wall"]), lim * 1000, "met" if ok else "missed", fmt_mb(r["rss"])))
+                cells.append(fmt_ms(r["wall"]))
+            res = "missed" if False in oks else "not measured" if None in oks else "met"
+            verdicts[key] = (res, "; ".join(bits) + ". The one-step `flow run` is timed by hyperfine after warm-up "
+                             "runs, so every timed run finds its step up to date (a no-op rerun of one step).",
+                             ["", "", " / ".join(cells), ""])
+        else:
+            f = get(key, "flow-lua") or get(key, "flow")
+            if not f or f["wall"] is None:
+                verdicts[key] = no_data(t, "flow: %s" % (f["note"] if f else "no data (no successful full run to start from, or not run)"))
+                continue
+            okw = f["wall"] < t["wall"]
+            okr = f["rss"] is not None and f["rss"] < t["rss_mb"] * 1024 if "rss_mb" in t else True
+            nj = get(key, "ninja")
+            mk = get(key, "make")
+            s = "N = %s: flow %.3f s (target < %g s: %s), peak RSS %s MB%s%s%s" % (
+                n_str(f["n"]), f["wall"], t["wall"], "met" if okw else "missed", fmt_mb(f["rss"]),
+                " (target < %d MB: %s)" % (t["rss_mb"], "met" if okr else "missed") if "rss_mb" in t else "",
+                "; ninja %.4f s, flow/ninja %.1f" % (nj["wall"], f["wall"] / nj["wall"]) if nj and nj["wall"] else "",
+                "; make %.4f s" % mk["wall"] if mk and mk["wall"] else "")
+            s += size_note(t, f["n"]) + "."
+            if f["note"]:
+                s += " " + f["note"][0].upper() + f["note"][1:] + "."
+            verdicts[key] = ("met" if okw and okr else "missed", s,
+                             [fmt_s(nj and nj["wall"]), fmt_s(mk and mk["wall"]),
+                              "%s s, %s MB" % (fmt_s(f["wall"]), fmt_mb(f["rss"])), ""])
+
+    # ---------------------------------------------------------------- header
+    quick = "--quick" in md.get("settings", "")
     w("# flow benchmark results")
     w("")
     w("Generated by `bench/run.sh` (`make bench`) on %s. Every number below comes from this one run, "
       "on the machine described at the end; see [README.md](README.md) for what is measured and how." % md.get("date", "?"))
     w("")
-
-    # ---------------------------------------------------------------- command steps
-    sizes = sorted({r["n"] for r in rows if r["tool"] in ("ninja", "make", "snakemake", "flow", "flow-q")})
-    table = []
-    table.append("| tool | N | mode | wall (s) | peak RSS (MB) | wall ratio to flow | runs | note |")
-    table.append("|---|--:|---|--:|--:|--:|--:|---|")
-    for n in sizes:
-        for mode in ("full", "rerun"):
-            ref = find(rows, "flow", n, mode)
-            for tool in ("ninja", "make", "snakemake", "flow", "flow-q"):
-                r = find(rows, tool, n, mode)
-                if r is None:
-                    continue
-                mode_s = "full run (from clean)" if mode == "full" else "no-op rerun"
-                table.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                    NAMES[tool], n_str(n), mode_s, fmt_s(r["wall"]), fmt_mb(r["rss"]),
-                    fmt_ratio(r["wall"], ref and ref["wall"]), r["reps"], r["note"]))
-    w("## Command steps: a layered DAG of N `touch` steps, `-j 2`")
-    w("")
-    w("Each step `touch`es its output and depends on two steps of the previous layer "
-      "(layer width N/100, so 100 layers). Commands: " +
-      ", ".join("%s %s" % (NAMES[t], c) for t, c in COMMANDS.items()) + ". "
-      "Wall time is the median of 3 runs when a run takes under 30 s, else one run. "
-      "Peak RSS is GNU time's maximum resident set size (the largest single process: the tool itself). "
-      "*wall ratio to flow* = the tool's wall time / flow's for the same N and mode "
-      "(above 1: flow is faster).")
-    w("")
-    w("A no-op rerun runs the same command again on the finished outputs: nothing may be rebuilt "
-      "(checked: no output newer than a marker made before it). ninja and make compare timestamps; "
-      "Snakemake compares timestamps and its metadata; flow recomputes every step's fingerprint "
-      "(command, parameters, its inputs' content hashes, through the hash cache: one `stat` per file) "
-      "and compares it with the step's last successful run.")
-    w("")
-    out.extend(table)
+    if quick or any(verdicts[t["key"]][1].find("smoke-test size") >= 0 for t in TARGETS):
+        w("**A smoke test at reduced sizes (%s): the verdicts below say nothing about the targets.**" % md.get("settings", "?"))
+        w("")
+    w("Each row of issue 12's *Targets* table, measured the way it asks: one layered DAG of `touch` "
+      "steps, `-j 2` for every tool; for each row the tools run **alternating** (flow, ninja, make[, "
+      "Snakemake], flow, ninja, make, …), every full run from a state cleaned with `rm -rf` of the "
+      "outputs and the tool's own state (`.flow/`, `.ninja_log`/`.ninja_deps`, `.snakemake/`), as a user "
+      "would; wall time is the **median** of the runs, peak RSS (GNU time's maximum resident set size) "
+      "the largest of them. Settings: %s." % md.get("settings", "?"))
     w("")
 
-    # ---------------------------------------------------------------- Lua steps
-    lua = [r for r in rows if r["tool"] in ("flow-lua", "flow-lua-q")]
-    check = next((r for r in rows if r["tool"] == "flow-lua-check"), None)
-    if lua:
-        n = lua[0]["n"]
-        w("## In-process Lua steps: N = %s, DAG build + run" % n_str(n))
+    # ---------------------------------------------------------------- summary
+    w("## Targets (issue 12)")
+    w("")
+    w("| work | ninja | make | flow | flow/ninja | target | issue 12 (then) | result |")
+    w("|---|--:|--:|--:|--:|---|---|---|")
+    for t in TARGETS:
+        res, _, cells = verdicts[t["key"]]
+        if "ratio" in t:
+            tgt = "≤ %.1f× ninja" % t["ratio"]
+        elif "parts" in t:
+            tgt = " / ".join("< %g ms" % (lim * 1000) for _, _, lim in t["parts"])
+        else:
+            tgt = "< %g s" % t["wall"] + (", < %d MB" % t["rss_mb"] if "rss_mb" in t else "")
+        w("| %s | %s | %s | %s | %s | %s | %s | **%s** |" % (t["work"], cells[0], cells[1], cells[2], cells[3],
+                                                          tgt, t["issue"], res))
+    w("")
+    w("Times in seconds unless marked; *flow/ninja* is the ratio of the medians.")
+    w("")
+
+    # ---------------------------------------------------------------- command-step tables
+    def cmd_table(key, title, intro):
+        rs = sec(key)
+        if not rs:
+            return
+        w("## " + title)
         w("")
-        w("The same layered DAG (width %s), each step `func = function(a, b) return 1 end` on its two inputs "
-          "(layer 0 takes none), built by a loop in `pipeline.lua`. Wall time of the whole `flow run -j 2` "
-          "process (start, script, DAG build, run, exit), median of 3." % n_str(max(2, n // 100)))
-        w("")
-        w("| tool | N | wall (s) | peak RSS (MB) | target | runs |")
-        w("|---|--:|--:|--:|---|--:|")
-        for r in lua:
-            w("| %s | %s | %s | %s | < 1 s, < 200 MB | %s |" % (NAMES[r["tool"]], n_str(r["n"]), fmt_s(r["wall"]),
-                                                              fmt_mb(r["rss"]), r["reps"]))
-        if check and check["wall"] is not None:
-            full = find(rows, "flow-lua", n, "build+run")
+        if intro:
+            w(intro)
             w("")
-            w("Check run (stderr kept): `%s`. The scheduler phase (first step started to last finished) took "
-              "%.2f s of it; the rest of the wall time is process start, the script's %s `node{}` calls, "
-              "`pipeline{}`, the C DAG build, the result table and exit%s." % (
-                  check["note"], check["wall"], n_str(n),
-                  " (about %.2f s of the median above)" % (full["wall"] - check["wall"]) if full and full["wall"] else ""))
-        elif check:
-            w("")
-            w("Check run: **%s**" % check["note"])
+        rs = sorted(rs, key=lambda r: PEER_ORDER.index(r["tool"]) if r["tool"] in PEER_ORDER else 9)
+        nj = wall(key, "ninja")
+        w("| tool | N | wall, median (s) | ÷ ninja | peak RSS (MB) | runs | every run (s), in order | note |")
+        w("|---|--:|--:|--:|--:|--:|---|---|")
+        for r in rs:
+            w("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                NAMES.get(r["tool"], r["tool"]), n_str(r["n"]), fmt_s(r["wall"]), fmt_ratio(ratio(r["wall"], nj)),
+                fmt_mb(r["rss"]), r["reps"], " ".join(fmt_s(x) for x in r["walls"]) or "—", r["note"]))
         w("")
 
-    # ---------------------------------------------------------------- one step
-    one = [r for r in rows if r["tool"] in ("flow-one", "flow-one-q", "flow-version")]
+    tmpfs_where = md.get("tmpfs rows", "")
+    cmd_table("disk-small", "1. Command steps on the project's disk (%s), `rm -rf` before each run" % disk_fs,
+              "A layered DAG of N `touch` steps (layer width N/100, so 100 layers; each step depends on two of "
+              "the previous layer), in %s. Commands: %s. Before every run, outside the timing: `rm -rf` of "
+              "the outputs and the tool's state, then `sync -f` of the file system (unless `BENCH_SYNC=0`). "
+              "Every run is checked: N outputs exist (flow: in `.flow/data/`, and `run.json` says N done)."
+              % (md.get("disk rows", "`bench/work/disk`"),
+                 ", ".join(c for t, c in COMMANDS.items() if any(r["tool"] == t and r["walls"] for r in rows))))
+    cmd_table("tmpfs-small", "2. The same on tmpfs",
+              "The same DAG and commands in %s: no disk, no inode-allocation cost after deletions." % tmpfs_where)
+    cmd_table("disk-large", "3. 10,000-step row: command steps on the project's disk (%s)" % disk_fs, "")
+    cmd_table("noop-large", "4. No-op rerun of the 10,000-step row",
+              "The same command again on the finished outputs of section 3, alternating; nothing may be "
+              "rebuilt (checked: no output newer than a marker made before the run; flow's `run.json` says "
+              "every step up to date). ninja and make compare timestamps; flow recomputes each step's "
+              "fingerprint and compares it with the step's last successful run.")
+
+    # ---------------------------------------------------------------- Lua tables
+    def lua_table(key, title, intro, tw):
+        rs = sec(key)
+        if not rs:
+            return
+        w("## " + title)
+        w("")
+        w(intro)
+        w("")
+        w("| tool | N | wall, median (s) | ÷ target (%g s) | peak RSS (MB) | runs | every run (s), in order | note |" % tw)
+        w("|---|--:|--:|--:|--:|--:|---|---|")
+        for r in rs:
+            w("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                NAMES.get(r["tool"], r["tool"]), n_str(r["n"]), fmt_s(r["wall"]), fmt_ratio(ratio(r["wall"], tw)),
+                fmt_mb(r["rss"]), r["reps"], " ".join(fmt_s(x) for x in r["walls"]) or "—", r["note"]))
+        w("")
+
+    lua_table("lua", "5. In-process Lua steps: DAG build + run",
+              "The same layered shape, each step `func = function(a, b) return 1 end` on its two inputs "
+              "(layer 0 takes none), built by a loop in `pipeline.lua`; wall time of the whole "
+              "`flow run -j 2` process (start, script, DAG build, run, exit) from `rm -rf .flow`. Every run "
+              "is checked (`run.json`: N steps done); *run phase* is `run.json`'s `elapsed`, the scheduler's "
+              "part of the wall time.", 1.0)
+    lua_table("lua-noop", "6. No-op rerun of the Lua steps",
+              "`flow run -j 2` again on the state of section 5's last run; checked: `run.json` says every "
+              "step up to date.", 0.5)
+
+    # ---------------------------------------------------------------- start-up
+    one = sec("startup")
     if one:
-        w("## `flow run` of a one-step pipeline")
+        w("## 7. Start-up: `flow --version` and a one-step `flow run`")
         w("")
-        w("A pipeline of one `touch` command step; `flow --version` (process start, Lua state, stdlib "
-          "loaded, no pipeline) for reference.")
+        w("hyperfine -N (no shell), after warm-up runs; the pipeline is one `touch` command step, so "
+          "after the first warm-up run every timed `flow run` finds it up to date. Peak RSS from one more run.")
         w("")
-        w("| command | mean wall (ms) | peak RSS (MB) | runs | how |")
-        w("|---|--:|--:|--:|---|")
+        w("| command | mean | target | ÷ target | peak RSS (MB) | runs | how |")
+        w("|---|--:|--:|--:|--:|--:|---|")
+        lims = dict((tool, lim) for tool, _, lim in TARGETS[-1]["parts"])
         for r in one:
-            w("| `%s` | %s | %s | %s | %s |" % (NAMES[r["tool"]], "—" if r["wall"] is None else "%.2f" % (r["wall"] * 1000),
-                                             fmt_mb(r["rss"]), r["reps"], r["note"]))
+            lim = lims.get(r["tool"])
+            w("| %s | %s | %s | %s | %s | %s | %s |" % (
+                NAMES.get(r["tool"], r["tool"]), fmt_ms(r["wall"]), "< %g ms" % (lim * 1000) if lim else "",
+                fmt_ratio(ratio(r["wall"], lim)), fmt_mb(r["rss"]), r["reps"], r["note"]))
         w("")
 
     # ---------------------------------------------------------------- analysis
     w("## Analysis against the targets")
     w("")
-    parts = []
-    for n in sizes:
-        f, nj, fq, mk = (find(rows, t, n, "full") for t in ("flow", "ninja", "flow-q", "make"))
-        if f and nj and f["wall"] and nj["wall"]:
-            ratio = f["wall"] / nj["wall"]
-            parts.append("N = %s: flow %.2f s vs ninja %.2f s, flow/ninja = **%.2f** (%s)%s%s" % (
-                n_str(n), f["wall"], nj["wall"], ratio, "met" if ratio <= 0.9 else "missed",
-                "; with `-q` %.2f s (%.2f)" % (fq["wall"], fq["wall"] / nj["wall"]) if fq and fq["wall"] else "",
-                "; make %.2f s" % mk["wall"] if mk and mk["wall"] else ""))
-    met1 = all("(met)" in p for p in parts) and parts
-    w("**Command steps — flow wall time ≤ 0.9 × ninja's: %s.** %s." % (
-        "met" if met1 else "missed" if parts else "not measured", "; ".join(parts) or "no data"))
-    close = []
-    for n in sizes:
-        f, nj, fq = (find(rows, t, n, "full") for t in ("flow", "ninja", "flow-q"))
-        if not (f and nj and f["wall"] and nj["wall"]):
-            continue
-        r, rq = f["wall"] / nj["wall"], (fq["wall"] / nj["wall"] if fq and fq["wall"] else None)
-        if abs(r - 0.9) < 0.1 or (rq is not None and (rq <= 0.9) != (r <= 0.9)):
-            close.append("N = %s (%.2f%s)" % (n_str(n), r, ", `-q` %.2f" % rq if rq is not None else ""))
-    if close:
-        w("At %s the margin is within the run-to-run noise of this machine (±20 %% between repetitions; "
-          "`flow` and `flow -q` do the same work), so read it as \"about at the target\" there." % ", ".join(close))
-    if parts:
-        w("Where flow gains: it spawns the argv directly (`posix_spawnp`), where ninja runs `/bin/sh -c`, "
-          "i.e. two execs per step; make also execs `touch` directly (no shell syntax in the recipe) and stays "
-          "ahead of flow. flow's own cost per step is small but serial: one engine thread does the spawn "
-          "(blocked in `clone3` until the child has exec'd), opens the step's log, renames the output into "
-          "`.flow/data/`, and resumes the step's Lua coroutine; see [README.md](README.md#profile).")
+    w("One paragraph per row of issue 12's table: met or missed, with the numbers of this run. "
+      "A missed target has a profile paragraph (where the time or memory goes) to fill in.")
     w("")
-
-    noop = []
-    for n in sizes:
-        f, nj, fq = (find(rows, t, n, "rerun") for t in ("flow", "ninja", "flow-q"))
-        if f and f["wall"] is not None:
-            ok = f["wall"] < 0.1 and nj and nj["wall"] and f["wall"] < 2 * nj["wall"]
-            noop.append((n, "N = %s: flow %.3f s%s vs ninja %s, flow/ninja = %s (%s)" % (
-                n_str(n), f["wall"], "" if not (fq and fq["wall"]) else " (`-q` %.3f s)" % fq["wall"],
-                "%.3f s" % nj["wall"] if nj and nj["wall"] else "—",
-                "%.1f" % (f["wall"] / nj["wall"]) if nj and nj["wall"] else "—", "met" if ok else "missed")))
-    target = [t for n, t in noop if n == 10000] or [t for n, t in noop]
-    if target:
-        w("**No-op rerun of the 10,000-step command DAG — under 0.1 s and under 2 × ninja's no-op: %s.** %s." % (
-            "met" if all("(met)" in t for t in target) else "missed", "; ".join(t for _, t in noop)))
-        w("Where the time goes (profiled with `perf` and `bench/phases.lua`): flow has to run the pipeline "
-          "script (10,000 `node{}` calls), build and check the graph, load the state of the last runs "
-          "(`.flow/cache/state.json`, one record a step), and compute each step's fingerprint in Lua "
-          "before comparing it; most of it is Lua VM time and allocation, spread thin. ninja reads one "
-          "compact log and stats files. See [README.md](README.md#profile).")
+    for t in TARGETS:
+        res, s, _ = verdicts[t["key"]]
+        w("**%s: %s.** %s" % (t["work"][0].upper() + t["work"][1:], res, s))
         w("")
-
-    lf = next((r for r in rows if r["tool"] == "flow-lua"), None)
-    lq = next((r for r in rows if r["tool"] == "flow-lua-q"), None)
-    if lf and lf["wall"] is not None:
-        tw, tr = lf["wall"] < 1.0, (lf["rss"] or 0) < 200 * 1024
-        w("**%s in-process Lua steps — DAG build + run under 1 s: %s (%.2f s%s); peak RSS under 200 MB: %s (%s MB).**" % (
-            n_str(lf["n"]), "met" if tw else "missed", lf["wall"],
-            ", %.2f s with `-q`" % lq["wall"] if lq and lq["wall"] else "",
-            "met" if tr else "missed", fmt_mb(lf["rss"])))
-        if not (tw and tr):
-            w("No single hot loop: the time is spread over the phases of a run, all of them linear in N "
-              "but with large constants (profiled with `perf` and `bench/phases.lua` on 20,000 steps, "
-              "see [README.md](README.md#profile)): the script's `node{}` calls (a C fast path, about 5 µs "
-              "each with allocation and GC), the graph build and checks, then per step, since incremental "
-              "runs: its closure's fingerprint (a bytecode dump: each `function` expression in the loop is "
-              "a new closure), its output serialised and hashed for the cache, its journal lines, and at "
-              "the end a `state.json` with one record per step. About 60 µs a step for `return 1`; "
-              "malloc/free and the Lua VM take most samples. For RSS, the node descriptions alone take "
-              "about 160 MB.")
-        w("")
-
-    oo = next((r for r in rows if r["tool"] == "flow-one"), None)
-    oq = next((r for r in rows if r["tool"] == "flow-one-q"), None)
-    ov = next((r for r in rows if r["tool"] == "flow-version"), None)
-    if oo and oo["wall"] is not None:
-        ms = oo["wall"] * 1000
-        w("**`flow run` of a one-step pipeline under 10 ms: %s (%.2f ms mean%s).**%s" % (
-            "met" if ms < 10 else "missed", ms,
-            ("; `flow run -q` %.2f ms" % (oq["wall"] * 1000) if oq and oq["wall"] else "") +
-            ("; `flow --version` alone takes %.2f ms" % (ov["wall"] * 1000) if ov and ov["wall"] else ""),
-            "" if ms < 10 else " `flow --version` is the start-up alone (the Lua state, and the embedded "
-            "stdlib, about 2,000 lines of Lua, compiled from source on every start); the rest is the run itself: "
-            "the script, the run, log, tmp and data directories, the `latest` symlink, `run.json`, the log, "
-            "the rename of the output, and the `touch` process (about 1 ms to spawn and reap on this machine). "
-            "See [README.md](README.md#profile)."))
-        w("")
+        if res == "missed":
+            w("Profile: (to be filled)")
+            w("")
+    w("The machine has 2 CPUs and is not isolated: other work during the run shows in the numbers "
+      "(±20 % between repetitions is common). The runs alternate, so such noise falls on flow and the "
+      "peers alike, and the ratios are more robust than the absolute times.")
+    w("")
 
     w("## Machine")
     w("")
@@ -257,16 +326,12 @@ def main():
     for k, v in mach:
         w("| %s | %s |" % (k, v.replace("|", "\\|")))
     w("")
-    w("The runs are not isolated from the rest of the machine: another process using the disk or the "
-      "CPUs during the run shows up in these numbers. The ratios are from the same run, which makes them "
-      "more robust than the absolute times.")
 
     text = "\n".join(out) + "\n"
     with open(out_path, "w") as f:
         f.write(text)
-    # the tables on stdout
     for line in out:
-        if line.startswith("|") or line.startswith("## ") or line.startswith("**"):
+        if line.startswith("|") or line.startswith("## ") or line.startswith("**") or line.startswith("Profile:"):
             print(line)
 
 
