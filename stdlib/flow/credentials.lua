@@ -8,7 +8,8 @@
 --       a shell command: the reference becomes "$FLOW_CRED_DB_USER" and the
 --       step's process gets FLOW_CRED_DB_USER=<value>
 --   flow.command{ "psql", "-h", "db", env = { PGPASSWORD = "${credentials.db.password}" } }
---       an env value: the variable gets the value itself
+--       an env value: the variable gets the value itself (a node's env = {…}
+--       too: node{} merges it into its command's env)
 --   flow.command{ "tool", "--password", "${credentials.db.password}" }
 --       refused before anything runs: with no shell, nothing could turn a
 --       reference into the value except putting the value on the command line
