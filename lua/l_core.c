@@ -376,11 +376,14 @@ static int l_chdir(lua_State *L)
     return 0;
 }
 
-/* load_script(path, display_name) -> chunk | nil, "file:line: message" */
+/* load_script(path, display_name) -> chunk | nil, "file:line: message".
+ * The chunk name is pushed before the file is read: no C memory is held
+ * across a Lua call that can raise (flow_load_buffer's load runs protected). */
 static int l_load_script(lua_State *L)
 {
     const char *path = luaL_checkstring(L, 1);
     const char *display = luaL_optstring(L, 2, path);
+    const char *chunkname = lua_pushfstring(L, "@%s", display);
     size_t len;
     char err[1024];
     char *buf = flow_read_script(path, display, &len, err, sizeof err);
@@ -389,10 +392,23 @@ static int l_load_script(lua_State *L)
         lua_pushstring(L, err);
         return 2;
     }
-    lua_pushfstring(L, "@%s", display);
-    int rc = flow_load_buffer(L, buf, len, lua_tostring(L, -1));
+    int rc = flow_load_buffer(L, buf, len, chunkname);
     free(buf);
     if (rc == LUA_OK) return 1;
+    lua_pushnil(L);
+    lua_insert(L, -2);
+    return 2;
+}
+
+/* load_text(text, chunkname) -> chunk | nil, "file:line: message": Lua's
+ * load("t") of a project source through the reader require, dofile and
+ * loadfile use, so `distributed_job<…>` compiles as it does when the file runs. */
+static int l_load_text(lua_State *L)
+{
+    size_t len;
+    const char *text = luaL_checklstring(L, 1, &len);
+    const char *chunkname = luaL_checkstring(L, 2);
+    if (flow_load_buffer(L, text, len, chunkname) == LUA_OK) return 1;
     lua_pushnil(L);
     lua_insert(L, -2);
     return 2;
@@ -438,6 +454,7 @@ static int l_ui_print(lua_State *L)
 
 static const luaL_Reg core_funcs[] = {
     { "load_script", l_load_script },
+    { "load_text", l_load_text },
     { "ui_error", l_ui_error },
     { "ui_warn", l_ui_warn },
     { "ui_info", l_ui_info },

@@ -240,19 +240,22 @@ static int l_producer(lua_State *L)
     return 1;
 }
 
-/* dag:downstream({i...}) / dag:upstream({i...}) -> {[i] = true, ...} including the seeds */
+/* dag:downstream({i...}) / dag:upstream({i...}) -> {[i] = true, ...} including the seeds.
+ * The scratch arrays are userdata, not C heap: the Lua calls after them can
+ * raise (a bad index, or memory running out) and the collector frees them. */
 static int walk(lua_State *L, bool downstream)
 {
     struct dag *dag = *check_dag(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     size_t n = lua_rawlen(L, 2);
-    size_t *seeds = xcalloc(n + 1, sizeof *seeds);
-    bool *mark = xcalloc(dag->n_steps + 1, sizeof *mark);
+    size_t *seeds = lua_newuserdatauv(L, (n + 1) * sizeof *seeds, 0);
+    bool *mark = lua_newuserdatauv(L, (dag->n_steps + 1) * sizeof *mark, 0);
+    memset(mark, 0, (dag->n_steps + 1) * sizeof *mark);
     for (size_t k = 0; k < n; k++) {
         lua_rawgeti(L, 2, (lua_Integer)k + 1);
         lua_Integer i = lua_tointeger(L, -1);
         lua_pop(L, 1);
-        if (i < 1 || (size_t)i > dag->n_steps) { free(seeds); free(mark); return luaL_error(L, "no such step %d", (int)i); }
+        if (i < 1 || (size_t)i > dag->n_steps) return luaL_error(L, "no such step %d", (int)i);
         seeds[k] = (size_t)i - 1;
     }
     if (downstream) dag_mark_downstream(dag, seeds, n, mark);
@@ -260,8 +263,6 @@ static int walk(lua_State *L, bool downstream)
     lua_createtable(L, 0, 0);
     for (size_t i = 0; i < dag->n_steps; i++)
         if (mark[i]) { lua_pushboolean(L, 1); lua_rawseti(L, -2, (lua_Integer)i + 1); }
-    free(seeds);
-    free(mark);
     return 1;
 }
 

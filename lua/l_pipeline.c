@@ -210,9 +210,9 @@ static int l_command(lua_State *L)
  * the level slot 2).  To add a field: a slot, an entry, and its check in
  * l_node; the error lists the names sorted. */
 enum { S_FUNC = 3, S_COMMAND, S_INPUTS, S_OUTPUTS, S_NAME, S_TAGS, S_RETRIES, S_TIMEOUT, S_POOL,
-       S_NODE, S_BODY };
+       S_ENV, S_NODE, S_BODY };
 static const char *const node_fields[] = {
-    "func", "command", "inputs", "outputs", "name", "tags", "retries", "timeout", "pool",
+    "func", "command", "inputs", "outputs", "name", "tags", "retries", "timeout", "pool", "env",
 };
 #define N_NODE_FIELDS (sizeof node_fields / sizeof *node_fields)
 
@@ -564,6 +564,93 @@ static void set_name(lua_State *L, lua_Debug *ar, bool have_frame, int level)
     lua_setfield(L, S_NODE, "name");
 }
 
+/* Whether the values at a and b are the same once turned into text (the
+ * environment a process gets): 1 and "1" are. */
+static bool same_text(lua_State *L, int a, int b)
+{
+    if (lua_rawequal(L, a, b)) return true;
+    size_t la, lb;
+    const char *sa = luaL_tolstring(L, a, &la);
+    const char *sb = luaL_tolstring(L, b, &lb);
+    bool same = la == lb && memcmp(sa, sb, la) == 0;
+    lua_pop(L, 2);
+    return same;
+}
+
+/* env = {NAME = value}: more environment for a command step's process, merged
+ * with its command's own env into a copy of the command (a command several
+ * nodes share keeps its own).  A name both set to different values is an
+ * error.  ${credentials.…} in a value reaches the process through its
+ * environment only (flow.credentials), and the fingerprint covers the values
+ * as written, as it does the command's env. */
+static void set_env(lua_State *L, int level)
+{
+    if (lua_isnil(L, S_ENV)) return;
+    lua_getfield(L, S_NODE, "kind");
+    bool func = strcmp(lua_tostring(L, -1), "func") == 0;
+    lua_pop(L, 1);
+    if (func)
+        fail(L, level, "node: env = {...} is the environment of a command's process; this step runs a Lua "
+             "function (func =), which has no process of its own: pass the values as parameters or inputs");
+    if (lua_type(L, S_ENV) != LUA_TTABLE)
+        fail(L, level, "node: env must be a table of NAME = value, got %s", luaL_typename(L, S_ENV));
+    lua_getfield(L, S_NODE, "cmd");
+    int cmd = lua_gettop(L);
+    lua_createtable(L, 0, 4);          /* the copy of the command */
+    int copy = lua_gettop(L);
+    lua_pushnil(L);
+    while (lua_next(L, cmd)) {
+        lua_pushvalue(L, -2);
+        lua_insert(L, -2);
+        lua_rawset(L, copy);
+    }
+    lua_newtable(L);                   /* its env: the command's, then the node's */
+    int env = lua_gettop(L);
+    if (lua_getfield(L, cmd, "env") == LUA_TTABLE) {
+        lua_pushnil(L);
+        while (lua_next(L, env + 1)) {
+            lua_pushvalue(L, -2);
+            lua_insert(L, -2);
+            lua_rawset(L, env);
+        }
+    }
+    lua_pop(L, 1);
+    push_sorted_keys(L, S_ENV);        /* the first bad name is the same one every time */
+    int keys = lua_gettop(L);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, keys);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_rawgeti(L, keys, i);
+        int k = lua_gettop(L);
+        lua_pushvalue(L, k);
+        lua_gettable(L, S_ENV);
+        int v = lua_gettop(L);
+        size_t len;
+        const char *name = lua_type(L, k) == LUA_TSTRING ? lua_tolstring(L, k, &len) : NULL;
+        if (!name || len == 0 || strlen(name) != len || strchr(name, '='))
+            fail(L, level, "node: env names must be variable names (NAME = value), got %s",
+                 lua_type(L, k) == LUA_TSTRING ? lua_pushfstring(L, "'%s'", name) : push_tostring(L, k));
+        int vt = lua_type(L, v);
+        if (vt != LUA_TSTRING && vt != LUA_TNUMBER)
+            fail(L, level, "node: env %s must be a string or a number, got %s", name, luaL_typename(L, v));
+        lua_pushvalue(L, k);
+        int had = lua_rawget(L, env), old = lua_gettop(L);
+        if (had != LUA_TNIL && !same_text(L, old, v))
+            fail(L, level, "node: env %s is set both by the node and by its command's env, to different "
+                 "values", name);
+        lua_pop(L, 1);
+        lua_pushvalue(L, k);
+        lua_pushvalue(L, v);
+        lua_rawset(L, env);
+        lua_settop(L, keys);
+    }
+    lua_pop(L, 1);
+    lua_setfield(L, copy, "env");
+    lua_pushvalue(L, lua_upvalueindex(UP_COMMAND));
+    lua_setmetatable(L, copy);
+    lua_setfield(L, S_NODE, "cmd");
+    lua_settop(L, cmd - 1);
+}
+
 /* retries (default 0), timeout (util.parse_duration) and pool (a name,
  * checked against flow.yml when the run is planned). */
 static void set_limits(lua_State *L, int level)
@@ -599,12 +686,13 @@ static int l_node(lua_State *L)
     if (lua_type(L, 1) != LUA_TTABLE || has_class(L, 1, UP_NODE))
         fail(L, level, "node: expected node{func = ..., inputs = ..., outputs = ...}, got %s", luaL_typename(L, 1));
     read_spec(L, level);
-    lua_createtable(L, 0, 13);          /* S_NODE */
+    lua_createtable(L, 0, 14);          /* S_NODE */
     lua_pushnil(L);                     /* S_BODY */
     lua_Debug ar;
     bool have_frame = user_frame(L, level, &ar);
     lua_setfield(L, S_NODE, "where");
     set_body(L, level);
+    set_env(L, level);
     set_io(L, S_INPUTS, "inputs", "input_style", level);
     set_io(L, S_OUTPUTS, "outputs", "output_style", level);
     push_tags(L, S_TAGS, "node", level);

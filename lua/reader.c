@@ -81,17 +81,18 @@ char *flow_read_script(const char *path, const char *display, size_t *len, char 
 
 int flow_load_file(lua_State *L, const char *path)
 {
-    size_t len;
+    const char *chunkname = lua_pushfstring(L, "@%s", path);   /* before the file is read: */
+    size_t len;                                                 /* no C memory held if it raises */
     char err[1024];
     char *buf = flow_read_script(path, path, &len, err, sizeof err);
     if (!buf) {
+        lua_pop(L, 1);
         lua_pushstring(L, err);
         return LUA_ERRFILE;
     }
-    lua_pushfstring(L, "@%s", path);
-    int rc = flow_load_buffer(L, buf, len, lua_tostring(L, -1));
-    lua_remove(L, -2);                 /* the chunk name; the chunk or error stays */
+    int rc = flow_load_buffer(L, buf, len, chunkname);
     free(buf);
+    lua_remove(L, -2);                 /* the chunk name; the chunk or error stays */
     return rc;
 }
 

@@ -21,6 +21,7 @@
 -- flow.credentials), and Catalog:credentials(e) hands them to whatever loads
 -- or saves the dataset itself (no local type needs them; remote ones will).
 local core = require("flow.core")
+local dag = require("flow.dag")
 local util = require("flow.util")
 
 local M = {}
@@ -140,7 +141,7 @@ function M.new(settings, opts)
     if type(name) ~= "string" then
       util.setup_error(string.format("%s: catalog keys are dataset names, got %s", where, tostring(name)))
     end
-    if name == "parameters" or name:find("^params:") then
+    if dag.is_param_input(name) then
       util.setup_error(string.format("%s: catalog entry '%s': 'parameters' and 'params:…' are parameters, "
         .. "not datasets (set them in parameters.yml)", where, name))
     end

@@ -422,9 +422,10 @@ local function resume_args(opts, pos)
       if r == id then matches = { r } break end
       if r:sub(1, #id) == id then matches[#matches + 1] = r end
     end
-    if #matches > 1 then
-      usage_error("--resume: '%s' is ambiguous: it starts %d runs (%s)", id, #matches,
-                  table.concat(matches, ", ", math.max(1, #matches - 4)))
+    if #matches > 1 then                      -- the count and the list agree: past 5, "the latest 5"
+      local shown = table.concat(matches, ", ", math.max(1, #matches - 4))
+      usage_error("--resume: '%s' is ambiguous: it starts %d runs (%s%s)", id, #matches,
+                  #matches > 5 and "the latest 5: " or "", shown)
     end
     if #matches == 0 then usage_error("--resume: no run '%s' in %s/.flow/runs%s", id, dir, recent()) end
     id = matches[1]

@@ -8,7 +8,8 @@
 --       a shell command: the reference becomes "$FLOW_CRED_DB_USER" and the
 --       step's process gets FLOW_CRED_DB_USER=<value>
 --   flow.command{ "psql", "-h", "db", env = { PGPASSWORD = "${credentials.db.password}" } }
---       an env value: the variable gets the value itself
+--       an env value: the variable gets the value itself (a node's env = {…}
+--       too: node{} merges it into its command's env)
 --   flow.command{ "tool", "--password", "${credentials.db.password}" }
 --       refused before anything runs: with no shell, nothing could turn a
 --       reference into the value except putting the value on the command line
@@ -23,6 +24,7 @@
 -- password in .flow/ could be brute-forced): a step's fingerprint covers the
 -- references as written, so changing a credential's value does not rerun it.
 local core = require("flow.core")
+local dag = require("flow.dag")
 local util = require("flow.util")
 
 local M = {}
@@ -152,7 +154,7 @@ function M.step_env(n, settings, cat)
   end
   for _, list in ipairs({ n.inputs, n.outputs }) do
     for _, io in ipairs(list) do
-      local e = not io.dataset:match("^params:") and io.dataset ~= "parameters" and cat:entry(io.dataset)
+      local e = not dag.is_param_input(io.dataset) and cat:entry(io.dataset)
       if e and e.credentials then
         for key, text in pairs(M.block(settings, e.credentials)) do
           put(M.var_name(key), text, string.format("dataset '%s' (credentials: %s)", io.dataset, e.credentials))

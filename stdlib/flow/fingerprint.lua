@@ -2,7 +2,8 @@
 --
 -- A step's fingerprint covers its code (a Lua function's bytecode with the
 -- values of its upvalues and of the script globals it names, and the source
--- of the project modules it names or holds; a command with
+-- of the project modules it names or holds and of the Lua files it runs with
+-- dofile/loadfile given a literal path; a command with
 -- its parameters expanded, plus the content of project files it names, such
 -- as src/train.py), the parameters it reads, its distribution settings, its
 -- declared outputs and the content hashes of its inputs.  The parts are kept
@@ -46,23 +47,47 @@ function M.hasher()
                         module_files = {}, module_hashes = {}, code_modules = {} }, Hasher)
 end
 
--- Project module `name` as {path =, hash = of its source, deps = {names of
--- the modules its code names}}, or false: a stdlib module, a string that
--- names no Lua file on package.path, or a C module (no source to hash).
+-- The names a compiled chunk's string constants may load: each string (a
+-- module name, for require) and, when the code names dofile or loadfile,
+-- "@" .. each string that names a Lua file ("lib/d.lua"), for the file it runs.
+local function loaded_names(strings)
+  local runs_files = false
+  for _, s in ipairs(strings) do
+    if s == "dofile" or s == "loadfile" then runs_files = true end
+  end
+  local names = {}
+  for _, s in ipairs(strings) do
+    names[#names + 1] = s
+    if runs_files and #s <= 4096 and s:match("%.lua$") and not s:find("[\0\n]") then
+      names[#names + 1] = "@" .. s
+    end
+  end
+  return names
+end
+
+-- Project module `name` (or, named "@path", a Lua file a step runs with
+-- dofile or loadfile) as {path =, hash = of its source, deps = {names of the
+-- modules and files its code names}}, or false: a stdlib module, a string
+-- that names no Lua file, or a C module (no source to hash).
 function Hasher:module_file(name)
   local m = self.module_files[name]
   if m ~= nil then return m end
   m = false
-  if #name <= 200 and name:match("^[%a_][%w_%.%-]*$") and not stdlib_module(name) then
-    local path = package.searchpath(name, package.path)
-    local text = path and core.read_file(path)
-    if text then
-      m = { path = path, hash = cache.sha256(text), deps = {} }
-      local chunk = load(text, "=" .. path, "t")       -- compiled, not run: only its constants are read
-      if chunk then
-        local _, strings = core.code(chunk, true)
-        for _, s in ipairs(strings) do m.deps[#m.deps + 1] = s end
-      end
+  local path
+  if name:sub(1, 1) == "@" then
+    local _, _, kind = cache.stat(name:sub(2))
+    path = kind == "file" and name:sub(2) or nil
+  elseif #name <= 200 and name:match("^[%a_][%w_%.%-]*$") and not stdlib_module(name) then
+    path = package.searchpath(name, package.path)
+  end
+  local text = path and core.read_file(path)
+  if text then
+    m = { path = path, hash = cache.sha256(text), deps = {} }
+    -- compiled (through the desugarer, as require compiles it), not run: only its constants are read
+    local chunk = core.load_text(text, "@" .. path)
+    if chunk then
+      local _, strings = core.code(chunk, true)
+      m.deps = loaded_names(strings)
     end
   end
   self.module_files[name] = m
@@ -93,13 +118,14 @@ function Hasher:module(name)
 end
 
 -- The project modules a function's code names (require("lib.x") has the
--- string "lib.x"): "name=hash" items, found once per distinct code.
+-- string "lib.x") and the Lua files it runs (dofile("lib/d.lua")):
+-- "name=hash" items, found once per distinct code.
 function Hasher:modules_named(f, code)
   local found = self.code_modules[code]
   if found then return found end
   found = {}
   local _, strings = core.code(f, true)
-  for _, s in ipairs(strings) do
+  for _, s in ipairs(loaded_names(strings)) do
     local h = self:module(s)
     if h then found[#found + 1] = "M" .. s .. "=" .. h end
   end

@@ -244,7 +244,7 @@ local function check_missing_inputs(nodes, cat, produced)
   for _, n in ipairs(nodes) do
     for _, io in ipairs(n.inputs) do
       local d = io.dataset
-      if not produced[d] and d ~= "parameters" and not d:match("^params:") and not catalog.persisted(cat:entry(d)) then
+      if not produced[d] and not dag.is_param_input(d) and not catalog.persisted(cat:entry(d)) then
         local r = readers[d]
         if not r then r = {}; readers[d] = r; missing[#missing + 1] = d end
         if r[#r] ~= n then r[#r + 1] = n end
@@ -282,7 +282,7 @@ local function warn_unused_entries(nodes, cat)
   mark(nodes)
   for _, q in pairs(pipeline.registry) do mark(q.nodes) end
   for d in pairs(used) do
-    if not cat:entry(d).declared and d ~= "parameters" and not d:match("^params:") then undeclared[#undeclared + 1] = d end
+    if not cat:entry(d).declared and not dag.is_param_input(d) then undeclared[#undeclared + 1] = d end
   end
   table.sort(undeclared)
   for _, e in ipairs(cat:declared()) do
@@ -336,7 +336,7 @@ local function check_paths(nodes, cat)
   -- a Lua step's memory values (most datasets, often) need no look.
   local patterns = #cat.patterns > 0
   local function place(d, command)
-    if not (command or patterns) or d == "parameters" or d:find("^params:") then return end
+    if not (command or patterns) or dag.is_param_input(d) then return end
     local e = cat:entry(d)
     if catalog.persisted(e) then
       if not cat.exact[d] then claim(e.path, d, e) end

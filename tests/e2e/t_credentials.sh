@@ -176,3 +176,52 @@ L
     for r in 0 1; do equals "$(cat cred.$r)" "$SECRET" "what rank $r received"; done
     no_secret_in_flow_dir
 }
+
+test_node_env_gets_credential_and_joins_the_command_env() {
+    creds
+    write pipeline.lua <<'L'
+local base = flow.command{ "sh", "-c", 'printf "%s|%s|%s" "$P" "$U" "$HOSTNAME_X" > "$1"', "sh", "${outputs.o}",
+                           env = { HOSTNAME_X = "db.local" } }
+return pipeline{
+  node{ command = "printf '%s' \"$P\" > ${outputs.o}; tr '\\0' ' ' < /proc/$$/cmdline > ${outputs.cmdline}; echo wrote",
+        env = { P = "${credentials.db.password}" }, outputs = { "o", "cmdline" }, name = "shell" },
+  node{ command = base, env = { P = "${credentials.db.password}", U = "u-${credentials.db.user}" },
+        outputs = { o = "merged" }, name = "merged" },
+}
+L
+    run_flow 0 run -v
+    equals "$(cat .flow/data/o)" "$SECRET" "what the shell step received"
+    not_contains "$(cat .flow/data/cmdline)" "$SECRET" "the shell's command line"
+    equals "$(cat .flow/data/merged)" "$SECRET|u-app|db.local" "node env merged with the command's"
+    not_contains "$OUT$ERR" "$SECRET" "-v output"
+    no_secret_in_flow_dir
+    # the fingerprint holds the references: a new value reruns nothing, a new reference does
+    sed -i "s/$SECRET/another-SECRET-value/" conf/local/credentials.yml
+    run_flow 0 run --explain
+    contains "$ERR" "explain: shell is up to date"
+    contains "$ERR" "explain: merged is up to date"
+    grep -qF "another-SECRET-value" .flow/cache/state.json && { echo "state.json holds the secret"; return 1; }
+    sed -i 's/u-\${credentials.db.user}/v-${credentials.db.user}/' pipeline.lua
+    run_flow 0 run --explain
+    contains "$ERR" "explain: merged runs: its command changed"
+    contains "$ERR" "explain: shell is up to date"
+    equals "$(cat .flow/data/merged)" "another-SECRET-value|v-app|db.local" "after the reference changed"
+}
+
+test_node_env_conflict_and_lua_step_are_errors() {
+    write pipeline.lua <<'L'
+local c = flow.command{ "true", env = { MODE = "a" } }
+return pipeline{
+  node{ command = c, env = { MODE = "b" }, name = "clash" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:3: node: env MODE is set both by the node and by its command's env, to different values"
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() end, env = { MODE = "b" }, name = "lua" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:2: node: env = {...} is the environment of a command's process; this step runs a Lua function"
+}

@@ -178,6 +178,68 @@ L
     contains "$OUT" "y=90 z=5"
 }
 
+test_modules_with_annotations_and_dofiled_files_are_part_of_the_code() {
+    # a module written with distributed_job<…> still shows what it requires;
+    # a file a step runs with dofile or loadfile (a literal path) is hashed
+    # like a module, with what it requires in turn
+    write lib/inner.lua <<'L'
+return { k = 5 }
+L
+    write lib/a.lua <<'L'
+local flow = require("flow")
+local M = {}
+M.job = distributed_job<framework = "pytorch", nodes = 1>(flow.command{ "true" })
+function M.f() return require("lib.inner").k end
+return M
+L
+    write lib/d.lua <<'L'
+return 100 + require("lib.deep").n
+L
+    write lib/deep.lua <<'L'
+return { n = 1 }
+L
+    write lib/l.lua <<'L'
+return 1000
+L
+    write pipeline.lua <<'L'
+local function s() io.open("ran_s", "w"):close() return require("lib.a").f() end
+return pipeline{
+  node{ func = s, outputs = "v", name = "s" },
+  node{ name = "d", outputs = "dv",
+        func = function() io.open("ran_d", "w"):close() return dofile("lib/d.lua") end },
+  node{ name = "l", outputs = "lv",
+        func = function() io.open("ran_l", "w"):close() return loadfile("lib/l.lua")() end },
+  node{ inputs = { "v", "dv", "lv" }, name = "show",
+        func = function(v, d, l) print("v=" .. v .. " d=" .. d .. " l=" .. l) end },
+}
+L
+    run_flow 0 run
+    contains "$OUT" "v=5 d=101 l=1000"
+    rm -f ran_*
+    run_flow 0 run
+    equals "$(ran)" "" "unchanged"
+    echo 'return { k = 6 }' > lib/inner.lua
+    run_flow 0 run --explain
+    equals "$(ran)" "s " "after the module an annotated module requires changed"
+    contains "$ERR" "explain: s runs: its code changed"
+    contains "$OUT" "v=6 d=101 l=1000"
+    rm -f ran_*
+    echo 'return 200 + require("lib.deep").n' > lib/d.lua
+    run_flow 0 run
+    equals "$(ran)" "d " "after the file a step runs with dofile changed"
+    contains "$OUT" "v=6 d=201 l=1000"
+    rm -f ran_*
+    echo 'return { n = 2 }' > lib/deep.lua
+    run_flow 0 run
+    equals "$(ran)" "d " "after a module that file requires changed"
+    contains "$OUT" "v=6 d=202 l=1000"
+    rm -f ran_*
+    echo 'return 2000' > lib/l.lua
+    run_flow 0 run
+    equals "$(ran)" "l " "after the file a step runs with loadfile changed"
+    contains "$OUT" "v=6 d=202 l=2000"
+}
+
 test_single_word_command_is_up_to_date() {
     write pipeline.lua <<'L'
 return pipeline{

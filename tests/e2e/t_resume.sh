@@ -176,3 +176,15 @@ test_kill_9_then_resume_matches_an_uninterrupted_run() {
     done
     rm -rf "$keep"
 }
+
+test_ambiguous_resume_count_and_list_agree() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ name = "a", outputs = "a", func = function() return 1 end } }
+L
+    for i in 1 2 3 4 5 6 7; do mkdir -p ".flow/runs/20250101-000000-00000$i-1"; done
+    run_flow 2 run --resume 2025
+    contains "$ERR" "--resume: '2025' is ambiguous: it starts 7 runs (the latest 5: 20250101-000000-000003-1, 20250101-000000-000004-1, 20250101-000000-000005-1, 20250101-000000-000006-1, 20250101-000000-000007-1)"
+    rm -rf .flow/runs/20250101-000000-00000[1-4]-1
+    run_flow 2 run --resume 2025
+    contains "$ERR" "it starts 3 runs (20250101-000000-000005-1, 20250101-000000-000006-1, 20250101-000000-000007-1)"
+}

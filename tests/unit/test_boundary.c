@@ -144,6 +144,74 @@ static void test_dag_build_reads_nodes_as_they_are(void)
            "assert(not ok and e:find(\"two steps are named 'a'\"), e)\n");
 }
 
+/* An allocator that refuses every new or growing block while `refusing`:
+ * Lua raises "not enough memory" (LUA_ERRMEM) from the first allocation. */
+static lua_Alloc real_alloc;
+static void *real_alloc_ud;
+static int refusing;
+
+static void *refusing_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    if (refusing && nsize > 0 && (!ptr || nsize > osize)) return NULL;
+    return real_alloc(ud, ptr, osize, nsize);
+}
+
+/* g:method(seeds) with every Lua allocation refused: a memory error, and the
+ * C arrays the walk made are freed (the heap does not grow over 100 calls). */
+static void walk_out_of_memory(const char *method)
+{
+    lua_getglobal(L, "g");
+    lua_getfield(L, -1, method);
+    lua_insert(L, -2);
+    lua_getglobal(L, "seeds");
+    lua_call(L, 2, 1);                          /* once to grow the stack and caches */
+    lua_settop(L, 0);
+    size_t before = heap_in_use();
+    real_alloc = lua_getallocf(L, &real_alloc_ud);
+    lua_setallocf(L, refusing_alloc, real_alloc_ud);
+    int errmem = 0;
+    for (int i = 0; i < 100; i++) {
+        lua_getglobal(L, "g");
+        lua_getfield(L, -1, method);
+        lua_insert(L, -2);
+        lua_getglobal(L, "seeds");
+        refusing = 1;
+        int rc = lua_pcall(L, 2, 1, 0);
+        refusing = 0;
+        errmem += rc == LUA_ERRMEM;
+        lua_settop(L, 0);
+    }
+    lua_setallocf(L, real_alloc, real_alloc_ud);
+    CHECK(errmem == 100);
+    size_t after = heap_in_use();
+    if (after > before + (1u << 20)) {
+        fprintf(stderr, "  %s: heap grew by %zu bytes\n", method, after - before);
+        CHECK(after <= before + (1u << 20));
+    }
+}
+
+static void test_dag_walk_out_of_memory_frees_its_arrays(void)
+{
+    lua_ok("local dag = require('flow.dag')\n"
+           "local steps = {}\n"
+           "seeds = {}\n"
+           "for i = 1, 20000 do\n"
+           "  steps[i] = { name = 's' .. i, outputs = { { dataset = 'd' .. i } },\n"
+           "               inputs = i > 1 and { { dataset = 'd' .. (i - 1) } } or {} }\n"
+           "  seeds[i] = i\n"
+           "end\n"
+           "g = dag.build(steps, {})\n");
+    walk_out_of_memory("downstream");
+    walk_out_of_memory("upstream");
+    lua_ok("local d = g:downstream({ 19999 })\n"
+           "assert(d[19999] and d[20000] and not d[19998])\n"
+           "local u = g:upstream({ 2 })\n"
+           "assert(u[1] and u[2] and not u[3])\n"
+           "local ok, e = pcall(g.downstream, g, { 1, 20001 })\n"
+           "assert(not ok and e:find('no such step 20001'), e)\n"
+           "g, seeds = nil, nil\n");
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st; (void)flag; (void)ftw;
@@ -164,6 +232,7 @@ int main(void)
     RUN(test_spawn_and_group_results);
     RUN(test_dag_build_bad_step_frees_what_was_read);
     RUN(test_dag_build_reads_nodes_as_they_are);
+    RUN(test_dag_walk_out_of_memory_frees_its_arrays);
     flow_state_close(L);
     if (chdir("/") != 0) perror("/");
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
