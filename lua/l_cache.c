@@ -456,5 +456,6 @@ int luaopen_flow_cache(lua_State *L)
     flow_new_class(L, JOURNAL_CLASS, journal_methods, l_journal_gc);
     flow_new_class(L, POOL_CLASS, no_methods, l_pool_gc);
     luaL_newlib(L, cache_funcs);
+    flow_open_state_store(L);
     return 1;
 }
