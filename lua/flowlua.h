@@ -93,6 +93,11 @@ const char *flow_field_string(lua_State *L, int idx, const char *key);
 /* A userdata metatable `name` with `methods` as __index and `gc` as __gc. */
 void flow_new_class(lua_State *L, const char *name, const struct luaL_Reg *methods, lua_CFunction gc);
 
+/* flow.cache.state (l_state.c): adds `state` to the module table on top of the stack. */
+void flow_open_state_store(lua_State *L);
+struct state_store;
+struct state_store *flow_check_state_store(lua_State *L, int idx);
+
 int luaopen_flow_core(lua_State *L);
 int luaopen_flow_dag(lua_State *L);
 int luaopen_flow_proc(lua_State *L);

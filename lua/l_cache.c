@@ -10,6 +10,7 @@
  * check, a script's top level) the caller waits by running the loop itself. */
 #include "flowlua.h"
 #include "commit.h"
+#include "fingerprint.h"
 #include "hash.h"
 #include "hashcache.h"
 #include "journal.h"
@@ -438,7 +439,54 @@ static int l_realpath(lua_State *L)
     return 1;
 }
 
+/* ---- fingerprints ------------------------------------------------------------ */
+
+/* The map parts[field] ({key = hash}) into kv (room for n); returns how many. */
+static size_t read_map(lua_State *L, int parts, const char *field, struct fp_kv **out)
+{
+    *out = NULL;
+    if (lua_getfield(L, parts, field) != LUA_TTABLE) { lua_pop(L, 1); return 0; }
+    int t = lua_gettop(L);
+    size_t n = 0;
+    for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1)) n++;
+    /* a userdata, so that a bad entry below raises without a leak; left on the stack */
+    struct fp_kv *kv = lua_newuserdatauv(L, (n ? n : 1) * sizeof *kv, 0);
+    size_t i = 0;
+    for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1)) {
+        if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
+            luaL_error(L, "fingerprint parts: %s maps names to hashes (strings)", field);
+        struct fp_kv *e = &kv[i++];                      /* the strings are held by the table */
+        e->key.s = lua_tolstring(L, -2, &e->key.len);
+        e->value.s = lua_tolstring(L, -1, &e->value.len);
+    }
+    *out = kv;
+    return n;
+}
+
+/* fp_combine(parts) -> fingerprint (engine/fingerprint.c: the one rule) */
+static int l_fp_combine(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    struct fp_parts p = { 0 };
+    static const char *const names[] = { "code", "dist", "outputs" };
+    struct fp_str *fields[] = { &p.code, &p.dist, &p.outputs };
+    for (int k = 0; k < 3; k++) {
+        int t = lua_getfield(L, 1, names[k]);
+        if (t == LUA_TSTRING) fields[k]->s = lua_tolstring(L, -1, &fields[k]->len);
+        else if (t != LUA_TNIL || k != 1) return luaL_error(L, "fingerprint parts: %s is a string", names[k]);
+        lua_pop(L, 1);                               /* the string stays alive: it is in the table */
+    }
+    p.n_files = read_map(L, 1, "files", &p.files);
+    p.n_params = read_map(L, 1, "params", &p.params);
+    p.n_inputs = read_map(L, 1, "inputs", &p.inputs);
+    char hex[SHA256_HEX_SIZE];
+    fp_combine(&p, hex);
+    lua_pushstring(L, hex);
+    return 1;
+}
+
 static const luaL_Reg cache_funcs[] = {
+    { "fp_combine", l_fp_combine },
     { "sha256", l_sha256 },
     { "hashes", l_hashes },
     { "serialize", l_serialize },
@@ -456,5 +504,6 @@ int luaopen_flow_cache(lua_State *L)
     flow_new_class(L, JOURNAL_CLASS, journal_methods, l_journal_gc);
     flow_new_class(L, POOL_CLASS, no_methods, l_pool_gc);
     luaL_newlib(L, cache_funcs);
+    flow_open_state_store(L);
     return 1;
 }

@@ -187,7 +187,7 @@ static void mask_tree(const struct config *cfg, cJSON *node)
 }
 
 /* record_json(value [, pretty]) -> JSON text for one of flow's own files
- * (journal, run.json, state.json), every credential of the active
+ * (journal, run.json, state.log), every credential of the active
  * configuration masked in its strings and keys; or nil, message. */
 static int l_record_json(lua_State *L)
 {

@@ -13,7 +13,6 @@ local cache = require("flow.cache")
 
 local M = {}
 
-local VERSION = "flow-fingerprint-1"
 local SHORT = 16          -- hex digits of a part kept for --explain
 
 -- Globals present before any script ran (the stdlib's) and the ones the CLI
@@ -271,32 +270,10 @@ function M.command_code(cmd, root, hc, memo)
   return code, files
 end
 
--- Keys of t in order (the fingerprint must not depend on table order).
-local function sorted(t)
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  if #keys > 1 then table.sort(keys) end
-  return keys
-end
-
 -- parts = {code =, files = {path = h}, params = {key = h}, inputs = {d = h},
---          dist =, outputs =}  ->  fingerprint.  (Hot: a no-op rerun of
--- 10,000 steps computes 10,000 of them, so no intermediate tables.)
-function M.combine(parts)
-  local buf, n = { VERSION, parts.code, parts.dist or "-", parts.outputs }, 4
-  for _, field in ipairs({ "files", "params", "inputs" }) do
-    local t = parts[field]
-    if t and next(t) then
-      n = n + 1
-      buf[n] = field
-      for _, k in ipairs(sorted(t)) do
-        buf[n + 1], buf[n + 2] = k, t[k]
-        n = n + 2
-      end
-    end
-  end
-  return cache.sha256(table.concat(buf, "\0", 1, n))
-end
+--          dist =, outputs =}  ->  fingerprint.  The rule is engine/fingerprint.c's
+-- (one implementation, which an engine-side check can share).
+M.combine = cache.fp_combine
 
 -- The parts shortened, as a step's record keeps them for --explain.
 function M.short(parts)

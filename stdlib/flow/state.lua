@@ -2,27 +2,31 @@
 --
 --   .flow/lock                       held (flock) by the one run using the project
 --   .flow/runs/<id>/journal.jsonl    each run's journal: run start, step start/end, run end
---   .flow/runs/<id>/merged           the journal is folded into state.json
+--   .flow/runs/<id>/merged           the journal is folded into state.log
 --   .flow/runs/latest                symlink to the last run
---   .flow/cache/state.json           each step's last successful run: fingerprint, parts, outputs
---   .flow/cache/values/<sha256>      Lua values of memory outputs (small ones live in state.json)
+--   .flow/cache/state.log            each step's last successful run: fingerprint, parts, outputs
+--                                    (an append-only file of checksummed records, engine/statestore.c;
+--                                    docs/data.md has its format)
+--   .flow/cache/values/<sha256>      Lua values of memory outputs (small ones live in state.log)
 --   .flow/cache/hashes               content hashes of files by (path, size, mtime, inode)
 --
--- The journal is the record of truth: a run killed with kill -9 never wrote
--- state.json, so the next run folds its journal in first.  Records carry the
+-- The journal is the record of truth: a run killed with kill -9 never saved
+-- its records to state.log, so the next run folds its journal in first.  Records carry the
 -- time they were made and only a newer record replaces an older one, so
 -- folding is idempotent and order does not matter.
 local core = require("flow.core")
 local cache = require("flow.cache")
 local util = require("flow.util")
+local redact = require("flow.config").redact
 
 local M = {}
 
 M.RUNS = ".flow/runs"
 M.CACHE = ".flow/cache"
-M.STATE = M.CACHE .. "/state.json"
+M.STATE = M.CACHE .. "/state.log"
+M.OLD_STATE = M.CACHE .. "/state.json"   -- before state.log: read once, then removed
 M.VALUES = M.CACHE .. "/values"
-M.INLINE_MAX = 512      -- serialised values up to this size live in state.json
+M.INLINE_MAX = 512      -- serialised values up to this size live in the step's record
 
 local locked = false
 
@@ -39,7 +43,7 @@ function M.lock()
   locked = true
 end
 
--- Whether a step record (from state.json or a journal) has fields of the
+-- Whether a step record (from state.log or a journal) has fields of the
 -- types the runner reads; a damaged one is dropped, so that step runs again.
 local function valid(rec)
   return type(rec) == "table" and type(rec.fp) == "string" and type(rec.outputs) == "table"
@@ -86,36 +90,124 @@ local function fold_journals(steps, current)
   return folded
 end
 
--- load(current_run_id) -> state {steps = {name = record}, dirty =, folded = {ids}}
-function M.load(current)
-  local steps = {}
-  local text = core.read_file(M.STATE)
-  if text then
-    local ok, doc = pcall(core.json_decode, text)
-    if ok and type(doc) == "table" and doc.version == 1 and type(doc.steps) == "table" then
-      for name, rec in pairs(doc.steps) do
-        if type(name) == "string" and valid(rec) then steps[name] = rec end
-      end
-    else
-      core.ui_warn(M.STATE .. " is unreadable; every step will run (its outputs are checked afresh)")
+-- The records of state.json (flow before state.log), read once.
+local function read_old_state(steps)
+  local text = core.read_file(M.OLD_STATE)
+  if not text then return false end
+  local ok, doc = pcall(core.json_decode, text)
+  if ok and type(doc) == "table" and doc.version == 1 and type(doc.steps) == "table" then
+    for name, rec in pairs(doc.steps) do
+      if type(name) == "string" and valid(rec) then steps[name] = rec end
     end
+  else
+    core.ui_warn(M.OLD_STATE .. " is unreadable; every step will run (its outputs are checked afresh)")
   end
-  local folded = fold_journals(steps, current)
-  return { steps = steps, dirty = #folded > 0, folded = folded }
+  return true
 end
 
--- Record step `name`'s successful run.
+-- A record's body (its parts and output records, JSON) decoded; false if damaged.
+local function decode_body(body)
+  local ok, b = pcall(core.json_decode, body)
+  return ok and type(b) == "table" and b
+end
+
+-- state.steps: a step's record built from the store on first use, and its
+-- JSON body decoded only when something reads more than the engine keeps
+-- (a no-op run of 10,000 command steps decodes none: the fingerprint and
+-- the outputs' paths and hashes come from the record itself).  pairs()
+-- walks every step the store knows.
+local function steps_view(store)
+  return setmetatable({}, {
+    __index = function(t, name)
+      if type(name) ~= "string" then return nil end
+      local fp, time, body, files = store:get(name)
+      if not fp then return nil end
+      local rec
+      if files then
+        rec = setmetatable({ fp = fp, time = time, outputs = files }, { __index = function(r, k)
+          if k ~= "parts" then return nil end
+          local b = decode_body(body)
+          local parts = b and type(b.parts) == "table" and b.parts or false
+          rawset(r, "parts", parts)
+          return parts or nil
+        end })
+      else
+        local b = decode_body(body)
+        rec = b and { fp = fp, time = time, parts = b.parts, outputs = b.outputs }
+        if not (rec and valid(rec)) then rec = false end
+      end
+      rawset(t, name, rec)
+      return rec or nil
+    end,
+    __pairs = function(t)
+      local names, i = store:names(), 0
+      return function()
+        while true do
+          i = i + 1
+          local name = names[i]
+          if not name then return nil end
+          local rec = t[name]
+          if rec then return name, rec end
+        end
+      end, t, nil
+    end,
+  })
+end
+
+-- load(current_run_id) -> state {steps = {name = record}, store =, dirty =, folded = {ids}}
+function M.load(current)
+  local store, warning = cache.state(M.STATE)
+  if warning then
+    core.ui_warn(M.STATE .. " " .. warning .. "; every step will run (its outputs are checked afresh)")
+  end
+  local damaged = store:stats().damaged
+  if damaged > 0 then
+    core.ui_warn(string.format("%d record%s of %s %s damaged (%s its checksum): %s step%s run%s again", damaged,
+      damaged == 1 and "" or "s", M.STATE, damaged == 1 and "was" or "were", damaged == 1 and "it fails" or "they fail",
+      damaged == 1 and "its" or "their", damaged == 1 and "" or "s", damaged == 1 and "s" or ""))
+  end
+  local st = { store = store, steps = steps_view(store), dirty = damaged > 0, folded = {} }
+  if store:count() == 0 then
+    local old = {}
+    if read_old_state(old) then
+      st.migrated = true
+      for name, rec in pairs(old) do M.put(st, name, rec) end
+    end
+  end
+  local journal = {}
+  st.folded = fold_journals(journal, current)
+  for name, rec in pairs(journal) do
+    if newer(rec, st.steps[name]) then M.put(st, name, rec) end
+  end
+  st.dirty = st.dirty or #st.folded > 0
+  return st
+end
+
+-- Record step `name`'s successful run.  Its record goes to the store at
+-- once (so the engine's up-to-date check sees it); save() makes it durable.
 function M.put(state, name, rec)
-  state.steps[name] = rec
+  local outs, k, files_only = {}, 0, true
+  for d, out in pairs(rec.outputs or {}) do
+    local kind = out.path and "f" or out.uncacheable and "u" or "m"
+    files_only = files_only and kind == "f"
+    outs[k + 1], outs[k + 2], outs[k + 3], outs[k + 4] = redact(d), kind, redact(out.path or ""), out.hash or ""
+    k = k + 4
+  end
+  -- Output files are the record's own fields ({path, hash} each): the body
+  -- repeats the output records only when there is a memory value among them.
+  state.store:put(redact(name), rec.fp, rec.time or 0,
+                  util.record_json({ parts = rec.parts, outputs = not files_only and rec.outputs or nil }), outs)
+  rawset(state.steps, name, rec)
   state.dirty = true
 end
 
--- Write state.json if anything changed, then mark the folded journals merged.
+-- Make what changed durable (state.log), then mark the folded journals merged.
 function M.save(state, run_id)
   if state.dirty then
     core.mkdir_p(M.CACHE)
-    core.write_atomic(M.STATE, util.record_json({ version = 1, steps = state.steps }) .. "\n")
+    state.store:save()
     state.dirty = false
+    if state.migrated then os.remove(M.OLD_STATE); state.migrated = nil end
   end
   local ids = state.folded
   if run_id then ids[#ids + 1] = run_id end

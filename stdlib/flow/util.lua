@@ -31,7 +31,7 @@ end
 -- ---- what flow writes into its own files: credentials masked ----
 
 -- The JSON text of t (plain data) for one of flow's own files (journal,
--- run.json, state.json): every credential of the active configuration is
+-- run.json, state.log): every credential of the active configuration is
 -- masked in its strings and keys, hashes and numbers aside.  Returns what
 -- core.json_encode returns.
 M.record_json = config.record_json

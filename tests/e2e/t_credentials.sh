@@ -119,8 +119,8 @@ L
     sed -i "s/$SECRET/another-SECRET-value/" conf/local/credentials.yml
     run_flow 0 run --explain
     contains "$ERR" "explain: uses is up to date"
-    grep -qF "$SECRET" .flow/cache/state.json && { echo "state.json holds the old secret"; return 1; }
-    grep -qF "another-SECRET-value" .flow/cache/state.json && { echo "state.json holds the secret"; return 1; }
+    grep -aqF "$SECRET" .flow/cache/state.log && { echo "state.log holds the old secret"; return 1; }
+    grep -aqF "another-SECRET-value" .flow/cache/state.log && { echo "state.log holds the secret"; return 1; }
     return 0
 }
 

@@ -334,18 +334,54 @@ test_journal_records_the_run() {
     contains "$(cat "$j")" '"event":"step_end"'
     contains "$(cat "$j")" '"status":"ok"'
     contains "$(tail -n 1 "$j")" '"event":"run_end"'
-    [ -f .flow/cache/state.json ] || { echo "no state.json"; return 1; }
+    [ -f .flow/cache/state.log ] || { echo "no state.log"; return 1; }
     [ -f .flow/runs/latest/merged ] || { echo "journal not marked merged"; return 1; }
 }
 
 test_state_is_rebuilt_from_an_unmerged_journal() {
     incr_project
     run_flow 0 run
-    # as if flow had been killed before writing state.json
-    rm -f .flow/cache/state.json .flow/runs/*/merged
+    # as if flow had been killed before writing state.log
+    rm -f .flow/cache/state.log .flow/runs/*/merged
     rm -f ran_*
     run_flow 0 run
-    equals "$(ran)" "" "after state.json was lost"
+    equals "$(ran)" "" "after state.log was lost"
+}
+
+test_an_old_state_json_is_read_once_and_replaced() {
+    incr_project
+    run_flow 0 run
+    # state.json as flow wrote it before state.log, rebuilt from the journal
+    python3 -c '
+import glob, json
+steps = {}
+for path in glob.glob(".flow/runs/*/journal.jsonl"):
+    for line in open(path):
+        ev = json.loads(line)
+        if ev.get("event") == "step_end" and ev.get("status") == "ok":
+            steps[ev["step"]] = {"fp": ev["fingerprint"], "parts": ev["parts"], "outputs": ev["outputs"], "time": ev["time"]}
+json.dump({"version": 1, "steps": steps}, open(".flow/cache/state.json", "w"))
+'
+    rm -f .flow/cache/state.log ran_*
+    run_flow 0 run
+    equals "$(ran)" "" "steps run after the migration"
+    [ -f .flow/cache/state.log ] || { echo "no state.log"; return 1; }
+    [ ! -e .flow/cache/state.json ] || { echo "state.json is still there"; return 1; }
+    run_flow 0 run
+    equals "$(ran)" "" "steps run after the migration, twice"
+}
+
+test_a_torn_state_tail_is_ignored() {
+    incr_project
+    run_flow 0 run
+    rm -f ran_*
+    # a run killed in the middle of appending its records
+    printf 'FSR1\377\377\000\000garbage' >> .flow/cache/state.log
+    run_flow 0 run --params b=5
+    equals "$(ran)" "ab b " "steps run with a torn state file"
+    rm -f ran_*
+    run_flow 0 run --params b=5
+    equals "$(ran)" "" "steps run after the torn tail was rewritten"
 }
 
 test_second_run_in_the_same_project_is_refused() {

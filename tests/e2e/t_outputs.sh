@@ -81,8 +81,8 @@ Y
 k: 1
 Y
     run_flow 0 run
-    sed -i 's/return 41/return 99/' .flow/cache/state.json
-    grep -q 'return 99' .flow/cache/state.json || { echo "the inline value was not where expected"; cat .flow/cache/state.json; return 1; }
+    sed -i 's/return 41/return 99/' .flow/cache/state.log
+    grep -aq 'return 99' .flow/cache/state.log || { echo "the inline value was not where expected"; cat -v .flow/cache/state.log; return 1; }
     run_flow 0 run --params k=2
     equals "$(cat r.txt)" "42 2"
     contains "$ERR" "was damaged"

@@ -1,0 +1,62 @@
+/* statestore.h — each step's last successful run, kept between runs in one
+ * append-only file of checksummed records (.flow/cache/state.log; the
+ * format is in docs/data.md).  Opening reads the file once (mmap) and indexes
+ * the newest record of each step; a run's new records are appended at the
+ * end of the run in one write and one fdatasync, and the file is rewritten
+ * (temporary file + rename) when most of it is superseded records.
+ *
+ * A record holds what the engine itself checks — the step's fingerprint and
+ * its outputs (dataset, path, content hash) — and an opaque body (the
+ * stdlib's JSON of the fingerprint's parts and the output records) that only
+ * the caller decodes.  Nothing here knows Lua. */
+#ifndef FLOW_STATESTORE_H
+#define FLOW_STATESTORE_H
+
+#include <stddef.h>
+
+#define STATE_STORE_MAX_FILE ((size_t)1 << 31)   /* a larger file is not read (every step runs) */
+#define STATE_STORE_MAX_RECORD ((size_t)1 << 26)
+
+/* One output: kind 'f' (a file or folder at path), 'm' (a memory value),
+ * 'u' (a value that could not be cached: no hash). */
+struct state_out {
+    char kind;
+    const char *dataset, *path, *hash;        /* path and hash may be "" */
+};
+
+struct state_rec {
+    const char *name, *fp, *body;
+    size_t body_len;
+    double time;
+    size_t n_outs;
+    struct state_out *outs;
+};
+
+struct state_store;
+
+/* Reads `path` (a missing file is an empty store).  Damaged records are
+ * skipped and a torn tail (a kill mid-append) is ignored; *warning (may be
+ * NULL) is set to a message when the file could not be used at all.  Returns
+ * NULL with err set only when the file exists and cannot be opened or read. */
+struct state_store *state_store_open(const char *path, const char **warning, char *err, size_t errlen);
+void state_store_free(struct state_store *s);
+
+const struct state_rec *state_store_get(const struct state_store *s, const char *name);
+/* Live records in no particular order: i from 0 to state_store_count() - 1. */
+size_t state_store_count(const struct state_store *s);
+const struct state_rec *state_store_at(const struct state_store *s, size_t i);
+
+/* Records (copies) rec as step rec->name's last successful run, replacing any. */
+void state_store_put(struct state_store *s, const struct state_rec *rec);
+
+/* Makes every put durable: appends them (one write, one fdatasync), or
+ * rewrites the file with only live records (temporary file, rename) when
+ * superseded or damaged records take more than half of it.  Never follows a
+ * link under .flow.  -1 with a message naming the file. */
+int state_store_save(struct state_store *s, char *err, size_t errlen);
+
+/* What opening found, for tests and --explain of the store itself. */
+struct state_store_stats { size_t records, damaged, torn_bytes, file_bytes; };
+struct state_store_stats state_store_stats(const struct state_store *s);
+
+#endif

@@ -1,0 +1,192 @@
+/* test_statestore.c — the step state file: records survive a save and a
+ * reopen, a later put replaces an earlier one, a torn tail (a kill
+ * mid-append) and a damaged record are dropped without losing the others,
+ * and superseded records are compacted away. */
+#include "check.h"
+#include "statestore.h"
+#include "util.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char root[64];
+static char err[1024];
+
+static void put_step(struct state_store *s, const char *name, const char *fp, double time)
+{
+    struct state_out outs[2] = { { 'f', "model", ".flow/data/model", "abc123" }, { 'm', "rows", "", "def456" } };
+    struct state_rec r = { .name = name, .fp = fp, .body = "{\"parts\":{}}", .body_len = 12, .time = time,
+                           .n_outs = 2, .outs = outs };
+    state_store_put(s, &r);
+}
+
+static off_t file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? st.st_size : -1;
+}
+
+static struct state_store *reopen(const char *path, const char **warning)
+{
+    struct state_store *s = state_store_open(path, warning, err, sizeof err);
+    CHECK(s != NULL);
+    return s;
+}
+
+static void test_round_trip(void)
+{
+    const char *w;
+    struct state_store *s = reopen("rt.log", &w);
+    CHECK(w == NULL);
+    CHECK(state_store_count(s) == 0);
+    put_step(s, "train", "fp1", 10.5);
+    put_step(s, "split", "fp2", 11);
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    s = reopen("rt.log", &w);
+    CHECK(w == NULL);
+    CHECK(state_store_count(s) == 2);
+    const struct state_rec *r = state_store_get(s, "train");
+    CHECK(r != NULL);
+    if (r) {
+        CHECK_STR(r->fp, "fp1");
+        CHECK(r->time == 10.5);
+        CHECK(r->body_len == 12);
+        CHECK(r->n_outs == 2);
+        CHECK(r->outs[0].kind == 'f');
+        CHECK_STR(r->outs[0].dataset, "model");
+        CHECK_STR(r->outs[0].path, ".flow/data/model");
+        CHECK_STR(r->outs[1].hash, "def456");
+    }
+    put_step(s, "train", "fp3", 12);              /* replaces, appended */
+    off_t before = file_size("rt.log");
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    CHECK(file_size("rt.log") > before);
+    state_store_free(s);
+    s = reopen("rt.log", NULL);
+    r = state_store_get(s, "train");
+    CHECK(r && strcmp(r->fp, "fp3") == 0);
+    CHECK(state_store_count(s) == 2);
+    state_store_free(s);
+}
+
+static void test_torn_tail_is_ignored(void)
+{
+    struct state_store *s = reopen("torn.log", NULL);
+    put_step(s, "a", "fpa", 1);
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    put_step(s, "b", "fpb", 2);
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    off_t full = file_size("torn.log");
+    CHECK(truncate("torn.log", full - 7) == 0);     /* b's record cut short */
+    s = reopen("torn.log", NULL);
+    CHECK(state_store_get(s, "a") != NULL);
+    CHECK(state_store_get(s, "b") == NULL);
+    CHECK(state_store_stats(s).torn_bytes > 0);
+    put_step(s, "c", "fpc", 3);                     /* the next save rewrites the tail away */
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    s = reopen("torn.log", NULL);
+    CHECK(state_store_stats(s).torn_bytes == 0);
+    CHECK(state_store_get(s, "a") && state_store_get(s, "c"));
+    state_store_free(s);
+}
+
+static void test_damaged_record_is_dropped(void)
+{
+    struct state_store *s = reopen("dmg.log", NULL);
+    put_step(s, "first", "fp-one", 1);
+    put_step(s, "second", "fp-two", 2);
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    size_t len;
+    char *d = read_file("dmg.log", &len);
+    char *at = d ? memmem(d, len, "fp-one", 6) : NULL;
+    CHECK(at != NULL);
+    if (at) at[3] = 'X';                              /* same length: only the checksum tells */
+    int fd = open("dmg.log", O_WRONLY | O_TRUNC);
+    CHECK(fd >= 0 && write_all(fd, d, len) == 0);
+    if (fd >= 0) close(fd);
+    free(d);
+    s = reopen("dmg.log", NULL);
+    CHECK(state_store_get(s, "first") == NULL);
+    CHECK(state_store_get(s, "second") != NULL);
+    CHECK(state_store_stats(s).damaged == 1);
+    state_store_free(s);
+}
+
+static void test_not_a_state_file(void)
+{
+    int fd = open("junk.log", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0 && write_all(fd, "{\"version\":1}", 13) == 0);
+    if (fd >= 0) close(fd);
+    const char *w;
+    struct state_store *s = reopen("junk.log", &w);
+    CHECK(w != NULL);
+    CHECK(state_store_count(s) == 0);
+    put_step(s, "x", "fpx", 1);
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    s = reopen("junk.log", &w);
+    CHECK(w == NULL && state_store_get(s, "x") != NULL);
+    state_store_free(s);
+}
+
+static void test_superseded_records_are_compacted(void)
+{
+    struct state_store *s = reopen("cmp.log", NULL);
+    char name[32];
+    for (int i = 0; i < 100; i++) { snprintf(name, sizeof name, "s%d", i); put_step(s, name, "v0", 1); }
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    off_t one = file_size("cmp.log");
+    for (int round = 1; round <= 5; round++) {
+        for (int i = 0; i < 100; i++) { snprintf(name, sizeof name, "s%d", i); put_step(s, name, "v1", round + 1); }
+        CHECK(state_store_save(s, err, sizeof err) == 0);
+    }
+    CHECK(file_size("cmp.log") <= 2 * one);        /* never more than twice the live records */
+    state_store_free(s);
+    s = reopen("cmp.log", NULL);
+    CHECK(state_store_count(s) == 100);
+    CHECK(state_store_get(s, "s42") && strcmp(state_store_get(s, "s42")->fp, "v1") == 0);
+    state_store_free(s);
+}
+
+static void test_a_link_is_not_read_and_is_replaced(void)
+{
+    int fd = open("victim", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    CHECK(fd >= 0 && write_all(fd, "precious", 8) == 0);
+    if (fd >= 0) close(fd);
+    CHECK(symlink("victim", "link.log") == 0);
+    const char *w;
+    struct state_store *s = reopen("link.log", &w);
+    CHECK(w != NULL);
+    put_step(s, "x", "fpx", 1);
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    char *v = read_file("victim", NULL);
+    CHECK_STR(v, "precious");
+    free(v);
+    struct stat st;
+    CHECK(lstat("link.log", &st) == 0 && S_ISREG(st.st_mode));
+}
+
+int main(void)
+{
+    snprintf(root, sizeof root, "/tmp/flow-test-state-XXXXXX");
+    if (!mkdtemp(root) || chdir(root) != 0) { perror("mkdtemp"); return 1; }
+    RUN(test_round_trip);
+    RUN(test_torn_tail_is_ignored);
+    RUN(test_damaged_record_is_dropped);
+    RUN(test_not_a_state_file);
+    RUN(test_superseded_records_are_compacted);
+    RUN(test_a_link_is_not_read_and_is_replaced);
+    if (chdir("/") == 0) {
+        char *cmd = xasprintf("rm -rf '%s'", root);
+        if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
+        free(cmd);
+    }
+    return CHECK_DONE("statestore");
+}
