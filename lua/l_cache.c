@@ -269,6 +269,18 @@ static struct journal **journal_box(lua_State *L)
     return luaL_checkudata(L, 1, JOURNAL_CLASS);
 }
 
+struct journal *flow_check_journal(lua_State *L, int idx)
+{
+    struct journal *j = *(struct journal **)luaL_checkudata(L, idx, JOURNAL_CLASS);
+    if (!j) luaL_error(L, "the journal is closed");
+    return j;
+}
+
+struct work_pool *flow_work_pool(lua_State *L)
+{
+    return run_pool(L);
+}
+
 static struct journal *check_journal(lua_State *L)
 {
     struct journal *j = *journal_box(L);
