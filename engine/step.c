@@ -29,6 +29,7 @@ struct life {
     double started, finished;    /* wall clock; 0: never */
     double deadline;             /* monotonic; 0: none */
     bool has_exit_code, timed_out, ok;
+    bool cancelled;              /* the scheduler stopped it (Ctrl-C) */
     int exit_code;
     char *error;                 /* the first line of the last failure, redacted */
     char *report;                /* what to print of it, or NULL */
@@ -62,6 +63,7 @@ struct step_runner {
     struct work_pool *pool;
     char *run_id;                /* redacted */
     struct step_spec *specs;
+    double backoff;
     struct life *lives;
     enum step_state *states;     /* kept by step_runner_finish */
     struct batch held;
@@ -283,7 +285,7 @@ static void end_step(struct step_runner *r, size_t i, const struct step_outcome 
     l->phase = PHASE_ENDING;
     l->finished = wall_seconds();
     l->ok = o->ok;
-    bool interrupted = !o->ok && (o->interrupted || run_interrupted(r));
+    bool interrupted = !o->ok && (o->interrupted || l->cancelled || run_interrupted(r));
     if (!o->ok) {
         l->timed_out = o->timed_out;
         report(r, i);
@@ -348,8 +350,11 @@ void step_attempt_done(struct step_runner *r, size_t i, const struct step_outcom
     if (o->ok) { end_step(r, i, o); return; }
     first_line_of(&l->error, o->message);
     set_string(&l->report, o->report);
-    if (o->interrupted || run_interrupted(r) || l->attempt > r->specs[i].retries) { end_step(r, i, o); return; }
-    double delay = fmin(BACKOFF_MAX, ldexp(1.0, l->attempt - 1));
+    if (o->interrupted || l->cancelled || run_interrupted(r) || l->attempt > r->specs[i].retries) {
+        end_step(r, i, o);
+        return;
+    }
+    double delay = fmin(BACKOFF_MAX, ldexp(r->backoff, l->attempt - 1));
     ui_warn("step '%s' %s (attempt %d of %d); retrying in %gs%s", step_name(r, i), reason_of(l->error),
             l->attempt, r->specs[i].retries + 1, delay, o->stderr_tail ? o->stderr_tail : "");
     l->phase = PHASE_BACKOFF;
@@ -365,7 +370,7 @@ static void backoff_done(struct step_wait *w, void *arg)
     size_t i = (size_t)(l - r->lives);
     l->backoff = NULL;
     step_wait_free(w);
-    if (run_interrupted(r)) {
+    if (l->cancelled || run_interrupted(r)) {
         struct step_outcome o = { .ok = false, .message = l->error, .timed_out = l->timed_out, .interrupted = true };
         end_step(r, i, &o);
         return;
@@ -429,6 +434,7 @@ static void exec_cancel(void *ctx, struct sched *s, size_t i, enum cancel_mode m
     struct step_runner *r = ctx;
     (void)s;
     struct life *l = life_of(r, i);
+    l->cancelled = true;
     if (l->phase == PHASE_ATTEMPT) r->body.cancel(r->body.ctx, i, mode);
     else if (l->phase == PHASE_BACKOFF) step_wait_list_cancel(&l->waits, mode);
     /* ending: its outputs are being flushed, which is bounded and finishes */
@@ -473,6 +479,7 @@ struct step_runner *step_runner_new(const struct dag *dag, struct loop *loop, co
     r->lives = xcalloc(n + 1, sizeof *r->lives);
     for (size_t i = 0; i < n; i++) r->lives[i].r = r;
     r->flushed_at = -1e9;
+    r->backoff = opt->backoff > 0 ? opt->backoff : 1.0;
     return r;
 }
 

@@ -84,6 +84,7 @@ struct step_runner_options {
     struct work_pool *pool;         /* NULL: outputs are flushed on the loop's thread */
     const char *run_id;             /* written into each step_end */
     const struct step_spec *specs;  /* one per step of the DAG; copied */
+    double backoff;                 /* the first retry's wait, doubled each time; 0: 1 s */
 };
 
 struct step_runner *step_runner_new(const struct dag *dag, struct loop *loop, const struct step_runner_options *opt,
