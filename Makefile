@@ -40,8 +40,9 @@ FAULTSHIM  := $(BUILD)/tests/libfaultshim.so
 .PHONY: all deps test-deps demo check test unit e2e bench clean asan
 all: flow
 
-# Packages the tests use beyond the build: real PyTorch (DDP) and Open MPI.
-TEST_PKGS := python3-torch openmpi-bin python3-mpi4py
+# Packages the tests use beyond the build: real PyTorch (DDP), Open MPI, and
+# strace (the power-loss order of group commit, t_resume.sh).
+TEST_PKGS := python3-torch openmpi-bin python3-mpi4py strace
 
 deps:
 	@tools/deps.sh

@@ -25,4 +25,12 @@ int fsync_tree(const char *path, char *err, size_t errlen);
  * "cannot move STAGING to FINAL: reason".  Safe to call from any thread. */
 int commit_output(const char *staging, const char *final, char *err, size_t errlen);
 
+/* The same move, without its syncs: for a caller that makes final durable
+ * later, in a batch (group commit: step.c syncs each output with fsync_tree
+ * and its directory with fsync_dir before the journal line naming it).  A
+ * crash of flow leaves the old or the new output, as above; a power loss
+ * before that batch may leave neither complete, which is why no journal
+ * line names it yet.  Safe to call from any thread. */
+int commit_output_unsynced(const char *staging, const char *final, char *err, size_t errlen);
+
 #endif

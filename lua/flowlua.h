@@ -63,6 +63,12 @@ struct step_wait;
 void flow_step_wait(lua_State *co, struct step_wait *w);
 void flow_step_wake(lua_State *co, struct step_wait *w);
 void flow_step_resume(lua_State *co, int nargs);
+/* The journal userdata at idx (flow.cache.journal), raising if closed; the
+ * work pool of the state (started now if need be), or NULL (l_cache.c). */
+struct journal;
+struct work_pool;
+struct journal *flow_check_journal(lua_State *L, int idx);
+struct work_pool *flow_work_pool(lua_State *L);
 /* Monotonic time by which the step must finish (0: none); the instruction-count
  * hook stops a busy Lua step past it. */
 double flow_step_deadline(lua_State *co);

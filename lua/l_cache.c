@@ -270,6 +270,18 @@ static struct journal **journal_box(lua_State *L)
     return luaL_checkudata(L, 1, JOURNAL_CLASS);
 }
 
+struct journal *flow_check_journal(lua_State *L, int idx)
+{
+    struct journal *j = *(struct journal **)luaL_checkudata(L, idx, JOURNAL_CLASS);
+    if (!j) luaL_error(L, "the journal is closed");
+    return j;
+}
+
+struct work_pool *flow_work_pool(lua_State *L)
+{
+    return run_pool(L);
+}
+
 static struct journal *check_journal(lua_State *L)
 {
     struct journal *j = *journal_box(L);
@@ -357,7 +369,7 @@ struct commit_job {
 static void commit_run(void *arg)
 {
     struct commit_job *job = arg;
-    job->rc = commit_output(job->staging, job->final, job->err, sizeof job->err);
+    job->rc = commit_output_unsynced(job->staging, job->final, job->err, sizeof job->err);
 }
 
 static void commit_done(void *arg)
@@ -393,8 +405,10 @@ static int commit_wait(lua_State *L, struct commit_job *job)
     return lua_yieldk(L, 0, (lua_KContext)job, commit_continue);
 }
 
-/* commit(staging, final): staging (a file or a tree) replaces final durably;
- * raises "cannot move STAGING to FINAL: reason", final untouched. */
+/* commit(staging, final): staging (a file or a tree) replaces final, not yet
+ * durably: the step's end, journaled by engine/step.c, flushes it first
+ * (group commit).  Raises "cannot move STAGING to FINAL: reason", final
+ * untouched. */
 static int l_commit(lua_State *L)
 {
     const char *staging = luaL_checkstring(L, 1), *final = luaL_checkstring(L, 2);

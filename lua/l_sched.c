@@ -1,5 +1,6 @@
-/* l_sched.c — module flow.sched: runs a flow.dag with the C scheduler, each
- * step on its own Lua coroutine.  The coroutine's extra space (LUA_EXTRASPACE)
+/* l_sched.c — module flow.sched: runs a flow.dag with the C scheduler and
+ * step runner (step.h: attempts, retries, timeouts, the journal), each
+ * attempt of a step on its own Lua coroutine: this file is the step body.  The coroutine's extra space (LUA_EXTRASPACE)
  * points at its step, which is how a waiting C function knows it may yield.
  *
  * Cancellation.  A step's own code (what sched.guard runs: the user's function
@@ -12,6 +13,7 @@
 #include "flowlua.h"
 #include "proc.h"
 #include "sched.h"
+#include "step.h"
 #include "step_wait.h"
 #include "loop.h"
 #include "ui.h"
@@ -22,6 +24,8 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define RECORD_CLASS "flow.RunRecord"
 
 /* More steps at once than this is a typo (-j 1e999), not a plan. */
 #define MAX_JOBS 100000
@@ -36,7 +40,6 @@ struct step_run {
     lua_State *co;
     int co_ref;                    /* anchors the coroutine in the registry */
     struct step_wait_list waits;   /* what it is waiting on: processes, timers, jobs */
-    double deadline;               /* monotonic; 0 = no timeout */
     int guarded;                   /* sched.guard calls running the step's code */
     enum cancel cancel;            /* decided once, reported by the guard */
     lua_Integer exit_code;         /* os.exit's status, for CANCEL_EXIT */
@@ -46,8 +49,11 @@ struct step_run {
 struct run {
     lua_State *L;
     struct sched *sched;
-    int step_fn_ref;               /* the stdlib's run_step(i) */
+    struct step_runner *runner;
+    int attempt_fn_ref;            /* the stdlib's attempt(i, k) */
     int check_fn_ref;              /* its up_to_date(i), or LUA_NOREF */
+    int fingerprint_fn_ref;        /* its fingerprint(i), or LUA_NOREF */
+    int finished_fn_ref;           /* its finished(i, ok, time), or LUA_NOREF */
     struct step_run *steps;
     /* Finished coroutines, ready for the next step: a new thread per step
      * would be most of the cost of 100,000 tiny Lua steps. */
@@ -82,11 +88,17 @@ static void set_current_step(lua_State *L, struct step_run *st)
 
 /* Whether the step's code must stop: an interrupt arrived (counted by the loop
  * or still pending) or, with `deadline`, its timeout passed. */
+static double deadline_of(const struct step_run *st)
+{
+    return step_runner_deadline(st->run->runner, st->index);
+}
+
 static bool cancel_due(lua_State *L, struct step_run *st, bool deadline)
 {
     if (st->cancel == CANCEL_NONE) {
+        double d = deadline ? deadline_of(st) : 0;
         if (loop_interrupts(flow_state_loop(L)) > 0) st->cancel = CANCEL_INTERRUPT;
-        else if (deadline && st->deadline > 0 && monotonic_seconds() > st->deadline) st->cancel = CANCEL_TIMEOUT;
+        else if (d > 0 && monotonic_seconds() > d) st->cancel = CANCEL_TIMEOUT;
     }
     return st->cancel != CANCEL_NONE;
 }
@@ -146,21 +158,12 @@ void flow_step_wake(lua_State *co, struct step_wait *w)
 double flow_step_deadline(lua_State *co)
 {
     struct step_run *st = step_of(co);
-    return st ? st->deadline : 0;
+    return st ? deadline_of(st) : 0;
 }
 
-/* sched.set_deadline(seconds | nil): the calling step must finish within seconds. */
-static int l_set_deadline(lua_State *L)
-{
-    struct step_run *st = step_of(L);
-    if (!st) return luaL_error(L, "set_deadline outside a step");
-    st->deadline = lua_isnoneornil(L, 1) ? 0 : monotonic_seconds() + luaL_checknumber(L, 1);
-    return 0;
-}
-
-/* A coroutine that returned normally has an empty stack and can run the
- * next step; one that failed is dropped. */
-static void finish(struct step_run *st, bool ok)
+/* The coroutine of an attempt that is over: one that returned normally has an
+ * empty stack and can run the next attempt; one that failed is dropped. */
+static void release(struct step_run *st)
 {
     struct run *run = st->run;
     *(struct step_run **)lua_getextraspace(st->co) = NULL;
@@ -174,12 +177,73 @@ static void finish(struct step_run *st, bool ok)
     }
     st->co = NULL;
     step_wait_list_clear(&st->waits);     /* their owners (the coroutine's userdata) free them */
-    sched_step_done(run->sched, st->index, ok);
 }
 
-/* Resume a step's coroutine; when it returns, the step is over. run_step
- * reports its own errors and returns true or false; an error reaching here is
- * the engine's bug, reported as such. */
+static const char *field_string(lua_State *co, int t, const char *key)
+{
+    lua_getfield(co, t, key);
+    const char *s = lua_tostring(co, -1);   /* the table keeps it alive */
+    lua_pop(co, 1);
+    return s;
+}
+
+static bool field_bool(lua_State *co, int t, const char *key)
+{
+    lua_getfield(co, t, key);
+    bool b = lua_toboolean(co, -1);
+    lua_pop(co, 1);
+    return b;
+}
+
+/* The attempt's results on the coroutine's stack, `ok, info` (see runner.lua's
+ * attempt), as an outcome whose strings live on that stack. */
+static void read_outcome(lua_State *co, int nres, struct step_outcome *o)
+{
+    int top = lua_gettop(co), t = top - nres + 2;
+    o->ok = nres > 0 && lua_toboolean(co, top - nres + 1);
+    if (nres < 2 || !lua_istable(co, t)) {
+        if (!o->ok) o->message = o->report = "internal error: an attempt ended without saying how";
+        return;
+    }
+    lua_getfield(co, t, "exit_code");
+    if (lua_isinteger(co, -1)) {
+        o->has_exit_code = true;
+        o->exit_code = (int)lua_tointeger(co, -1);
+    }
+    lua_pop(co, 1);
+    if (o->ok) {
+        o->outputs_json = field_string(co, t, "outputs");
+        lua_getfield(co, t, "paths");
+        if (lua_istable(co, -1)) {
+            size_t n = lua_rawlen(co, -1);
+            const char **paths = lua_newuserdatauv(co, (n + 1) * sizeof *paths, 0);   /* stays on the stack */
+            for (size_t k = 0; k < n; k++) {
+                lua_rawgeti(co, -2, (lua_Integer)k + 1);
+                paths[o->n_paths] = lua_tostring(co, -1);
+                if (paths[o->n_paths]) o->n_paths++;
+                lua_pop(co, 1);
+            }
+            o->paths = paths;
+        }
+        return;
+    }
+    o->message = field_string(co, t, "message");
+    o->report = field_string(co, t, "report");
+    o->stderr_tail = field_string(co, t, "tail");
+    o->timed_out = field_bool(co, t, "timed_out");
+    o->interrupted = field_bool(co, t, "interrupted");
+}
+
+/* An attempt that ended in an error of the engine's own (not the step's). */
+static void engine_failure(struct step_run *st, const char *msg)
+{
+    struct step_outcome o = { .ok = false, .message = msg, .report = msg };
+    step_attempt_done(st->run->runner, st->index, &o);
+}
+
+/* Resume an attempt's coroutine; when it returns, the attempt is over.  The
+ * attempt reports its own errors and returns ok, info; an error reaching
+ * here is the engine's bug, reported as such. */
 static void resume(struct step_run *st, int nargs)
 {
     lua_State *L = st->run->L;
@@ -188,21 +252,25 @@ static void resume(struct step_run *st, int nargs)
     int nres = 0;
     int status = lua_resume(st->co, L, nargs, &nres);
     set_current_step(L, outer);
+    const char *name = sched_dag(st->run->sched)->steps[st->index].name;
     if (status == LUA_YIELD) {
-        if (st->waits.n == 0) {
-            lua_pop(st->co, nres);
-            ui_error("step '%s' yielded without waiting for anything (a coroutine.yield() outside "
-                     "a coroutine of its own?)", sched_dag(st->run->sched)->steps[st->index].name);
-            finish(st, false);
-        }
+        if (st->waits.n > 0) return;
+        lua_pop(st->co, nres);
+        lua_pushfstring(L, "step '%s' yielded without waiting for anything (a coroutine.yield() outside "
+                        "a coroutine of its own?)", name);
+    } else if (status != LUA_OK) {
+        lua_pushfstring(L, "internal error in step '%s': %s", name, lua_tostring(st->co, -1));
+    }
+    if (status != LUA_OK) {
+        engine_failure(st, lua_tostring(L, -1));        /* copied by the runner */
+        lua_pop(L, 1);
+        release(st);
         return;
     }
-    bool ok = status == LUA_OK && nres > 0 && lua_toboolean(st->co, -nres);
-    if (status != LUA_OK) {
-        ui_error("internal error in step '%s': %s", sched_dag(st->run->sched)->steps[st->index].name,
-                 lua_tostring(st->co, -1));
-    }
-    finish(st, ok);
+    struct step_outcome o = { 0 };
+    read_outcome(st->co, nres, &o);
+    step_attempt_done(st->run->runner, st->index, &o);     /* copies what it keeps */
+    release(st);
 }
 
 void flow_step_resume(lua_State *co, int nargs)
@@ -211,9 +279,12 @@ void flow_step_resume(lua_State *co, int nargs)
     if (st) resume(st, nargs);
 }
 
-static int exec_start(void *ctx, struct sched *s, size_t i)
+/* ---- the body (step.h) ---- */
+
+static void body_attempt(void *ctx, struct step_runner *r, size_t i, int attempt)
 {
     struct run *run = ctx;
+    (void)r;
     struct step_run *st = &run->steps[i];
     if (run->n_idle) {
         run->n_idle--;
@@ -227,44 +298,67 @@ static int exec_start(void *ctx, struct sched *s, size_t i)
     st->guarded = 0;
     st->cancel = CANCEL_NONE;
     st->next_look = 0;
-    lua_rawgeti(st->co, LUA_REGISTRYINDEX, run->step_fn_ref);
+    lua_rawgeti(st->co, LUA_REGISTRYINDEX, run->attempt_fn_ref);
     lua_pushinteger(st->co, (lua_Integer)i + 1);
-    resume(st, 1);
-    (void)s;
-    return 0;
+    lua_pushinteger(st->co, attempt);
+    resume(st, 2);
 }
 
 /* Ctrl-C: the step's code is stopped (sched.guard reports it) and whatever it
- * waits on is cancelled; a cancelled timer (a retry's back-off) ends at once. */
-static void exec_cancel(void *ctx, struct sched *s, size_t i, enum cancel_mode mode)
+ * waits on is cancelled. */
+static void body_cancel(void *ctx, size_t i, enum cancel_mode mode)
 {
     struct run *run = ctx;
-    (void)s;
     struct step_run *st = &run->steps[i];
+    if (!st->co) return;
     if (st->cancel == CANCEL_NONE) st->cancel = CANCEL_INTERRUPT;   /* only interrupts stop steps */
     step_wait_list_cancel(&st->waits, mode);
 }
 
-/* Ask the stdlib whether step i's outputs are up to date.  It runs on the
- * main state and must not wait; an error there is the engine's bug, and the
- * step then simply runs. */
-static bool exec_up_to_date(void *ctx, struct sched *s, size_t i)
+/* Calls the stdlib's function `ref` with step i (and `extra` more values
+ * pushed by the caller) on the main state, which must not wait; an error
+ * there is the engine's bug.  Leaves nres results, or returns false. */
+static bool call_main(struct run *run, int ref, size_t i, int extra, int nres, const char *what)
+{
+    lua_State *L = run->L;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, ref);
+    lua_pushinteger(L, (lua_Integer)i + 1);
+    if (extra) lua_rotate(L, -2 - extra, 2);
+    if (flow_pcall(L, 1 + extra, nres) == LUA_OK) return true;
+    ui_error("internal error %s step '%s': %s", what, sched_dag(run->sched)->steps[i].name, lua_tostring(L, -1));
+    lua_pop(L, 1);
+    return false;
+}
+
+/* Whether step i's outputs are up to date; on an error the step simply runs. */
+static bool body_up_to_date(void *ctx, size_t i)
 {
     struct run *run = ctx;
-    (void)s;
-    if (run->check_fn_ref == LUA_NOREF) return false;
-    lua_State *L = run->L;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, run->check_fn_ref);
-    lua_pushinteger(L, (lua_Integer)i + 1);
-    if (flow_pcall(L, 1, 1) != LUA_OK) {
-        ui_error("internal error checking step '%s': %s", sched_dag(run->sched)->steps[i].name,
-                 lua_tostring(L, -1));
-        lua_pop(L, 1);
-        return false;
-    }
-    bool skip = lua_toboolean(L, -1);
-    lua_pop(L, 1);
+    if (run->check_fn_ref == LUA_NOREF || !call_main(run, run->check_fn_ref, i, 0, 1, "checking")) return false;
+    bool skip = lua_toboolean(run->L, -1);
+    lua_pop(run->L, 1);
     return skip;
+}
+
+static void body_fingerprint(void *ctx, size_t i, char **fp, char **parts)
+{
+    struct run *run = ctx;
+    *fp = *parts = NULL;
+    if (run->fingerprint_fn_ref == LUA_NOREF || !call_main(run, run->fingerprint_fn_ref, i, 0, 2, "starting"))
+        return;
+    lua_State *L = run->L;
+    if (lua_type(L, -2) == LUA_TSTRING) *fp = xstrdup(lua_tostring(L, -2));
+    if (lua_type(L, -1) == LUA_TSTRING) *parts = xstrdup(lua_tostring(L, -1));
+    lua_pop(L, 2);
+}
+
+static void body_finished(void *ctx, size_t i, bool ok, double time)
+{
+    struct run *run = ctx;
+    if (run->finished_fn_ref == LUA_NOREF) return;
+    lua_pushboolean(run->L, ok);
+    lua_pushnumber(run->L, time);
+    call_main(run, run->finished_fn_ref, i, 2, 0, "ending");
 }
 
 static bool *read_selected(lua_State *L, int opts, size_t n)
@@ -316,39 +410,93 @@ static void read_pools(lua_State *L, int opts, size_t n_steps, struct sched_opti
     opt->pool_of = pool_of;
 }
 
-/* run(dag, {jobs=, keep_going=, selected=, pools=, pool=}, run_step [, up_to_date])
- *   -> code, {state, ...}, {elapsed, ...} */
+/* Each step's retries, timeout and kind, from opts.nodes (plan.nodes), into a
+ * userdata left on the stack. */
+static struct step_spec *read_specs(lua_State *L, int opts, size_t n)
+{
+    struct step_spec *specs = lua_newuserdatauv(L, (n + 1) * sizeof *specs, 0);
+    memset(specs, 0, (n + 1) * sizeof *specs);
+    if (lua_getfield(L, opts, "nodes") != LUA_TTABLE) { lua_pop(L, 1); return specs; }
+    for (size_t i = 0; i < n; i++) {
+        if (lua_rawgeti(L, -1, (lua_Integer)i + 1) == LUA_TTABLE) {
+            lua_getfield(L, -1, "retries");
+            lua_Integer retries = lua_tointeger(L, -1);
+            specs[i].retries = retries < 0 ? 0 : retries > 1000000 ? 1000000 : (int)retries;
+            lua_getfield(L, -2, "timeout");
+            specs[i].timeout = lua_tonumber(L, -1);
+            lua_getfield(L, -3, "kind");
+            const char *kind = lua_tostring(L, -1);
+            specs[i].command = kind && strcmp(kind, "command") == 0;
+            lua_pop(L, 3);
+        }
+        lua_pop(L, 1);
+    }
+    lua_pop(L, 1);
+    return specs;
+}
+
+static int optional_ref(lua_State *L, int t, const char *key, bool required)
+{
+    if (lua_getfield(L, t, key) != LUA_TFUNCTION) {
+        if (required) luaL_error(L, "run: the body has no %s function", key);
+        lua_pop(L, 1);
+        return LUA_NOREF;
+    }
+    return luaL_ref(L, LUA_REGISTRYINDEX);
+}
+
+/* run(dag, {jobs=, keep_going=, selected=, pools=, pool=, nodes=, journal=, run_id=}, body)
+ *   body: {attempt = f(i, k) -> ok, info; up_to_date = f(i) -> bool;
+ *          fingerprint = f(i) -> fp, parts_json; finished = f(i, ok, time)}
+ *   -> code, {state, ...}, {elapsed, ...}, record, journal_error | nil
+ * The record (run.json's, :write_summary) outlives the run. */
 static int l_run(lua_State *L)
 {
     struct dag *dag = flow_check_dag(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
-    luaL_checktype(L, 3, LUA_TFUNCTION);
+    luaL_checktype(L, 3, LUA_TTABLE);
     lua_getfield(L, 2, "jobs");
     lua_Integer jobs = lua_isnil(L, -1) ? 1 : lua_tointeger(L, -1);
     if (jobs < 1 || jobs > MAX_JOBS) return luaL_error(L, "jobs must be a whole number from 1 to %d", MAX_JOBS);
     lua_getfield(L, 2, "keep_going");
     struct sched_options opt = { .jobs = (int)jobs, .keep_going = lua_toboolean(L, -1) };
     lua_pop(L, 2);
-    lua_settop(L, 4);
-    read_pools(L, 2, dag->n_steps, &opt);       /* before anything is allocated */
-    opt.selected = read_selected(L, 2, dag->n_steps);
+    lua_settop(L, 3);
+    /* everything that may raise, before anything is allocated */
+    read_pools(L, 2, dag->n_steps, &opt);
+    struct step_runner_options ropt = { .specs = read_specs(L, 2, dag->n_steps) };
+    if (lua_getfield(L, 2, "journal") != LUA_TNIL) {
+        ropt.journal = flow_check_journal(L, -1);
+        ropt.pool = flow_work_pool(L);
+    }
+    lua_getfield(L, 2, "run_id");
+    ropt.run_id = lua_tostring(L, -1);                  /* kept on the stack */
+    struct run run = { .L = L };
+    run.attempt_fn_ref = optional_ref(L, 3, "attempt", true);
+    run.check_fn_ref = optional_ref(L, 3, "up_to_date", false);
+    run.fingerprint_fn_ref = optional_ref(L, 3, "fingerprint", false);
+    run.finished_fn_ref = optional_ref(L, 3, "finished", false);
+    struct step_runner **record = lua_newuserdatauv(L, sizeof *record, 1);
+    *record = NULL;
+    luaL_setmetatable(L, RECORD_CLASS);
+    lua_pushvalue(L, 1);
+    lua_setiuservalue(L, -2, 1);                        /* the DAG its names are in */
+    int record_idx = lua_gettop(L);
 
-    struct run run = { .L = L, .step_fn_ref = LUA_NOREF, .check_fn_ref = LUA_NOREF,
-                       .steps = xcalloc(dag->n_steps + 1, sizeof(struct step_run)) };
+    opt.selected = read_selected(L, 2, dag->n_steps);
+    run.steps = xcalloc(dag->n_steps + 1, sizeof(struct step_run));
     for (size_t i = 0; i < dag->n_steps; i++)
         run.steps[i] = (struct step_run){ .run = &run, .index = i, .co_ref = LUA_NOREF };
-    lua_pushvalue(L, 3);
-    run.step_fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    if (lua_isfunction(L, 4)) {
-        lua_pushvalue(L, 4);
-        run.check_fn_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-    }
-    struct sched_executor ex = { &run, exec_start, exec_cancel, exec_up_to_date };
+    struct step_body body = { &run, body_attempt, body_cancel, body_up_to_date, body_fingerprint, body_finished };
+    *record = run.runner = step_runner_new(dag, flow_state_loop(L), &ropt, &body);
+    struct sched_executor ex = step_runner_executor(run.runner);
     struct sched_observer obs = ui_sched_observer();
     run.sched = sched_new(dag, flow_state_loop(L), &opt, &ex, &obs);
     ui_run_begin(dag, opt.selected, flow_state_loop(L));
     int code = sched_run(run.sched);
     ui_run_end(run.sched);
+    char jerr[1024];
+    int jrc = step_runner_finish(run.runner, run.sched, code, jerr, sizeof jerr);
 
     lua_pushinteger(L, code);
     lua_createtable(L, (int)dag->n_steps, 0);
@@ -359,15 +507,70 @@ static int l_run(lua_State *L)
         lua_pushnumber(L, sched_elapsed(run.sched, i));
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
-    luaL_unref(L, LUA_REGISTRYINDEX, run.step_fn_ref);
+    lua_pushvalue(L, record_idx);
+    if (jrc != 0) lua_pushstring(L, jerr);
+    else lua_pushnil(L);
+    luaL_unref(L, LUA_REGISTRYINDEX, run.attempt_fn_ref);
     luaL_unref(L, LUA_REGISTRYINDEX, run.check_fn_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, run.fingerprint_fn_ref);
+    luaL_unref(L, LUA_REGISTRYINDEX, run.finished_fn_ref);
     for (size_t k = 0; k < run.n_idle; k++) luaL_unref(L, LUA_REGISTRYINDEX, run.idle[k].ref);
     free(run.idle);
     sched_free(run.sched);
     free(run.steps);
     free((void *)opt.selected);
-    return 3;
+    return 5;
 }
+
+/* ---- the run's record ---- */
+
+static struct step_runner *check_record(lua_State *L)
+{
+    struct step_runner **record = luaL_checkudata(L, 1, RECORD_CLASS);
+    if (!*record) luaL_error(L, "the run's record is gone");
+    return *record;
+}
+
+/* record:write_summary(path, {run_id=, status=, code=, env=, started=}): run.json;
+ * raises a file-system error when it cannot be written */
+static int l_record_write_summary(lua_State *L)
+{
+    struct step_runner *r = check_record(L);
+    const char *path = luaL_checkstring(L, 2);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lua_getfield(L, 3, "run_id");
+    lua_getfield(L, 3, "status");
+    lua_getfield(L, 3, "env");
+    lua_getfield(L, 3, "code");
+    lua_getfield(L, 3, "started");
+    struct step_summary sum = { .run_id = luaL_optstring(L, 4, ""), .status = luaL_optstring(L, 5, ""),
+                                .env = lua_tostring(L, 6), .code = (int)lua_tointeger(L, 7),
+                                .started = lua_tonumber(L, 8) };
+    char err[1024];
+    if (step_runner_write_summary(r, path, &sum, err, sizeof err) != 0) return flow_raise_fs(L, err);
+    return 0;
+}
+
+/* record:any_started() -> whether any step started */
+static int l_record_any_started(lua_State *L)
+{
+    lua_pushboolean(L, step_runner_any_started(check_record(L)));
+    return 1;
+}
+
+static int l_record_gc(lua_State *L)
+{
+    struct step_runner **record = luaL_checkudata(L, 1, RECORD_CLASS);
+    step_runner_free(*record);
+    *record = NULL;
+    return 0;
+}
+
+static const luaL_Reg record_methods[] = {
+    { "write_summary", l_record_write_summary },
+    { "any_started", l_record_any_started },
+    { NULL, NULL }
+};
 
 /* ---- the step's code: sched.guard and the library functions it changes ---- */
 
@@ -461,7 +664,8 @@ static void look_before_switch(lua_State *L)
     struct step_run *st = current_step(L);
     if (!st || !st->guarded) return;
     double now = monotonic_seconds();
-    if (st->cancel == CANCEL_NONE && now < st->next_look && (st->deadline <= 0 || now <= st->deadline)) return;
+    double deadline = deadline_of(st);
+    if (st->cancel == CANCEL_NONE && now < st->next_look && (deadline <= 0 || now <= deadline)) return;
     st->next_look = now + 0.01;
     if (cancel_due(L, st, true)) raise_cancel(L);
 }
@@ -614,13 +818,13 @@ void flow_install_guards(lua_State *L)
 
 static const luaL_Reg sched_funcs[] = {
     { "run", l_run },
-    { "set_deadline", l_set_deadline },
     { "guard", l_guard },
     { NULL, NULL }
 };
 
 int luaopen_flow_sched(lua_State *L)
 {
+    flow_new_class(L, RECORD_CLASS, record_methods, l_record_gc);
     luaL_newlib(L, sched_funcs);
     lua_pushinteger(L, MAX_JOBS);
     lua_setfield(L, -2, "MAX_JOBS");

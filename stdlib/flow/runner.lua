@@ -80,114 +80,66 @@ local function cancelled_failure(n, c)
   return step_failure { message = string.format("step '%s' stopped (interrupted)", n.name), quiet = true }
 end
 
+-- (Its deadline is engine/step.c's, which the guard and a process's wait read.)
 function Run:attempt(n)
-  if n.timeout then sched.set_deadline(n.timeout) end
   local ok, err = sched.guard(on_step_error, n.kind == "func" and self.run_function or self.run_command, self, n)
-  if n.timeout then sched.set_deadline(nil) end
   if not ok and err.on_disk then err.message = string.format("step '%s': %s", n.name, err.message) end
   if ok or getmetatable(err) == StepFailure then return ok, err end
   if err.cancelled then return false, cancelled_failure(n, err) end
   return false, err.traceback
 end
 
--- Append an event (a table, or a line already encoded) to the run's journal
--- (none in a dry run).  Lines are written in batches: with `flush`, or when
--- the last write is 50 ms old.  A pipeline of 100,000 quick Lua steps then
--- makes a few hundred writes, not 200,000, and a long step's end is written
--- at once.  A kill loses at most the last 50 ms of lines: those steps run
--- again on --resume, which is correct, only redundant.
---
--- A line already encoded must have its strings masked (redact) by its maker.
--- Returns true, or false and the file-system error when the journal cannot
--- take the lines (a full disk): the caller decides what that fails.
-local FLUSH_EVERY = 0.05
-
-function Run:log(ev, flush)
-  if not self.journal then return true end
-  local held = self.held
-  held[#held + 1] = type(ev) == "string" and ev or util.record_json(ev)
-  local now = core.time()
-  if flush or now - self.flushed_at >= FLUSH_EVERY then
-    local ok, err = pcall(self.journal.append, self.journal, table.concat(held, "\n"))
-    self.held, self.flushed_at = {}, now
-    if not ok then
-      if not util.is_fs_error(err) then error(err, 0) end
-      return false, err
-    end
-  end
-  return true
-end
-
--- Runs on the step's own coroutine; returns whether the step succeeded.
--- A failed attempt is retried `retries` times, after 1 s, 2 s, 4 s… (at most 60 s).
-function Run:step(i)
+-- The body of a step (engine/step.c owns its life: retries and their
+-- back-off, the timeout of each attempt, the journal, run.json).  Attempt k
+-- of step i, on the step's own coroutine.  Returns
+--   true, {outputs = JSON text, paths = {files and trees it put in place}, exit_code =}
+--   false, {message =, report = what to print (nil: nothing), tail = stderr's last
+--           lines, timed_out =, exit_code =}
+function Run:attempt_body(i, k)
   local n = self.nodes[i]
   local rec = self.records[n.name]
-  local pending = self.pending[i]
-  self.pending[i] = nil
-  rec.started = core.time()
-  -- A step whose start cannot be recorded does not run (no attempt).
-  local ok, err = self:log(string.format('{"event":"step_start","step":%s,"time":%.6f%s}', core.json_encode(redact(n.name)),
-                           rec.started, pending and (',"fingerprint":"' .. pending.fp .. '"') or ""))
-  if not ok then err = step_failure { message = string.format("step '%s' did not start: %s", n.name, err.fs_error) } end
-  printing[coroutine.running()] = { run = self, n = n }
-  for attempt = 1, ok and n.retries + 1 or 0 do
-    rec.attempts = attempt
-    ok, err = self:attempt(n)
-    if ok or core.interrupted() > 0 or attempt > n.retries then break end
-    local delay = math.min(60, 2 ^ (attempt - 1))
-    local reason = first_line(err):gsub("^step '.-'%s*", ""):gsub("^:%s*", "")
-    local tail = getmetatable(err) == StepFailure and err.stderr_tail or ""
-    core.ui_warn(string.format("step '%s' %s (attempt %d of %d); retrying in %gs%s",
-                               n.name, reason, attempt, n.retries + 1, delay, tail))
-    proc.sleep(delay)
-    if core.interrupted() > 0 then break end
-  end
-  printing[coroutine.running()] = nil
+  rec.attempts = k
+  local co = coroutine.running()
+  printing[co] = { run = self, n = n }
+  local ok, err = self:attempt(n)
+  printing[co] = nil
   if rec.print_log then rec.print_log:close(); rec.print_log = nil end
-  rec.finished = core.time()
-  local ev = { event = "step_end", step = n.name, time = rec.finished, attempts = rec.attempts,
-               elapsed = rec.finished - rec.started, run = self.run_id }
   if ok then
-    ev.status, ev.outputs = "ok", rec.outputs
-    if pending then ev.fingerprint, ev.parts = pending.fp, fingerprint.short(pending.parts) end
-  else
-    rec.timed_out = getmetatable(err) == StepFailure and err.timed_out or nil
-    rec.error = first_line(err)
-    ev.status = core.interrupted() > 0 and "interrupted" or "failed"
-    ev.error, ev.exit_code = rec.error, rec.exit_code
-    report(n, err)
+    local paths = {}
+    for _, io in ipairs(n.outputs) do
+      local out = rec.outputs and rec.outputs[io.dataset]
+      if out and out.path then paths[#paths + 1] = out.path end
+    end
+    return true, { outputs = rec.outputs and util.record_json(rec.outputs), paths = paths, exit_code = rec.exit_code }
   end
-  local logged, lerr = self:log(ev, n.kind == "command" or ev.elapsed >= FLUSH_EVERY or not ok)
-  if ok and not logged then
-    -- Its outputs are in place, but with no record of them the step is not done.
-    ok, err = false, step_failure { message = string.format("step '%s' ran, but its end cannot be recorded: %s",
-                                                            n.name, lerr.fs_error) }
-    rec.error = first_line(err)
-    report(n, err)
-  end
-  if ok and pending then
-    state_mod.put(self.state, n.name, { fp = pending.fp, parts = ev.parts, outputs = rec.outputs, time = rec.finished })
-  end
-  return ok
+  local f = getmetatable(err) == StepFailure
+  local text = f and err.message or tostring(err)
+  local shown
+  if not f then shown = string.format("step '%s' failed: %s", n.name, util.user_traceback(text))
+  elseif not err.quiet then shown = err.message end
+  return false, { message = text, report = shown, tail = f and err.stderr_tail or nil,
+                  timed_out = f and err.timed_out or nil, exit_code = rec.exit_code }
 end
 
--- .flow/runs/<id>/run.json: what ran, when, and how it ended.  Every key is
--- there for every step (null when it does not apply), for other programs.
-function Run:write_summary(result, started, states)
-  local steps, null = {}, core.json_null
-  for i, n in ipairs(self.nodes) do
-    local rec = self.records[n.name]
-    steps[i] = { name = n.name, state = states[i], started = rec.started or null, finished = rec.finished or null,
-                 elapsed = rec.started and rec.finished and (rec.finished - rec.started) or null,
-                 attempts = rec.attempts or null, exit_code = rec.exit_code or null, timed_out = rec.timed_out or false,
-                 error = rec.error or null }
+-- At step i's start: the fingerprint up_to_date computed, and its parts (JSON)
+-- for the journal; kept for the step's record in the state.
+function Run:take_fingerprint(i)
+  local pending = self.pending[i]
+  self.pending[i] = nil
+  if not pending then return nil end
+  local rec = self.records[self.nodes[i].name]
+  rec.fp, rec.parts = pending.fp, fingerprint.short(pending.parts)
+  return rec.fp, core.json_encode(rec.parts)      -- parts are hashes: never masked
+end
+
+-- Step i's end is recorded (ok) or it failed.
+function Run:step_finished(i, ok, time)
+  local n = self.nodes[i]
+  local rec = self.records[n.name]
+  rec.finished = time
+  if ok and rec.fp then
+    state_mod.put(self.state, n.name, { fp = rec.fp, parts = rec.parts, outputs = rec.outputs, time = time })
   end
-  steps = core.json_list(steps)
-  local summary = { run_id = self.run_id, status = result.status, code = result.code, env = result.env,
-                    started = started, finished = core.time(), steps = steps }
-  summary.elapsed = summary.finished - started
-  core.write_atomic(self.run_dir .. "/run.json", util.record_json(summary, #steps <= 1000) .. "\n")
 end
 
 -- What the command line chose ({env =, params_spec =, conf =}); flow.run
@@ -205,7 +157,6 @@ local function new_run(plan, opts, run_id, st)
   local self = setmetatable({
     nodes = plan.nodes, settings = plan.settings, params = plan.settings.params, verbose = opts.verbose, records = {},
     dists = plan.dists, mode = plan.mode, index = {}, cat = plan.cat, state = st, pending = {},
-    held = {}, flushed_at = 0,
     memo = { code = {}, refs = {},    -- by command text: its code and files; its ${params.} keys
              params = {} },           -- by parameter key: its value's hash
     hc = cache.hashes(state_mod.CACHE .. "/hashes"), hasher = fingerprint.hasher(), root = core.cwd(),
@@ -225,8 +176,7 @@ function Run:log_start(plan, opts)
                params_hash = self.hasher:value(self.params), resumes = opts.resume and opts.resume.run,
                steps = #plan.nodes, flow_version = require("flow").VERSION }
   if util.record_json(ev) ~= core.json_encode(ev) then ev.redacted = true end   -- --resume cannot use them
-  local ok, err = self:log(ev, true)
-  if not ok then error(err, 0) end
+  self.journal:append(util.record_json(ev))
 end
 
 -- The run's result for flow.run's caller: the outputs no step consumes.
@@ -286,10 +236,15 @@ function M.run(p, opts, level)
   core.symlink(run_id, ".flow/runs/latest")
   local jobs = opts.jobs or core.cpu_count()
   local pools, pool_of = M.pools(plan, jobs)
-  local code, states, elapsed = sched.run(plan.graph, { jobs = jobs, pools = pools, pool = pool_of,
-                                                        keep_going = opts.keep_going, selected = plan.selected },
-                                          function(i) return self:step(i) end,
-                                          function(i) return self:up_to_date(i) end)
+  local code, states, elapsed, run_rec, jerr = sched.run(plan.graph, {
+      jobs = jobs, pools = pools, pool = pool_of, keep_going = opts.keep_going, selected = plan.selected,
+      nodes = plan.nodes, journal = self.journal, run_id = run_id,
+    }, {
+      attempt = function(i, k) return self:attempt_body(i, k) end,
+      up_to_date = function(i) return self:up_to_date(i) end,
+      fingerprint = function(i) return self:take_fingerprint(i) end,
+      finished = function(i, ok, time) return self:step_finished(i, ok, time) end,
+    })
   -- Record what ran: each of these is tried even when one before it failed.
   local problems, seen = {}, {}
   local function problem(err)
@@ -300,6 +255,7 @@ function M.run(p, opts, level)
     local ok, err = pcall(f, ...)
     if not ok then problem(err) end
   end
+  if jerr then problem({ fs_error = jerr }) end      -- the last lines and run_end, written by sched.run
   -- What only saves work later is worth a warning, not a failed run.
   local function tidy(f, arg, consequence)
     local ok, err = pcall(f, arg)
@@ -307,19 +263,17 @@ function M.run(p, opts, level)
     if not util.is_fs_error(err) then error(err, 0) end
     core.ui_warn(err.fs_error .. " (" .. consequence .. ")")
   end
-  local logged, lerr = self:log({ event = "run_end", time = core.time(), code = code }, true)
-  if not logged then problem(lerr) end
   record(self.journal.close, self.journal)
   record(state_mod.save, self.state, run_id)
   tidy(self.hc.save, self.hc, "the next run hashes those files again")
   tidy(core.remove_tree, self.tmp_dir, "flow clean removes it later")
   local result = self:result(code, states, elapsed, plan.settings.env)
-  record(self.write_summary, self, result, plan.started, states)
+  record(run_rec.write_summary, run_rec, self.run_dir .. "/run.json",
+         { run_id = run_id, status = result.status, code = result.code, env = result.env, started = plan.started })
   if #problems > 0 then
     for _, msg in ipairs(problems) do core.ui_error("the run's record is incomplete: " .. msg) end
     if result.code == 0 then
-      local ran = false
-      for _, n in ipairs(self.nodes) do ran = ran or self.records[n.name].started ~= nil end
+      local ran = run_rec:any_started()
       result.code, result.status = ran and 1 or 2, "failed"
     end
   end

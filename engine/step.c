@@ -1,0 +1,631 @@
+/* step.c — see step.h.  Each step has a `life`: its phase, attempt, times
+ * and what its end will say.  The journal's lines wait in `held` until a
+ * flush; a flush that carries outputs to make durable first runs one job on
+ * the work pool (fdatasync of each output, fsync of its directory) and
+ * appends the lines from that job's completion, on the loop's thread, so the
+ * order on disk is always: outputs, then the line naming them. */
+#include "step.h"
+#include "commit.h"
+#include "nofollow.h"
+#include "ui.h"
+#include "util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define FLUSH_EVERY 0.05        /* seconds: the most a kill loses of the journal */
+#define BACKOFF_MAX 60.0
+#define PRETTY_MAX 1000         /* run.json is indented up to this many steps */
+
+enum phase { PHASE_IDLE, PHASE_ATTEMPT, PHASE_BACKOFF, PHASE_ENDING, PHASE_OVER };
+
+struct life {
+    struct step_runner *r;
+    enum phase phase;
+    int attempt;                 /* the one in flight or the last; 0: none */
+    double started, finished;    /* wall clock; 0: never */
+    double deadline;             /* monotonic; 0: none */
+    bool has_exit_code, timed_out, ok;
+    bool cancelled;              /* the scheduler stopped it (Ctrl-C) */
+    int exit_code;
+    char *error;                 /* the first line of the last failure, redacted */
+    char *report;                /* what to print of it, or NULL */
+    char *fp, *parts;            /* from the body at the start */
+    struct step_wait *backoff;   /* a retry's timer */
+    struct step_wait_list waits;
+};
+
+/* Lines to write, the outputs to flush first, the steps whose end waits for them. */
+struct batch {
+    struct strbuf lines;
+    char **paths;
+    size_t n_paths, cap_paths;
+    size_t *steps;               /* ending steps, completed once the batch is written */
+    size_t n_steps, cap_steps;
+};
+
+struct flush_job {
+    struct step_runner *r;
+    struct batch b;
+    int rc;
+    char err[1024];
+};
+
+struct step_runner {
+    const struct dag *dag;
+    struct loop *loop;
+    struct sched *sched;
+    struct step_body body;
+    struct journal *journal;
+    struct work_pool *pool;
+    char *run_id;                /* redacted */
+    struct step_spec *specs;
+    double backoff;
+    struct life *lives;
+    enum step_state *states;     /* kept by step_runner_finish */
+    struct batch held;
+    double flushed_at;           /* monotonic */
+    struct flush_job *in_flight; /* a flush whose outputs are being synced */
+    bool flush_wanted;           /* another flush asked for while one is in flight */
+    bool any_started;
+};
+
+static double wall_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- JSON, as cJSON prints it (the journal's readers compare bytes) ---- */
+
+static void json_number(struct strbuf *sb, double d)
+{
+    if (isnan(d) || isinf(d)) { sb_adds(sb, "null"); return; }
+    if (d == floor(d) && fabs(d) <= 2147483647.0) { sb_addf(sb, "%d", (int)d); return; }
+    char buf[32];
+    snprintf(buf, sizeof buf, "%1.15g", d);
+    if (strtod(buf, NULL) != d) snprintf(buf, sizeof buf, "%1.17g", d);
+    sb_adds(sb, buf);
+}
+
+static void json_string(struct strbuf *sb, const char *s)
+{
+    sb_addc(sb, '"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"': sb_adds(sb, "\\\""); break;
+        case '\\': sb_adds(sb, "\\\\"); break;
+        case '\b': sb_adds(sb, "\\b"); break;
+        case '\f': sb_adds(sb, "\\f"); break;
+        case '\n': sb_adds(sb, "\\n"); break;
+        case '\r': sb_adds(sb, "\\r"); break;
+        case '\t': sb_adds(sb, "\\t"); break;
+        default:
+            if (*p < 32) sb_addf(sb, "\\u%04x", *p);
+            else sb_addc(sb, (char)*p);
+        }
+    }
+    sb_addc(sb, '"');
+}
+
+/* text with the configuration's secrets masked (ui.h's redactor); caller frees */
+static char *redacted(const char *text)
+{
+    struct strbuf sb = STRBUF_INIT;
+    ui_redact_span(text, strlen(text), true, &sb);
+    return sb_detach(&sb);
+}
+
+static void json_redacted(struct strbuf *sb, const char *s)
+{
+    char *safe = redacted(s);
+    json_string(sb, safe);
+    free(safe);
+}
+
+static const char *step_name(const struct step_runner *r, size_t i)
+{
+    return r->dag->steps[i].name;
+}
+
+/* ---- the journal: batches, group commit ---- */
+
+static void batch_release(struct batch *b)
+{
+    sb_release(&b->lines);
+    for (size_t k = 0; k < b->n_paths; k++) free(b->paths[k]);
+    free(b->paths);
+    free(b->steps);
+    *b = (struct batch){ STRBUF_INIT, NULL, 0, 0, NULL, 0, 0 };
+}
+
+static void hold_line(struct step_runner *r, const char *line, size_t len)
+{
+    if (r->held.lines.len) sb_addc(&r->held.lines, '\n');
+    sb_add(&r->held.lines, line, len);
+}
+
+/* On a pool thread (or the loop's): each output's data, then its directory,
+ * which holds the rename that put it in place. */
+static void flush_outputs(void *arg)
+{
+    struct flush_job *job = arg;
+    job->rc = 0;
+    for (size_t k = 0; k < job->b.n_paths && job->rc == 0; k++) {
+        const char *path = job->b.paths[k];
+        char *parent = path_parent(path);
+        if (fsync_tree(path, job->err, sizeof job->err) != 0 || fsync_dir(parent, job->err, sizeof job->err) != 0)
+            job->rc = -1;
+        free(parent);
+    }
+}
+
+static void end_recorded(struct step_runner *r, size_t i, bool written, const char *why);
+static void start_flush(struct step_runner *r);
+
+/* On the loop's thread: the outputs are durable (or could not be made so);
+ * now the lines, then the steps that waited for them. */
+static void flush_written(void *arg)
+{
+    struct flush_job *job = arg;
+    struct step_runner *r = job->r;
+    char err[1024] = "";
+    int rc = job->rc;
+    if (rc != 0) snprintf(err, sizeof err, "%s", job->err);
+    else if (job->b.lines.len && journal_append(r->journal, job->b.lines.buf, job->b.lines.len, err, sizeof err) != 0)
+        rc = -1;
+    if (r->in_flight == job) r->in_flight = NULL;
+    for (size_t k = 0; k < job->b.n_steps; k++) end_recorded(r, job->b.steps[k], rc == 0, err);
+    batch_release(&job->b);
+    free(job);
+    if (r->flush_wanted && !r->in_flight) {
+        r->flush_wanted = false;
+        start_flush(r);
+    }
+}
+
+/* Writes what is held: through the pool when outputs must be flushed first. */
+static void start_flush(struct step_runner *r)
+{
+    if (r->in_flight) { r->flush_wanted = true; return; }
+    r->flushed_at = monotonic_seconds();
+    struct flush_job *job = xcalloc(1, sizeof *job);
+    job->r = r;
+    job->b = r->held;
+    r->held = (struct batch){ STRBUF_INIT, NULL, 0, 0, NULL, 0, 0 };
+    if (job->b.n_paths && r->pool) {
+        r->in_flight = job;
+        if (work_submit(r->pool, flush_outputs, flush_written, job, NULL, 0) == 0) return;
+        r->in_flight = NULL;
+    }
+    flush_outputs(job);
+    flush_written(job);
+}
+
+/* ---- a step's life ---- */
+
+static struct life *life_of(struct step_runner *r, size_t i) { return &r->lives[i]; }
+
+static void set_string(char **slot, const char *s)
+{
+    free(*slot);
+    *slot = s ? xstrdup(s) : NULL;
+}
+
+static void first_line_of(char **slot, const char *message)
+{
+    const char *s = message ? message : "";
+    char *line = xstrndup(s, strcspn(s, "\n"));
+    free(*slot);
+    *slot = redacted(line);
+    free(line);
+}
+
+static void step_end_line(struct step_runner *r, size_t i, struct strbuf *sb, const char *outputs, bool interrupted)
+{
+    struct life *l = life_of(r, i);
+    sb_addc(sb, '{');
+    if (l->attempt > 0) { sb_adds(sb, "\"attempts\":"); json_number(sb, l->attempt); sb_addc(sb, ','); }
+    sb_adds(sb, "\"elapsed\":");
+    json_number(sb, l->finished - l->started);
+    if (!l->ok) {
+        sb_adds(sb, ",\"error\":");
+        json_string(sb, l->error ? l->error : "");
+    }
+    sb_adds(sb, ",\"event\":\"step_end\"");
+    if (!l->ok && l->has_exit_code) { sb_adds(sb, ",\"exit_code\":"); json_number(sb, l->exit_code); }
+    if (l->ok && l->fp) { sb_adds(sb, ",\"fingerprint\":"); json_string(sb, l->fp); }
+    if (l->ok && outputs) { sb_adds(sb, ",\"outputs\":"); sb_adds(sb, outputs); }
+    if (l->ok && l->fp && l->parts) { sb_adds(sb, ",\"parts\":"); sb_adds(sb, l->parts); }
+    if (r->run_id) { sb_adds(sb, ",\"run\":"); json_string(sb, r->run_id); }
+    sb_adds(sb, l->ok ? ",\"status\":\"ok\"" : interrupted ? ",\"status\":\"interrupted\"" : ",\"status\":\"failed\"");
+    sb_adds(sb, ",\"step\":");
+    json_redacted(sb, step_name(r, i));
+    sb_adds(sb, ",\"time\":");
+    json_number(sb, l->finished);
+    sb_addc(sb, '}');
+}
+
+static bool run_interrupted(const struct step_runner *r)
+{
+    return loop_interrupts(r->loop) > 0;
+}
+
+static void report(struct step_runner *r, size_t i)
+{
+    struct life *l = life_of(r, i);
+    if (l->report && !run_interrupted(r)) ui_error("%s", l->report);
+}
+
+/* The step's end is written (or could not be): it is over. */
+static void end_recorded(struct step_runner *r, size_t i, bool written, const char *why)
+{
+    struct life *l = life_of(r, i);
+    if (l->ok && !written) {
+        /* Its outputs are in place, but with no record of them the step is not done. */
+        char *msg = xasprintf("step '%s' ran, but its end cannot be recorded: %s", step_name(r, i), why);
+        l->ok = false;
+        first_line_of(&l->error, msg);
+        set_string(&l->report, msg);
+        free(msg);
+        report(r, i);
+    }
+    l->phase = PHASE_OVER;
+    if (r->body.finished) r->body.finished(r->body.ctx, i, l->ok, l->finished);
+    sched_step_done(r->sched, i, l->ok);
+}
+
+static void end_step(struct step_runner *r, size_t i, const struct step_outcome *o)
+{
+    struct life *l = life_of(r, i);
+    l->phase = PHASE_ENDING;
+    l->finished = wall_seconds();
+    l->ok = o->ok;
+    bool interrupted = !o->ok && (o->interrupted || l->cancelled || run_interrupted(r));
+    if (!o->ok) {
+        l->timed_out = o->timed_out;
+        report(r, i);
+    }
+    if (!r->journal) { end_recorded(r, i, true, NULL); return; }
+    struct strbuf line = STRBUF_INIT;
+    step_end_line(r, i, &line, o->ok ? o->outputs_json : NULL, interrupted);
+    hold_line(r, line.buf, line.len);
+    sb_release(&line);
+    if (o->ok)
+        for (size_t k = 0; k < o->n_paths; k++) {
+            ARRAY_GROW(r->held.paths, r->held.n_paths, r->held.cap_paths);
+            r->held.paths[r->held.n_paths++] = xstrdup(o->paths[k]);
+        }
+    bool flush = r->specs[i].command || l->finished - l->started >= FLUSH_EVERY || !o->ok ||
+                 monotonic_seconds() - r->flushed_at >= FLUSH_EVERY;
+    if (!flush) { end_recorded(r, i, true, NULL); return; }
+    /* written with its batch: the step is over once the line is */
+    ARRAY_GROW(r->held.steps, r->held.n_steps, r->held.cap_steps);
+    r->held.steps[r->held.n_steps++] = i;
+    start_flush(r);
+}
+
+static void run_attempt(struct step_runner *r, size_t i)
+{
+    struct life *l = life_of(r, i);
+    l->phase = PHASE_ATTEMPT;
+    l->attempt++;
+    double t = r->specs[i].timeout;
+    l->deadline = t > 0 ? monotonic_seconds() + t : 0;
+    r->body.attempt(r->body.ctx, r, i, l->attempt);
+}
+
+static void backoff_done(struct step_wait *w, void *arg);
+
+/* What a retry's warning says of the failure: its first line without the
+ * "step 'NAME'" it starts with. */
+static const char *reason_of(const char *line)
+{
+    if (strncmp(line, "step '", 6) == 0) {
+        const char *q = strchr(line + 6, '\'');
+        if (q) {
+            line = q + 1;
+            while (*line == ' ' || *line == '\t') line++;
+            if (*line == ':') {
+                line++;
+                while (*line == ' ' || *line == '\t') line++;
+            }
+        }
+    }
+    return line;
+}
+
+void step_attempt_done(struct step_runner *r, size_t i, const struct step_outcome *o)
+{
+    struct life *l = life_of(r, i);
+    l->deadline = 0;
+    if (o->has_exit_code) {
+        l->has_exit_code = true;
+        l->exit_code = o->exit_code;
+    }
+    if (o->ok) { end_step(r, i, o); return; }
+    first_line_of(&l->error, o->message);
+    set_string(&l->report, o->report);
+    if (o->interrupted || l->cancelled || run_interrupted(r) || l->attempt > r->specs[i].retries) {
+        end_step(r, i, o);
+        return;
+    }
+    double delay = fmin(BACKOFF_MAX, ldexp(r->backoff, l->attempt - 1));
+    ui_warn("step '%s' %s (attempt %d of %d); retrying in %gs%s", step_name(r, i), reason_of(l->error),
+            l->attempt, r->specs[i].retries + 1, delay, o->stderr_tail ? o->stderr_tail : "");
+    l->phase = PHASE_BACKOFF;
+    l->timed_out = o->timed_out;
+    l->backoff = step_wait_timer(r->loop, delay, backoff_done, l);
+    step_wait_attach(&l->waits, l->backoff);
+}
+
+static void backoff_done(struct step_wait *w, void *arg)
+{
+    struct life *l = arg;
+    struct step_runner *r = l->r;
+    size_t i = (size_t)(l - r->lives);
+    l->backoff = NULL;
+    step_wait_free(w);
+    if (l->cancelled || run_interrupted(r)) {
+        struct step_outcome o = { .ok = false, .message = l->error, .timed_out = l->timed_out, .interrupted = true };
+        end_step(r, i, &o);
+        return;
+    }
+    run_attempt(r, i);
+}
+
+static void start_line(struct step_runner *r, size_t i, struct strbuf *sb)
+{
+    struct life *l = life_of(r, i);
+    sb_adds(sb, "{\"event\":\"step_start\",\"step\":");
+    json_redacted(sb, step_name(r, i));
+    sb_addf(sb, ",\"time\":%.6f", l->started);
+    if (l->fp) {
+        sb_adds(sb, ",\"fingerprint\":");
+        json_string(sb, l->fp);
+    }
+    sb_addc(sb, '}');
+}
+
+static int exec_start(void *ctx, struct sched *s, size_t i)
+{
+    struct step_runner *r = ctx;
+    r->sched = s;
+    r->any_started = true;
+    struct life *l = life_of(r, i);
+    l->started = wall_seconds();
+    if (r->body.fingerprint) r->body.fingerprint(r->body.ctx, i, &l->fp, &l->parts);
+    if (r->journal) {
+        struct strbuf line = STRBUF_INIT;
+        start_line(r, i, &line);
+        hold_line(r, line.buf, line.len);
+        sb_release(&line);
+        if (monotonic_seconds() - r->flushed_at >= FLUSH_EVERY && !r->in_flight && !r->held.n_paths) {
+            /* a step whose start cannot be recorded does not run */
+            struct batch b = r->held;
+            r->held = (struct batch){ STRBUF_INIT, NULL, 0, 0, NULL, 0, 0 };
+            r->flushed_at = monotonic_seconds();
+            char err[1024];
+            int rc = journal_append(r->journal, b.lines.buf, b.lines.len, err, sizeof err);
+            batch_release(&b);
+            if (rc != 0) {
+                char *msg = xasprintf("step '%s' did not start: %s", step_name(r, i), err);
+                struct step_outcome o = { .ok = false, .message = msg, .report = msg };
+                first_line_of(&l->error, msg);
+                set_string(&l->report, msg);
+                end_step(r, i, &o);
+                free(msg);
+                return 0;
+            }
+        } else if (monotonic_seconds() - r->flushed_at >= FLUSH_EVERY) {
+            start_flush(r);
+        }
+    }
+    run_attempt(r, i);
+    return 0;
+}
+
+static void exec_cancel(void *ctx, struct sched *s, size_t i, enum cancel_mode mode)
+{
+    struct step_runner *r = ctx;
+    (void)s;
+    struct life *l = life_of(r, i);
+    l->cancelled = true;
+    if (l->phase == PHASE_ATTEMPT) r->body.cancel(r->body.ctx, i, mode);
+    else if (l->phase == PHASE_BACKOFF) step_wait_list_cancel(&l->waits, mode);
+    /* ending: its outputs are being flushed, which is bounded and finishes */
+}
+
+static bool exec_up_to_date(void *ctx, struct sched *s, size_t i)
+{
+    struct step_runner *r = ctx;
+    r->sched = s;
+    if (!r->body.up_to_date || !r->body.up_to_date(r->body.ctx, i)) return false;
+    if (r->journal) {
+        struct strbuf line = STRBUF_INIT;
+        sb_adds(&line, "{\"event\":\"step_end\",\"step\":");
+        json_redacted(&line, step_name(r, i));
+        sb_adds(&line, ",\"status\":\"up to date\"}");
+        hold_line(r, line.buf, line.len);
+        sb_release(&line);
+    }
+    return true;
+}
+
+struct sched_executor step_runner_executor(struct step_runner *r)
+{
+    return (struct sched_executor){ r, exec_start, exec_cancel, exec_up_to_date };
+}
+
+/* ---- the runner ---- */
+
+struct step_runner *step_runner_new(const struct dag *dag, struct loop *loop, const struct step_runner_options *opt,
+                                    const struct step_body *body)
+{
+    struct step_runner *r = xcalloc(1, sizeof *r);
+    r->dag = dag;
+    r->loop = loop;
+    r->body = *body;
+    r->journal = opt->journal;
+    r->pool = opt->pool;
+    r->run_id = opt->run_id ? redacted(opt->run_id) : NULL;
+    size_t n = dag->n_steps;
+    r->specs = xcalloc(n + 1, sizeof *r->specs);
+    if (opt->specs) memcpy(r->specs, opt->specs, n * sizeof *r->specs);
+    r->lives = xcalloc(n + 1, sizeof *r->lives);
+    for (size_t i = 0; i < n; i++) r->lives[i].r = r;
+    r->flushed_at = -1e9;
+    r->backoff = opt->backoff > 0 ? opt->backoff : 1.0;
+    return r;
+}
+
+void step_runner_free(struct step_runner *r)
+{
+    if (!r) return;
+    for (size_t i = 0; i < r->dag->n_steps; i++) {
+        struct life *l = &r->lives[i];
+        step_wait_free(l->backoff);
+        free(l->error);
+        free(l->report);
+        free(l->fp);
+        free(l->parts);
+    }
+    batch_release(&r->held);
+    free(r->lives);
+    free(r->specs);
+    free(r->states);
+    free(r->run_id);
+    free(r);
+}
+
+double step_runner_deadline(const struct step_runner *r, size_t i)
+{
+    return r->lives[i].deadline;
+}
+
+int step_runner_attempt(const struct step_runner *r, size_t i)
+{
+    return r->lives[i].attempt;
+}
+
+bool step_runner_any_started(const struct step_runner *r)
+{
+    return r->any_started;
+}
+
+int step_runner_finish(struct step_runner *r, const struct sched *s, int code, char *err, size_t errlen)
+{
+    size_t n = r->dag->n_steps;
+    free(r->states);
+    r->states = xcalloc(n + 1, sizeof *r->states);
+    for (size_t i = 0; i < n; i++) r->states[i] = sched_state(s, i);
+    while (r->in_flight) loop_run_once(r->loop, 0.05);    /* none: ending steps are still running */
+    if (!r->journal) return 0;
+    struct strbuf line = STRBUF_INIT;
+    sb_adds(&line, "{\"code\":");
+    json_number(&line, code);
+    sb_adds(&line, ",\"event\":\"run_end\",\"time\":");
+    json_number(&line, wall_seconds());
+    sb_addc(&line, '}');
+    hold_line(r, line.buf, line.len);
+    sb_release(&line);
+    struct flush_job job = { .r = r, .b = r->held };
+    r->held = (struct batch){ STRBUF_INIT, NULL, 0, 0, NULL, 0, 0 };
+    flush_outputs(&job);
+    int rc = job.rc;
+    if (rc != 0) snprintf(err, errlen, "%s", job.err);
+    else rc = journal_append(r->journal, job.b.lines.buf, job.b.lines.len, err, errlen);
+    batch_release(&job.b);
+    return rc;
+}
+
+/* ---- run.json ---- */
+
+static void summary_key(struct strbuf *sb, bool pretty, int depth, const char *key, bool first)
+{
+    if (!first) sb_addc(sb, ',');
+    if (pretty) {
+        if (!first || depth > 0) sb_addc(sb, '\n');
+        for (int d = 0; d < depth; d++) sb_addc(sb, '\t');
+    }
+    json_string(sb, key);
+    sb_addc(sb, ':');
+    if (pretty) sb_addc(sb, '\t');
+}
+
+static void number_or_null(struct strbuf *sb, bool present, double d)
+{
+    if (present) json_number(sb, d);
+    else sb_adds(sb, "null");
+}
+
+static void summary_step(const struct step_runner *r, size_t i, struct strbuf *sb, bool pretty)
+{
+    const struct life *l = &r->lives[i];
+    int depth = pretty ? 3 : 0;
+    bool ran = l->started > 0, over = ran && l->finished > 0;
+    sb_addc(sb, '{');
+    summary_key(sb, pretty, depth, "attempts", true);
+    number_or_null(sb, l->attempt > 0, l->attempt);
+    summary_key(sb, pretty, depth, "elapsed", false);
+    number_or_null(sb, over, l->finished - l->started);
+    summary_key(sb, pretty, depth, "error", false);
+    if (l->error && !l->ok) json_string(sb, l->error);
+    else sb_adds(sb, "null");
+    summary_key(sb, pretty, depth, "exit_code", false);
+    number_or_null(sb, l->has_exit_code, l->exit_code);
+    summary_key(sb, pretty, depth, "finished", false);
+    number_or_null(sb, l->finished > 0, l->finished);
+    summary_key(sb, pretty, depth, "name", false);
+    json_redacted(sb, step_name(r, i));
+    summary_key(sb, pretty, depth, "started", false);
+    number_or_null(sb, ran, l->started);
+    summary_key(sb, pretty, depth, "state", false);
+    json_string(sb, step_state_name(r->states ? r->states[i] : STEP_NOT_RUN));
+    summary_key(sb, pretty, depth, "timed_out", false);
+    sb_adds(sb, l->timed_out && !l->ok ? "true" : "false");
+    if (pretty) sb_adds(sb, "\n\t\t");
+    sb_addc(sb, '}');
+}
+
+int step_runner_write_summary(const struct step_runner *r, const char *path, const struct step_summary *sum,
+                              char *err, size_t errlen)
+{
+    size_t n = r->dag->n_steps;
+    bool pretty = n <= PRETTY_MAX;
+    int d = pretty ? 1 : 0;
+    double finished = wall_seconds();
+    struct strbuf sb = STRBUF_INIT;
+    sb_addc(&sb, '{');
+    summary_key(&sb, pretty, d, "code", true);
+    json_number(&sb, sum->code);
+    summary_key(&sb, pretty, d, "elapsed", false);
+    json_number(&sb, finished - sum->started);
+    if (sum->env) {
+        summary_key(&sb, pretty, d, "env", false);
+        json_redacted(&sb, sum->env);
+    }
+    summary_key(&sb, pretty, d, "finished", false);
+    json_number(&sb, finished);
+    summary_key(&sb, pretty, d, "run_id", false);
+    json_redacted(&sb, sum->run_id);
+    summary_key(&sb, pretty, d, "started", false);
+    json_number(&sb, sum->started);
+    summary_key(&sb, pretty, d, "status", false);
+    json_redacted(&sb, sum->status);
+    summary_key(&sb, pretty, d, "steps", false);
+    sb_addc(&sb, '[');
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0) sb_adds(&sb, pretty ? ", " : ",");
+        summary_step(r, i, &sb, pretty);
+    }
+    sb_addc(&sb, ']');
+    sb_adds(&sb, pretty ? "\n}\n" : "}\n");
+    int rc = nofollow_write_atomic(path, sb.buf, sb.len, err, errlen);
+    sb_release(&sb);
+    return rc;
+}

@@ -1,0 +1,124 @@
+/* step.h — a step's life, from the scheduler's start to its recorded end:
+ * the journal's step_start line, attempts, retries after a back-off, the
+ * timeout of each attempt, cancellation, the step_end line and the run's
+ * summary (run.json).  What an attempt *is* (a Lua function called on its
+ * inputs, a command launched) is the body's: a small vtable the caller
+ * implements, as the scheduler's executor is.  Nothing here knows of Lua.
+ *
+ * The policy, in one place:
+ * - a step whose start cannot be journaled does not run; one whose end cannot
+ *   be journaled fails, even though its outputs are in place;
+ * - a failed attempt is retried `retries` times, after 1 s, 2 s, 4 s … 60 s
+ *   (a cancellable timer: Ctrl-C ends the wait and the step), unless the run
+ *   was interrupted;
+ * - journal lines are written in batches: at once after a step that ran a
+ *   command, took 50 ms or more, or failed, else when the last write is 50 ms
+ *   old — 100,000 quick Lua steps make a few hundred writes;
+ * - group commit: before a batch is written, the outputs its steps made are
+ *   flushed (data of each file or tree, then its directory) in one job on the
+ *   work pool; the journal then appends the batch and syncs it.  So after a
+ *   power loss a step_end line on disk always names outputs that are on disk.
+ *
+ * Every string written (step names, errors) goes through the UI's redactor
+ * (ui.h); the outputs record and the fingerprint parts come from the body as
+ * JSON text already redacted. */
+#ifndef FLOW_STEP_H
+#define FLOW_STEP_H
+
+#include "journal.h"
+#include "sched.h"
+#include "work.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct step_runner;
+
+/* What step i is, for its life (the body knows the rest). */
+struct step_spec {
+    int retries;             /* further attempts after a failure, ≥ 0 */
+    double timeout;          /* seconds per attempt; 0 = none */
+    bool command;            /* runs a process: its end is written at once */
+};
+
+/* How an attempt ended (step_attempt_done).  Strings are copied. */
+struct step_outcome {
+    bool ok;
+    /* on success: the step's outputs record (a JSON object, redacted), or
+     * NULL; and the files and trees it put in place, flushed before its end is
+     * journaled */
+    const char *outputs_json;
+    const char *const *paths;
+    size_t n_paths;
+    /* on failure: the message (its first line goes into the records), what to
+     * print (NULL: nothing, as for an interruption), the stderr tail added to a
+     * retry's warning (or NULL) */
+    const char *message;
+    const char *report;
+    const char *stderr_tail;
+    bool timed_out;
+    bool interrupted;
+    /* either way: the exit code of the process it ran, if any */
+    bool has_exit_code;
+    int exit_code;
+};
+
+/* The body: how to run one attempt of a step.  attempt() completes through
+ * step_attempt_done, now or later from the loop.  cancel() stops the attempt
+ * in flight, which still completes (as a failure).  The others are optional. */
+struct step_body {
+    void *ctx;
+    void (*attempt)(void *ctx, struct step_runner *r, size_t i, int attempt);
+    void (*cancel)(void *ctx, size_t i, enum cancel_mode mode);
+    /* Asked when step i is ready: true if its outputs are up to date. */
+    bool (*up_to_date)(void *ctx, size_t i);
+    /* At its start: step i's fingerprint and its parts as JSON (malloc'd,
+     * the runner frees them), or NULLs. */
+    void (*fingerprint)(void *ctx, size_t i, char **fp, char **parts_json);
+    /* Its end is recorded (ok) or it failed; `time` is its step_end's. */
+    void (*finished)(void *ctx, size_t i, bool ok, double time);
+};
+
+struct step_runner_options {
+    struct journal *journal;        /* NULL: nothing is journaled */
+    struct work_pool *pool;         /* NULL: outputs are flushed on the loop's thread */
+    const char *run_id;             /* written into each step_end */
+    const struct step_spec *specs;  /* one per step of the DAG; copied */
+    double backoff;                 /* the first retry's wait, doubled each time; 0: 1 s */
+};
+
+struct step_runner *step_runner_new(const struct dag *dag, struct loop *loop, const struct step_runner_options *opt,
+                                    const struct step_body *body);
+void step_runner_free(struct step_runner *r);
+
+/* The executor to hand sched_new; the runner learns the scheduler from it. */
+struct sched_executor step_runner_executor(struct step_runner *r);
+
+/* The body reports attempt `attempt` of step i over. */
+void step_attempt_done(struct step_runner *r, size_t i, const struct step_outcome *o);
+
+/* Monotonic time by which the attempt in flight must end; 0: no timeout. */
+double step_runner_deadline(const struct step_runner *r, size_t i);
+/* The attempt in flight (or the last one), from 1; 0 before the first. */
+int step_runner_attempt(const struct step_runner *r, size_t i);
+/* Whether any step started. */
+bool step_runner_any_started(const struct step_runner *r);
+
+/* After sched_run: flushes what is held with a run_end line carrying `code`,
+ * and keeps each step's final state for the summary.  0, or -1 with why the
+ * journal could not take it (the run's record is then incomplete). */
+int step_runner_finish(struct step_runner *r, const struct sched *s, int code, char *err, size_t errlen);
+
+/* run.json, written (streamed) to `path` atomically: the run's id, status,
+ * code, environment (NULL: none) and start, and every step's name, state,
+ * times, attempts, exit code, timeout and error (null where they do not
+ * apply).  Indented as cJSON does for up to 1,000 steps, compact beyond. */
+struct step_summary {
+    const char *run_id, *status, *env;
+    int code;
+    double started;
+};
+int step_runner_write_summary(const struct step_runner *r, const char *path, const struct step_summary *sum,
+                              char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,287 @@
+/* test_step.c — a step's life (step.h) through a fake body whose attempts
+ * wait on real timers: retries after a back-off, a fresh deadline for each
+ * attempt, cancel during an attempt and during a back-off, and the journal
+ * lines written, in their order, with the run's end last. */
+#include "check.h"
+#include "dag.h"
+#include "journal.h"
+#include "loop.h"
+#include "sched.h"
+#include "step.h"
+#include "step_wait.h"
+#include "util.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* A chain s0 -> s1 -> ... (each reads the one before) */
+static struct dag *chain(size_t n)
+{
+    struct dag *d = dag_new();
+    char err[256], name[32], in[32], out[32];
+    for (size_t i = 0; i < n; i++) {
+        snprintf(name, sizeof name, "s%zu", i);
+        snprintf(in, sizeof in, "d%zu", i ? i - 1 : 0);
+        snprintf(out, sizeof out, "d%zu", i);
+        struct dag_io o = { NULL, out }, inp = { NULL, in };
+        struct dag_step s = { .name = name, .inputs = &inp, .n_inputs = i ? 1 : 0, .outputs = &o, .n_outputs = 1 };
+        if (dag_add_step(d, &s, err, sizeof err) < 0) { fprintf(stderr, "%s\n", err); exit(2); }
+    }
+    if (dag_finalize(d, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); exit(2); }
+    return d;
+}
+
+static struct loop *new_loop(void)
+{
+    char err[256];
+    struct loop *loop = loop_new(err, sizeof err);
+    if (!loop) { fprintf(stderr, "loop_new: %s\n", err); exit(2); }
+    return loop;
+}
+
+#define MAX_STEPS 4
+
+/* The fake body: step i fails its first fail[i] attempts (after wait[i]
+ * seconds each), then succeeds; an attempt honours the step's deadline. */
+struct fake {
+    struct step_runner *r;
+    struct loop *loop;
+    int fail[MAX_STEPS];
+    double wait[MAX_STEPS];
+    int attempts[MAX_STEPS];
+    double deadline_left[MAX_STEPS][4];   /* deadline - now at each attempt's start */
+    struct step_wait *waiting[MAX_STEPS];
+    struct step_wait_list lists[MAX_STEPS];
+    bool timed_out[MAX_STEPS];
+    int graceful, forced, finished_ok, finished_failed;
+};
+
+struct pending { struct fake *f; size_t i; };
+static struct pending pendings[MAX_STEPS];
+
+static void attempt_over(struct step_wait *w, void *arg)
+{
+    struct pending *p = arg;
+    struct fake *f = p->f;
+    size_t i = p->i;
+    bool cancelled = step_wait_timer_cancelled(w);
+    step_wait_free(w);
+    f->waiting[i] = NULL;
+    struct step_outcome o = { .ok = !cancelled && !f->timed_out[i] && f->attempts[i] > f->fail[i],
+                              .has_exit_code = true, .exit_code = 0 };
+    if (!o.ok) {
+        o.exit_code = 3;
+        o.message = f->timed_out[i] ? "step 'x' timed out\nmore" : "step 'x' failed (exit code 3)\n  command: false";
+        o.report = o.message;
+        o.stderr_tail = "\n  last lines of stderr:\n    boom";
+        o.timed_out = f->timed_out[i];
+        o.interrupted = cancelled;
+    } else {
+        o.outputs_json = "{\"d\":{\"hash\":\"ab\",\"path\":\"out\"}}";
+    }
+    step_attempt_done(f->r, i, &o);
+}
+
+static void fake_attempt(void *ctx, struct step_runner *r, size_t i, int attempt)
+{
+    struct fake *f = ctx;
+    f->attempts[i] = attempt;
+    double deadline = step_runner_deadline(r, i), wait = f->wait[i];
+    f->timed_out[i] = false;
+    if (attempt <= 4) f->deadline_left[i][attempt - 1] = deadline > 0 ? deadline - monotonic_seconds() : 0;
+    if (deadline > 0 && monotonic_seconds() + wait > deadline) {   /* as a process's wait does */
+        wait = deadline - monotonic_seconds();
+        f->timed_out[i] = true;
+    }
+    pendings[i] = (struct pending){ f, i };
+    f->waiting[i] = step_wait_timer(f->loop, wait, attempt_over, &pendings[i]);
+    step_wait_attach(&f->lists[i], f->waiting[i]);
+}
+
+static void fake_cancel(void *ctx, size_t i, enum cancel_mode mode)
+{
+    struct fake *f = ctx;
+    if (mode == CANCEL_GRACEFUL) f->graceful++;
+    else f->forced++;
+    step_wait_list_cancel(&f->lists[i], mode);
+}
+
+static void fake_fingerprint(void *ctx, size_t i, char **fp, char **parts)
+{
+    (void)ctx;
+    *fp = i == 0 ? xstrdup("f00d") : NULL;
+    *parts = i == 0 ? xstrdup("{\"code\":\"c0de\"}") : NULL;
+}
+
+static void fake_finished(void *ctx, size_t i, bool ok, double time)
+{
+    struct fake *f = ctx;
+    (void)i;
+    (void)time;
+    if (ok) f->finished_ok++;
+    else f->finished_failed++;
+}
+
+struct run_result {
+    int code;
+    char *journal;          /* its text */
+};
+
+static struct run_result run(struct fake *f, struct dag *d, const struct step_spec *specs, bool with_journal)
+{
+    char err[512], dir[] = "/tmp/flow-test-step-XXXXXX";
+    struct run_result res = { 0, NULL };
+    if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
+    char *path = xasprintf("%s/journal.jsonl", dir);
+    struct journal *j = with_journal ? journal_open(path, err, sizeof err) : NULL;
+    if (with_journal && !j) { fprintf(stderr, "%s\n", err); exit(2); }
+    struct step_body body = { f, fake_attempt, fake_cancel, NULL, fake_fingerprint, fake_finished };
+    struct step_runner_options opt = { .journal = j, .run_id = "r1", .specs = specs, .backoff = 0.01 };
+    f->r = step_runner_new(d, f->loop, &opt, &body);
+    struct sched_executor ex = step_runner_executor(f->r);
+    struct sched_options so = { .jobs = 2 };
+    struct sched *s = sched_new(d, f->loop, &so, &ex, NULL);
+    res.code = sched_run(s);
+    CHECK(step_runner_finish(f->r, s, res.code, err, sizeof err) == 0);
+    char *summary = xasprintf("%s/run.json", dir);
+    struct step_summary sum = { .run_id = "r1", .status = "ok", .env = "base", .code = res.code, .started = 1 };
+    CHECK(step_runner_write_summary(f->r, summary, &sum, err, sizeof err) == 0);
+    char *text = read_file(summary, NULL);
+    CHECK(text && strstr(text, "\"steps\":\t[{"));
+    free(text);
+    if (j) {
+        CHECK(journal_close(j, err, sizeof err) == 0);
+        res.journal = read_file(path, NULL);
+    }
+    sched_free(s);
+    step_runner_free(f->r);
+    unlink(summary);
+    unlink(path);
+    rmdir(dir);
+    free(summary);
+    free(path);
+    return res;
+}
+
+/* The line of the journal that contains `what`, from `from` on; NULL if none. */
+static const char *line_with(const char *from, const char *what)
+{
+    return from ? strstr(from, what) : NULL;
+}
+
+static void test_retries_back_off_then_succeed(void)
+{
+    struct dag *d = chain(2);
+    struct fake f = { .loop = new_loop(), .fail = { 2, 0 }, .wait = { 0.01, 0.01 } };
+    struct step_spec specs[2] = { { .retries = 3 }, { .retries = 0, .command = true } };
+    double t0 = monotonic_seconds();
+    struct run_result res = run(&f, d, specs, true);
+    CHECK(res.code == 0);
+    CHECK(f.attempts[0] == 3 && f.attempts[1] == 1);
+    CHECK(monotonic_seconds() - t0 >= 0.03);            /* back-offs of 0.01 and 0.02 s */
+    CHECK(f.finished_ok == 2);
+    /* the order: s0 starts, ends ok after 3 attempts, s1 starts and ends, run_end */
+    const char *a = line_with(res.journal, "{\"event\":\"step_start\",\"step\":\"s0\",\"time\":");
+    const char *b = line_with(a, "{\"attempts\":3,\"elapsed\":");
+    const char *c = line_with(b, "\"event\":\"step_end\",\"fingerprint\":\"f00d\",\"outputs\":{\"d\":{\"hash\":\"ab\","
+                                 "\"path\":\"out\"}},\"parts\":{\"code\":\"c0de\"},\"run\":\"r1\",\"status\":\"ok\","
+                                 "\"step\":\"s0\",\"time\":");
+    const char *e = line_with(c, "{\"event\":\"step_start\",\"step\":\"s1\"");
+    const char *g = line_with(e, "\"status\":\"ok\",\"step\":\"s1\"");
+    const char *h = line_with(g, "{\"code\":0,\"event\":\"run_end\",\"time\":");
+    CHECK(a && b && c && e && g && h);
+    CHECK(strstr(a, "\"fingerprint\":\"f00d\"}"));        /* the start carries the fingerprint */
+    free(res.journal);
+    loop_free(f.loop);
+    dag_free(d);
+}
+
+static void test_failure_after_the_last_retry(void)
+{
+    struct dag *d = chain(2);
+    struct fake f = { .loop = new_loop(), .fail = { 9, 0 }, .wait = { 0.001, 0.001 } };
+    struct step_spec specs[2] = { { .retries = 1 }, { 0 } };
+    struct run_result res = run(&f, d, specs, true);
+    CHECK(res.code == 1);
+    CHECK(f.attempts[0] == 2 && f.attempts[1] == 0);     /* s1 never ran */
+    CHECK(f.finished_failed == 1);
+    CHECK_CONTAINS(res.journal, "{\"attempts\":2,\"elapsed\":");
+    CHECK_CONTAINS(res.journal, "\"error\":\"step 'x' failed (exit code 3)\",\"event\":\"step_end\","
+                                "\"exit_code\":3,\"run\":\"r1\",\"status\":\"failed\",\"step\":\"s0\"");
+    CHECK(!strstr(res.journal, "\"step\":\"s1\""));
+    free(res.journal);
+    loop_free(f.loop);
+    dag_free(d);
+}
+
+static void test_each_attempt_gets_its_own_deadline(void)
+{
+    struct dag *d = chain(1);
+    struct fake f = { .loop = new_loop(), .fail = { 0 }, .wait = { 30 } };
+    struct step_spec specs[1] = { { .retries = 1, .timeout = 0.05 } };
+    double t0 = monotonic_seconds();
+    struct run_result res = run(&f, d, specs, false);
+    CHECK(res.code == 1);
+    CHECK(monotonic_seconds() - t0 < 10);                 /* not the 30 s the attempts wanted */
+    CHECK(f.attempts[0] == 2);
+    for (int k = 0; k < 2; k++)
+        CHECK(f.deadline_left[0][k] > 0.03 && f.deadline_left[0][k] <= 0.05);
+    loop_free(f.loop);
+    dag_free(d);
+}
+
+static void send_sigint(void *arg)
+{
+    (void)arg;
+    kill(getpid(), SIGINT);
+}
+
+static void test_cancel_during_an_attempt(void)
+{
+    struct dag *d = chain(1);
+    struct fake f = { .loop = new_loop(), .fail = { 0 }, .wait = { 60 } };
+    struct step_spec specs[1] = { { .retries = 5 } };
+    loop_add_timer(f.loop, 0.05, send_sigint, NULL);
+    double t0 = monotonic_seconds();
+    struct run_result res = run(&f, d, specs, true);
+    CHECK(res.code == 130);
+    CHECK(monotonic_seconds() - t0 < 30);
+    CHECK(f.graceful == 1 && f.forced == 0);
+    CHECK(f.attempts[0] == 1);                            /* an interrupted step is not retried */
+    CHECK_CONTAINS(res.journal, "\"status\":\"interrupted\",\"step\":\"s0\"");
+    CHECK_CONTAINS(res.journal, "{\"code\":130,\"event\":\"run_end\"");
+    free(res.journal);
+    loop_free(f.loop);
+    dag_free(d);
+}
+
+static void test_cancel_during_a_back_off(void)
+{
+    struct dag *d = chain(1);
+    struct fake f = { .loop = new_loop(), .fail = { 9 }, .wait = { 0.001 } };
+    struct step_spec specs[1] = { { .retries = 20 } };
+    /* the back-offs grow 0.01, 0.02, …, 0.64, 1.28 s: the interrupt lands in one */
+    loop_add_timer(f.loop, 0.25, send_sigint, NULL);
+    double t0 = monotonic_seconds();
+    struct run_result res = run(&f, d, specs, true);
+    CHECK(res.code == 130);
+    CHECK(monotonic_seconds() - t0 < 1.0);                /* the wait ended early */
+    CHECK(f.graceful == 0);                               /* no attempt was in flight */
+    CHECK(f.attempts[0] >= 2 && f.attempts[0] < 20);
+    CHECK_CONTAINS(res.journal, "\"status\":\"interrupted\",\"step\":\"s0\"");
+    free(res.journal);
+    loop_free(f.loop);
+    dag_free(d);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    RUN(test_retries_back_off_then_succeed);
+    RUN(test_failure_after_the_last_retry);
+    RUN(test_each_attempt_gets_its_own_deadline);
+    RUN(test_cancel_during_an_attempt);
+    RUN(test_cancel_during_a_back_off);
+    return CHECK_DONE("step");
+}
