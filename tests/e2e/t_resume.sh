@@ -230,7 +230,7 @@ for ln in lines:
         continue
     r = re.match(r"<\.\.\. (\w+) resumed>(.*)$", rest)
     if r:
-        rest = pending.pop(pid, r.group(1) + "(") + r.group(2)
+        rest = pending.pop(pid, r.group(1) + "(").rstrip() + r.group(2)
     c = re.match(r"(\w+)\((.*)\)\s+=\s+(-?\d+)", rest, re.S)
     if c: calls.append((c.group(1), c.group(2), int(c.group(3))))
 def fd_path(args):
@@ -248,7 +248,7 @@ for k, (name, args, rc) in enumerate(calls):
             renamed[b] = (k, a)
     if name in ("fsync", "fdatasync") and rc == 0 and p: synced.append((k, p))
     if name == "write" and p and p.endswith("/journal.jsonl"):
-        text = re.search(r', "(.*)", \d+$', args, re.S).group(1)
+        text = re.search(r', "(.*)", \d+\s*$', args, re.S).group(1)
         journal_writes.append((k, text.encode().decode("unicode_escape")))
 def synced_before(path, pos):
     # synced under its name, or under the name it had before a rename into place
