@@ -151,10 +151,9 @@ end
 -- disk or a file-size limit fails the step instead of leaving a truncated
 -- file to commit.  Returns true, or nil and why.
 local function write_checked(path, bytes)
-  local f, err = io.open(path, "wb")
+  local f, err = core.open_write(path)          -- never through a link (nofollow.h)
   if not f then return nil, err end
   local ok, werr = f:write(bytes)
-  if ok then ok, werr = f:flush() end
   local closed, cerr = f:close()
   if not ok then return nil, string.format("cannot write %s: %s", path, werr) end
   if not closed then return nil, string.format("cannot write %s: %s", path, cerr) end
