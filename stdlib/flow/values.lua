@@ -173,6 +173,13 @@ function Run:input_at(n, path)
   end
 end
 
+-- Whether `path` lies in flow's temporary area .flow/tmp/ (symbolic links
+-- resolved): only such a returned file or folder is moved into place.
+function Run:in_tmp(path)
+  local real, tmp = cache.realpath(path), cache.realpath(".flow/tmp")
+  return real and tmp and real:sub(1, #tmp + 1) == tmp .. "/" or false
+end
+
 -- Save what a Lua function returned: memory values stay in memory (and in
 -- the cache), persisted ones are written through the catalog.  Every output
 -- is prepared (encoded, written to its staging path) before any is
@@ -199,10 +206,21 @@ function Run:save_values(n, by)
       end
       local input = self:input_at(n, v)
       if input then
-        fail("step '%s': output '%s' is the path of its input '%s' (%s): flow moves a %s output into place, "
-             .. "which would take the input away; write a new %s and return its path", n.name, d, input, v, e.type, e.type)
+        fail("step '%s': output '%s' is the path of its input '%s' (%s): flow refuses an input as an output "
+             .. "(it is neither moved nor copied); write a new %s and return its path", n.name, d, input, v, e.type)
       end
-      ready[i] = { from = v }
+      if self:in_tmp(v) then
+        ready[i] = { from = v }                   -- flow's own scratch space: moved into place
+      else
+        -- Anywhere else (another dataset, the script, a file outside the
+        -- project): copied into place, the returned path left as it was.
+        local staging = self:staging_path(n, d)
+        core.remove_tree(staging)
+        staged[d] = staging
+        local ok, cerr = pcall(cache.copy, cache.realpath(v) or v, staging)
+        if not ok then fail("step '%s': cannot copy output '%s' from %s: %s", n.name, d, v, tostring(cerr)) end
+        ready[i] = { from = staging }
+      end
     else
       local bytes, err = catalog.encode(e, v)
       if not bytes then fail("step '%s': output '%s' is a %s dataset (%s), but %s", n.name, d, e.type, e.origin, err) end
