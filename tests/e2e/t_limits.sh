@@ -234,6 +234,38 @@ test_a_script_that_is_not_a_regular_file_is_refused() {
     contains "$ERR" "big.lua is larger than 64 MiB"
 }
 
+# The files a script loads (dofile, loadfile, require) follow the script's
+# rule: a regular file of at most 64 MiB, named in the message (exit 2).
+test_files_the_script_loads_are_bounded_too() {
+    write pipeline.lua <<'L'
+dofile("/dev/zero")
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "x" } }
+L
+    run_bounded 30 2 run
+    contains "$ERR" "/dev/zero is not a regular file"
+    mkfifo fifo.lua
+    write pipeline.lua <<'L'
+assert(loadfile("fifo.lua"))
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "x" } }
+L
+    run_bounded 30 2 run
+    contains "$ERR" "fifo.lua is not a regular file"
+    write pipeline.lua <<'L'
+package.path = "./?.lua"
+require("fifo")
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "x" } }
+L
+    run_bounded 30 2 run
+    contains "$ERR" "fifo.lua is not a regular file"
+    truncate -s 65M big.lua
+    write pipeline.lua <<'L'
+dofile("big.lua")
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "x" } }
+L
+    run_bounded 30 2 run
+    contains "$ERR" "big.lua is larger than 64 MiB"
+}
+
 test_jobs_must_be_a_reasonable_integer() {
     write pipeline.lua <<'L'
 return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "x" } }
