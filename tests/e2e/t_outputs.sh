@@ -160,6 +160,43 @@ Y
     [ ! -e data/out.txt ] || { echo "a step ran"; return 1; }
 }
 
+# One file reached through a symbolic link to a directory is still one file.
+test_two_entries_with_one_path_through_a_linked_directory_are_an_error() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return "a" end, outputs = "first", name = "one" },
+  node{ func = function() return "b" end, outputs = "second", name = "two" },
+}
+L
+    write conf/base/catalog.yml <<'Y'
+first: {type: text, path: data/out.txt}
+second: {type: text, path: link/out.txt}
+Y
+    mkdir data
+    ln -s data link
+    run_flow 2 run
+    contains "$ERR" "catalog entry 'first' (conf/base/catalog.yml:1) and catalog entry 'second' (conf/base/catalog.yml:2) are both stored at"
+    [ ! -e data/out.txt ] || { echo "a step ran"; return 1; }
+}
+
+# A dataset inside a folder dataset would be deleted when the folder is committed.
+test_an_entry_inside_a_folder_entry_is_an_error() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return "a" end, outputs = "first", name = "one" },
+  node{ func = function() local d = os.tmpname() os.remove(d) os.execute("mkdir " .. d) return d end,
+        outputs = "dir", name = "two" },
+}
+L
+    write conf/base/catalog.yml <<'Y'
+first: {type: text, path: data/out.txt}
+dir: {type: folder, path: data}
+Y
+    run_flow 2 run
+    contains "$ERR" "catalog entry 'first' (conf/base/catalog.yml:1) is stored at data/out.txt, inside the folder of catalog entry 'dir' (conf/base/catalog.yml:2)"
+    [ ! -e data ] || { echo "a step ran"; return 1; }
+}
+
 test_a_pattern_and_an_entry_with_one_path_are_an_error() {
     write pipeline.lua <<'L'
 return pipeline{
