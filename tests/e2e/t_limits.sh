@@ -46,6 +46,29 @@ L
     contains "$ERR" "step 'spin' timed out after 1s"
 }
 
+# debug.sethook would remove flow's hook, and with it the step's timeout,
+# Ctrl-C and SIGTERM: it is refused, with a message, and the step stays bounded.
+test_debug_sethook_cannot_remove_flows_hook() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() pcall(debug.sethook) while true do end end,
+                       outputs = "x", name = "spin", timeout = 1 } }
+L
+    run_bounded 60 1 run
+    contains "$ERR" "step 'spin' timed out after 1s"
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() debug.sethook() return 1 end, outputs = "x", name = "hook" } }
+L
+    run_bounded 60 1 run
+    contains "$ERR" "debug.sethook is not available in a flow pipeline"
+    # at the top level too: each step's thread inherits the script's hook
+    write pipeline.lua <<'L'
+pcall(debug.sethook)
+return pipeline{ node{ func = function() while true do end end, outputs = "x", name = "spin", timeout = 1 } }
+L
+    run_bounded 60 1 run
+    contains "$ERR" "step 'spin' timed out after 1s"
+}
+
 test_timeout_stops_xpcall_coroutines_and_load_readers() {
     write pipeline.lua <<'L'
 local function spin() for _ = 1, 1e5 do end end
