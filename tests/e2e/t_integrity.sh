@@ -218,6 +218,14 @@ test_state_paths_that_are_files_give_a_message() {
     done
 }
 
+test_clean_with_flow_a_file_gives_a_message() {
+    echo not a directory > .flow
+    run_flow 2 clean
+    contains "$ERR" ".flow is not a directory: remove or rename it"
+    clean_failure
+    equals "$(cat .flow)" "not a directory" "the file .flow"
+}
+
 test_lock_that_is_a_directory_gives_a_message() {
     small_project
     mkdir -p .flow/lock
