@@ -245,7 +245,7 @@ static int copy_entry(struct copy *c)
     return fsync_dir(c->dst.buf, c->err, c->errlen);
 }
 
-static int copy_tree(const char *src, const char *dst, char *err, size_t errlen)
+int copy_tree(const char *src, const char *dst, char *err, size_t errlen)
 {
     struct copy c = { STRBUF_INIT, STRBUF_INIT, err, errlen };
     sb_adds(&c.src, src);

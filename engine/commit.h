@@ -23,6 +23,11 @@ int fsync_tree(const char *path, char *err, size_t errlen);
  * systems it copies into a hidden sibling of final first.  Creates final's
  * parent if missing.  On failure final is untouched and err reads
  * "cannot move STAGING to FINAL: reason".  Safe to call from any thread. */
+/* Copies src (a file, a symlink or a directory tree; links are copied as
+ * links) to dst, which must not exist, syncing what it writes.  On failure
+ * dst may be left half-made: the caller removes it. */
+int copy_tree(const char *src, const char *dst, char *err, size_t errlen);
+
 int commit_output(const char *staging, const char *final, char *err, size_t errlen);
 
 /* The same move, without its syncs: for a caller that makes final durable

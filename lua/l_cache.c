@@ -361,6 +361,7 @@ struct commit_job {
     const char *staging, *final;   /* the Lua strings stay on the coroutine's stack */
     int rc;
     char err[1024];
+    bool copy;                     /* cache.copy: copy_tree instead of commit_output */
     bool done;                     /* set on the loop's thread */
     lua_State *co;                 /* the step waiting for it, or NULL */
     struct step_wait wait;         /* what that step waits on (step_wait_job_ops) */
@@ -369,7 +370,8 @@ struct commit_job {
 static void commit_run(void *arg)
 {
     struct commit_job *job = arg;
-    job->rc = commit_output_unsynced(job->staging, job->final, job->err, sizeof job->err);
+    job->rc = job->copy ? copy_tree(job->staging, job->final, job->err, sizeof job->err)
+                        : commit_output_unsynced(job->staging, job->final, job->err, sizeof job->err);
 }
 
 static void commit_done(void *arg)
@@ -405,21 +407,28 @@ static int commit_wait(lua_State *L, struct commit_job *job)
     return lua_yieldk(L, 0, (lua_KContext)job, commit_continue);
 }
 
-/* commit(staging, final): staging (a file or a tree) replaces final, not yet
+/* commit(staging, final) / copy(from, final): staging (a file or a tree)
+ * replaces final — or a copy of `from` does, leaving it as it was — not yet
  * durably: the step's end, journaled by engine/step.c, flushes it first
  * (group commit).  Raises "cannot move STAGING to FINAL: reason", final
  * untouched. */
-static int l_commit(lua_State *L)
+static int commit_or_copy(lua_State *L, bool copy)
 {
     const char *staging = luaL_checkstring(L, 1), *final = luaL_checkstring(L, 2);
     struct commit_job *job = lua_newuserdatauv(L, sizeof *job, 0);
-    *job = (struct commit_job){ .staging = staging, .final = final };
+    *job = (struct commit_job){ .staging = staging, .final = final, .copy = copy };
     struct work_pool *pool = flow_step_can_yield(L) ? run_pool(L) : NULL;
     if (pool && work_submit(pool, commit_run, commit_done, job, NULL, 0) == 0)
         return commit_wait(L, job);
     commit_run(job);                          /* outside a step, or no thread to be had */
     return commit_result(L, job);
 }
+
+static int l_commit(lua_State *L) { return commit_or_copy(L, false); }
+
+/* copy(src, dst): src (a file or a tree) copied to dst, which must not exist,
+ * on the work pool as commit is; raises "cannot …: reason". */
+static int l_copy(lua_State *L) { return commit_or_copy(L, true); }
 
 /* stat(path) -> size, mtime (seconds, float), "file" | "directory" | "other"
  * or nil, message */
@@ -507,6 +516,7 @@ static const luaL_Reg cache_funcs[] = {
     { "deserialize", l_deserialize },
     { "journal", l_journal },
     { "commit", l_commit },
+    { "copy", l_copy },
     { "stat", l_stat },
     { "realpath", l_realpath },
     { NULL, NULL }

@@ -155,6 +155,72 @@ static int l_write_atomic(lua_State *L)
     return 0;
 }
 
+/* open_write(path[, append]) -> file | nil, message.  A file under .flow/
+ * (a staging output, a Lua step's print log) opened for writing without
+ * following a link anywhere on its path (nofollow.h): a link a step planted
+ * there fails the open, naming the path.  file:write(s) and file:close() go
+ * straight to write(2)/close(2) and return true or nil, message, so a full
+ * disk or a file-size limit is seen at the write that met it. */
+struct wfile { int fd; };
+
+static int l_open_write(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    int flags = O_WRONLY | O_CREAT | (lua_toboolean(L, 2) ? O_APPEND : O_TRUNC);
+    char err[1024];
+    struct wfile *f = lua_newuserdatauv(L, sizeof *f, 0);
+    f->fd = -1;
+    luaL_setmetatable(L, "flow.WFile");
+    f->fd = nofollow_open(path, flags, 0644, err, sizeof err);
+    if (f->fd < 0) { lua_pushnil(L); lua_pushstring(L, err); return 2; }
+    return 1;
+}
+
+static int wfile_write(lua_State *L)
+{
+    struct wfile *f = luaL_checkudata(L, 1, "flow.WFile");
+    size_t len;
+    const char *s = luaL_checklstring(L, 2, &len);
+    if (f->fd < 0) return luaL_error(L, "write to a closed file");
+    while (len > 0) {
+        ssize_t n = write(f->fd, s, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            int e = n < 0 ? errno : EIO;
+            lua_pushnil(L);
+            lua_pushfstring(L, "%s%s", strerror(e), errno_hint(e));
+            return 2;
+        }
+        s += n;
+        len -= (size_t)n;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int wfile_close(lua_State *L)
+{
+    struct wfile *f = luaL_checkudata(L, 1, "flow.WFile");
+    int fd = f->fd;
+    f->fd = -1;
+    if (fd >= 0 && close(fd) != 0 && errno != EINTR) {
+        int e = errno;
+        lua_pushnil(L);
+        lua_pushfstring(L, "%s%s", strerror(e), errno_hint(e));
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static int wfile_gc(lua_State *L)
+{
+    struct wfile *f = luaL_checkudata(L, 1, "flow.WFile");
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+    return 0;
+}
+
 static int l_read_file(lua_State *L)
 {
     size_t len;
@@ -469,6 +535,7 @@ static const luaL_Reg core_funcs[] = {
     { "template_refs", l_template_refs },
     { "write_atomic", l_write_atomic },
     { "read_file", l_read_file },
+    { "open_write", l_open_write },
     { "mkdir_p", l_mkdir_p },
     { "exists", l_exists },
     { "remove_tree", l_remove_tree },
@@ -492,6 +559,8 @@ static const luaL_Reg core_funcs[] = {
 int luaopen_flow_core(lua_State *L)
 {
     luaL_newlib(L, core_funcs);
+    static const luaL_Reg wfile_methods[] = { { "write", wfile_write }, { "close", wfile_close }, { NULL, NULL } };
+    flow_new_class(L, "flow.WFile", wfile_methods, wfile_gc);
     flow_push_json_null(L);
     lua_setfield(L, -2, "json_null");
     luaL_newmetatable(L, "flow.json_list");

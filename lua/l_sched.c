@@ -787,6 +787,16 @@ static int l_execute(lua_State *L)
     return execute_done(L, LUA_OK, 0);
 }
 
+/* debug.sethook is refused, in a step and at a script's top level alike: it
+ * would replace flow's count hook, which bounds a step's code (timeout,
+ * Ctrl-C, SIGTERM) and which each step's thread inherits from the script's.
+ * An error, not a silent no-op, so a profiler or debugger says why. */
+static int l_sethook(lua_State *L)
+{
+    return luaL_error(L, "debug.sethook is not available in a flow pipeline: flow's own hook bounds each "
+                         "step's code (its timeout, Ctrl-C, SIGTERM), and a hook set here would replace it");
+}
+
 static int cancelled_tostring(lua_State *L)
 {
     lua_pushliteral(L, "the step was stopped (interrupted, timed out or os.exit)");
@@ -800,6 +810,7 @@ void flow_install_guards(lua_State *L)
         { LUA_COLIBNAME, "resume", l_resume }, { LUA_COLIBNAME, "close", l_close },
         { LUA_COLIBNAME, "create", l_create }, { LUA_COLIBNAME, "wrap", l_create },
         { LUA_OSLIBNAME, "exit", l_exit }, { LUA_OSLIBNAME, "execute", l_execute },
+        { LUA_DBLIBNAME, "sethook", l_sethook },
     };
     for (size_t i = 0; i < sizeof wraps / sizeof *wraps; i++) {
         if (lua_getglobal(L, wraps[i].lib) != LUA_TTABLE) { lua_pop(L, 1); continue; }

@@ -105,11 +105,13 @@ static int load_project_file(lua_State *L, const char *path, const char *mode)
 {
     const char *chunkname = lua_pushfstring(L, "@%s", path);
     size_t len;
-    char *buf = read_file(path, &len);
+    char ferr[1024];
+    /* As the script itself: a regular file of at most SCRIPT_MAX (a FIFO or
+     * /dev/zero is refused, not read until it ends or memory does). */
+    char *buf = flow_read_script(path, path, &len, ferr, sizeof ferr);
     if (!buf) {
-        int e = errno;
         lua_pop(L, 1);
-        lua_pushfstring(L, "cannot open %s: %s", path, strerror(e));
+        lua_pushstring(L, ferr);
         return LUA_ERRFILE;
     }
     int rc;
@@ -176,12 +178,37 @@ static int search_project(lua_State *L)
 {
     const char *name = luaL_checkstring(L, 1);
     lua_getglobal(L, "package");
-    lua_getfield(L, -1, "searchpath");
-    lua_pushvalue(L, 1);
-    if (lua_getfield(L, -3, "path") != LUA_TSTRING) return luaL_error(L, "'package.path' must be a string");
-    lua_call(L, 2, 2);                 /* package.searchpath(name, package.path) */
-    if (lua_isnil(L, -2)) return 1;    /* not here: the message lists where it looked */
-    const char *path = lua_tostring(L, -2);
+    if (lua_getfield(L, -1, "path") != LUA_TSTRING) return luaL_error(L, "'package.path' must be a string");
+    /* As package.searchpath, but without opening the candidates (its fopen
+     * would wait forever on a FIFO): the first that exists is the module, and
+     * load_project_file refuses one that is not a regular file. */
+    const char *templates = lua_tostring(L, -1);
+    const char *file_name = luaL_gsub(L, name, ".", LUA_DIRSEP);
+    struct strbuf tried = STRBUF_INIT;
+    const char *path = NULL;
+    for (const char *t = templates; !path && *t; ) {
+        const char *end = strchr(t, ';');
+        size_t n = end ? (size_t)(end - t) : strlen(t);
+        if (n > 0) {
+            lua_pushlstring(L, t, n);
+            const char *candidate = luaL_gsub(L, lua_tostring(L, -1), "?", file_name);
+            lua_remove(L, -2);
+            struct stat st;
+            if (stat(candidate, &st) == 0) path = candidate;     /* stays on the stack */
+            else {
+                sb_addf(&tried, "%sno file '%s'", tried.len ? "\n\t" : "", candidate);
+                lua_pop(L, 1);
+            }
+        }
+        t += n + (end ? 1 : 0);
+    }
+    if (!path) {
+        lua_pushlstring(L, tried.buf ? tried.buf : "", tried.len);
+        sb_release(&tried);
+        return 1;                      /* not here: the message lists where it looked */
+    }
+    sb_release(&tried);
+    lua_pushnil(L);                    /* the layout below: path under one slot */
     if (load_project_file(L, path, NULL) != LUA_OK)
         return luaL_error(L, "error loading module '%s' from file '%s':\n\t%s", name, path, lua_tostring(L, -1));
     lua_pushvalue(L, -3);              /* the file name: the loader's second argument */

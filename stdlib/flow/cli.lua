@@ -659,7 +659,9 @@ local function cmd_clean(args)
     usage_error("--runs-older-than needs a duration like 30d, 12h, 1h30m or 0s, got '%s'", opts["runs-older-than"])
   end
   core.ui_setup("normal")
-  if core.exists(".flow") ~= "directory" then core.ui_info("no .flow/ in " .. core.cwd() .. ": nothing to clean") return 0 end
+  local kind = core.exists(".flow")
+  if kind == "file" then core.ui_error(".flow is not a directory: remove or rename it") return 2 end
+  if kind ~= "directory" then core.ui_info("no .flow/ in " .. core.cwd() .. ": nothing to clean") return 0 end
   local c = require("flow.state").clean(older, opts.cache, opts["dry-run"])
   local verb = opts["dry-run"] and "would remove" or "removed"
   local parts = { string.format("%d run%s older than %s", c.runs, c.runs == 1 and "" or "s",

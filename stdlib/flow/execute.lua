@@ -232,8 +232,7 @@ function Run:step_print(n, text)
   if rec.print_attempt ~= rec.attempts then       -- the first print of this attempt
     if rec.print_log then rec.print_log:close() end
     local header, append = self:attempt_header(n)
-    rec.print_log = check(io.open(path, append and "a" or "w"))
-    rec.print_log:setvbuf("line")
+    rec.print_log = check(core.open_write(path, append))   -- never through a link
     check(rec.print_log:write(header))
     rec.print_attempt = rec.attempts
   end

@@ -12,6 +12,7 @@ local params_mod = require("flow.params")
 local settings_mod = require("flow.settings")
 local launch = require("flow.launch")
 local catalog = require("flow.catalog")
+local cache = require("flow.cache")
 
 local M = {}
 
@@ -295,12 +296,21 @@ local function warn_unused_entries(nodes, cat)
 end
 
 -- A path as one key: absolute, without "." or ".." segments or repeated '/'.
-local function path_key(path, cwd)
+-- The absolute, normalised form of path, its directory part resolved as far
+-- as it exists (realpath of the longest existing prefix: data/x and link/x,
+-- where link -> data, are one file).  `dirs` memoises the resolved prefixes.
+local function path_key(path, cwd, dirs)
   if path:sub(1, 1) ~= "/" then path = cwd .. "/" .. path end
   local parts = {}
   for seg in path:gmatch("[^/]+") do
     if seg == ".." then parts[#parts] = nil
     elseif seg ~= "." then parts[#parts + 1] = seg end
+  end
+  for k = #parts - 1, 1, -1 do
+    local prefix = "/" .. table.concat(parts, "/", 1, k)
+    local real = dirs[prefix]
+    if real == nil then real = cache.realpath(prefix) or false; dirs[prefix] = real end
+    if real then return (real == "/" and "" or real) .. "/" .. table.concat(parts, "/", k + 1) end
   end
   return "/" .. table.concat(parts, "/")
 end
@@ -310,19 +320,19 @@ end
 -- .flow/data (a command's output "a.json" and a value "a" a command reads,
 -- written as a.json).  Raises naming both.
 local function check_paths(nodes, cat)
-  local owner, cwd = {}, core.cwd()
+  local owner, cwd, dirs = {}, core.cwd(), {}
+  local function who(x)
+    return x.e.declared and string.format("catalog entry '%s' (%s)", x.d, x.e.origin)
+           or string.format("dataset '%s'", x.d)
+  end
   local function claim(path, d, e)
-    local key = path_key(path, cwd)
+    local key = path_key(path, cwd, dirs)
     local o = owner[key]
     if o and o.d ~= d then
-      local function who(x)
-        return x.e.declared and string.format("catalog entry '%s' (%s)", x.d, x.e.origin)
-               or string.format("dataset '%s'", x.d)
-      end
       graph_error(string.format("%s and %s are both stored at %s: each dataset needs a path of its own",
                                 who(o), who({ d = d, e = e }), path))
     end
-    owner[key] = { d = d, e = e }
+    owner[key] = { d = d, e = e, path = path }
   end
   for _, name in ipairs(util.sorted_keys(cat.exact)) do
     local e = cat.exact[name]
@@ -350,6 +360,20 @@ local function check_paths(nodes, cat)
     local command = n.kind == "command"
     for _, io in ipairs(n.inputs) do place(io.dataset, command) end
     for _, io in ipairs(n.outputs) do place(io.dataset, command) end
+  end
+  -- A dataset inside a folder dataset: committing the folder (a rename over
+  -- it) would delete the other one.
+  for _, key in ipairs(util.sorted_keys(owner)) do
+    local inner = owner[key]
+    local dir = key:match("^(.+)/[^/]*$")
+    while dir do
+      local outer = owner[dir]
+      if outer and outer.d ~= inner.d and outer.e.type == "folder" then
+        graph_error(string.format("%s is stored at %s, inside the folder of %s (%s): committing the folder "
+          .. "would replace it; give each dataset a path outside the other's", who(inner), inner.path, who(outer), outer.path))
+      end
+      dir = dir:match("^(.+)/[^/]*$")
+    end
   end
 end
 

@@ -151,10 +151,9 @@ end
 -- disk or a file-size limit fails the step instead of leaving a truncated
 -- file to commit.  Returns true, or nil and why.
 local function write_checked(path, bytes)
-  local f, err = io.open(path, "wb")
+  local f, err = core.open_write(path)          -- never through a link (nofollow.h)
   if not f then return nil, err end
   local ok, werr = f:write(bytes)
-  if ok then ok, werr = f:flush() end
   local closed, cerr = f:close()
   if not ok then return nil, string.format("cannot write %s: %s", path, werr) end
   if not closed then return nil, string.format("cannot write %s: %s", path, cerr) end
@@ -172,6 +171,13 @@ function Run:input_at(n, path)
     local p = v and v.path and cache.realpath(v.path)
     if p and (within(real, p) or within(p, real)) then return io.dataset end
   end
+end
+
+-- Whether `path` lies in flow's temporary area .flow/tmp/ (symbolic links
+-- resolved): only such a returned file or folder is moved into place.
+function Run:in_tmp(path)
+  local real, tmp = cache.realpath(path), cache.realpath(".flow/tmp")
+  return real and tmp and real:sub(1, #tmp + 1) == tmp .. "/" or false
 end
 
 -- Save what a Lua function returned: memory values stay in memory (and in
@@ -200,10 +206,21 @@ function Run:save_values(n, by)
       end
       local input = self:input_at(n, v)
       if input then
-        fail("step '%s': output '%s' is the path of its input '%s' (%s): flow moves a %s output into place, "
-             .. "which would take the input away; write a new %s and return its path", n.name, d, input, v, e.type, e.type)
+        fail("step '%s': output '%s' is the path of its input '%s' (%s): flow refuses an input as an output "
+             .. "(it is neither moved nor copied); write a new %s and return its path", n.name, d, input, v, e.type)
       end
-      ready[i] = { from = v }
+      if self:in_tmp(v) then
+        ready[i] = { from = v }                   -- flow's own scratch space: moved into place
+      else
+        -- Anywhere else (another dataset, the script, a file outside the
+        -- project): copied into place, the returned path left as it was.
+        local staging = self:staging_path(n, d)
+        core.remove_tree(staging)
+        staged[d] = staging
+        local ok, cerr = pcall(cache.copy, cache.realpath(v) or v, staging)
+        if not ok then fail("step '%s': cannot copy output '%s' from %s: %s", n.name, d, v, tostring(cerr)) end
+        ready[i] = { from = staging }
+      end
     else
       local bytes, err = catalog.encode(e, v)
       if not bytes then fail("step '%s': output '%s' is a %s dataset (%s), but %s", n.name, d, e.type, e.origin, err) end

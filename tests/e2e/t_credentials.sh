@@ -225,3 +225,49 @@ L
     run_flow 2 run
     contains "$ERR" "pipeline.lua:2: node: env = {...} is the environment of a command's process; this step runs a Lua function"
 }
+
+# One credential, reaching flow every way it can — from the environment through
+# ${env:} in credentials.yml, in parameters.yml, on --params, in a Lua error
+# message, in what a Lua step prints, on a command's stdout and stderr, in a
+# value passed between steps, in the process environment — and not one copy
+# of it anywhere under .flow/ (journal, run.json, logs, cache, state, data).
+test_a_credential_planted_everywhere_is_nowhere_in_flow_files() {
+    local secret=planted-CRED-7731
+    write conf/base/credentials.yml <<'Y'
+api:
+  key: "${env:PLANTED_TOKEN}"
+Y
+    write conf/base/parameters.yml <<Y
+token: "$secret"
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "lua_error", inputs = "params:token", outputs = "e",
+        func = function(k) error("the service rejected " .. k) end },
+  node{ name = "cli_param", inputs = "params:extra", outputs = "p",
+        func = function(k) print("extra is " .. k) return #k end },
+  node{ name = "printer", outputs = "v",
+        func = function() print("token " .. os.getenv("PLANTED_TOKEN")) return "Bearer " .. os.getenv("PLANTED_TOKEN") end },
+  node{ name = "use", inputs = "v", outputs = "n", func = function(v) return #v end },
+  node{ name = "shell", outputs = { o = "shell_out" },
+        command = "echo out $PLANTED_TOKEN; echo err $PLANTED_TOKEN >&2; echo done > ${outputs.o}" },
+  node{ name = "with_cred", outputs = { o = "cred_out" },
+        command = "echo key ${credentials.api.key}; echo ok > ${outputs.o}" },
+  node{ name = "failing", command = "echo failing with $PLANTED_TOKEN >&2; exit 3" },
+}
+L
+    PLANTED_TOKEN=$secret run_flow 1 run -k -v --params "extra=$secret"
+    contains "$ERR" "the service rejected ***"
+    # each way in did reach flow's files, masked
+    contains "$(cat .flow/runs/*/logs/shell.log)" "out ***" "shell.log"
+    contains "$(cat .flow/runs/*/logs/shell.log)" "err ***" "shell.log"
+    contains "$(cat .flow/runs/*/logs/printer.log)" "token ***" "printer.log"
+    contains "$(cat .flow/runs/*/journal.jsonl)" "the service rejected ***" "the journal"
+    local hits
+    hits=$(grep -rla -- "$secret" .flow || true)
+    [ -z "$hits" ] || { echo "the credential is in:"; echo "$hits"; grep -ra -- "$secret" .flow | head; return 1; }
+    # again, from the cache and a second run's state
+    PLANTED_TOKEN=$secret run_flow 1 run -k --params "extra=$secret"
+    hits=$(grep -rla -- "$secret" .flow || true)
+    [ -z "$hits" ] || { echo "the credential is in (second run):"; echo "$hits"; return 1; }
+}

@@ -217,6 +217,14 @@ test_state_paths_that_are_files_give_a_message() {
     done
 }
 
+test_clean_with_flow_a_file_gives_a_message() {
+    echo not a directory > .flow
+    run_flow 2 clean
+    contains "$ERR" ".flow is not a directory: remove or rename it"
+    clean_failure
+    equals "$(cat .flow)" "not a directory" "the file .flow"
+}
+
 test_lock_that_is_a_directory_gives_a_message() {
     small_project
     mkdir -p .flow/lock
@@ -410,4 +418,65 @@ L
     contains "$ERR" "step 'a': cannot write its log .flow/runs/"
     contains "$ERR" "File too large"
     clean_failure
+}
+
+# ---- writes a step could redirect with a link ---------------------------------
+
+# A Lua step plants a link where flow is about to write its staging output
+# (.flow/tmp/<run>/<step>+<dataset>): the write refuses the link, the file it
+# points to is untouched, the step fails naming the path, nothing is committed.
+test_a_link_planted_at_a_staging_path_is_never_written_through() {
+    echo precious > victim.txt
+    write conf/base/catalog.yml <<'Y'
+out: {type: json, path: data/out.json}
+Y
+    write pipeline.lua <<'L'
+return pipeline{ node{ name = "a", outputs = "out", func = function()
+  local run = io.popen("ls .flow/tmp"):read("l")
+  io.popen("ln -s \"$PWD/victim.txt\" .flow/tmp/" .. run .. "/a+out"):close()
+  return { x = 1 }
+end } }
+L
+    run_flow 1 run
+    equals "$(cat victim.txt)" "precious" "the file the staging link pointed to"
+    contains "$ERR" "step 'a': cannot save output 'out': cannot open .flow/tmp/"
+    contains "$ERR" "a+out is a symbolic link"
+    clean_failure
+    [ ! -e data/out.json ] || { echo "the output was committed"; return 1; }
+}
+
+# The same for a Lua step's print log (.flow/runs/<id>/logs/<step>.log).
+test_a_link_planted_at_a_print_log_is_never_written_through() {
+    echo precious > victim.txt
+    write pipeline.lua <<'L'
+return pipeline{ node{ name = "a", outputs = "x", func = function()
+  local run = io.popen("ls .flow/tmp"):read("l")
+  io.popen("mkdir -p .flow/runs/" .. run .. "/logs && ln -s \"$PWD/victim.txt\" .flow/runs/" .. run .. "/logs/a.log"):close()
+  print("hello")
+  return 1
+end } }
+L
+    run_flow 1 run
+    equals "$(cat victim.txt)" "precious" "the file the log link pointed to"
+    contains "$ERR" "step 'a': cannot write its log .flow/runs/"
+    contains "$ERR" "a.log is a symbolic link"
+    clean_failure
+}
+
+# The fault shim's `write` reaches a Lua step's staging output (written with
+# write(2), not stdio): a full disk fails the step and commits nothing.
+test_full_disk_on_a_lua_steps_staging_output() {
+    write conf/base/catalog.yml <<'Y'
+out: {type: json, path: data/out.json}
+Y
+    write pipeline.lua <<'L'
+return pipeline{ node{ name = "a", outputs = "out", func = function() return { x = string.rep("y", 1000) } end } }
+L
+    with_faults write "*/.flow/tmp/*" -- 1 run
+    contains "$ERR" "step 'a': cannot save output 'out': cannot write .flow/tmp/"
+    contains "$ERR" "No space left on device"
+    clean_failure
+    [ ! -e data/out.json ] || { echo "the output was committed"; return 1; }
+    run_flow 0 run
+    contains "$(cat data/out.json)" "yyyy"
 }

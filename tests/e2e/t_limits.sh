@@ -46,6 +46,29 @@ L
     contains "$ERR" "step 'spin' timed out after 1s"
 }
 
+# debug.sethook would remove flow's hook, and with it the step's timeout,
+# Ctrl-C and SIGTERM: it is refused, with a message, and the step stays bounded.
+test_debug_sethook_cannot_remove_flows_hook() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() pcall(debug.sethook) while true do end end,
+                       outputs = "x", name = "spin", timeout = 1 } }
+L
+    run_bounded 60 1 run
+    contains "$ERR" "step 'spin' timed out after 1s"
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() debug.sethook() return 1 end, outputs = "x", name = "hook" } }
+L
+    run_bounded 60 1 run
+    contains "$ERR" "debug.sethook is not available in a flow pipeline"
+    # at the top level too: each step's thread inherits the script's hook
+    write pipeline.lua <<'L'
+pcall(debug.sethook)
+return pipeline{ node{ func = function() while true do end end, outputs = "x", name = "spin", timeout = 1 } }
+L
+    run_bounded 60 1 run
+    contains "$ERR" "step 'spin' timed out after 1s"
+}
+
 test_timeout_stops_xpcall_coroutines_and_load_readers() {
     write pipeline.lua <<'L'
 local function spin() for _ = 1, 1e5 do end end
@@ -231,6 +254,38 @@ test_a_script_that_is_not_a_regular_file_is_refused() {
     contains "$ERR" "fifo.lua is not a regular file"
     truncate -s 65M big.lua
     run_bounded 30 2 run big.lua
+    contains "$ERR" "big.lua is larger than 64 MiB"
+}
+
+# The files a script loads (dofile, loadfile, require) follow the script's
+# rule: a regular file of at most 64 MiB, named in the message (exit 2).
+test_files_the_script_loads_are_bounded_too() {
+    write pipeline.lua <<'L'
+dofile("/dev/zero")
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "x" } }
+L
+    run_bounded 30 2 run
+    contains "$ERR" "/dev/zero is not a regular file"
+    mkfifo fifo.lua
+    write pipeline.lua <<'L'
+assert(loadfile("fifo.lua"))
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "x" } }
+L
+    run_bounded 30 2 run
+    contains "$ERR" "fifo.lua is not a regular file"
+    write pipeline.lua <<'L'
+package.path = "./?.lua"
+require("fifo")
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "x" } }
+L
+    run_bounded 30 2 run
+    contains "$ERR" "fifo.lua is not a regular file"
+    truncate -s 65M big.lua
+    write pipeline.lua <<'L'
+dofile("big.lua")
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "x" } }
+L
+    run_bounded 30 2 run
     contains "$ERR" "big.lua is larger than 64 MiB"
 }
 

@@ -160,6 +160,43 @@ Y
     [ ! -e data/out.txt ] || { echo "a step ran"; return 1; }
 }
 
+# One file reached through a symbolic link to a directory is still one file.
+test_two_entries_with_one_path_through_a_linked_directory_are_an_error() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return "a" end, outputs = "first", name = "one" },
+  node{ func = function() return "b" end, outputs = "second", name = "two" },
+}
+L
+    write conf/base/catalog.yml <<'Y'
+first: {type: text, path: data/out.txt}
+second: {type: text, path: link/out.txt}
+Y
+    mkdir data
+    ln -s data link
+    run_flow 2 run
+    contains "$ERR" "catalog entry 'first' (conf/base/catalog.yml:1) and catalog entry 'second' (conf/base/catalog.yml:2) are both stored at"
+    [ ! -e data/out.txt ] || { echo "a step ran"; return 1; }
+}
+
+# A dataset inside a folder dataset would be deleted when the folder is committed.
+test_an_entry_inside_a_folder_entry_is_an_error() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return "a" end, outputs = "first", name = "one" },
+  node{ func = function() local d = os.tmpname() os.remove(d) os.execute("mkdir " .. d) return d end,
+        outputs = "dir", name = "two" },
+}
+L
+    write conf/base/catalog.yml <<'Y'
+first: {type: text, path: data/out.txt}
+dir: {type: folder, path: data}
+Y
+    run_flow 2 run
+    contains "$ERR" "catalog entry 'first' (conf/base/catalog.yml:1) is stored at data/out.txt, inside the folder of catalog entry 'dir' (conf/base/catalog.yml:2)"
+    [ ! -e data ] || { echo "a step ran"; return 1; }
+}
+
 test_a_pattern_and_an_entry_with_one_path_are_an_error() {
     write pipeline.lua <<'L'
 return pipeline{
@@ -205,10 +242,70 @@ Y
     echo precious > data/raw.txt
     echo one > data/dir/one.txt
     run_flow 1 run -k
-    contains "$ERR" "step 'passthrough': output 'copy' is the path of its input 'raw' (data/raw.txt): flow moves a file output into place"
+    contains "$ERR" "step 'passthrough': output 'copy' is the path of its input 'raw' (data/raw.txt): flow refuses an input as an output"
     contains "$ERR" "step 'part': output 'part' is the path of its input 'folder'"
     equals "$(cat data/raw.txt)" "precious" "the input"
     equals "$(cat data/dir/one.txt)" "one" "the folder input"
+}
+
+# A returned path that is not one of the step's inputs but still someone's
+# file — another dataset, the script, a file outside the project — is copied
+# into place, never moved away.
+test_a_returned_path_that_is_not_scratch_is_copied_not_moved() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return "data/raw.txt" end, outputs = "copy", name = "other_dataset" },
+  node{ func = function() return "pipeline.lua" end, outputs = "script_copy", name = "script" },
+  node{ func = function() return os.getenv("OUTSIDE") end, outputs = "outside_copy", name = "outside" },
+  node{ func = function() return "data/dir" end, outputs = "dir_copy", name = "folder" },
+  node{ func = function(raw) return raw:upper() end, inputs = "raw", outputs = "upper", name = "reader" },
+}
+L
+    write conf/base/catalog.yml <<'Y'
+raw: {type: file, path: data/raw.txt}
+copy: {type: file, path: data/copy.txt}
+script_copy: {type: file, path: data/script.lua}
+outside_copy: {type: file, path: data/outside.txt}
+dir: {type: folder, path: data/dir}
+dir_copy: {type: folder, path: data/dir_copy}
+upper: {type: text, path: data/upper.txt}
+Y
+    mkdir -p data/dir
+    echo precious > data/raw.txt
+    echo one > data/dir/one.txt
+    outside=$(mktemp); echo away > "$outside"
+    OUTSIDE=$outside run_flow 0 run
+    equals "$(cat data/raw.txt)" "precious" "the other dataset"
+    equals "$(cat data/copy.txt)" "precious" "the copy"
+    [ -f pipeline.lua ] || { echo "the script was moved away"; return 1; }
+    cmp -s pipeline.lua data/script.lua || { echo "the script's copy differs"; return 1; }
+    equals "$(cat "$outside")" "away" "the file outside the project"
+    equals "$(cat data/outside.txt)" "away" "its copy"
+    equals "$(cat data/dir/one.txt)" "one" "the folder"
+    equals "$(cat data/dir_copy/one.txt)" "one" "the folder's copy"
+    rm -f "$outside"
+}
+
+# A file the step made in flow's scratch space (.flow/tmp/) is moved, as before.
+test_a_returned_path_in_flows_tmp_is_moved() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ name = "make", outputs = "out", func = function()
+  local run = io.popen("ls .flow/tmp"):read("l")
+  local path = ".flow/tmp/" .. run .. "/scratch.txt"
+  local f = assert(io.open(path, "w")) f:write("made\n") f:close()
+  SCRATCH = path
+  return path
+end },
+  node{ name = "look", inputs = "out", outputs = "left", func = function()
+    local f = io.open(SCRATCH) if f then f:close() return "left" end return "gone" end } }
+L
+    write conf/base/catalog.yml <<'Y'
+out: {type: file, path: data/out.txt}
+left: {type: text, path: data/left.txt}
+Y
+    run_flow 0 run
+    equals "$(cat data/out.txt)" "made" "the output"
+    equals "$(cat data/left.txt)" "gone" "the scratch file after the commit"
 }
 
 test_the_graph_refuses_a_nul_in_a_name_from_any_caller() {
