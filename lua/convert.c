@@ -19,7 +19,18 @@
 
 #define MAX_DEPTH 200
 
-static cJSON *convert(lua_State *L, int idx, struct strbuf *path, int depth, char *err, size_t errlen);
+/* One conversion.  The walk runs protected (a Lua call in it can raise) and
+ * every node hangs from root from the moment it exists (attached to its parent
+ * before it is filled), so whatever stops the walk, deleting root frees all. */
+struct conversion {
+    struct strbuf path;        /* where the walk is, for messages: "[2].name" */
+    cJSON *root;
+    bool ok;
+    char *err;
+    size_t errlen;
+};
+
+static bool convert(lua_State *L, int idx, cJSON *parent, const char *key, struct conversion *c, int depth);
 
 static const char json_null_key;       /* its address is the json_null light userdata */
 
@@ -82,83 +93,113 @@ static void sort_object(cJSON *obj)
     free(items);
 }
 
-static cJSON *convert_table(lua_State *L, int idx, struct strbuf *path, int depth,
-                            char *err, size_t errlen)
+/* A new node, attached where it goes: root, parent's next item, or parent[key]. */
+static void attach(struct conversion *c, cJSON *parent, const char *key, cJSON *item)
 {
-    size_t n = 0, mark = path->len;
-    if (is_array(L, idx, &n) || (empty_table(L, idx) && marked_list(L, idx))) {
-        cJSON *arr = cJSON_CreateArray();
-        for (size_t i = 1; i <= n; i++) {
-            lua_rawgeti(L, idx, (lua_Integer)i);
-            sb_addf(path, "[%zu]", i);
-            cJSON *item = convert(L, lua_gettop(L), path, depth + 1, err, errlen);
-            path->len = mark; path->buf[mark] = '\0';
-            lua_pop(L, 1);
-            if (!item) { cJSON_Delete(arr); return NULL; }
-            cJSON_AddItemToArray(arr, item);
-        }
-        return arr;
-    }
-    cJSON *obj = cJSON_CreateObject();
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        char key[64];
-        const char *k;
-        if (lua_type(L, -2) == LUA_TSTRING) k = lua_tostring(L, -2);
-        else if (lua_isinteger(L, -2)) { snprintf(key, sizeof key, "%lld", (long long)lua_tointeger(L, -2)); k = key; }
-        else {
-            errf(err, errlen, "%s has a %s key; only string and integer keys can be saved",
-                 path->len ? path->buf : "value", luaL_typename(L, -2));
-            lua_pop(L, 2); cJSON_Delete(obj); return NULL;
-        }
-        sb_addf(path, ".%s", k);
-        cJSON *item = convert(L, lua_gettop(L), path, depth + 1, err, errlen);
-        path->len = mark; path->buf[mark] = '\0';
-        if (!item) { lua_pop(L, 2); cJSON_Delete(obj); return NULL; }
-        cJSON_AddItemToObject(obj, k, item);
-        lua_pop(L, 1);
-    }
-    sort_object(obj);
-    return obj;
+    if (!item) abort();                    /* out of memory, as everywhere in flow */
+    if (!parent) c->root = item;
+    else if (key) cJSON_AddItemToObject(parent, key, item);
+    else cJSON_AddItemToArray(parent, item);
 }
 
-static cJSON *convert(lua_State *L, int idx, struct strbuf *path, int depth, char *err, size_t errlen)
+static const char *where(const struct conversion *c)
+{
+    return c->path.len ? c->path.buf : "value";
+}
+
+static bool convert_table(lua_State *L, int idx, cJSON *parent, const char *key, struct conversion *c, int depth)
+{
+    /* A level's worth of stack at each level: as deep as the value, no deeper. */
+    luaL_checkstack(L, 4, "value too deeply nested");
+    size_t n = 0, mark = c->path.len;
+    if (is_array(L, idx, &n) || (empty_table(L, idx) && marked_list(L, idx))) {
+        cJSON *arr = cJSON_CreateArray();
+        attach(c, parent, key, arr);
+        for (size_t i = 1; i <= n; i++) {
+            lua_rawgeti(L, idx, (lua_Integer)i);
+            sb_addf(&c->path, "[%zu]", i);
+            bool ok = convert(L, lua_gettop(L), arr, NULL, c, depth + 1);
+            c->path.len = mark; c->path.buf[mark] = '\0';
+            lua_pop(L, 1);
+            if (!ok) return false;
+        }
+        return true;
+    }
+    cJSON *obj = cJSON_CreateObject();
+    attach(c, parent, key, obj);
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        char buf[64];
+        const char *k;
+        if (lua_type(L, -2) == LUA_TSTRING) k = lua_tostring(L, -2);
+        else if (lua_isinteger(L, -2)) { snprintf(buf, sizeof buf, "%lld", (long long)lua_tointeger(L, -2)); k = buf; }
+        else {
+            errf(c->err, c->errlen, "%s has a %s key; only string and integer keys can be saved",
+                 where(c), luaL_typename(L, -2));
+            lua_pop(L, 2);
+            return false;
+        }
+        sb_addf(&c->path, ".%s", k);
+        bool ok = convert(L, lua_gettop(L), obj, k, c, depth + 1);
+        c->path.len = mark; c->path.buf[mark] = '\0';
+        lua_pop(L, ok ? 1 : 2);
+        if (!ok) return false;
+    }
+    sort_object(obj);
+    return true;
+}
+
+static bool convert(lua_State *L, int idx, cJSON *parent, const char *key, struct conversion *c, int depth)
 {
     if (depth > MAX_DEPTH) {
-        errf(err, errlen, "%s is nested more than %d levels deep (a table that contains itself?)",
-             path->len ? path->buf : "value", MAX_DEPTH);
-        return NULL;
+        errf(c->err, c->errlen, "%s is nested more than %d levels deep (a table that contains itself?)",
+             where(c), MAX_DEPTH);
+        return false;
     }
     switch (lua_type(L, idx)) {
-    case LUA_TNIL: return cJSON_CreateNull();
-    case LUA_TBOOLEAN: return cJSON_CreateBool(lua_toboolean(L, idx));
+    case LUA_TNIL: attach(c, parent, key, cJSON_CreateNull()); return true;
+    case LUA_TBOOLEAN: attach(c, parent, key, cJSON_CreateBool(lua_toboolean(L, idx))); return true;
     case LUA_TNUMBER: {
         double d = lua_tonumber(L, idx);
         if (!isfinite(d)) {
-            errf(err, errlen, "%s is %g, which JSON cannot represent", path->len ? path->buf : "value", d);
-            return NULL;
+            errf(c->err, c->errlen, "%s is %g, which JSON cannot represent", where(c), d);
+            return false;
         }
-        return cJSON_CreateNumber(d);
+        attach(c, parent, key, cJSON_CreateNumber(d));
+        return true;
     }
-    case LUA_TSTRING: return cJSON_CreateString(lua_tostring(L, idx));
-    case LUA_TTABLE: return convert_table(L, idx, path, depth, err, errlen);
+    case LUA_TSTRING: attach(c, parent, key, cJSON_CreateString(lua_tostring(L, idx))); return true;
+    case LUA_TTABLE: return convert_table(L, idx, parent, key, c, depth);
     case LUA_TLIGHTUSERDATA:
-        if (lua_touserdata(L, idx) == &json_null_key) return cJSON_CreateNull();
+        if (lua_touserdata(L, idx) == &json_null_key) {
+            attach(c, parent, key, cJSON_CreateNull());
+            return true;
+        }
         /* fall through */
     default:
-        errf(err, errlen, "%s is a %s, which cannot be saved as data",
-             path->len ? path->buf : "value", luaL_typename(L, idx));
-        return NULL;
+        errf(c->err, c->errlen, "%s is a %s, which cannot be saved as data", where(c), luaL_typename(L, idx));
+        return false;
     }
+}
+
+/* (conversion, value): the walk, protected by lua_to_json */
+static int convert_protected(lua_State *L)
+{
+    struct conversion *c = lua_touserdata(L, 1);
+    c->ok = convert(L, 2, NULL, NULL, c, 0);
+    return 0;
 }
 
 cJSON *lua_to_json(lua_State *L, int idx, char *err, size_t errlen)
 {
-    struct strbuf path = STRBUF_INIT;
-    luaL_checkstack(L, MAX_DEPTH * 2 + 20, "value too deeply nested");
-    cJSON *j = convert(L, lua_absindex(L, idx), &path, 0, err, errlen);
-    sb_release(&path);
-    return j;
+    struct conversion c = { STRBUF_INIT, NULL, false, err, errlen };
+    lua_pushvalue(L, idx);
+    int rc = flow_cpcall(L, convert_protected, &c, 1, 0);
+    sb_release(&c.path);
+    if (rc == LUA_OK && c.ok) return c.root;
+    cJSON_Delete(c.root);                  /* what was converted before the walk stopped */
+    if (rc != LUA_OK) lua_error(L);        /* the walk's own error, on top */
+    return NULL;
 }
 
 void flow_push_json_text(lua_State *L, cJSON *j, bool pretty)
@@ -166,8 +207,21 @@ void flow_push_json_text(lua_State *L, cJSON *j, bool pretty)
     char *s = pretty ? cJSON_Print(j) : cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!s) abort();                       /* out of memory, as everywhere in flow */
-    lua_pushstring(L, s);
-    cJSON_free(s);
+    flow_push_owned(L, s, strlen(s), cJSON_free);
+}
+
+/* (tree) -> its value: json_to_lua, protected by flow_push_json_tree */
+static int push_tree(lua_State *L)
+{
+    json_to_lua(L, lua_touserdata(L, 1));
+    return 1;
+}
+
+void flow_push_json_tree(lua_State *L, cJSON *j)
+{
+    int rc = flow_cpcall(L, push_tree, j, 0, 1);
+    cJSON_Delete(j);
+    if (rc != LUA_OK) lua_error(L);
 }
 
 void json_to_lua(lua_State *L, const cJSON *item)

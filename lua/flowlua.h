@@ -41,11 +41,14 @@ extern const struct flow_embedded flow_stdlib[];
 void flow_open_stdlib(lua_State *L);
 
 /* Value conversion.  lua_to_json returns NULL with a message naming the
- * offending key path on values JSON cannot hold (functions, userdata, cycles). */
+ * offending key path on values JSON cannot hold (functions, userdata, cycles);
+ * if the walk raises (out of memory) it frees what it converted, then raises. */
 cJSON *lua_to_json(lua_State *L, int idx, char *err, size_t errlen);
 void json_to_lua(lua_State *L, const cJSON *item);
 /* Pushes j's JSON text (compact, or indented when `pretty`) and deletes j. */
 void flow_push_json_text(lua_State *L, cJSON *j, bool pretty);
+/* Pushes j's value (json_to_lua) and deletes j, even when a push raises. */
+void flow_push_json_tree(lua_State *L, cJSON *j);
 /* Pushes flow.core.json_null, which lua_to_json turns into null. */
 void flow_push_json_null(lua_State *L);
 
@@ -88,6 +91,21 @@ int flow_push_code(lua_State *L, int idx, int strings);
 
 /* Shared by the C modules (support.c). */
 struct luaL_Reg;
+/* Lua raises on a failed allocation (lua_push*string, lua_createtable, ...),
+ * longjmp-ing past any free: C code that holds heap memory makes its Lua calls
+ * protected with these, frees, then raises the error again (lua_error). */
+/* Calls fn(L) protected, as Lua 5.1's lua_cpcall did: fn finds ud as a light
+ * userdata at index 1 and the nargs values that were on top of the stack at
+ * 2..nargs+1.  Returns lua_pcall's status: fn's nresults on top, or the error.
+ * Pushing fn and ud allocates nothing (every C function has LUA_MINSTACK free
+ * slots for them). */
+int flow_cpcall(lua_State *L, lua_CFunction fn, void *ud, int nargs, int nresults);
+/* Pushes a copy of s[0..len) and frees s with `release` (free, cJSON_free):
+ * s is freed even when the push raises, and that error is raised after. */
+void flow_push_owned(lua_State *L, char *s, size_t len, void (*release)(void *));
+/* Pushes {v[0], ..., v[n-1]} protected: LUA_OK, or the error on top for the
+ * caller to raise once it has freed v. */
+int flow_push_string_list(lua_State *L, char *const *v, size_t n);
 /* Raise `msg` as it is: no "file:line:" of the C function in front. */
 int flow_raise(lua_State *L, const char *msg);
 /* Raise a failure of the file system or the disk (not of the script nor of

@@ -75,11 +75,11 @@ static int l_get(lua_State *L)
     return 1;
 }
 
+/* Pushes s (or nil) and frees it, even if the push raises. */
 static int push_owned(lua_State *L, char *s)
 {
     if (!s) lua_pushnil(L);
-    else lua_pushstring(L, s);
-    free(s);
+    else flow_push_owned(L, s, strlen(s), free);
     return 1;
 }
 
@@ -192,6 +192,7 @@ static void mask_tree(const struct config *cfg, cJSON *node)
 static int l_record_json(lua_State *L)
 {
     luaL_checkany(L, 1);
+    struct config *cfg = active_config(L);    /* before j exists: no Lua call while it is held */
     char err[512];
     cJSON *j = lua_to_json(L, 1, err, sizeof err);
     if (!j) {
@@ -199,7 +200,6 @@ static int l_record_json(lua_State *L)
         lua_pushstring(L, err);
         return 2;
     }
-    struct config *cfg = active_config(L);
     if (config_has_secrets(cfg)) mask_tree(cfg, j);
     flow_push_json_text(L, j, lua_toboolean(L, 2));
     return 1;
@@ -265,12 +265,9 @@ static int l_list_envs(lua_State *L)
 {
     size_t n;
     char **envs = config_list_envs(luaL_checkstring(L, 1), &n);
-    lua_createtable(L, (int)n, 0);
-    for (size_t i = 0; envs && i < n; i++) {
-        lua_pushstring(L, envs[i]);
-        lua_rawseti(L, -2, (lua_Integer)i + 1);
-    }
+    int rc = flow_push_string_list(L, envs, envs ? n : 0);
     config_list_free(envs);
+    if (rc != LUA_OK) return lua_error(L);
     return 1;
 }
 

@@ -54,8 +54,7 @@ static int l_json_decode(lua_State *L)
         lua_pushfstring(L, "invalid JSON near byte %d", (int)(end ? end - s : 0));
         return 2;
     }
-    json_to_lua(L, j);
-    cJSON_Delete(j);
+    flow_push_json_tree(L, j);         /* deletes j, even if a push raises */
     return 1;
 }
 
@@ -112,21 +111,38 @@ static int l_expand(lua_State *L)
     char *s = template_expand(tmpl, lookup_via_lua, &lk, err, sizeof err);
     if (lk.raised) return lua_error(L);          /* the function's own error, on top */
     if (!s) { lua_pushnil(L); lua_pushstring(L, err); return 2; }
-    lua_pushstring(L, s);
-    free(s);
+    flow_push_owned(L, s, strlen(s), free);
     return 1;
 }
 
+struct ref { const char *ns, *key; };
+
+/* (ref, list): appends {ns, key} to list */
+static int append_ref(lua_State *L)
+{
+    const struct ref *r = lua_touserdata(L, 1);
+    lua_createtable(L, 2, 0);
+    lua_pushstring(L, r->ns);
+    lua_rawseti(L, -2, 1);
+    lua_pushstring(L, r->key);
+    lua_rawseti(L, -2, 2);
+    lua_rawseti(L, 2, (lua_Integer)lua_rawlen(L, 2) + 1);
+    return 0;
+}
+
+/* template_each_ref holds a copy of the key while it calls back: the pushes
+ * run protected, and an error stays on top until l_template_refs raises it. */
+struct ref_list { lua_State *L; bool raised; };
+
 static int collect_ref(void *ctx, const char *ns, const char *key)
 {
-    lua_State *L = ctx;
-    lua_createtable(L, 2, 0);
-    lua_pushstring(L, ns);
-    lua_rawseti(L, -2, 1);
-    lua_pushstring(L, key);
-    lua_rawseti(L, -2, 2);
-    lua_rawseti(L, -2, (lua_Integer)lua_rawlen(L, -2) + 1);
-    return 0;
+    struct ref_list *refs = ctx;
+    lua_State *L = refs->L;
+    struct ref r = { ns, key };
+    lua_pushvalue(L, -1);                          /* the list */
+    if (flow_cpcall(L, append_ref, &r, 1, 0) == LUA_OK) return 0;
+    refs->raised = true;
+    return -1;
 }
 
 /* template_refs(template) -> {{ns, key}, ...}[, error], parsed exactly as expand
@@ -136,8 +152,11 @@ static int l_template_refs(lua_State *L)
 {
     const char *tmpl = luaL_checkstring(L, 1);
     char err[512];
+    lua_settop(L, 1);
     lua_newtable(L);
-    if (template_each_ref(tmpl, collect_ref, L, err, sizeof err) == 0) return 1;
+    struct ref_list refs = { L, false };
+    if (template_each_ref(tmpl, collect_ref, &refs, err, sizeof err) == 0) return 1;
+    if (refs.raised) return lua_error(L);
     lua_pushstring(L, err);
     return 2;
 }
@@ -226,8 +245,7 @@ static int l_read_file(lua_State *L)
     size_t len;
     char *s = read_file(luaL_checkstring(L, 1), &len);
     if (!s) { lua_pushnil(L); lua_pushstring(L, strerror(errno)); return 2; }
-    lua_pushlstring(L, s, len);
-    free(s);
+    flow_push_owned(L, s, len, free);
     return 1;
 }
 
@@ -256,8 +274,7 @@ static int l_remove_tree(lua_State *L)
 static int l_safe_name(lua_State *L)
 {
     char *s = safe_file_name(luaL_checkstring(L, 1));
-    lua_pushstring(L, s);
-    free(s);
+    flow_push_owned(L, s, strlen(s), free);
     return 1;
 }
 
@@ -393,12 +410,9 @@ static int l_list_dir(lua_State *L)
     size_t n;
     char **names = dir_list(path, &n);
     if (!names) { lua_pushnil(L); lua_pushfstring(L, "%s: %s", path, strerror(errno)); return 2; }
-    lua_createtable(L, (int)n, 0);
-    for (size_t i = 0; i < n; i++) {
-        lua_pushstring(L, names[i]);
-        lua_rawseti(L, -2, (lua_Integer)i + 1);
-    }
+    int rc = flow_push_string_list(L, names, n);
     dir_list_free(names, n);
+    if (rc != LUA_OK) return lua_error(L);
     return 1;
 }
 

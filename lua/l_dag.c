@@ -25,15 +25,25 @@ static lua_Integer opt_integer(lua_State *L, int idx, const char *key, lua_Integ
     return v;
 }
 
+/* A zeroed scratch array of n + 1 items, a userdata pushed below the top
+ * value: the collector frees it, so a field read that raises (a step table's
+ * __index, out of memory) leaks nothing.  add_step's caller pops it. */
+static void *scratch(lua_State *L, size_t n, size_t size)
+{
+    void *p = lua_newuserdatauv(L, (n + 1) * size, 0);
+    memset(p, 0, (n + 1) * size);
+    lua_insert(L, -2);
+    return p;
+}
+
 /* Reads {{arg=, dataset=}, ...} at field `key` into a scratch array that
- * points into the Lua strings (dag_add_step copies them).  Raises nothing
- * (add_step holds the other arrays): an entry without a dataset is left
- * NULL for add_step to report. */
+ * points into the Lua strings (dag_add_step copies them).  An entry without
+ * a dataset is left NULL for add_step to report. */
 static struct dag_io *read_io(lua_State *L, int idx, const char *key, size_t *n)
 {
     lua_getfield(L, idx, key);
     *n = lua_istable(L, -1) ? lua_rawlen(L, -1) : 0;
-    struct dag_io *io = xcalloc(*n + 1, sizeof *io);
+    struct dag_io *io = scratch(L, *n, sizeof *io);
     for (size_t i = 0; i < *n; i++) {
         lua_rawgeti(L, -1, (lua_Integer)i + 1);
         int t = lua_gettop(L);
@@ -59,7 +69,7 @@ static char **read_strings(lua_State *L, int idx, const char *key, size_t *n)
 {
     lua_getfield(L, idx, key);
     *n = lua_istable(L, -1) ? lua_rawlen(L, -1) : 0;
-    char **v = xcalloc(*n + 1, sizeof *v);
+    char **v = scratch(L, *n, sizeof *v);
     size_t k = 0;
     for (size_t i = 0; i < *n; i++) {
         if (lua_rawgeti(L, -1, (lua_Integer)i + 1) == LUA_TSTRING) v[k++] = (char *)lua_tostring(L, -1);
@@ -124,7 +134,7 @@ static bool names_have_nul(lua_State *L, int idx)
 }
 
 /* Adds the step table at `idx`, whose distribution is the value at `dist`;
- * on error leaves a message in err. */
+ * on error leaves a message in err.  Leaves its scratch arrays on the stack. */
 static long add_step(lua_State *L, struct dag *dag, int idx, int dist, int udata, char *err, size_t errlen)
 {
     struct dag_step spec = { 0 };
@@ -148,9 +158,6 @@ static long add_step(lua_State *L, struct dag *dag, int idx, int dist, int udata
         errf(err, errlen, "step %s: an output without dataset", spec.name);
     else
         rc = dag_add_step(dag, &spec, err, errlen);
-    free(spec.inputs);
-    free(spec.outputs);
-    free(spec.tags);
     return rc;
 }
 

@@ -17,6 +17,16 @@
 
 #define SCRIPT_MAX (64L << 20)
 
+struct load_error { const char *name; int line; const char *msg; };
+
+/* (load_error) -> "name:line: msg" */
+static int push_load_error(lua_State *L)
+{
+    const struct load_error *e = lua_touserdata(L, 1);
+    lua_pushfstring(L, "%s:%d: %s", e->name, e->line, e->msg);
+    return 1;
+}
+
 int flow_load_buffer(lua_State *L, const char *buf, size_t len, const char *chunkname)
 {
     size_t out_len;
@@ -24,9 +34,13 @@ int flow_load_buffer(lua_State *L, const char *buf, size_t len, const char *chun
     char err[512];
     char *code = desugar_chunk(buf, len, &out_len, &err_line, err, sizeof err);
     if (!code) {
-        const char *name = chunkname[0] == '@' || chunkname[0] == '=' ? chunkname + 1 : chunkname;
-        lua_pushfstring(L, "%s:%d: %s", name, err_line, err);
-        return LUA_ERRSYNTAX;
+        /* The caller holds buf: the message is pushed protected, and a failure
+         * to push it is this load's error (LUA_ERRMEM, "not enough memory"),
+         * as it is when lua_load runs out of memory. */
+        struct load_error e = { chunkname[0] == '@' || chunkname[0] == '=' ? chunkname + 1 : chunkname,
+                                err_line, err };
+        int rc = flow_cpcall(L, push_load_error, &e, 0, 1);
+        return rc == LUA_OK ? LUA_ERRSYNTAX : rc;
     }
     int rc = luaL_loadbufferx(L, code, out_len, chunkname, "t");
     free(code);

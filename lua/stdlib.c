@@ -2,34 +2,32 @@
  * FLOW_STDLIB_PATH, when set, is searched first so the Lua half can be edited
  * without rebuilding. Module "flow.x.y" is file "flow/x/y.lua". */
 #include "flowlua.h"
-#include "util.h"
 
 #include <lauxlib.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static char *module_file(const char *name)
+/* Module "flow.x.y" is file "flow/x/y.lua".  Names are pushed, not
+ * allocated: the Lua calls that follow can raise, and a C copy would leak. */
+static const char *push_module_file(lua_State *L, const char *name)
 {
-    char *file = xasprintf("%s.lua", name);
-    for (char *p = file; *p && strcmp(p, ".lua") != 0; p++)
-        if (*p == '.') *p = '/';
-    return file;
+    luaL_gsub(L, name, ".", "/");
+    lua_pushfstring(L, "%s.lua", lua_tostring(L, -1));
+    lua_remove(L, -2);
+    return lua_tostring(L, -1);
 }
 
 static int load_from_dir(lua_State *L, const char *dir, const char *file)
 {
-    char *path = xasprintf("%s/%s", dir, file);
-    int found = access(path, R_OK) == 0;
-    if (found) {
-        if (flow_load_file(L, path) != LUA_OK) {
-            free(path);
-            return lua_error(L);
-        }
-        lua_pushstring(L, path);
+    const char *path = lua_pushfstring(L, "%s/%s", dir, file);
+    if (access(path, R_OK) != 0) {
+        lua_pop(L, 1);
+        return 0;
     }
-    free(path);
-    return found ? 2 : 0;
+    if (flow_load_file(L, path) != LUA_OK) return lua_error(L);
+    lua_insert(L, -2);                 /* the loader, then its extra argument (the path) */
+    return 2;
 }
 
 static int search_stdlib(lua_State *L)
@@ -39,21 +37,18 @@ static int search_stdlib(lua_State *L)
         lua_pushstring(L, "not a flow module");
         return 1;
     }
-    char *file = module_file(name);
+    const char *file = push_module_file(L, name);
     const char *dev = getenv("FLOW_STDLIB_PATH");
     int n = dev && *dev ? load_from_dir(L, dev, file) : 0;
     for (const struct flow_embedded *e = flow_stdlib; !n && e->name; e++) {
         if (strcmp(e->name, file) != 0) continue;
         lua_pushfstring(L, "@<flow>/%s", file);
-        if (luaL_loadbufferx(L, (const char *)e->data, e->len, lua_tostring(L, -1), "b") != LUA_OK) {
-            free(file);
+        if (luaL_loadbufferx(L, (const char *)e->data, e->len, lua_tostring(L, -1), "b") != LUA_OK)
             return lua_error(L);
-        }
         lua_insert(L, -2);           /* loader, then its extra argument (the name) */
         n = 2;
     }
     if (!n) lua_pushfstring(L, "no embedded module '%s'", file);
-    free(file);
     return n ? n : 1;
 }
 

@@ -3,6 +3,50 @@
 
 #include <lauxlib.h>
 
+int flow_cpcall(lua_State *L, lua_CFunction fn, void *ud, int nargs, int nresults)
+{
+    lua_pushcfunction(L, fn);          /* a light C function: no allocation */
+    lua_pushlightuserdata(L, ud);
+    lua_rotate(L, -(nargs + 2), 2);    /* fn, ud, then the arguments */
+    return lua_pcall(L, nargs + 1, nresults, 0);
+}
+
+struct owned_string { const char *s; size_t len; };
+
+static int push_owned_string(lua_State *L)
+{
+    const struct owned_string *o = lua_touserdata(L, 1);
+    lua_pushlstring(L, o->s, o->len);
+    return 1;
+}
+
+void flow_push_owned(lua_State *L, char *s, size_t len, void (*release)(void *))
+{
+    struct owned_string o = { s, len };
+    int rc = flow_cpcall(L, push_owned_string, &o, 0, 1);
+    release(s);
+    if (rc != LUA_OK) lua_error(L);
+}
+
+struct string_list { char *const *v; size_t n; };
+
+static int push_string_list(lua_State *L)
+{
+    const struct string_list *l = lua_touserdata(L, 1);
+    lua_createtable(L, (int)l->n, 0);
+    for (size_t i = 0; i < l->n; i++) {
+        lua_pushstring(L, l->v[i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    return 1;
+}
+
+int flow_push_string_list(lua_State *L, char *const *v, size_t n)
+{
+    struct string_list l = { v, n };
+    return flow_cpcall(L, push_string_list, &l, 0, 1);
+}
+
 int flow_raise(lua_State *L, const char *msg)
 {
     lua_pushstring(L, msg);

@@ -1,6 +1,7 @@
 /* test_boundary.c — the C<->Lua boundary under errors: a Lua error raised while
- * C code holds heap memory (a template lookup that fails, a bad process spec)
- * frees that memory, and a bad spec starts no process.  Runs on a full engine
+ * C code holds heap memory (a template lookup that fails, a bad process spec,
+ * an allocation Lua cannot make) frees that memory, and a bad spec starts no
+ * process.  Runs on a full engine
  * state (flow_state_new), from a throwaway working directory. */
 #include "check.h"
 #include "flowlua.h"
@@ -25,13 +26,15 @@ static void lua_ok(const char *code)
     lua_settop(L, 0);
 }
 
-/* Bytes the C heap holds after a full collection (0 under ASan, whose
- * allocator glibc does not see: the leak checker covers that build). */
+/* Bytes the C heap holds after a full collection, blocks malloc maps on
+ * their own (128 KiB and more) included; 0 under ASan, whose allocator glibc
+ * does not see: the leak checker covers that build. */
 static size_t heap_in_use(void)
 {
     lua_gc(L, LUA_GCCOLLECT);
     lua_gc(L, LUA_GCCOLLECT);
-    return mallinfo2().uordblks;
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
 }
 
 /* Runs `code` (which repeats a failing call many times) and checks the heap
@@ -212,6 +215,175 @@ static void test_dag_walk_out_of_memory_frees_its_arrays(void)
            "g, seeds = nil, nil\n");
 }
 
+/* An allocator that lets `allow_left` more new or growing Lua blocks through,
+ * then refuses every one: run with 0, 1, 2, ... it fails each allocation point
+ * of a call in turn (a stack growth, a CallInfo, a string, a table). */
+static long allow_left = -1;                    /* -1: no limit */
+
+static void *countdown_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
+{
+    if (allow_left >= 0 && nsize > 0 && (!ptr || nsize > osize)) {
+        if (allow_left == 0) return NULL;
+        allow_left--;
+    }
+    return real_alloc(ud, ptr, osize, nsize);
+}
+
+/* Calls f(args...), the values `code` returns, 200 times with Lua's
+ * allocations failing from the 1st, 2nd, ... 8th on, and checks that the C
+ * heap did not grow by what the calls would leak (under ASan, whose heap
+ * mallinfo does not see, the leak checker does).  Returns how many calls
+ * raised a memory error. */
+static int out_of_memory_calls(const char *code)
+{
+    if (luaL_dostring(L, code) != LUA_OK) {
+        fprintf(stderr, "  lua: %s\n", lua_tostring(L, -1));
+        CHECK(!"lua chunk failed");
+        lua_settop(L, 0);
+        return 0;
+    }
+    int n = lua_gettop(L);
+    for (int k = 1; k <= n; k++) lua_pushvalue(L, k);
+    lua_pcall(L, n - 1, 0, 0);                  /* once to warm up caches and tables */
+    lua_settop(L, n);
+    size_t before = heap_in_use();
+    real_alloc = lua_getallocf(L, &real_alloc_ud);
+    lua_setallocf(L, countdown_alloc, real_alloc_ud);
+    int errmem = 0;
+    for (int i = 0; i < 200; i++) {
+        for (int k = 1; k <= n; k++) lua_pushvalue(L, k);
+        allow_left = i % 8;
+        int rc = lua_pcall(L, n - 1, 0, 0);
+        allow_left = -1;
+        errmem += rc == LUA_ERRMEM;
+        lua_settop(L, n);
+    }
+    lua_setallocf(L, real_alloc, real_alloc_ud);
+    size_t after = heap_in_use();
+    lua_settop(L, 0);
+    if (after > before + (1u << 20)) {
+        fprintf(stderr, "  heap grew by %zu bytes\n", after - before);
+        CHECK(after <= before + (1u << 20));
+    }
+    return errmem;
+}
+
+static void test_read_file_out_of_memory_frees_the_buffer(void)
+{
+    lua_ok("local f = assert(io.open('big.txt', 'w'))\n"
+           "f:write(string.rep('0123456789abcdef', 16384))\n"
+           "f:close()\n");
+    CHECK(out_of_memory_calls("return require('flow.core').read_file, 'big.txt'") > 0);
+}
+
+static void test_list_dir_out_of_memory_frees_the_names(void)
+{
+    lua_ok("local core = require('flow.core')\n"
+           "core.mkdir_p('many')\n"
+           "for i = 1, 300 do\n"
+           "  assert(io.open('many/' .. i .. string.rep('n', 150), 'w')):close()\n"
+           "end\n"
+           "assert(#core.list_dir('many') == 300)\n");
+    CHECK(out_of_memory_calls("return require('flow.core').list_dir, 'many'") > 0);
+}
+
+static void test_json_decode_out_of_memory_frees_the_tree(void)
+{
+    lua_ok("local core = require('flow.core')\n"
+           "local t = {}\n"
+           "for i = 1, 2000 do t[i] = { name = string.rep('v', 100) .. i } end\n"
+           "json_text = core.json_encode(t)\n"
+           "assert(#core.json_decode(json_text) == 2000)\n");
+    CHECK(out_of_memory_calls("return require('flow.core').json_decode, json_text") > 0);
+    lua_ok("json_text = nil");
+}
+
+static void test_json_encode_out_of_memory_frees_the_text(void)
+{
+    /* Each call's text differs: Lua's string cache would otherwise find the
+     * last one at the same address and push it without allocating. */
+    CHECK(out_of_memory_calls("local encode, t, n = require('flow.core').json_encode, {}, 0\n"
+                              "for i = 1, 2000 do t[i] = string.rep('w', 100) .. i end\n"
+                              "return function() n = n + 1; t[1] = n; return encode(t) end") > 0);
+}
+
+/* A walk that stops part-way (the stack cannot grow for the next level)
+ * frees the levels it converted, and the path it built. */
+static void test_json_encode_out_of_memory_frees_a_partial_tree(void)
+{
+    CHECK(out_of_memory_calls("local s, v = string.rep('y', 2000), 'leaf'\n"
+                              "for i = 1, 150 do v = { s, s, s, s, s, v } end\n"
+                              "return require('flow.core').json_encode, v") > 0);
+    lua_ok("local core = require('flow.core')\n"
+           "local v = {}\n"
+           "v.a = { b = { 1, 2, { c = function() end } } }\n"
+           "local s, e = core.json_encode(v)\n"
+           "assert(s == nil and e == '.a.b[3].c is a function, which cannot be saved as data', e)\n"
+           "assert(core.json_encode({ b = 1, a = { 2, core.json_null } }) == '{\"a\":[2,null],\"b\":1}')\n"
+           "assert(core.json_encode(core.json_list({})) == '[]')\n");
+}
+
+/* A desugaring error (here an unterminated distributed_job<) in a file read
+ * into C memory: pushing its message may fail, the file's text is freed. */
+static void test_load_script_error_out_of_memory_frees_the_text(void)
+{
+    lua_ok("local f = assert(io.open('bad.lua', 'w'))\n"
+           "f:write(string.rep('-- filler line\\n', 16384), 'x = distributed_job<nodes = 1')\n"
+           "f:close()\n"
+           "chunk_name = '@bad.lua'             -- kept: the name is pushed without allocating\n"
+           "local ok, e = require('flow.core').load_script('bad.lua')\n"
+           "assert(ok == nil and e:find('^bad.lua:16385:'), e)\n");
+    out_of_memory_calls("return require('flow.core').load_script, 'bad.lua'");
+    lua_ok("chunk_name = nil");
+}
+
+static void test_expand_and_refs_out_of_memory_free_their_copies(void)
+{
+    CHECK(out_of_memory_calls("local v = 'v'\n"
+                              "return require('flow.core').expand, string.rep('x', 200000) .. '${params.a}',\n"
+                              "       function() return v end") > 0);
+    CHECK(out_of_memory_calls("return require('flow.core').template_refs,\n"
+                              "       '${params.a} ${params.' .. string.rep('k', 200000) .. '}'") > 0);
+    CHECK(out_of_memory_calls("return require('flow.core').safe_name, string.rep('\\1', 100)") > 0);
+    lua_ok("local core = require('flow.core')\n"
+           "local r, e = core.template_refs('${params.a} ${inputs.b} ${bad')\n"
+           "assert(#r == 2 and r[2][1] == 'inputs' and r[2][2] == 'b' and e:find('unterminated'), e)\n");
+}
+
+static void test_config_strings_out_of_memory_are_freed(void)
+{
+    lua_ok("local core = require('flow.core')\n"
+           "core.mkdir_p('conf/base')\n"
+           "for i = 1, 300 do core.mkdir_p('conf/' .. i .. string.rep('e', 150)) end\n"
+           "cfg = require('flow.config').load('conf')\n");
+    CHECK(out_of_memory_calls("return require('flow.config').list_envs, 'conf'") > 0);
+    CHECK(out_of_memory_calls("return cfg.redact, cfg, string.rep('z', 200000)") > 0);
+    lua_ok("cfg = nil");
+}
+
+static void test_stdlib_search_out_of_memory_frees_the_names(void)
+{
+    lua_ok("local found = package.searchers[2]('flow.' .. string.rep('x', 100))\n"
+           "assert(found:find(\"no embedded module 'flow/xxx\"), found)\n"
+           "assert(type(package.searchers[2]('flow.util')) == 'function')\n");
+    CHECK(out_of_memory_calls("return package.searchers[2], 'flow.' .. string.rep('x', 200000)") > 0);
+}
+
+/* dag.build reads a step through its metatable: an __index that raises
+ * leaves no scratch array behind. */
+static void test_dag_build_raising_index_frees_the_scratch(void)
+{
+    no_growth("local dag = require('flow.dag')\n"
+              "local inputs = {}\n"
+              "for i = 1, 512 do inputs[i] = { dataset = 'd' .. i } end\n"
+              "local mt = { __index = function(_, k) if k == 'tags' then error('no tags') end end }\n"
+              "local steps = { setmetatable({ name = 'a', inputs = inputs, outputs = {} }, mt) }\n"
+              "for i = 1, 2000 do\n"
+              "  local ok, e = pcall(dag.build, steps, {})\n"
+              "  assert(not ok and e:find('no tags'), e)\n"
+              "end\n");
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st; (void)flag; (void)ftw;
@@ -233,6 +405,16 @@ int main(void)
     RUN(test_dag_build_bad_step_frees_what_was_read);
     RUN(test_dag_build_reads_nodes_as_they_are);
     RUN(test_dag_walk_out_of_memory_frees_its_arrays);
+    RUN(test_read_file_out_of_memory_frees_the_buffer);
+    RUN(test_list_dir_out_of_memory_frees_the_names);
+    RUN(test_json_decode_out_of_memory_frees_the_tree);
+    RUN(test_json_encode_out_of_memory_frees_the_text);
+    RUN(test_json_encode_out_of_memory_frees_a_partial_tree);
+    RUN(test_load_script_error_out_of_memory_frees_the_text);
+    RUN(test_expand_and_refs_out_of_memory_free_their_copies);
+    RUN(test_config_strings_out_of_memory_are_freed);
+    RUN(test_stdlib_search_out_of_memory_frees_the_names);
+    RUN(test_dag_build_raising_index_frees_the_scratch);
     flow_state_close(L);
     if (chdir("/") != 0) perror("/");
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
