@@ -26,6 +26,7 @@
 #include <string.h>
 
 #define RECORD_CLASS "flow.RunRecord"
+#define RUN_CLASS "flow.SchedRun"
 
 /* More steps at once than this is a typo (-j 1e999), not a plan. */
 #define MAX_JOBS 100000
@@ -182,7 +183,8 @@ static void release(struct step_run *st)
 static const char *field_string(lua_State *co, int t, const char *key)
 {
     lua_getfield(co, t, key);
-    const char *s = lua_tostring(co, -1);   /* the table keeps it alive */
+    /* only a string: converting a number would allocate, which may raise */
+    const char *s = lua_type(co, -1) == LUA_TSTRING ? lua_tostring(co, -1) : NULL;   /* the table keeps it alive */
     lua_pop(co, 1);
     return s;
 }
@@ -196,7 +198,9 @@ static bool field_bool(lua_State *co, int t, const char *key)
 }
 
 /* The attempt's results on the coroutine's stack, `ok, info` (see runner.lua's
- * attempt), as an outcome whose strings live on that stack. */
+ * attempt), as an outcome whose strings live on that stack.  Nothing here may
+ * raise (it runs inside the scheduler): the paths' array is C memory the
+ * caller frees. */
 static void read_outcome(lua_State *co, int nres, struct step_outcome *o)
 {
     int top = lua_gettop(co), t = top - nres + 2;
@@ -216,15 +220,15 @@ static void read_outcome(lua_State *co, int nres, struct step_outcome *o)
         lua_getfield(co, t, "paths");
         if (lua_istable(co, -1)) {
             size_t n = lua_rawlen(co, -1);
-            const char **paths = lua_newuserdatauv(co, (n + 1) * sizeof *paths, 0);   /* stays on the stack */
+            const char **paths = xcalloc(n + 1, sizeof *paths);
             for (size_t k = 0; k < n; k++) {
-                lua_rawgeti(co, -2, (lua_Integer)k + 1);
-                paths[o->n_paths] = lua_tostring(co, -1);
-                if (paths[o->n_paths]) o->n_paths++;
+                lua_rawgeti(co, -1, (lua_Integer)k + 1);
+                if (lua_type(co, -1) == LUA_TSTRING) paths[o->n_paths++] = lua_tostring(co, -1);  /* the table keeps it */
                 lua_pop(co, 1);
             }
             o->paths = paths;
         }
+        lua_pop(co, 1);
         return;
     }
     o->message = field_string(co, t, "message");
@@ -253,23 +257,26 @@ static void resume(struct step_run *st, int nargs)
     int status = lua_resume(st->co, L, nargs, &nres);
     set_current_step(L, outer);
     const char *name = sched_dag(st->run->sched)->steps[st->index].name;
+    char msg[2048];             /* formatted in C: this runs inside the scheduler, where nothing may raise */
     if (status == LUA_YIELD) {
         if (st->waits.n > 0) return;
         lua_pop(st->co, nres);
-        lua_pushfstring(L, "step '%s' yielded without waiting for anything (a coroutine.yield() outside "
-                        "a coroutine of its own?)", name);
+        snprintf(msg, sizeof msg, "step '%s' yielded without waiting for anything (a coroutine.yield() outside "
+                 "a coroutine of its own?)", name);
     } else if (status != LUA_OK) {
-        lua_pushfstring(L, "internal error in step '%s': %s", name, lua_tostring(st->co, -1));
+        const char *err = lua_type(st->co, -1) == LUA_TSTRING ? lua_tostring(st->co, -1) : NULL;
+        if (status == LUA_ERRMEM) err = "not enough memory";
+        snprintf(msg, sizeof msg, "internal error in step '%s': %s", name, err ? err : "(an error that is not a string)");
     }
     if (status != LUA_OK) {
-        engine_failure(st, lua_tostring(L, -1));        /* copied by the runner */
-        lua_pop(L, 1);
+        engine_failure(st, msg);                        /* copied by the runner */
         release(st);
         return;
     }
     struct step_outcome o = { 0 };
     read_outcome(st->co, nres, &o);
     step_attempt_done(st->run->runner, st->index, &o);     /* copies what it keeps */
+    free((void *)o.paths);
     release(st);
 }
 
@@ -281,6 +288,17 @@ void flow_step_resume(lua_State *co, int nargs)
 
 /* ---- the body (step.h) ---- */
 
+/* A new coroutine for step_run `ud` (protected: called by flow_cpcall), anchored
+ * in the registry. */
+static int new_coroutine(lua_State *L)
+{
+    struct step_run *st = lua_touserdata(L, 1);
+    lua_State *co = lua_newthread(L);
+    st->co_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    st->co = co;
+    return 0;
+}
+
 static void body_attempt(void *ctx, struct step_runner *r, size_t i, int attempt)
 {
     struct run *run = ctx;
@@ -290,9 +308,14 @@ static void body_attempt(void *ctx, struct step_runner *r, size_t i, int attempt
         run->n_idle--;
         st->co = run->idle[run->n_idle].co;
         st->co_ref = run->idle[run->n_idle].ref;
-    } else {
-        st->co = lua_newthread(run->L);
-        st->co_ref = luaL_ref(run->L, LUA_REGISTRYINDEX);
+    } else if (flow_cpcall(run->L, new_coroutine, st, 0, 0) != LUA_OK) {
+        /* out of memory: raising here would unwind through the scheduler */
+        lua_pop(run->L, 1);
+        st->co = NULL;
+        struct step_outcome o = { .ok = false, .message = "cannot start: not enough memory for its coroutine",
+                                  .report = "cannot start a step: not enough memory for its coroutine" };
+        step_attempt_done(r, i, &o);
+        return;
     }
     *(struct step_run **)lua_getextraspace(st->co) = st;
     st->guarded = 0;
@@ -361,17 +384,18 @@ static void body_finished(void *ctx, size_t i, bool ok, double time)
     call_main(run, run->finished_fn_ref, i, 2, 0, "ending");
 }
 
+/* opts.selected ({[i] = bool}) as flags in a userdata left on the stack (a
+ * nil there when there is no selection). */
 static bool *read_selected(lua_State *L, int opts, size_t n)
 {
-    lua_getfield(L, opts, "selected");
-    if (!lua_istable(L, -1)) { lua_pop(L, 1); return NULL; }
-    bool *sel = xcalloc(n + 1, sizeof *sel);
+    if (lua_getfield(L, opts, "selected") != LUA_TTABLE) return NULL;
+    bool *sel = lua_newuserdatauv(L, (n + 1) * sizeof *sel, 0);
+    memset(sel, 0, (n + 1) * sizeof *sel);
     for (size_t i = 0; i < n; i++) {
-        lua_rawgeti(L, -1, (lua_Integer)i + 1);
+        lua_rawgeti(L, -2, (lua_Integer)i + 1);
         sel[i] = lua_toboolean(L, -1);
         lua_pop(L, 1);
     }
-    lua_pop(L, 1);
     return sel;
 }
 
@@ -471,11 +495,17 @@ static int l_run(lua_State *L)
     }
     lua_getfield(L, 2, "run_id");
     ropt.run_id = lua_tostring(L, -1);                  /* kept on the stack */
-    struct run run = { .L = L };
-    run.attempt_fn_ref = optional_ref(L, 3, "attempt", true);
-    run.check_fn_ref = optional_ref(L, 3, "up_to_date", false);
-    run.fingerprint_fn_ref = optional_ref(L, 3, "fingerprint", false);
-    run.finished_fn_ref = optional_ref(L, 3, "finished", false);
+    /* The run's C state belongs to a to-be-closed userdata from here on: a
+     * raise anywhere below (out of memory) releases it. */
+    struct run *run = lua_newuserdatauv(L, sizeof *run, 0);
+    *run = (struct run){ .L = L, .attempt_fn_ref = LUA_NOREF, .check_fn_ref = LUA_NOREF,
+                         .fingerprint_fn_ref = LUA_NOREF, .finished_fn_ref = LUA_NOREF };
+    luaL_setmetatable(L, RUN_CLASS);
+    lua_toclose(L, -1);
+    run->attempt_fn_ref = optional_ref(L, 3, "attempt", true);
+    run->check_fn_ref = optional_ref(L, 3, "up_to_date", false);
+    run->fingerprint_fn_ref = optional_ref(L, 3, "fingerprint", false);
+    run->finished_fn_ref = optional_ref(L, 3, "finished", false);
     struct step_runner **record = lua_newuserdatauv(L, sizeof *record, 1);
     *record = NULL;
     luaL_setmetatable(L, RECORD_CLASS);
@@ -483,43 +513,53 @@ static int l_run(lua_State *L)
     lua_setiuservalue(L, -2, 1);                        /* the DAG its names are in */
     int record_idx = lua_gettop(L);
 
-    opt.selected = read_selected(L, 2, dag->n_steps);
-    run.steps = xcalloc(dag->n_steps + 1, sizeof(struct step_run));
+    opt.selected = read_selected(L, 2, dag->n_steps);   /* userdata, on the stack */
+    run->steps = lua_newuserdatauv(L, (dag->n_steps + 1) * sizeof(struct step_run), 0);
     for (size_t i = 0; i < dag->n_steps; i++)
-        run.steps[i] = (struct step_run){ .run = &run, .index = i, .co_ref = LUA_NOREF };
-    struct step_body body = { &run, body_attempt, body_cancel, body_up_to_date, body_fingerprint, body_finished };
-    *record = run.runner = step_runner_new(dag, flow_state_loop(L), &ropt, &body);
-    struct sched_executor ex = step_runner_executor(run.runner);
+        run->steps[i] = (struct step_run){ .run = run, .index = i, .co_ref = LUA_NOREF };
+    struct step_body body = { run, body_attempt, body_cancel, body_up_to_date, body_fingerprint, body_finished };
+    *record = run->runner = step_runner_new(dag, flow_state_loop(L), &ropt, &body);
+    struct sched_executor ex = step_runner_executor(run->runner);
     struct sched_observer obs = ui_sched_observer();
-    run.sched = sched_new(dag, flow_state_loop(L), &opt, &ex, &obs);
+    run->sched = sched_new(dag, flow_state_loop(L), &opt, &ex, &obs);
     ui_run_begin(dag, opt.selected, flow_state_loop(L));
-    int code = sched_run(run.sched);
-    ui_run_end(run.sched);
+    int code = sched_run(run->sched);
+    ui_run_end(run->sched);
     char jerr[1024];
-    int jrc = step_runner_finish(run.runner, run.sched, code, jerr, sizeof jerr);
+    int jrc = step_runner_finish(run->runner, run->sched, code, jerr, sizeof jerr);
 
     lua_pushinteger(L, code);
     lua_createtable(L, (int)dag->n_steps, 0);
     lua_createtable(L, (int)dag->n_steps, 0);
     for (size_t i = 0; i < dag->n_steps; i++) {
-        lua_pushstring(L, step_state_name(sched_state(run.sched, i)));
+        lua_pushstring(L, step_state_name(sched_state(run->sched, i)));
         lua_rawseti(L, -3, (lua_Integer)i + 1);
-        lua_pushnumber(L, sched_elapsed(run.sched, i));
+        lua_pushnumber(L, sched_elapsed(run->sched, i));
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
     lua_pushvalue(L, record_idx);
     if (jrc != 0) lua_pushstring(L, jerr);
     else lua_pushnil(L);
-    luaL_unref(L, LUA_REGISTRYINDEX, run.attempt_fn_ref);
-    luaL_unref(L, LUA_REGISTRYINDEX, run.check_fn_ref);
-    luaL_unref(L, LUA_REGISTRYINDEX, run.fingerprint_fn_ref);
-    luaL_unref(L, LUA_REGISTRYINDEX, run.finished_fn_ref);
-    for (size_t k = 0; k < run.n_idle; k++) luaL_unref(L, LUA_REGISTRYINDEX, run.idle[k].ref);
-    free(run.idle);
-    sched_free(run.sched);
-    free(run.steps);
-    free((void *)opt.selected);
-    return 5;
+    return 5;                                           /* closing `run` releases it */
+}
+
+/* A run's __close and __gc: its registry references, idle coroutines and
+ * scheduler (safe to repeat). */
+static int run_release(lua_State *L)
+{
+    struct run *run = luaL_checkudata(L, 1, RUN_CLASS);
+    int *refs[] = { &run->attempt_fn_ref, &run->check_fn_ref, &run->fingerprint_fn_ref, &run->finished_fn_ref };
+    for (size_t k = 0; k < sizeof refs / sizeof *refs; k++) {
+        luaL_unref(L, LUA_REGISTRYINDEX, *refs[k]);
+        *refs[k] = LUA_NOREF;
+    }
+    for (size_t k = 0; k < run->n_idle; k++) luaL_unref(L, LUA_REGISTRYINDEX, run->idle[k].ref);
+    free(run->idle);
+    run->idle = NULL;
+    run->n_idle = run->cap_idle = 0;
+    sched_free(run->sched);
+    run->sched = NULL;
+    return 0;
 }
 
 /* ---- the run's record ---- */
@@ -836,6 +876,12 @@ static const luaL_Reg sched_funcs[] = {
 int luaopen_flow_sched(lua_State *L)
 {
     flow_new_class(L, RECORD_CLASS, record_methods, l_record_gc);
+    static const luaL_Reg no_methods[] = { { NULL, NULL } };
+    flow_new_class(L, RUN_CLASS, no_methods, run_release);
+    luaL_getmetatable(L, RUN_CLASS);
+    lua_pushcfunction(L, run_release);
+    lua_setfield(L, -2, "__close");
+    lua_pop(L, 1);
     luaL_newlib(L, sched_funcs);
     lua_pushinteger(L, MAX_JOBS);
     lua_setfield(L, -2, "MAX_JOBS");

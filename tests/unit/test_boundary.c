@@ -234,7 +234,16 @@ static void *countdown_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
  * heap did not grow by what the calls would leak (under ASan, whose heap
  * mallinfo does not see, the leak checker does).  Returns how many calls
  * raised a memory error. */
+static int out_of_memory_calls_upto(const char *code, long most);
+
 static int out_of_memory_calls(const char *code)
+{
+    return out_of_memory_calls_upto(code, 8);
+}
+
+/* The same, with allocations failing from the 1st to the `most`th on, spread
+ * over the 200 calls (a call that gets far before it fails). */
+static int out_of_memory_calls_upto(const char *code, long most)
 {
     if (luaL_dostring(L, code) != LUA_OK) {
         fprintf(stderr, "  lua: %s\n", lua_tostring(L, -1));
@@ -252,7 +261,7 @@ static int out_of_memory_calls(const char *code)
     int errmem = 0;
     for (int i = 0; i < 200; i++) {
         for (int k = 1; k <= n; k++) lua_pushvalue(L, k);
-        allow_left = i % 8;
+        allow_left = most <= 200 ? i % most : (long)i * most / 200;
         int rc = lua_pcall(L, n - 1, 0, 0);
         allow_left = -1;
         errmem += rc == LUA_ERRMEM;
@@ -384,6 +393,28 @@ static void test_dag_build_raising_index_frees_the_scratch(void)
               "end\n");
 }
 
+/* sched.run's C state (its steps, selection, scheduler, coroutines and their
+ * references) belongs to a to-be-closed userdata, and nothing inside the
+ * scheduler raises: a step whose coroutine cannot be made fails, and a memory
+ * error anywhere leaks nothing. */
+static void test_sched_run_out_of_memory_frees_its_state(void)
+{
+    lua_ok("local dag = require('flow.dag')\n"
+           "local nodes = {}\n"
+           "for i = 1, 40 do\n"
+           "  nodes[i] = { name = 's' .. i, outputs = { { dataset = 'd' .. i } },\n"
+           "               inputs = i > 1 and { { dataset = 'd' .. (i - 1) } } or {} }\n"
+           "end\n"
+           "sched_graph = dag.build(nodes, {}, {})\n"
+           "sched_body = { attempt = function(i, k)\n"
+           "  local t = {} for j = 1, 8 do t[j] = ('x'):rep(j * 10) .. i end\n"
+           "  return true, { outputs = '{}' } end }\n"
+           "local code = require('flow.sched').run(sched_graph, { jobs = 2, selected = {} }, sched_body)\n"
+           "assert(code == 0, code)\n");
+    CHECK(out_of_memory_calls_upto("return require('flow.sched').run, sched_graph, { jobs = 2 }, sched_body", 1200) > 0);
+    lua_ok("sched_graph, sched_body = nil, nil");
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
     (void)st; (void)flag; (void)ftw;
@@ -415,6 +446,7 @@ int main(void)
     RUN(test_config_strings_out_of_memory_are_freed);
     RUN(test_stdlib_search_out_of_memory_frees_the_names);
     RUN(test_dag_build_raising_index_frees_the_scratch);
+    RUN(test_sched_run_out_of_memory_frees_its_state);
     flow_state_close(L);
     if (chdir("/") != 0) perror("/");
     nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
