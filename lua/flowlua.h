@@ -121,6 +121,15 @@ void flow_new_class(lua_State *L, const char *name, const struct luaL_Reg *metho
 void flow_open_state_store(lua_State *L);
 struct state_store;
 struct state_store *flow_check_state_store(lua_State *L, int idx);
+/* The hash cache userdata at idx (flow.cache.hashes). */
+struct hashcache;
+struct hashcache *flow_check_hashcache(lua_State *L, int idx);
+
+/* flow.cache.uptodate (l_uptodate.c): adds `uptodate` to the module table on
+ * top of the stack.  flow_uptodate_check: whether the checker attached to
+ * `dag` (if any) finds step i up to date, without entering Lua. */
+void flow_open_uptodate(lua_State *L);
+bool flow_uptodate_check(lua_State *L, const struct dag *dag, size_t i);
 
 int luaopen_flow_core(lua_State *L);
 int luaopen_flow_dag(lua_State *L);

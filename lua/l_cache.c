@@ -94,6 +94,12 @@ static struct hashcache *check_hashcache(lua_State *L)
     return *box;
 }
 
+struct hashcache *flow_check_hashcache(lua_State *L, int idx)
+{
+    struct hashcache **box = luaL_checkudata(L, idx, HASHCACHE_CLASS);
+    return *box;
+}
+
 /* hashes(path) -> HashCache (a missing or damaged file is an empty cache) */
 static int l_hashes(lua_State *L)
 {
@@ -105,17 +111,10 @@ static int l_hashes(lua_State *L)
     return 1;
 }
 
-/* A file no larger than this the cache does not vouch for is hashed on the
- * loop's thread.  Measured on the 2-core reference machine: SHA-256 of a
- * page-cached file runs at about 1.4 GB/s, so 1 MiB holds the loop for about
- * 0.7 ms, and a 64 KiB file (43 us) is cheaper here than a pool round trip
- * (submit, wake a thread, eventfd, loop: about 60 us).  A cached hash costs
- * one stat (about 1 us) and never leaves the loop's thread. */
-#define HASH_INLINE_MAX (1024 * 1024)
-/* A folder of at most this many entries, every file of it cached, is hashed
- * on the loop's thread too: a stat each, about 0.3 ms in all, where going to
- * the pool made a no-op rerun of 2,000 folder outputs twice as slow. */
-#define HASH_INLINE_ENTRIES 256
+/* What the loop's thread hashes itself (hashcache.h has the measurements);
+ * anything longer goes to the pool. */
+#define HASH_INLINE_MAX HASHCACHE_LOOP_MAX_READ
+#define HASH_INLINE_ENTRIES HASHCACHE_LOOP_MAX_ENTRIES
 /* How often a hash outside a step (the up-to-date check, waiting by running
  * the loop) looks for Ctrl-C, to cut the read short. */
 #define HASH_CANCEL_LOOK_S 0.1
@@ -529,5 +528,6 @@ int luaopen_flow_cache(lua_State *L)
     flow_new_class(L, POOL_CLASS, no_methods, l_pool_gc);
     luaL_newlib(L, cache_funcs);
     flow_open_state_store(L);
+    flow_open_uptodate(L);
     return 1;
 }

@@ -207,10 +207,12 @@ end
 
 function Hasher:value(v) return cache.sha256(self:text(v)) end
 
--- Words of a command that name an existing regular file of the project
--- (relative paths outside .flow/, or absolute ones under the project).
-local function project_files(words, root, hc)
-  local files = {}
+-- Words of a command that may name a project file (relative paths outside
+-- .flow/, or absolute ones under the project), as relative paths: which of
+-- them are regular files, and their content, is looked at when the step is
+-- ready (M.file_hashes here, engine/uptodate.c for the engine's check).
+local function project_file_names(words, root)
+  local names, seen = {}, {}
   for _, w in ipairs(words) do
     w = w:match("^%-%-?[%w_-]+=(.+)$") or w
     if w:find("[./]") and not w:find("${", 1, true) and not w:find("^%-") then
@@ -219,13 +221,23 @@ local function project_files(words, root, hc)
         rel = w:sub(1, #root + 1) == root .. "/" and w:sub(#root + 2) or nil
       end
       rel = rel and rel:gsub("^%./", "")
-      if rel and rel ~= "" and not rel:find("^%.flow/") and not rel:find("^%.%.?/?$") then
-        local _, _, kind = cache.stat(rel)
-        if kind == "file" then
-          local h = hc:file(rel)
-          if h then files[rel] = h end
-        end
+      if rel and rel ~= "" and not rel:find("^%.flow/") and not rel:find("^%.%.?/?$") and not seen[rel] then
+        seen[rel] = true
+        names[#names + 1] = rel
       end
+    end
+  end
+  return names
+end
+
+-- {path = content hash} of the names that are regular files now.
+function M.file_hashes(names, hc)
+  local files = {}
+  for _, rel in ipairs(names) do
+    local _, _, kind = cache.stat(rel)
+    if kind == "file" then
+      local h = hc:file(rel)
+      if h then files[rel] = h end
     end
   end
   return files
@@ -237,7 +249,7 @@ local function shell_words(s)
   return words
 end
 
-local function command_code(cmd, root, hc)
+local function command_code(cmd, root)
   local parts, words = {}, {}
   if cmd.shell then
     parts[1] = "sh:" .. cmd.shell
@@ -255,19 +267,19 @@ local function command_code(cmd, root, hc)
     table.sort(env)
     parts[#parts + 1] = "env:" .. table.concat(env, "\0")
   end
-  return cache.sha256(table.concat(parts, "\0")), project_files(words, root, hc)
+  return cache.sha256(table.concat(parts, "\0")), project_file_names(words, root)
 end
 
 -- The command as written (its ${params.}, ${inputs.} and ${outputs.}
 -- references unexpanded: the parameters and data they stand for are parts of
--- their own), and the project files it names.  Memoised per run by the
--- command's text: 10,000 steps often share one command line.
-function M.command_code(cmd, root, hc, memo)
+-- their own), and the names of the project files it may name (M.file_hashes).
+-- Memoised per run by the command's text: 10,000 steps often share one command line.
+function M.command_code(cmd, root, memo)
   local key = cmd.shell and ("sh\1" .. cmd.shell) or table.concat(cmd.argv, "\0")
   if not cmd.cwd and not cmd.env and memo[key] then return memo[key][1], memo[key][2] end
-  local code, files = command_code(cmd, root, hc)
-  if not cmd.cwd and not cmd.env then memo[key] = { code, files } end
-  return code, files
+  local code, names = command_code(cmd, root)
+  if not cmd.cwd and not cmd.env then memo[key] = { code, names } end
+  return code, names
 end
 
 -- parts = {code =, files = {path = h}, params = {key = h}, inputs = {d = h},

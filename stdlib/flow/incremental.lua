@@ -12,6 +12,7 @@ local fingerprint = require("flow.fingerprint")
 local state_mod = require("flow.state")
 local failure = require("flow.failure")
 local redact = require("flow.config").redact
+local cache = require("flow.cache")
 
 local first_line = failure.first_line
 
@@ -19,10 +20,14 @@ local M = {}
 local Run = {}
 M.methods = Run
 
--- The parts of step i's fingerprint (see flow.fingerprint).
-function Run:parts(i, n)
+-- The parts of step i's fingerprint fixed for the whole run: its code
+-- (and, for a command, the names of the project files it may name), the
+-- parameters it reads, its distribution and its outputs.  The engine's check
+-- of command steps (engine/uptodate.c) gets these once, before the run.
+function Run:static_parts(i, n)
   local h = self.hasher
-  local parts = { params = {}, inputs = {} }
+  local parts = { params = {} }
+  local names
   local function param(key)
     local ph = self.memo.params[key]
     if not ph then
@@ -34,7 +39,7 @@ function Run:parts(i, n)
   if n.kind == "func" then
     parts.code = h:fn(n.fn)
   else
-    parts.code, parts.files = fingerprint.command_code(n.cmd, self.root, self.hc, self.memo.code)
+    parts.code, names = fingerprint.command_code(n.cmd, self.root, self.memo.code)
     for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
       local refs = self.memo.refs[s]
       if not refs then
@@ -48,11 +53,9 @@ function Run:parts(i, n)
     end
   end
   for _, io in ipairs(n.inputs) do
-    local d = io.dataset
-    local key = dag.is_param_input(d)
+    local key = dag.is_param_input(io.dataset)
     if key == true then parts.params["*"] = h:value(self.params)
-    elseif key then param(key)
-    else parts.inputs[d] = self:hash_of(d) end
+    elseif key then param(key) end
   end
   local dist = self.dists[i]
   if dist then
@@ -66,6 +69,18 @@ function Run:parts(i, n)
   end
   if #outs > 1 then table.sort(outs) end
   parts.outputs = table.concat(outs, "\n")
+  return parts, names
+end
+
+-- The parts of step i's fingerprint (see flow.fingerprint).
+function Run:parts(i, n)
+  local parts, names = self:static_parts(i, n)
+  if names then parts.files = fingerprint.file_hashes(names, self.hc) end
+  parts.inputs = {}
+  for _, io in ipairs(n.inputs) do
+    local d = io.dataset
+    if not dag.is_param_input(d) then parts.inputs[d] = self:hash_of(d) end
+  end
   return parts
 end
 
@@ -108,7 +123,65 @@ function Run:decide(i, n)
   return self:outputs_changed(n, rec)
 end
 
--- Recorded outputs stand in for a step that does not run.
+-- The engine's check of command steps (engine/uptodate.c): each selected
+-- command step described once, with the parts fixed for the run and where
+-- each input's hash comes from.  A step the engine finds up to date never
+-- enters Lua: its recorded outputs stand in lazily (self.values looks them
+-- up in its state record on first use).  A step it cannot decide comes to
+-- Run:up_to_date as before.  Not used with --force or --explain (the Lua
+-- check says why each step runs).  Returns the checker, or nil.
+function Run:engine_check(plan)
+  local nodes, g, selected = self.nodes, plan.graph, plan.selected
+  local chk = cache.uptodate(#nodes, self.hc, self.state.store)
+  local described = false
+  for i, n in ipairs(nodes) do
+    if n.kind == "command" and (not selected or selected[i]) then
+      local ok, parts, names = pcall(self.static_parts, self, i, n)
+      local inputs, outs = {}, {}
+      for _, io in ipairs(n.inputs) do
+        local d = io.dataset
+        if ok and not dag.is_param_input(d) then
+          local p = g:producer(d)
+          local v = rawget(self.values, d)
+          inputs[#inputs + 1] = d
+          if p and (not selected or selected[p]) then
+            inputs[#inputs + 1], inputs[#inputs + 2], inputs[#inputs + 3] = p, false, false
+            if nodes[p].kind ~= "command" then chk:name(p, nodes[p].name) end
+          elseif v and (v.hash or v.path) then
+            inputs[#inputs + 1], inputs[#inputs + 2], inputs[#inputs + 3] = false, v.hash or false,
+              not v.hash and v.path or false
+          else
+            ok = false                        -- the Lua check says what is wrong with it
+          end
+        end
+      end
+      for k, io in ipairs(n.outputs) do outs[k] = io.dataset end
+      if ok then
+        chk:set(i, n.name, parts.code, parts.dist, parts.outputs, parts.params, names or {}, inputs, outs)
+        described = true
+      end
+    end
+  end
+  if not described then return nil end
+  local state = self.state
+  setmetatable(self.values, { __index = function(values, d)
+    local p = type(d) == "string" and g:producer(d)
+    if not (p and chk:passed(p)) then return nil end
+    local n = nodes[p]
+    local rec = state.steps[n.name]
+    local out = rec and rec.outputs[d]
+    if not out then return nil end
+    local v
+    if out.path then v = { path = out.path, hash = out.hash, entry = self.cat:entry(d) }
+    else v = { out = out, hash = out.hash } end
+    rawset(values, d, v)
+    return v
+  end })
+  return chk
+end
+
+-- Recorded outputs stand in for a step that does not run (Run:engine_check's
+-- lookup does the same, on first use, for the steps the engine passed).
 function Run:use_recorded(n, rec)
   for _, io in ipairs(n.outputs) do
     local out, e = rec.outputs[io.dataset], self.cat:entry(io.dataset)
@@ -136,6 +209,7 @@ function Run:up_to_date(i)
   end
   self.pending[i] = nil                       -- its parts are needed only for a run's record
   self:use_recorded(n, self.state.steps[n.name])
+  if self.check then self.check:fresh(i) end  -- its record stands: consumers may use its hashes
   if self.explain then explain_line(n, "is up to date") end
   -- its journal line ("up to date") is engine/step.c's
   return true

@@ -139,6 +139,7 @@ function Run:step_finished(i, ok, time)
   rec.finished = time
   if ok and rec.fp then
     state_mod.put(self.state, n.name, { fp = rec.fp, parts = rec.parts, outputs = rec.outputs, time = time })
+    if self.check then self.check:fresh(i) end  -- the engine's check may use its record now
   end
 end
 
@@ -190,8 +191,8 @@ function Run:result(code, states, elapsed, env)
   end
   for _, n in ipairs(self.nodes) do
     for _, io in ipairs(n.outputs) do
-      local v = self.values[io.dataset]
-      if v and not consumed[io.dataset] then
+      local v = not consumed[io.dataset] and self.values[io.dataset]
+      if v then
         local ok, value = pcall(self.value_of, self, io.dataset)
         result.outputs[io.dataset] = ok and value or v.path
       end
@@ -236,6 +237,8 @@ function M.run(p, opts, level)
   core.symlink(run_id, ".flow/runs/latest")
   local jobs = opts.jobs or core.cpu_count()
   local pools, pool_of = M.pools(plan, jobs)
+  if not self.force and not self.explain then self.check = self:engine_check(plan) end
+  if self.check then self.check:attach(plan.graph) end
   local code, states, elapsed, run_rec, jerr = sched.run(plan.graph, {
       jobs = jobs, pools = pools, pool = pool_of, keep_going = opts.keep_going, selected = plan.selected,
       nodes = plan.nodes, journal = self.journal, run_id = run_id,
@@ -245,6 +248,14 @@ function M.run(p, opts, level)
       fingerprint = function(i) return self:take_fingerprint(i) end,
       finished = function(i, ok, time) return self:step_finished(i, ok, time) end,
     })
+  if self.check then
+    self.check:detach(plan.graph)
+    if os.getenv("FLOW_DEBUG_UPTODATE") then
+      local st = self.check:stats()
+      io.stderr:write(string.format("flow: up-to-date check: %d passed in the engine, %d left to Lua\n",
+                                    st.passed, st.undecided))
+    end
+  end
   -- Record what ran: each of these is tried even when one before it failed.
   local problems, seen = {}, {}
   local function problem(err)

@@ -1,0 +1,83 @@
+/* uptodate.h — the up-to-date check of command steps, without Lua.
+ *
+ * What a command step's fingerprint depends on splits in two: the parts
+ * fixed for the whole run (its command text, the hashes of the parameters
+ * it reads, its distribution and outputs parts, the project files its
+ * command names), which the stdlib computes once when it plans the run and
+ * hands over here as plain data; and the parts only known when the step is
+ * ready (the content of those files, the hashes of its inputs, its outputs
+ * as they are now), which this file finds itself: project files and outputs
+ * through the hash cache, inputs from the state records of their producers.
+ * One fp_combine (fingerprint.h) over them, compared with the step's record.
+ *
+ * The check only ever says "up to date" when it is sure; "cannot tell"
+ * (a producer whose record is not this run's, an input or output that needs
+ * a long read, a memory output, no record) sends the step to the stdlib's
+ * full check, which explains why it runs.  Nothing here knows Lua. */
+#ifndef FLOW_UPTODATE_H
+#define FLOW_UPTODATE_H
+
+#include "fingerprint.h"
+#include <stdbool.h>
+#include <stddef.h>
+
+struct hashcache;
+struct state_store;
+
+#define UTD_NO_PRODUCER ((size_t)-1)
+
+/* An input dataset: made by step `producer` of this run (its hash is that
+ * step's record's), or from outside the run, with a known `hash` or a file
+ * or folder at `path` hashed now. */
+struct utd_input {
+    struct fp_str dataset;
+    size_t producer;
+    const char *hash, *path;       /* NULL when not known / not a path */
+};
+
+/* What the stdlib computed for command step i before the run. */
+struct utd_step {
+    const char *name;                       /* its state record's key */
+    struct fp_str code, dist, outputs;      /* dist {NULL, 0}: not distributed */
+    struct fp_kv *params;                   /* key -> hash */
+    size_t n_params;
+    const char *const *files;               /* project files its command names (relative paths) */
+    size_t n_files;
+    const struct utd_input *inputs;
+    size_t n_inputs;
+    const char *const *outputs_named;       /* its output datasets */
+    size_t n_outputs;
+};
+
+struct utd;
+
+/* hc and store must outlive the checker. */
+struct utd *utd_new(size_t n_steps, struct hashcache *hc, struct state_store *store);
+void utd_free(struct utd *u);
+
+/* Describes step i (everything copied); a step never described is never up to date here. */
+void utd_set_step(struct utd *u, size_t i, const struct utd_step *spec);
+
+/* Names step i (its state record's key) without describing it: a producer
+ * of a described step's input that this check does not decide itself. */
+void utd_name_step(struct utd *u, size_t i, const char *name);
+
+/* Step i's record in the store is this run's (it ran and was recorded, or
+ * was found up to date): its outputs' hashes can stand for its consumers'. */
+void utd_mark_fresh(struct utd *u, size_t i);
+
+/* Step i's fingerprint as it is now, into hex: 0, or 1 when this check
+ * cannot tell (then hex is unset). */
+int utd_fingerprint(struct utd *u, size_t i, char hex[SHA256_HEX_SIZE]);
+
+/* Whether step i is up to date: its fingerprint is its record's and each
+ * output is as that record says.  True marks it fresh and passed. */
+bool utd_check(struct utd *u, size_t i);
+
+/* Whether utd_check said step i is up to date. */
+bool utd_passed(const struct utd *u, size_t i);
+
+struct utd_stats { size_t passed, undecided; };
+struct utd_stats utd_stats(const struct utd *u);
+
+#endif

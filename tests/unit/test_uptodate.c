@@ -1,0 +1,132 @@
+/* test_uptodate.c — the engine's up-to-date check of command steps: its
+ * fingerprint is fingerprint.c's rule over the described parts plus the
+ * files, inputs and outputs it finds; a step passes only with its record's
+ * fingerprint and outputs; an input's hash comes only from a producer whose
+ * record is this run's; a changed output or named file fails the check. */
+#include "check.h"
+#include "hashcache.h"
+#include "statestore.h"
+#include "uptodate.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char root[64];
+static char err[1024];
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static struct fp_str S(const char *s) { return (struct fp_str){ s, strlen(s) }; }
+
+/* step 0 "make": writes out.txt, names tool.sh; step 1 "use": reads its output */
+static void describe(struct utd *u)
+{
+    struct fp_kv params[] = { { S("lr"), S("aaaa") } };
+    const char *files[] = { "tool.sh", "missing.py", "tool.sh" };
+    const char *outs0[] = { "o" };
+    utd_set_step(u, 0, &(struct utd_step){ .name = "make", .code = S("code0"), .outputs = { "o\0file\0out.txt", 14 },
+                                           .params = params, .n_params = 1, .files = files, .n_files = 3,
+                                           .outputs_named = outs0, .n_outputs = 1 });
+    struct utd_input in[] = { { S("o"), 0, NULL, NULL }, { S("raw"), UTD_NO_PRODUCER, NULL, "raw.txt" } };
+    const char *outs1[] = { "p" };
+    utd_set_step(u, 1, &(struct utd_step){ .name = "use", .code = S("code1"), .dist = S("dd"), .outputs = S("p"),
+                                           .inputs = in, .n_inputs = 2, .outputs_named = outs1, .n_outputs = 1 });
+}
+
+static void record(struct state_store *st, const char *name, const char *fp, const char *dataset, const char *path)
+{
+    char hex[SHA256_HEX_SIZE];
+    struct hashcache *hc = hashcache_load(".flow-hashes-scratch");
+    enum hash_kind kind;
+    CHECK(hashcache_hash(hc, path, hex, &kind, err, sizeof err) == 0);
+    hashcache_free(hc);
+    struct state_out out = { 'f', dataset, path, hex };
+    state_store_put(st, &(struct state_rec){ .name = name, .fp = fp, .body = "{}", .body_len = 2, .n_outs = 1,
+                                             .outs = &out });
+}
+
+static void test_fingerprint_is_the_combine_rule(void)
+{
+    write_text("tool.sh", "echo hi\n");
+    struct hashcache *hc = hashcache_load(".hashes");
+    struct state_store *st = state_store_open("state.log", NULL, err, sizeof err);
+    struct utd *u = utd_new(2, hc, st);
+    describe(u);
+    char got[SHA256_HEX_SIZE], want[SHA256_HEX_SIZE], tool[SHA256_HEX_SIZE];
+    CHECK(utd_fingerprint(u, 0, got) == 0);
+    sha256_hex("echo hi\n", 8, tool);
+    struct fp_kv files[] = { { S("tool.sh"), S(tool) } };
+    struct fp_kv params[] = { { S("lr"), S("aaaa") } };
+    struct fp_parts p = { .code = S("code0"), .outputs = { "o\0file\0out.txt", 14 }, .files = files, .n_files = 1,
+                          .params = params, .n_params = 1 };
+    fp_combine(&p, want);
+    CHECK_STR(got, want);
+    /* a producer whose record is not this run's: cannot tell */
+    CHECK(utd_fingerprint(u, 1, got) == 1);
+    CHECK(!utd_check(u, 1));
+    utd_free(u);
+    state_store_free(st);
+    hashcache_free(hc);
+}
+
+static void test_passes_only_with_record_and_outputs(void)
+{
+    write_text("tool.sh", "echo hi\n");
+    write_text("out.txt", "made\n");
+    write_text("p.txt", "used\n");
+    write_text("raw.txt", "raw\n");
+    struct hashcache *hc = hashcache_load(".hashes");
+    struct state_store *st = state_store_open("state2.log", NULL, err, sizeof err);
+    struct utd *u = utd_new(2, hc, st);
+    describe(u);
+    CHECK(!utd_check(u, 0));                       /* no record */
+    char fp0[SHA256_HEX_SIZE], fp1[SHA256_HEX_SIZE];
+    CHECK(utd_fingerprint(u, 0, fp0) == 0);
+    record(st, "make", fp0, "o", "out.txt");
+    CHECK(utd_check(u, 0) && utd_passed(u, 0));
+    CHECK(utd_fingerprint(u, 1, fp1) == 0);        /* its producer is fresh now */
+    record(st, "use", fp1, "p", "p.txt");
+    CHECK(utd_check(u, 1));
+    CHECK(utd_stats(u).passed == 2);
+    utd_free(u);
+
+    /* next run: a changed output, then a changed named file */
+    u = utd_new(2, hc, st);
+    describe(u);
+    write_text("out.txt", "changed\n");
+    CHECK(!utd_check(u, 0) && !utd_passed(u, 0));
+    CHECK(!utd_check(u, 1));                       /* its producer did not pass */
+    write_text("out.txt", "made\n");
+    write_text("tool.sh", "echo bye\n");
+    CHECK(!utd_check(u, 0));
+    write_text("tool.sh", "echo hi\n");
+    CHECK(utd_check(u, 0));
+    write_text("raw.txt", "new raw\n");
+    CHECK(!utd_check(u, 1));                       /* an outside input changed */
+    CHECK(utd_stats(u).undecided == 4);
+    utd_free(u);
+    state_store_free(st);
+    hashcache_free(hc);
+}
+
+int main(void)
+{
+    snprintf(root, sizeof root, "/tmp/flow-test-uptodate-XXXXXX");
+    if (!mkdtemp(root) || chdir(root) != 0) { perror("mkdtemp"); return 1; }
+    RUN(test_fingerprint_is_the_combine_rule);
+    RUN(test_passes_only_with_record_and_outputs);
+    if (chdir("/") == 0) {
+        char *cmd = xasprintf("rm -rf '%s'", root);
+        if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
+        free(cmd);
+    }
+    return CHECK_DONE("uptodate");
+}
