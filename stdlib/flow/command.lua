@@ -18,6 +18,26 @@ end
 -- builds the commands of its command = field with it.
 M.command = require("flow.pipeline_c").bind_command(Command)
 
+-- Every string of a command that ${…} references are expanded in: its argv
+-- words (or its shell line), then its env values by variable name.  One list
+-- per command, kept while the command lives.
+local template_strings = setmetatable({}, { __mode = "k" })
+
+function M.template_strings(cmd)
+  local list = template_strings[cmd]
+  if list then return list end
+  list = {}
+  for i, a in ipairs(cmd.argv or { cmd.shell }) do list[i] = a end
+  if cmd.env then
+    local names = {}
+    for name, v in pairs(cmd.env) do if type(v) == "string" then names[#names + 1] = name end end
+    table.sort(names)
+    for _, name in ipairs(names) do list[#list + 1] = cmd.env[name] end
+  end
+  template_strings[cmd] = list
+  return list
+end
+
 -- The text a person would type: for logs and error messages.
 function M.display(argv)
   local parts = {}

@@ -144,7 +144,7 @@ function M.step_env(n, settings, cat)
     if type(v) == "string" and v:find("${credentials.", 1, true) then
       local out, err = core.expand(v, function(ns, key)
         if ns == "credentials" then return M.value(settings, key) end
-        return "${" .. ns .. "." .. key .. "}"       -- only credentials expand in env values
+        return "${" .. ns .. "." .. key .. "}"       -- the rest expands when the step runs (flow.execute)
       end)
       if not out then
         util.setup_error(string.format("step '%s' (%s): env %s: %s", n.name, n.where, name, err))

@@ -148,10 +148,24 @@ function Run:expand_command(n, staging)
     if not out then error(step_failure { message = string.format("step '%s': %s", n.name, err) }) end
     return out
   end
-  if cmd.shell then return { "/bin/sh", "-c", expand(cmd.shell, true) }, expand(cmd.shell, true) end
+  -- env values: the same references, and a credential is the value itself
+  -- (they reach the process's environment, never a command line)
+  local env = {}
+  for name, v in pairs(cmd.env or {}) do
+    if type(v) == "string" and v:find("${", 1, true) then
+      local out, err = core.expand(v, function(ns, key)
+        if ns == "credentials" then return credentials.value(self.settings, key) end
+        return lookup(ns, key)
+      end)
+      if not out then error(step_failure { message = string.format("step '%s': env %s: %s", n.name, name, err) }) end
+      v = out
+    end
+    env[name] = v
+  end
+  if cmd.shell then return { "/bin/sh", "-c", expand(cmd.shell, true) }, expand(cmd.shell, true), env end
   local argv = {}
   for i, a in ipairs(cmd.argv) do argv[i] = expand(a) end
-  return argv, command.display(argv)
+  return argv, command.display(argv), env
 end
 
 local function tail_lines(text, n)
@@ -244,21 +258,23 @@ function Run:step_print(n, text)
   core.ui_print(text)
 end
 
-local function command_env(n, extra)
+-- A command's process environment: its credentials' variables, its env
+-- values as expand_command expanded them (`cmd_env`), then `extra` (a rank's).
+local function command_env(n, cmd_env, extra)
   local env = {}
-  for k, v in pairs(n.cmd and n.cmd.env or {}) do env[k] = v end
   for k, v in pairs(step_secrets[n] or {}) do env[k] = v end
+  for k, v in pairs(cmd_env or {}) do env[k] = v end
   for k, v in pairs(extra or {}) do env[k] = v end
   return launch.env_list(env)
 end
 
 function Run:run_command(n)
   local staging = self:staging(n)
-  local argv, display = self:expand_command(n, staging)
+  local argv, display, env = self:expand_command(n, staging)
   local dist = self.mode == "local" and self.dists[self.index[n]]
   local ok, err
-  if dist then ok, err = pcall(self.launch_ranks, self, n, dist, argv, display)
-  else ok, err = pcall(self.launch_once, self, n, argv, display) end
+  if dist then ok, err = pcall(self.launch_ranks, self, n, dist, argv, display, env)
+  else ok, err = pcall(self.launch_once, self, n, argv, display, env) end
   if not ok then values.discard(staging); error(err, 0) end
   self.records[n.name].outputs = self:commit_outputs(n, staging, display)
 end
@@ -271,10 +287,10 @@ local function check_log(n, r, log)
   end
 end
 
-function Run:launch_once(n, argv, display)
+function Run:launch_once(n, argv, display, cmd_env)
   local log = self:log_path(n)
   local header, append = self:attempt_header(n)
-  local r, err = proc.spawn { argv = argv, cwd = n.cmd and n.cmd.cwd, log = log, env = command_env(n),
+  local r, err = proc.spawn { argv = argv, cwd = n.cmd and n.cmd.cwd, log = log, env = command_env(n, cmd_env),
                               header = redact(header .. "$ " .. display .. "\n"), append = append,
                               echo = self.verbose and ("[" .. n.name .. "] ") or nil }
   if not r then error(step_failure { message = string.format("step '%s': %s", n.name, err) }) end
@@ -284,14 +300,14 @@ function Run:launch_once(n, argv, display)
 end
 
 -- distributed: local — every rank of the job as a local process.
-function Run:launch_ranks(n, dist, argv, display)
-  if dist.framework == "mpi" then return self:launch_mpi(n, dist, argv, display) end
+function Run:launch_ranks(n, dist, argv, display, cmd_env)
+  if dist.framework == "mpi" then return self:launch_mpi(n, dist, argv, display, cmd_env) end
   local ranks = dist.framework == "pytorch" and launch.pytorch_ranks(dist) or launch.tensorflow_ranks(dist)
   local specs = {}
   local header, append = self:attempt_header(n)
   for r, env in ipairs(ranks) do
     local log = self:log_path(n, r - 1)
-    specs[r] = { argv = argv, cwd = n.cmd and n.cmd.cwd, log = log, env = command_env(n, env), append = append,
+    specs[r] = { argv = argv, cwd = n.cmd and n.cmd.cwd, log = log, env = command_env(n, cmd_env, env), append = append,
                  header = redact(header .. "$ " .. display .. "\n" .. table.concat(launch.env_list(env), "\n") .. "\n\n"),
                  echo = self.verbose and string.format("[%s rank %d] ", n.name, r - 1) or nil }
   end
@@ -307,10 +323,10 @@ function Run:launch_ranks(n, dist, argv, display)
   self.records[n.name].exit_code = 0
 end
 
-function Run:launch_mpi(n, dist, argv, display)
+function Run:launch_mpi(n, dist, argv, display, cmd_env)
   local log = self:log_path(n)
   local margv, menv = launch.mpi_argv(dist, argv, (log:gsub("%.log$", "")))
-  local env = command_env(n)
+  local env = command_env(n, cmd_env)
   for _, e in ipairs(menv) do env[#env + 1] = e end
   local header, append = self:attempt_header(n)
   local r, err = proc.spawn { argv = margv, cwd = n.cmd and n.cmd.cwd, log = log, env = env,

@@ -5,6 +5,7 @@
 -- and its recorded outputs stand in for it.
 -- Methods of the run object (flow.runner mixes them in).
 local core = require("flow.core")
+local command = require("flow.command")
 local dag = require("flow.dag")
 local pipeline = require("flow.pipeline")
 local params_mod = require("flow.params")
@@ -40,7 +41,7 @@ function Run:static_parts(i, n)
     parts.code = h:fn(n.fn)
   else
     parts.code, names = fingerprint.command_code(n.cmd, self.root, self.memo.code)
-    for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
+    for _, s in ipairs(command.template_strings(n.cmd)) do
       local refs = self.memo.refs[s]
       if not refs then
         refs = {}

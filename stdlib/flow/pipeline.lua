@@ -78,7 +78,7 @@ end
 -- it now reads}), from the node's earlier renames and `rename_param`.
 local function command_params(n, rename_param)
   local keys = {}
-  for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
+  for _, s in ipairs(command.template_strings(n.cmd)) do
     for _, ref in ipairs(core.template_refs(s)) do
       if ref[1] == "params" then keys[ref[2]] = rename_param(M.command_param(n, ref[2])) end
     end

@@ -4,6 +4,7 @@
 -- before it starts (missing inputs and parameters, template references,
 -- shared paths, pools), each with the step's file:line.
 local core = require("flow.core")
+local command = require("flow.command")
 local dag = require("flow.dag")
 local sched = require("flow.sched")
 local util = require("flow.util")
@@ -84,7 +85,7 @@ local function check_params(nodes, settings)
       if type(key) == "string" then check(key) end
     end
     if n.kind == "command" then
-      for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
+      for _, s in ipairs(command.template_strings(n.cmd)) do
         for _, ref in ipairs(core.template_refs(s)) do
           if ref[1] == "params" then check(pipeline.command_param(n, ref[2])) end
         end
@@ -104,7 +105,7 @@ local function check_templates(nodes)
       local args = { inputs = {}, outputs = {} }
       for _, io in ipairs(n.inputs) do args.inputs[io.arg] = true end
       for _, io in ipairs(n.outputs) do args.outputs[io.arg] = true end
-      for _, s in ipairs(n.cmd.argv or { n.cmd.shell }) do
+      for _, s in ipairs(command.template_strings(n.cmd)) do
         local refs, err = core.template_refs(s)
         for _, ref in ipairs(refs) do
           local ns, key = ref[1], ref[2]

@@ -504,3 +504,33 @@ L
     contains "$OUT" "top:from-top-level"
     contains "$OUT" "step:in-step"
 }
+
+# env = {…} values expand like the command: parameters (renamed by a
+# namespace), inputs and outputs; a parameter named only there is in the
+# fingerprint (changing it reruns the step) and is checked before any step runs.
+test_env_values_expand_references_and_count_in_the_fingerprint() {
+    write conf/base/parameters.yml <<'Y'
+lr: 0.1
+a: { lr: 0.5 }
+Y
+    write pipeline.lua <<'L'
+local base = pipeline{
+  node{ name = "make", outputs = "o", command = flow.command{ "sh", "-c", 'echo "$LR $LIT" > "$OUT"',
+        env = { LR = "${params.lr}", LIT = "plain", OUT = "${outputs.o}" } } },
+  node{ name = "read", inputs = "o", outputs = "p", command = 'cat "$IN" > ${outputs.p}', env = { IN = "${inputs.o}" } },
+}
+return base + pipeline{ base, namespace = "a" }
+L
+    run_flow 0 run
+    equals "$(cat .flow/data/p)" "0.1 plain" "the env values"
+    equals "$(cat .flow/data/a.p)" "0.5 plain" "the namespaced copy reads a.lr"
+    sed -i 's/^lr: 0.1/lr: 0.2/' conf/base/parameters.yml
+    run_flow 0 run --explain
+    contains "$ERR" "explain: make runs: parameter 'lr' changed"
+    contains "$ERR" "explain: a.make is up to date"
+    equals "$(cat .flow/data/p)" "0.2 plain" "after the parameter changed"
+    sed -i 's/params.lr/params.lrr/' pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "reads parameter 'lrr', which is not defined"
+    contains "$ERR" "(pipeline.lua:2)"
+}
