@@ -300,8 +300,12 @@ static void end_step(struct step_runner *r, size_t i, const struct step_outcome 
             ARRAY_GROW(r->held.paths, r->held.n_paths, r->held.cap_paths);
             r->held.paths[r->held.n_paths++] = xstrdup(o->paths[k]);
         }
+    /* A step that put outputs in place is done only once they are flushed and
+     * its line written: its dependents may read, move or delete them, and a
+     * record of it must never name an output the disk may lose.  Only a step
+     * with nothing to flush (memory values) may end before its line is out. */
     bool flush = r->specs[i].command || l->finished - l->started >= FLUSH_EVERY || !o->ok ||
-                 monotonic_seconds() - r->flushed_at >= FLUSH_EVERY;
+                 (o->ok && o->n_paths > 0) || monotonic_seconds() - r->flushed_at >= FLUSH_EVERY;
     if (!flush) { end_recorded(r, i, true, NULL); return; }
     /* written with its batch: the step is over once the line is */
     ARRAY_GROW(r->held.steps, r->held.n_steps, r->held.cap_steps);

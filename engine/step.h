@@ -12,8 +12,10 @@
  *   (a cancellable timer: Ctrl-C ends the wait and the step), unless the run
  *   was interrupted;
  * - journal lines are written in batches: at once after a step that ran a
- *   command, took 50 ms or more, or failed, else when the last write is 50 ms
- *   old — 100,000 quick Lua steps make a few hundred writes;
+ *   command, put outputs in place, took 50 ms or more, or failed, else when
+ *   the last write is 50 ms old — 100,000 quick Lua steps make a few hundred
+ *   writes.  A step that put outputs in place is over only once its batch is
+ *   written (its dependents may move what it made);
  * - group commit: before a batch is written, the outputs its steps made are
  *   flushed (data of each file or tree, then its directory) in one job on the
  *   work pool; the journal then appends the batch and syncs it.  So after a

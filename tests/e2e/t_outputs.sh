@@ -320,3 +320,24 @@ L
     run_flow 0 run check.lua
     equals "$(cat result)" "false: step 's': a step or dataset name contains a NUL byte"
 }
+
+# A quick Lua step's file output is flushed before the step is done: a
+# command reading it may then delete it (the flush once ran after the consumer
+# had started and failed it, naming the producer's file).
+test_a_consumer_may_remove_what_a_quick_step_wrote() {
+    write conf/base/catalog.yml <<'Y'
+x: {type: text, path: data/a.txt}
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "z", outputs = "w", func = function() return 1 end },
+  node{ name = "a", inputs = "w", outputs = "x", func = function() return "hello" end },
+  node{ name = "c", inputs = "x", outputs = "o", command = 'gzip -c ${inputs.x} > ${outputs.o} && rm ${inputs.x}' },
+}
+L
+    for i in 1 2 3; do
+        rm -rf .flow data
+        run_flow 0 run
+        [ ! -e data/a.txt ] || { echo "the consumer did not run"; return 1; }
+    done
+}

@@ -54,6 +54,7 @@ struct fake {
     struct step_wait *waiting[MAX_STEPS];
     struct step_wait_list lists[MAX_STEPS];
     bool timed_out[MAX_STEPS];
+    const char *path[MAX_STEPS];          /* an output a successful attempt put in place, or NULL */
     int graceful, forced, finished_ok, finished_failed;
 };
 
@@ -79,6 +80,10 @@ static void attempt_over(struct step_wait *w, void *arg)
         o.interrupted = cancelled;
     } else {
         o.outputs_json = "{\"d\":{\"hash\":\"ab\",\"path\":\"out\"}}";
+        if (f->path[i]) {
+            o.paths = &f->path[i];
+            o.n_paths = 1;
+        }
     }
     step_attempt_done(f->r, i, &o);
 }
@@ -275,6 +280,28 @@ static void test_cancel_during_a_back_off(void)
     dag_free(d);
 }
 
+/* Group commit: a quick step with an output is done only once its output is
+ * flushed, however recent the last journal write.  Here the flush fails (the
+ * output is not there): the step fails, its dependent never starts, and the
+ * journal has no line saying it ended well. */
+static void test_a_step_with_outputs_waits_for_their_flush(void)
+{
+    struct dag *d = chain(3);
+    struct fake f = { .loop = new_loop(), .fail = { 0, 0, 0 }, .wait = { 0.001, 0.001, 0.001 },
+                      .path = { NULL, "/nonexistent/flow-test-output", NULL } };
+    struct step_spec specs[3] = { { 0 }, { 0 }, { 0 } };
+    struct run_result res = run(&f, d, specs, true);
+    CHECK(res.code == 1);
+    CHECK(f.attempts[0] == 1 && f.attempts[1] == 1);
+    CHECK(f.attempts[2] == 0);                            /* s2 read what s1 made: it never started */
+    CHECK(f.finished_ok == 1 && f.finished_failed == 1);
+    CHECK(!strstr(res.journal, "\"status\":\"ok\",\"step\":\"s1\""));
+    CHECK(!strstr(res.journal, "\"step\":\"s2\""));
+    free(res.journal);
+    loop_free(f.loop);
+    dag_free(d);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -283,5 +310,6 @@ int main(void)
     RUN(test_each_attempt_gets_its_own_deadline);
     RUN(test_cancel_during_an_attempt);
     RUN(test_cancel_during_a_back_off);
+    RUN(test_a_step_with_outputs_waits_for_their_flush);
     return CHECK_DONE("step");
 }
