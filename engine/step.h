@@ -22,8 +22,10 @@
  *   power loss a step_end line on disk always names outputs that are on disk.
  *
  * Every string written (step names, errors) goes through the UI's redactor
- * (ui.h); the outputs record and the fingerprint parts come from the body as
- * JSON text already redacted. */
+ * (ui.h); the outputs record comes from the body as JSON text already
+ * redacted; the fingerprint parts are written as they come: hashes keyed by
+ * dataset names, parameter keys and project file names (masking inside a hash
+ * would corrupt it, and nothing there is a secret's value). */
 #ifndef FLOW_STEP_H
 #define FLOW_STEP_H
 

@@ -11,6 +11,7 @@
 #include "step_wait.h"
 #include "util.h"
 
+#include <cjson/cJSON.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -158,6 +159,14 @@ static struct run_result run(struct fake *f, struct dag *d, const struct step_sp
     if (j) {
         CHECK(journal_close(j, err, sizeof err) == 0);
         res.journal = read_file(path, NULL);
+        /* step.c writes JSON itself: every line must parse, and as an object */
+        char *copy = xstrdup(res.journal ? res.journal : ""), *save = NULL;
+        for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+            cJSON *parsed = cJSON_Parse(line);
+            CHECK(parsed && cJSON_IsObject(parsed));
+            cJSON_Delete(parsed);
+        }
+        free(copy);
     }
     sched_free(s);
     step_runner_free(f->r);
