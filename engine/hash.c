@@ -68,6 +68,11 @@ void hasher_finish(struct hasher *h, char hex[SHA256_HEX_SIZE])
     hasher_start(h);
 }
 
+void hasher_copy(struct hasher *dst, const struct hasher *src)
+{
+    if (EVP_MD_CTX_copy_ex(dst->ctx, src->ctx) != 1) no_sha256("EVP_MD_CTX_copy_ex");
+}
+
 void hasher_free(struct hasher *h)
 {
     if (!h) return;

@@ -16,6 +16,9 @@ void hasher_update(struct hasher *h, const void *data, size_t len);
 /* Writes the digest of everything added and starts over (the hasher is reusable). */
 void hasher_finish(struct hasher *h, char hex[SHA256_HEX_SIZE]);
 void hasher_free(struct hasher *h);
+/* Makes dst continue from where src is: what was added to src counts for
+ * both (SHA-256's state after a shared prefix, hashed once). */
+void hasher_copy(struct hasher *dst, const struct hasher *src);
 
 void sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_SIZE]);
 

@@ -88,6 +88,14 @@ void flow_install_guards(lua_State *L);
  * functions' included) and returns how many values it pushed; 0 for a C
  * function. */
 int flow_push_code(lua_State *L, int idx, int strings);
+/* Which prototype the Lua closure at idx was made from (proto.c): closures of
+ * one function expression share it.  NULL for a C function, or for every
+ * function when the state's self-check failed (the fingerprint then hashes
+ * each closure).  It stays valid while a closure of that prototype is alive. */
+const void *flow_proto_id(lua_State *L, int idx);
+/* The self-check that proto.c's reading of Lua's closure layout holds, run by
+ * flow_state_new; its result turns flow_proto_id on or off for the state. */
+bool flow_proto_check(lua_State *L);
 
 /* Shared by the C modules (support.c). */
 struct luaL_Reg;

@@ -383,6 +383,18 @@ static int l_code(lua_State *L)
     return n ? n : 1;
 }
 
+/* proto_id(f) -> a light userdata naming the prototype f was made from (one
+ * for all closures of one function expression), or nil: a C function, or
+ * the state's self-check of the closure layout failed (proto.c) */
+static int l_proto_id(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TFUNCTION);
+    const void *id = flow_proto_id(L, 1);
+    if (id) lua_pushlightuserdata(L, (void *)id);
+    else lua_pushnil(L);
+    return 1;
+}
+
 /* readlink(path) -> target, or nil if path is not a symlink */
 static int l_readlink(lua_State *L)
 {
@@ -566,6 +578,7 @@ static const luaL_Reg core_funcs[] = {
     { "lock", l_lock },
     { "readlink", l_readlink },
     { "code", l_code },
+    { "proto_id", l_proto_id },
     { "closest", l_closest },
     { NULL, NULL }
 };

@@ -41,6 +41,7 @@ lua_State *flow_state_new(char *err, size_t errlen)
         luaL_requiref(L, m->name, m->func, 0);
         lua_pop(L, 1);
     }
+    flow_proto_check(L);
     flow_open_project_loaders(L);
     flow_install_guards(L);
     flow_open_stdlib(L);

@@ -33,7 +33,9 @@ local function stdlib_module(name)
 end
 
 -- Hashes Lua values canonically.  One per run: functions and tables are
--- hashed once (memo), so a helper shared by 10,000 steps costs one dump.
+-- hashed once (memo), so a helper shared by 10,000 steps costs one dump; and
+-- what closures of one function expression share (their bytecode, the modules
+-- and global names it names) is found and hashed once per prototype (protos).
 local Hasher = {}
 Hasher.__index = Hasher
 
@@ -42,7 +44,7 @@ function M.hasher()
   for name, mod in pairs(package.loaded) do
     if type(mod) == "table" then modules[mod] = name end
   end
-  return setmetatable({ memo = {}, active = {}, modules = modules, globals = nil,
+  return setmetatable({ memo = {}, active = {}, protos = {}, modules = modules, globals = nil,
                         module_files = {}, module_hashes = {}, code_modules = {} }, Hasher)
 end
 
@@ -176,31 +178,62 @@ function Hasher:table(tbl)
   return h
 end
 
+-- What every closure of f's prototype shares, or nil for a C function:
+-- {code =, prefix = SHA-256 state after the code and the project modules it
+-- names, upvalues = {names}, globals = {{name, value} of the script globals
+-- its code names}, hash = the whole hash when it has no upvalue}.  Kept per
+-- run by core.proto_id (lua/proto.c); `f` is kept too, so that the prototype
+-- stays alive and no other one can take its id during the run.  Without an id
+-- (the self-check of lua/proto.c failed) it is found again for each closure.
+function Hasher:proto(f)
+  local id = core.proto_id(f)
+  local p = id and self.protos[id]
+  if p then return p end
+  local code = core.code(f)
+  if not code then return nil end              -- not user code
+  local head = { code }
+  for _, m in ipairs(self:modules_named(f, code)) do head[#head + 1] = m end
+  p = { f = f, code = code, prefix = cache.sha256_prefix(table.concat(head, "\0")), upvalues = {} }
+  for i = 1, math.huge do
+    local name = debug.getupvalue(f, i)
+    if not name then break end
+    p.upvalues[i] = name
+    if name == "_ENV" and not p.globals then
+      p.globals = {}
+      for _, g in ipairs(self:user_globals()) do
+        if code:find(g[1], 1, true) then p.globals[#p.globals + 1] = g end
+      end
+    end
+  end
+  if #p.upvalues == 0 then p.hash = p.prefix:sha256() end
+  if id then self.protos[id] = p end
+  return p
+end
+
 -- A Lua function: its bytecode without debug information or line numbers
 -- (so moving it to another line changes nothing), its upvalues' values, the values of the
--- script globals whose names appear in its code and the project modules it names.
+-- script globals whose names appear in its code and the project modules it names:
+-- sha256 of those parts joined by "\0".  The first parts are its prototype's
+-- (Hasher:proto, hashed once); only the values are hashed per closure.
 function Hasher:fn(f)
   local memo = self.memo[f]
   if memo then return memo end
   if self.active[f] then return "recursive" end
-  local code = core.code(f)
-  if not code then return "C function" end    -- not user code
+  local p = self:proto(f)
+  if not p then return "C function" end
+  if p.hash then return p.hash end             -- no upvalue: every closure of it hashes alike
   self.active[f] = true
-  local parts = { code }
-  for _, m in ipairs(self:modules_named(f, code)) do parts[#parts + 1] = m end
-  for i = 1, math.huge do
-    local name, v = debug.getupvalue(f, i)
-    if not name then break end
+  local parts = {}
+  for i, name in ipairs(p.upvalues) do
     if name == "_ENV" then
-      for _, g in ipairs(self:user_globals()) do
-        if code:find(g[1], 1, true) then parts[#parts + 1] = "G" .. g[1] .. "=" .. self:text(g[2]) end
-      end
+      for _, g in ipairs(p.globals) do parts[#parts + 1] = "G" .. g[1] .. "=" .. self:text(g[2]) end
     else
+      local _, v = debug.getupvalue(f, i)
       parts[#parts + 1] = "U" .. name .. "=" .. self:text(v)
     end
   end
   self.active[f] = nil
-  local h = cache.sha256(table.concat(parts, "\0"))
+  local h = #parts == 0 and p.prefix:sha256() or p.prefix:sha256("\0", table.concat(parts, "\0"))
   self.memo[f] = h
   return h
 end
