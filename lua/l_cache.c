@@ -348,7 +348,7 @@ struct commit_job {
     const char *staging, *final;   /* the Lua strings stay on the coroutine's stack */
     int rc;
     char err[1024];
-    bool copy;                     /* cache.copy: copy_tree instead of commit_output */
+    bool copy;                     /* cache.copy: copy_tree instead of commit_output_unsynced */
     bool done;                     /* set on the loop's thread */
     lua_State *co;                 /* the step waiting for it, or NULL */
     struct step_wait wait;         /* what that step waits on (step_wait_job_ops) */
