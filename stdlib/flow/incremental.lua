@@ -1,8 +1,11 @@
 -- flow.incremental: whether a step must run.  Before a ready step starts,
--- the scheduler asks up_to_date(i), which computes the step's fingerprint
--- (flow.fingerprint) and compares it with the step's last successful run
--- (flow.state); a step whose fingerprint and outputs still hold is not run,
--- and its recorded outputs stand in for it.
+-- the scheduler asks whether it is up to date: a command step first of the
+-- engine's check (engine/uptodate.c, described here by Run:engine_check),
+-- which passes it without entering Lua when it is sure; any other step, and
+-- one the engine cannot decide, comes to Run:up_to_date(i), which computes
+-- the step's fingerprint (flow.fingerprint) and compares it with the step's
+-- last successful run (flow.state).  A step whose fingerprint and outputs
+-- still hold is not run, and its recorded outputs stand in for it.
 -- Methods of the run object (flow.runner mixes them in).
 local core = require("flow.core")
 local command = require("flow.command")
