@@ -332,18 +332,17 @@ static int commit_across(const char *staging, const char *final, const char *par
     return rc;
 }
 
-static int commit_steps(const char *staging, const char *final, bool durable, char *err, size_t errlen)
+static int commit_steps(const char *staging, const char *final, char *err, size_t errlen)
 {
     struct stat st;
     if (lstat(staging, &st) != 0) {
         errf(err, errlen, "%s", strerror(errno));
         return -1;
     }
-    if (durable && fsync_tree(staging, err, errlen) != 0) return -1;
     char *parent = path_parent(final);
     int rc = mkdir_p(parent, 0755);
     if (rc != 0) errf(err, errlen, "cannot create directory %s: %s", parent, strerror(errno));
-    else if (install(staging, final) == 0) rc = durable ? fsync_dir(parent, err, errlen) : 0;
+    else if (install(staging, final) == 0) rc = 0;
     else if (errno == EXDEV) rc = commit_across(staging, final, parent, err, errlen);
     else {
         errf(err, errlen, "%s", strerror(errno));
@@ -353,20 +352,10 @@ static int commit_steps(const char *staging, const char *final, bool durable, ch
     return rc;
 }
 
-static int commit(const char *staging, const char *final, bool durable, char *err, size_t errlen)
-{
-    char reason[1024] = "";
-    if (commit_steps(staging, final, durable, reason, sizeof reason) == 0) return 0;
-    errf(err, errlen, "cannot move %s to %s: %s", staging, final, reason);
-    return -1;
-}
-
-int commit_output(const char *staging, const char *final, char *err, size_t errlen)
-{
-    return commit(staging, final, true, err, errlen);
-}
-
 int commit_output_unsynced(const char *staging, const char *final, char *err, size_t errlen)
 {
-    return commit(staging, final, false, err, errlen);
+    char reason[1024] = "";
+    if (commit_steps(staging, final, reason, sizeof reason) == 0) return 0;
+    errf(err, errlen, "cannot move %s to %s: %s", staging, final, reason);
+    return -1;
 }

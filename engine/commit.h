@@ -1,6 +1,8 @@
-/* commit.h — durable changes to the file system: fsync of files, directories
- * and whole trees, and moving a finished output into place so that after a
- * crash either the old output or the complete new one is there, never a mix. */
+/* commit.h — changes to the file system made safe against a crash: fsync of
+ * files, directories and whole trees, copying a tree, and moving a finished
+ * output into place so that after a crash of flow either the old output or
+ * the complete new one is there, never a mix (durable once the caller syncs
+ * it). */
 #ifndef FLOW_COMMIT_H
 #define FLOW_COMMIT_H
 
@@ -17,25 +19,23 @@ int fsync_dir(const char *path, char *err, size_t errlen);
  * symlinks are not followed. */
 int fsync_tree(const char *path, char *err, size_t errlen);
 
-/* Moves `staging` (a file or a directory tree) to `final` durably: syncs
- * staging's contents, renames it over final (an existing directory or an
- * entry of another type is replaced too), syncs final's parent.  Across file
- * systems it copies into a hidden sibling of final first.  Creates final's
- * parent if missing.  On failure final is untouched and err reads
- * "cannot move STAGING to FINAL: reason".  Safe to call from any thread. */
 /* Copies src (a file, a symlink or a directory tree; links are copied as
  * links) to dst, which must not exist, syncing what it writes.  On failure
  * dst may be left half-made: the caller removes it. */
 int copy_tree(const char *src, const char *dst, char *err, size_t errlen);
 
-int commit_output(const char *staging, const char *final, char *err, size_t errlen);
-
-/* The same move, without its syncs: for a caller that makes final durable
- * later, in a batch (group commit: step.c syncs each output with fsync_tree
- * and its directory with fsync_dir before the journal line naming it).  A
- * crash of flow leaves the old or the new output, as above; a power loss
- * before that batch may leave neither complete, which is why no journal
- * line names it yet.  Safe to call from any thread. */
+/* Moves `staging` (a file or a directory tree) to `final`: renames it over
+ * final (an existing directory or an entry of another type is replaced
+ * too).  Nothing is synced: the caller makes final durable later, in a
+ * batch (group commit: step.c syncs each output with fsync_tree and its
+ * directory with fsync_dir before the journal line naming it).  Across file
+ * systems it copies into a hidden sibling of final first (copy_tree, which
+ * syncs the copy, then the parent is synced after the rename).  Creates
+ * final's parent if missing.  A crash of flow leaves the old or the new
+ * output, never a mix; a power loss before that batch may leave neither
+ * complete, which is why no journal line names it yet.  On failure final is
+ * untouched and err reads "cannot move STAGING to FINAL: reason".  Safe to
+ * call from any thread. */
 int commit_output_unsynced(const char *staging, const char *final, char *err, size_t errlen);
 
 #endif

@@ -30,12 +30,6 @@ void hashcache_free(struct hashcache *hc);
 int hashcache_hash(struct hashcache *hc, const char *path, char hex[SHA256_HEX_SIZE],
                    enum hash_kind *kind, char *err, size_t errlen);
 
-/* What the loop's thread can afford: reading at most max_read bytes of a
- * file, and stat-ing at most max_entries entries of a tree.  0 with the hash
- * (a trusted entry or a small file read now; a tree of at most max_entries
- * entries whose files the cache all vouches for), 1 when only a longer read
- * or walk can tell (hash it with a hashcache_job), -1 with a message as
- * hashcache_hash. */
 /* The limits the loop's thread keeps to (measured on the 2-core reference
  * machine: SHA-256 of a page-cached file runs at about 1.4 GB/s, so 1 MiB
  * holds the loop for about 0.7 ms, and a 64 KiB file (43 us) is cheaper
@@ -43,6 +37,13 @@ int hashcache_hash(struct hashcache *hc, const char *path, char hex[SHA256_HEX_S
  * entries, every file cached, is a stat each, about 0.3 ms in all). */
 #define HASHCACHE_LOOP_MAX_READ (1024 * 1024)
 #define HASHCACHE_LOOP_MAX_ENTRIES 256
+
+/* What the loop's thread can afford: reading at most max_read bytes of a
+ * file, and stat-ing at most max_entries entries of a tree.  0 with the hash
+ * (a trusted entry or a small file read now; a tree of at most max_entries
+ * entries whose files the cache all vouches for), 1 when only a longer read
+ * or walk can tell (hash it with a hashcache_job), -1 with a message as
+ * hashcache_hash.  (The loop passes HASHCACHE_LOOP_MAX_*.) */
 int hashcache_hash_cheap(struct hashcache *hc, const char *path, long long max_read,
                          size_t max_entries, char hex[SHA256_HEX_SIZE], enum hash_kind *kind,
                          char *err, size_t errlen);

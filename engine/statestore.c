@@ -250,8 +250,14 @@ struct state_store *state_store_open(const char *path, const char **warning, cha
         return NULL;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        errf(err, errlen, "cannot read %s: %s", path, S_ISREG(st.st_mode) ? strerror(errno) : "not a regular file");
+    if (fstat(fd, &st) != 0) {
+        errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        close(fd);
+        state_store_free(s);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        errf(err, errlen, "cannot read %s: not a regular file", path);
         close(fd);
         state_store_free(s);
         return NULL;
@@ -310,15 +316,65 @@ const struct state_rec *state_store_at(const struct state_store *s, size_t i)
     return i < s->n ? &s->slots[i].rec : NULL;
 }
 
-void state_store_put(struct state_store *s, const struct state_rec *rec)
+/* The payload's size for rec, or SIZE_MAX when it cannot be a record. */
+static size_t encoded_size(const struct state_rec *rec)
 {
+    size_t n = 8 + 3 * 5 + 4, lim = STATE_STORE_MAX_RECORD;
+    size_t parts[3] = { strlen(rec->name), strlen(rec->fp), rec->body ? rec->body_len : 0 };
+    for (int k = 0; k < 3; k++) {
+        if (parts[k] > lim) return SIZE_MAX;
+        n += parts[k];
+    }
+    if (rec->n_outs > lim / 16) return SIZE_MAX;
+    for (size_t i = 0; i < rec->n_outs && n <= lim; i++) {
+        const struct state_out *o = &rec->outs[i];
+        size_t l[3] = { strlen(o->dataset), o->path ? strlen(o->path) : 0, o->hash ? strlen(o->hash) : 0 };
+        for (int k = 0; k < 3; k++) {
+            if (l[k] > lim) return SIZE_MAX;
+            n += l[k];
+        }
+        n += 1 + 3 * 5;
+    }
+    return n;
+}
+
+int state_store_put(struct state_store *s, const struct state_rec *rec, char *err, size_t errlen)
+{
+    if (!rec->name || !rec->name[0]) {
+        errf(err, errlen, "a step's state record needs a name");
+        return -1;
+    }
+    if (!rec->fp || (rec->n_outs && !rec->outs)) {
+        errf(err, errlen, "the state record of step %s has no fingerprint or no outputs", rec->name);
+        return -1;
+    }
+    /* scan() takes a frame longer than STATE_STORE_MAX_RECORD for a torn
+     * tail and stops there: such a record would hide every record after it
+     * on the next open.  (An output takes at least 16 bytes: the count is
+     * checked before any output is read.) */
+    bool too_large = rec->n_outs > STATE_STORE_MAX_RECORD / 16;
+    for (size_t i = 0; i < rec->n_outs && !too_large; i++)
+        if (!rec->outs[i].dataset) {
+            errf(err, errlen, "an output in the state record of step %s has no dataset", rec->name);
+            return -1;
+        }
+    if (too_large || encoded_size(rec) > STATE_STORE_MAX_RECORD) {
+        errf(err, errlen, "the state record of step %s is too large (more than %zu bytes)", rec->name,
+             (size_t)STATE_STORE_MAX_RECORD);
+        return -1;
+    }
     struct strbuf sb = { 0 };
     encode(&sb, rec);
     size_t len = sb.len;
     unsigned char *blob = (unsigned char *)sb_detach(&sb);
     struct state_rec copy = { 0 };
-    if (!decode(blob, len, &copy)) abort();       /* what encode wrote always decodes */
+    if (!decode(blob, len, &copy)) {              /* what the checks above let through always decodes */
+        free(blob);
+        errf(err, errlen, "the state record of step %s cannot be stored", rec->name);
+        return -1;
+    }
     set_slot(s, blob, len, true, &copy, true);
+    return 0;
 }
 
 struct state_store_stats state_store_stats(const struct state_store *s) { return s->stats; }

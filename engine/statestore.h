@@ -46,8 +46,10 @@ const struct state_rec *state_store_get(const struct state_store *s, const char 
 size_t state_store_count(const struct state_store *s);
 const struct state_rec *state_store_at(const struct state_store *s, size_t i);
 
-/* Records (copies) rec as step rec->name's last successful run, replacing any. */
-void state_store_put(struct state_store *s, const struct state_rec *rec);
+/* Records (copies) rec as step rec->name's last successful run, replacing any.
+ * -1 with a message, the store unchanged, when rec cannot be a record: an
+ * empty name, or more than STATE_STORE_MAX_RECORD bytes encoded. */
+int state_store_put(struct state_store *s, const struct state_rec *rec, char *err, size_t errlen);
 
 /* Makes every put durable: appends them (one write, one fdatasync), or
  * rewrites the file with only live records (temporary file, rename) when

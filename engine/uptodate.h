@@ -63,7 +63,11 @@ void utd_set_step(struct utd *u, size_t i, const struct utd_step *spec);
 void utd_name_step(struct utd *u, size_t i, const char *name);
 
 /* Step i's record in the store is this run's (it ran and was recorded, or
- * was found up to date): its outputs' hashes can stand for its consumers'. */
+ * was found up to date): its outputs' hashes can stand for its consumers'.
+ * The check marks the steps it passes itself; the stdlib calls this (check:
+ * fresh(i), lua/l_uptodate.c) for the others: runner.lua's Run:step_finished
+ * once a step's record is put, incremental.lua's Run:up_to_date when its Lua
+ * check finds a step up to date. */
 void utd_mark_fresh(struct utd *u, size_t i);
 
 /* Step i's fingerprint as it is now, into hex: 0, or 1 when this check

@@ -127,9 +127,10 @@ void flow_new_class(lua_State *L, const char *name, const struct luaL_Reg *metho
 
 /* flow.cache.state (l_state.c): adds `state` to the module table on top of the stack. */
 void flow_open_state_store(lua_State *L);
+/* The state store userdata at idx (flow.cache.state), raising if closed. */
 struct state_store;
 struct state_store *flow_check_state_store(lua_State *L, int idx);
-/* The hash cache userdata at idx (flow.cache.hashes). */
+/* The hash cache userdata at idx (flow.cache.hashes), raising if closed. */
 struct hashcache;
 struct hashcache *flow_check_hashcache(lua_State *L, int idx);
 

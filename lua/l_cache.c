@@ -140,15 +140,10 @@ static struct work_pool *run_pool(lua_State *L)
 
 /* ---- hash cache ------------------------------------------------------------- */
 
-static struct hashcache *check_hashcache(lua_State *L)
-{
-    struct hashcache **box = luaL_checkudata(L, 1, HASHCACHE_CLASS);
-    return *box;
-}
-
 struct hashcache *flow_check_hashcache(lua_State *L, int idx)
 {
     struct hashcache **box = luaL_checkudata(L, idx, HASHCACHE_CLASS);
+    if (!*box) luaL_error(L, "the hash cache is closed");
     return *box;
 }
 
@@ -240,7 +235,7 @@ static int hash_block(lua_State *L, struct hash_wait *w)
  * read on the pool while the loop runs on. */
 static int l_hc_file(lua_State *L)
 {
-    struct hashcache *hc = check_hashcache(L);
+    struct hashcache *hc = flow_check_hashcache(L, 1);
     const char *path = luaL_checkstring(L, 2);
     char hex[SHA256_HEX_SIZE], err[1024];
     enum hash_kind kind;
@@ -266,14 +261,14 @@ static int l_hc_file(lua_State *L)
 static int l_hc_save(lua_State *L)
 {
     char err[1024];
-    if (hashcache_save(check_hashcache(L), err, sizeof err) != 0) return flow_raise_fs(L, err);
+    if (hashcache_save(flow_check_hashcache(L, 1), err, sizeof err) != 0) return flow_raise_fs(L, err);
     return 0;
 }
 
 /* hc:prune() -> number of entries dropped */
 static int l_hc_prune(lua_State *L)
 {
-    lua_pushinteger(L, (lua_Integer)hashcache_prune(check_hashcache(L)));
+    lua_pushinteger(L, (lua_Integer)hashcache_prune(flow_check_hashcache(L, 1)));
     return 1;
 }
 
@@ -333,13 +328,6 @@ struct work_pool *flow_work_pool(lua_State *L)
     return run_pool(L);
 }
 
-static struct journal *check_journal(lua_State *L)
-{
-    struct journal *j = *journal_box(L);
-    if (!j) luaL_error(L, "the journal is closed");
-    return j;
-}
-
 /* journal(path) -> Journal, opened for appending; raises on failure */
 static int l_journal(lua_State *L)
 {
@@ -355,7 +343,7 @@ static int l_journal(lua_State *L)
 /* j:append(line): one write, a sync requested but not waited for */
 static int l_journal_append(lua_State *L)
 {
-    struct journal *j = check_journal(L);
+    struct journal *j = flow_check_journal(L, 1);
     size_t len;
     const char *line = luaL_checklstring(L, 2, &len);
     char err[1024];
@@ -367,7 +355,7 @@ static int l_journal_append(lua_State *L)
 static int l_journal_sync(lua_State *L)
 {
     char err[1024];
-    if (journal_sync(check_journal(L), err, sizeof err) != 0) return flow_raise_fs(L, err);
+    if (journal_sync(flow_check_journal(L, 1), err, sizeof err) != 0) return flow_raise_fs(L, err);
     return 0;
 }
 
@@ -412,7 +400,7 @@ struct commit_job {
     const char *staging, *final;   /* the Lua strings stay on the coroutine's stack */
     int rc;
     char err[1024];
-    bool copy;                     /* cache.copy: copy_tree instead of commit_output */
+    bool copy;                     /* cache.copy: copy_tree instead of commit_output_unsynced */
     bool done;                     /* set on the loop's thread */
     lua_State *co;                 /* the step waiting for it, or NULL */
     struct step_wait wait;         /* what that step waits on (step_wait_job_ops) */

@@ -197,10 +197,10 @@ static bool field_bool(lua_State *co, int t, const char *key)
     return b;
 }
 
-/* The attempt's results on the coroutine's stack, `ok, info` (see runner.lua's
- * attempt), as an outcome whose strings live on that stack.  Nothing here may
- * raise (it runs inside the scheduler): the paths' array is C memory the
- * caller frees. */
+/* The attempt's results on the coroutine's stack, `ok, info` (see
+ * runner.lua's Run:attempt_body), as an outcome whose strings live on that
+ * stack.  Nothing here may raise (it runs inside the scheduler): the paths'
+ * array is C memory the caller frees. */
 static void read_outcome(lua_State *co, int nres, struct step_outcome *o)
 {
     int top = lua_gettop(co), t = top - nres + 2;

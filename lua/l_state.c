@@ -17,13 +17,6 @@
 
 #define STATE_CLASS "flow.StateStore"
 
-static struct state_store *check_state(lua_State *L)
-{
-    struct state_store **box = luaL_checkudata(L, 1, STATE_CLASS);
-    if (!*box) luaL_error(L, "the state store is closed");
-    return *box;
-}
-
 struct state_store *flow_check_state_store(lua_State *L, int idx)
 {
     struct state_store **box = luaL_checkudata(L, idx, STATE_CLASS);
@@ -46,7 +39,7 @@ static int l_state_open(lua_State *L)
 
 static int l_state_get(lua_State *L)
 {
-    struct state_store *s = check_state(L);
+    struct state_store *s = flow_check_state_store(L, 1);
     const struct state_rec *r = state_store_get(s, luaL_checkstring(L, 2));
     if (!r) return 0;
     lua_pushstring(L, r->fp);
@@ -68,10 +61,14 @@ static int l_state_get(lua_State *L)
 
 static int l_state_put(lua_State *L)
 {
-    struct state_store *s = check_state(L);
+    struct state_store *s = flow_check_state_store(L, 1);
     struct state_rec rec = { 0 };
-    rec.name = luaL_checkstring(L, 2);
-    rec.fp = luaL_checkstring(L, 3);
+    size_t name_len, fp_len;
+    rec.name = luaL_checklstring(L, 2, &name_len);
+    rec.fp = luaL_checklstring(L, 3, &fp_len);
+    if (name_len == 0) return luaL_error(L, "put: a step's name is empty");
+    if (strlen(rec.name) != name_len || strlen(rec.fp) != fp_len)
+        return luaL_error(L, "put: a step's name or fingerprint holds a NUL byte");
     rec.time = luaL_checknumber(L, 4);
     rec.body = luaL_checklstring(L, 5, &rec.body_len);
     luaL_checktype(L, 6, LUA_TTABLE);
@@ -83,21 +80,27 @@ static int l_state_put(lua_State *L)
     for (size_t i = 0; i < rec.n_outs; i++) {
         const char *f[4];
         for (int k = 0; k < 4; k++) {
-            lua_rawgeti(L, 6, (lua_Integer)(i * 4) + k + 1);
-            f[k] = lua_tostring(L, -1);      /* the strings stay alive in the table */
-            if (!f[k]) return luaL_error(L, "put: output field %d is not a string", (int)(i * 4) + k + 1);
+            int at = (int)(i * 4) + k + 1;
+            size_t len;
+            /* Strings only: a number converted here would be a new string
+             * that is not in the table, gone once popped. */
+            if (lua_rawgeti(L, 6, at) != LUA_TSTRING)
+                return luaL_error(L, "put: output field %d is a %s, not a string", at, luaL_typename(L, -1));
+            f[k] = lua_tolstring(L, -1, &len);   /* stays alive in the table */
+            if (strlen(f[k]) != len) return luaL_error(L, "put: output field %d holds a NUL byte", at);
             lua_pop(L, 1);
         }
         if (strlen(f[1]) != 1) return luaL_error(L, "put: an output's kind is one letter");
         rec.outs[i] = (struct state_out){ f[1][0], f[0], f[2], f[3] };
     }
-    state_store_put(s, &rec);
+    char err[256];
+    if (state_store_put(s, &rec, err, sizeof err) != 0) return luaL_error(L, "put: %s", err);
     return 0;
 }
 
 static int l_state_names(lua_State *L)
 {
-    struct state_store *s = check_state(L);
+    struct state_store *s = flow_check_state_store(L, 1);
     size_t n = state_store_count(s);
     lua_createtable(L, (int)n, 0);
     for (size_t i = 0; i < n; i++) {
@@ -109,20 +112,20 @@ static int l_state_names(lua_State *L)
 
 static int l_state_count(lua_State *L)
 {
-    lua_pushinteger(L, (lua_Integer)state_store_count(check_state(L)));
+    lua_pushinteger(L, (lua_Integer)state_store_count(flow_check_state_store(L, 1)));
     return 1;
 }
 
 static int l_state_save(lua_State *L)
 {
     char err[1024];
-    if (state_store_save(check_state(L), err, sizeof err) != 0) return flow_raise_fs(L, err);
+    if (state_store_save(flow_check_state_store(L, 1), err, sizeof err) != 0) return flow_raise_fs(L, err);
     return 0;
 }
 
 static int l_state_stats(lua_State *L)
 {
-    struct state_store_stats st = state_store_stats(check_state(L));
+    struct state_store_stats st = state_store_stats(flow_check_state_store(L, 1));
     lua_createtable(L, 0, 4);
     lua_pushinteger(L, (lua_Integer)st.records); lua_setfield(L, -2, "records");
     lua_pushinteger(L, (lua_Integer)st.damaged); lua_setfield(L, -2, "damaged");

@@ -65,10 +65,13 @@ static const char **string_list(lua_State *L, int idx, size_t *n)
     *n = (size_t)lua_rawlen(L, idx);
     const char **v = lua_newuserdatauv(L, (*n + 1) * sizeof *v, 0);
     for (size_t k = 0; k < *n; k++) {
-        lua_rawgeti(L, idx, (lua_Integer)k + 1);
+        /* Strings only: a number converted here would be a new string that
+         * is not in the table, gone once popped. */
+        if (lua_rawgeti(L, idx, (lua_Integer)k + 1) != LUA_TSTRING)
+            luaL_error(L, "up-to-date check: item %d of a list of strings is a %s", (int)k + 1,
+                       luaL_typename(L, -1));
         v[k] = lua_tostring(L, -1);                   /* held by the table */
         lua_pop(L, 1);
-        if (!v[k]) luaL_error(L, "up-to-date check: a list of strings expected");
     }
     return v;
 }

@@ -162,7 +162,10 @@ function Run:expand_command(n, staging)
     end
     env[name] = v
   end
-  if cmd.shell then return { "/bin/sh", "-c", expand(cmd.shell, true) }, expand(cmd.shell, true), env end
+  if cmd.shell then
+    local script = expand(cmd.shell, true)
+    return { "/bin/sh", "-c", script }, script, env
+  end
   local argv = {}
   for i, a in ipairs(cmd.argv) do argv[i] = expand(a) end
   return argv, command.display(argv), env

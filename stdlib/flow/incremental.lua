@@ -1,8 +1,11 @@
 -- flow.incremental: whether a step must run.  Before a ready step starts,
--- the scheduler asks up_to_date(i), which computes the step's fingerprint
--- (flow.fingerprint) and compares it with the step's last successful run
--- (flow.state); a step whose fingerprint and outputs still hold is not run,
--- and its recorded outputs stand in for it.
+-- the scheduler asks whether it is up to date: a command step first of the
+-- engine's check (engine/uptodate.c, described here by Run:engine_check),
+-- which passes it without entering Lua when it is sure; any other step, and
+-- one the engine cannot decide, comes to Run:up_to_date(i), which computes
+-- the step's fingerprint (flow.fingerprint) and compares it with the step's
+-- last successful run (flow.state).  A step whose fingerprint and outputs
+-- still hold is not run, and its recorded outputs stand in for it.
 -- Methods of the run object (flow.runner mixes them in).
 local core = require("flow.core")
 local command = require("flow.command")
@@ -12,7 +15,6 @@ local params_mod = require("flow.params")
 local fingerprint = require("flow.fingerprint")
 local state_mod = require("flow.state")
 local failure = require("flow.failure")
-local redact = require("flow.config").redact
 local cache = require("flow.cache")
 
 local first_line = failure.first_line
@@ -124,6 +126,13 @@ function Run:decide(i, n)
   return self:outputs_changed(n, rec)
 end
 
+-- The value a recorded output stands in with: a file or folder at its path
+-- (with the catalog entry of its dataset), or a memory value.
+local function value_from_record(out, entry)
+  if out.path then return { path = out.path, hash = out.hash, entry = entry } end
+  return { out = out, hash = out.hash }
+end
+
 -- The engine's check of command steps (engine/uptodate.c): each selected
 -- command step described once, with the parts fixed for the run and where
 -- each input's hash comes from.  A step the engine finds up to date never
@@ -172,9 +181,7 @@ function Run:engine_check(plan)
     local rec = state.steps[n.name]
     local out = rec and rec.outputs[d]
     if not out then return nil end
-    local v
-    if out.path then v = { path = out.path, hash = out.hash, entry = self.cat:entry(d) }
-    else v = { out = out, hash = out.hash } end
+    local v = value_from_record(out, self.cat:entry(d))
     rawset(values, d, v)
     return v
   end })
@@ -185,9 +192,7 @@ end
 -- lookup does the same, on first use, for the steps the engine passed).
 function Run:use_recorded(n, rec)
   for _, io in ipairs(n.outputs) do
-    local out, e = rec.outputs[io.dataset], self.cat:entry(io.dataset)
-    if out.path then self.values[io.dataset] = { path = out.path, hash = out.hash, entry = e }
-    else self.values[io.dataset] = { out = out, hash = out.hash } end
+    self.values[io.dataset] = value_from_record(rec.outputs[io.dataset], self.cat:entry(io.dataset))
   end
 end
 

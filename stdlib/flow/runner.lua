@@ -5,11 +5,14 @@
 -- after it succeeded.  Datasets the catalog persists are loaded and saved
 -- through flow.catalog.
 --
--- Incremental runs: before a ready step starts, the scheduler asks
--- Run:up_to_date(i), which computes the step's fingerprint (flow.fingerprint)
--- and compares it with the step's last successful run (flow.state); a step
--- whose fingerprint and outputs still hold is not run, and its recorded
--- outputs stand in for it.  Every run keeps a journal (.flow/runs/<id>/
+-- Incremental runs: before a ready step starts, the scheduler asks whether
+-- it is up to date.  A command step goes first to the engine's check
+-- (engine/uptodate.c, set up by Run:engine_check), which passes it without
+-- entering Lua when it is sure; any other step, and one the engine cannot
+-- decide, comes to Run:up_to_date(i), which computes the step's fingerprint
+-- (flow.fingerprint) and compares it with the step's last successful run
+-- (flow.state).  A step whose fingerprint and outputs still hold is not run,
+-- and its recorded outputs stand in for it.  Every run keeps a journal (.flow/runs/<id>/
 -- journal.jsonl) that --resume and the next run read.
 --
 -- The run is split by concern: flow.plan (everything before any step runs),
@@ -18,7 +21,6 @@
 -- (a step's attempts and journal events, the run's record).
 local core = require("flow.core")
 local sched = require("flow.sched")
-local proc = require("flow.proc")
 local util = require("flow.util")
 local pipeline = require("flow.pipeline")
 local cache = require("flow.cache")
@@ -29,10 +31,6 @@ local plan_mod = require("flow.plan")
 local values = require("flow.values")
 local execute = require("flow.execute")
 local failure = require("flow.failure")
--- What flow writes into its own files (journal, run.json, logs' headers)
--- goes through the configuration's redaction, as its messages do
--- (util.record_json for JSON records).
-local redact = require("flow.config").redact
 
 local M = {}
 
@@ -42,8 +40,8 @@ local DATA = values.DATA
 -- Runs started by this process, so `flow run driver.lua` (a script that calls
 -- flow.run itself, a sweep) can exit with its last run's status.
 M.runs_started, M.last_code = 0, nil
-local StepFailure, step_failure = failure.StepFailure, failure.new
-local first_line, report = failure.first_line, failure.report
+local is_failure, step_failure = failure.is, failure.new
+local first_line = failure.first_line
 local printing, step_secrets = execute.printing, execute.step_secrets
 
 M.resolve_dist = plan_mod.resolve_dist
@@ -58,9 +56,9 @@ for _, part in ipairs({ values, execute, (require("flow.incremental")) }) do
   for name, f in pairs(part.methods) do Run[name] = f end
 end
 
--- One attempt of step n, with its timeout; returns ok, err.
+-- An error raised by a step's code, as Run:attempt reports it.
 local function on_step_error(e)
-  if getmetatable(e) == StepFailure then return e end
+  if is_failure(e) then return e end
   if util.is_fs_error(e) then return step_failure { message = e.fs_error, on_disk = true } end
   return { traceback = debug.traceback(tostring(e), 2), message = tostring(e) }
 end
@@ -68,7 +66,7 @@ end
 -- A step stopped by sched.guard (its code cannot catch that): Ctrl-C, its
 -- timeout, or os.exit, which must not end flow without its journal and summary.
 local function cancelled_failure(n, c)
-  if c.cancelled == "timed out" and getmetatable(c.error) == StepFailure and c.error.timed_out then
+  if c.cancelled == "timed out" and is_failure(c.error) and c.error.timed_out then
     return c.error                      -- a command's, which says what it stopped
   elseif c.cancelled == "timed out" then
     return step_failure { timed_out = true, message = string.format(
@@ -80,11 +78,12 @@ local function cancelled_failure(n, c)
   return step_failure { message = string.format("step '%s' stopped (interrupted)", n.name), quiet = true }
 end
 
--- (Its deadline is engine/step.c's, which the guard and a process's wait read.)
+-- One attempt of step n; returns ok, err.  (Its deadline is engine/step.c's,
+-- which the guard and a process's wait read.)
 function Run:attempt(n)
   local ok, err = sched.guard(on_step_error, n.kind == "func" and self.run_function or self.run_command, self, n)
   if not ok and err.on_disk then err.message = string.format("step '%s': %s", n.name, err.message) end
-  if ok or getmetatable(err) == StepFailure then return ok, err end
+  if ok or is_failure(err) then return ok, err end
   if err.cancelled then return false, cancelled_failure(n, err) end
   return false, err.traceback
 end
@@ -112,7 +111,7 @@ function Run:attempt_body(i, k)
     end
     return true, { outputs = rec.outputs and util.record_json(rec.outputs), paths = paths, exit_code = rec.exit_code }
   end
-  local f = getmetatable(err) == StepFailure
+  local f = is_failure(err)
   local text = f and err.message or tostring(err)
   local shown
   if not f then shown = string.format("step '%s' failed: %s", n.name, util.user_traceback(text))
@@ -214,6 +213,14 @@ local function nothing_ran(states)
                .. "('flow catalog list'), their logs in those runs ('flow logs STEP')")
 end
 
+-- The engine's check attached to the run's graph (the scheduler finds it
+-- there) until the value returned is closed; nil without a check.
+local function attached(check, graph)
+  if not check then return nil end
+  check:attach(graph)
+  return setmetatable({}, { __close = function() check:detach(graph) end })
+end
+
 -- flow.run(p, opts) -> result {status =, code =, outputs =, steps =, run_id =}
 -- Graph errors raise {graph_error = message}; step failures are in the result.
 function M.run(p, opts, level)
@@ -238,18 +245,20 @@ function M.run(p, opts, level)
   local jobs = opts.jobs or core.cpu_count()
   local pools, pool_of = M.pools(plan, jobs)
   if not self.force and not self.explain then self.check = self:engine_check(plan) end
-  if self.check then self.check:attach(plan.graph) end
-  local code, states, elapsed, run_rec, jerr = sched.run(plan.graph, {
-      jobs = jobs, pools = pools, pool = pool_of, keep_going = opts.keep_going, selected = plan.selected,
-      nodes = plan.nodes, journal = self.journal, run_id = run_id,
-    }, {
-      attempt = function(i, k) return self:attempt_body(i, k) end,
-      up_to_date = function(i) return self:up_to_date(i) end,
-      fingerprint = function(i) return self:take_fingerprint(i) end,
-      finished = function(i, ok, time) return self:step_finished(i, ok, time) end,
-    })
+  local code, states, elapsed, run_rec, jerr
+  do
+    local _ <close> = attached(self.check, plan.graph)     -- detached however sched.run ends
+    code, states, elapsed, run_rec, jerr = sched.run(plan.graph, {
+        jobs = jobs, pools = pools, pool = pool_of, keep_going = opts.keep_going, selected = plan.selected,
+        nodes = plan.nodes, journal = self.journal, run_id = run_id,
+      }, {
+        attempt = function(i, k) return self:attempt_body(i, k) end,
+        up_to_date = function(i) return self:up_to_date(i) end,
+        fingerprint = function(i) return self:take_fingerprint(i) end,
+        finished = function(i, ok, time) return self:step_finished(i, ok, time) end,
+      })
+  end
   if self.check then
-    self.check:detach(plan.graph)
     if os.getenv("FLOW_DEBUG_UPTODATE") then
       local st = self.check:stats()
       io.stderr:write(string.format("flow: up-to-date check: %d passed in the engine, %d left to Lua\n",

@@ -118,3 +118,30 @@ test_a_changed_output_is_noticed() {
     equals "$(engine_line)" "flow: up-to-date check: 10 passed in the engine, 1 left to Lua"
     equals "$(cat data/report.txt)" "hi"
 }
+
+# The checker is attached to the run's graph (a registry entry holding both)
+# only while sched.run lasts: it is detached even when sched.run raises, so
+# a driver script that catches the error and runs again leaks nothing.
+test_the_check_is_detached_when_the_run_raises() {
+    write driver.lua <<'L'
+local flow = require("flow")
+local sched = require("flow.sched")
+local function entries()
+  local n = 0
+  for k, v in pairs(debug.getregistry()) do
+    if type(k) == "userdata" and type(v) == "userdata" then n = n + 1 end
+  end
+  return n
+end
+local p = pipeline{ node{ name = "a", outputs = { o = "out" }, command = "echo hi > ${outputs.o}" } }
+assert(flow.run(p).status == "ok")
+local before, during = entries()
+local real = sched.run
+sched.run = function() during = entries(); error("scheduler broke", 0) end
+local ok, err = pcall(flow.run, p)
+sched.run = real
+print(string.format("ok=%s err=%s attached=%d left=%d", tostring(ok), err, during - before, entries() - before))
+L
+    run_flow 0 run driver.lua
+    contains "$OUT" "ok=false err=scheduler broke attached=1 left=0"
+}

@@ -456,12 +456,50 @@ static void test_journal(void)
     CHECK_CONTAINS(err, "/proc/no/such");
 }
 
+/* This binary's fsync: what the engine syncs, by path, while `recording`
+ * (the engine's calls resolve to it rather than to the C library's). */
+static bool recording;
+static char synced[32][PATH_MAX];
+static int n_synced;
+
+int fsync(int fd)
+{
+    if (recording && n_synced < 32) {
+        char link[64];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(link, synced[n_synced], PATH_MAX - 1);
+        if (n > 0) synced[n_synced++][n] = '\0';
+    }
+    return (int)syscall(SYS_fsync, fd);
+}
+
+static bool was_synced(const char *path)
+{
+    char real[PATH_MAX];
+    if (!realpath(path, real)) return false;
+    for (int i = 0; i < n_synced; i++)
+        if (strcmp(synced[i], real) == 0) return true;
+    return false;
+}
+
+/* Whether a path synced ends with `tail` and has `part` in it (a copy
+ * synced under a temporary name before it was renamed). */
+static bool synced_like(const char *part, const char *tail)
+{
+    size_t tl = strlen(tail);
+    for (int i = 0; i < n_synced; i++) {
+        size_t l = strlen(synced[i]);
+        if (strstr(synced[i], part) && l >= tl && strcmp(synced[i] + l - tl, tail) == 0) return true;
+    }
+    return false;
+}
+
 /* ---------- commit ---------- */
 
 static int commit_rel(const char *staging, const char *final)
 {
     char *s = at(staging), *f = at(final);
-    int rc = commit_output(s, f, err, sizeof err);
+    int rc = commit_output_unsynced(s, f, err, sizeof err);
     free(s);
     free(f);
     return rc;
@@ -470,7 +508,11 @@ static int commit_rel(const char *staging, const char *final)
 static void test_commit_file(void)
 {
     put("c1/staging", "new");
+    n_synced = 0;
+    recording = true;
     CHECK(commit_rel("c1/staging", "c1/out/deeper/final") == 0);   /* parents created */
+    recording = false;
+    CHECK(n_synced == 0);                          /* a rename only: group commit syncs it later */
     char *s = get("c1/out/deeper/final");
     CHECK_STR(s, "new");
     free(s);
@@ -540,7 +582,10 @@ static void test_commit_across_file_systems(void)
     CHECK(symlink("sub/f", link) == 0);
     put("c5/final/old", "old");
     char *final = at("c5/final");
-    CHECK(commit_output(staging, final, err, sizeof err) == 0);
+    n_synced = 0;
+    recording = true;
+    CHECK(commit_output_unsynced(staging, final, err, sizeof err) == 0);
+    recording = false;
     char *s = get("c5/final/link");                     /* read through the copied symlink */
     CHECK_STR(s, "far");
     free(s);
@@ -551,6 +596,13 @@ static void test_commit_across_file_systems(void)
     CHECK(!exists("c5/final/old"));
     CHECK(access(staging, F_OK) != 0);                  /* staging removed */
     CHECK(count_entries("c5") == 1);               /* no hidden temporary left */
+    /* Across file systems the copy is synced as it is made, and so is the
+     * folder that holds final after the rename. */
+    CHECK(synced_like("/c5/.final.flow-tmp-", "/sub/f"));
+    CHECK(synced_like("/c5/.final.flow-tmp-", "/sub"));
+    char *c5 = at("c5");
+    CHECK(was_synced(c5));
+    free(c5);
     rm_rf(shm);
     free(copied);
     free(copied_dir);
@@ -559,32 +611,6 @@ static void test_commit_across_file_systems(void)
     free(link);
     free(file);
     free(staging);
-}
-
-/* This binary's fsync: what the engine syncs, by path, while `recording`
- * (the engine's calls resolve to it rather than to the C library's). */
-static bool recording;
-static char synced[32][PATH_MAX];
-static int n_synced;
-
-int fsync(int fd)
-{
-    if (recording && n_synced < 32) {
-        char link[64];
-        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-        ssize_t n = readlink(link, synced[n_synced], PATH_MAX - 1);
-        if (n > 0) synced[n_synced++][n] = '\0';
-    }
-    return (int)syscall(SYS_fsync, fd);
-}
-
-static bool was_synced(const char *path)
-{
-    char real[PATH_MAX];
-    if (!realpath(path, real)) return false;
-    for (int i = 0; i < n_synced; i++)
-        if (strcmp(synced[i], real) == 0) return true;
-    return false;
 }
 
 /* Journal records point at files written this way: the new name must be on

@@ -1,7 +1,9 @@
 /* test_statestore.c — the step state file: records survive a save and a
  * reopen, a later put replaces an earlier one, a torn tail (a kill
  * mid-append) and a damaged record are dropped without losing the others,
- * and superseded records are compacted away. */
+ * and superseded records are compacted away.  A record the file could not
+ * hold (no name, too large) is refused by put instead of aborting or
+ * hiding the records after it. */
 #include "check.h"
 #include "statestore.h"
 #include "util.h"
@@ -19,7 +21,7 @@ static void put_step(struct state_store *s, const char *name, const char *fp, do
     struct state_out outs[2] = { { 'f', "model", ".flow/data/model", "abc123" }, { 'm', "rows", "", "def456" } };
     struct state_rec r = { .name = name, .fp = fp, .body = "{\"parts\":{}}", .body_len = 12, .time = time,
                            .n_outs = 2, .outs = outs };
-    state_store_put(s, &r);
+    CHECK(state_store_put(s, &r, err, sizeof err) == 0);
 }
 
 static off_t file_size(const char *path)
@@ -173,6 +175,82 @@ static void test_a_link_is_not_read_and_is_replaced(void)
     CHECK(lstat("link.log", &st) == 0 && S_ISREG(st.st_mode));
 }
 
+static void test_an_empty_name_is_refused(void)
+{
+    struct state_store *s = reopen("empty.log", NULL);
+    struct state_rec r = { .name = "", .fp = "fp", .body = "", .body_len = 0 };
+    err[0] = '\0';
+    CHECK(state_store_put(s, &r, err, sizeof err) == -1);     /* was abort(): decode rejects it */
+    CHECK_CONTAINS(err, "name");
+    CHECK(state_store_count(s) == 0);
+    put_step(s, "ok", "fpok", 1);
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    s = reopen("empty.log", NULL);
+    CHECK(state_store_count(s) == 1 && state_store_get(s, "ok") != NULL);
+    state_store_free(s);
+}
+
+static void test_an_oversize_record_is_refused(void)
+{
+    struct state_store *s = reopen("big.log", NULL);
+    put_step(s, "before", "fp0", 1);
+    size_t big = STATE_STORE_MAX_RECORD + 1;
+    char *body = xmalloc(big);
+    memset(body, 'x', big);
+    struct state_rec r = { .name = "huge", .fp = "fp1", .body = body, .body_len = big, .time = 2 };
+    err[0] = '\0';
+    CHECK(state_store_put(s, &r, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "too large");
+    CHECK(state_store_get(s, "huge") == NULL);
+    /* Just under the limit with the rest of the record: the body alone fits, the record does not. */
+    r.body_len = STATE_STORE_MAX_RECORD - 8;
+    CHECK(state_store_put(s, &r, err, sizeof err) == -1);
+    struct state_out o = { 'f', "d", "p", "h" };
+    struct state_rec many = { .name = "wide", .fp = "fp", .body = "", .n_outs = STATE_STORE_MAX_RECORD / 8,
+                              .outs = &o };   /* refused on the count before any output is read */
+    CHECK(state_store_put(s, &many, err, sizeof err) == -1);
+    free(body);
+    put_step(s, "after", "fp2", 3);
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    s = reopen("big.log", NULL);                  /* an oversize frame would end the scan as a torn tail */
+    CHECK(state_store_stats(s).torn_bytes == 0);
+    CHECK(state_store_get(s, "before") != NULL);
+    CHECK(state_store_get(s, "after") != NULL);
+    CHECK(state_store_get(s, "huge") == NULL);
+    CHECK(state_store_count(s) == 2);
+    put_step(s, "later", "fp3", 4);                 /* appended after the refused put: still read */
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    s = reopen("big.log", NULL);
+    CHECK(state_store_count(s) == 3 && state_store_get(s, "later") != NULL);
+    state_store_free(s);
+}
+
+static void test_a_record_at_the_limit_is_kept(void)
+{
+    struct state_store *s = reopen("edge.log", NULL);
+    /* payload: f64, name "e" (4+1+1), fp "f" (4+1+1), body (4+len+1), u32 n = 0 */
+    size_t blen = STATE_STORE_MAX_RECORD - (8 + 6 + 6 + 5 + 4);
+    char *body = xmalloc(blen);
+    memset(body, 'y', blen);
+    struct state_rec r = { .name = "e", .fp = "f", .body = body, .body_len = blen, .time = 1 };
+    CHECK(state_store_put(s, &r, err, sizeof err) == 0);
+    r.body_len++;
+    CHECK(state_store_put(s, &r, err, sizeof err) == -1);
+    put_step(s, "next", "fpn", 2);
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    free(body);
+    s = reopen("edge.log", NULL);
+    const struct state_rec *got = state_store_get(s, "e");
+    CHECK(got && got->body_len == blen);
+    CHECK(state_store_get(s, "next") != NULL);
+    CHECK(state_store_stats(s).torn_bytes == 0);
+    state_store_free(s);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/flow-test-state-XXXXXX");
@@ -183,6 +261,9 @@ int main(void)
     RUN(test_not_a_state_file);
     RUN(test_superseded_records_are_compacted);
     RUN(test_a_link_is_not_read_and_is_replaced);
+    RUN(test_an_empty_name_is_refused);
+    RUN(test_an_oversize_record_is_refused);
+    RUN(test_a_record_at_the_limit_is_kept);
     if (chdir("/") == 0) {
         char *cmd = xasprintf("rm -rf '%s'", root);
         if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);

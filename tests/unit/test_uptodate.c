@@ -49,8 +49,8 @@ static void record(struct state_store *st, const char *name, const char *fp, con
     CHECK(hashcache_hash(hc, path, hex, &kind, err, sizeof err) == 0);
     hashcache_free(hc);
     struct state_out out = { 'f', dataset, path, hex };
-    state_store_put(st, &(struct state_rec){ .name = name, .fp = fp, .body = "{}", .body_len = 2, .n_outs = 1,
-                                             .outs = &out });
+    CHECK(state_store_put(st, &(struct state_rec){ .name = name, .fp = fp, .body = "{}", .body_len = 2, .n_outs = 1,
+                                                   .outs = &out }, err, sizeof err) == 0);
 }
 
 static void test_fingerprint_is_the_combine_rule(void)
