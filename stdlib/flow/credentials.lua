@@ -168,10 +168,40 @@ end
 -- Before anything runs: every selected command step's credentials resolve
 -- (and are registered as secrets).  Returns {node = env table} for the steps
 -- that get any.
+local REF = "${credentials."
+
+-- Whether any entry of the catalog (by name or pattern) names a credentials block.
+local function catalog_has_credentials(cat)
+  for _, e in pairs(cat.exact) do if e.credentials then return true end end
+  for _, pat in ipairs(cat.patterns) do if pat.entry.credentials then return true end end
+  return false
+end
+
+-- Whether step_env(n, …) could find anything (or anything wrong): a
+-- "${credentials." in the command's words, its shell line or an env value,
+-- or (cat_creds) a catalog entry with credentials that it might read or
+-- write.  Most steps have none: they skip step_env and its tables.
+local function may_need(n, cat_creds)
+  if cat_creds then return true end
+  local cmd = n.cmd
+  if cmd.argv then
+    for _, a in ipairs(cmd.argv) do if a:find(REF, 1, true) then return true end end
+  elseif cmd.shell:find(REF, 1, true) then
+    return true
+  end
+  if cmd.env then
+    for _, v in pairs(cmd.env) do
+      if type(v) == "string" and v:find(REF, 1, true) then return true end
+    end
+  end
+  return false
+end
+
 function M.check(nodes, settings, cat, selected)
   local by_node = {}
+  local cat_creds = catalog_has_credentials(cat)
   for i, n in ipairs(nodes) do
-    if n.kind == "command" and (not selected or selected[i]) then
+    if n.kind == "command" and (not selected or selected[i]) and may_need(n, cat_creds) then
       local env = M.step_env(n, settings, cat)
       if next(env) then by_node[n] = env end
     end

@@ -70,24 +70,64 @@ function M.build_graph(nodes, dists, declared)
   return g
 end
 
+-- Memoised for one prepare, by dataset name and by template string: most
+-- names and template strings come up many times (a dataset in each step
+-- that reads it; "${outputs.o}" in every command step).
+-- params_of[d]: dag.is_param_input(d) (false, a key or true).
+local function param_memo()
+  return setmetatable({}, { __index = function(t, d)
+    local k = dag.is_param_input(d)
+    t[d] = k
+    return k
+  end })
+end
+
+-- templates[s]: {refs = core.template_refs(s), err = its error, params = whether a ref is ${params.…}}
+local function template_memo()
+  return setmetatable({}, { __index = function(t, s)
+    local refs, err = core.template_refs(s)
+    local v = { refs = refs, err = err, params = false }
+    for _, ref in ipairs(refs) do if ref[1] == "params" then v.params = true end end
+    t[s] = v
+    return v
+  end })
+end
+
+-- A command's template strings in command.template_strings's order (its argv
+-- words when it has no env: no list to build).
+local function template_strings(cmd)
+  if cmd.argv and cmd.env == nil then return cmd.argv end
+  return command.template_strings(cmd)
+end
+
+local function check_param(n, key, settings)
+  if params_mod.get(settings, key) == nil then
+    local near = settings_mod.closest_param(settings, key)
+    graph_error(string.format("step '%s' (%s) reads parameter '%s', which is not defined in environment '%s'%s",
+      n.name, n.where, key, settings.env, near and (" (did you mean '" .. near .. "'?)") or ""))
+  end
+end
+
 -- Every "params:" input and ${params.} reference must exist before anything runs.
-local function check_params(nodes, settings)
-  for _, n in ipairs(nodes) do
-    local function check(key)
-      if params_mod.get(settings, key) == nil then
-        local near = settings_mod.closest_param(settings, key)
-        graph_error(string.format("step '%s' (%s) reads parameter '%s', which is not defined in environment '%s'%s",
-          n.name, n.where, key, settings.env, near and (" (did you mean '" .. near .. "'?)") or ""))
+-- (After the graph is built: a dataset some step produces is no parameter.)
+-- `which`: the indices of the steps that can read one (commands, "params:" readers).
+local function check_params(nodes, which, settings, params_of, templates, produced)
+  for _, i in ipairs(which) do
+    local n = nodes[i]
+    for _, io in ipairs(n.inputs) do
+      local d = io.dataset
+      if not produced[d] then
+        local key = params_of[d]
+        if type(key) == "string" then check_param(n, key, settings) end
       end
     end
-    for _, io in ipairs(n.inputs) do
-      local key = dag.is_param_input(io.dataset)
-      if type(key) == "string" then check(key) end
-    end
     if n.kind == "command" then
-      for _, s in ipairs(command.template_strings(n.cmd)) do
-        for _, ref in ipairs(core.template_refs(s)) do
-          if ref[1] == "params" then check(pipeline.command_param(n, ref[2])) end
+      for _, s in ipairs(template_strings(n.cmd)) do
+        local t = templates[s]
+        if t.params then
+          for _, ref in ipairs(t.refs) do
+            if ref[1] == "params" then check_param(n, pipeline.command_param(n, ref[2]), settings) end
+          end
         end
       end
     end
@@ -99,32 +139,37 @@ end
 -- graph, so a typo stops the run before any step starts.
 local TEMPLATE_NAMESPACES = { "inputs", "outputs", "params" }
 
-local function check_templates(nodes)
-  for _, n in ipairs(nodes) do
-    if n.kind == "command" then
-      local args = { inputs = {}, outputs = {} }
-      for _, io in ipairs(n.inputs) do args.inputs[io.arg] = true end
-      for _, io in ipairs(n.outputs) do args.outputs[io.arg] = true end
-      for _, s in ipairs(command.template_strings(n.cmd)) do
-        local refs, err = core.template_refs(s)
-        for _, ref in ipairs(refs) do
-          local ns, key = ref[1], ref[2]
-          if args[ns] and not args[ns][key] then
-            local names = util.sorted_keys(args[ns])
-            local hint = util.did_you_mean(key, names)
-            if hint == "" then
-              hint = #names > 0 and string.format(" (its %s: %s)", ns, table.concat(names, ", "))
-                     or string.format(" (it declares no %s)", ns)
-            end
-            graph_error(string.format("step '%s' (%s): ${%s.%s}: the step has no %s named '%s'%s", n.name, n.where,
-              ns, key, ns == "inputs" and "input" or "output", key, hint))
+local function has_arg(list, key)
+  for _, io in ipairs(list) do if io.arg == key then return true end end
+  return false
+end
+
+local function check_templates(nodes, commands, templates)
+  for _, i in ipairs(commands) do
+    local n = nodes[i]
+    for _, s in ipairs(template_strings(n.cmd)) do
+      local t = templates[s]
+      for _, ref in ipairs(t.refs) do
+        local ns, key = ref[1], ref[2]
+        local list = (ns == "inputs" and n.inputs) or (ns == "outputs" and n.outputs)
+        if list and not has_arg(list, key) then
+          local args = {}
+          for _, io in ipairs(list) do args[io.arg] = true end
+          local names = util.sorted_keys(args)
+          local hint = util.did_you_mean(key, names)
+          if hint == "" then
+            hint = #names > 0 and string.format(" (its %s: %s)", ns, table.concat(names, ", "))
+                   or string.format(" (it declares no %s)", ns)
           end
+          graph_error(string.format("step '%s' (%s): ${%s.%s}: the step has no %s named '%s'%s", n.name, n.where,
+            ns, key, ns == "inputs" and "input" or "output", key, hint))
         end
-        if err then
-          local ns = err:match("^unknown reference '%${([^.}]*)%.")   -- template.c names the reference
-          graph_error(string.format("step '%s' (%s): %s%s", n.name, n.where, err,
-                                    ns and util.did_you_mean(ns, TEMPLATE_NAMESPACES) or ""))
-        end
+      end
+      local err = t.err
+      if err then
+        local ns = err:match("^unknown reference '%${([^.}]*)%.")   -- template.c names the reference
+        graph_error(string.format("step '%s' (%s): %s%s", n.name, n.where, err,
+                                  ns and util.did_you_mean(ns, TEMPLATE_NAMESPACES) or ""))
       end
     end
   end
@@ -149,9 +194,12 @@ end
 -- Slicing, as Kedro does it: every filter given selects a set of steps and
 -- the run takes their intersection.  Returns a selected-flags list, or nil for all.
 local function select_steps(nodes, g, opts, level)
-  local index, names = {}, {}
-  for i, n in ipairs(nodes) do index[n.name] = i; names[i] = n.name end
+  local index, names                 -- by name, and the names: only when a filter names steps
   local function step_indices(list, flag)
+    if not index then
+      index, names = {}, {}
+      for i, n in ipairs(nodes) do index[n.name] = i; names[i] = n.name end
+    end
     local out = {}
     for _, name in ipairs(list) do
       if not index[name] then
@@ -215,38 +263,82 @@ end
 
 -- The dataset d as an unselected producer p's last successful run left it
 
--- Catalog-persisted datasets that no step produces (the pipeline's raw
--- inputs): the graph accepts them as inputs from outside.
--- Also returns which dataset each step produces, and the steps that read
--- a dataset no step produces.
-local function catalog_inputs(nodes, cat)
-  local produced, declared, seen, readers = {}, {}, {}, {}
-  for _, n in ipairs(nodes) do
-    for _, io in ipairs(n.outputs) do produced[io.dataset] = n.name end
-  end
-  for _, n in ipairs(nodes) do
+-- One pass over the steps for what the checks below need, so that each
+-- visits only the steps it applies to (at 100,000 steps a pass over all of
+-- them costs tens of milliseconds).  Returns a table:
+--   produced     {dataset = the name of the step that outputs it}
+--   pending      i1, d1, i2, d2, ...: each input (the step's index, the
+--                dataset) that no earlier step produces, in step and input
+--                order (for steps listed in run order: the raw inputs and
+--                the parameters only)
+--   commands, pooled, distributed: the indices of the command steps, of the
+--                steps with a pool = and of those with a dist, in order
+local function scan(nodes)
+  local produced, pending, commands, pooled, distributed = {}, {}, {}, {}, {}
+  local np = 0
+  for i, n in ipairs(nodes) do
     for _, io in ipairs(n.inputs) do
       local d = io.dataset
-      if not produced[d] and not dag.is_param_input(d) then
+      if not produced[d] then pending[np + 1] = i; pending[np + 2] = d; np = np + 2 end
+    end
+    for _, io in ipairs(n.outputs) do produced[io.dataset] = n.name end
+    if n.kind == "command" then commands[#commands + 1] = i end
+    if n.pool then pooled[#pooled + 1] = i end
+    if n.dist then distributed[#distributed + 1] = i end
+  end
+  return { produced = produced, pending = pending, commands = commands, pooled = pooled, distributed = distributed }
+end
+
+-- The indices of two increasing lists, merged: increasing, each once.
+local function merged(a, b)
+  if #b == 0 then return a end
+  if #a == 0 then return b end
+  local out, i, j = {}, 1, 1
+  while a[i] or b[j] do
+    local x, y = a[i], b[j]
+    if not y or (x and x < y) then out[#out + 1] = x; i = i + 1
+    elseif not x or y < x then out[#out + 1] = y; j = j + 1
+    else out[#out + 1] = x; i = i + 1; j = j + 1 end
+  end
+  return out
+end
+
+-- Catalog-persisted datasets that no step produces (the pipeline's raw
+-- inputs): the graph accepts them as inputs from outside.
+-- Also returns the steps that read a dataset no step produces, and the
+-- indices of the steps that read a "params:" input.
+local function catalog_inputs(nodes, sc, cat, params_of)
+  local produced, pending = sc.produced, sc.pending
+  local declared, seen, readers, param_readers = {}, {}, {}, {}
+  for k = 1, #pending, 2 do
+    local d = pending[k + 1]
+    if not produced[d] then
+      local key = params_of[d]
+      if not key then
+        local n = nodes[pending[k]]
         if readers[#readers] ~= n then readers[#readers + 1] = n end
         if not seen[d] then
           seen[d] = true
           if catalog.persisted(cat:entry(d)) then declared[#declared + 1] = d end
         end
+      elseif type(key) == "string" and param_readers[#param_readers] ~= pending[k] then
+        param_readers[#param_readers + 1] = pending[k]
       end
     end
   end
-  return declared, produced, readers
+  return declared, readers, param_readers
 end
 
 -- Inputs that no step produces and the catalog does not declare, with the
 -- steps that read them (file:line) and the closest dataset that does exist.
-local function check_missing_inputs(nodes, cat, produced)
+-- `free_readers`: catalog_inputs's steps that read a dataset no step
+-- produces, in order (only they can read a missing one).
+local function check_missing_inputs(free_readers, cat, produced, params_of)
   local missing, readers = {}, {}
-  for _, n in ipairs(nodes) do
+  for _, n in ipairs(free_readers) do
     for _, io in ipairs(n.inputs) do
       local d = io.dataset
-      if not produced[d] and not dag.is_param_input(d) and not catalog.persisted(cat:entry(d)) then
+      if not produced[d] and not params_of[d] and not catalog.persisted(cat:entry(d)) then
         local r = readers[d]
         if not r then r = {}; readers[d] = r; missing[#missing + 1] = d end
         if r[#r] ~= n then r[#r + 1] = n end
@@ -273,7 +365,8 @@ end
 -- A catalog entry that no step of this pipeline (or of any registered one)
 -- reads or writes is most likely a typo: a warning, once per entry and process.
 local warned_unused = {}
-local function warn_unused_entries(nodes, cat)
+local function warn_unused_entries(nodes, cat, params_of)
+  if next(cat.exact) == nil then return end                  -- no entry to warn about
   local used, undeclared = {}, {}
   local function mark(list)
     for _, n in ipairs(list) do
@@ -284,7 +377,7 @@ local function warn_unused_entries(nodes, cat)
   mark(nodes)
   for _, q in pairs(pipeline.registry) do mark(q.nodes) end
   for d in pairs(used) do
-    if not cat:entry(d).declared and not dag.is_param_input(d) then undeclared[#undeclared + 1] = d end
+    if not cat:entry(d).declared and not params_of[d] then undeclared[#undeclared + 1] = d end
   end
   table.sort(undeclared)
   for _, e in ipairs(cat:declared()) do
@@ -316,62 +409,107 @@ local function path_key(path, cwd, dirs)
   return "/" .. table.concat(parts, "/")
 end
 
+-- path_key, memoised by the path's directory part as written (most paths
+-- share a handful of directories: .flow/data above all).  A path whose last
+-- segment is a plain name has as its key its directory's key (path_key of
+-- dir/x without the "/x") and "/" and that name; any other goes the long way.
+local function path_keyer(cwd)
+  local dirs, by_dir = {}, {}
+  return function(path)
+    local dir, base = path:match("^(.*/)([^/]+)$")
+    if not dir then
+      if path:find("/", 1, true) then return path_key(path, cwd, dirs) end   -- "data/out/"
+      dir, base = "", path
+    end
+    if base == "." or base == ".." or base == "" then return path_key(path, cwd, dirs) end
+    local k = by_dir[dir]
+    if not k then
+      k = path_key(dir .. "x", cwd, dirs)
+      k = k:sub(1, -3)                               -- without its "/x"
+      by_dir[dir] = k
+    end
+    return k .. "/" .. base
+  end
+end
+
 -- Every dataset needs a place of its own, or two would overwrite each other:
 -- two catalog entries with one path, or two datasets flow keeps in
 -- .flow/data (a command's output "a.json" and a value "a" a command reads,
 -- written as a.json).  Raises naming both.
-local function check_paths(nodes, cat)
-  local owner, cwd, dirs = {}, core.cwd(), {}
-  local function who(x)
-    return x.e.declared and string.format("catalog entry '%s' (%s)", x.d, x.e.origin)
-           or string.format("dataset '%s'", x.d)
+local function check_paths(nodes, commands, cat)
+  local owner_d, owner_e, owner_path = {}, {}, {}   -- by key: the dataset stored there, its entry, its path
+  local key_of, folders = path_keyer(core.cwd()), false
+  local function who(d, e)
+    return e.declared and string.format("catalog entry '%s' (%s)", d, e.origin)
+           or string.format("dataset '%s'", d)
   end
-  local function claim(path, d, e)
-    local key = path_key(path, cwd, dirs)
-    local o = owner[key]
-    if o and o.d ~= d then
+  local function claim(key, path, d, e)
+    local o = owner_d[key]
+    if o and o ~= d then
       graph_error(string.format("%s and %s are both stored at %s: each dataset needs a path of its own",
-                                who(o), who({ d = d, e = e }), path))
+                                who(o, owner_e[key]), who(d, e), path))
     end
-    owner[key] = { d = d, e = e, path = path }
+    owner_d[key], owner_e[key], owner_path[key] = d, e, path
+    if e.type == "folder" then folders = true end
   end
   for _, name in ipairs(util.sorted_keys(cat.exact)) do
     local e = cat.exact[name]
-    if catalog.persisted(e) then claim(e.path, name, e) end
+    if catalog.persisted(e) then claim(key_of(e.path), e.path, name, e) end
   end
   local by_command = {}
-  for _, n in ipairs(nodes) do
-    if n.kind == "command" then for _, io in ipairs(n.outputs) do by_command[io.dataset] = true end end
+  for _, i in ipairs(commands) do
+    for _, io in ipairs(nodes[i].outputs) do by_command[io.dataset] = true end
   end
   -- Only a pattern or a command gives a dataset a path not claimed above:
-  -- a Lua step's memory values (most datasets, often) need no look.
+  -- a Lua step's memory values (most datasets, often) need no look.  A
+  -- dataset's places depend only on its name and on whether a command reads
+  -- or writes it (a command's are a superset of a Lua step's), so each name
+  -- is placed once per kind: placed[d] is 1 (for a Lua step) or 2 (a command).
+  -- A name the catalog neither declares nor can match is memory: MEMORY
+  -- stands for its entry here, as cat:entry's would (no table per dataset).
+  -- core.safe_name never has a '/' nor a leading '.', so the key of
+  -- DATA/<safe name> is the key of DATA's directory, "/" and the name.
   local patterns = #cat.patterns > 0
+  local MEMORY = { type = "memory", declared = false }
+  local data_dir = key_of(DATA .. "/x"):sub(1, -3)
+  local placed = {}
   local function place(d, command)
-    if not (command or patterns) or dag.is_param_input(d) then return end
-    local e = cat:entry(d)
+    local want = command and 2 or 1
+    if (placed[d] or 0) >= want then return end
+    placed[d] = want
+    if dag.is_param_input(d) then return end       -- (placed: asked once per name)
+    local e = cat.exact[d] or (patterns and cat:entry(d)) or MEMORY
     if catalog.persisted(e) then
-      if not cat.exact[d] then claim(e.path, d, e) end
-    elseif by_command[d] then claim(DATA .. "/" .. core.safe_name(d), d, e)
+      if not cat.exact[d] then claim(key_of(e.path), e.path, d, e) end
+    elseif by_command[d] then
+      local safe = core.safe_name(d)
+      claim(data_dir .. "/" .. safe, DATA .. "/" .. safe, d, e)
     elseif command then
-      claim(DATA .. "/" .. core.safe_name(d) .. ".json", d, e)
-      claim(DATA .. "/" .. core.safe_name(d) .. ".txt", d, e)
+      local safe = core.safe_name(d)
+      claim(data_dir .. "/" .. safe .. ".json", DATA .. "/" .. safe .. ".json", d, e)
+      claim(data_dir .. "/" .. safe .. ".txt", DATA .. "/" .. safe .. ".txt", d, e)
     end
   end
-  for _, n in ipairs(nodes) do
-    local command = n.kind == "command"
+  local function place_all(n, command)
     for _, io in ipairs(n.inputs) do place(io.dataset, command) end
     for _, io in ipairs(n.outputs) do place(io.dataset, command) end
   end
+  if patterns then
+    for _, n in ipairs(nodes) do place_all(n, n.kind == "command") end
+  else
+    for _, i in ipairs(commands) do place_all(nodes[i], true) end
+  end
   -- A dataset inside a folder dataset: committing the folder (a rename over
-  -- it) would delete the other one.
-  for _, key in ipairs(util.sorted_keys(owner)) do
-    local inner = owner[key]
+  -- it) would delete the other one.  (Only a folder dataset can hold another.)
+  if not folders then return end
+  for _, key in ipairs(util.sorted_keys(owner_d)) do
     local dir = key:match("^(.+)/[^/]*$")
     while dir do
-      local outer = owner[dir]
-      if outer and outer.d ~= inner.d and outer.e.type == "folder" then
+      local outer = owner_d[dir]
+      if outer and outer ~= owner_d[key] and owner_e[dir].type == "folder" then
         graph_error(string.format("%s is stored at %s, inside the folder of %s (%s): committing the folder "
-          .. "would replace it; give each dataset a path outside the other's", who(inner), inner.path, who(outer), outer.path))
+          .. "would replace it; give each dataset a path outside the other's", who(owner_d[key], owner_e[key]),
+          owner_path[key], who(outer, owner_e[dir]), owner_path[dir]))
       end
       dir = dir:match("^(.+)/[^/]*$")
     end
@@ -379,13 +517,14 @@ local function check_paths(nodes, cat)
 end
 
 -- A step's `pool =` must name a pool of flow.yml's `pools:` (or `local`).
-local function check_pools(nodes, settings)
+local function check_pools(nodes, pooled, settings)
   local names = { ["local"] = true }
   for name in pairs(settings.pools or {}) do
     if name ~= "remote" then names[name] = true end
   end
-  for _, n in ipairs(nodes) do
-    if n.pool and not names[n.pool] then
+  for _, i in ipairs(pooled) do
+    local n = nodes[i]
+    if not names[n.pool] then
       local known = util.sorted_keys(names)
       local why = n.pool == "remote" and "the remote pool is for steps a remote backend runs"
         or string.format("it is not defined in environment '%s'%s", settings.env,
@@ -434,16 +573,20 @@ function M.prepare(p, opts, defaults, level)
   if type(load_versions) ~= "table" then load_versions = catalog.parse_load_versions(load_versions) end
   local started = core.time()
   local cat = catalog.new(settings, { load_versions = load_versions, save_version = catalog.version_stamp(started) })
+  local nodes = p.nodes
+  local sc = scan(nodes)
   local dists = {}
-  for i, n in ipairs(p.nodes) do dists[i] = M.resolve_dist(n, settings) end
-  local declared, produced, free_readers = catalog_inputs(p.nodes, cat)
-  check_missing_inputs(p.nodes, cat, produced)
-  check_paths(p.nodes, cat)
-  local g = M.build_graph(p.nodes, dists, declared)
+  for _, i in ipairs(sc.distributed) do dists[i] = M.resolve_dist(nodes[i], settings) end
+  local params_of, templates = param_memo(), template_memo()
+  local produced = sc.produced
+  local declared, free_readers, param_readers = catalog_inputs(nodes, sc, cat, params_of)
+  check_missing_inputs(free_readers, cat, produced, params_of)
+  check_paths(nodes, sc.commands, cat)
+  local g = M.build_graph(nodes, dists, declared)
   cat:check_load_versions(produced)
-  check_params(p.nodes, settings)
-  check_pools(p.nodes, settings)
-  check_templates(p.nodes)
+  check_params(nodes, merged(sc.commands, param_readers), settings, params_of, templates, produced)
+  check_pools(nodes, sc.pooled, settings)
+  check_templates(nodes, sc.commands, templates)
   local selected = select_steps(p.nodes, g, opts, level)
   local mode = opts.distributed or defaults.distributed
   if not mode and settings.cfg then mode = settings.cfg:get("flow", "distributed") end
@@ -454,7 +597,7 @@ function M.prepare(p, opts, defaults, level)
       (opts.distributed or defaults.distributed) and "--distributed" or
       (settings.cfg:origin("flow", "distributed") or "conf/<env>/flow.yml")))
   end
-  warn_unused_entries(p.nodes, cat)
+  warn_unused_entries(p.nodes, cat, params_of)
   return { nodes = p.nodes, settings = settings, dists = dists, graph = g, selected = selected,
            mode = mode, cat = cat, started = started, free_readers = free_readers }
 end
