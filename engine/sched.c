@@ -22,6 +22,7 @@ struct sched {
     enum step_state *state;
     size_t *pending;               /* unfinished upstream steps */
     double *started, *finished;
+    bool *slot_freed;              /* running, but its pool slot given back (sched_step_release_slot) */
     struct pool *pools;
     size_t n_pools;
     size_t *pool_of;               /* each step's pool */
@@ -87,6 +88,7 @@ struct sched *sched_new(const struct dag *dag, struct loop *loop, const struct s
     s->pending = xcalloc(n, sizeof *s->pending);
     s->started = xcalloc(n, sizeof *s->started);
     s->finished = xcalloc(n, sizeof *s->finished);
+    s->slot_freed = xcalloc(n, sizeof *s->slot_freed);
     init_pools(s, opt, dag->n_steps);
     return s;
 }
@@ -98,6 +100,7 @@ void sched_free(struct sched *s)
     free(s->pending);
     free(s->started);
     free(s->finished);
+    free(s->slot_freed);
     for (size_t k = 0; k < s->n_pools; k++) free(s->pools[k].ready.a);
     free(s->pools);
     free(s->pool_of);
@@ -145,7 +148,7 @@ void sched_step_done(struct sched *s, size_t i, bool ok)
     s->state[i] = ok ? STEP_DONE : stopped ? STEP_INTERRUPTED : STEP_FAILED;
     s->finished[i] = monotonic_seconds();
     s->running--;
-    s->pools[s->pool_of[i]].running--;
+    sched_step_release_slot(s, i);
     if (s->obs.step_finished) s->obs.step_finished(s->obs.ctx, s, i);
     if (ok) {
         release_dependents(s, i);
@@ -154,6 +157,13 @@ void sched_step_done(struct sched *s, size_t i, bool ok)
     if (!stopped) s->failed = true;
     mark_not_run_downstream(s, i);
     if (!s->opt.keep_going) s->stopping = true;
+}
+
+void sched_step_release_slot(struct sched *s, size_t i)
+{
+    if (s->slot_freed[i]) return;
+    s->slot_freed[i] = true;
+    s->pools[s->pool_of[i]].running--;
 }
 
 /* Steps whose outputs are up to date finish at once, without a pool slot. */

@@ -80,6 +80,10 @@ void sched_free(struct sched *s);
  * steps succeeded, 1 if any failed, 130 if interrupted. */
 int sched_run(struct sched *s);
 void sched_step_done(struct sched *s, size_t i, bool ok);
+/* Step i still runs, but no longer needs its pool slot (its process is gone
+ * and it waits only for the disk to flush what it made): another step of its
+ * pool may start.  sched_step_done later does not give the slot back twice. */
+void sched_step_release_slot(struct sched *s, size_t i);
 
 const struct dag *sched_dag(const struct sched *s);
 struct loop *sched_loop(const struct sched *s);

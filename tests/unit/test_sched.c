@@ -239,6 +239,44 @@ static void test_graceful_cancel_alone_stops_cooperating_steps(void)
     dag_free(d);
 }
 
+/* ---- a step that gives its slot back before it is done ---------------------- */
+
+/* Step s0 releases its slot as soon as it starts (as a step waiting only for
+ * its outputs to be flushed does) and stays running for a long time; with one
+ * slot, s1 must still start and finish first. */
+static int release_then_wait_start(void *ctx, struct sched *s, size_t i)
+{
+    int rc = fake_start(ctx, s, i);
+    if (i == 0) sched_step_release_slot(s, 0);
+    return rc;
+}
+
+static void end_s0_after_s1(struct fake *f, size_t i)
+{
+    if (i == 1 && f->wait[0]) step_wait_cancel(f->wait[0], CANCEL_GRACEFUL);
+}
+
+static void test_released_slot_lets_another_step_start(void)
+{
+    struct dag *d = independent_steps(2);
+    static const double secs[2] = { 60, 0.001 };
+    struct fake f = { .loop = new_loop(), .seconds = secs, .on_finish = end_s0_after_s1 };
+    struct sched_options opt = { .jobs = 1 };
+    f.wait = xcalloc(d->n_steps, sizeof *f.wait);
+    f.lists = xcalloc(d->n_steps, sizeof *f.lists);
+    struct sched_executor ex = { &f, release_then_wait_start, fake_cancel, NULL };
+    f.s = sched_new(d, f.loop, &opt, &ex, NULL);
+    double t0 = monotonic_seconds();
+    CHECK(sched_run(f.s) == 0);
+    CHECK(monotonic_seconds() - t0 < 30);                /* s1 did not wait for s0's 60 s */
+    CHECK(f.peak == 2);                                  /* both ran at once with one slot */
+    CHECK(sched_pool_running(f.s, 0) == 0);              /* the slot was not given back twice */
+    CHECK(sched_pool_peak(f.s, 0) == 1);
+    free_fake(&f);
+    loop_free(f.loop);
+    dag_free(d);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -247,5 +285,6 @@ int main(void)
     RUN(test_remote_waits_hold_no_local_slot);
     RUN(test_graceful_cancel_alone_stops_cooperating_steps);
     RUN(test_interrupt_cancels_graceful_then_forced);
+    RUN(test_released_slot_lets_another_step_start);
     return CHECK_DONE("sched");
 }
