@@ -149,19 +149,30 @@ static void hold_line(struct step_runner *r, const char *line, size_t len)
     sb_add(&r->held.lines, line, len);
 }
 
-/* On a pool thread (or the loop's): each output's data, then its directory,
- * which holds the rename that put it in place. */
+static int compare_strings(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* On a pool thread (or the loop's): each output's data, then each directory
+ * that holds the rename that put one in place — once per batch, however many
+ * outputs landed there (most land in .flow/data). */
 static void flush_outputs(void *arg)
 {
     struct flush_job *job = arg;
+    size_t n = job->b.n_paths;
     job->rc = 0;
-    for (size_t k = 0; k < job->b.n_paths && job->rc == 0; k++) {
-        const char *path = job->b.paths[k];
-        char *parent = path_parent(path);
-        if (fsync_tree(path, job->err, sizeof job->err) != 0 || fsync_dir(parent, job->err, sizeof job->err) != 0)
+    for (size_t k = 0; k < n && job->rc == 0; k++)
+        if (fsync_tree(job->b.paths[k], job->err, sizeof job->err) != 0) job->rc = -1;
+    char **parents = xcalloc(n + 1, sizeof *parents);
+    for (size_t k = 0; k < n; k++) parents[k] = path_parent(job->b.paths[k]);
+    qsort(parents, n, sizeof *parents, compare_strings);
+    for (size_t k = 0; k < n && job->rc == 0; k++)
+        if ((k == 0 || strcmp(parents[k], parents[k - 1]) != 0) &&
+            fsync_dir(parents[k], job->err, sizeof job->err) != 0)
             job->rc = -1;
-        free(parent);
-    }
+    for (size_t k = 0; k < n; k++) free(parents[k]);
+    free(parents);
 }
 
 static void end_recorded(struct step_runner *r, size_t i, bool written, const char *why);
