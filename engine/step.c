@@ -320,10 +320,12 @@ static void end_step(struct step_runner *r, size_t i, const struct step_outcome 
     if (!flush) { end_recorded(r, i, true, NULL); return; }
     /* written with its batch: the step is over once the line is.  Waiting
      * for the disk needs no slot of its pool: another step may start, and
-     * its end joins the next batch (one flush for many steps). */
+     * its end joins the next batch (one flush for many steps) */
     ARRAY_GROW(r->held.steps, r->held.n_steps, r->held.cap_steps);
     r->held.steps[r->held.n_steps++] = i;
-    sched_step_release_slot(r->sched, i);
+    /* (a failed step keeps its slot until it is recorded: the run may have
+     * to stop, and nothing new may start meanwhile) */
+    if (o->ok) sched_step_release_slot(r->sched, i);
     start_flush(r);
 }
 

@@ -19,14 +19,11 @@ end
 M.command = require("flow.pipeline_c").bind_command(Command)
 
 -- Every string of a command that ${…} references are expanded in: its argv
--- words (or its shell line), then its env values by variable name.  One list
--- per command, kept while the command lives.
-local template_strings = setmetatable({}, { __mode = "k" })
-
+-- words (or its shell line), then its env values by variable name.  Made
+-- afresh each time: a command's env table is the caller's, who may change it
+-- between runs.
 function M.template_strings(cmd)
-  local list = template_strings[cmd]
-  if list then return list end
-  list = {}
+  local list = {}
   for i, a in ipairs(cmd.argv or { cmd.shell }) do list[i] = a end
   if cmd.env then
     local names = {}
@@ -34,7 +31,6 @@ function M.template_strings(cmd)
     table.sort(names)
     for _, name in ipairs(names) do list[#list + 1] = cmd.env[name] end
   end
-  template_strings[cmd] = list
   return list
 end
 

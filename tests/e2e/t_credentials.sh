@@ -271,3 +271,23 @@ L
     hits=$(grep -rla -- "$secret" .flow || true)
     [ -z "$hits" ] || { echo "the credential is in (second run):"; echo "$hits"; return 1; }
 }
+
+# A credential's own variable wins over an env value of the same name (as it
+# did before env values expanded references), and an env value that names a
+# credential gets all of its references expanded.
+test_credential_variables_win_over_env_values_of_the_same_name() {
+    creds
+    write conf/base/parameters.yml <<'Y'
+host: db.local
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "printf '%s|%s' ${credentials.db.password} \"$URL\" > ${outputs.o}",
+        env = { FLOW_CRED_DB_PASSWORD = "literal", URL = "u:${credentials.db.user}@${params.host}" },
+        outputs = { o = "o" }, name = "shell" },
+}
+L
+    run_flow 0 run
+    equals "$(cat .flow/data/o)" "$SECRET|u:app@db.local" "the credential, and the whole env value"
+    no_secret_in_flow_dir
+}

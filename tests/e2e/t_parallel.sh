@@ -170,3 +170,19 @@ L
     no_crash
     contains "$ERR" "12 done"
 }
+
+# Without --keep-going nothing starts after a failure, even while the journal
+# waits for an earlier step's large output to be flushed (a step waiting for
+# its flush gives its -j slot back; a failed one does not).
+test_nothing_starts_after_a_failure_while_outputs_flush() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "a", outputs = "big", command = "head -c 50000000 /dev/zero > ${outputs.big}" },
+  node{ name = "b", outputs = "bo", command = "exit 3" },
+  node{ name = "c", outputs = "co", command = "touch C_RAN; echo > ${outputs.co}" },
+}
+L
+    run_flow 1 run -j 1 --progress=plain
+    [ ! -e C_RAN ] || { echo "c started after b failed"; return 1; }
+    contains "$ERR" "not run: c"
+}
