@@ -10,6 +10,8 @@
 #include "ui.h"
 #include "util.h"
 
+#include <cjson/cJSON.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -565,87 +567,59 @@ int step_runner_finish(struct step_runner *r, const struct sched *s, int code, c
 
 /* ---- run.json ---- */
 
-static void summary_key(struct strbuf *sb, bool pretty, int depth, const char *key, bool first)
+/* Keys are added in sorted order: run.json reads as the Lua side's JSON does. */
+static void add_number_or_null(cJSON *o, const char *key, bool present, double d)
 {
-    if (!first) sb_addc(sb, ',');
-    if (pretty) {
-        if (!first || depth > 0) sb_addc(sb, '\n');
-        for (int d = 0; d < depth; d++) sb_addc(sb, '\t');
-    }
-    json_string(sb, key);
-    sb_addc(sb, ':');
-    if (pretty) sb_addc(sb, '\t');
+    cJSON_AddItemToObject(o, key, present ? cJSON_CreateNumber(d) : cJSON_CreateNull());
 }
 
-static void number_or_null(struct strbuf *sb, bool present, double d)
+static void add_redacted(cJSON *o, const char *key, const char *text)
 {
-    if (present) json_number(sb, d);
-    else sb_adds(sb, "null");
+    char *safe = redacted(text);
+    cJSON_AddStringToObject(o, key, safe);
+    free(safe);
 }
 
-static void summary_step(const struct step_runner *r, size_t i, struct strbuf *sb, bool pretty)
+static cJSON *summary_step(const struct step_runner *r, size_t i)
 {
     const struct life *l = &r->lives[i];
-    int depth = pretty ? 3 : 0;
     bool ran = l->started > 0, over = ran && l->finished > 0;
-    sb_addc(sb, '{');
-    summary_key(sb, pretty, depth, "attempts", true);
-    number_or_null(sb, l->attempt > 0, l->attempt);
-    summary_key(sb, pretty, depth, "elapsed", false);
-    number_or_null(sb, over, l->finished - l->started);
-    summary_key(sb, pretty, depth, "error", false);
-    if (l->error && !l->ok) json_string(sb, l->error);
-    else sb_adds(sb, "null");
-    summary_key(sb, pretty, depth, "exit_code", false);
-    number_or_null(sb, l->has_exit_code, l->exit_code);
-    summary_key(sb, pretty, depth, "finished", false);
-    number_or_null(sb, l->finished > 0, l->finished);
-    summary_key(sb, pretty, depth, "name", false);
-    json_redacted(sb, step_name(r, i));
-    summary_key(sb, pretty, depth, "started", false);
-    number_or_null(sb, ran, l->started);
-    summary_key(sb, pretty, depth, "state", false);
-    json_string(sb, step_state_name(r->states ? r->states[i] : STEP_NOT_RUN));
-    summary_key(sb, pretty, depth, "timed_out", false);
-    sb_adds(sb, l->timed_out && !l->ok ? "true" : "false");
-    if (pretty) sb_adds(sb, "\n\t\t");
-    sb_addc(sb, '}');
+    cJSON *o = cJSON_CreateObject();
+    add_number_or_null(o, "attempts", l->attempt > 0, l->attempt);
+    add_number_or_null(o, "elapsed", over, l->finished - l->started);
+    if (l->error && !l->ok) cJSON_AddStringToObject(o, "error", l->error);    /* redacted when kept */
+    else cJSON_AddNullToObject(o, "error");
+    add_number_or_null(o, "exit_code", l->has_exit_code, l->exit_code);
+    add_number_or_null(o, "finished", l->finished > 0, l->finished);
+    add_redacted(o, "name", step_name(r, i));
+    add_number_or_null(o, "started", ran, l->started);
+    cJSON_AddStringToObject(o, "state", step_state_name(r->states ? r->states[i] : STEP_NOT_RUN));
+    cJSON_AddBoolToObject(o, "timed_out", l->timed_out && !l->ok);
+    return o;
 }
 
 int step_runner_write_summary(const struct step_runner *r, const char *path, const struct step_summary *sum,
                               char *err, size_t errlen)
 {
     size_t n = r->dag->n_steps;
-    bool pretty = n <= PRETTY_MAX;
-    int d = pretty ? 1 : 0;
     double finished = wall_seconds();
-    struct strbuf sb = STRBUF_INIT;
-    sb_addc(&sb, '{');
-    summary_key(&sb, pretty, d, "code", true);
-    json_number(&sb, sum->code);
-    summary_key(&sb, pretty, d, "elapsed", false);
-    json_number(&sb, finished - sum->started);
-    if (sum->env) {
-        summary_key(&sb, pretty, d, "env", false);
-        json_redacted(&sb, sum->env);
-    }
-    summary_key(&sb, pretty, d, "finished", false);
-    json_number(&sb, finished);
-    summary_key(&sb, pretty, d, "run_id", false);
-    json_redacted(&sb, sum->run_id);
-    summary_key(&sb, pretty, d, "started", false);
-    json_number(&sb, sum->started);
-    summary_key(&sb, pretty, d, "status", false);
-    json_redacted(&sb, sum->status);
-    summary_key(&sb, pretty, d, "steps", false);
-    sb_addc(&sb, '[');
-    for (size_t i = 0; i < n; i++) {
-        if (i > 0) sb_adds(&sb, pretty ? ", " : ",");
-        summary_step(r, i, &sb, pretty);
-    }
-    sb_addc(&sb, ']');
-    sb_adds(&sb, pretty ? "\n}\n" : "}\n");
-    int rc = nofollow_write_atomic(path, sb.buf, sb.len, err, errlen);
-    sb_release(&sb);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "code", sum->code);
+    cJSON_AddNumberToObject(o, "elapsed", finished - sum->started);
+    if (sum->env) add_redacted(o, "env", sum->env);
+    cJSON_AddNumberToObject(o, "finished", finished);
+    add_redacted(o, "run_id", sum->run_id);
+    cJSON_AddNumberToObject(o, "started", sum->started);
+    add_redacted(o, "status", sum->status);
+    cJSON *steps = cJSON_AddArrayToObject(o, "steps");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(steps, summary_step(r, i));
+    char *text = n <= PRETTY_MAX ? cJSON_Print(o) : cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) abort();                                  /* out of memory */
+    size_t len = strlen(text);
+    char *line = xasprintf("%s\n", text);
+    cJSON_free(text);
+    int rc = nofollow_write_atomic(path, line, len + 1, err, errlen);
+    free(line);
     return rc;
 }
