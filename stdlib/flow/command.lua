@@ -21,8 +21,9 @@ M.command = require("flow.pipeline_c").bind_command(Command)
 -- Every string of a command that ${…} references are expanded in: its argv
 -- words (or its shell line), then its env values by variable name.  Made
 -- afresh each time: a command's env table is the caller's, who may change it
--- between runs.
+-- between runs.  (Without env: its argv as it is, for reading only.)
 function M.template_strings(cmd)
+  if cmd.argv and cmd.env == nil then return cmd.argv end
   local list = {}
   for i, a in ipairs(cmd.argv or { cmd.shell }) do list[i] = a end
   if cmd.env then

@@ -26,6 +26,7 @@
 local core = require("flow.core")
 local dag = require("flow.dag")
 local util = require("flow.util")
+local command = require("flow.command")
 
 local M = {}
 
@@ -149,8 +150,8 @@ function M.step_env(n, settings, cat)
       if not out then
         util.setup_error(string.format("step '%s' (%s): env %s: %s", n.name, n.where, name, err))
       end
-      put(name, out, "env " .. name)
-    end
+      put(name, out, "env " .. name)       -- checked here; the value reaches the process as
+    end                                     -- expand_command expands it (flow.execute)
   end
   for _, list in ipairs({ n.inputs, n.outputs }) do
     for _, io in ipairs(list) do
@@ -162,12 +163,12 @@ function M.step_env(n, settings, cat)
       end
     end
   end
+  for name, v in pairs(cmd.env or {}) do
+    if from[name] == "env " .. name and type(v) == "string" then env[name] = nil end
+  end
   return env
 end
 
--- Before anything runs: every selected command step's credentials resolve
--- (and are registered as secrets).  Returns {node = env table} for the steps
--- that get any.
 local REF = "${credentials."
 
 -- Whether any entry of the catalog (by name or pattern) names a credentials block.
@@ -183,20 +184,15 @@ end
 -- write.  Most steps have none: they skip step_env and its tables.
 local function may_need(n, cat_creds)
   if cat_creds then return true end
-  local cmd = n.cmd
-  if cmd.argv then
-    for _, a in ipairs(cmd.argv) do if a:find(REF, 1, true) then return true end end
-  elseif cmd.shell:find(REF, 1, true) then
-    return true
-  end
-  if cmd.env then
-    for _, v in pairs(cmd.env) do
-      if type(v) == "string" and v:find(REF, 1, true) then return true end
-    end
+  for _, s in ipairs(command.template_strings(n.cmd)) do
+    if s:find(REF, 1, true) then return true end
   end
   return false
 end
 
+-- Before anything runs: every selected command step's credentials resolve
+-- (and are registered as secrets).  Returns {node = env table} for the steps
+-- that get any.
 function M.check(nodes, settings, cat, selected)
   local by_node = {}
   local cat_creds = catalog_has_credentials(cat)

@@ -263,15 +263,11 @@ end
 
 -- A command's process environment: its env values as expand_command
 -- expanded them (`cmd_env`), its credentials' variables (FLOW_CRED_…, a
--- catalog entry's block) over them, then `extra` (a rank's).  An env value
--- that names a credential is in both; cmd_env's is the whole expansion.
+-- catalog entry's block) over them, then `extra` (a rank's).
 local function command_env(n, cmd_env, extra)
-  local env, own = {}, n.cmd and n.cmd.env or {}
+  local env = {}
   for k, v in pairs(cmd_env or {}) do env[k] = v end
-  for k, v in pairs(step_secrets[n] or {}) do
-    local mine = own[k]
-    if not (type(mine) == "string" and mine:find("${credentials.", 1, true)) then env[k] = v end
-  end
+  for k, v in pairs(step_secrets[n] or {}) do env[k] = v end
   for k, v in pairs(extra or {}) do env[k] = v end
   return launch.env_list(env)
 end

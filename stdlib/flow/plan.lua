@@ -93,13 +93,6 @@ local function template_memo()
   end })
 end
 
--- A command's template strings in command.template_strings's order (its argv
--- words when it has no env: no list to build).
-local function template_strings(cmd)
-  if cmd.argv and cmd.env == nil then return cmd.argv end
-  return command.template_strings(cmd)
-end
-
 local function check_param(n, key, settings)
   if params_mod.get(settings, key) == nil then
     local near = settings_mod.closest_param(settings, key)
@@ -122,7 +115,7 @@ local function check_params(nodes, which, settings, params_of, templates, produc
       end
     end
     if n.kind == "command" then
-      for _, s in ipairs(template_strings(n.cmd)) do
+      for _, s in ipairs(command.template_strings(n.cmd)) do
         local t = templates[s]
         if t.params then
           for _, ref in ipairs(t.refs) do
@@ -147,7 +140,7 @@ end
 local function check_templates(nodes, commands, templates)
   for _, i in ipairs(commands) do
     local n = nodes[i]
-    for _, s in ipairs(template_strings(n.cmd)) do
+    for _, s in ipairs(command.template_strings(n.cmd)) do
       local t = templates[s]
       for _, ref in ipairs(t.refs) do
         local ns, key = ref[1], ref[2]

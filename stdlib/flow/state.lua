@@ -166,7 +166,7 @@ function M.load(current)
       damaged == 1 and "" or "s", M.STATE, damaged == 1 and "was" or "were", damaged == 1 and "it fails" or "they fail",
       damaged == 1 and "its" or "their", damaged == 1 and "" or "s", damaged == 1 and "s" or ""))
   end
-  local st = { store = store, steps = steps_view(store), dirty = damaged > 0, folded = {} }
+  local st = { store = store, steps = steps_view(store), dirty = damaged > 0 }
   if store:count() == 0 then
     local old = {}
     if read_old_state(old) then
