@@ -1,0 +1,109 @@
+/* http.h — HTTPS requests on the event loop, for the Azure ML client.
+ *
+ * One libcurl multi handle per client, driven by the engine's loop
+ * (CURLMOPT_SOCKETFUNCTION / CURLMOPT_TIMERFUNCTION onto loop_watch and
+ * loop timers): no thread per request, no blocking call on the loop, and the
+ * multi handle's connection cache reuses connections across requests.
+ *
+ * The policy, in one place (azure-core's RetryPolicy is the reference):
+ * - every request carries a fresh `x-ms-client-request-id` (a UUID v4);
+ * - 408, 429, 500, 502, 503, 504 and transport errors (connect, reset, timeout)
+ *   are retried with exponential back-off (base × 2^(n-1), ±20 % jitter,
+ *   capped) or after `Retry-After` (seconds or an HTTP date) when the server
+ *   says so, at most `max_retries` times; no other status is retried;
+ * - TLS verification is always on; `ca_file` adds a CA to the system's (the
+ *   system directory stays trusted);
+ * - nothing secret is ever put into a message: URLs in messages lose their
+ *   query string (a SAS signature lives there), headers are never printed.
+ *
+ * Nothing here knows of Lua. */
+#ifndef FLOW_AZUREML_HTTP_H
+#define FLOW_AZUREML_HTTP_H
+
+#include "loop.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct http_client;
+struct http_transfer;
+
+struct http_options {
+    const char *ca_file;          /* an extra CA bundle (PEM), or NULL */
+    double connect_timeout;       /* seconds; 0: 10 */
+    double timeout;               /* per attempt, seconds; 0: 120 */
+    int max_retries;              /* < 0: none; 0: the default, 10 */
+    double backoff_base;          /* first back-off, seconds; 0: 0.8 */
+    double backoff_max;           /* cap on one back-off, seconds; 0: 120 */
+    /* Called once per attempt that got an answer or failed, for `-v`: a line
+     * such as "PUT https://host/path → 201 (x-ms-request-id …) 0.12 s".  The
+     * line holds no query string and no header. NULL: nothing. */
+    void (*trace)(void *ctx, const char *line);
+    void *trace_ctx;
+};
+
+/* What to send.  Every string and the body are copied by http_send. */
+struct http_request {
+    const char *method;              /* "GET", "PUT", "POST", "DELETE", "HEAD" */
+    const char *url;
+    const char *const *headers;      /* "Name: value" lines; NULL-terminated, or NULL */
+    const char *body;                /* NULL: no body (POST sends Content-Length: 0) */
+    size_t body_len;
+    /* Or the body is a file's byte range, read as it is sent (a snapshot's
+     * large file is never held in memory).  Used when body_file is set. */
+    const char *body_file;
+    uint64_t body_offset, body_len_file;
+    double timeout;                  /* overrides http_options.timeout when > 0 */
+    int max_retries;                 /* overrides http_options.max_retries when > 0; < 0: none */
+};
+
+/* The answer.  Valid during the done callback only. */
+struct http_response {
+    long status;                     /* 0: no answer (transport error or cancelled) */
+    const char *body;                /* NUL-terminated (body_len excludes the NUL); "" if none */
+    size_t body_len;
+    const char *request_id;          /* x-ms-request-id, or "" */
+    const char *client_request_id;   /* what we sent on the last attempt */
+    const char *location;            /* Location header, or NULL */
+    const char *content_type;        /* or NULL */
+    double retry_after;              /* seconds the server asked for; < 0: none */
+    int attempts;                    /* 1 + the retries made */
+    bool cancelled;
+    const char *error;               /* status 0: why (curl's message), else NULL */
+};
+
+typedef void (*http_done_fn)(void *arg, const struct http_response *resp);
+
+/* NULL with a message if libcurl cannot be set up. */
+struct http_client *http_client_new(struct loop *loop, const struct http_options *opt, char *err, size_t errlen);
+/* Transfers still in flight are cancelled; their callbacks are not called. */
+void http_client_free(struct http_client *c);
+
+/* Starts a request (with its retries).  done(arg, resp) is always called
+ * later from the loop, never from within http_send.  NULL with a message
+ * only when the request cannot be made at all (a bad method or URL). */
+struct http_transfer *http_send(struct http_client *c, const struct http_request *req, http_done_fn done,
+                                void *arg, char *err, size_t errlen);
+/* Stops a transfer (and any retry it waits to make): done is called later
+ * with status 0 and cancelled true.  Nothing happens after done ran. */
+void http_cancel(struct http_transfer *t);
+
+/* How many transfers are in flight (waiting to retry included). */
+size_t http_client_in_flight(const struct http_client *c);
+
+/* "METHOD scheme://host/path" of a URL, without its query string or
+ * fragment, into buf (truncated to fit): what a message may show. */
+void http_url_for_display(const char *url, char *buf, size_t buflen);
+
+/* An error message for a failed response, into buf: for an ARM error body
+ * ({"error": {"code", "message"}}) "CODE: message", for an Entra one
+ * ({"error", "error_description"}) likewise, else the status line and the
+ * start of the body; always followed by " (HTTP 404, x-ms-request-id …)"
+ * when there was an answer, or by the transport error. */
+void http_error_message(const struct http_response *resp, char *buf, size_t buflen);
+
+/* Percent-encodes s (RFC 3986 unreserved kept) onto a malloc'd string. */
+char *http_urlencode(const char *s);
+
+#endif
