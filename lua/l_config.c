@@ -20,6 +20,11 @@ static struct config **check_config(lua_State *L, int idx)
     return c;
 }
 
+struct config *flow_check_config(lua_State *L, int idx)
+{
+    return *check_config(L, idx);
+}
+
 /* load(conf_dir, env) -> config | raises "file:line: reason" */
 static int l_load(lua_State *L)
 {

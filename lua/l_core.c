@@ -2,6 +2,7 @@
  * primitives the stdlib is written with. */
 #include "flowlua.h"
 #include "suggest.h"
+#include "duration.h"
 #include "nofollow.h"
 #include "template.h"
 #include "loop.h"
@@ -373,6 +374,15 @@ static int l_closest(lua_State *L)
     return 1;
 }
 
+/* parse_duration(text [, allow_zero]) -> seconds, or nil (duration.h: the one rule) */
+static int l_parse_duration(lua_State *L)
+{
+    double seconds;
+    if (!duration_parse(luaL_checkstring(L, 1), lua_toboolean(L, 2), &seconds)) return 0;
+    lua_pushnumber(L, seconds);
+    return 1;
+}
+
 /* code(f [, strings]) -> f's bytecode without debug information or line
  * numbers (nil for a C function) [, the list of its string constants] */
 static int l_code(lua_State *L)
@@ -580,6 +590,7 @@ static const luaL_Reg core_funcs[] = {
     { "code", l_code },
     { "proto_id", l_proto_id },
     { "closest", l_closest },
+    { "parse_duration", l_parse_duration },
     { NULL, NULL }
 };
 

@@ -210,9 +210,10 @@ static int l_command(lua_State *L)
  * the level slot 2).  To add a field: a slot, an entry, and its check in
  * l_node; the error lists the names sorted. */
 enum { S_FUNC = 3, S_COMMAND, S_INPUTS, S_OUTPUTS, S_NAME, S_TAGS, S_RETRIES, S_TIMEOUT, S_POOL,
-       S_ENV, S_NODE, S_BODY };
+       S_ENV, S_COMPUTE, S_ENVIRONMENT, S_INSTANCE_TYPE, S_SHM_SIZE, S_NODE, S_BODY };
 static const char *const node_fields[] = {
     "func", "command", "inputs", "outputs", "name", "tags", "retries", "timeout", "pool", "env",
+    "compute", "environment", "instance_type", "shm_size",
 };
 #define N_NODE_FIELDS (sizeof node_fields / sizeof *node_fields)
 
@@ -676,6 +677,36 @@ static void set_limits(lua_State *L, int level)
     lua_setfield(L, S_NODE, "timeout");
 }
 
+/* Where the step runs on Azure ML, when it does (azureml.yml's settings,
+ * for this step): compute, environment, instance_type, shm_size, each a
+ * non-empty string; a compute is an Azure ML name, a shm_size a size. */
+static void set_azureml(lua_State *L, int level)
+{
+    static const char *const names[] = { "compute", "environment", "instance_type", "shm_size" };
+    for (int k = 0; k < 4; k++) {
+        int slot = S_COMPUTE + k;
+        if (lua_isnil(L, slot)) continue;
+        size_t len = 0;
+        const char *v = lua_type(L, slot) == LUA_TSTRING ? lua_tolstring(L, slot, &len) : NULL;
+        if (!v || len == 0 || strlen(v) != len)
+            fail(L, level, "node: %s must be a non-empty string, got %s", names[k],
+                 v ? "\"\"" : luaL_typename(L, slot));
+        bool ok = true;
+        if (slot == S_COMPUTE) {
+            ok = isalnum((unsigned char)v[0]) && len <= 255;
+            for (size_t i = 1; i < len && ok; i++) ok = isalnum((unsigned char)v[i]) || v[i] == '-' || v[i] == '_';
+        } else if (slot == S_SHM_SIZE) {
+            size_t digits = strspn(v, "0123456789");
+            ok = digits > 0 && digits + 1 == len && strchr("bBkKmMgG", v[digits]);
+        }
+        if (!ok)
+            fail(L, level, slot == S_COMPUTE ? "node: compute must name an Azure ML compute cluster (letters, digits, "
+                 "- and _), got \"%s\"" : "node: shm_size must be a size like \"16g\" or \"512m\", got \"%s\"", v);
+        lua_pushvalue(L, slot);
+        lua_setfield(L, S_NODE, names[k]);
+    }
+}
+
 /* node(spec [, level]) -> the node.  `level` is the user's frame (1: the
  * caller of node). */
 static int l_node(lua_State *L)
@@ -699,6 +730,7 @@ static int l_node(lua_State *L)
     lua_setfield(L, S_NODE, "tags");
     set_name(L, &ar, have_frame, level);
     set_limits(L, level);
+    set_azureml(L, level);
     lua_settop(L, S_NODE);
     lua_pushvalue(L, lua_upvalueindex(UP_NODE));
     lua_setmetatable(L, S_NODE);

@@ -41,6 +41,11 @@ lua_State *flow_state_new(char *err, size_t errlen)
         luaL_requiref(L, m->name, m->func, 0);
         lua_pop(L, 1);
     }
+    /* Loaded when first required: most runs never talk to Azure. */
+    luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
+    lua_pushcfunction(L, luaopen_flow_azureml);
+    lua_setfield(L, -2, "flow.azureml");
+    lua_pop(L, 1);
     flow_proto_check(L);
     flow_open_project_loaders(L);
     flow_install_guards(L);

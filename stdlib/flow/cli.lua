@@ -35,6 +35,8 @@ commands:
   catalog list     show every dataset a pipeline uses: its type and where it lives
   config [KEY]     print the resolved configuration of an environment, or explain a key
   logs [STEP]      print a step's newest log, from whichever run ran it
+  cancel [RUN_ID]  cancel the Azure ML jobs a run left running (flow run --detach)
+  azureml whoami   say which Azure credential flow finds, and try it
   clean            remove old runs (.flow/runs) and unused cache entries
   help [COMMAND]   show help for a command
 
@@ -73,7 +75,11 @@ options:
   --explain          say for each step why it runs or is up to date
   --resume [RUN_ID]  finish a failed or interrupted run (default: the latest; a
                      unique prefix of its id will do) with its original arguments;
-                     steps it completed are not run again
+                     steps it completed are not run again, and Azure ML jobs it
+                     submitted are waited for, not submitted again
+  --detach           on Ctrl-C, leave the run's Azure ML jobs running (default:
+                     cancel them); `flow run --resume` waits for them later,
+                     `flow cancel RUN_ID` cancels them
   --load-versions NAME:VERSION,…
                      load these versions of versioned datasets (default: the newest)
   -j, --jobs N       run at most N command steps at once, and N Lua steps
@@ -92,6 +98,26 @@ options:
 
 exit status: 0 success, 1 a step failed, 2 usage, script or graph error,
 130 interrupted.]],
+  cancel = [[
+usage: flow cancel [RUN_ID] [DIR]
+
+Cancels the Azure ML jobs that run RUN_ID (default: the latest; a unique
+prefix of its id will do) submitted and did not see finish — after
+`flow run --detach` and Ctrl-C, or a run that was killed — and waits until
+Azure ML says each is canceled.  DIR is the project (default: the current
+directory).]],
+  azureml = [[
+usage: flow azureml whoami [options]
+
+Says which Azure credential flow finds (in the order of Azure's
+DefaultAzureCredential: client secret, client certificate, workload
+identity, Azure ML compute, managed identity, Azure CLI), gets a token with
+it, and prints the workspace the environment's azureml.yml names.  Nothing
+secret is printed.
+
+options:
+  -e, --env ENV      environment whose azureml.yml to read
+  --conf DIR         configuration directory (default: ./conf)]],
   list = [[
 usage: flow list [SCRIPT] [options]
 
@@ -195,13 +221,15 @@ local OPTIONS = {
                       nodes = "value", ["from-nodes"] = "value", ["to-nodes"] = "value",
                       tags = "value", ["from-inputs"] = "value", ["to-outputs"] = "value",
                       distributed = "value", force = "flag", explain = "flag",
-                      resume = "optional", ["load-versions"] = "value" },
+                      resume = "optional", ["load-versions"] = "value", detach = "flag" },
   list = with_config { pipeline = "value", format = "value" },
   config = with_config { explain = "optional" },
   catalog = with_config { pipeline = "value", format = "value" },
   clean = { ["runs-older-than"] = "value", cache = "flag", ["dry-run"] = "flag", n = "dry-run",
             help = "flag", h = "help" },
   logs = { path = "flag", help = "flag", h = "help" },
+  cancel = { help = "flag", h = "help" },
+  azureml = with_config {},
   __step = with_config {},
 }
 
@@ -345,8 +373,10 @@ local function positive_int(v, flag, max)
   return n
 end
 
-local function where_runs(n)
-  return "local"
+-- Where a step runs: here, or on Azure ML (its compute, nodes, processes).
+local function where_runs(plan, i)
+  local place = plan.remote[i]
+  return place and require("flow.remote").describe(place) or "local"
 end
 
 local SLICING = { "nodes", "from-nodes", "to-nodes", "tags", "from-inputs", "to-outputs" }
@@ -394,22 +424,11 @@ end
 
 -- Options that only change how a run is shown, which --resume may add.
 local RESUME_OK = { resume = true, quiet = true, verbose = true, progress = true, jobs = true,
-                    explain = true, help = true }
+                    explain = true, help = true, detach = true }
 
--- flow run --resume [RUN_ID]: the run's journal gives its arguments and the
--- steps it completed; it runs again from the directory it ran in.
-local function resume_args(opts, pos)
-  for k in pairs(opts) do
-    if not RESUME_OK[k] then
-      usage_error("--resume runs again with the original run's arguments; drop --%s", k)
-    end
-  end
-  if #pos > 1 then usage_error("'flow run --resume' takes at most the script, to find its project") end
-  local dir = "."
-  if pos[1] then
-    dir = core.exists(pos[1]) == "directory" and pos[1] or (pos[1]:match("^(.*)/[^/]*$") or ".")
-  end
-  local id = opts.resume == true and "latest" or opts.resume
+-- The journal of run `id` ("latest", an id, or a unique prefix of one) in
+-- project `dir`: its events and path.  `what` names the option in errors.
+local function run_events(dir, id, what)
   local runs = {}
   for _, r in ipairs(core.list_dir(dir .. "/.flow/runs") or {}) do
     if r ~= "latest" then runs[#runs + 1] = r end
@@ -424,15 +443,32 @@ local function resume_args(opts, pos)
     end
     if #matches > 1 then                      -- the count and the list agree: past 5, "the latest 5"
       local shown = table.concat(matches, ", ", math.max(1, #matches - 4))
-      usage_error("--resume: '%s' is ambiguous: it starts %d runs (%s%s)", id, #matches,
+      usage_error("%s: '%s' is ambiguous: it starts %d runs (%s%s)", what, id, #matches,
                   #matches > 5 and "the latest 5: " or "", shown)
     end
-    if #matches == 0 then usage_error("--resume: no run '%s' in %s/.flow/runs%s", id, dir, recent()) end
+    if #matches == 0 then usage_error("%s: no run '%s' in %s/.flow/runs%s", what, id, dir, recent()) end
     id = matches[1]
   end
   local path = dir .. "/.flow/runs/" .. id .. "/journal.jsonl"
   local events = require("flow.state").read_journal(path)
-  if not events then usage_error("--resume: no run '%s' in %s/.flow/runs%s", id, dir, recent()) end
+  if not events then usage_error("%s: no run '%s' in %s/.flow/runs%s", what, id, dir, recent()) end
+  return events, path
+end
+
+-- flow run --resume [RUN_ID]: the run's journal gives its arguments and the
+-- steps it completed; it runs again from the directory it ran in.
+local function resume_args(opts, pos)
+  for k in pairs(opts) do
+    if not RESUME_OK[k] then
+      usage_error("--resume runs again with the original run's arguments; drop --%s", k)
+    end
+  end
+  if #pos > 1 then usage_error("'flow run --resume' takes at most the script, to find its project") end
+  local dir = "."
+  if pos[1] then
+    dir = core.exists(pos[1]) == "directory" and pos[1] or (pos[1]:match("^(.*)/[^/]*$") or ".")
+  end
+  local events, path = run_events(dir, opts.resume == true and "latest" or opts.resume, "--resume")
   local start = events[1]
   if not start or start.event ~= "run_start" or type(start.args) ~= "table" then
     usage_error("--resume: %s does not start with the run's arguments", path)
@@ -453,7 +489,21 @@ local function resume_args(opts, pos)
     if ev.event == "step_end" and (ev.status == "ok" or ev.status == "up to date") then completed[ev.step] = true end
     if ev.event == "run_end" then finished = ev.code end
   end
-  return start, completed, finished, dir
+  return start, completed, finished, dir, M.unfinished_jobs(events)
+end
+
+-- The Azure ML jobs a run's journal says it submitted and did not see end:
+-- {[step] = {job =, fp =}} (the newest attempt of each step).
+function M.unfinished_jobs(events)
+  local jobs = {}
+  for _, ev in ipairs(events) do
+    if ev.event == "remote_job" and type(ev.step) == "string" and type(ev.job) == "string" then
+      jobs[ev.step] = { job = ev.job, fp = ev.fp or "" }
+    elseif ev.event == "step_end" and type(ev.step) == "string" then
+      jobs[ev.step] = nil
+    end
+  end
+  return jobs
 end
 
 local run_with
@@ -462,7 +512,7 @@ local function cmd_run(args)
   local opts, pos = parse_args("run", args)
   if opts.help then print(HELP.run) return 0 end
   if not opts.resume then return run_with(opts, pos, args) end
-  local start, completed, finished, dir = resume_args(opts, pos)
+  local start, completed, finished, dir, remote_jobs = resume_args(opts, pos)
   if finished == 0 then
     core.ui_setup(opts.quiet and "quiet" or "normal", opts.progress or "auto")
     core.ui_info(string.format("run %s finished successfully: nothing to resume", start.run))
@@ -478,7 +528,7 @@ local function cmd_run(args)
     if opts[k] ~= nil and k ~= "resume" then orig[k] = opts[k] end
   end
   if opts.quiet then orig.verbose = nil elseif opts.verbose then orig.quiet = nil end
-  return run_with(orig, orig_pos, start.args, { run = start.run, completed = completed })
+  return run_with(orig, orig_pos, start.args, { run = start.run, completed = completed, remote_jobs = remote_jobs })
 end
 
 function run_with(opts, pos, args, resume)
@@ -501,6 +551,7 @@ function run_with(opts, pos, args, resume)
   end
   local run_opts = run_options(opts)
   run_opts.jobs, run_opts.keep_going, run_opts.verbose = jobs, opts["keep-going"], opts.verbose
+  run_opts.detach = opts.detach
   run_opts.resume = resume
   local result = runner.run(p, run_opts)
   if result.code == 1 then report_failure(result)
@@ -532,7 +583,7 @@ local function list_rows(p)
     local ins, outs = {}, {}
     for _, io in ipairs(n.inputs) do ins[#ins + 1] = io.dataset end
     for _, io in ipairs(n.outputs) do outs[#outs + 1] = io.dataset end
-    rows[k] = { index = k, name = n.name, kind = n.kind, runs = where_runs(n), inputs = ins,
+    rows[k] = { index = k, name = n.name, kind = n.kind, runs = where_runs(plan, i), inputs = ins,
                 outputs = outs, tags = n.tags, distribution = plan.dists[i] and distributed.describe(plan.dists[i]) or nil,
                 dist = plan.dists[i], where = n.where, pool = n.pool }
   end
@@ -815,8 +866,76 @@ local function cmd_step(args)
   script_error(string.format("step '%s' is not in the pipeline of %s", pos[2], pos[1]))
 end
 
+-- The Azure ML settings of environment `env` (conf/<env>/azureml.yml),
+-- connected; an environment without them is a usage error.
+local function azureml_of(opts, env)
+  local settings = require("flow.settings").load { conf = opts.conf, env = env }
+  local remote = require("flow.remote")
+  local aml = remote.load(settings)
+  if not aml then
+    util.setup_error(string.format("environment '%s' has no Azure ML settings (conf/%s/azureml.yml)",
+                                   settings.env, settings.env))
+  end
+  remote.connect(aml, false)
+  return aml, settings
+end
+
+-- flow cancel [RUN_ID] [DIR]
+local function cmd_cancel(args)
+  local opts, pos = parse_args("cancel", args)
+  if opts.help then print(HELP.cancel) return 0 end
+  if #pos > 2 then usage_error("'flow cancel' takes a run id and a project directory") end
+  enter_project(pos[2])
+  core.ui_setup("normal")
+  local events = run_events(".", pos[1] or "latest", "flow cancel")
+  local start = events[1] or {}
+  local jobs = M.unfinished_jobs(events)
+  local steps = util.sorted_keys(jobs)
+  if #steps == 0 then
+    core.ui_info(string.format("run %s left no Azure ML job running", tostring(start.run)))
+    return 0
+  end
+  local aml = azureml_of({}, start.env)
+  local code = 0
+  for _, step in ipairs(steps) do
+    local r, err = aml:run_job { name = jobs[step].job, display_name = step, attach_only = true, cancel = true }
+    if not r then
+      core.ui_error(string.format("step '%s': %s", step, err))
+      code = 1
+    elseif r.error and r.status ~= "Canceled" then
+      core.ui_error(string.format("step '%s': %s", step, r.error))
+      code = 1
+    else
+      core.ui_info(string.format("step '%s': Azure ML job %s is %s", step, r.name, r.status))
+    end
+  end
+  return code
+end
+
+-- flow azureml whoami
+local function cmd_azureml(args)
+  local opts, pos = parse_args("azureml", args)
+  if opts.help or #pos == 0 then print(HELP.azureml) return opts.help and 0 or 2 end
+  if pos[1] ~= "whoami" then usage_error("unknown azureml command '%s' (there is: whoami)", pos[1]) end
+  core.ui_setup("normal")
+  set_defaults(opts)
+  local aml, settings = azureml_of(opts, runner.defaults.env)
+  local info = aml:info()
+  local who, err, expires = aml:whoami()
+  print("credential: " .. who)
+  print(string.format("workspace:  %s (resource group %s, subscription %s), environment '%s'",
+                      info.workspace, info.resource_group, info.subscription_id, settings.env))
+  if err then
+    core.ui_error("no token: " .. err)
+    return 1
+  end
+  print(string.format("token:      valid for %s", util.format_duration(math.max(0, math.floor(expires)))))
+  return 0
+end
+
 local COMMANDS = { run = cmd_run, list = cmd_list, config = cmd_config, catalog = cmd_catalog,
-                   clean = cmd_clean, logs = cmd_logs, __step = cmd_step }
+                   clean = cmd_clean, logs = cmd_logs, cancel = cmd_cancel, azureml = cmd_azureml,
+                   __step = cmd_step }
 
 local function dispatch(args)
   local cmd = args[1]

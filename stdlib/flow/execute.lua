@@ -15,6 +15,12 @@ local credentials = require("flow.credentials")
 local values = require("flow.values")
 local failure = require("flow.failure")
 local redact = require("flow.config").redact
+local remote = require("flow.remote")
+local azureml = setmetatable({}, { __index = function(t, k)   -- loaded when a step goes to Azure ML
+  local m = require("flow.azureml")
+  setmetatable(t, { __index = m })
+  return m[k]
+end })
 
 local step_failure = failure.new
 
@@ -46,6 +52,65 @@ function Run:run_function(n)
   if dist then results = self:run_function_ranks(n, dist, args, count)
   else results = table.pack(n.fn(table.unpack(args, 1, count))) end
   self.records[n.name].outputs = self:save_values(n, values.returned_values(n, results))
+end
+
+-- A step on Azure ML: its job submitted (or, after --resume, the job the
+-- interrupted run had submitted for the same fingerprint adopted), waited
+-- for, and its outputs recorded as references to the job's outputs.  The
+-- job's name is journaled, and synced, before it is submitted: a run killed
+-- at any moment is resumed without a second job.
+function Run:run_remote(n)
+  local rec = self.records[n.name]
+  local place = self.remote[self.index[n]]
+  local function fail(msg) error(step_failure { message = string.format("step '%s': %s", n.name, msg) }) end
+  local prior = self.remote_prior[n.name]
+  local name
+  if prior and prior.fp == (rec.fp or "") then
+    self.remote_prior[n.name] = nil           -- adopted once: a retry submits a job of its own
+    name = prior.job
+  else
+    name = azureml.job_name(self.run_id, n.name, rec.fp or "", rec.attempts or 1)
+  end
+  local spec = remote.job_spec(self, n, place, name, fail)
+  spec.attach_only = prior ~= nil and name == prior.job
+  if not spec.attach_only then
+    self.journal:append(util.record_json { event = "remote_job", step = n.name, attempt = rec.attempts or 1,
+                                           backend = "azureml", job = name, fp = rec.fp, time = core.time() })
+    self.journal:sync()
+  end
+  local r, err = self.aml:run_job(spec)
+  if not r and spec.attach_only then          -- the journaled job is gone: submit one of this run
+    self.remote_prior[n.name] = nil
+    return self:run_remote(n)
+  end
+  if not r then fail(err) end
+  rec.remote = { job = r.name, studio = r.studio, status = r.status }
+  if r.ok then
+    local by = {}
+    for _, io in ipairs(n.outputs) do
+      by[io.dataset] = { azureml = "azureml://jobs/" .. r.name .. "/outputs/" .. io.arg, job = r.name }
+    end
+    rec.outputs = self:save_values(n, by)
+    return
+  end
+  if spec.attach_only and not r.cancelled and (r.status == "Failed" or r.status == "Canceled") then
+    return self:run_remote(n)                 -- the adopted job ended badly: this run submits its own
+  end
+  if r.detached then
+    error(step_failure { quiet = true, message = string.format(
+      "step '%s': Azure ML job %s left running (--detach); `flow run --resume` waits for it", n.name, r.name) })
+  end
+  if r.cancelled then
+    if core.interrupted() > 0 then
+      error(step_failure { quiet = true, message = string.format("step '%s' stopped (interrupted); Azure ML job %s %s",
+        n.name, r.name, r.status == "Canceled" and "canceled" or "asked to cancel") })
+    end
+    error(step_failure { timed_out = true, message = string.format(
+      "step '%s' timed out after %s (Azure ML job %s %s)", n.name, util.format_duration(n.timeout or 0), r.name,
+      r.status == "Canceled" and "canceled" or "asked to cancel") })
+  end
+  fail(r.error or string.format("Azure ML job %s ended %s%s", r.name, r.status,
+                                r.studio and (": " .. r.studio) or ""))
 end
 
 -- The flags that give a child `flow` the configuration this run has.

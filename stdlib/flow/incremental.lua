@@ -60,8 +60,13 @@ function Run:static_parts(i, n)
     if key == true then parts.params["*"] = h:value(self.params)
     elseif key then param(key) end
   end
-  local dist = self.dists[i]
-  if dist then
+  local dist, place = self.dists[i], self.remote[i]
+  if place then        -- on Azure ML: where and in what it runs count, not --distributed
+    local info = self.aml:info()
+    parts.dist = h:value({ "azureml", place.framework or false, place.instances, place.processes,
+                           place.parameter_server_count or false, place.compute, n.environment or info.environment,
+                           n.instance_type or info.instance_type or false, n.shm_size or info.shm_size or false })
+  elseif dist then
     parts.dist = h:value({ dist.framework, dist.num_nodes, dist.processes_per_node,
                            dist.parameter_server_count or false, self.mode })
   end

@@ -14,6 +14,7 @@ local settings_mod = require("flow.settings")
 local launch = require("flow.launch")
 local catalog = require("flow.catalog")
 local cache = require("flow.cache")
+local remote_mod = require("flow.remote")
 
 local M = {}
 
@@ -171,7 +172,7 @@ end
 local run_fields = { jobs = true, keep_going = true, params = true, verbose = true, env = true,
                      nodes = true, from_nodes = true, to_nodes = true, tags = true,
                      from_inputs = true, to_outputs = true, distributed = true,
-                     force = true, explain = true, resume = true, load_versions = true }
+                     force = true, explain = true, resume = true, load_versions = true, detach = true }
 
 local function as_list(v, what, level)
   if v == nil then return nil end
@@ -541,7 +542,9 @@ function M.pools(plan, jobs)
   local sizes = { ["local"] = jobs, lua = jobs, remote = 0 }
   for name, size in pairs(plan.settings.pools or {}) do sizes[name] = size end
   local of = {}
-  for i, n in ipairs(plan.nodes) do of[i] = n.pool or (n.kind == "func" and "lua" or "local") end
+  for i, n in ipairs(plan.nodes) do
+    of[i] = n.pool or (plan.remote[i] and "remote") or (n.kind == "func" and "lua" or "local")
+  end
   return sizes, of
 end
 
@@ -591,8 +594,9 @@ function M.prepare(p, opts, defaults, level)
       (settings.cfg:origin("flow", "distributed") or "conf/<env>/flow.yml")))
   end
   warn_unused_entries(p.nodes, cat, params_of)
+  local remote, aml = remote_mod.plan(nodes, settings, dists, cat, defaults)
   return { nodes = p.nodes, settings = settings, dists = dists, graph = g, selected = selected,
-           mode = mode, cat = cat, started = started, free_readers = free_readers }
+           mode = mode, cat = cat, started = started, free_readers = free_readers, remote = remote, aml = aml }
 end
 
 return M

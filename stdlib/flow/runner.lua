@@ -31,6 +31,7 @@ local plan_mod = require("flow.plan")
 local values = require("flow.values")
 local execute = require("flow.execute")
 local failure = require("flow.failure")
+local remote = require("flow.remote")
 
 local M = {}
 
@@ -81,7 +82,9 @@ end
 -- One attempt of step n; returns ok, err.  (Its deadline is engine/step.c's,
 -- which the guard and a process's wait read.)
 function Run:attempt(n)
-  local ok, err = sched.guard(on_step_error, n.kind == "func" and self.run_function or self.run_command, self, n)
+  local body = self.remote[self.index[n]] and self.run_remote or n.kind == "func" and self.run_function
+               or self.run_command
+  local ok, err = sched.guard(on_step_error, body, self, n)
   if not ok and err.on_disk then err.message = string.format("step '%s': %s", n.name, err.message) end
   if ok or is_failure(err) then return ok, err end
   if err.cancelled then return false, cancelled_failure(n, err) end
@@ -157,6 +160,7 @@ local function new_run(plan, opts, run_id, st)
   local self = setmetatable({
     nodes = plan.nodes, settings = plan.settings, params = plan.settings.params, verbose = opts.verbose, records = {},
     dists = plan.dists, mode = plan.mode, index = {}, cat = plan.cat, state = st, pending = {},
+    remote = plan.remote, aml = plan.aml, remote_prior = opts.resume and opts.resume.remote_jobs or {},
     memo = { code = {}, refs = {},    -- by command text: its code and files; its ${params.} keys
              params = {} },           -- by parameter key: its value's hash
     hc = cache.hashes(state_mod.CACHE .. "/hashes"), hasher = fingerprint.hasher(), root = core.cwd(),
@@ -244,6 +248,11 @@ function M.run(p, opts, level)
   core.symlink(run_id, ".flow/runs/latest")
   local jobs = opts.jobs or core.cpu_count()
   local pools, pool_of = M.pools(plan, jobs)
+  if plan.aml then
+    local any = false
+    for i in pairs(plan.remote) do any = any or not plan.selected or plan.selected[i] end
+    if any then remote.connect(plan.aml, opts.detach) end
+  end
   if not self.force and not self.explain then self.check = self:engine_check(plan) end
   local code, states, elapsed, run_rec, jerr
   do

@@ -96,28 +96,11 @@ end
 -- A duration -> seconds, or nil: a number of seconds, or parts such as
 -- "30s", "15m", "2h", "1d", "500ms", combined as in "1h30m" or "1d 12h".
 -- Zero only where `allow_zero` says it means something ("older than 0s").
-local UNITS = { ms = 0.001, s = 1, m = 60, h = 3600, d = 86400 }
-
+-- Text is read by the engine's rule (engine/duration.c), as azureml.yml's is.
 function M.parse_duration(v, allow_zero)
-  local total
-  if type(v) == "number" then
-    total = v
-  elseif type(v) == "string" then
-    local s = v:match("^%s*(.-)%s*$")
-    if s:match("^%d+%.?%d*$") then
-      total = tonumber(s)
-    elseif s ~= "" then
-      total = 0
-      local pos = 1
-      while pos <= #s do
-        local n, unit, next_pos = s:match("^(%d+%.?%d*)%s*(%a+)%s*()", pos)
-        if not n or not UNITS[unit] then return nil end
-        total, pos = total + tonumber(n) * UNITS[unit], next_pos
-      end
-    end
-  end
-  if not total or total ~= total or total == math.huge then return nil end
-  if total > 0 or (allow_zero and total == 0) then return total end
+  if type(v) == "string" then return core.parse_duration(v, allow_zero) end
+  if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge then return nil end
+  if v > 0 or (allow_zero and v == 0) then return v end
   return nil
 end
 

@@ -1,0 +1,426 @@
+/* jobs.c — Azure ML command jobs as step waits (jobs.h). */
+#include "azureml/jobs.h"
+
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <openssl/crypto.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FIRST_POLL 1.0          /* seconds: a job's first polls come sooner than poll_interval */
+
+struct aml_job;
+
+struct aml_client {
+    struct loop *loop;
+    const struct aml_settings *settings;
+    struct http_client *http;
+    struct aml_auth *auth;
+    char *workspace_id;
+    bool detach;
+    struct aml_job *zombies;     /* freed by their owner, waiting for a cancelled transfer */
+};
+
+/* What the job waits for now. */
+enum job_phase {
+    PHASE_LOOKUP,       /* GET jobs/{name}: does it exist already? */
+    PHASE_SUBMIT,       /* PUT jobs/{name} */
+    PHASE_POLL,         /* GET jobs/{name}, or the timer before it */
+    PHASE_CANCEL,       /* POST jobs/{name}/cancel */
+    PHASE_DONE,
+};
+
+/* One request in flight: what to send once a token is at hand. */
+struct pending {
+    const char *method;
+    char *url;
+    char *body;
+    bool retried_401;
+};
+
+struct aml_job {
+    struct step_wait wait;       /* first: the wait is the job */
+    struct aml_client *client;
+    enum job_phase phase;
+    struct pending req;
+    bool want_token;             /* a token callback is pending */
+    struct http_transfer *xfer;
+    unsigned long timer;         /* the next poll, or 0 */
+    double next_poll;            /* seconds between polls now */
+    char *name, *body, *status, *studio, *error;
+    struct aml_job_info info;
+    bool cancel_sent, forced, owner_freed, done_called;
+    aml_job_event_fn on_event;
+    step_wait_done_fn done;
+    void *arg;
+    struct aml_job *next_zombie;
+};
+
+static void job_request(struct aml_job *j, const char *method, char *url, char *body);
+static void job_poll_later(struct aml_job *j);
+
+/* ---- the client ---------------------------------------------------------- */
+
+struct aml_client *aml_client_new(struct loop *loop, const struct aml_settings *s, const struct aml_client_options *o,
+                                  char *err, size_t errlen)
+{
+    struct http_options hopt = { .ca_file = o ? o->ca_file : NULL, .trace = o ? o->trace : NULL,
+                                 .trace_ctx = o ? o->trace_ctx : NULL };
+    struct http_client *http = http_client_new(loop, &hopt, err, errlen);
+    if (!http) return NULL;
+    struct aml_auth_options aopt = { .authority_host = s->authority_host, .envp = o ? o->envp : NULL };
+    struct aml_auth *auth = aml_auth_new(loop, http, &aopt, err, errlen);
+    if (!auth) {
+        http_client_free(http);
+        return NULL;
+    }
+    struct aml_client *c = xcalloc(1, sizeof *c);
+    *c = (struct aml_client){ .loop = loop, .settings = s, .http = http, .auth = auth,
+                              .workspace_id = aml_workspace_id(s) };
+    return c;
+}
+
+static void job_release(struct aml_job *j);
+
+void aml_client_free(struct aml_client *c)
+{
+    if (!c) return;
+    aml_auth_free(c->auth);
+    http_client_free(c->http);          /* drops the zombies' transfers without calling back */
+    while (c->zombies) {
+        struct aml_job *z = c->zombies;
+        c->zombies = z->next_zombie;
+        job_release(z);
+    }
+    free(c->workspace_id);
+    free(c);
+}
+
+struct aml_auth *aml_client_auth(struct aml_client *c) { return c->auth; }
+struct http_client *aml_client_http(struct aml_client *c) { return c->http; }
+const struct aml_settings *aml_client_settings(const struct aml_client *c) { return c->settings; }
+void aml_client_set_detach(struct aml_client *c, bool detach) { c->detach = detach; }
+
+char *aml_client_url(const struct aml_client *c, const char *rest)
+{
+    return xasprintf("%s%s/%s%sapi-version=%s", c->settings->arm_endpoint, c->workspace_id, rest,
+                     strchr(rest, '?') ? "&" : "?", c->settings->api_version);
+}
+
+bool aml_job_status_terminal(const char *status)
+{
+    static const char *const final[] = { "Completed", "Failed", "Canceled", "Paused", "Unknown" };
+    for (size_t i = 0; i < sizeof final / sizeof *final; i++)
+        if (strcmp(status, final[i]) == 0) return true;
+    return false;
+}
+
+/* ---- a job's life -------------------------------------------------------- */
+
+static void set_string(char **dst, const char *s)
+{
+    free(*dst);
+    *dst = s ? xstrdup(s) : NULL;
+}
+
+static void refresh_info(struct aml_job *j)
+{
+    j->info = (struct aml_job_info){ .name = j->name, .status = j->status ? j->status : "",
+                                     .studio_url = j->studio, .submitted = j->info.submitted,
+                                     .terminal = j->status && aml_job_status_terminal(j->status),
+                                     .cancelled = j->cancel_sent || j->info.cancelled,
+                                     .detached = j->info.detached, .error = j->error };
+}
+
+static void notify(struct aml_job *j)
+{
+    refresh_info(j);
+    if (j->on_event && !j->owner_freed) j->on_event(j->arg, &j->info);
+}
+
+/* The end: the owner's callback, once, from the loop. */
+static void finish(struct aml_job *j)
+{
+    j->phase = PHASE_DONE;
+    refresh_info(j);
+    if (j->done_called || j->owner_freed) return;
+    j->done_called = true;
+    j->done(&j->wait, j->arg);
+}
+
+static void fail(struct aml_job *j, const char *fmt, const char *detail)
+{
+    char *msg = xasprintf(fmt, j->name, detail);
+    set_string(&j->error, msg);
+    free(msg);
+    finish(j);
+}
+
+/* Reads status and the Studio link from a JobBaseResource; false if the
+ * body is not one (the message then says what it is). */
+static bool read_job(struct aml_job *j, const struct http_response *resp)
+{
+    cJSON *root = cJSON_ParseWithLength(resp->body, resp->body_len);
+    const cJSON *props = cJSON_GetObjectItemCaseSensitive(root, "properties");
+    const cJSON *status = cJSON_GetObjectItemCaseSensitive(props, "status");
+    if (!cJSON_IsString(status)) {
+        cJSON_Delete(root);
+        char detail[256];
+        snprintf(detail, sizeof detail, "HTTP %ld, x-ms-request-id %s", resp->status, resp->request_id);
+        fail(j, "Azure ML job %s: the service's answer has no properties.status (%s)", detail);
+        return false;
+    }
+    bool changed = !j->status || strcmp(j->status, status->valuestring) != 0;
+    set_string(&j->status, status->valuestring);
+    const cJSON *services = cJSON_GetObjectItemCaseSensitive(props, "services");
+    const cJSON *studio = cJSON_GetObjectItemCaseSensitive(services, "Studio");
+    const cJSON *endpoint = cJSON_GetObjectItemCaseSensitive(studio, "endpoint");
+    if (cJSON_IsString(endpoint) && (!j->studio || strcmp(j->studio, endpoint->valuestring) != 0)) {
+        set_string(&j->studio, endpoint->valuestring);
+        changed = true;
+    }
+    if (strcmp(j->status, "Failed") == 0 && !j->error) {
+        /* Azure ML does not put the reason in the job resource: the status,
+         * the name and the link are what there is to say. */
+        char *msg = xasprintf("Azure ML job %s failed%s%s", j->name, j->studio ? ": " : "", j->studio ? j->studio : "");
+        set_string(&j->error, msg);
+        free(msg);
+    }
+    cJSON_Delete(root);
+    if (changed) notify(j);
+    return true;
+}
+
+/* What comes after an answer (or a cancel between requests): the one place
+ * that decides the job's next step. */
+static void advance(struct aml_job *j)
+{
+    bool exists = j->status != NULL;                /* submitted, or adopted */
+    if (exists && aml_job_status_terminal(j->status)) finish(j);
+    else if (j->info.cancelled && j->client->detach) {
+        j->info.detached = exists;
+        finish(j);
+    } else if (j->info.cancelled && exists && !j->cancel_sent) {
+        j->cancel_sent = true;
+        j->phase = PHASE_CANCEL;
+        job_request(j, "POST", NULL, NULL);
+    } else if (j->info.cancelled && (j->forced || !exists)) finish(j);
+    else job_poll_later(j);
+}
+
+static void on_lookup(struct aml_job *j, const struct http_response *resp)
+{
+    if (resp->status == 404 && !j->body) {
+        fail(j, "Azure ML job %s: %s", "there is no such job in the workspace");
+        return;
+    }
+    if (resp->status == 404 && !j->info.cancelled) {
+        j->phase = PHASE_SUBMIT;
+        job_request(j, "PUT", NULL, xstrdup(j->body));
+        return;
+    }
+    if (resp->status == 404 || read_job(j, resp)) advance(j);
+}
+
+static void on_response(void *arg, const struct http_response *resp)
+{
+    struct aml_job *j = arg;
+    j->xfer = NULL;
+    if (j->owner_freed) {                                     /* the zombie's last transfer */
+        struct aml_job **p = &j->client->zombies;
+        while (*p && *p != j) p = &(*p)->next_zombie;
+        if (*p) *p = j->next_zombie;
+        job_release(j);
+        return;
+    }
+    if (resp->cancelled) {
+        finish(j);
+        return;
+    }
+    bool lookup_miss = j->phase == PHASE_LOOKUP && resp->status == 404;
+    if (resp->status == 401 && !j->req.retried_401) {         /* a token the service no longer takes */
+        aml_auth_invalidate(j->client->auth);
+        j->req.retried_401 = true;
+        job_request(j, j->req.method, j->req.url, j->req.body);
+        return;
+    }
+    free(j->req.url);
+    free(j->req.body);
+    j->req = (struct pending){ 0 };
+    if ((resp->status < 200 || resp->status > 299) && !lookup_miss) {
+        char msg[2048];
+        http_error_message(resp, msg, sizeof msg);
+        const char *what = j->phase == PHASE_SUBMIT ? "could not be submitted" : j->phase == PHASE_CANCEL
+                           ? "could not be cancelled" : "could not be read";
+        char *fmt = xasprintf("Azure ML job %%s %s: %%s", what);
+        fail(j, fmt, msg);
+        free(fmt);
+        return;
+    }
+    switch (j->phase) {
+    case PHASE_LOOKUP: on_lookup(j, resp); break;
+    case PHASE_SUBMIT:
+        j->info.submitted = true;
+        if (read_job(j, resp)) advance(j);
+        break;
+    case PHASE_POLL: if (read_job(j, resp)) advance(j); break;
+    case PHASE_CANCEL: advance(j); break;
+    case PHASE_DONE: break;
+    }
+}
+
+static void on_token(void *arg, const char *token, const char *error)
+{
+    struct aml_job *j = arg;
+    j->want_token = false;
+    if (!token) {
+        fail(j, "Azure ML job %s: no token for Azure: %s", error);
+        return;
+    }
+    char *auth = xasprintf("Authorization: Bearer %s", token);
+    const char *headers[] = { auth, "Content-Type: application/json", "Accept: application/json", NULL };
+    struct http_request req = { .method = j->req.method, .url = j->req.url, .headers = headers,
+                                .body = j->req.body, .body_len = j->req.body ? strlen(j->req.body) : 0 };
+    char err[512];
+    j->xfer = http_send(j->client->http, &req, on_response, j, err, sizeof err);
+    OPENSSL_cleanse(auth, strlen(auth));
+    free(auth);
+    if (!j->xfer) fail(j, "Azure ML job %s: %s", err);
+}
+
+/* Sends method to url (NULL: the job's own URL; POST: its cancel URL) once a
+ * token is at hand.  Takes url and body. */
+static void job_request(struct aml_job *j, const char *method, char *url, char *body)
+{
+    if (!url) {
+        char *rest = xasprintf(strcmp(method, "POST") == 0 ? "jobs/%s/cancel" : "jobs/%s", j->name);
+        url = aml_client_url(j->client, rest);
+        free(rest);
+    }
+    if (url != j->req.url) free(j->req.url);
+    if (body != j->req.body) free(j->req.body);
+    bool retried = j->req.retried_401 && url == j->req.url;
+    j->req = (struct pending){ .method = method, .url = url, .body = body, .retried_401 = retried };
+    j->want_token = true;
+    aml_auth_get_token(j->client->auth, on_token, j);
+}
+
+static void on_poll_timer(void *arg)
+{
+    struct aml_job *j = arg;
+    j->timer = 0;
+    j->phase = PHASE_POLL;
+    job_request(j, "GET", NULL, NULL);
+}
+
+/* The first polls come after FIRST_POLL seconds, then each twice as late as
+ * the one before, up to poll_interval: a short job is seen ending soon, a
+ * long one costs few requests. */
+static void job_poll_later(struct aml_job *j)
+{
+    double interval = j->client->settings->poll_interval;
+    double delay = j->next_poll > 0 ? j->next_poll : (FIRST_POLL < interval ? FIRST_POLL : interval);
+    j->next_poll = delay * 2 < interval ? delay * 2 : interval;
+    j->phase = PHASE_POLL;
+    j->timer = loop_add_timer(j->client->loop, delay, on_poll_timer, j);
+}
+
+/* ---- the wait's operations ----------------------------------------------- */
+
+static void on_cancel_turn(void *arg)
+{
+    struct aml_job *j = arg;
+    j->timer = 0;
+    advance(j);
+}
+
+/* Stops what is in flight when its answer no longer matters: a lookup (the
+ * job may not exist), anything once detached, anything after a forced cancel
+ * whose POST went out.  Otherwise the answer comes first and advance() sends
+ * the cancel (a PUT in flight may be creating the job right now). */
+static void job_cancel(struct step_wait *w, enum cancel_mode mode)
+{
+    struct aml_job *j = (struct aml_job *)w;
+    if (j->phase == PHASE_DONE) return;
+    j->info.cancelled = true;
+    if (mode == CANCEL_FORCED) j->forced = true;
+    bool abandon = j->phase == PHASE_LOOKUP || j->client->detach || (j->forced && j->cancel_sent)
+                   || (j->phase == PHASE_SUBMIT && !j->xfer);
+    if (j->xfer) {
+        if (abandon) http_cancel(j->xfer);         /* its answer (cancelled) finishes the job */
+        return;
+    }
+    if (j->want_token) {
+        if (!abandon) return;                      /* the request goes out, advance() follows */
+        aml_auth_forget(j->client->auth, j);
+        j->want_token = false;
+    }
+    if (j->timer) loop_cancel_timer(j->client->loop, j->timer);
+    j->timer = loop_add_timer(j->client->loop, 0, on_cancel_turn, j);      /* never synchronously */
+}
+
+static void job_release(struct aml_job *j)
+{
+    free(j->req.url);
+    free(j->req.body);
+    free(j->name);
+    free(j->body);
+    free(j->status);
+    free(j->studio);
+    free(j->error);
+    free(j);
+}
+
+static void job_free(struct step_wait *w)
+{
+    struct aml_job *j = (struct aml_job *)w;
+    step_wait_detach(w);
+    j->owner_freed = true;
+    if (j->timer) loop_cancel_timer(j->client->loop, j->timer);
+    if (j->want_token) aml_auth_forget(j->client->auth, j);
+    if (j->xfer) {                           /* released when its cancelled answer arrives */
+        http_cancel(j->xfer);
+        j->next_zombie = j->client->zombies;
+        j->client->zombies = j;
+        return;
+    }
+    job_release(j);
+}
+
+static const struct step_wait_ops job_ops = { "azureml job", job_cancel, job_free };
+
+struct step_wait *aml_job_start(struct aml_client *c, const char *name, const char *body_json,
+                                aml_job_event_fn on_event, step_wait_done_fn done, void *arg, char *err,
+                                size_t errlen)
+{
+    if (!aml_valid_name(name)) {
+        errf(err, errlen, "'%s' cannot name an Azure ML job (letters, digits, - and _, at most 255)", name);
+        return NULL;
+    }
+    struct aml_job *j = xcalloc(1, sizeof *j);
+    step_wait_init(&j->wait, &job_ops);
+    j->client = c;
+    j->name = xstrdup(name);
+    j->body = body_json ? xstrdup(body_json) : NULL;
+    j->on_event = on_event;
+    j->done = done;
+    j->arg = arg;
+    j->phase = PHASE_LOOKUP;
+    refresh_info(j);
+    job_request(j, "GET", NULL, NULL);
+    return &j->wait;
+}
+
+struct step_wait *aml_job_cancel_existing(struct aml_client *c, const char *name, aml_job_event_fn on_event,
+                                          step_wait_done_fn done, void *arg, char *err, size_t errlen)
+{
+    struct step_wait *w = aml_job_start(c, name, NULL, on_event, done, arg, err, errlen);
+    if (w) ((struct aml_job *)w)->info.cancelled = true;     /* advance() cancels it once found */
+    return w;
+}
+
+const struct aml_job_info *aml_job_wait_info(const struct step_wait *w)
+{
+    return &((const struct aml_job *)w)->info;
+}

@@ -1,0 +1,477 @@
+/* l_azureml.c — flow.azureml: the Azure ML backend as the stdlib sees it.
+ *
+ *   azureml.load(config) -> client | nil        nil: the environment has no azureml.yml
+ *   client:info() -> {dispatch =, workspace =, computes = {tag = cluster}, …}
+ *   client:compute_for({tags}) -> cluster | nil, why
+ *   client:connect{ca_file =} -> true | nil, why      picks the credential (no request yet)
+ *   client:whoami() -> description, token_error      fetches a token (waits)
+ *   client:set_detach(bool)
+ *   client:run_job{name =, command =, compute =, …} -> {status =, studio =, error =, …}
+ *   azureml.job_name(run_id, step, fingerprint, attempt) -> name
+ *
+ * run_job yields on a step's coroutine (the job is one of the step's waits:
+ * stopping the step cancels it) and elsewhere drives the loop until the job
+ * is over.  The Lua side hands plain data; settings, the body and the
+ * protocol are C's (engine/azureml/). */
+#include "flowlua.h"
+#include "azureml/job_body.h"
+#include "azureml/jobs.h"
+#include "azureml/settings.h"
+#include "loop.h"
+#include "ui.h"
+#include "util.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CLIENT_CLASS "flow.azureml.client"
+#define JOB_CLASS "flow.azureml.job"
+
+struct lclient {
+    struct aml_settings settings;
+    bool loaded;
+    struct aml_client *client;
+};
+
+static struct lclient *check_client(lua_State *L)
+{
+    struct lclient *c = luaL_checkudata(L, 1, CLIENT_CLASS);
+    if (!c->loaded) luaL_error(L, "the Azure ML settings were already freed");
+    return c;
+}
+
+static int client_gc(lua_State *L)
+{
+    struct lclient *c = luaL_checkudata(L, 1, CLIENT_CLASS);
+    aml_client_free(c->client);
+    c->client = NULL;
+    if (c->loaded) aml_settings_free(&c->settings);
+    c->loaded = false;
+    return 0;
+}
+
+/* load(config) -> client | nil; raises the settings' error as it is */
+static int l_load(lua_State *L)
+{
+    struct config *cfg = flow_check_config(L, 1);
+    struct lclient *c = lua_newuserdatauv(L, sizeof *c, 0);
+    memset(c, 0, sizeof *c);
+    luaL_setmetatable(L, CLIENT_CLASS);
+    char err[1024];
+    int rc = aml_settings_load(cfg, &c->settings, err, sizeof err);
+    if (rc < 0) return flow_raise(L, err);
+    if (rc > 0) return 0;
+    c->loaded = true;
+    return 1;
+}
+
+static void set_string(lua_State *L, const char *key, const char *value)
+{
+    if (!value) return;
+    lua_pushstring(L, value);
+    lua_setfield(L, -2, key);
+}
+
+/* info() -> the settings as a table (what `flow list` and the plan need) */
+static int l_info(lua_State *L)
+{
+    const struct aml_settings *s = &check_client(L)->settings;
+    static const char *const dispatch[] = { "distributed", "tagged", "all", "none" };
+    lua_createtable(L, 0, 16);
+    set_string(L, "dispatch", dispatch[s->dispatch]);
+    set_string(L, "subscription_id", s->subscription_id);
+    set_string(L, "resource_group", s->resource_group);
+    set_string(L, "workspace", s->workspace);
+    set_string(L, "experiment_name", s->experiment_name);
+    set_string(L, "default_compute", s->default_compute);
+    set_string(L, "environment", s->environment);
+    set_string(L, "instance_type", s->instance_type);
+    set_string(L, "shm_size", s->shm_size);
+    set_string(L, "where", s->where);
+    lua_pushboolean(L, s->flow_installed);
+    lua_setfield(L, -2, "flow_installed");
+    lua_pushnumber(L, s->timeout);
+    lua_setfield(L, -2, "timeout");
+    lua_createtable(L, 0, (int)s->n_computes);
+    for (size_t i = 0; i < s->n_computes; i++) {
+        lua_pushstring(L, s->computes[i].cluster);
+        lua_setfield(L, -2, s->computes[i].tag);
+    }
+    lua_setfield(L, -2, "computes");
+    return 1;
+}
+
+/* The strings of the list at idx, on a userdata the GC frees (they stay
+ * alive in the list). */
+static const char **string_list(lua_State *L, int idx, size_t *n)
+{
+    *n = lua_istable(L, idx) ? lua_rawlen(L, idx) : 0;
+    const char **v = lua_newuserdatauv(L, (*n + 1) * sizeof *v, 0);
+    for (size_t i = 0; i < *n; i++) {
+        lua_rawgeti(L, idx, (lua_Integer)i + 1);
+        v[i] = lua_tostring(L, -1);
+        lua_pop(L, 1);
+        if (!v[i]) luaL_error(L, "expected a list of strings");
+    }
+    return v;
+}
+
+/* compute_for(tags) -> cluster | nil, why */
+static int l_compute_for(lua_State *L)
+{
+    struct lclient *c = check_client(L);
+    size_t n;
+    const char **tags = string_list(L, 2, &n);
+    char err[1024];
+    const char *cluster = aml_compute_for(&c->settings, tags, n, err, sizeof err);
+    if (cluster) {
+        lua_pushstring(L, cluster);
+        return 1;
+    }
+    lua_pushnil(L);
+    lua_pushstring(L, err);
+    return 2;
+}
+
+/* tags_name_compute(tags) -> bool */
+static int l_tags_name_compute(lua_State *L)
+{
+    struct lclient *c = check_client(L);
+    size_t n;
+    const char **tags = string_list(L, 2, &n);
+    lua_pushboolean(L, aml_tags_name_compute(&c->settings, tags, n));
+    return 1;
+}
+
+/* `-v`: each HTTP attempt, as http.c words it (no query string, no header). */
+static void trace_line(void *ctx, const char *line)
+{
+    (void)ctx;
+    if (ui_level() >= UI_VERBOSE) ui_info("azureml: %s", line);
+}
+
+/* connect{ca_file =} -> true | nil, why */
+static int l_connect(lua_State *L)
+{
+    struct lclient *c = check_client(L);
+    if (c->client) {
+        lua_pushboolean(L, 1);
+        return 1;
+    }
+    const char *ca = lua_istable(L, 2) ? flow_field_string(L, 2, "ca_file") : NULL;
+    struct aml_client_options o = { .ca_file = ca, .trace = trace_line };
+    char err[1024];
+    c->client = aml_client_new(flow_state_loop(L), &c->settings, &o, err, sizeof err);
+    if (!c->client) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    lua_pushboolean(L, 1);
+    return 1;
+}
+
+static struct aml_client *connected(lua_State *L)
+{
+    struct lclient *c = check_client(L);
+    if (!c->client) luaL_error(L, "azureml: connect first");
+    return c->client;
+}
+
+static int l_set_detach(lua_State *L)
+{
+    aml_client_set_detach(connected(L), lua_toboolean(L, 2));
+    return 0;
+}
+
+/* ---- whoami: the credential and a token fetched with it ----------------- */
+
+struct token_wait {
+    bool done;
+    char *error;
+    double expires_in;
+};
+
+static void on_token(void *arg, const char *token, const char *error)
+{
+    struct token_wait *t = arg;
+    t->done = true;
+    t->error = token ? NULL : xstrdup(error ? error : "no token");
+}
+
+/* whoami() -> description, nil | description, token_error  (blocks) */
+static int l_whoami(lua_State *L)
+{
+    struct aml_client *client = connected(L);
+    struct aml_auth *auth = aml_client_auth(client);
+    struct token_wait t = { 0 };
+    aml_auth_get_token(auth, on_token, &t);
+    struct loop *loop = flow_state_loop(L);
+    int seen = loop_interrupts(loop);
+    while (!t.done && loop_interrupts(loop) == seen) loop_run_once(loop, -1);
+    if (!t.done) aml_auth_forget(auth, &t);
+    lua_pushstring(L, aml_auth_describe(auth));
+    if (!t.done) lua_pushliteral(L, "interrupted");
+    else if (t.error) flow_push_owned(L, t.error, strlen(t.error), free);
+    else lua_pushnil(L);
+    lua_pushnumber(L, aml_auth_expires_in(auth));
+    return 3;
+}
+
+/* ---- run_job ------------------------------------------------------------ */
+
+/* The job a step waits on, owned by a userdata on the step's stack: its
+ * __gc frees a wait the step never woke from (the step was dropped). */
+struct job_box {
+    struct step_wait *wait;
+    lua_State *co;              /* the step's coroutine, or NULL when blocking */
+    bool done;
+    char *step;
+};
+
+static int job_gc(lua_State *L)
+{
+    struct job_box *b = luaL_checkudata(L, 1, JOB_CLASS);
+    step_wait_free(b->wait);
+    b->wait = NULL;
+    free(b->step);
+    b->step = NULL;
+    return 0;
+}
+
+static void job_event(void *arg, const struct aml_job_info *info)
+{
+    struct job_box *b = arg;
+    if (info->submitted && info->status && strcmp(info->status, "") != 0)
+        ui_info("step '%s': Azure ML job %s is %s%s%s", b->step, info->name, info->status,
+                info->studio_url ? " — " : "", info->studio_url ? info->studio_url : "");
+}
+
+static void job_done(struct step_wait *w, void *arg)
+{
+    struct job_box *b = arg;
+    b->done = true;
+    if (b->co) flow_step_wake(b->co, w);          /* last: the step may drop the box */
+}
+
+static int push_job_result(lua_State *L, struct job_box *b)
+{
+    const struct aml_job_info *info = aml_job_wait_info(b->wait);
+    lua_createtable(L, 0, 8);
+    set_string(L, "name", info->name);
+    set_string(L, "status", info->status);
+    set_string(L, "studio", info->studio_url);
+    set_string(L, "error", info->error);
+    lua_pushboolean(L, info->submitted);
+    lua_setfield(L, -2, "submitted");
+    lua_pushboolean(L, info->cancelled);
+    lua_setfield(L, -2, "cancelled");
+    lua_pushboolean(L, info->detached);
+    lua_setfield(L, -2, "detached");
+    lua_pushboolean(L, info->status && strcmp(info->status, "Completed") == 0);
+    lua_setfield(L, -2, "ok");
+    step_wait_free(b->wait);
+    b->wait = NULL;
+    return 1;
+}
+
+static int job_continue(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    return push_job_result(L, (struct job_box *)ctx);
+}
+
+static int int_field(lua_State *L, int t, const char *key)
+{
+    lua_getfield(L, t, key);
+    int v = (int)lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    return v;
+}
+
+/* The spec's {K = V} table at field `key` as a sorted env list (strings
+ * kept alive in the table). */
+static struct aml_env_var *env_list(lua_State *L, int t, const char *key, size_t *n)
+{
+    *n = 0;
+    if (lua_getfield(L, t, key) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        return NULL;
+    }
+    int tbl = lua_gettop(L);
+    size_t count = 0;
+    for (lua_pushnil(L); lua_next(L, tbl); lua_pop(L, 1)) count++;
+    struct aml_env_var *v = lua_newuserdatauv(L, (count + 1) * sizeof *v, 0);
+    lua_insert(L, tbl);                           /* keep it below the table */
+    tbl++;
+    for (lua_pushnil(L); lua_next(L, tbl); lua_pop(L, 1)) {
+        if (lua_type(L, -2) != LUA_TSTRING || !lua_isstring(L, -1)) luaL_error(L, "run_job: %s must map names to strings", key);
+        lua_pushvalue(L, -1);
+        lua_tostring(L, -1);                     /* numbers become strings in place */
+        lua_pop(L, 1);
+        v[*n].name = (char *)lua_tostring(L, -2);
+        v[*n].value = (char *)lua_tostring(L, -1);
+        (*n)++;
+    }
+    lua_pop(L, 1);                               /* the table; the userdata stays */
+    return v;
+}
+
+/* Settings' environment_variables, then the step's (which win). */
+static struct aml_env_var *merged_env(lua_State *L, const struct aml_settings *s, int spec, size_t *n)
+{
+    size_t n_step;
+    struct aml_env_var *step = env_list(L, spec, "env", &n_step);
+    struct aml_env_var *all = lua_newuserdatauv(L, (s->n_env_vars + n_step + 1) * sizeof *all, 0);
+    *n = 0;
+    for (size_t i = 0; i < s->n_env_vars; i++) {
+        bool overridden = false;
+        for (size_t k = 0; k < n_step && !overridden; k++) overridden = strcmp(step[k].name, s->env_vars[i].name) == 0;
+        if (!overridden) all[(*n)++] = s->env_vars[i];
+    }
+    for (size_t k = 0; k < n_step; k++) all[(*n)++] = step[k];
+    return all;
+}
+
+/* The body of the job from spec (every string alive on the Lua stack);
+ * raises a message for a spec Azure ML cannot take.  Making the body is its
+ * last act: nothing raises while the caller holds it. */
+static char *build_body(lua_State *L, struct aml_client *client, int spec)
+{
+    const struct aml_settings *s = aml_client_settings(client);
+    const char *env = flow_field_string(L, spec, "environment");
+    const char *compute = flow_field_string(L, spec, "compute");
+    const char *command = flow_field_string(L, spec, "command");
+    if (!command || !*command) luaL_error(L, "run_job: no command");
+    if (!compute) luaL_error(L, "run_job: no compute");
+    char err[1024];
+    bool latest;
+    char *env_id = aml_environment_id(s, env ? env : s->environment, &latest, err, sizeof err);
+    if (!env_id && latest)
+        luaL_error(L, "environment %s: name a version of the workspace's environment (<name>:<version>); "
+                   "@latest is not looked up yet", env ? env : s->environment);
+    if (!env_id) luaL_error(L, "%s", err);
+    flow_push_owned(L, env_id, strlen(env_id), free);
+    int env_idx = lua_gettop(L);
+    char *ws = aml_workspace_id(s);
+    flow_push_owned(L, ws, strlen(ws), free);
+    lua_pushfstring(L, "%s/computes/%s", lua_tostring(L, -1), compute);
+    int compute_idx = lua_gettop(L);
+    size_t n_env, n_tags;
+    struct aml_env_var *vars = merged_env(L, s, spec, &n_env);
+    struct aml_env_var *tag_vars = env_list(L, spec, "tags", &n_tags);
+    struct aml_tag *tags = lua_newuserdatauv(L, (n_tags + 1) * sizeof *tags, 0);
+    for (size_t i = 0; i < n_tags; i++) tags[i] = (struct aml_tag){ tag_vars[i].name, tag_vars[i].value };
+    lua_getfield(L, spec, "timeout");
+    double timeout = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : s->timeout;
+    lua_pop(L, 1);
+    size_t n_outputs = 0;
+    lua_getfield(L, spec, "outputs");
+    const char **outputs = string_list(L, lua_gettop(L), &n_outputs);
+    const char *it = flow_field_string(L, spec, "instance_type"), *shm = flow_field_string(L, spec, "shm_size");
+    struct aml_job_spec js = {
+        .display_name = flow_field_string(L, spec, "display_name"), .experiment = s->experiment_name,
+        .command = command, .code_id = flow_field_string(L, spec, "code_id"),
+        .environment_id = lua_tostring(L, env_idx), .compute_id = lua_tostring(L, compute_idx),
+        .instance_count = int_field(L, spec, "instance_count"),
+        .instance_type = it ? it : s->instance_type, .shm_size = shm ? shm : s->shm_size,
+        .framework = aml_framework_from_name(flow_field_string(L, spec, "framework")),
+        .processes_per_node = int_field(L, spec, "processes_per_node"),
+        .worker_count = int_field(L, spec, "worker_count"),
+        .parameter_server_count = int_field(L, spec, "parameter_server_count"),
+        .timeout = timeout, .env = vars, .n_env = n_env, .tags = tags, .n_tags = n_tags,
+        .outputs = outputs, .n_outputs = n_outputs,
+    };
+    return aml_job_body(&js);
+}
+
+/* Not on a step's coroutine: drive the loop until the job is over; Ctrl-C
+ * cancels it (a second forces). */
+static void block_on_job(struct loop *loop, struct job_box *b)
+{
+    int seen = loop_interrupts(loop), sent = 0;
+    while (!b->done) {
+        loop_run_once(loop, -1);
+        int extra = loop_interrupts(loop) - seen;
+        if (extra > sent && sent < 2) {
+            sent = extra > 1 ? 2 : 1;
+            step_wait_cancel(b->wait, sent > 1 ? CANCEL_FORCED : CANCEL_GRACEFUL);
+        }
+    }
+}
+
+/* run_job(spec) -> {name =, status =, ok =, studio =, error =, submitted =, cancelled =, detached =}
+ * | nil, why (the job could not be started) */
+static int l_run_job(lua_State *L)
+{
+    struct aml_client *client = connected(L);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    const char *name = flow_field_string(L, 2, "name");
+    const char *step = flow_field_string(L, 2, "display_name");
+    if (!name || !step) return luaL_error(L, "run_job: the spec needs a name and a display_name");
+    struct job_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+    memset(b, 0, sizeof *b);
+    luaL_setmetatable(L, JOB_CLASS);
+    int box = lua_gettop(L);
+    lua_getfield(L, 2, "attach_only");
+    bool attach_only = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    /* build_body's last act is making the body: nothing raises after it */
+    char *body = attach_only ? NULL : build_body(L, client, 2);
+    lua_settop(L, box);
+    b->step = xstrdup(step);
+    b->co = flow_step_can_yield(L) ? L : NULL;
+    char err[1024];
+    lua_getfield(L, 2, "cancel");
+    bool cancel = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    b->wait = cancel ? aml_job_cancel_existing(client, name, job_event, job_done, b, err, sizeof err)
+                     : aml_job_start(client, name, body, job_event, job_done, b, err, sizeof err);
+    free(body);
+    if (!b->wait) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    if (b->co) {
+        flow_step_wait(L, b->wait);
+        return lua_yieldk(L, 0, (lua_KContext)b, job_continue);
+    }
+    block_on_job(flow_state_loop(L), b);
+    return push_job_result(L, b);
+}
+
+static const luaL_Reg client_methods[] = {
+    { "info", l_info },
+    { "compute_for", l_compute_for },
+    { "tags_name_compute", l_tags_name_compute },
+    { "connect", l_connect },
+    { "set_detach", l_set_detach },
+    { "whoami", l_whoami },
+    { "run_job", l_run_job },
+    { NULL, NULL }
+};
+
+/* job_name(run_id, step, fingerprint, attempt) -> name */
+static int l_job_name(lua_State *L)
+{
+    char *name = aml_job_name(luaL_checkstring(L, 1), luaL_checkstring(L, 2), luaL_optstring(L, 3, ""),
+                              (int)luaL_optinteger(L, 4, 1));
+    flow_push_owned(L, name, strlen(name), free);
+    return 1;
+}
+
+static const luaL_Reg azureml_funcs[] = {
+    { "load", l_load },
+    { "job_name", l_job_name },
+    { NULL, NULL }
+};
+
+int luaopen_flow_azureml(lua_State *L)
+{
+    flow_new_class(L, CLIENT_CLASS, client_methods, client_gc);
+    flow_new_class(L, JOB_CLASS, NULL, job_gc);
+    luaL_newlib(L, azureml_funcs);
+    return 1;
+}

@@ -1,0 +1,229 @@
+-- flow.remote: where each step runs — here, or on Azure ML — and what a step
+-- sent there is: its job's command, resources and name.  The protocol
+-- (credentials, HTTPS, the job's life: submit, poll, cancel) is the engine's
+-- (engine/azureml/, through flow.azureml); this file describes.
+local core = require("flow.core")
+local dag = require("flow.dag")
+local command = require("flow.command")
+local util = require("flow.util")
+local params_mod = require("flow.params")
+
+local M = {}
+
+local graph_error = util.setup_error
+
+-- The Azure ML settings of the run's environment (conf/<env>/azureml.yml),
+-- or nil when it has none.  A broken file is an error naming its line.
+function M.load(settings)
+  if not settings.cfg then return nil end
+  local ok, client = pcall(require("flow.azureml").load, settings.cfg)
+  if not ok then graph_error(tostring(client)) end
+  return client
+end
+
+-- Whether the settings send step n to Azure ML.
+local function dispatched(n, aml, info)
+  if info.dispatch == "none" then return false end
+  if info.dispatch == "all" then return true end
+  if n.dist then return true end
+  return info.dispatch == "tagged" and aml:tags_name_compute(n.tags)
+end
+
+local function step_error(n, fmt, ...)
+  graph_error(string.format("step '%s' (%s) ", n.name, n.where) .. string.format(fmt, ...))
+end
+
+-- Where step n runs on Azure ML: {compute =, instances =, processes =, framework =}.
+local function placement(n, aml, info, dist, defaults)
+  local compute = n.compute
+  if not compute then
+    local c, why = aml:compute_for(n.tags)
+    if not c then step_error(n, "runs on Azure ML, but %s", why) end
+    compute = c
+  end
+  if n.kind == "func" then
+    local env = n.environment or info.environment
+    if not (info.flow_installed and not n.environment) then
+      step_error(n, "is a Lua function, which runs on Azure ML as `flow run … --nodes %s` inside the job; "
+        .. "environment '%s' is not marked as having flow installed. Build one from "
+        .. "examples/pytorch_ddp/azureml/Dockerfile (docs/azureml.md), register it, and name it in %s as "
+        .. "environment: {name: <name>:<version>, flow_installed: true}", n.name, env, info.where)
+    end
+    if not defaults.script then
+      step_error(n, "is a Lua function, which runs on Azure ML as `flow run SCRIPT --nodes %s`: run the "
+        .. "pipeline with `flow run SCRIPT`", n.name)
+    end
+  end
+  return { compute = compute, instances = dist and dist.num_nodes or 1,
+           processes = dist and dist.processes_per_node or 1, framework = dist and dist.framework,
+           parameter_server_count = dist and dist.parameter_server_count }
+end
+
+-- Data between this machine and Azure ML jobs is not moved yet: a remote
+-- step may read parameters only, and its outputs stay with its job.
+local function check_data(nodes, remote, cat)
+  local producer = {}
+  for i, n in ipairs(nodes) do
+    for _, io in ipairs(n.outputs) do producer[io.dataset] = i end
+  end
+  for i, n in ipairs(nodes) do
+    for _, io in ipairs(n.inputs) do
+      local from = producer[io.dataset]
+      if not dag.is_param_input(io.dataset) and (remote[i] or (from and remote[from])) then
+        if remote[i] and not (from and remote[from]) then
+          step_error(n, "runs on Azure ML but reads '%s', which is on this machine; moving data to Azure ML "
+            .. "jobs is not supported yet: run it here (azureml.yml dispatch: none) or have it read "
+            .. "parameters only", io.dataset)
+        elseif not remote[i] then
+          step_error(n, "runs here but reads '%s', which step '%s' makes on Azure ML; bringing job outputs "
+            .. "back is not supported yet", io.dataset, nodes[from].name)
+        else
+          step_error(n, "reads '%s' from step '%s', both on Azure ML; passing data between Azure ML jobs "
+            .. "is not supported yet", io.dataset, nodes[from].name)
+        end
+      end
+    end
+    if remote[i] then
+      for _, io in ipairs(n.outputs) do
+        if cat and cat:entry(io.dataset).type ~= "memory" then
+          step_error(n, "runs on Azure ML but its output '%s' is a catalog entry on this machine; its job "
+            .. "keeps its outputs (azureml://jobs/<job>/outputs/%s)", io.dataset, io.arg)
+        end
+      end
+    end
+  end
+end
+
+-- The plan's remote placements: {[i] = placement} for the steps Azure ML
+-- runs, and the client (nil when nothing goes there).
+function M.plan(nodes, settings, dists, cat, defaults)
+  local aml = M.load(settings)
+  if not aml then return {}, nil end
+  local info = aml:info()
+  local remote, any = {}, false
+  for i, n in ipairs(nodes) do
+    if dispatched(n, aml, info) then
+      remote[i] = placement(n, aml, info, dists[i], defaults)
+      any = true
+    elseif n.compute or n.environment or n.instance_type or n.shm_size then
+      -- an Azure ML setting on a step that runs here is not silently ignored
+    end
+  end
+  if not any then return remote, nil end
+  check_data(nodes, remote, cat)
+  return remote, aml
+end
+
+-- "Azure ML gpu-cluster × 2 × 4" for flow list.
+function M.describe(place)
+  local s = "azureml " .. place.compute
+  if place.instances > 1 or place.processes > 1 then
+    s = s .. string.format(" ×%d node%s", place.instances, place.instances == 1 and "" or "s")
+    if place.processes > 1 then s = s .. string.format(" ×%d proc", place.processes) end
+  end
+  return s
+end
+
+-- The CA bundle the HTTPS client adds to the system's.
+local function ca_file()
+  local f = os.getenv("FLOW_CA_BUNDLE")
+  if f and f ~= "" then return f end
+  f = os.getenv("SSL_CERT_FILE")
+  if f and f ~= "" then return f end
+  return nil
+end
+
+-- Picks the credential before any step runs: a half-set one is an error now.
+function M.connect(aml, detach)
+  local ok, why = aml:connect { ca_file = ca_file() }
+  if not ok then graph_error("Azure ML: " .. why) end
+  aml:set_detach(detach and true or false)
+end
+
+local function param_text(v)
+  if type(v) == "table" then return (core.json_encode(v)) end
+  return tostring(v)
+end
+
+-- The job's command line for a command step: parameters as their values,
+-- outputs as the job's output bindings.
+local function command_line(run, n, fail)
+  local by_arg = { inputs = {}, outputs = {} }
+  for _, io in ipairs(n.inputs) do by_arg.inputs[io.arg] = io end
+  for _, io in ipairs(n.outputs) do by_arg.outputs[io.arg] = io end
+  local function lookup(ns, key)
+    if ns == "credentials" then
+      return nil, string.format("${credentials.%s}: a step on Azure ML cannot be given credentials by flow "
+        .. "(its command line and environment are visible in Azure ML studio); use the workspace's Key Vault", key)
+    end
+    if ns == "params" then
+      key = require("flow.pipeline").command_param(n, key)
+      local ok, v = pcall(params_mod.get, run.settings, key)
+      if not ok or v == nil then return nil, string.format("no parameter '%s'", key) end
+      return param_text(v)
+    end
+    local io = by_arg[ns][key]
+    if not io then return nil, string.format("${%s.%s}: the step has no %s named '%s'", ns, key, ns:sub(1, -2), key) end
+    if ns == "outputs" then return "${{outputs." .. io.arg .. "}}" end     -- Azure ML puts the path there
+    return param_text(run:input_value(n, io))              -- a params: input (check_data allows no other)
+  end
+  local function expand(s, quote)
+    local out, err = core.expand(s, function(ns, key)
+      local v, e = lookup(ns, key)
+      if v and quote then v = command.shell_quote(v) end
+      return v, e
+    end)
+    if not out then fail(err) end
+    return out
+  end
+  local cmd = n.cmd
+  local line
+  if cmd.shell then line = expand(cmd.shell, true)
+  else
+    local words = {}
+    for i, a in ipairs(cmd.argv) do
+      local w = expand(a, false)
+      -- a binding needs no quotes of its own: Azure ML puts a plain path there
+      local plain = w:gsub("%${{outputs%.[%w_]+}}", "x")
+      words[i] = command.shell_quote(plain) == plain and w or command.shell_quote(w)
+    end
+    line = table.concat(words, " ")
+  end
+  if cmd.cwd then line = "cd " .. command.shell_quote(cmd.cwd) .. " && " .. line end
+  local env = {}
+  for name, v in pairs(cmd.env or {}) do
+    env[name] = type(v) == "string" and expand(v, false) or tostring(v)
+  end
+  return line, env
+end
+
+-- The job's command for a Lua function step: flow itself, inside the job,
+-- runs that one step of the same script in the same environment.
+local function flow_line(run, n)
+  local d = run.defaults
+  local words = { "flow", "run", d.script, "--nodes", n.name }
+  if d.env then words[#words + 1] = "--env=" .. d.env end
+  if d.params_spec then words[#words + 1] = "--params=" .. d.params_spec end
+  for i, w in ipairs(words) do words[i] = command.shell_quote(w) end
+  return table.concat(words, " ")
+end
+
+-- The spec flow.azureml's run_job takes for attempt k of step n.
+function M.job_spec(run, n, place, name, fail)
+  local line, env
+  if n.kind == "command" then line, env = command_line(run, n, fail)
+  else line, env = flow_line(run, n), {} end
+  local outputs = {}
+  for i, io in ipairs(n.outputs) do outputs[i] = io.arg end
+  local rec = run.records[n.name]
+  return {
+    name = name, display_name = n.name, command = line, env = env, outputs = outputs,
+    compute = place.compute, instance_count = place.instances, framework = place.framework,
+    processes_per_node = place.processes, parameter_server_count = place.parameter_server_count,
+    instance_type = n.instance_type, shm_size = n.shm_size, environment = n.environment,
+    timeout = n.timeout,
+    tags = { ["flow.run_id"] = run.run_id, ["flow.step"] = n.name, ["flow.fingerprint"] = rec.fp or "" },
+  }
+end
+
+return M

@@ -1,0 +1,258 @@
+# t_azureml.sh — steps dispatched to Azure ML, end to end, against the strict
+# test double (tests/aml/double.py: HTTPS on loopback, every body checked
+# against Microsoft's schema, jobs with a life cycle, faults on demand).
+
+source "$FLOW_ROOT/tests/aml/double_lib.sh"
+
+# The double, a credential for it in the environment, and conf/prod/azureml.yml.
+start_aml() {
+    aml_double_available || { echo "the AML double needs /usr/bin/python3 with jsonschema and cryptography, openssl and curl (make test-deps)"; return 1; }
+    aml_double_start "$PWD/.double" --phase-seconds 0.1 "$@"
+    export FLOW_CA_BUNDLE=$AML_DOUBLE_CA_FILE AZURE_AUTHORITY_HOST=$AML_DOUBLE_URL
+    export AZURE_TENANT_ID=$AML_DOUBLE_TENANT AZURE_CLIENT_ID=$AML_DOUBLE_CLIENT_ID
+    export AZURE_CLIENT_SECRET=$AML_DOUBLE_CLIENT_SECRET
+    write conf/base/parameters.yml <<'Y'
+epochs: 3
+Y
+    write conf/prod/azureml.yml <<Y
+subscription_id: $AML_DOUBLE_SUBSCRIPTION
+resource_group: $AML_DOUBLE_RESOURCE_GROUP
+workspace: $AML_DOUBLE_WORKSPACE
+experiment_name: flow-tests
+arm_endpoint: $AML_DOUBLE_URL
+compute:
+  __default__: cpu-cluster
+  gpu: gpu-cluster
+environment: azureml:AzureML-acpt-pytorch-2.2-cuda12.1@latest
+shm_size: 16g
+timeout: 2h
+poll_interval: 0.2
+environment_variables:
+  NCCL_DEBUG: INFO
+Y
+}
+
+# The request log's lines with this op ("jobs.put", "jobs.get", "jobs.cancel").
+requests_of() {
+    grep -F "\"op\": \"$1\"" "$AML_DOUBLE_REQUESTS_LOG" || true
+}
+
+count_of() {
+    requests_of "$1" | grep -c . || true
+}
+
+# Nothing flow wrote (output, logs, journal, state, run.json) holds a secret.
+no_secrets() {
+    local tok
+    tok=$(aml_token)
+    not_contains "$OUT$ERR" "$AML_DOUBLE_CLIENT_SECRET" "flow's output"
+    local hits
+    hits=$(grep -rlF -e "$AML_DOUBLE_CLIENT_SECRET" -e "$tok" .flow || true)
+    equals "$hits" "" "files under .flow/ holding a secret"
+}
+
+train_pipeline() {
+    write pipeline.lua <<'L'
+local train = distributed_job<framework = "pytorch", nodes = 2, processes_per_node = 4>(
+  flow.command{ "python", "train.py", "--epochs", "${params.epochs}", "--out", "${outputs.model}" })
+return pipeline{
+  node{ func = train, outputs = "model", name = "train", tags = { "gpu" } },
+}
+L
+}
+
+test_distributed_step_runs_as_an_azureml_job() {
+    start_aml
+    train_pipeline
+    run_flow 0 list --env prod
+    contains "$OUT" "azureml gpu-cluster ×2 nodes ×4 proc"
+    run_flow 0 run --env prod
+    no_crash
+    contains "$ERR" "Azure ML job flow-train-"
+    contains "$ERR" "https://ml.azure.com/runs/flow-train-"
+    body=$(requests_of jobs.put)
+    equals "$(printf '%s\n' "$body" | grep -c .)" 1 "PUTs"
+    for want in '"jobType": "Command"' '"distributionType": "PyTorch"' '"processCountPerInstance": 4' \
+                '"instanceCount": 2' '"shmSize": "16g"' '"timeout": "PT2H"' '"NCCL_DEBUG": "INFO"' \
+                '"experimentName": "flow-tests"' '"displayName": "train"' '/computes/gpu-cluster"' \
+                '"environmentId": "azureml:AzureML-acpt-pytorch-2.2-cuda12.1@latest"' \
+                '"command": "python train.py --epochs 3 --out ${{outputs.model}}"' \
+                '"jobOutputType": "uri_folder"' '"flow.step": "train"'; do
+        contains "$body" "$want" "the job's PUT"
+    done
+    # the job's name was journaled before its PUT
+    contains "$(cat .flow/runs/latest/journal.jsonl)" '"event":"remote_job"'
+    no_secrets
+}
+
+test_rerun_with_nothing_changed_submits_nothing() {
+    start_aml
+    train_pipeline
+    run_flow 0 run --env prod
+    puts=$(count_of jobs.put)
+    run_flow 0 run --env prod
+    contains "$OUT$ERR" "up to date"
+    equals "$(count_of jobs.put)" "$puts" "PUTs after the rerun"
+    # a changed parameter submits a new job
+    run_flow 0 run --env prod --params epochs=5
+    equals "$(count_of jobs.put)" "$((puts + 1))" "PUTs after a change"
+}
+
+test_failed_job_fails_the_step_with_status_and_link() {
+    start_aml
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = { "python", "train.py" }, outputs = "m", name = "train", tags = { "gpu" },
+        env = { FLOW_DOUBLE_OUTCOME = "Failed" } },
+}
+L
+    sed -i 's/^compute:/dispatch: tagged\ncompute:/' conf/prod/azureml.yml
+    run_flow 1 run --env prod
+    no_crash
+    contains "$ERR" "step 'train'"
+    contains "$ERR" "Failed"
+    contains "$ERR" "https://ml.azure.com/runs/flow-train-"
+}
+
+test_bad_azureml_settings_name_file_and_line() {
+    start_aml
+    train_pipeline
+    echo "compute_target: x" >>conf/prod/azureml.yml
+    run_flow 2 run --env prod
+    contains "$ERR" "conf/prod/azureml.yml:"
+    contains "$ERR" "unknown azureml setting 'compute_target'"
+    equals "$(count_of jobs.put)" 0 "PUTs"
+}
+
+test_throttling_and_dropped_connections_are_survived() {
+    start_aml
+    train_pipeline
+    aml_ctl POST faults '{"match": {"method": "PUT", "path_regex": "/jobs/"}, "action": "status", "status": 429, "retry_after": 1, "count": 2}' >/dev/null
+    aml_ctl POST faults '{"match": {"method": "GET", "path_regex": "/jobs/"}, "action": "drop", "count": 2}' >/dev/null
+    aml_ctl POST faults '{"match": {"method": "GET", "path_regex": "/jobs/"}, "action": "status", "status": 503, "count": 1}' >/dev/null
+    run_flow 0 run --env prod
+    no_crash
+    equals "$(requests_of jobs.put | grep -c '"status": 201')" 1 "jobs created"
+}
+
+test_expired_token_is_refreshed() {
+    start_aml --token-lifetime 3599
+    train_pipeline
+    aml_ctl POST config '{"phases": {"Running": 1.5}}' >/dev/null
+    run_flow_bg run --env prod
+    wait_for_status Running
+    aml_ctl POST expire_tokens >/dev/null
+    wait "$FLOW_PID" || { cat stderr.txt; return 1; }
+    tokens=$(aml_ctl GET stats | /usr/bin/python3 -c 'import json,sys; s=json.load(sys.stdin); print(sum(s["tokens_issued"].values()))')
+    [ "$tokens" -ge 2 ] || { echo "expected a second token, got $tokens"; return 1; }
+}
+
+# flow in the background, output in stdout.txt/stderr.txt.
+run_flow_bg() {
+    "$FLOW" "$@" >stdout.txt 2>stderr.txt &
+    FLOW_PID=$!
+}
+
+# Waits until the double's only job reached a status.
+wait_for_status() {
+    local i
+    for i in $(seq 200); do
+        if aml_ctl GET jobs | grep -q "\"status\": \"$1\""; then return 0; fi
+        sleep 0.05
+    done
+    echo "no job reached $1"; aml_ctl GET jobs; return 1
+}
+
+test_ctrl_c_cancels_the_job() {
+    start_aml
+    train_pipeline
+    aml_ctl POST config '{"phases": {"Running": 30}}' >/dev/null
+    run_flow_bg run --env prod
+    wait_for_status Running
+    kill -INT "$FLOW_PID"
+    set +e; wait "$FLOW_PID"; code=$?; set -e
+    equals "$code" 130 "exit status"
+    equals "$(count_of jobs.cancel)" 1 "cancel requests"
+    aml_ctl GET jobs | grep -q '"status": "Canceled"' || { echo "the job is not Canceled"; aml_ctl GET jobs; return 1; }
+}
+
+test_detach_then_resume_waits_without_a_second_job() {
+    start_aml
+    train_pipeline
+    aml_ctl POST config '{"phases": {"Running": 30}}' >/dev/null
+    run_flow_bg run --env prod --detach
+    wait_for_status Running
+    kill -INT "$FLOW_PID"
+    set +e; wait "$FLOW_PID"; code=$?; set -e
+    equals "$code" 130 "exit status"
+    equals "$(count_of jobs.cancel)" 0 "cancel requests"
+    contains "$(cat stderr.txt)" "left running"
+    aml_ctl POST config '{"phases": {"Running": 0.1}}' >/dev/null
+    run_flow 0 run --resume
+    equals "$(count_of jobs.put)" 1 "PUTs"
+}
+
+test_killed_run_resumes_without_a_second_job() {
+    start_aml
+    train_pipeline
+    aml_ctl POST config '{"phases": {"Running": 30}}' >/dev/null
+    run_flow_bg run --env prod
+    wait_for_status Running
+    kill -9 "$FLOW_PID"
+    wait "$FLOW_PID" 2>/dev/null || true
+    aml_ctl POST config '{"phases": {"Running": 0.1}}' >/dev/null
+    run_flow 0 run --resume
+    equals "$(count_of jobs.put)" 1 "PUTs"
+}
+
+test_flow_cancel_cancels_a_detached_run() {
+    start_aml
+    train_pipeline
+    aml_ctl POST config '{"phases": {"Running": 30}}' >/dev/null
+    run_flow_bg run --env prod --detach
+    wait_for_status Running
+    kill -INT "$FLOW_PID"
+    wait "$FLOW_PID" 2>/dev/null || true
+    run_flow 0 cancel
+    contains "$ERR" "is Canceled"
+    equals "$(count_of jobs.cancel)" 1 "cancel requests"
+}
+
+test_whoami_names_the_credential_without_secrets() {
+    start_aml
+    run_flow 0 azureml whoami --env prod
+    contains "$OUT" "client secret"
+    contains "$OUT" "$AML_DOUBLE_CLIENT_ID"
+    contains "$OUT" "token:"
+    not_contains "$OUT$ERR" "$AML_DOUBLE_CLIENT_SECRET"
+    AZURE_CLIENT_SECRET=wrong-secret run_flow 1 azureml whoami --env prod
+    contains "$ERR" "invalid_client"
+    not_contains "$OUT$ERR" "wrong-secret"
+}
+
+test_lua_step_needs_an_environment_with_flow() {
+    start_aml
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = distributed_job<framework = "pytorch", nodes = 2>(function() return 1 end), outputs = "m", name = "fit" },
+}
+L
+    run_flow 2 run --env prod
+    contains "$ERR" "step 'fit' (pipeline.lua:2)"
+    contains "$ERR" "flow_installed: true"
+    contains "$ERR" "examples/pytorch_ddp/azureml/Dockerfile"
+}
+
+test_remote_step_reading_local_data_is_refused_before_anything_runs() {
+    start_aml
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return 1 end, outputs = "x", name = "make" },
+  node{ func = distributed_job<framework = "pytorch", nodes = 2>(flow.command{ "python", "t.py", "${inputs.x}" }),
+        inputs = "x", name = "train" },
+}
+L
+    run_flow 2 run --env prod
+    contains "$ERR" "step 'train' (pipeline.lua:3) runs on Azure ML but reads 'x', which is on this machine"
+    equals "$(count_of jobs.put)" 0 "PUTs"
+}
