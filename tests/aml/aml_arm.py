@@ -18,7 +18,7 @@ import time
 import urllib.parse
 
 from aml_http import Reply, arm_error, iso, new_id
-from aml_jobs import ALL_STATUSES, TERMINAL, Job, control_value, parse_duration
+from aml_jobs import TERMINAL, Job, control_value, parse_duration
 from aml_schema import Problem, check_pending_upload
 
 PROVIDER = "Microsoft.MachineLearningServices"
@@ -294,7 +294,7 @@ class ArmApi:
 
     # -- paging ------------------------------------------------------------------
 
-    def _page(self, req, items, default_top=None):
+    def _page(self, req, items):
         """Slices items by $skipToken / $top; returns (reply or None, page, nextLink)."""
         token = req.q("$skipToken")
         start = 0
@@ -665,10 +665,9 @@ class ArmApi:
                                             "([A-Za-z_][A-Za-z0-9_]*)" % io[:-1]))
                 if v.get("uri"):
                     problems += self._check_uri(v["uri"], "properties.%s.%s.uri" % (io, k), runtime)
-        for knob in ("FLOW_DOUBLE_OUTCOME",):
-            val = control_value(props, knob)
-            if val is not None and val not in ("Failed", "Completed"):
-                problems.append(Problem("properties.tags." + knob, "the double knows Failed and Completed"))
+        outcome = control_value(props, "FLOW_DOUBLE_OUTCOME")
+        if outcome is not None and outcome not in ("Failed", "Completed"):
+            problems.append(Problem("FLOW_DOUBLE_OUTCOME", "the double knows Failed and Completed, not %r" % outcome))
         return problems, code
 
     # -- jobs ---------------------------------------------------------------------------
@@ -915,6 +914,3 @@ def _has_properties(have, spec):
         if k not in have or (eq and have[k] != v):
             return False
     return True
-
-
-__all__ = ["ArmApi", "ALL_STATUSES", "NAME_RE"]

@@ -12,10 +12,9 @@ import base64
 import datetime
 import hashlib
 import hmac
+import http.client
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 import xml.etree.ElementTree as ET
 
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -81,14 +80,16 @@ class BlobStore:
             canon_res += "\n%s:%s" % (k.lower(), params[k])
         sts = "\n".join([method, "", "", "", "", "", "", "", "", "", "", ""]) + "\n" + canon_headers + canon_res
         headers["Authorization"] = "SharedKey %s:%s" % (self.account, _sign(self.key, sts))
-        full = url + "?" + urllib.parse.urlencode(params)
-        req = urllib.request.Request(full, method=method, headers=headers,
-                                     data=b"" if method == "PUT" else None)
+        if method == "PUT":
+            headers["Content-Length"] = "0"
+        conn_class = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+        conn = conn_class(u.hostname, u.port, timeout=5)
         try:
-            with urllib.request.urlopen(req, timeout=5) as r:
-                return r.status, r.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
+            conn.request(method, u.path + "?" + urllib.parse.urlencode(params), headers=headers)
+            r = conn.getresponse()
+            return r.status, r.read()
+        finally:
+            conn.close()
 
     def ensure_container(self):
         """Creates the container once; returns None or why it failed."""

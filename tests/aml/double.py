@@ -78,7 +78,6 @@ import struct
 import sys
 import threading
 import time
-import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -349,13 +348,18 @@ class App:
 
     def stats(self):
         issued_by, issued = self.tokens.counts()
+        now = time.time()
+        with self.arm.lock:
+            for j in self.arm.jobs.values():
+                j.advance(now)
+            jobs = {name: j.status for name, j in self.arm.jobs.items()}
         with self.lock:
             return {"connections": sum(self.connections.values()), "connections_by_listener": dict(self.connections),
                     "tls_handshakes": self.tls_handshakes, "tls_handshake_failures": self.tls_failures,
                     "requests": self.seq, "requests_by_op": dict(self.by_op), "requests_by_status": dict(self.by_status),
                     "tokens_issued": issued, "tokens_by_credential": issued_by,
                     "faults_served": self.faults.served,
-                    "jobs": {name: j.status for name, j in self.arm.jobs.items()}}
+                    "jobs": jobs}
 
 
 def _decode_jwt(s):
