@@ -195,7 +195,7 @@ class ArmApi:
             return r
         sub, rg, ws, rest = m.group(1), m.group(2), m.group(3), m.group(4) or ""
         c = self.cfg
-        if sub != c["subscription"]:
+        if sub.lower() != c["subscription"].lower():
             r = arm_error(404, "SubscriptionNotFound", "The subscription '%s' could not be found." % sub)
         elif rg.lower() != c["resource_group"].lower():
             r = arm_error(404, "ResourceGroupNotFound", "Resource group '%s' could not be found." % rg)
@@ -534,7 +534,7 @@ class ArmApi:
         if not m or not (m.group(4) or "").startswith("/%s/" % kind):
             return None, Problem(field, "'%s' is not an ARM resource id of the form %s/%s/..." % (
                 value, self.ws_id(), kind))
-        if m.group(1) != c["subscription"] or m.group(2).lower() != c["resource_group"].lower() \
+        if m.group(1).lower() != c["subscription"].lower() or m.group(2).lower() != c["resource_group"].lower() \
                 or m.group(3).lower() != c["workspace"].lower():
             return None, Problem(field, "'%s' names another workspace than this one (%s)" % (value, self.ws_id()))
         return m.group(4)[len(kind) + 2:], None
@@ -831,7 +831,7 @@ class ArmApi:
         if req.method != "GET":
             r = arm_error(405, "MethodNotAllowed", "The requested resource does not support http method '%s'." %
                           req.method)
-        elif m.group(1) != c["subscription"]:
+        elif m.group(1).lower() != c["subscription"].lower():
             r = arm_error(404, "SubscriptionNotFound", "The subscription '%s' could not be found." % m.group(1))
         else:
             with self.lock:
