@@ -40,9 +40,12 @@ FAULTSHIM  := $(BUILD)/tests/libfaultshim.so
 .PHONY: all deps test-deps demo check test unit e2e bench clean asan
 all: flow
 
-# Packages the tests use beyond the build: real PyTorch (DDP), Open MPI, and
-# strace (the power-loss order of group commit, t_resume.sh).
-TEST_PKGS := python3-torch openmpi-bin python3-mpi4py strace
+# Packages the tests use beyond the build: real PyTorch (DDP), Open MPI,
+# strace (the power-loss order of group commit, t_resume.sh), and what the
+# Azure ML test double runs on (tests/aml/: Debian's python3 with jsonschema
+# and cryptography, the openssl and curl commands).
+TEST_PKGS := python3-torch openmpi-bin python3-mpi4py strace python3-jsonschema python3-cryptography \
+             openssl curl
 
 deps:
 	@tools/deps.sh
