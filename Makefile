@@ -40,9 +40,11 @@ FAULTSHIM  := $(BUILD)/tests/libfaultshim.so
 .PHONY: all deps test-deps demo check test unit e2e bench clean asan
 all: flow
 
-# Packages the tests use beyond the build: real PyTorch (DDP), Open MPI, and
-# strace (the power-loss order of group commit, t_resume.sh).
-TEST_PKGS := python3-torch openmpi-bin python3-mpi4py strace
+# Packages the tests use beyond the build: real PyTorch (DDP), Open MPI,
+# strace (the power-loss order of group commit, t_resume.sh), and the Azure ML
+# SDK (python3-azure: test_aml_snapshot checks the code snapshot's hash
+# against its own).
+TEST_PKGS := python3-torch openmpi-bin python3-mpi4py strace python3-azure
 
 deps:
 	@tools/deps.sh
