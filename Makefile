@@ -53,6 +53,7 @@ deps:
 
 test-deps:
 	@tools/deps.sh $(TEST_PKGS)
+	@tools/azurite.sh >/dev/null
 
 # ./flow is always the normal build (make asan tests build-asan/flow in place).
 # Copy then rename: replacing a binary that is running must not fail.

@@ -14,6 +14,7 @@
  * is over.  The Lua side hands plain data; settings, the body and the
  * protocol are C's (engine/azureml/). */
 #include "flowlua.h"
+#include "azureml/code.h"
 #include "azureml/job_body.h"
 #include "azureml/jobs.h"
 #include "azureml/settings.h"
@@ -160,7 +161,7 @@ static int l_connect(lua_State *L)
         return 1;
     }
     const char *ca = lua_istable(L, 2) ? flow_field_string(L, 2, "ca_file") : NULL;
-    struct aml_client_options o = { .ca_file = ca, .trace = trace_line };
+    struct aml_client_options o = { .ca_file = ca, .trace = trace_line, .pool = flow_work_pool(L) };
     char err[1024];
     c->client = aml_client_new(flow_state_loop(L), &c->settings, &o, err, sizeof err);
     if (!c->client) {
@@ -442,7 +443,50 @@ static int l_run_job(lua_State *L)
     return push_job_result(L, b);
 }
 
+static int push_code_result(lua_State *L, struct job_box *b)
+{
+    const char *id = aml_code_wait_id(b->wait);
+    int n = 1;
+    if (id) lua_pushstring(L, id);
+    else {
+        const char *err = aml_code_wait_error(b->wait);
+        lua_pushnil(L);
+        lua_pushstring(L, err ? err : "the code snapshot was not made");
+        n = 2;
+    }
+    step_wait_free(b->wait);
+    b->wait = NULL;
+    return n;
+}
+
+static int code_continue(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    return push_code_result(L, (struct job_box *)ctx);
+}
+
+/* code_id(root) -> the ARM id of the run's code asset | nil, why.  The first
+ * call scans, hashes and (unless Azure ML has the same files) uploads the
+ * project; later ones wait for the same result. */
+static int l_code_id(lua_State *L)
+{
+    struct aml_client *client = connected(L);
+    const char *root = luaL_checkstring(L, 2);
+    struct job_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+    memset(b, 0, sizeof *b);
+    luaL_setmetatable(L, JOB_CLASS);
+    b->co = flow_step_can_yield(L) ? L : NULL;
+    b->wait = aml_code_wait(client, root, job_done, b);
+    if (b->co) {
+        flow_step_wait(L, b->wait);
+        return lua_yieldk(L, 0, (lua_KContext)b, code_continue);
+    }
+    block_on_job(flow_state_loop(L), b);
+    return push_code_result(L, b);
+}
+
 static const luaL_Reg client_methods[] = {
+    { "code_id", l_code_id },
     { "info", l_info },
     { "compute_for", l_compute_for },
     { "tags_name_compute", l_tags_name_compute },

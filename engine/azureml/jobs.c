@@ -1,26 +1,15 @@
 /* jobs.c — Azure ML command jobs as step waits (jobs.h). */
 #include "azureml/jobs.h"
 
+#include "azureml/arm.h"
+#include "azureml/client.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
-#include <openssl/crypto.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define FIRST_POLL 1.0          /* seconds: a job's first polls come sooner than poll_interval */
-
-struct aml_job;
-
-struct aml_client {
-    struct loop *loop;
-    const struct aml_settings *settings;
-    struct http_client *http;
-    struct aml_auth *auth;
-    char *workspace_id;
-    bool detach;
-    struct aml_job *zombies;     /* freed by their owner, waiting for a cancelled transfer */
-};
 
 /* What the job waits for now. */
 enum job_phase {
@@ -31,21 +20,11 @@ enum job_phase {
     PHASE_DONE,
 };
 
-/* One request in flight: what to send once a token is at hand. */
-struct pending {
-    const char *method;
-    char *url;
-    char *body;
-    bool retried_401;
-};
-
 struct aml_job {
     struct step_wait wait;       /* first: the wait is the job */
     struct aml_client *client;
     enum job_phase phase;
-    struct pending req;
-    bool want_token;             /* a token callback is pending */
-    struct http_transfer *xfer;
+    struct arm_call *call;       /* the request in flight, or NULL */
     unsigned long timer;         /* the next poll, or 0 */
     double next_poll;            /* seconds between polls now */
     char *name, *body, *status, *studio, *error;
@@ -54,59 +33,12 @@ struct aml_job {
     aml_job_event_fn on_event;
     step_wait_done_fn done;
     void *arg;
-    struct aml_job *next_zombie;
+    struct aml_job *next_zombie;  /* freed by its owner, its last call still out */
 };
 
-static void job_request(struct aml_job *j, const char *method, char *url, char *body);
+static void job_request(struct aml_job *j, const char *method, char *body);
 static void job_poll_later(struct aml_job *j);
-
-/* ---- the client ---------------------------------------------------------- */
-
-struct aml_client *aml_client_new(struct loop *loop, const struct aml_settings *s, const struct aml_client_options *o,
-                                  char *err, size_t errlen)
-{
-    struct http_options hopt = { .ca_file = o ? o->ca_file : NULL, .trace = o ? o->trace : NULL,
-                                 .trace_ctx = o ? o->trace_ctx : NULL };
-    struct http_client *http = http_client_new(loop, &hopt, err, errlen);
-    if (!http) return NULL;
-    struct aml_auth_options aopt = { .authority_host = s->authority_host, .envp = o ? o->envp : NULL };
-    struct aml_auth *auth = aml_auth_new(loop, http, &aopt, err, errlen);
-    if (!auth) {
-        http_client_free(http);
-        return NULL;
-    }
-    struct aml_client *c = xcalloc(1, sizeof *c);
-    *c = (struct aml_client){ .loop = loop, .settings = s, .http = http, .auth = auth,
-                              .workspace_id = aml_workspace_id(s) };
-    return c;
-}
-
 static void job_release(struct aml_job *j);
-
-void aml_client_free(struct aml_client *c)
-{
-    if (!c) return;
-    aml_auth_free(c->auth);
-    http_client_free(c->http);          /* drops the zombies' transfers without calling back */
-    while (c->zombies) {
-        struct aml_job *z = c->zombies;
-        c->zombies = z->next_zombie;
-        job_release(z);
-    }
-    free(c->workspace_id);
-    free(c);
-}
-
-struct aml_auth *aml_client_auth(struct aml_client *c) { return c->auth; }
-struct http_client *aml_client_http(struct aml_client *c) { return c->http; }
-const struct aml_settings *aml_client_settings(const struct aml_client *c) { return c->settings; }
-void aml_client_set_detach(struct aml_client *c, bool detach) { c->detach = detach; }
-
-char *aml_client_url(const struct aml_client *c, const char *rest)
-{
-    return xasprintf("%s%s/%s%sapi-version=%s", c->settings->arm_endpoint, c->workspace_id, rest,
-                     strchr(rest, '?') ? "&" : "?", c->settings->api_version);
-}
 
 bool aml_job_status_terminal(const char *status)
 {
@@ -114,6 +46,15 @@ bool aml_job_status_terminal(const char *status)
     for (size_t i = 0; i < sizeof final / sizeof *final; i++)
         if (strcmp(status, final[i]) == 0) return true;
     return false;
+}
+
+void aml_jobs_release_zombies(struct aml_client *c)
+{
+    while (c->zombies) {
+        struct aml_job *z = c->zombies;
+        c->zombies = z->next_zombie;
+        job_release(z);
+    }
 }
 
 /* ---- a job's life -------------------------------------------------------- */
@@ -204,7 +145,7 @@ static void advance(struct aml_job *j)
     } else if (j->info.cancelled && exists && !j->cancel_sent) {
         j->cancel_sent = true;
         j->phase = PHASE_CANCEL;
-        job_request(j, "POST", NULL, NULL);
+        job_request(j, "POST", NULL);
     } else if (j->info.cancelled && (j->forced || !exists)) finish(j);
     else job_poll_later(j);
 }
@@ -217,37 +158,33 @@ static void on_lookup(struct aml_job *j, const struct http_response *resp)
     }
     if (resp->status == 404 && !j->info.cancelled) {
         j->phase = PHASE_SUBMIT;
-        job_request(j, "PUT", NULL, xstrdup(j->body));
+        job_request(j, "PUT", xstrdup(j->body));
         return;
     }
     if (resp->status == 404 || read_job(j, resp)) advance(j);
 }
 
+static void unlist_zombie(struct aml_job *j)
+{
+    struct aml_job **p = &j->client->zombies;
+    while (*p && *p != j) p = &(*p)->next_zombie;
+    if (*p) *p = j->next_zombie;
+}
+
 static void on_response(void *arg, const struct http_response *resp)
 {
     struct aml_job *j = arg;
-    j->xfer = NULL;
-    if (j->owner_freed) {                                     /* the zombie's last transfer */
-        struct aml_job **p = &j->client->zombies;
-        while (*p && *p != j) p = &(*p)->next_zombie;
-        if (*p) *p = j->next_zombie;
+    j->call = NULL;
+    if (j->owner_freed) {                                     /* the zombie's last call */
+        unlist_zombie(j);
         job_release(j);
         return;
     }
     if (resp->cancelled) {
-        finish(j);
+        advance(j);
         return;
     }
     bool lookup_miss = j->phase == PHASE_LOOKUP && resp->status == 404;
-    if (resp->status == 401 && !j->req.retried_401) {         /* a token the service no longer takes */
-        aml_auth_invalidate(j->client->auth);
-        j->req.retried_401 = true;
-        job_request(j, j->req.method, j->req.url, j->req.body);
-        return;
-    }
-    free(j->req.url);
-    free(j->req.body);
-    j->req = (struct pending){ 0 };
     if ((resp->status < 200 || resp->status > 299) && !lookup_miss) {
         char msg[2048];
         http_error_message(resp, msg, sizeof msg);
@@ -270,40 +207,15 @@ static void on_response(void *arg, const struct http_response *resp)
     }
 }
 
-static void on_token(void *arg, const char *token, const char *error)
+/* Sends method to the job's URL (POST: its cancel URL); takes body. */
+static void job_request(struct aml_job *j, const char *method, char *body)
 {
-    struct aml_job *j = arg;
-    j->want_token = false;
-    if (!token) {
-        fail(j, "Azure ML job %s: no token for Azure: %s", error);
-        return;
-    }
-    char *auth = xasprintf("Authorization: Bearer %s", token);
-    const char *headers[] = { auth, "Content-Type: application/json", "Accept: application/json", NULL };
-    struct http_request req = { .method = j->req.method, .url = j->req.url, .headers = headers,
-                                .body = j->req.body, .body_len = j->req.body ? strlen(j->req.body) : 0 };
-    char err[512];
-    j->xfer = http_send(j->client->http, &req, on_response, j, err, sizeof err);
-    OPENSSL_cleanse(auth, strlen(auth));
-    free(auth);
-    if (!j->xfer) fail(j, "Azure ML job %s: %s", err);
-}
-
-/* Sends method to url (NULL: the job's own URL; POST: its cancel URL) once a
- * token is at hand.  Takes url and body. */
-static void job_request(struct aml_job *j, const char *method, char *url, char *body)
-{
-    if (!url) {
-        char *rest = xasprintf(strcmp(method, "POST") == 0 ? "jobs/%s/cancel" : "jobs/%s", j->name);
-        url = aml_client_url(j->client, rest);
-        free(rest);
-    }
-    if (url != j->req.url) free(j->req.url);
-    if (body != j->req.body) free(j->req.body);
-    bool retried = j->req.retried_401 && url == j->req.url;
-    j->req = (struct pending){ .method = method, .url = url, .body = body, .retried_401 = retried };
-    j->want_token = true;
-    aml_auth_get_token(j->client->auth, on_token, j);
+    char *rest = xasprintf(strcmp(method, "POST") == 0 ? "jobs/%s/cancel" : "jobs/%s", j->name);
+    char *url = aml_client_url(j->client, rest);
+    j->call = arm_call_start(j->client, method, url, body, on_response, j);
+    free(rest);
+    free(url);
+    free(body);
 }
 
 static void on_poll_timer(void *arg)
@@ -311,7 +223,7 @@ static void on_poll_timer(void *arg)
     struct aml_job *j = arg;
     j->timer = 0;
     j->phase = PHASE_POLL;
-    job_request(j, "GET", NULL, NULL);
+    job_request(j, "GET", NULL);
 }
 
 /* The first polls come after FIRST_POLL seconds, then each twice as late as
@@ -345,16 +257,10 @@ static void job_cancel(struct step_wait *w, enum cancel_mode mode)
     if (j->phase == PHASE_DONE) return;
     j->info.cancelled = true;
     if (mode == CANCEL_FORCED) j->forced = true;
-    bool abandon = j->phase == PHASE_LOOKUP || j->client->detach || (j->forced && j->cancel_sent)
-                   || (j->phase == PHASE_SUBMIT && !j->xfer);
-    if (j->xfer) {
-        if (abandon) http_cancel(j->xfer);         /* its answer (cancelled) finishes the job */
+    bool abandon = j->phase == PHASE_LOOKUP || j->client->detach || (j->forced && j->cancel_sent);
+    if (j->call) {
+        if (abandon) arm_call_cancel(j->call);     /* its answer (or cancelled) comes to on_response */
         return;
-    }
-    if (j->want_token) {
-        if (!abandon) return;                      /* the request goes out, advance() follows */
-        aml_auth_forget(j->client->auth, j);
-        j->want_token = false;
     }
     if (j->timer) loop_cancel_timer(j->client->loop, j->timer);
     j->timer = loop_add_timer(j->client->loop, 0, on_cancel_turn, j);      /* never synchronously */
@@ -362,8 +268,6 @@ static void job_cancel(struct step_wait *w, enum cancel_mode mode)
 
 static void job_release(struct aml_job *j)
 {
-    free(j->req.url);
-    free(j->req.body);
     free(j->name);
     free(j->body);
     free(j->status);
@@ -378,9 +282,8 @@ static void job_free(struct step_wait *w)
     step_wait_detach(w);
     j->owner_freed = true;
     if (j->timer) loop_cancel_timer(j->client->loop, j->timer);
-    if (j->want_token) aml_auth_forget(j->client->auth, j);
-    if (j->xfer) {                           /* released when its cancelled answer arrives */
-        http_cancel(j->xfer);
+    if (j->call) {                  /* released when the call's answer arrives, or with the client */
+        arm_call_cancel(j->call);
         j->next_zombie = j->client->zombies;
         j->client->zombies = j;
         return;
@@ -408,7 +311,7 @@ struct step_wait *aml_job_start(struct aml_client *c, const char *name, const ch
     j->arg = arg;
     j->phase = PHASE_LOOKUP;
     refresh_info(j);
-    job_request(j, "GET", NULL, NULL);
+    job_request(j, "GET", NULL);
     return &j->wait;
 }
 

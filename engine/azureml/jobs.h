@@ -34,6 +34,7 @@ struct aml_client_options {
     void (*trace)(void *ctx, const char *line);   /* `-v`: one line per HTTP attempt */
     void *trace_ctx;
     char *const *envp;                /* the credential's environment; NULL: environ */
+    struct work_pool *pool;           /* where the code snapshot is scanned and hashed; NULL: the loop */
 };
 
 /* NULL with a message (a credential half set, libcurl unusable).  The
@@ -44,6 +45,7 @@ struct aml_client *aml_client_new(struct loop *loop, const struct aml_settings *
 void aml_client_free(struct aml_client *c);
 struct aml_auth *aml_client_auth(struct aml_client *c);
 struct http_client *aml_client_http(struct aml_client *c);
+struct loop *aml_client_loop(struct aml_client *c);
 const struct aml_settings *aml_client_settings(const struct aml_client *c);
 /* Cancels leave jobs running (flow run --detach). */
 void aml_client_set_detach(struct aml_client *c, bool detach);

@@ -74,6 +74,11 @@ function Run:run_remote(n)
   local spec = remote.job_spec(self, n, place, name, fail)
   spec.attach_only = prior ~= nil and name == prior.job
   if not spec.attach_only then
+    local id, why = self.aml:code_id(self.root)     -- the project's files, once per run
+    if not id then fail(why) end
+    spec.code_id = id
+  end
+  if not spec.attach_only then
     self.journal:append(util.record_json { event = "remote_job", step = n.name, attempt = rec.attempts or 1,
                                            backend = "azureml", job = name, fp = rec.fp, time = core.time() })
     self.journal:sync()

@@ -67,3 +67,33 @@ aml_ctl() {
         aml_curl -X "$method" "$AML_DOUBLE_URL/_double/$path"
     fi
 }
+
+# azurite_start DIR — Azurite's blob service (tools/azurite.sh installs it) on a free port,
+# data in DIR; sets AZURITE_BLOB_ENDPOINT (http://127.0.0.1:PORT/devstoreaccount1) and
+# AZURITE_PID.  The caller stops it (azurite_stop).
+azurite_start() {
+    local dir=$1 bin port i
+    bin=$("$AML_DOUBLE_HOME/../../tools/azurite.sh") || return 1
+    mkdir -p "$dir"
+    port=$("$AML_DOUBLE_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    "$bin" --blobHost 127.0.0.1 --blobPort "$port" --location "$dir" --silent --disableTelemetry \
+        >"$dir/azurite.log" 2>&1 &
+    AZURITE_PID=$!
+    for i in $(seq 200); do
+        if "$AML_DOUBLE_PY" -c "import socket, sys; socket.create_connection(('127.0.0.1', $port), 0.2)" 2>/dev/null; then
+            AZURITE_BLOB_ENDPOINT=http://127.0.0.1:$port/devstoreaccount1
+            return 0
+        fi
+        kill -0 "$AZURITE_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "azurite did not start:"; cat "$dir/azurite.log"; return 1
+}
+
+azurite_stop() {
+    if [ -n "${AZURITE_PID:-}" ]; then
+        kill "$AZURITE_PID" 2>/dev/null || true
+        wait "$AZURITE_PID" 2>/dev/null || true
+        AZURITE_PID=
+    fi
+}

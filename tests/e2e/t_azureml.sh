@@ -4,10 +4,20 @@
 
 source "$FLOW_ROOT/tests/aml/double_lib.sh"
 
-# The double, a credential for it in the environment, and conf/prod/azureml.yml.
+# One Azurite for the suite (the code snapshot's blobs go there), stopped
+# when the runner exits.
+AZURITE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/flow-azurite.XXXXXX")
+azurite_start "$AZURITE_DIR" || exit 1
+trap 'azurite_stop; rm -rf "$AZURITE_DIR"' EXIT
+
+# The double (beside the project, not in it: its files are no code to
+# upload), a credential for it in the environment, and, in the project
+# directory ./proj, which becomes the working directory, conf/prod/azureml.yml.
 start_aml() {
     aml_double_available || { echo "the AML double needs /usr/bin/python3 with jsonschema and cryptography, openssl and curl (make test-deps)"; return 1; }
-    aml_double_start "$PWD/.double" --phase-seconds 0.1 "$@"
+    aml_double_start "$PWD/double" --phase-seconds 0.1 --blob-endpoint "$AZURITE_BLOB_ENDPOINT" "$@"
+    mkdir -p proj
+    cd proj
     export FLOW_CA_BUNDLE=$AML_DOUBLE_CA_FILE AZURE_AUTHORITY_HOST=$AML_DOUBLE_URL
     export AZURE_TENANT_ID=$AML_DOUBLE_TENANT AZURE_CLIENT_ID=$AML_DOUBLE_CLIENT_ID
     export AZURE_CLIENT_SECRET=$AML_DOUBLE_CLIENT_SECRET
