@@ -42,10 +42,11 @@ all: flow
 
 # Packages the tests use beyond the build: real PyTorch (DDP), Open MPI,
 # strace (the power-loss order of group commit, t_resume.sh), what the Azure
-# ML test double runs on (tests/aml/: Debian's python3 with jsonschema and
-# cryptography, the openssl and curl commands), and the Azure ML SDK itself
-# (python3-azure), the ground truth for the code snapshot's content hash.
-TEST_PKGS := python3-torch openmpi-bin python3-mpi4py strace python3-jsonschema python3-cryptography \
+# ML test double and test_aml_http's server run on (Debian's python3 with
+# jsonschema and cryptography, the openssl and curl commands), and the Azure
+# ML SDK itself (python3-azure), the ground truth for the code snapshot's
+# content hash.  Azurite (npm) is installed by tools/azurite.sh.
+TEST_PKGS := python3-torch openmpi-bin python3-mpi4py strace python3 python3-jsonschema python3-cryptography \
              openssl curl python3-azure
 
 deps:
