@@ -378,8 +378,8 @@ static char *blob_url(const struct aml_code *code, const char *name, const char 
 /* Block ids: the same length for every block of a blob, base64 of "%06zu". */
 static void block_id(size_t block, char out[16])
 {
-    char raw[8];
-    snprintf(raw, sizeof raw, "%06zu", block);
+    char raw[32];               /* 6 digits: at most 50,000 blocks a blob */
+    snprintf(raw, sizeof raw, "%06zu", block % 1000000);
     EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)raw, 6);
 }
 
