@@ -40,9 +40,10 @@ FAULTSHIM  := $(BUILD)/tests/libfaultshim.so
 .PHONY: all deps test-deps demo check test unit e2e bench clean asan
 all: flow
 
-# Packages the tests use beyond the build: real PyTorch (DDP), Open MPI, and
-# strace (the power-loss order of group commit, t_resume.sh).
-TEST_PKGS := python3-torch openmpi-bin python3-mpi4py strace
+# Packages the tests use beyond the build: real PyTorch (DDP), Open MPI,
+# strace (the power-loss order of group commit, t_resume.sh), and python3 with
+# the openssl command for test_aml_http's HTTPS server and its throwaway CAs.
+TEST_PKGS := python3-torch openmpi-bin python3-mpi4py strace python3 openssl
 
 deps:
 	@tools/deps.sh

@@ -9,8 +9,10 @@
  * - every request carries a fresh `x-ms-client-request-id` (a UUID v4);
  * - 408, 429, 500, 502, 503, 504 and transport errors (connect, reset, timeout)
  *   are retried with exponential back-off (base × 2^(n-1), ±20 % jitter,
- *   capped) or after `Retry-After` (seconds or an HTTP date) when the server
- *   says so, at most `max_retries` times; no other status is retried;
+ *   capped) or after `Retry-After` (seconds or an HTTP date; azure-core's
+ *   x-ms-retry-after-ms first) when the server says so, at most `max_retries`
+ *   times; no other status is retried, nor a certificate that does not
+ *   verify or a host name that does not resolve;
  * - TLS verification is always on; `ca_file` adds a CA to the system's (the
  *   system directory stays trusted);
  * - nothing secret is ever put into a message: URLs in messages lose their
@@ -71,36 +73,52 @@ struct http_response {
     int attempts;                    /* 1 + the retries made */
     bool cancelled;
     const char *error;               /* status 0: why (curl's message), else NULL */
+    const char *url;                 /* the request's URL as messages show it (http_url_for_display) */
 };
 
 typedef void (*http_done_fn)(void *arg, const struct http_response *resp);
 
-/* NULL with a message if libcurl cannot be set up. */
+/* NULL with a message if libcurl cannot be set up, or ca_file cannot be read.
+ * At most 8 connections to one host are open at a time; further requests
+ * wait in libcurl for one (that wait counts toward their timeout). */
 struct http_client *http_client_new(struct loop *loop, const struct http_options *opt, char *err, size_t errlen);
-/* Transfers still in flight are cancelled; their callbacks are not called. */
+/* Transfers still in flight are cancelled; their callbacks are not called.
+ * May be called from a done callback (the transfer being delivered is then
+ * no longer the client's; its callback was called). */
 void http_client_free(struct http_client *c);
 
 /* Starts a request (with its retries).  done(arg, resp) is always called
- * later from the loop, never from within http_send.  NULL with a message
- * only when the request cannot be made at all (a bad method or URL). */
+ * later from the loop, never from within http_send, exactly once (unless the
+ * client is freed first); the transfer is freed after done returns.  NULL
+ * with a message only when the request cannot be made at all (a bad method,
+ * URL or header line, a body for GET or HEAD, a body file that cannot be
+ * opened or is shorter than its range).
+ *
+ * Re-entrancy: done may call http_send, http_cancel (of any transfer; of its
+ * own it is a no-op) and http_client_free.  trace must not call into the
+ * client: it runs in the middle of an attempt's bookkeeping. */
 struct http_transfer *http_send(struct http_client *c, const struct http_request *req, http_done_fn done,
                                 void *arg, char *err, size_t errlen);
-/* Stops a transfer (and any retry it waits to make): done is called later
- * with status 0 and cancelled true.  Nothing happens after done ran. */
+/* Stops a transfer (and any retry it waits to make): done is called later,
+ * never from within http_cancel, with status 0 and cancelled true.  When the
+ * answer already came and only its delivery is pending, done gets that
+ * answer instead (a PUT that took effect is reported as such).  t must not
+ * be used once its done has returned: it is freed then. */
 void http_cancel(struct http_transfer *t);
 
 /* How many transfers are in flight (waiting to retry included). */
 size_t http_client_in_flight(const struct http_client *c);
 
-/* "METHOD scheme://host/path" of a URL, without its query string or
- * fragment, into buf (truncated to fit): what a message may show. */
+/* "scheme://host/path" of a URL, without its query string, fragment or
+ * user:password@, into buf (truncated to fit): what a message may show. */
 void http_url_for_display(const char *url, char *buf, size_t buflen);
 
 /* An error message for a failed response, into buf: for an ARM error body
  * ({"error": {"code", "message"}}) "CODE: message", for an Entra one
- * ({"error", "error_description"}) likewise, else the status line and the
- * start of the body; always followed by " (HTTP 404, x-ms-request-id …)"
- * when there was an answer, or by the transport error. */
+ * ({"error", "error_description"}) likewise, else the reason phrase and the
+ * start of the body ("Bad Gateway: <html>…"); always followed by
+ * " (HTTP 404, x-ms-request-id …)" when there was an answer.  Without one:
+ * "could not reach https://host/path: <curl's message> (after 4 attempts)". */
 void http_error_message(const struct http_response *resp, char *buf, size_t buflen);
 
 /* Percent-encodes s (RFC 3986 unreserved kept) onto a malloc'd string. */
