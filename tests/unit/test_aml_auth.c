@@ -1107,10 +1107,16 @@ static bool start_server(void)
     close(fds[1]);
     free(script);
     char line[32] = "";
-    ssize_t got = rc == 0 ? read(fds[0], line, sizeof line - 1) : -1;
+    size_t len = 0;
+    while (rc == 0 && len < sizeof line - 1 && !memchr(line, '\n', len)) {
+        ssize_t got = read(fds[0], line + len, sizeof line - 1 - len);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        len += (size_t)got;
+    }
     close(fds[0]);
-    if (got <= 0) return false;
-    line[got] = '\0';
+    line[len] = '\0';
+    if (!memchr(line, '\n', len)) return false;
     g_port = atoi(line);
     snprintf(g_authority, sizeof g_authority, "http://127.0.0.1:%d", g_port);
     return g_port > 0;
