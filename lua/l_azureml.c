@@ -515,7 +515,8 @@ static const luaL_Reg azureml_funcs[] = {
 int luaopen_flow_azureml(lua_State *L)
 {
     flow_new_class(L, CLIENT_CLASS, client_methods, client_gc);
-    flow_new_class(L, JOB_CLASS, NULL, job_gc);
+    static const luaL_Reg no_methods[] = { { NULL, NULL } };
+    flow_new_class(L, JOB_CLASS, no_methods, job_gc);
     luaL_newlib(L, azureml_funcs);
     return 1;
 }

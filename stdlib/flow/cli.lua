@@ -492,14 +492,16 @@ local function resume_args(opts, pos)
   return start, completed, finished, dir, M.unfinished_jobs(events)
 end
 
--- The Azure ML jobs a run's journal says it submitted and did not see end:
--- {[step] = {job =, fp =}} (the newest attempt of each step).
+-- The Azure ML jobs of a run's journal whose steps did not complete: {[step]
+-- = {job =, fp =}} (each step's newest).  An interrupted step's job may still
+-- run (--detach, or flow was killed); a failed one's is over, which adopting
+-- or cancelling it finds out.
 function M.unfinished_jobs(events)
   local jobs = {}
   for _, ev in ipairs(events) do
     if ev.event == "remote_job" and type(ev.step) == "string" and type(ev.job) == "string" then
       jobs[ev.step] = { job = ev.job, fp = ev.fp or "" }
-    elseif ev.event == "step_end" and type(ev.step) == "string" then
+    elseif ev.event == "step_end" and type(ev.step) == "string" and (ev.status == "ok" or ev.status == "up to date") then
       jobs[ev.step] = nil
     end
   end

@@ -102,8 +102,10 @@ function Run:run_remote(n)
     return self:run_remote(n)                 -- the adopted job ended badly: this run submits its own
   end
   if r.detached then
-    error(step_failure { quiet = true, message = string.format(
-      "step '%s': Azure ML job %s left running (--detach); `flow run --resume` waits for it", n.name, r.name) })
+    local msg = string.format("step '%s': Azure ML job %s left running (--detach): `flow run --resume` "
+      .. "waits for it, `flow cancel` cancels it", n.name, r.name)
+    core.ui_info(msg)                          -- an interrupted run reports no step's failure
+    error(step_failure { quiet = true, message = msg })
   end
   if r.cancelled then
     if core.interrupted() > 0 then

@@ -6,7 +6,8 @@ file=$1
 source "$(dirname "$0")/lib.sh"
 source "$file"
 p=0 f=0 s=0
-for t in $(declare -F | awk '{print $3}' | grep '^test_'); do
+# FLOW_TEST_ONLY=REGEX runs only the tests whose names match (while working on one).
+for t in $(declare -F | awk '{print $3}' | grep '^test_' | grep -E -- "${FLOW_TEST_ONLY:-.}"); do
     dir=$(mktemp -d "${TMPDIR:-/tmp}/flow-e2e.XXXXXX")
     log="$dir.log"
     ( cd "$dir" && set -e && "$t" ) >"$log" 2>&1
