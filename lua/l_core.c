@@ -379,7 +379,8 @@ static int l_parse_duration(lua_State *L)
 {
     double seconds;
     if (!duration_parse(luaL_checkstring(L, 1), lua_toboolean(L, 2), &seconds)) return 0;
-    lua_pushnumber(L, seconds);
+    if (seconds < 9e15 && seconds == (double)(lua_Integer)seconds) lua_pushinteger(L, (lua_Integer)seconds);   /* "90m" is 5400 */
+    else lua_pushnumber(L, seconds);
     return 1;
 }
 

@@ -97,6 +97,8 @@ end
 -- The plan's remote placements: {[i] = placement} for the steps Azure ML
 -- runs, and the client (nil when nothing goes there).
 function M.plan(nodes, settings, dists, cat, defaults)
+  -- inside an Azure ML job (a Lua step's `flow run … --nodes`), everything runs here
+  if os.getenv("FLOW_IN_AZUREML_JOB") then return {}, nil end
   local aml = M.load(settings)
   if not aml then return {}, nil end
   local info = aml:info()
@@ -212,7 +214,7 @@ end
 function M.job_spec(run, n, place, name, fail)
   local line, env
   if n.kind == "command" then line, env = command_line(run, n, fail)
-  else line, env = flow_line(run, n), {} end
+  else line, env = flow_line(run, n), { FLOW_IN_AZUREML_JOB = "1" } end
   local outputs = {}
   for i, io in ipairs(n.outputs) do outputs[i] = io.arg end
   local rec = run.records[n.name]

@@ -56,8 +56,9 @@ no_secrets() {
     local tok
     tok=$(aml_token)
     not_contains "$OUT$ERR" "$AML_DOUBLE_CLIENT_SECRET" "flow's output"
+    not_contains "$OUT$ERR" "sig=" "flow's output (a SAS signature)"
     local hits
-    hits=$(grep -rlF -e "$AML_DOUBLE_CLIENT_SECRET" -e "$tok" .flow || true)
+    hits=$(grep -rlF -e "$AML_DOUBLE_CLIENT_SECRET" -e "$tok" -e "sig=" .flow || true)
     equals "$hits" "" "files under .flow/ holding a secret"
 }
 
@@ -93,6 +94,41 @@ test_distributed_step_runs_as_an_azureml_job() {
     # the job's name was journaled before its PUT
     contains "$(cat .flow/runs/latest/journal.jsonl)" '"event":"remote_job"'
     no_secrets
+}
+
+test_verbose_run_shows_requests_but_no_secret() {
+    start_aml
+    train_pipeline
+    run_flow 0 run --env prod -v
+    contains "$ERR" "azureml: PUT https://127.0.0.1:"
+    contains "$ERR" "x-ms-request-id"
+    no_secrets
+    # the snapshot went up once, through the SAS, and is reused by a new job
+    contains "$(requests_of codes.start_pending_upload)" '"status": 200'
+    run_flow 0 run --env prod --force
+    equals "$(count_of codes.start_pending_upload)" 1 "pending uploads"
+    equals "$(count_of jobs.put)" 2 "PUTs"
+}
+
+# Hundreds of jobs at once on the one loop, in the remote pool: -j 1 does
+# not bound them, and a local step runs beside them.
+test_many_jobs_do_not_hold_local_slots() {
+    start_aml
+    write pipeline.lua <<'L'
+local nodes = { node{ command = "sleep 0.5; echo here > ${outputs.o}", outputs = "o", name = "local" } }
+for i = 1, 120 do
+  nodes[#nodes + 1] = node{ command = { "python", "train.py", "--seed", tostring(i) }, name = "job" .. i, tags = { "gpu" } }
+end
+return pipeline(nodes)
+L
+    sed -i 's/^compute:/dispatch: tagged\ncompute:/' conf/prod/azureml.yml
+    start=$(date +%s.%N)
+    run_flow 0 run --env prod -j 1
+    no_crash
+    equals "$(count_of jobs.put)" 120 "PUTs"
+    equals "$(cat .flow/data/o)" here "the local step's output"
+    # one upload of the snapshot for all of them
+    equals "$(count_of codes.start_pending_upload)" 1 "pending uploads"
 }
 
 test_rerun_with_nothing_changed_submits_nothing() {
