@@ -36,6 +36,7 @@ struct life {
     char *error;                 /* the first line of the last failure, redacted */
     char *report;                /* what to print of it, or NULL */
     char *fp, *parts;            /* from the body at the start */
+    char *remote;                /* the remote job the last attempt ran as (JSON), or NULL */
     struct step_wait *backoff;   /* a retry's timer */
     struct step_wait_list waits;
 };
@@ -254,6 +255,7 @@ static void step_end_line(struct step_runner *r, size_t i, struct strbuf *sb, co
     if (l->ok && l->fp) { sb_adds(sb, ",\"fingerprint\":"); json_string(sb, l->fp); }
     if (l->ok && outputs) { sb_adds(sb, ",\"outputs\":"); sb_adds(sb, outputs); }
     if (l->ok && l->fp && l->parts) { sb_adds(sb, ",\"parts\":"); sb_adds(sb, l->parts); }
+    if (l->remote) { sb_adds(sb, ",\"remote\":"); sb_adds(sb, l->remote); }
     if (r->run_id) { sb_adds(sb, ",\"run\":"); json_string(sb, r->run_id); }
     sb_adds(sb, l->ok ? ",\"status\":\"ok\"" : interrupted ? ",\"status\":\"interrupted\"" : ",\"status\":\"failed\"");
     sb_adds(sb, ",\"step\":");
@@ -369,6 +371,7 @@ void step_attempt_done(struct step_runner *r, size_t i, const struct step_outcom
         l->has_exit_code = true;
         l->exit_code = o->exit_code;
     }
+    if (o->remote_json) set_string(&l->remote, o->remote_json);
     if (o->ok) { end_step(r, i, o); return; }
     first_line_of(&l->error, o->message);
     set_string(&l->report, o->report);
@@ -515,6 +518,7 @@ void step_runner_free(struct step_runner *r)
         free(l->report);
         free(l->fp);
         free(l->parts);
+        free(l->remote);
     }
     batch_release(&r->held);
     free(r->lives);
@@ -592,6 +596,9 @@ static cJSON *summary_step(const struct step_runner *r, size_t i)
     add_number_or_null(o, "exit_code", l->has_exit_code, l->exit_code);
     add_number_or_null(o, "finished", l->finished > 0, l->finished);
     add_redacted(o, "name", step_name(r, i));
+    cJSON *remote = l->remote ? cJSON_Parse(l->remote) : NULL;
+    if (remote) cJSON_AddItemToObject(o, "remote", remote);
+    else cJSON_AddNullToObject(o, "remote");
     add_number_or_null(o, "started", ran, l->started);
     cJSON_AddStringToObject(o, "state", step_state_name(r->states ? r->states[i] : STEP_NOT_RUN));
     cJSON_AddBoolToObject(o, "timed_out", l->timed_out && !l->ok);

@@ -62,9 +62,12 @@ struct step_outcome {
     const char *stderr_tail;
     bool timed_out;
     bool interrupted;
-    /* either way: the exit code of the process it ran, if any */
+    /* either way: the exit code of the process it ran, if any, and the
+     * remote job it ran as (a JSON object, redacted: {"backend", "job",
+     * "status", "studio"}), or NULL */
     bool has_exit_code;
     int exit_code;
+    const char *remote_json;
 };
 
 /* The body: how to run one attempt of a step.  attempt() completes through
@@ -115,8 +118,8 @@ int step_runner_finish(struct step_runner *r, const struct sched *s, int code, c
 
 /* run.json, written (streamed) to `path` atomically: the run's id, status,
  * code, environment (NULL: none) and start, and every step's name, state,
- * times, attempts, exit code, timeout and error (null where they do not
- * apply).  Indented as cJSON does for up to 1,000 steps, compact beyond. */
+ * times, attempts, exit code, timeout, error and remote job (null where they
+ * do not apply).  Indented as cJSON does for up to 1,000 steps, compact beyond. */
 struct step_summary {
     const char *run_id, *status, *env;
     int code;

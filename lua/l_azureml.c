@@ -416,19 +416,20 @@ static int l_run_job(lua_State *L)
     luaL_setmetatable(L, JOB_CLASS);
     int box = lua_gettop(L);
     lua_getfield(L, 2, "attach_only");
-    bool attach_only = lua_toboolean(L, -1);
-    lua_pop(L, 1);
+    lua_getfield(L, 2, "peek");
+    lua_getfield(L, 2, "cancel");
+    bool peek = lua_toboolean(L, -2), cancel = lua_toboolean(L, -1);
+    bool attach_only = lua_toboolean(L, -3) || peek || cancel;      /* an existing job: no body */
+    lua_pop(L, 3);
     /* build_body's last act is making the body: nothing raises after it */
     char *body = attach_only ? NULL : build_body(L, client, 2);
     lua_settop(L, box);
     b->step = xstrdup(step);
     b->co = flow_step_can_yield(L) ? L : NULL;
     char err[1024];
-    lua_getfield(L, 2, "cancel");
-    bool cancel = lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    b->wait = cancel ? aml_job_cancel_existing(client, name, job_event, job_done, b, err, sizeof err)
-                     : aml_job_start(client, name, body, job_event, job_done, b, err, sizeof err);
+    b->wait = peek ? aml_job_peek(client, name, job_done, b, err, sizeof err)
+              : cancel ? aml_job_cancel_existing(client, name, job_event, job_done, b, err, sizeof err)
+                       : aml_job_start(client, name, body, job_event, job_done, b, err, sizeof err);
     free(body);
     if (!b->wait) {
         lua_pushnil(L);

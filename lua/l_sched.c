@@ -215,6 +215,7 @@ static void read_outcome(lua_State *co, int nres, struct step_outcome *o)
         o->exit_code = (int)lua_tointeger(co, -1);
     }
     lua_pop(co, 1);
+    o->remote_json = field_string(co, t, "remote");
     if (o->ok) {
         o->outputs_json = field_string(co, t, "outputs");
         lua_getfield(co, t, "paths");

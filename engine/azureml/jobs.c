@@ -31,6 +31,7 @@ struct aml_job {
     char *name, *body, *status, *studio, *error;
     struct aml_job_info info;
     bool cancel_sent, forced, owner_freed, done_called;
+    bool peek;                   /* one look, then done (aml_job_peek) */
     aml_job_event_fn on_event;
     step_wait_done_fn done;
     void *arg;
@@ -139,7 +140,7 @@ static bool read_job(struct aml_job *j, const struct http_response *resp)
 static void advance(struct aml_job *j)
 {
     bool exists = j->status != NULL;                /* submitted, or adopted */
-    if (exists && aml_job_status_terminal(j->status)) finish(j);
+    if (j->peek || (exists && aml_job_status_terminal(j->status))) finish(j);
     else if (j->info.cancelled && j->client->detach) {
         j->info.detached = exists;
         finish(j);
@@ -321,6 +322,14 @@ struct step_wait *aml_job_cancel_existing(struct aml_client *c, const char *name
 {
     struct step_wait *w = aml_job_start(c, name, NULL, on_event, done, arg, err, errlen);
     if (w) ((struct aml_job *)w)->info.cancelled = true;     /* advance() cancels it once found */
+    return w;
+}
+
+struct step_wait *aml_job_peek(struct aml_client *c, const char *name, step_wait_done_fn done, void *arg, char *err,
+                               size_t errlen)
+{
+    struct step_wait *w = aml_job_start(c, name, NULL, NULL, done, arg, err, errlen);
+    if (w) ((struct aml_job *)w)->peek = true;
     return w;
 }
 

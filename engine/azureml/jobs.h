@@ -79,6 +79,9 @@ struct step_wait *aml_job_start(struct aml_client *c, const char *name, const ch
  * was over already). */
 struct step_wait *aml_job_cancel_existing(struct aml_client *c, const char *name, aml_job_event_fn on_event,
                                           step_wait_done_fn done, void *arg, char *err, size_t errlen);
+/* Reads the existing job `name` once (flow status): done after one GET. */
+struct step_wait *aml_job_peek(struct aml_client *c, const char *name, step_wait_done_fn done, void *arg, char *err,
+                               size_t errlen);
 const struct aml_job_info *aml_job_wait_info(const struct step_wait *w);
 
 /* Whether a JobStatus is final for a poller. */

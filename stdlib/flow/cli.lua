@@ -35,6 +35,7 @@ commands:
   catalog list     show every dataset a pipeline uses: its type and where it lives
   config [KEY]     print the resolved configuration of an environment, or explain a key
   logs [STEP]      print a step's newest log, from whichever run ran it
+  status [RUN_ID]  a run's steps: state, time, and each Azure ML job's status and link
   cancel [RUN_ID]  cancel the Azure ML jobs a run left running (flow run --detach)
   azureml whoami   say which Azure credential flow finds, and try it
   clean            remove old runs (.flow/runs) and unused cache entries
@@ -98,6 +99,15 @@ options:
 
 exit status: 0 success, 1 a step failed, 2 usage, script or graph error,
 130 interrupted.]],
+  status = [[
+usage: flow status [RUN_ID] [DIR]
+
+Says how run RUN_ID (default: the latest; a unique prefix of its id will do)
+went or is going, from its journal: each step's state and time, and for a
+step on Azure ML its job's name, status and Studio link.  The status of a job
+whose step has not completed (the run goes on, was detached or was killed) is
+asked of Azure ML, with the run's environment's azureml.yml and credential.
+DIR is the project (default: the current directory).]],
   cancel = [[
 usage: flow cancel [RUN_ID] [DIR]
 
@@ -229,6 +239,7 @@ local OPTIONS = {
             help = "flag", h = "help" },
   logs = { path = "flag", help = "flag", h = "help" },
   cancel = { help = "flag", h = "help" },
+  status = { help = "flag", h = "help" },
   azureml = with_config {},
   __step = with_config {},
 }
@@ -914,6 +925,66 @@ local function cmd_cancel(args)
   return code
 end
 
+-- What a run's journal says of each step: {order = {names}, steps = {[name]
+-- = {state =, elapsed =, job =, studio =, status =}}, start =, code =}.
+local function run_story(events)
+  local story = { order = {}, steps = {}, start = events[1] or {} }
+  local function step(name)
+    if not story.steps[name] then
+      story.order[#story.order + 1] = name
+      story.steps[name] = { state = "running" }
+    end
+    return story.steps[name]
+  end
+  for _, ev in ipairs(events) do
+    if type(ev.step) == "string" then
+      local st = step(ev.step)
+      if ev.event == "step_start" then st.started = ev.time
+      elseif ev.event == "step_end" then
+        st.state, st.elapsed = ev.status, ev.elapsed
+        if type(ev.remote) == "table" then st.job, st.studio, st.status = ev.remote.job, ev.remote.studio, ev.remote.status end
+      elseif ev.event == "remote_job" then st.job, st.status = ev.job, "submitted" end
+    elseif ev.event == "run_end" then story.code = ev.code end
+  end
+  return story
+end
+
+-- flow status [RUN_ID] [DIR]
+local function cmd_status(args)
+  local opts, pos = parse_args("status", args)
+  if opts.help then print(HELP.status) return 0 end
+  if #pos > 2 then usage_error("'flow status' takes a run id and a project directory") end
+  enter_project(pos[2])
+  core.ui_setup("normal")
+  local events = run_events(".", pos[1] or "latest", "flow status")
+  local story = run_story(events)
+  local open = M.unfinished_jobs(events)
+  if next(open) then                             -- ask Azure ML how those jobs are now
+    local ok, aml = pcall(azureml_of, {}, story.start.env)
+    for name, j in pairs(open) do
+      local st = story.steps[name]
+      if not ok then st.status = "unknown (" .. (util.is_setup_error(aml) and aml.setup_error or tostring(aml)) .. ")"
+      else
+        local r, err = aml:run_job { name = j.job, display_name = name, peek = true }
+        if r and r.status ~= "" then st.status, st.studio = r.status, r.studio or st.studio
+        else st.status = "unknown (" .. tostring(r and r.error or err) .. ")" end
+      end
+    end
+  end
+  local how = story.code == nil and "running, or stopped without a word (killed)"
+              or story.code == 0 and "succeeded" or story.code == 130 and "interrupted" or "failed"
+  print(string.format("run %s%s: %s", tostring(story.start.run),
+                      story.start.env and (" (env " .. story.start.env .. ")") or "", how))
+  local cells = { { "step", "state", "time", "azure ml job" } }
+  for _, name in ipairs(story.order) do
+    local st = story.steps[name]
+    local job = st.job and string.format("%s %s%s", st.job, st.status or "", st.studio and ("  " .. st.studio) or "") or ""
+    cells[#cells + 1] = { name, st.state, st.elapsed and util.format_duration(st.elapsed) or "", job }
+  end
+  print_table(cells)
+  return 0
+end
+
 -- flow azureml whoami
 local function cmd_azureml(args)
   local opts, pos = parse_args("azureml", args)
@@ -937,6 +1008,7 @@ end
 
 local COMMANDS = { run = cmd_run, list = cmd_list, config = cmd_config, catalog = cmd_catalog,
                    clean = cmd_clean, logs = cmd_logs, cancel = cmd_cancel, azureml = cmd_azureml,
+                   status = cmd_status,
                    __step = cmd_step }
 
 local function dispatch(args)

@@ -54,6 +54,23 @@ function Run:run_function(n)
   self.records[n.name].outputs = self:save_values(n, values.returned_values(n, results))
 end
 
+-- The step's log, for `flow logs`: what its job was (the job's own output is
+-- in Azure ML studio, at the link).
+function Run:job_log(n, place, spec, r)
+  local header, append = self:attempt_header(n)
+  local text = string.format("%s$ azureml job %s on %s (%d node%s)\ncommand: %s\nstatus: %s\n%s%s",
+    header, r.name, place.compute, place.instances, place.instances == 1 and "" or "s", spec.command or "(adopted)",
+    r.status ~= "" and r.status or "unknown", r.studio and ("studio: " .. r.studio .. "\n") or "",
+    r.error and ("error: " .. r.error .. "\n") or "")
+  local f, err = core.open_write(self:log_path(n), append)
+  if f then
+    f:write(redact(text))
+    f:close()
+  else
+    core.ui_warn(string.format("step '%s': cannot write its log: %s", n.name, err))
+  end
+end
+
 -- A step on Azure ML: its job submitted (or, after --resume, the job the
 -- interrupted run had submitted for the same fingerprint adopted), waited
 -- for, and its outputs recorded as references to the job's outputs.  The
@@ -84,12 +101,13 @@ function Run:run_remote(n)
     self.journal:sync()
   end
   local r, err = self.aml:run_job(spec)
+  if r then self:job_log(n, place, spec, r) end
   if not r and spec.attach_only then          -- the journaled job is gone: submit one of this run
     self.remote_prior[n.name] = nil
     return self:run_remote(n)
   end
   if not r then fail(err) end
-  rec.remote = { job = r.name, studio = r.studio, status = r.status }
+  rec.remote = { backend = "azureml", job = r.name, studio = r.studio, status = r.status }
   if r.ok then
     local by = {}
     for _, io in ipairs(n.outputs) do

@@ -112,7 +112,8 @@ function Run:attempt_body(i, k)
       local out = rec.outputs and rec.outputs[io.dataset]
       if out and out.path then paths[#paths + 1] = out.path end
     end
-    return true, { outputs = rec.outputs and util.record_json(rec.outputs), paths = paths, exit_code = rec.exit_code }
+    return true, { outputs = rec.outputs and util.record_json(rec.outputs), paths = paths, exit_code = rec.exit_code,
+                   remote = rec.remote and util.record_json(rec.remote) }
   end
   local f = is_failure(err)
   local text = f and err.message or tostring(err)
@@ -120,7 +121,8 @@ function Run:attempt_body(i, k)
   if not f then shown = string.format("step '%s' failed: %s", n.name, util.user_traceback(text))
   elseif not err.quiet then shown = err.message end
   return false, { message = text, report = shown, tail = f and err.stderr_tail or nil,
-                  timed_out = f and err.timed_out or nil, exit_code = rec.exit_code }
+                  timed_out = f and err.timed_out or nil, exit_code = rec.exit_code,
+                  remote = rec.remote and util.record_json(rec.remote) }
 end
 
 -- At step i's start: the fingerprint up_to_date computed, and its parts (JSON)

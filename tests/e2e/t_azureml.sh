@@ -136,9 +136,13 @@ test_rerun_with_nothing_changed_submits_nothing() {
     train_pipeline
     run_flow 0 run --env prod
     puts=$(count_of jobs.put)
+    uploads=$(count_of codes.start_pending_upload)
+    lookups=$(count_of codes.list)
     run_flow 0 run --env prod
     contains "$OUT$ERR" "up to date"
     equals "$(count_of jobs.put)" "$puts" "PUTs after the rerun"
+    equals "$(count_of codes.start_pending_upload)" "$uploads" "uploads after the rerun"
+    equals "$(count_of codes.list)" "$lookups" "snapshot lookups after the rerun"
     # a changed parameter submits a new job
     run_flow 0 run --env prod --params epochs=5
     equals "$(count_of jobs.put)" "$((puts + 1))" "PUTs after a change"
@@ -199,11 +203,15 @@ run_flow_bg() {
     FLOW_PID=$!
 }
 
-# Waits until the double's only job reached a status.
+# Waits until a job is in this status now (the newest job, when there are several).
 wait_for_status() {
-    local i
+    local i now
     for i in $(seq 200); do
-        if aml_ctl GET jobs | grep -q "\"status\": \"$1\""; then return 0; fi
+        now=$(aml_ctl GET jobs | /usr/bin/python3 -c 'import json, sys
+jobs = json.load(sys.stdin)
+jobs = jobs if isinstance(jobs, list) else jobs.get("jobs", jobs.get("value", []))
+print(jobs[-1]["status"] if jobs else "")' 2>/dev/null || true)
+        [ "$now" = "$1" ] && return 0
         sleep 0.05
     done
     echo "no job reached $1"; aml_ctl GET jobs; return 1
@@ -301,4 +309,77 @@ L
     run_flow 2 run --env prod
     contains "$ERR" "step 'train' (pipeline.lua:3) runs on Azure ML but reads 'x', which is on this machine"
     equals "$(count_of jobs.put)" 0 "PUTs"
+}
+
+test_status_logs_and_run_json_show_the_job() {
+    start_aml
+    train_pipeline
+    run_flow 0 run --env prod
+    job=$(sed -n 's/.*"job":"\(flow-train-[0-9a-f]*\)".*/\1/p' .flow/runs/latest/journal.jsonl | head -n 1)
+    [ -n "$job" ] || { echo "no job in the journal"; cat .flow/runs/latest/journal.jsonl; return 1; }
+    run_flow 0 status
+    contains "$OUT" "succeeded"
+    contains "$OUT" "train"
+    contains "$OUT" "$job Completed"
+    contains "$OUT" "https://ml.azure.com/runs/$job"
+    run_flow 0 logs train
+    contains "$OUT" "\$ azureml job $job on gpu-cluster (2 nodes)"
+    contains "$OUT" "status: Completed"
+    remote=$(/usr/bin/python3 -c 'import json; r = json.load(open(".flow/runs/latest/run.json")); print(r["steps"][0]["remote"])')
+    contains "$remote" "'job': '$job'" "run.json's remote job"
+    contains "$remote" "'status': 'Completed'" "run.json's remote job"
+    # a detached run's job, still running: status asks Azure ML
+    aml_ctl POST config '{"phases": {"Running": 30}}' >/dev/null
+    run_flow_bg run --env prod --force --detach
+    wait_for_status Running
+    kill -INT "$FLOW_PID"
+    wait "$FLOW_PID" 2>/dev/null || true
+    run_flow 0 status
+    contains "$OUT" "interrupted"
+    contains "$OUT" " Running"
+}
+
+test_certificate_credential() {
+    start_aml
+    train_pipeline
+    unset AZURE_CLIENT_SECRET
+    export AZURE_CLIENT_CERTIFICATE_PATH=$AML_DOUBLE_DIR/client.pem
+    run_flow 0 azureml whoami --env prod
+    contains "$OUT" "client certificate"
+    run_flow 0 run --env prod
+    contains "$(requests_of token)" "client_assertion"
+    not_contains "$(cat "$AML_DOUBLE_DIR/client.pem")" "$(cat .flow/runs/latest/journal.jsonl)"
+}
+
+test_lua_step_runs_flow_inside_its_job() {
+    start_aml
+    sed -i 's/^environment:.*/environment: {name: "flow-runtime:2", flow_installed: true}/' conf/prod/azureml.yml
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = distributed_job<framework = "pytorch", nodes = 2>(function(e) return e end), inputs = "params:epochs",
+        outputs = "m", name = "fit" },
+}
+L
+    run_flow 0 run --env prod
+    body=$(requests_of jobs.put)
+    contains "$body" '"command": "flow run pipeline.lua --nodes fit --env=prod"'
+    contains "$body" '"FLOW_IN_AZUREML_JOB": "1"'
+    contains "$body" '/environments/flow-runtime/versions/2"'
+    # inside the job, the step runs there: nothing is dispatched again
+    FLOW_IN_AZUREML_JOB=1 run_flow 0 list --env prod
+    contains "$OUT" "local"
+    not_contains "$OUT" "azureml"
+}
+
+test_large_files_go_up_in_blocks() {
+    start_aml
+    train_pipeline
+    head -c 41000000 /dev/urandom >weights.bin
+    echo "print('train')" >train.py
+    run_flow 0 run --env prod
+    no_crash
+    # Azurite has the file whole: its block list was committed
+    size=$(aml_curl -s -o /dev/null -w '%{size_download}' "$AZURITE_BLOB_ENDPOINT/azureml-blobstore-flow-double/proj/weights.bin" || true)
+    contains "$(cat .flow/runs/latest/journal.jsonl)" '"status":"ok"'
+    equals "$(count_of codes.put)" 1 "code versions registered"
 }
