@@ -418,16 +418,16 @@ static void on_part(void *arg, const struct http_response *resp)
         code_set_error(code, "the code snapshot could not be uploaded: %s", msg);
         return;
     }
-    struct part *part = &code->parts[k];
-    const struct snapshot_file *f = &code->snap.files[part->file];
-    if (part->block >= 0) {
-        code->bytes_done += f->size - (uint64_t)part->block * BLOCK_SIZE < BLOCK_SIZE
-                            ? f->size - (uint64_t)part->block * BLOCK_SIZE : BLOCK_SIZE;
-        if (--code->blocks_left[part->file] == 0) {   /* every block is in: its list goes last */
+    struct part part = code->parts[k];               /* a copy: the array may grow below */
+    const struct snapshot_file *f = &code->snap.files[part.file];
+    if (part.block >= 0) {
+        uint64_t offset = (uint64_t)part.block * BLOCK_SIZE;
+        code->bytes_done += f->size - offset < BLOCK_SIZE ? f->size - offset : BLOCK_SIZE;
+        if (--code->blocks_left[part.file] == 0) {    /* every block is in: its list goes last */
             code->parts = xrealloc(code->parts, (code->n_parts + 1) * sizeof *code->parts);
-            code->parts[code->n_parts++] = (struct part){ part->file, -2 };
+            code->parts[code->n_parts++] = (struct part){ part.file, -2 };
         }
-    } else if (part->block == -1) {
+    } else if (part.block == -1) {
         code->bytes_done += f->size;
     }
     code->parts_done++;

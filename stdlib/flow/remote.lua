@@ -42,12 +42,15 @@ local function placement(n, aml, info, dist, defaults)
     compute = c
   end
   if n.kind == "func" then
-    local env = n.environment or info.environment
-    if not (info.flow_installed and not n.environment) then
+    if n.environment then
+      step_error(n, "is a Lua function, which runs on Azure ML as `flow run … --nodes %s` inside the job, in "
+        .. "the environment %s marks as having flow installed; a node's own environment = cannot say that: "
+        .. "drop it, or make the step a command", n.name, info.where)
+    elseif not info.flow_installed then
       step_error(n, "is a Lua function, which runs on Azure ML as `flow run … --nodes %s` inside the job; "
         .. "environment '%s' is not marked as having flow installed. Build one from "
         .. "examples/pytorch_ddp/azureml/Dockerfile (docs/azureml.md), register it, and name it in %s as "
-        .. "environment: {name: <name>:<version>, flow_installed: true}", n.name, env, info.where)
+        .. "environment: {name: <name>:<version>, flow_installed: true}", n.name, info.environment, info.where)
     end
     if not defaults.script then
       step_error(n, "is a Lua function, which runs on Azure ML as `flow run SCRIPT --nodes %s`: run the "
@@ -104,11 +107,9 @@ function M.plan(nodes, settings, dists, cat, defaults)
   local info = aml:info()
   local remote, any = {}, false
   for i, n in ipairs(nodes) do
-    if dispatched(n, aml, info) then
+    if dispatched(n, aml, info) then        -- (a step that runs here ignores node{compute =, …})
       remote[i] = placement(n, aml, info, dists[i], defaults)
       any = true
-    elseif n.compute or n.environment or n.instance_type or n.shm_size then
-      -- an Azure ML setting on a step that runs here is not silently ignored
     end
   end
   if not any then return remote, nil end
