@@ -15,6 +15,7 @@
  * protocol are C's (engine/azureml/). */
 #include "flowlua.h"
 #include "azureml/code.h"
+#include "azureml/environments.h"
 #include "azureml/job_body.h"
 #include "azureml/jobs.h"
 #include "azureml/settings.h"
@@ -220,6 +221,57 @@ static int l_whoami(lua_State *L)
     return 3;
 }
 
+/* ---- environments -------------------------------------------------------- */
+
+struct env_wait {
+    bool done;
+    char *id, *error;
+};
+
+static void on_environment(void *arg, const char *id, const char *error)
+{
+    struct env_wait *w = arg;
+    w->done = true;
+    w->id = id ? xstrdup(id) : NULL;
+    w->error = error ? xstrdup(error) : NULL;
+}
+
+/* environment_id(environment) -> what to send as environmentId | nil, why.
+ * Blocks for "name@latest" (one request): call it before the run's steps
+ * start, not from one. */
+static int l_environment_id(lua_State *L)
+{
+    struct aml_client *client = connected(L);
+    const char *env = luaL_checkstring(L, 2);
+    char err[1024];
+    bool latest;
+    char *id = aml_environment_id(aml_client_settings(client), env, &latest, err, sizeof err);
+    if (id) {
+        flow_push_owned(L, id, strlen(id), free);
+        return 1;
+    }
+    if (!latest) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    const char *bare = strncmp(env, "azureml:", 8) == 0 ? env + 8 : env;
+    char *name = xstrndup(bare, strcspn(bare, "@"));
+    struct env_wait w = { 0 };
+    aml_environment_latest(client, name, on_environment, &w);
+    free(name);
+    struct loop *loop = flow_state_loop(L);
+    while (!w.done) loop_run_once(loop, -1);      /* one request; its retries are bounded */
+    if (w.id) {
+        free(w.error);
+        flow_push_owned(L, w.id, strlen(w.id), free);
+        return 1;
+    }
+    lua_pushnil(L);
+    flow_push_owned(L, w.error, strlen(w.error), free);
+    return 2;
+}
+
 /* ---- run_job ------------------------------------------------------------ */
 
 /* The job a step waits on, owned by a userdata on the step's stack: its
@@ -341,18 +393,15 @@ static struct aml_env_var *merged_env(lua_State *L, const struct aml_settings *s
 static char *build_body(lua_State *L, struct aml_client *client, int spec)
 {
     const struct aml_settings *s = aml_client_settings(client);
-    const char *env = flow_field_string(L, spec, "environment");
+    const char *env = flow_field_string(L, spec, "environment_id");   /* resolved before the run */
     const char *compute = flow_field_string(L, spec, "compute");
     const char *command = flow_field_string(L, spec, "command");
     if (!command || !*command) luaL_error(L, "run_job: no command");
     if (!compute) luaL_error(L, "run_job: no compute");
     char err[1024];
     bool latest;
-    char *env_id = aml_environment_id(s, env ? env : s->environment, &latest, err, sizeof err);
-    if (!env_id && latest)
-        luaL_error(L, "environment %s: name a version of the workspace's environment (<name>:<version>); "
-                   "@latest is not looked up yet", env ? env : s->environment);
-    if (!env_id) luaL_error(L, "%s", err);
+    char *env_id = env ? xstrdup(env) : aml_environment_id(s, s->environment, &latest, err, sizeof err);
+    if (!env_id) luaL_error(L, "%s", latest ? "the environment's @latest version was not looked up" : err);
     flow_push_owned(L, env_id, strlen(env_id), free);
     int env_idx = lua_gettop(L);
     char *ws = aml_workspace_id(s);
@@ -488,6 +537,7 @@ static int l_code_id(lua_State *L)
 
 static const luaL_Reg client_methods[] = {
     { "code_id", l_code_id },
+    { "environment_id", l_environment_id },
     { "info", l_info },
     { "compute_for", l_compute_for },
     { "tags_name_compute", l_tags_name_compute },

@@ -143,6 +143,25 @@ function M.connect(aml, detach)
   aml:set_detach(detach and true or false)
 end
 
+-- Each remote step's environmentId, before any step runs: a workspace
+-- environment named "name@latest" is asked for its newest version (once per
+-- name), and one Azure ML does not know is an error now, not at submission.
+function M.resolve_environments(nodes, remote, aml, selected)
+  local info, ids = aml:info(), {}
+  for i, place in pairs(remote) do
+    if not selected or selected[i] then
+      local n = nodes[i]
+      local env = n.environment or info.environment
+      if ids[env] == nil then
+        local id, why = aml:environment_id(env)
+        if not id then step_error(n, "runs on Azure ML, but %s", why) end
+        ids[env] = id
+      end
+      place.environment_id = ids[env]
+    end
+  end
+end
+
 local function param_text(v)
   if type(v) == "table" then return (core.json_encode(v)) end
   return tostring(v)
@@ -223,7 +242,7 @@ function M.job_spec(run, n, place, name, fail)
     name = name, display_name = n.name, command = line, env = env, outputs = outputs,
     compute = place.compute, instance_count = place.instances, framework = place.framework,
     processes_per_node = place.processes, parameter_server_count = place.parameter_server_count,
-    instance_type = n.instance_type, shm_size = n.shm_size, environment = n.environment,
+    instance_type = n.instance_type, shm_size = n.shm_size, environment_id = place.environment_id,
     timeout = n.timeout,
     tags = { ["flow.run_id"] = run.run_id, ["flow.step"] = n.name, ["flow.fingerprint"] = rec.fp or "" },
   }

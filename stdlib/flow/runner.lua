@@ -253,7 +253,10 @@ function M.run(p, opts, level)
   if plan.aml then
     local any = false
     for i in pairs(plan.remote) do any = any or not plan.selected or plan.selected[i] end
-    if any then remote.connect(plan.aml, opts.detach) end
+    if any then
+      remote.connect(plan.aml, opts.detach)
+      remote.resolve_environments(plan.nodes, plan.remote, plan.aml, plan.selected)
+    end
   end
   if not self.force and not self.explain then self.check = self:engine_check(plan) end
   local code, states, elapsed, run_rec, jerr

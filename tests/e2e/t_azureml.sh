@@ -353,7 +353,7 @@ test_certificate_credential() {
 
 test_lua_step_runs_flow_inside_its_job() {
     start_aml
-    sed -i 's/^environment:.*/environment: {name: "flow-runtime:2", flow_installed: true}/' conf/prod/azureml.yml
+    sed -i 's/^environment:.*/environment: {name: "flow-runtime@latest", flow_installed: true}/' conf/prod/azureml.yml
     write pipeline.lua <<'L'
 return pipeline{
   node{ func = distributed_job<framework = "pytorch", nodes = 2>(function(e) return e end), inputs = "params:epochs",
@@ -364,7 +364,7 @@ L
     body=$(requests_of jobs.put)
     contains "$body" '"command": "flow run pipeline.lua --nodes fit --env=prod"'
     contains "$body" '"FLOW_IN_AZUREML_JOB": "1"'
-    contains "$body" '/environments/flow-runtime/versions/2"'
+    contains "$body" '/environments/flow-runtime/versions/2"' "the newest version of flow-runtime"
     # inside the job, the step runs there: nothing is dispatched again
     FLOW_IN_AZUREML_JOB=1 run_flow 0 list --env prod
     contains "$OUT" "local"
@@ -384,4 +384,13 @@ test_large_files_go_up_in_blocks() {
     contains "$(aml_ctl GET "jobs/$job")" "proj/weights.bin" "the job's snapshot"
     contains "$(requests_of codes.put)" '"hash_version": "202208"'
     equals "$(count_of codes.put)" 1 "code versions registered"
+}
+
+test_unknown_workspace_environment_stops_the_run_before_submitting() {
+    start_aml
+    train_pipeline
+    sed -i 's/^environment:.*/environment: no-such-env@latest/' conf/prod/azureml.yml
+    run_flow 2 run --env prod
+    contains "$ERR" "step 'train' (pipeline.lua:4) runs on Azure ML, but environment no-such-env@latest:"
+    equals "$(count_of jobs.put)" 0 "PUTs"
 }
