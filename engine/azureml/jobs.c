@@ -100,6 +100,15 @@ static void fail(struct aml_job *j, const char *fmt, const char *detail)
     finish(j);
 }
 
+/* A string from the service as it may be printed: control characters (a
+ * terminal escape in a broken or hostile answer) become '?'. */
+static void set_clean(char **dst, const char *s)
+{
+    set_string(dst, s);
+    for (char *p = *dst; p && *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
 /* Reads status and the Studio link from a JobBaseResource; false if the
  * body is not one (the message then says what it is). */
 static bool read_job(struct aml_job *j, const struct http_response *resp)
@@ -115,12 +124,13 @@ static bool read_job(struct aml_job *j, const struct http_response *resp)
         return false;
     }
     bool changed = !j->status || strcmp(j->status, status->valuestring) != 0;
-    set_string(&j->status, status->valuestring);
+    set_clean(&j->status, status->valuestring);
     const cJSON *services = cJSON_GetObjectItemCaseSensitive(props, "services");
     const cJSON *studio = cJSON_GetObjectItemCaseSensitive(services, "Studio");
     const cJSON *endpoint = cJSON_GetObjectItemCaseSensitive(studio, "endpoint");
-    if (cJSON_IsString(endpoint) && (!j->studio || strcmp(j->studio, endpoint->valuestring) != 0)) {
-        set_string(&j->studio, endpoint->valuestring);
+    if (cJSON_IsString(endpoint) && strncmp(endpoint->valuestring, "https://", 8) == 0
+        && (!j->studio || strcmp(j->studio, endpoint->valuestring) != 0)) {
+        set_clean(&j->studio, endpoint->valuestring);
         changed = true;
     }
     if (strcmp(j->status, "Failed") == 0 && !j->error) {
