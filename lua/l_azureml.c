@@ -75,6 +75,12 @@ static void set_string(lua_State *L, const char *key, const char *value)
     lua_setfield(L, -2, key);
 }
 
+static void set_bool(lua_State *L, const char *key, bool value)
+{
+    lua_pushboolean(L, value);
+    lua_setfield(L, -2, key);
+}
+
 /* info() -> the settings as a table (what `flow list` and the plan need) */
 static int l_info(lua_State *L)
 {
@@ -91,8 +97,7 @@ static int l_info(lua_State *L)
     set_string(L, "instance_type", s->instance_type);
     set_string(L, "shm_size", s->shm_size);
     set_string(L, "where", s->where);
-    lua_pushboolean(L, s->flow_installed);
-    lua_setfield(L, -2, "flow_installed");
+    set_bool(L, "flow_installed", s->flow_installed);
     lua_pushnumber(L, s->timeout);
     lua_setfield(L, -2, "timeout");
     lua_createtable(L, 0, (int)s->n_computes);
@@ -316,14 +321,10 @@ static int push_job_result(lua_State *L, struct job_box *b)
     set_string(L, "status", info->status);
     set_string(L, "studio", info->studio_url);
     set_string(L, "error", info->error);
-    lua_pushboolean(L, info->submitted);
-    lua_setfield(L, -2, "submitted");
-    lua_pushboolean(L, info->cancelled);
-    lua_setfield(L, -2, "cancelled");
-    lua_pushboolean(L, info->detached);
-    lua_setfield(L, -2, "detached");
-    lua_pushboolean(L, info->status && strcmp(info->status, "Completed") == 0);
-    lua_setfield(L, -2, "ok");
+    set_bool(L, "submitted", info->submitted);
+    set_bool(L, "cancelled", info->cancelled);
+    set_bool(L, "detached", info->detached);
+    set_bool(L, "ok", info->status && strcmp(info->status, "Completed") == 0);
     step_wait_free(b->wait);
     b->wait = NULL;
     return 1;

@@ -893,14 +893,21 @@ local function azureml_of(opts, env)
   return aml, settings
 end
 
--- flow cancel [RUN_ID] [DIR]
-local function cmd_cancel(args)
-  local opts, pos = parse_args("cancel", args)
-  if opts.help then print(HELP.cancel) return 0 end
-  if #pos > 2 then usage_error("'flow cancel' takes a run id and a project directory") end
+-- `flow CMD [RUN_ID] [DIR]`: the run's journal events, from the project, or
+-- nil after printing the help.
+local function run_command_events(cmd, args)
+  local opts, pos = parse_args(cmd, args)
+  if opts.help then print(HELP[cmd]) return nil end
+  if #pos > 2 then usage_error("'flow %s' takes a run id and a project directory", cmd) end
   enter_project(pos[2])
   core.ui_setup("normal")
-  local events = run_events(".", pos[1] or "latest", "flow cancel")
+  return run_events(".", pos[1] or "latest", "flow " .. cmd)
+end
+
+-- flow cancel [RUN_ID] [DIR]
+local function cmd_cancel(args)
+  local events = run_command_events("cancel", args)
+  if not events then return 0 end
   local start = events[1] or {}
   local jobs = M.unfinished_jobs(events)
   local steps = util.sorted_keys(jobs)
@@ -951,12 +958,8 @@ end
 
 -- flow status [RUN_ID] [DIR]
 local function cmd_status(args)
-  local opts, pos = parse_args("status", args)
-  if opts.help then print(HELP.status) return 0 end
-  if #pos > 2 then usage_error("'flow status' takes a run id and a project directory") end
-  enter_project(pos[2])
-  core.ui_setup("normal")
-  local events = run_events(".", pos[1] or "latest", "flow status")
+  local events = run_command_events("status", args)
+  if not events then return 0 end
   local story = run_story(events)
   local open = M.unfinished_jobs(events)
   if next(open) then                             -- ask Azure ML how those jobs are now
