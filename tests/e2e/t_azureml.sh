@@ -116,7 +116,7 @@ test_many_jobs_do_not_hold_local_slots() {
     start_aml
     write pipeline.lua <<'L'
 local nodes = { node{ command = "sleep 0.5; echo here > ${outputs.o}", outputs = "o", name = "local" } }
-for i = 1, 120 do
+for i = 1, 200 do
   nodes[#nodes + 1] = node{ command = { "python", "train.py", "--seed", tostring(i) }, name = "job" .. i, tags = { "gpu" } }
 end
 return pipeline(nodes)
@@ -125,7 +125,7 @@ L
     start=$(date +%s.%N)
     run_flow 0 run --env prod -j 1
     no_crash
-    equals "$(count_of jobs.put)" 120 "PUTs"
+    equals "$(count_of jobs.put)" 200 "PUTs"
     equals "$(cat .flow/data/o)" here "the local step's output"
     # one upload of the snapshot for all of them
     equals "$(count_of codes.start_pending_upload)" 1 "pending uploads"
@@ -393,4 +393,34 @@ test_unknown_workspace_environment_stops_the_run_before_submitting() {
     run_flow 2 run --env prod
     contains "$ERR" "step 'train' (pipeline.lua:4) runs on Azure ML, but environment no-such-env@latest:"
     equals "$(count_of jobs.put)" 0 "PUTs"
+}
+
+test_dispatch_modes_decide_where_steps_run() {
+    start_aml
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = { "python", "prep.py" }, name = "prep", tags = { "gpu" } },
+  node{ command = { "python", "eval.py" }, name = "eval" },
+  node{ func = distributed_job<framework = "mpi", nodes = 3, processes_per_node = 2>(flow.command{ "python", "t.py" }),
+        name = "train" },
+}
+L
+    run_flow 0 list --env prod
+    contains "$OUT" "prep   local"
+    contains "$OUT" "train  azureml cpu-cluster ×3 nodes ×2 proc"
+    sed -i 's/^compute:/dispatch: tagged\ncompute:/' conf/prod/azureml.yml
+    run_flow 0 list --env prod
+    contains "$OUT" "prep   azureml gpu-cluster"
+    contains "$OUT" "eval   local"
+    sed -i 's/^dispatch: tagged/dispatch: all/' conf/prod/azureml.yml
+    run_flow 0 list --env prod
+    contains "$OUT" "eval   azureml cpu-cluster"
+    sed -i 's/^dispatch: all/dispatch: none/' conf/prod/azureml.yml
+    run_flow 0 list --env prod
+    not_contains "$OUT" "azureml"
+    # the MPI body
+    sed -i 's/^dispatch: none/dispatch: distributed/' conf/prod/azureml.yml
+    run_flow 0 run --env prod --nodes train
+    contains "$(requests_of jobs.put)" '"distributionType": "Mpi"'
+    contains "$(requests_of jobs.put)" '"instanceCount": 3'
 }
