@@ -146,9 +146,15 @@ static void scan_run(void *arg)
     static const char *const exclude[] = { ".git", NULL };     /* history, not code: see docs/azureml.md */
     static const char *const extra[] = { "__pycache__", NULL }; /* as azure-ai-ml does for a job's code */
     struct snapshot_options opt = { exclude, extra };
-    job->rc = snapshot_scan(job->root, &opt, &job->snap, job->err, sizeof job->err);
-    if (job->rc == 0)
-        job->rc = snapshot_hash(&job->snap, &job->stop, NULL, job->hash, job->err, sizeof job->err);
+    /* A file that changes while it is read (a log being written) makes the
+     * snapshot no one state of the files: list them again, a few times. */
+    for (int tries = 0; tries < 3; tries++) {
+        if (tries) snapshot_free(&job->snap);
+        job->rc = snapshot_scan(job->root, &opt, &job->snap, job->err, sizeof job->err);
+        if (job->rc == 0)
+            job->rc = snapshot_hash(&job->snap, &job->stop, NULL, job->hash, job->err, sizeof job->err);
+        if (job->rc != -2) break;
+    }
 }
 
 static void lookup(struct aml_code *code);

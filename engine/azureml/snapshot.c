@@ -419,13 +419,14 @@ static int hash_contents(struct hasher *h, const struct snapshot_file *f, char *
     }
     struct stat st;
     int rc = 0;
-    const char *changed = "changed since the snapshot was listed; list it again";
+    const char *changed = "changed while flow read it for the code snapshot (a file being written, "
+                          "such as a log? .amlignore leaves it out)";
     if (fstat(fd, &st) != 0) {
         errf(err, errlen, "snapshot: cannot read %s: %s", f->path, strerror(errno));
         rc = -1;
     } else if (!same_file(f, &st)) {
         errf(err, errlen, "snapshot: %s %s", f->path, changed);
-        rc = -1;
+        rc = -2;
     }
     if (rc == 0) posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     uint64_t total = 0;
@@ -453,7 +454,7 @@ static int hash_contents(struct hasher *h, const struct snapshot_file *f, char *
      * ones: a file written to meanwhile would make a hash of no version of it. */
     if (rc == 0 && (total != f->size || fstat(fd, &st) != 0 || !same_file(f, &st))) {
         errf(err, errlen, "snapshot: %s %s", f->path, changed);
-        rc = -1;
+        rc = -2;
     }
     close(fd);
     return rc;

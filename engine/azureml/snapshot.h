@@ -91,10 +91,10 @@ void snapshot_free(struct snapshot *s);
 /* The content hash of a scanned snapshot, reading each file in 64 KiB
  * chunks.  stop (may be NULL) is looked at between chunks: once set, from any
  * thread, it fails with "cancelled"; *done (may be NULL) grows by the bytes
- * read, for progress.  -1 with a message when a file cannot be read or is no
- * longer what snapshot_scan saw (size, identity or modification time
- * changed, before or while it was read): a snapshot must be one state of the
- * files, so the caller scans again. */
+ * read, for progress.  -1 with a message when a file cannot be read, -2 when
+ * one is no longer what snapshot_scan saw (size, identity or modification
+ * time changed, before or while it was read): a snapshot must be one state of
+ * the files, so the caller scans again. */
 int snapshot_hash(const struct snapshot *s, const atomic_bool *stop, _Atomic uint64_t *done,
                   char hex[SHA256_HEX_SIZE], char *err, size_t errlen);
 

@@ -18,6 +18,8 @@ start_aml() {
     aml_double_start "$PWD/double" --phase-seconds 0.1 --blob-endpoint "$AZURITE_BLOB_ENDPOINT" "$@"
     mkdir -p proj
     cd proj
+    # what run_flow writes while flow runs is no code: as a user leaves out a log
+    printf 'stdout.txt\nstderr.txt\n' >.amlignore
     export FLOW_CA_BUNDLE=$AML_DOUBLE_CA_FILE AZURE_AUTHORITY_HOST=$AML_DOUBLE_URL
     export AZURE_TENANT_ID=$AML_DOUBLE_TENANT AZURE_CLIENT_ID=$AML_DOUBLE_CLIENT_ID
     export AZURE_CLIENT_SECRET=$AML_DOUBLE_CLIENT_SECRET
