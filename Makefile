@@ -110,7 +110,13 @@ check: test-deps
 asan:
 	@$(MAKE) --no-print-directory ASAN=1 check
 
+# The Azure ML rows of the benchmark (bench/aml.sh, issue 13) run the test
+# double and Azurite, and compare with the Azure ML SDK (python3-azure).
+BENCH_PKGS := python3 python3-jsonschema python3-cryptography openssl curl python3-azure
+
 bench: deps
+	@tools/deps.sh $(BENCH_PKGS) || echo "bench: could not install $(BENCH_PKGS): the Azure ML rows say what is missing"
+	@tools/azurite.sh >/dev/null || echo "bench: could not install Azurite: the Azure ML rows are not run"
 	@$(MAKE) --no-print-directory flow
 	@bench/run.sh
 

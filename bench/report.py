@@ -7,8 +7,12 @@ runs), runs, walls (every run's wall time, in order, space-separated), note.
 
 Sections: disk-small, tmpfs-small, disk-large (full runs from clean),
 noop-large (no-op reruns), lua, lua-noop (in-process Lua steps), startup
-(hyperfine).  The targets are those of issue 12's "Targets" table.
+(hyperfine): the targets of issue 12's "Targets" table (TARGETS); aml (tools
+flow and azure-ai-ml, one row per N): issue 13's Azure ML dispatch (AML_TARGET),
+from bench/aml.sh.  Parts with no rows are left out (bench/aml.sh alone
+writes only its own).
 """
+import math
 import re
 import sys
 
@@ -20,6 +24,7 @@ COMMANDS = {
     "flow": "`flow run -j 2 2>/dev/null`", "ninja": "`ninja -j 2`", "make": "`make -j 2`",
     "snakemake": "`snakemake -j 2 --quiet`",
 }
+AML_PEER = "azure-ai-ml"
 PEER_ORDER = ("flow", "ninja", "make", "snakemake")
 
 # Issue 12, "Targets": the rows, their limits, and the numbers the issue was written with.
@@ -36,6 +41,15 @@ TARGETS = [
     dict(key="startup", n=1, work="`flow --version` / one-step `flow run`", issue="7 ms / 11 ms",
          parts=[("flow-version", "`flow --version`", 0.003), ("flow-one", "one-step `flow run`", 0.006)]),
 ]
+
+
+# Issue 13: `make bench` submits 100 command jobs to the loopback double, flow against the SDK
+# (MLClient.jobs.create_or_update): flow at least 20x faster end to end, its memory flat in the number
+# of jobs.  "Flat" is read here as: flow's peak RSS at the largest N at most rss_growth times that at
+# the smallest N (10 -> 300 jobs by default).
+AML_TARGET = dict(key="aml", n=100, ratio=20.0, rss_growth=1.2, rss_ns=(10, 300),
+                  work="100 Azure ML command jobs, submitted and waited for until Completed",
+                  issue="")
 
 
 def load(path):
@@ -114,6 +128,8 @@ def main():
 
     # ---------------------------------------------------------------- verdicts
     verdicts = {}          # key -> (result, sentence, summary cells)
+    targets12 = [t for t in TARGETS if sec(t["key"])]
+    has13 = bool(sec("aml"))
 
     def no_data(t, what):
         return ("not measured", what.rstrip(".") + ".", ["—"] * 4)
@@ -122,7 +138,7 @@ def main():
         return "" if n == t["n"] else " (at N = %s, not the target's %s: a smoke-test size, no verdict on the target)" % (
             n_str(n), n_str(t["n"]))
 
-    for t in TARGETS:
+    for t in targets12:
         key = t["key"]
         if "ratio" in t:
             f, nj, mk, sm = (get(key, x) for x in ("flow", "ninja", "make", "snakemake"))
@@ -182,30 +198,115 @@ def main():
                              [fmt_s(nj and nj["wall"]), fmt_s(mk and mk["wall"]),
                               "%s s, %s MB" % (fmt_s(f["wall"]), fmt_mb(f["rss"])), ""])
 
+    # ---------------------------------------------------------------- verdicts, issue 13
+    aml = sec("aml")
+    aml_ns = sorted(set(r["n"] for r in aml))
+
+    def aml_get(tool, n):
+        return next((r for r in aml if r["tool"] == tool and r["n"] == n), None)
+
+    v13 = {}               # "speed" / "memory" -> (result, sentence, cells)
+    if has13:
+        t = AML_TARGET
+        n0 = t["n"] if t["n"] in aml_ns else aml_ns[len(aml_ns) // 2]
+        f, p = aml_get("flow", n0), aml_get(AML_PEER, n0)
+        size = "" if n0 == t["n"] else "At N = %s, not the target's %s (no verdict on the target): " % (
+            n_str(n0), n_str(t["n"]))
+        if not f or f["wall"] is None:
+            v13["speed"] = ("not measured", "flow: %s." % (f["note"] if f else "no data"), ["—"] * 3)
+        elif not p or p["wall"] is None:
+            v13["speed"] = ("not measured", "the SDK: %s." % (p["note"] if p else "no data"),
+                            ["—", fmt_s(f["wall"]), "—"])
+        else:
+            r = p["wall"] / f["wall"]
+            rounds = [b / a for a, b in zip(f["walls"], p["walls"]) if a] if f["reps"] == p["reps"] else []
+            sentence = ("N = %s: flow %.3f s, the SDK %.3f s, SDK/flow = **%.1f×** (target ≥ %g×)%s; "
+                        "peak RSS: flow %s MB, the SDK %s MB%s" % (
+                            n_str(n0), f["wall"], p["wall"], r, t["ratio"],
+                            "; per round: " + ", ".join("%.1f×" % x for x in rounds) if len(rounds) > 1 else "",
+                            fmt_mb(f["rss"]), fmt_mb(p["rss"]),
+                            "".join("; N = %s: flow %.3f s, the SDK %.3f s (%.1f×)" % (
+                                n_str(n), aml_get("flow", n)["wall"], aml_get(AML_PEER, n)["wall"],
+                                aml_get(AML_PEER, n)["wall"] / aml_get("flow", n)["wall"])
+                                for n in aml_ns if n != n0 and aml_get("flow", n) and aml_get(AML_PEER, n)
+                                and aml_get("flow", n)["wall"] and aml_get(AML_PEER, n)["wall"])))
+            m = re.search(r"(\d+) phases × ([0-9.]+) s.* every ([0-9.]+) s", md.get("Azure ML job clock", ""))
+            if m:
+                life = int(m.group(1)) * float(m.group(2))
+                poll = float(m.group(3))
+                # a job is Completed `life` s after its PUT; a poller every `poll` s sees it at the first
+                # poll at or after that (a job Completed at once is seen in the PUT's answer)
+                seen = math.ceil(life / poll - 1e-9) * poll if poll > 0 else life
+                if seen > 0:
+                    sentence += (". Each job lives %.2f s on the double's clock and, polled every %g s, is seen "
+                                 "Completed %.2f s after its PUT at the earliest, whichever tool polls: a floor "
+                                 "under flow's time%s (the SDK's %.3f s ÷ %g = %.3f s)" % (
+                                     life, poll, seen,
+                                     " above what the target allows" if seen >= p["wall"] / t["ratio"] else "",
+                                     p["wall"], t["ratio"], p["wall"] / t["ratio"]))
+            v13["speed"] = ("met" if r >= t["ratio"] and not size else "missed" if not size else "not measured",
+                            size + sentence + ".", [fmt_s(p["wall"]), fmt_s(f["wall"]), "%.1f×" % r])
+        lo, hi = aml_ns[0], aml_ns[-1]
+        flo, fhi = aml_get("flow", lo), aml_get("flow", hi)
+        plo, phi = aml_get(AML_PEER, lo), aml_get(AML_PEER, hi)
+        if lo == hi or not flo or not fhi or flo["rss"] is None or fhi["rss"] is None:
+            v13["memory"] = ("not measured", "flow's peak RSS needs two sizes measured.", ["—"] * 3)
+        else:
+            g = fhi["rss"] / flo["rss"]
+            per = (fhi["rss"] - flo["rss"]) / float(hi - lo)
+            sentence = ("flow's peak RSS: %s MB (%s) → ×%.2f from N = %s to %s, %.1f KB more a job "
+                        "(target: at most ×%g)" % (
+                            " / ".join(fmt_mb(aml_get("flow", n)["rss"]) if aml_get("flow", n) else "—" for n in aml_ns),
+                            " / ".join("N = " + n_str(n) for n in aml_ns), g, n_str(lo), n_str(hi), per,
+                            t["rss_growth"]))
+            cells = ["—", "%s → %s MB" % (fmt_mb(flo["rss"]), fmt_mb(fhi["rss"])), "×%.2f" % g]
+            if plo and phi and plo["rss"] and phi["rss"]:
+                sentence += "; the SDK's: %s MB → %s MB (×%.2f, %.1f KB a job)" % (
+                    fmt_mb(plo["rss"]), fmt_mb(phi["rss"]), phi["rss"] / plo["rss"],
+                    (phi["rss"] - plo["rss"]) / float(hi - lo))
+                cells[0] = "%s → %s MB" % (fmt_mb(plo["rss"]), fmt_mb(phi["rss"]))
+            if (lo, hi) != t["rss_ns"]:
+                v13["memory"] = ("not measured", "At N = %s → %s, not the target's %s → %s (no verdict on the target): "
+                                 % (n_str(lo), n_str(hi), n_str(t["rss_ns"][0]), n_str(t["rss_ns"][1])) + sentence + ".",
+                                 cells)
+            else:
+                v13["memory"] = ("met" if g <= t["rss_growth"] else "missed", sentence + ".", cells)
+
     # ---------------------------------------------------------------- header
     quick = "--quick" in md.get("settings", "")
     w("# flow benchmark results")
     w("")
-    w("Generated by `bench/run.sh` (`make bench`) on %s. Every number below comes from this one run, "
-      "on the machine described at the end; see [README.md](README.md) for what is measured and how." % md.get("date", "?"))
+    w("Generated by %s on %s. Every number below comes from this one run, "
+      "on the machine described at the end; see [README.md](README.md) for what is measured and how." % (
+          "`bench/run.sh` (`make bench`)" if targets12 or not has13 else "`bench/aml.sh` (the Azure ML rows alone)",
+          md.get("date", "?")))
     w("")
-    if quick or any(verdicts[t["key"]][1].find("smoke-test size") >= 0 for t in TARGETS):
-        w("**A smoke test at reduced sizes (%s): the verdicts below say nothing about the targets.**" % md.get("settings", "?"))
+    if quick or any(verdicts[t["key"]][1].find("smoke-test size") >= 0 for t in targets12) or (
+            has13 and AML_TARGET["n"] not in aml_ns):
+        w("**A smoke test at reduced sizes (%s): the verdicts below say nothing about the targets.**" % (
+            md.get("settings") or md.get("Azure ML settings", "?")))
         w("")
-    w("Each row of issue 12's *Targets* table, measured the way it asks: one layered DAG of `touch` "
+    if targets12:
+        w("Each row of issue 12's *Targets* table, measured the way it asks: one layered DAG of `touch` "
       "steps, `-j 2` for every tool; for each row the tools run **alternating** (flow, ninja, make[, "
       "Snakemake], flow, ninja, make, …), every full run from a state cleaned with `rm -rf` of the "
       "outputs and the tool's own state (`.flow/`, `.ninja_log`/`.ninja_deps`, `.snakemake/`), as a user "
       "would; wall time is the **median** of the runs, peak RSS (GNU time's maximum resident set size) "
       "the largest of them. Settings: %s." % md.get("settings", "?"))
-    w("")
+        w("")
+    if has13:
+        w("Issue 13 (section %s): N Azure ML command jobs submitted to the loopback Azure ML double and waited "
+          "for until Completed, flow against the Azure ML Python SDK, alternating rounds; settings: %s."
+          % ("8" if targets12 else "below", md.get("Azure ML settings", "?")))
+        w("")
 
     # ---------------------------------------------------------------- summary
-    w("## Targets (issue 12)")
-    w("")
-    w("| work | ninja | make | flow | flow/ninja | target | issue 12 (then) | result |")
-    w("|---|--:|--:|--:|--:|---|---|---|")
-    for t in TARGETS:
+    if targets12:
+        w("## Targets (issue 12)")
+        w("")
+        w("| work | ninja | make | flow | flow/ninja | target | issue 12 (then) | result |")
+        w("|---|--:|--:|--:|--:|---|---|---|")
+    for t in targets12:
         res, _, cells = verdicts[t["key"]]
         if "ratio" in t:
             tgt = "≤ %.1f× ninja" % t["ratio"]
@@ -215,9 +316,24 @@ def main():
             tgt = "< %g s" % t["wall"] + (", < %d MB" % t["rss_mb"] if "rss_mb" in t else "")
         w("| %s | %s | %s | %s | %s | %s | %s | **%s** |" % (t["work"], cells[0], cells[1], cells[2], cells[3],
                                                           tgt, t["issue"], res))
-    w("")
-    w("Times in seconds unless marked; *flow/ninja* is the ratio of the medians.")
-    w("")
+    if targets12:
+        w("")
+        w("Times in seconds unless marked; *flow/ninja* is the ratio of the medians.")
+        w("")
+    if has13:
+        t = AML_TARGET
+        w("## Targets (issue 13)")
+        w("")
+        w("| work | azure-ai-ml SDK | flow | SDK/flow | target | result |")
+        w("|---|--:|--:|--:|---|---|")
+        res, _, c = v13["speed"]
+        w("| %s | %s | %s | %s | ≥ %g× | **%s** |" % (t["work"], c[0], c[1], c[2], t["ratio"], res))
+        res, _, c = v13["memory"]
+        w("| flow's memory flat in the number of jobs: peak RSS, N = %s → %s | %s | %s | %s | flow ≤ ×%g | **%s** |" % (
+            n_str(aml_ns[0]), n_str(aml_ns[-1]), c[0], c[1], c[2], t["rss_growth"], res))
+        w("")
+        w("Times in seconds (medians); *SDK/flow* is the ratio of the medians, ×N the growth of the peak RSS.")
+        w("")
 
     # ---------------------------------------------------------------- command-step tables
     def cmd_table(key, title, intro):
@@ -301,19 +417,60 @@ def main():
                 fmt_ratio(ratio(r["wall"], lim)), fmt_mb(r["rss"]), r["reps"], r["note"]))
         w("")
 
+    # ---------------------------------------------------------------- Azure ML
+    if has13:
+        w("## %sAzure ML dispatch: N command jobs against the loopback double" % ("8. " if targets12 else ""))
+        w("")
+        w("Both tools submit N command jobs (`python train.py --seed i` on `gpu-cluster`, environment "
+          "`azureml:AzureML-acpt-pytorch-2.2-cuda12.1@latest`, the project's code snapshot) to "
+          "`tests/aml/double.py` over HTTPS on loopback, and wait until every job is Completed (%s). "
+          "**flow**: `flow run --env prod` of a pipeline of N steps tagged `gpu` (`dispatch: tagged`), "
+          "from `rm -rf .flow`; it looks each job up, PUTs it, polls it, all on its event loop. "
+          "**The SDK**: `bench/aml_sdk/submit.py`, `MLClient.jobs.create_or_update` N times in a row, then "
+          "`ml_client.jobs.get` on every job not yet Completed, a sweep every poll interval. Wall time of the "
+          "whole process (start, imports, credential, submission, waiting, exit), peak RSS from GNU time. "
+          "Every round is checked in the double's request log: exactly N jobs created (PUT 201), no request "
+          "refused, the code snapshot not uploaded again; flow's `run.json` says N done, the SDK's driver "
+          "that N jobs are Completed. See [README.md](README.md) for what each side needed." % (
+              md.get("Azure ML settings", "")))
+        w("")
+        w("| tool | N | wall, median (s) | ÷ flow | peak RSS (MB) | runs | every run (s), in order | note |")
+        w("|---|--:|--:|--:|--:|--:|---|---|")
+        for n in aml_ns:
+            f = aml_get("flow", n)
+            for tool in ("flow", AML_PEER):
+                r = aml_get(tool, n)
+                if not r:
+                    continue
+                w("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                    "azure-ai-ml SDK" if tool == AML_PEER else tool, n_str(n), fmt_s(r["wall"]),
+                    fmt_ratio(ratio(r["wall"], f and f["wall"])), fmt_mb(r["rss"]), r["reps"],
+                    " ".join(fmt_s(x) for x in r["walls"]) or "—", r["note"].replace("|", "\\|")))
+        w("")
+
     # ---------------------------------------------------------------- analysis
     w("## Analysis against the targets")
     w("")
-    w("One paragraph per row of issue 12's table: met or missed, with the numbers of this run. "
-      "A missed target has a profile paragraph (where the time or memory goes) to fill in.")
-    w("")
-    for t in TARGETS:
+    if targets12:
+        w("One paragraph per row of issue 12's table: met or missed, with the numbers of this run. "
+          "A missed target has a profile paragraph (where the time or memory goes) to fill in.")
+        w("")
+    for t in targets12:
         res, s, _ = verdicts[t["key"]]
         w("**%s: %s.** %s" % (t["work"][0].upper() + t["work"][1:], res, s))
         w("")
         if res == "missed":
             w("Profile: (to be filled)")
             w("")
+    if has13:
+        for key, title in (("speed", "Issue 13, %s" % AML_TARGET["work"]),
+                           ("memory", "Issue 13, flow's memory flat in the number of jobs")):
+            res, s, _ = v13[key]
+            w("**%s: %s.** %s" % (title, res, s))
+            w("")
+            if res == "missed":
+                w("Profile: (to be filled)")
+                w("")
     w("The machine has 2 CPUs and is not isolated: other work during the run shows in the numbers "
       "(±20 % between repetitions is common). The runs alternate, so such noise falls on flow and the "
       "peers alike, and the ratios are more robust than the absolute times.")

@@ -6,17 +6,19 @@
 #
 # Rows: 1,000 command steps on the project's own disk and on tmpfs, 10,000 on
 # the disk and their no-op rerun, 100,000 in-process Lua steps and their no-op
-# rerun, `flow --version` and a one-step `flow run`.  Knobs (environment):
+# rerun, `flow --version` and a one-step `flow run`; then issue 13's Azure ML
+# dispatch, flow beside the Azure ML SDK (bench/aml.sh).  Knobs (environment):
 # BENCH_SIZES, BENCH_LUA_N, BENCH_REPS, BENCH_NOOP_REPS, BENCH_LONG,
 # BENCH_SNAKEMAKE, BENCH_TMPFS, BENCH_SYNC, BENCH_HYPERFINE_RUNS,
-# BENCH_HYPERFINE_WARMUP, BENCH_WORK, BENCH_RESULTS, FLOW; see bench/README.md.
+# BENCH_HYPERFINE_WARMUP, BENCH_AML (and aml.sh's BENCH_AML_*), BENCH_WORK,
+# BENCH_RESULTS, FLOW; see bench/README.md.
 set -uo pipefail
 export LC_ALL=C                       # '.' as the decimal point in $EPOCHREALTIME and printf
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 QUICK=0
 while [ $# -gt 0 ]; do
   case $1 in
@@ -49,6 +51,7 @@ TMPFS_WANT=${BENCH_TMPFS:-auto}
 SYNC=${BENCH_SYNC:-1}
 HF_RUNS=${BENCH_HYPERFINE_RUNS:-$D_HF_RUNS}
 HF_WARMUP=${BENCH_HYPERFINE_WARMUP:-$D_HF_WARMUP}
+AML=${BENCH_AML:-1}                   # 0: no Azure ML rows (bench/aml.sh)
 JOBS=2                                # the same -j for every tool
 SNAKEMAKE_LIMIT=600                   # seconds, per Snakemake run
 
@@ -456,6 +459,17 @@ read -r _ utd _ <<<"$(flow_states "$dir")"
 [ "$utd" = 1 ] || say "one-step pipeline: the last run was not a no-op rerun (run.json: $utd up to date)"
 
 rm -rf "$DISK"
+
+# ---------------------------------------------------------------- Azure ML dispatch (issue 13)
+# bench/aml.sh: its rows and machine lines go into this run's files.
+if [ "$AML" = 1 ]; then
+  aml_args=()
+  [ $QUICK -eq 1 ] && aml_args=(--quick)
+  BENCH_AML_RESULTS=$RESULTS BENCH_AML_MACHINE=$MACHINE BENCH_WORK=$WORK FLOW=$FLOW \
+    "$HERE/aml.sh" "${aml_args[@]}" || { rc=$?; say "bench/aml.sh failed (exit $rc)"; record aml flow 100 "" "" 0 "" "bench/aml.sh failed (exit $rc)"; }
+else
+  record aml flow 100 "" "" 0 "" "not run (BENCH_AML=$AML)"
+fi
 
 # ---------------------------------------------------------------- report
 python3 "$HERE/report.py" "$RESULTS" "$MACHINE" "$RESULTS_MD" || exit 2
