@@ -5,12 +5,19 @@
 #include "util.h"
 
 #include <openssl/crypto.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* At most this many calls are out at once (token fetch or HTTP): the rest
+ * wait in order, holding no libcurl handle, so 300 jobs polled at once cost
+ * what 32 do (the HTTP client keeps 8 connections a host anyway). */
+#define ARM_ACTIVE_MAX 32
+
 struct arm_call {
     struct aml_client *client;
-    struct arm_call *prev, *next;   /* the client's calls in flight */
+    struct arm_call *prev, *next;   /* the client's calls, out or queued */
+    bool queued;                    /* waiting for a place among the active ones */
     char *method, *url, *body;
     arm_done_fn done;
     void *arg;
@@ -20,8 +27,25 @@ struct arm_call {
     char *error;
 };
 
+static void send_with_token(struct arm_call *call);
+
+/* The oldest queued call takes the place a finished one left. */
+static void start_queued(struct aml_client *c)
+{
+    if (c->arm_active >= ARM_ACTIVE_MAX) return;
+    struct arm_call *oldest = NULL;
+    for (struct arm_call *q = c->calls; q; q = q->next)
+        if (q->queued) oldest = q;               /* calls are listed newest first */
+    if (!oldest) return;
+    oldest->queued = false;
+    c->arm_active++;
+    send_with_token(oldest);
+}
+
 static void call_free(struct arm_call *call)
 {
+    struct aml_client *c = call->client;
+    bool was_active = !call->queued;
     if (call->prev) call->prev->next = call->next;
     else call->client->calls = call->next;
     if (call->next) call->next->prev = call->prev;
@@ -30,6 +54,10 @@ static void call_free(struct arm_call *call)
     free(call->body);
     free(call->error);
     free(call);
+    if (was_active) {
+        c->arm_active--;
+        start_queued(c);
+    }
 }
 
 /* A failure that is not an HTTP answer (no token, cancelled before sending). */
@@ -50,8 +78,6 @@ static void fail_later(struct arm_call *call, const char *error)
     if (error && !call->error) call->error = xstrdup(error);
     call->timer = loop_add_timer(aml_client_loop(call->client), 0, deliver_error, call);
 }
-
-static void send_with_token(struct arm_call *call);
 
 static void on_answer(void *arg, const struct http_response *resp)
 {
@@ -104,12 +130,18 @@ struct arm_call *arm_call_start(struct aml_client *c, const char *method, const 
     call->next = c->calls;
     if (c->calls) c->calls->prev = call;
     c->calls = call;
-    send_with_token(call);
+    if (c->arm_active < ARM_ACTIVE_MAX) {
+        c->arm_active++;
+        send_with_token(call);
+    } else {
+        call->queued = true;
+    }
     return call;
 }
 
 void arm_calls_release(struct aml_client *c)
 {
+    for (struct arm_call *q = c->calls; q; q = q->next) q->queued = true;    /* none may start now */
     while (c->calls) {
         struct arm_call *call = c->calls;
         if (call->timer) loop_cancel_timer(c->loop, call->timer);
@@ -121,7 +153,9 @@ void arm_call_cancel(struct arm_call *call)
 {
     if (call->cancelled || call->timer) return;
     call->cancelled = true;
-    if (call->xfer) {
+    if (call->queued) {
+        fail_later(call, NULL);                 /* still queued: it frees as one (not active) */
+    } else if (call->xfer) {
         http_cancel(call->xfer);
     } else if (call->want_token) {
         aml_auth_forget(aml_client_auth(call->client), call);

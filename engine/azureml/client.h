@@ -16,7 +16,8 @@ struct aml_client {
     struct work_pool *pool;          /* the snapshot is scanned and hashed there */
     char *workspace_id;
     bool detach;
-    struct arm_call *calls;          /* in flight (arm.c) */
+    struct arm_call *calls;          /* out or queued (arm.c) */
+    size_t arm_active;               /* how many of them are out */
     struct aml_code *code;           /* the run's code snapshot, once asked for (code.c) */
     struct aml_job *zombies;         /* jobs freed while a call was out (jobs.c) */
 };

@@ -321,9 +321,17 @@ struct step_wait *aml_job_start(struct aml_client *c, const char *name, const ch
     j->on_event = on_event;
     j->done = done;
     j->arg = arg;
-    j->phase = PHASE_LOOKUP;
     refresh_info(j);
-    job_request(j, "GET", NULL);
+    /* A job of this run's is submitted at once: its name is new, and a PUT
+     * repeated after a lost answer finds the job the first one made.  One
+     * named by an earlier run's journal is looked up first (adopted). */
+    if (j->body) {
+        j->phase = PHASE_SUBMIT;
+        job_request(j, "PUT", xstrdup(j->body));
+    } else {
+        j->phase = PHASE_LOOKUP;
+        job_request(j, "GET", NULL);
+    }
     return &j->wait;
 }
 

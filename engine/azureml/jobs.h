@@ -5,8 +5,8 @@
  * client (one libcurl multi handle on the loop) and the credential.  Hundreds
  * of jobs are tracked at once on the one loop, each a small state machine:
  *
- *   token → GET jobs/{name} ─ 404 → PUT jobs/{name} ─┐
- *                           └ 200 (ours, from before a crash: adopt it) ─┴→ poll GET until
+ *   token → PUT jobs/{name} ──────────────────────────────┐
+ *   (a job an earlier run's journal names: GET jobs/{name}, adopted) ─┴→ poll GET until
  *   Completed, Failed or Canceled (every poll_interval; the first polls sooner).
  *
  * A job's name is the caller's (job_body.h: deterministic), so a PUT sent
@@ -67,9 +67,10 @@ struct aml_job_info {
 /* Called as the job is submitted and whenever its status changes. */
 typedef void (*aml_job_event_fn)(void *arg, const struct aml_job_info *info);
 
-/* Starts the job `name` with `body` (job_body.h's JSON), or adopts it when
- * it exists; with body NULL only adopts it (a job that does not exist is an
- * error: `flow cancel`, re-attaching after --detach).  done(w, arg) once it is terminal, the wait failed, or it was
+/* Submits the job `name` with `body` (job_body.h's JSON; a name of this
+ * run's: a PUT of an existing job with the same body answers it, so a lost
+ * answer never makes two), or with body NULL adopts the existing job `name`
+ * (one that does not exist is an error: --resume, `flow cancel`).  done(w, arg) once it is terminal, the wait failed, or it was
  * cancelled; aml_job_wait_info then says how.  NULL with a message only for
  * a name Azure ML cannot take. */
 struct step_wait *aml_job_start(struct aml_client *c, const char *name, const char *body_json,

@@ -101,12 +101,8 @@ function Run:run_remote(n)
     self.journal:sync()
   end
   local r, err = self.aml:run_job(spec)
-  if r then self:job_log(n, place, spec, r) end
-  if not r and spec.attach_only then          -- the journaled job is gone: submit one of this run
-    self.remote_prior[n.name] = nil
-    return self:run_remote(n)
-  end
   if not r then fail(err) end
+  if r.status ~= "" or not spec.attach_only then self:job_log(n, place, spec, r) end
   rec.remote = { backend = "azureml", job = r.name, studio = r.studio, status = r.status }
   if r.ok then
     local by = {}
@@ -116,8 +112,8 @@ function Run:run_remote(n)
     rec.outputs = self:save_values(n, by)
     return
   end
-  if spec.attach_only and not r.cancelled and (r.status == "Failed" or r.status == "Canceled") then
-    return self:run_remote(n)                 -- the adopted job ended badly: this run submits its own
+  if spec.attach_only and not r.cancelled and (r.status == "" or r.status == "Failed" or r.status == "Canceled") then
+    return self:run_remote(n)                 -- never submitted, or it ended badly: this run submits its own
   end
   if r.detached then
     local msg = string.format("step '%s': Azure ML job %s left running (--detach): `flow run --resume` "
