@@ -425,7 +425,7 @@ def main():
           "`azureml:AzureML-acpt-pytorch-2.2-cuda12.1@latest`, the project's code snapshot) to "
           "`tests/aml/double.py` over HTTPS on loopback, and wait until every job is Completed (%s). "
           "**flow**: `flow run --env prod` of a pipeline of N steps tagged `gpu` (`dispatch: tagged`), "
-          "from `rm -rf .flow`; it looks each job up, PUTs it, polls it, all on its event loop. "
+          "from `rm -rf .flow`; it PUTs each job and polls it, all on its event loop. "
           "**The SDK**: `bench/aml_sdk/submit.py`, `MLClient.jobs.create_or_update` N times in a row, then "
           "`ml_client.jobs.get` on every job not yet Completed, a sweep every poll interval. Wall time of the "
           "whole process (start, imports, credential, submission, waiting, exit), peak RSS from GNU time. "
