@@ -324,6 +324,7 @@ static int push_job_result(lua_State *L, struct job_box *b)
     set_bool(L, "submitted", info->submitted);
     set_bool(L, "cancelled", info->cancelled);
     set_bool(L, "detached", info->detached);
+    set_bool(L, "timed_out", info->timed_out);
     set_bool(L, "ok", info->status && strcmp(info->status, "Completed") == 0);
     step_wait_free(b->wait);
     b->wait = NULL;
@@ -486,6 +487,8 @@ static int l_run_job(lua_State *L)
         lua_pushstring(L, err);
         return 2;
     }
+    double deadline = flow_step_deadline(L);
+    if (deadline > 0 && !peek) aml_job_set_deadline(b->wait, deadline);
     if (b->co) {
         flow_step_wait(L, b->wait);
         return lua_yieldk(L, 0, (lua_KContext)b, job_continue);

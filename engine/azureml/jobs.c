@@ -27,6 +27,7 @@ struct aml_job {
     enum job_phase phase;
     struct arm_call *call;       /* the request in flight, or NULL */
     unsigned long timer;         /* the next poll, or 0 */
+    unsigned long deadline_timer;  /* the step's timeout, or 0 */
     double next_poll;            /* seconds between polls now */
     char *name, *body, *status, *studio, *error;
     struct aml_job_info info;
@@ -73,7 +74,8 @@ static void refresh_info(struct aml_job *j)
                                      .studio_url = j->studio, .submitted = j->info.submitted,
                                      .terminal = j->status && aml_job_status_terminal(j->status),
                                      .cancelled = j->cancel_sent || j->info.cancelled,
-                                     .detached = j->info.detached, .error = j->error };
+                                     .detached = j->info.detached, .timed_out = j->info.timed_out,
+                                     .error = j->error };
 }
 
 static void notify(struct aml_job *j)
@@ -86,6 +88,8 @@ static void notify(struct aml_job *j)
 static void finish(struct aml_job *j)
 {
     j->phase = PHASE_DONE;
+    if (j->deadline_timer) loop_cancel_timer(j->client->loop, j->deadline_timer);
+    j->deadline_timer = 0;
     refresh_info(j);
     if (j->done_called || j->owner_freed) return;
     j->done_called = true;
@@ -278,6 +282,23 @@ static void job_cancel(struct step_wait *w, enum cancel_mode mode)
     j->timer = loop_add_timer(j->client->loop, 0, on_cancel_turn, j);      /* never synchronously */
 }
 
+static void on_deadline(void *arg)
+{
+    struct aml_job *j = arg;
+    j->deadline_timer = 0;
+    if (j->phase == PHASE_DONE) return;
+    j->info.timed_out = true;
+    job_cancel(&j->wait, CANCEL_GRACEFUL);
+}
+
+void aml_job_set_deadline(struct step_wait *w, double deadline)
+{
+    struct aml_job *j = (struct aml_job *)w;
+    if (j->deadline_timer) loop_cancel_timer(j->client->loop, j->deadline_timer);
+    double left = deadline - monotonic_seconds();
+    j->deadline_timer = loop_add_timer(j->client->loop, left > 0 ? left : 0, on_deadline, j);
+}
+
 static void job_release(struct aml_job *j)
 {
     free(j->name);
@@ -294,6 +315,7 @@ static void job_free(struct step_wait *w)
     step_wait_detach(w);
     j->owner_freed = true;
     if (j->timer) loop_cancel_timer(j->client->loop, j->timer);
+    if (j->deadline_timer) loop_cancel_timer(j->client->loop, j->deadline_timer);
     if (j->call) {                  /* released when the call's answer arrives, or with the client */
         arm_call_cancel(j->call);
         j->next_zombie = j->client->zombies;

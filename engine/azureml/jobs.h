@@ -61,6 +61,7 @@ struct aml_job_info {
     bool terminal;                    /* Completed, Failed or Canceled */
     bool cancelled;                   /* cancel was asked (the job may still have completed) */
     bool detached;                    /* the wait ended leaving the job running */
+    bool timed_out;                   /* its deadline came first: it was cancelled */
     const char *error;                /* why the job or the wait failed, or NULL */
 };
 
@@ -80,6 +81,10 @@ struct step_wait *aml_job_start(struct aml_client *c, const char *name, const ch
  * was over already). */
 struct step_wait *aml_job_cancel_existing(struct aml_client *c, const char *name, aml_job_event_fn on_event,
                                           step_wait_done_fn done, void *arg, char *err, size_t errlen);
+/* The step's own timeout (a monotonic time): then the job is cancelled as by
+ * a graceful cancel, and its info says timed_out. */
+void aml_job_set_deadline(struct step_wait *w, double deadline);
+
 /* Reads the existing job `name` once (flow status): done after one GET. */
 struct step_wait *aml_job_peek(struct aml_client *c, const char *name, step_wait_done_fn done, void *arg, char *err,
                                size_t errlen);

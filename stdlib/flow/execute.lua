@@ -122,7 +122,7 @@ function Run:run_remote(n)
     error(step_failure { quiet = true, message = msg })
   end
   if r.cancelled then
-    if core.interrupted() > 0 then
+    if core.interrupted() > 0 and not r.timed_out then
       error(step_failure { quiet = true, message = string.format("step '%s' stopped (interrupted); Azure ML job %s %s",
         n.name, r.name, r.status == "Canceled" and "canceled" or "asked to cancel") })
     end

@@ -242,6 +242,8 @@ function M.job_spec(run, n, place, name, fail)
     name = name, display_name = n.name, command = line, env = env, outputs = outputs,
     compute = place.compute, instance_count = place.instances, framework = place.framework,
     processes_per_node = place.processes, parameter_server_count = place.parameter_server_count,
+    -- TensorFlow: a worker per process, as distributed: local launches them
+    worker_count = place.framework == "tensorflow" and place.instances * place.processes or nil,
     instance_type = n.instance_type, shm_size = n.shm_size, environment_id = place.environment_id,
     timeout = n.timeout,
     tags = { ["flow.run_id"] = run.run_id, ["flow.step"] = n.name, ["flow.fingerprint"] = rec.fp or "" },

@@ -425,4 +425,55 @@ L
     run_flow 0 run --env prod --nodes train
     contains "$(requests_of jobs.put)" '"distributionType": "Mpi"'
     contains "$(requests_of jobs.put)" '"instanceCount": 3'
+    # TensorFlow: a worker per process, and its parameter servers
+    sed -i 's/framework = "mpi", nodes = 3, processes_per_node = 2/framework = "tensorflow", nodes = 2, processes_per_node = 2, parameter_server_count = 1/' pipeline.lua
+    run_flow 0 run --env prod --nodes train
+    body=$(requests_of jobs.put | tail -n 1)
+    contains "$body" '"distributionType": "TensorFlow"'
+    contains "$body" '"workerCount": 4'
+    contains "$body" '"parameterServerCount": 1'
+}
+
+test_second_ctrl_c_stops_waiting_for_the_cancel() {
+    start_aml
+    train_pipeline
+    aml_ctl POST config '{"phases": {"Running": 60}, "cancel_seconds": 60}' >/dev/null
+    run_flow_bg run --env prod
+    wait_for_status Running
+    kill -INT "$FLOW_PID"
+    wait_for_status CancelRequested
+    kill -INT "$FLOW_PID"
+    set +e; wait "$FLOW_PID"; code=$?; set -e
+    equals "$code" 130 "exit status"
+    equals "$(count_of jobs.cancel)" 1 "cancel requests"
+}
+
+test_timeout_cancels_the_job() {
+    start_aml
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = distributed_job<framework = "pytorch", nodes = 2>(flow.command{ "python", "train.py" }),
+        name = "train", timeout = 1 },
+}
+L
+    aml_ctl POST config '{"phases": {"Running": 60}}' >/dev/null
+    run_flow 1 run --env prod
+    contains "$ERR" "step 'train' timed out after 1s"
+    equals "$(count_of jobs.cancel)" 1 "cancel requests"
+    contains "$(requests_of jobs.put)" '"timeout": "PT1S"'
+}
+
+test_retry_submits_a_job_of_its_own() {
+    start_aml
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = distributed_job<framework = "pytorch", nodes = 2>(flow.command{ "python", "train.py" }),
+        name = "train", retries = 1 },
+}
+L
+    aml_ctl POST faults '{"match": {"method": "PUT", "path_regex": "/jobs/"}, "action": "status", "status": 400, "count": 1}' >/dev/null
+    run_flow 0 run --env prod
+    contains "$ERR" "retrying"
+    names=$(requests_of jobs.put | sed -n 's/.*"path": "[^"]*\/jobs\/\([^"?]*\)".*/\1/p' | sort -u)
+    contains "$names" "-a2"
 }
