@@ -351,13 +351,8 @@ static int l_journal_append(lua_State *L)
     return 0;
 }
 
-/* j:sync(): returns once everything appended is on disk */
-static int l_journal_sync(lua_State *L)
-{
-    char err[1024];
-    if (journal_sync(flow_check_journal(L, 1), err, sizeof err) != 0) return flow_raise_fs(L, err);
-    return 0;
-}
+/* j:sync(), below with the pool's jobs */
+static int l_journal_sync(lua_State *L);
 
 /* j:close(): sync, stop the syncer, close; a second close does nothing */
 static int l_journal_close(lua_State *L)
@@ -398,6 +393,7 @@ static const luaL_Reg journal_methods[] = {
  * included — a pool thread never writes into freed memory. */
 struct commit_job {
     const char *staging, *final;   /* the Lua strings stay on the coroutine's stack */
+    struct journal *sync;          /* or: wait until this journal is on disk */
     int rc;
     char err[1024];
     bool copy;                     /* cache.copy: copy_tree instead of commit_output_unsynced */
@@ -409,6 +405,10 @@ struct commit_job {
 static void commit_run(void *arg)
 {
     struct commit_job *job = arg;
+    if (job->sync) {
+        job->rc = journal_sync(job->sync, job->err, sizeof job->err);      /* safe from any thread */
+        return;
+    }
     job->rc = job->copy ? copy_tree(job->staging, job->final, job->err, sizeof job->err)
                         : commit_output_unsynced(job->staging, job->final, job->err, sizeof job->err);
 }
@@ -468,6 +468,22 @@ static int l_commit(lua_State *L) { return commit_or_copy(L, false); }
 /* copy(src, dst): src (a file or a tree) copied to dst, which must not exist,
  * on the work pool as commit is; raises "cannot …: reason". */
 static int l_copy(lua_State *L) { return commit_or_copy(L, true); }
+
+/* j:sync(): returns once everything appended is on disk (raises a
+ * file-system error if it cannot be).  A step waits for it on the pool, so
+ * the loop goes on, and the journal's syncer folds many steps' waits into
+ * one fdatasync (an Azure ML job's name is synced before its PUT). */
+static int l_journal_sync(lua_State *L)
+{
+    struct journal *j = flow_check_journal(L, 1);
+    struct commit_job *job = lua_newuserdatauv(L, sizeof *job, 0);
+    *job = (struct commit_job){ .sync = j };
+    struct work_pool *pool = flow_step_can_yield(L) ? run_pool(L) : NULL;
+    if (pool && work_submit(pool, commit_run, commit_done, job, NULL, 0) == 0)
+        return commit_wait(L, job);
+    commit_run(job);
+    return commit_result(L, job);
+}
 
 /* stat(path) -> size, mtime (seconds, float), "file" | "directory" | "other"
  * or nil, message */
