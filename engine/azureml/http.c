@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
+#include <openssl/crypto.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -310,15 +311,29 @@ struct http_client *http_client_new(struct loop *loop, const struct http_options
     return c;
 }
 
+static void wipe(char *s, size_t n)
+{
+    if (s) OPENSSL_cleanse(s, n);
+}
+
+/* What a transfer held may be a secret (a bearer token in a header, a client
+ * secret in a token request's body, a token in its answer): wiped before the
+ * memory goes back. */
 static void transfer_free(struct http_transfer *t)
 {
     if (t->easy) curl_easy_cleanup(t->easy);
+    for (struct curl_slist *l = t->sent_headers; l; l = l->next) wipe(l->data, strlen(l->data));
     curl_slist_free_all(t->sent_headers);
-    for (size_t i = 0; i < t->n_headers; i++) free(t->headers[i]);
+    for (size_t i = 0; i < t->n_headers; i++) {
+        wipe(t->headers[i], strlen(t->headers[i]));
+        free(t->headers[i]);
+    }
     free(t->headers);
+    wipe(t->body.mem, t->body.mem ? (size_t)t->body.len : 0);
     free(t->body.mem);
     free(t->body.path);
     if (t->body.fd >= 0) close(t->body.fd);
+    wipe(t->received.buf, t->received.len);
     sb_release(&t->received);
     free(t->method);
     free(t->display_url);
