@@ -12,6 +12,7 @@
  * counts frames from the C function (1 is its caller).  Nothing here holds C
  * heap memory, so a Lua error anywhere cannot leak. */
 #include "flowlua.h"
+#include "azureml/settings.h"
 #include "suggest.h"
 
 #include <ctype.h>
@@ -691,14 +692,8 @@ static void set_azureml(lua_State *L, int level)
         if (!v || len == 0 || strlen(v) != len)
             fail(L, level, "node: %s must be a non-empty string, got %s", names[k],
                  v ? "\"\"" : luaL_typename(L, slot));
-        bool ok = true;
-        if (slot == S_COMPUTE) {
-            ok = isalnum((unsigned char)v[0]) && len <= 255;
-            for (size_t i = 1; i < len && ok; i++) ok = isalnum((unsigned char)v[i]) || v[i] == '-' || v[i] == '_';
-        } else if (slot == S_SHM_SIZE) {
-            size_t digits = strspn(v, "0123456789");
-            ok = digits > 0 && digits + 1 == len && strchr("bBkKmMgG", v[digits]);
-        }
+        /* the rules azureml.yml's values follow (engine/azureml/settings.c) */
+        bool ok = slot == S_COMPUTE ? aml_valid_name(v) : slot == S_SHM_SIZE ? aml_valid_shm_size(v) : true;
         if (!ok)
             fail(L, level, slot == S_COMPUTE ? "node: compute must name an Azure ML compute cluster (letters, digits, "
                  "- and _), got \"%s\"" : "node: shm_size must be a size like \"16g\" or \"512m\", got \"%s\"", v);

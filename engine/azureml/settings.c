@@ -246,7 +246,7 @@ static int load_dispatch(struct load *l)
     return -1;
 }
 
-static bool matches_shm_size(const char *s)
+bool aml_valid_shm_size(const char *s)
 {
     const char *p = s;
     while (isdigit((unsigned char)*p)) p++;
@@ -300,7 +300,7 @@ static int load_fields(struct load *l)
         || get_endpoint(l, "arm_endpoint", false, &s->arm_endpoint) != 0
         || get_endpoint(l, "authority_host", true, &s->authority_host) != 0)
         return -1;
-    if (s->shm_size && !matches_shm_size(s->shm_size)) {
+    if (s->shm_size && !aml_valid_shm_size(s->shm_size)) {
         errf(l->err, l->errlen, "%s: shm_size must be a size like \"16g\" or \"512m\", got \"%s\"",
              where(l, "shm_size"), s->shm_size);
         return -1;

@@ -78,5 +78,8 @@ char *aml_environment_id(const struct aml_settings *s, const char *environment, 
 
 /* Whether a string is a valid Azure ML resource name (job, code, compute). */
 bool aml_valid_name(const char *name);
+/* Whether a string is a shared-memory size as Azure ML takes it: digits and
+ * one of b, k, m, g ("16g"). */
+bool aml_valid_shm_size(const char *s);
 
 #endif

@@ -120,4 +120,8 @@ try("env value", function() local n = node{ command = "true", env = { A = {} }, 
 try("env list", function() local n = node{ command = "true", env = { "A=1" }, name = "x" }; return n end)
 try("env equals", function() local n = node{ command = "true", env = { ["A=B"] = "1" }, name = "x" }; return n end)
 try("env typo field", function() local n = node{ command = "true", evn = {}, name = "x" }; return n end)
+try("azureml fields", function() local n = node{ command = "true", name = "x", compute = "gpu-cluster", environment = "e:1", instance_type = "Standard_NC6", shm_size = "16g" }; return n end)
+try("compute bad", function() local n = node{ command = "true", name = "x", compute = "-gpu" }; return n end)
+try("shm_size bad", function() local n = node{ command = "true", name = "x", shm_size = "16gb" }; return n end)
+try("environment empty", function() local n = node{ command = "true", name = "x", environment = "" }; return n end)
 return pipeline{}
