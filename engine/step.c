@@ -345,24 +345,6 @@ static void run_attempt(struct step_runner *r, size_t i)
 
 static void backoff_done(struct step_wait *w, void *arg);
 
-/* What a retry's warning says of the failure: its first line without the
- * "step 'NAME'" it starts with. */
-static const char *reason_of(const char *line)
-{
-    if (strncmp(line, "step '", 6) == 0) {
-        const char *q = strchr(line + 6, '\'');
-        if (q) {
-            line = q + 1;
-            while (*line == ' ' || *line == '\t') line++;
-            if (*line == ':') {
-                line++;
-                while (*line == ' ' || *line == '\t') line++;
-            }
-        }
-    }
-    return line;
-}
-
 void step_attempt_done(struct step_runner *r, size_t i, const struct step_outcome *o)
 {
     struct life *l = life_of(r, i);
@@ -380,8 +362,11 @@ void step_attempt_done(struct step_runner *r, size_t i, const struct step_outcom
         return;
     }
     double delay = fmin(BACKOFF_MAX, ldexp(r->backoff, l->attempt - 1));
-    ui_warn("step '%s' %s (attempt %d of %d); retrying in %gs%s", step_name(r, i), reason_of(l->error),
+    char *reason = NULL;
+    first_line_of(&reason, o->reason ? o->reason : o->message);
+    ui_warn("step '%s' %s (attempt %d of %d); retrying in %gs%s", step_name(r, i), reason,
             l->attempt, r->specs[i].retries + 1, delay, o->stderr_tail ? o->stderr_tail : "");
+    free(reason);
     l->phase = PHASE_BACKOFF;
     l->timed_out = o->timed_out;
     l->backoff = step_wait_timer(r->loop, delay, backoff_done, l);

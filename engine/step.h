@@ -60,6 +60,9 @@ struct step_outcome {
     const char *message;
     const char *report;
     const char *stderr_tail;
+    /* the failure without the step's name in front ("failed (exit code 1)"),
+     * for the retry's warning, or NULL: the message's first line */
+    const char *reason;
     bool timed_out;
     bool interrupted;
     /* either way: the exit code of the process it ran, if any, and the

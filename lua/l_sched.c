@@ -235,6 +235,7 @@ static void read_outcome(lua_State *co, int nres, struct step_outcome *o)
     o->message = field_string(co, t, "message");
     o->report = field_string(co, t, "report");
     o->stderr_tail = field_string(co, t, "tail");
+    o->reason = field_string(co, t, "reason");
     o->timed_out = field_bool(co, t, "timed_out");
     o->interrupted = field_bool(co, t, "interrupted");
 }

@@ -120,7 +120,10 @@ function Run:attempt_body(i, k)
   local shown
   if not f then shown = string.format("step '%s' failed: %s", n.name, util.user_traceback(text))
   elseif not err.quiet then shown = err.message end
-  return false, { message = text, report = shown, tail = f and err.stderr_tail or nil,
+  -- the retry's warning names the step itself: the failure without its name
+  local named = "step '" .. n.name .. "'"
+  local reason = text:sub(1, #named) == named and text:sub(#named + 1):gsub("^%s*:?%s*", "") or text
+  return false, { message = text, report = shown, tail = f and err.stderr_tail or nil, reason = reason,
                   timed_out = f and err.timed_out or nil, exit_code = rec.exit_code,
                   remote = rec.remote and util.record_json(rec.remote) }
 end
