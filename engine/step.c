@@ -224,12 +224,6 @@ static void start_flush(struct step_runner *r)
 
 static struct life *life_of(struct step_runner *r, size_t i) { return &r->lives[i]; }
 
-static void set_string(char **slot, const char *s)
-{
-    free(*slot);
-    *slot = s ? xstrdup(s) : NULL;
-}
-
 static void first_line_of(char **slot, const char *message)
 {
     const char *s = message ? message : "";

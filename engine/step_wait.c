@@ -195,3 +195,16 @@ static void job_cancel(struct step_wait *w, enum cancel_mode mode) { (void)w; (v
 static void job_free(struct step_wait *w) { (void)w; }
 
 const struct step_wait_ops step_wait_job_ops = { "work job", job_cancel, job_free };
+
+void step_wait_block(struct loop *loop, struct step_wait *w, const bool *done)
+{
+    int seen = loop_interrupts(loop), sent = 0;
+    while (!*done) {
+        loop_run_once(loop, -1);
+        int extra = loop_interrupts(loop) - seen;
+        if (extra > sent && sent < 2) {
+            sent = extra > 1 ? 2 : 1;
+            step_wait_cancel(w, sent > 1 ? CANCEL_FORCED : CANCEL_GRACEFUL);
+        }
+    }
+}

@@ -63,6 +63,11 @@ void step_wait_list_cancel(struct step_wait_list *list, enum cancel_mode mode);
  * is still in flight: its owner frees it later). */
 void step_wait_list_clear(struct step_wait_list *list);
 
+/* Drives the loop until *done (set by w's completion) for a caller that is
+ * not a step and so cannot yield: Ctrl-C cancels w gracefully, a second one
+ * forcefully.  The wait completes either way. */
+void step_wait_block(struct loop *loop, struct step_wait *w, const bool *done);
+
 /* ---- the kinds --------------------------------------------------------- */
 
 typedef void (*step_wait_done_fn)(struct step_wait *w, void *arg);

@@ -3,6 +3,7 @@
 #include "hash.h"
 
 #include <dirent.h>
+#include <openssl/crypto.h>
 #include <stdbool.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -52,6 +53,20 @@ char *xstrndup(const char *s, size_t n)
     memcpy(p, s, n);
     p[n] = '\0';
     return p;
+}
+
+void set_string(char **slot, const char *s)
+{
+    char *copy = s ? xstrdup(s) : NULL;      /* before the free: s may be *slot */
+    free(*slot);
+    *slot = copy;
+}
+
+void wipe_free(char *s)
+{
+    if (!s) return;
+    OPENSSL_cleanse(s, strlen(s));
+    free(s);
 }
 
 char *xasprintf(const char *fmt, ...)

@@ -68,7 +68,7 @@ static int l_load(lua_State *L)
     return 1;
 }
 
-static void set_string(lua_State *L, const char *key, const char *value)
+static void set_field_string(lua_State *L, const char *key, const char *value)
 {
     if (!value) return;
     lua_pushstring(L, value);
@@ -87,16 +87,16 @@ static int l_info(lua_State *L)
     const struct aml_settings *s = &check_client(L)->settings;
     static const char *const dispatch[] = { "distributed", "tagged", "all", "none" };
     lua_createtable(L, 0, 16);
-    set_string(L, "dispatch", dispatch[s->dispatch]);
-    set_string(L, "subscription_id", s->subscription_id);
-    set_string(L, "resource_group", s->resource_group);
-    set_string(L, "workspace", s->workspace);
-    set_string(L, "experiment_name", s->experiment_name);
-    set_string(L, "default_compute", s->default_compute);
-    set_string(L, "environment", s->environment);
-    set_string(L, "instance_type", s->instance_type);
-    set_string(L, "shm_size", s->shm_size);
-    set_string(L, "where", s->where);
+    set_field_string(L, "dispatch", dispatch[s->dispatch]);
+    set_field_string(L, "subscription_id", s->subscription_id);
+    set_field_string(L, "resource_group", s->resource_group);
+    set_field_string(L, "workspace", s->workspace);
+    set_field_string(L, "experiment_name", s->experiment_name);
+    set_field_string(L, "default_compute", s->default_compute);
+    set_field_string(L, "environment", s->environment);
+    set_field_string(L, "instance_type", s->instance_type);
+    set_field_string(L, "shm_size", s->shm_size);
+    set_field_string(L, "where", s->where);
     set_bool(L, "flow_installed", s->flow_installed);
     lua_pushnumber(L, s->timeout);
     lua_setfield(L, -2, "timeout");
@@ -317,10 +317,10 @@ static int push_job_result(lua_State *L, struct job_box *b)
 {
     const struct aml_job_info *info = aml_job_wait_info(b->wait);
     lua_createtable(L, 0, 8);
-    set_string(L, "name", info->name);
-    set_string(L, "status", info->status);
-    set_string(L, "studio", info->studio_url);
-    set_string(L, "error", info->error);
+    set_field_string(L, "name", info->name);
+    set_field_string(L, "status", info->status);
+    set_field_string(L, "studio", info->studio_url);
+    set_field_string(L, "error", info->error);
     set_bool(L, "submitted", info->submitted);
     set_bool(L, "cancelled", info->cancelled);
     set_bool(L, "detached", info->detached);
@@ -438,21 +438,6 @@ static char *build_body(lua_State *L, struct aml_client *client, int spec)
     return aml_job_body(&js);
 }
 
-/* Not on a step's coroutine: drive the loop until the job is over; Ctrl-C
- * cancels it (a second forces). */
-static void block_on_job(struct loop *loop, struct job_box *b)
-{
-    int seen = loop_interrupts(loop), sent = 0;
-    while (!b->done) {
-        loop_run_once(loop, -1);
-        int extra = loop_interrupts(loop) - seen;
-        if (extra > sent && sent < 2) {
-            sent = extra > 1 ? 2 : 1;
-            step_wait_cancel(b->wait, sent > 1 ? CANCEL_FORCED : CANCEL_GRACEFUL);
-        }
-    }
-}
-
 /* run_job(spec) -> {name =, status =, ok =, studio =, error =, submitted =, cancelled =, detached =}
  * | nil, why (the job could not be started) */
 static int l_run_job(lua_State *L)
@@ -493,7 +478,7 @@ static int l_run_job(lua_State *L)
         flow_step_wait(L, b->wait);
         return lua_yieldk(L, 0, (lua_KContext)b, job_continue);
     }
-    block_on_job(flow_state_loop(L), b);
+    step_wait_block(flow_state_loop(L), b->wait, &b->done);
     return push_job_result(L, b);
 }
 
@@ -535,7 +520,7 @@ static int l_code_id(lua_State *L)
         flow_step_wait(L, b->wait);
         return lua_yieldk(L, 0, (lua_KContext)b, code_continue);
     }
-    block_on_job(flow_state_loop(L), b);
+    step_wait_block(flow_state_loop(L), b->wait, &b->done);
     return push_code_result(L, b);
 }
 

@@ -173,22 +173,6 @@ static bool start_all(lua_State *L, struct spawn *sp, char *err, size_t errlen)
     return true;
 }
 
-/* Blocking wait (not on a step coroutine): run the loop until all exited.
- * The children have their own process groups, so Ctrl-C is passed on to
- * them: a graceful cancel at the first, a forced one at a second. */
-static void block_on(struct spawn *sp)
-{
-    int seen = loop_interrupts(sp->loop), sent = 0;
-    while (!sp->done) {
-        loop_run_once(sp->loop, -1);
-        int extra = loop_interrupts(sp->loop) - seen;
-        if (extra > sent && sent < 2) {
-            sent = extra > 1 ? 2 : 1;
-            step_wait_cancel(sp->wait, sent > 1 ? CANCEL_FORCED : CANCEL_GRACEFUL);
-        }
-    }
-}
-
 /* Pushes {code=, signal=, timed_out=, stderr=, log_error=} for an exited process. */
 static void push_exit(lua_State *L, const struct proc *p)
 {
@@ -253,7 +237,7 @@ static int start_and_wait(lua_State *L, struct spawn *sp)
         return 2;
     }
     if (sp->co) return lua_yieldk(L, 0, (lua_KContext)sp, spawn_continue);
-    block_on(sp);
+    step_wait_block(sp->loop, sp->wait, &sp->done);    /* its processes have their own groups: Ctrl-C is passed on */
     return push_result(L, sp);
 }
 

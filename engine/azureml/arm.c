@@ -4,7 +4,6 @@
 #include "azureml/client.h"
 #include "util.h"
 
-#include <openssl/crypto.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,8 +109,7 @@ static void on_token(void *arg, const char *token, const char *error)
                                 .body = call->body, .body_len = call->body ? strlen(call->body) : 0 };
     char err[512];
     call->xfer = http_send(aml_client_http(call->client), &req, on_answer, call, err, sizeof err);
-    OPENSSL_cleanse(auth, strlen(auth));
-    free(auth);
+    wipe_free(auth);
     if (!call->xfer) fail_later(call, err);
 }
 

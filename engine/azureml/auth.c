@@ -91,13 +91,6 @@ struct aml_auth {
 
 /* ---- small helpers ------------------------------------------------------- */
 
-static void wipe_free(char *s)
-{
-    if (!s) return;
-    OPENSSL_cleanse(s, strlen(s));
-    free(s);
-}
-
 static double wall_now(void)
 {
     struct timespec ts;

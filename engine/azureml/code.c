@@ -10,7 +10,6 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -591,8 +590,8 @@ void aml_code_free(struct aml_code *code)
     }
     for (struct code_wait *w = code->waiters; w; w = w->next) w->code = NULL;
     snapshot_free(&code->snap);
-    if (code->sas) OPENSSL_cleanse(code->sas, strlen(code->sas));    /* a SAS is a credential */
-    char **strings[] = { &code->name, &code->version, &code->container, &code->sas, &code->blob_uri, &code->id,
+    wipe_free(code->sas);                       /* a SAS is a credential */
+    char **strings[] = { &code->name, &code->version, &code->container, &code->blob_uri, &code->id,
                          &code->error };
     for (size_t i = 0; i < sizeof strings / sizeof *strings; i++) free(*strings[i]);
     free(code->parts);

@@ -62,12 +62,6 @@ void aml_jobs_release_zombies(struct aml_client *c)
 
 /* ---- a job's life -------------------------------------------------------- */
 
-static void set_string(char **dst, const char *s)
-{
-    free(*dst);
-    *dst = s ? xstrdup(s) : NULL;
-}
-
 static void refresh_info(struct aml_job *j)
 {
     j->info = (struct aml_job_info){ .name = j->name, .status = j->status ? j->status : "",

@@ -205,38 +205,27 @@ static int walk_entry(struct walk *w, size_t d, int dfd, const char *name, char 
     return 0;
 }
 
-static int compare_names(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* Reads one directory, in byte order of names (so a failure is the same one
  * every time), and handles each entry; directories go on w->todo. */
 static int walk_dir(struct walk *w, size_t d, const char *real_root)
 {
     const char *rel = w->dirs[d].rel;
     char *path = *rel ? xasprintf("%s/%s", w->root, rel) : xstrdup(w->root);
-    DIR *dir = opendir(path);
+    size_t n = 0;
+    char **names = dir_list(path, &n);                  /* sorted bytewise */
+    int dfd = names ? open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    int e = errno;
     free(path);
-    if (!dir) return walk_fail(w, rel, "cannot read the directory", errno);
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *e;
-    errno = 0;
-    while ((e = readdir(dir))) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        if (d == 0 && root_excluded(w, e->d_name)) continue;
-        ARRAY_GROW(names, n, cap);
-        names[n++] = xstrdup(e->d_name);
+    if (dfd < 0) {
+        dir_list_free(names, n);
+        return walk_fail(w, rel, "cannot read the directory", e);
     }
     int rc = 0;
-    if (errno) rc = walk_fail(w, rel, "cannot read the directory", errno);
-    if (n > 1) qsort(names, n, sizeof *names, compare_names);
     for (size_t i = 0; i < n && rc == 0; i++)
-        rc = walk_entry(w, d, dirfd(dir), names[i], join(rel, names[i]), real_root);
-    for (size_t i = 0; i < n; i++) free(names[i]);
-    free(names);
-    closedir(dir);
+        if (d != 0 || !root_excluded(w, names[i]))
+            rc = walk_entry(w, d, dfd, names[i], join(rel, names[i]), real_root);
+    dir_list_free(names, n);
+    close(dfd);
     return rc;
 }
 

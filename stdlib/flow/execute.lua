@@ -16,11 +16,6 @@ local values = require("flow.values")
 local failure = require("flow.failure")
 local redact = require("flow.config").redact
 local remote = require("flow.remote")
-local azureml = setmetatable({}, { __index = function(t, k)   -- loaded when a step goes to Azure ML
-  local m = require("flow.azureml")
-  setmetatable(t, { __index = m })
-  return m[k]
-end })
 
 local step_failure = failure.new
 
@@ -86,7 +81,7 @@ function Run:run_remote(n)
     self.remote_prior[n.name] = nil           -- adopted once: a retry submits a job of its own
     name = prior.job
   else
-    name = azureml.job_name(self.run_id, n.name, rec.fp or "", rec.attempts or 1)
+    name = require("flow.azureml").job_name(self.run_id, n.name, rec.fp or "", rec.attempts or 1)
   end
   local spec = remote.job_spec(self, n, place, name, fail)
   spec.attach_only = prior ~= nil and name == prior.job
@@ -94,8 +89,6 @@ function Run:run_remote(n)
     local id, why = self.aml:code_id(self.root)     -- the project's files, once per run
     if not id then fail(why) end
     spec.code_id = id
-  end
-  if not spec.attach_only then
     self.journal:append(util.record_json { event = "remote_job", step = n.name, attempt = rec.attempts or 1,
                                            backend = "azureml", job = name, fp = rec.fp, time = core.time() })
     self.journal:sync()

@@ -16,6 +16,7 @@ local fingerprint = require("flow.fingerprint")
 local state_mod = require("flow.state")
 local failure = require("flow.failure")
 local cache = require("flow.cache")
+local remote = require("flow.remote")
 
 local first_line = failure.first_line
 
@@ -62,7 +63,7 @@ function Run:static_parts(i, n)
   end
   local dist, place = self.dists[i], self.remote[i]
   if place then        -- on Azure ML: where and in what it runs count, not --distributed
-    local info = self.aml:info()
+    local info = remote.info(self.aml)
     parts.dist = h:value({ "azureml", place.framework or false, place.instances, place.processes,
                            place.parameter_server_count or false, place.compute, n.environment or info.environment,
                            n.instance_type or info.instance_type or false, n.shm_size or info.shm_size or false })

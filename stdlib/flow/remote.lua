@@ -21,6 +21,18 @@ function M.load(settings)
   return client
 end
 
+-- The settings as a table (azureml.yml does not change during a run): made
+-- once per client, not once per step that asks.
+local infos = setmetatable({}, { __mode = "k" })
+function M.info(aml)
+  local info = infos[aml]
+  if not info then
+    info = aml:info()
+    infos[aml] = info
+  end
+  return info
+end
+
 -- Whether the settings send step n to Azure ML.
 local function dispatched(n, aml, info)
   if info.dispatch == "none" then return false end
@@ -104,7 +116,7 @@ function M.plan(nodes, settings, dists, cat, defaults)
   if os.getenv("FLOW_IN_AZUREML_JOB") then return {}, nil end
   local aml = M.load(settings)
   if not aml then return {}, nil end
-  local info = aml:info()
+  local info = M.info(aml)
   local remote, any = {}, false
   for i, n in ipairs(nodes) do
     if dispatched(n, aml, info) then        -- (a step that runs here ignores node{compute =, …})
@@ -147,7 +159,7 @@ end
 -- environment named "name@latest" is asked for its newest version (once per
 -- name), and one Azure ML does not know is an error now, not at submission.
 function M.resolve_environments(nodes, remote, aml, selected)
-  local info, ids = aml:info(), {}
+  local info, ids = M.info(aml), {}
   for i, place in pairs(remote) do
     if not selected or selected[i] then
       local n = nodes[i]
