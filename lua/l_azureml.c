@@ -7,6 +7,7 @@
  *   client:whoami() -> description, token_error      fetches a token (waits)
  *   client:set_detach(bool)
  *   client:run_job{name =, command =, compute =, …} -> {status =, studio =, error =, …}
+ *   client:transfer{op =, datastore =, blob =, path =, folder =, step =, label =} -> {bytes_sent =, …} | nil, why
  *   azureml.job_name(run_id, step, fingerprint, attempt) -> name
  *
  * run_job yields on a step's coroutine (the job is one of the step's waits:
@@ -14,7 +15,9 @@
  * is over.  The Lua side hands plain data; settings, the body and the
  * protocol are C's (engine/azureml/). */
 #include "flowlua.h"
+#include "azureml/blob.h"
 #include "azureml/code.h"
+#include "azureml/datastore.h"
 #include "azureml/environments.h"
 #include "azureml/job_body.h"
 #include "azureml/jobs.h"
@@ -97,6 +100,9 @@ static int l_info(lua_State *L)
     set_field_string(L, "instance_type", s->instance_type);
     set_field_string(L, "shm_size", s->shm_size);
     set_field_string(L, "where", s->where);
+    set_field_string(L, "datastore", s->datastore);
+    set_field_string(L, "input_mode", s->input_mode);
+    set_field_string(L, "output_mode", s->output_mode);
     set_bool(L, "flow_installed", s->flow_installed);
     lua_pushnumber(L, s->timeout);
     lua_setfield(L, -2, "timeout");
@@ -389,6 +395,35 @@ static struct aml_env_var *merged_env(lua_State *L, const struct aml_settings *s
     return all;
 }
 
+/* The spec's list at field `key` of {name =, type =, uri =, mode =} as
+ * bindings (strings kept alive in the list, the array in a userdata left on
+ * the stack); raises for a type or mode Azure ML does not take. */
+static struct aml_data_binding *binding_list(lua_State *L, int spec, const char *key, bool output, size_t *n)
+{
+    *n = 0;
+    lua_getfield(L, spec, key);
+    int list = lua_gettop(L);
+    size_t count = lua_istable(L, list) ? (size_t)luaL_len(L, list) : 0;
+    struct aml_data_binding *b = lua_newuserdatauv(L, (count + 1) * sizeof *b, 0);
+    lua_insert(L, list);                          /* the userdata below the list, which stays too */
+    list++;
+    for (size_t i = 0; i < count; i++) {
+        lua_rawgeti(L, list, (lua_Integer)i + 1);
+        int t = lua_gettop(L);
+        if (!lua_istable(L, t)) luaL_error(L, "run_job: %s[%d] must be a table", key, (int)i + 1);
+        b[i] = (struct aml_data_binding){ flow_field_string(L, t, "name"), flow_field_string(L, t, "type"),
+                                          flow_field_string(L, t, "uri"), flow_field_string(L, t, "mode") };
+        if (!b[i].name) luaL_error(L, "run_job: %s[%d] has no name", key, (int)i + 1);
+        if (b[i].type && strcmp(b[i].type, "uri_file") != 0 && strcmp(b[i].type, "uri_folder") != 0)
+            luaL_error(L, "run_job: %s.%s: type must be uri_file or uri_folder", key, b[i].name);
+        if (b[i].mode && !aml_valid_data_mode(b[i].mode, output))
+            luaL_error(L, "run_job: %s.%s: mode %s is not one for %s", key, b[i].name, b[i].mode, key);
+        lua_pop(L, 1);                            /* the strings live in the list */
+    }
+    *n = count;
+    return b;
+}
+
 /* The body of the job from spec (every string alive on the Lua stack);
  * raises a message for a spec Azure ML cannot take.  Making the body is its
  * last act: nothing raises while the caller holds it. */
@@ -418,9 +453,9 @@ static char *build_body(lua_State *L, struct aml_client *client, int spec)
     lua_getfield(L, spec, "timeout");
     double timeout = lua_isnumber(L, -1) ? lua_tonumber(L, -1) : s->timeout;
     lua_pop(L, 1);
-    size_t n_outputs = 0;
-    lua_getfield(L, spec, "outputs");
-    const char **outputs = string_list(L, lua_gettop(L), &n_outputs);
+    size_t n_inputs, n_outputs;
+    struct aml_data_binding *inputs = binding_list(L, spec, "inputs", false, &n_inputs);
+    struct aml_data_binding *outputs = binding_list(L, spec, "outputs", true, &n_outputs);
     const char *it = flow_field_string(L, spec, "instance_type"), *shm = flow_field_string(L, spec, "shm_size");
     struct aml_job_spec js = {
         .display_name = flow_field_string(L, spec, "display_name"), .experiment = s->experiment_name,
@@ -433,7 +468,7 @@ static char *build_body(lua_State *L, struct aml_client *client, int spec)
         .worker_count = int_field(L, spec, "worker_count"),
         .parameter_server_count = int_field(L, spec, "parameter_server_count"),
         .timeout = timeout, .env = vars, .n_env = n_env, .tags = tags, .n_tags = n_tags,
-        .outputs = outputs, .n_outputs = n_outputs,
+        .inputs = inputs, .n_inputs = n_inputs, .outputs = outputs, .n_outputs = n_outputs,
     };
     return aml_job_body(&js);
 }
@@ -524,6 +559,145 @@ static int l_code_id(lua_State *L)
     return push_code_result(L, b);
 }
 
+
+/* ---- transfer: data between this machine and a datastore ----------------- */
+
+#define TRANSFER_CLASS "flow.azureml.transfer"
+#define TRANSFER_PROGRESS_MIN (32ull << 20)    /* a progress line for transfers this large */
+
+/* One upload or download, owned by a userdata on the step's stack (its __gc
+ * frees a wait the step never woke from).  Two waits in turn: the
+ * datastore's container, then the transfer itself. */
+struct transfer_box {
+    struct step_wait *wait;
+    lua_State *co;              /* the step's coroutine, or NULL when blocking */
+    bool done, upload, folder;
+    char *label;                /* "input 'train_set'": what a message is about */
+    char *step;                 /* the step's name, or NULL */
+    char *path, *blob;
+    double started, last_progress;
+};
+
+static int transfer_gc(lua_State *L)
+{
+    struct transfer_box *b = luaL_checkudata(L, 1, TRANSFER_CLASS);
+    step_wait_free(b->wait);
+    b->wait = NULL;
+    free(b->label);
+    free(b->step);
+    free(b->path);
+    free(b->blob);
+    b->label = b->step = b->path = b->blob = NULL;
+    return 0;
+}
+
+static void transfer_done(struct step_wait *w, void *arg)
+{
+    struct transfer_box *b = arg;
+    b->done = true;
+    if (b->co) flow_step_wake(b->co, w);          /* last: the step may drop the box */
+}
+
+/* Large transfers show their bytes and rate now and then (the live display
+ * keeps messages above it). */
+static void transfer_progress(void *arg, const struct blob_progress *p)
+{
+    struct transfer_box *b = arg;
+    bool last = p->bytes_done >= p->bytes_total && p->files_done >= p->files_total;
+    if (p->bytes_total < TRANSFER_PROGRESS_MIN || ui_level() < UI_NORMAL) return;
+    double now = monotonic_seconds();
+    if (!last && now - b->last_progress < 2) return;
+    b->last_progress = now;
+    double secs = now - b->started;
+    ui_info("%s%s%s%s: %s %.1f of %.1f MB (%zu of %zu files)%s%.1f MB/s", b->step ? "step '" : "",
+            b->step ? b->step : "", b->step ? "': " : "", b->label,
+            b->upload ? "uploaded" : "downloaded", (double)p->bytes_done / 1e6, (double)p->bytes_total / 1e6,
+            p->files_done, p->files_total, secs > 0 ? ", " : "", secs > 0 ? (double)p->bytes_sent / 1e6 / secs : 0);
+}
+
+/* Waits on b->wait: yields on a step's coroutine (continuing with k), else
+ * drives the loop. */
+static int transfer_await(lua_State *L, struct transfer_box *b, lua_KFunction k)
+{
+    b->done = false;
+    if (b->co) {
+        flow_step_wait(L, b->wait);
+        return lua_yieldk(L, 0, (lua_KContext)b, k);
+    }
+    step_wait_block(flow_state_loop(L), b->wait, &b->done);
+    return k(L, LUA_OK, (lua_KContext)b);
+}
+
+static int transfer_fail(lua_State *L, struct transfer_box *b, const char *why)
+{
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s: %s", b->label, why);
+    step_wait_free(b->wait);
+    b->wait = NULL;
+    return 2;
+}
+
+static int transfer_finished(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    struct transfer_box *b = (struct transfer_box *)ctx;
+    const char *err = blob_wait_error(b->wait);
+    if (err) return transfer_fail(L, b, err);
+    const struct blob_progress *p = blob_wait_progress(b->wait);
+    lua_createtable(L, 0, 4);
+    lua_pushinteger(L, (lua_Integer)p->bytes_total);
+    lua_setfield(L, -2, "bytes");
+    lua_pushinteger(L, (lua_Integer)p->bytes_sent);
+    lua_setfield(L, -2, "bytes_sent");
+    lua_pushinteger(L, (lua_Integer)p->files_total);
+    lua_setfield(L, -2, "files");
+    lua_pushinteger(L, (lua_Integer)p->files_skipped);
+    lua_setfield(L, -2, "files_skipped");
+    step_wait_free(b->wait);
+    b->wait = NULL;
+    return 1;
+}
+
+static int transfer_with_container(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    struct transfer_box *b = (struct transfer_box *)ctx;
+    struct blob_container *c = aml_datastore_wait_container(b->wait);
+    if (!c) return transfer_fail(L, b, aml_datastore_wait_error(b->wait));
+    step_wait_free(b->wait);
+    b->started = b->last_progress = monotonic_seconds();
+    b->wait = b->upload ? blob_upload(c, b->path, b->blob, transfer_progress, transfer_done, b)
+                        : blob_download(c, b->blob, b->folder, b->path, transfer_progress, transfer_done, b);
+    return transfer_await(L, b, transfer_finished);
+}
+
+/* transfer{op = "upload"|"download", datastore =, blob =, path =, folder =, step =, label =}
+ *   -> {bytes =, bytes_sent =, files =, files_skipped =} | nil, why
+ * upload: the file or folder at path to blob (a folder: under blob/);
+ * download: blob (or every blob under blob/, folder = true) to path. */
+static int l_transfer(lua_State *L)
+{
+    struct aml_client *client = connected(L);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    const char *op = flow_field_string(L, 2, "op"), *ds = flow_field_string(L, 2, "datastore");
+    const char *blob = flow_field_string(L, 2, "blob"), *path = flow_field_string(L, 2, "path");
+    const char *label = flow_field_string(L, 2, "label"), *step = flow_field_string(L, 2, "step");
+    if (!op || (strcmp(op, "upload") != 0 && strcmp(op, "download") != 0) || !ds || !blob || !path)
+        return luaL_error(L, "transfer: needs op (upload or download), datastore, blob and path");
+    lua_getfield(L, 2, "folder");
+    bool folder = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    struct transfer_box *b = lua_newuserdatauv(L, sizeof *b, 0);
+    memset(b, 0, sizeof *b);
+    luaL_setmetatable(L, TRANSFER_CLASS);
+    *b = (struct transfer_box){ .co = flow_step_can_yield(L) ? L : NULL, .upload = strcmp(op, "upload") == 0,
+                                .folder = folder, .label = xstrdup(label ? label : "azureml"),
+                                .step = step ? xstrdup(step) : NULL, .path = xstrdup(path),
+                                .blob = xstrdup(blob) };
+    b->wait = aml_datastore_wait(client, ds, transfer_done, b);
+    return transfer_await(L, b, transfer_with_container);
+}
+
 static const luaL_Reg client_methods[] = {
     { "code_id", l_code_id },
     { "environment_id", l_environment_id },
@@ -534,6 +708,7 @@ static const luaL_Reg client_methods[] = {
     { "set_detach", l_set_detach },
     { "whoami", l_whoami },
     { "run_job", l_run_job },
+    { "transfer", l_transfer },
     { NULL, NULL }
 };
 
@@ -557,6 +732,7 @@ int luaopen_flow_azureml(lua_State *L)
     flow_new_class(L, CLIENT_CLASS, client_methods, client_gc);
     static const luaL_Reg no_methods[] = { { NULL, NULL } };
     flow_new_class(L, JOB_CLASS, no_methods, job_gc);
+    flow_new_class(L, TRANSFER_CLASS, no_methods, transfer_gc);
     luaL_newlib(L, azureml_funcs);
     return 1;
 }

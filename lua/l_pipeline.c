@@ -211,10 +211,10 @@ static int l_command(lua_State *L)
  * the level slot 2).  To add a field: a slot, an entry, and its check in
  * l_node; the error lists the names sorted. */
 enum { S_FUNC = 3, S_COMMAND, S_INPUTS, S_OUTPUTS, S_NAME, S_TAGS, S_RETRIES, S_TIMEOUT, S_POOL,
-       S_ENV, S_COMPUTE, S_ENVIRONMENT, S_INSTANCE_TYPE, S_SHM_SIZE, S_NODE, S_BODY };
+       S_ENV, S_COMPUTE, S_ENVIRONMENT, S_INSTANCE_TYPE, S_SHM_SIZE, S_INPUT_MODE, S_OUTPUT_MODE, S_NODE, S_BODY };
 static const char *const node_fields[] = {
     "func", "command", "inputs", "outputs", "name", "tags", "retries", "timeout", "pool", "env",
-    "compute", "environment", "instance_type", "shm_size",
+    "compute", "environment", "instance_type", "shm_size", "input_mode", "output_mode",
 };
 #define N_NODE_FIELDS (sizeof node_fields / sizeof *node_fields)
 
@@ -679,12 +679,14 @@ static void set_limits(lua_State *L, int level)
 }
 
 /* Where the step runs on Azure ML, when it does (azureml.yml's settings,
- * for this step): compute, environment, instance_type, shm_size, each a
- * non-empty string; a compute is an Azure ML name, a shm_size a size. */
+ * for this step): compute, environment, instance_type, shm_size, input_mode,
+ * output_mode, each a non-empty string; a compute is an Azure ML name, a
+ * shm_size a size, a mode one of Azure ML's delivery modes. */
 static void set_azureml(lua_State *L, int level)
 {
-    static const char *const names[] = { "compute", "environment", "instance_type", "shm_size" };
-    for (int k = 0; k < 4; k++) {
+    static const char *const names[] = { "compute", "environment", "instance_type", "shm_size", "input_mode",
+                                         "output_mode" };
+    for (int k = 0; k < 6; k++) {
         int slot = S_COMPUTE + k;
         if (lua_isnil(L, slot)) continue;
         size_t len = 0;
@@ -693,10 +695,14 @@ static void set_azureml(lua_State *L, int level)
             fail(L, level, "node: %s must be a non-empty string, got %s", names[k],
                  v ? "\"\"" : luaL_typename(L, slot));
         /* the rules azureml.yml's values follow (engine/azureml/settings.c) */
-        bool ok = slot == S_COMPUTE ? aml_valid_name(v) : slot == S_SHM_SIZE ? aml_valid_shm_size(v) : true;
+        bool ok = slot == S_COMPUTE ? aml_valid_name(v) : slot == S_SHM_SIZE ? aml_valid_shm_size(v)
+                  : slot == S_INPUT_MODE || slot == S_OUTPUT_MODE ? aml_valid_data_mode(v, slot == S_OUTPUT_MODE)
+                                                                  : true;
         if (!ok)
             fail(L, level, slot == S_COMPUTE ? "node: compute must name an Azure ML compute cluster (letters, digits, "
-                 "- and _), got \"%s\"" : "node: shm_size must be a size like \"16g\" or \"512m\", got \"%s\"", v);
+                 "- and _), got \"%s\"" : slot == S_SHM_SIZE ? "node: shm_size must be a size like \"16g\" or "
+                 "\"512m\", got \"%s\"" : slot == S_INPUT_MODE ? "node: input_mode must be ReadOnlyMount or Download, "
+                 "got \"%s\"" : "node: output_mode must be ReadWriteMount or Upload, got \"%s\"", v);
         lua_pushvalue(L, slot);
         lua_setfield(L, S_NODE, names[k]);
     }

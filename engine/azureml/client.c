@@ -4,6 +4,7 @@
 #include "azureml/client.h"
 
 #include "azureml/code.h"
+#include "azureml/datastore.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -32,6 +33,7 @@ void aml_client_free(struct aml_client *c)
 {
     if (!c) return;
     aml_code_free(c->code);
+    aml_datastores_free(c->datastores); /* after the transfers through their containers */
     aml_auth_free(c->auth);             /* token callbacks pending are dropped */
     http_client_free(c->http);          /* transfers in flight are dropped, without callbacks */
     arm_calls_release(c);               /* so the calls they belonged to are only freed */

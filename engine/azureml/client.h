@@ -7,6 +7,7 @@
 
 struct arm_call;
 struct aml_code;
+struct aml_datastore;
 
 struct aml_client {
     struct loop *loop;
@@ -19,6 +20,7 @@ struct aml_client {
     struct arm_call *calls;          /* out or queued (arm.c) */
     size_t arm_active;               /* how many of them are out */
     struct aml_code *code;           /* the run's code snapshot, once asked for (code.c) */
+    struct aml_datastore *datastores;/* those asked for (datastore.c) */
     struct aml_job *zombies;         /* jobs freed while a call was out (jobs.c) */
 };
 

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -56,6 +57,14 @@ struct body {
     uint64_t pos;                /* how much of it libcurl has taken */
 };
 
+/* Where a 2xx answer's body goes instead of memory (http_request.sink). */
+struct sink {
+    int fd;                      /* ours (a dup); -1: no sink */
+    uint64_t offset;
+    uint64_t written;            /* by this attempt */
+    int decided;                 /* this attempt: 0 not yet, 1 into fd, -1 into memory */
+};
+
 struct http_transfer {
     struct http_client *client;
     struct http_transfer *prev, *next;   /* the client's list of transfers not yet delivered */
@@ -67,6 +76,7 @@ struct http_transfer {
     size_t n_headers;
     struct curl_slist *sent_headers;     /* this attempt's: those and a fresh request id */
     struct body body;
+    struct sink sink;
     int max_retries, attempts;
     double attempt_started;
     http_done_fn done;
@@ -76,6 +86,7 @@ struct http_transfer {
     CURLcode result;
     char *local_error;                   /* a failure of ours (reading the body file...), or NULL */
     struct strbuf received;
+    struct strbuf resp_headers;          /* "name\0value\0" of the answer, names lowercased */
     long status;
     char *error;                         /* status 0: why */
     char *request_id, *location, *content_type;
@@ -333,6 +344,8 @@ static void transfer_free(struct http_transfer *t)
     free(t->body.mem);
     free(t->body.path);
     if (t->body.fd >= 0) close(t->body.fd);
+    if (t->sink.fd >= 0) close(t->sink.fd);
+    sb_release(&t->resp_headers);
     wipe(t->received.buf, t->received.len);
     sb_release(&t->received);
     free(t->method);
@@ -381,6 +394,11 @@ void http_client_free(struct http_client *c)
     curl_global_cleanup();
 }
 
+struct loop *http_client_loop(const struct http_client *c)
+{
+    return c->loop;
+}
+
 size_t http_client_in_flight(const struct http_client *c)
 {
     return c->n_transfers;
@@ -423,10 +441,41 @@ static int seek_body(void *arg, curl_off_t offset, int origin)
     return CURL_SEEKFUNC_OK;
 }
 
+/* Only a success goes into the sink: an error's body is its message. */
+static bool into_sink(struct http_transfer *t)
+{
+    if (t->sink.fd < 0) return false;
+    if (!t->sink.decided) {
+        long status = 0;
+        curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
+        t->sink.decided = status >= 200 && status <= 299 ? 1 : -1;
+    }
+    return t->sink.decided > 0;
+}
+
+static size_t receive_into_sink(struct http_transfer *t, const char *data, size_t n)
+{
+    struct sink *s = &t->sink;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = pwrite(s->fd, data + done, n - done, (off_t)(s->offset + s->written));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            free(t->local_error);
+            t->local_error = xasprintf("cannot write the answer's body: %s", w < 0 ? strerror(errno) : "no space");
+            return 0;                        /* libcurl stops with CURLE_WRITE_ERROR */
+        }
+        done += (size_t)w;
+        s->written += (uint64_t)w;
+    }
+    return n;
+}
+
 static size_t receive(char *data, size_t size, size_t nmemb, void *arg)
 {
     struct http_transfer *t = arg;
     size_t n = size * nmemb;
+    if (into_sink(t)) return receive_into_sink(t, data, n);
     if (t->received.len + n > MAX_RESPONSE_BYTES) {
         free(t->local_error);
         t->local_error = xasprintf("the response is larger than %zu MiB", MAX_RESPONSE_BYTES >> 20);
@@ -465,6 +514,22 @@ static bool take_body(struct http_transfer *t, const struct http_request *req, c
         memcpy(b->mem, req->body, req->body_len);
         b->len = req->body_len;
     }
+    return true;
+}
+
+/* The sink's fd is duplicated: the caller's may be closed, or reused for
+ * another range, while this transfer still writes. */
+static bool take_sink(struct http_transfer *t, const struct http_request *req, char *err, size_t errlen)
+{
+    t->sink.fd = -1;
+    if (!req->sink) return true;
+    t->sink.fd = fcntl(req->sink_fd, F_DUPFD_CLOEXEC, 0);
+    if (t->sink.fd < 0) {
+        errf(err, errlen, "%s %s: cannot use the file to write the answer into: %s", t->method, t->display_url,
+             strerror(errno));
+        return false;
+    }
+    t->sink.offset = req->sink_offset;
     return true;
 }
 
@@ -624,6 +689,9 @@ static void clear_answer(struct http_transfer *t)
     free(t->content_type);
     t->local_error = t->error = t->request_id = t->location = t->content_type = NULL;
     sb_truncate(&t->received, 0);
+    sb_truncate(&t->resp_headers, 0);
+    t->sink.written = 0;                     /* a retry rewrites the range from its start */
+    t->sink.decided = 0;
     t->status = 0;
     t->retry_after = -1;
 }
@@ -694,6 +762,22 @@ static char *transport_error(struct http_transfer *t, const char *url_query)
     return xstrdup(curl_easy_strerror(t->result));
 }
 
+/* Every header of the last response, names lowercased (curl_easy_nextheader
+ * keeps the server's case). */
+static void read_headers(struct http_transfer *t)
+{
+    struct curl_header *h = NULL;
+    while ((h = curl_easy_nextheader(t->easy, CURLH_HEADER, -1, h))) {
+        size_t start = t->resp_headers.len;
+        sb_adds(&t->resp_headers, h->name);
+        for (size_t i = start; i < t->resp_headers.len; i++)
+            t->resp_headers.buf[i] = (char)tolower((unsigned char)t->resp_headers.buf[i]);
+        sb_addc(&t->resp_headers, '\0');
+        sb_adds(&t->resp_headers, h->value ? h->value : "");
+        sb_addc(&t->resp_headers, '\0');
+    }
+}
+
 static void read_answer(struct http_transfer *t, CURLcode result)
 {
     t->result = result;
@@ -703,6 +787,7 @@ static void read_answer(struct http_transfer *t, CURLcode result)
         t->location = header_value(t->easy, "location");
         t->content_type = header_value(t->easy, "content-type");
         t->retry_after = retry_after(t->easy);
+        read_headers(t);
         return;
     }
     /* No answer: what arrived of one (headers, part of a body) is not it. */
@@ -841,6 +926,9 @@ static void on_deliver(void *arg)
         .cancelled = t->cancelled,
         .error = t->status ? NULL : (t->error ? t->error : "cancelled"),
         .url = t->display_url,
+        .sink_written = t->sink.written,
+        .headers = t->resp_headers.buf,
+        .headers_len = t->resp_headers.len,
     };
     t->done(t->arg, &resp);
     transfer_free(t);
@@ -875,10 +963,13 @@ static struct http_transfer *new_transfer(struct http_client *c, const struct ht
     struct http_transfer *t = xcalloc(1, sizeof *t);
     t->client = c;
     t->body.fd = -1;
+    t->sink.fd = -1;
     t->method = xstrdup(req->method);
     t->display_url = xstrdup(shown);
     t->max_retries = req->max_retries > 0 ? req->max_retries : req->max_retries < 0 ? 0 : c->opt.max_retries;
-    if (take_headers(t, req->headers, err, errlen) && take_body(t, req, err, errlen)) {
+    t->sink.fd = -1;
+    if (take_headers(t, req->headers, err, errlen) && take_body(t, req, err, errlen) &&
+        take_sink(t, req, err, errlen)) {
         t->easy = curl_easy_init();
         if (t->easy && setup_easy(t, req->url, req->timeout > 0 ? req->timeout : c->opt.timeout)) return t;
         errf(err, errlen, "cannot set up the request %s %s in libcurl", t->method, shown);
@@ -919,6 +1010,18 @@ void http_cancel(struct http_transfer *t)
     t->cancelled = true;
     t->error = xstrdup("cancelled");
     finish(t);
+}
+
+const char *http_response_header(const struct http_response *resp, const char *name)
+{
+    const char *p = resp->headers, *end = p ? p + resp->headers_len : NULL;
+    while (p && p < end) {
+        const char *value = p + strlen(p) + 1;
+        if (value >= end) break;
+        if (strcasecmp(p, name) == 0) return value;
+        p = value + strlen(value) + 1;
+    }
+    return NULL;
 }
 
 /* ---- messages ---------------------------------------------------------- */

@@ -58,6 +58,14 @@ struct http_request {
     uint64_t body_offset, body_len_file;
     double timeout;                  /* overrides http_options.timeout when > 0 */
     int max_retries;                 /* overrides http_options.max_retries when > 0; < 0: none */
+    /* A 2xx answer's body written into sink_fd at sink_offset as it arrives
+     * (pwrite; a download is never held in memory) instead of resp->body; an
+     * error's body still comes in memory, for its message.  Each attempt
+     * writes again from sink_offset.  Used when `sink` is set; the fd is
+     * duplicated by http_send, so the caller may close its own at once. */
+    bool sink;
+    int sink_fd;
+    uint64_t sink_offset;
 };
 
 /* The answer.  Valid during the done callback only. */
@@ -74,7 +82,16 @@ struct http_response {
     bool cancelled;
     const char *error;               /* status 0: why (curl's message), else NULL */
     const char *url;                 /* the request's URL as messages show it (http_url_for_display) */
+    uint64_t sink_written;           /* with http_request.sink: bytes of the last attempt's body written */
+    /* Every header of the answer, for http_response_header: "name\0value\0"
+     * pairs, names lowercased.  headers_len 0: none. */
+    const char *headers;
+    size_t headers_len;
 };
+
+/* The value of the answer's header `name` (any case), or NULL; the first
+ * one when it came more than once.  Valid as long as resp. */
+const char *http_response_header(const struct http_response *resp, const char *name);
 
 typedef void (*http_done_fn)(void *arg, const struct http_response *resp);
 
@@ -105,6 +122,9 @@ struct http_transfer *http_send(struct http_client *c, const struct http_request
  * answer instead (a PUT that took effect is reported as such).  t must not
  * be used once its done has returned: it is freed then. */
 void http_cancel(struct http_transfer *t);
+
+/* The loop the client runs on (for a caller's own timers). */
+struct loop *http_client_loop(const struct http_client *c);
 
 /* How many transfers are in flight (waiting to retry included). */
 size_t http_client_in_flight(const struct http_client *c);

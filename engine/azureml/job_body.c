@@ -49,6 +49,19 @@ static cJSON *distribution(const struct aml_job_spec *spec)
     return d;
 }
 
+static void add_bindings(cJSON *props, const char *key, const char *type_key, const struct aml_data_binding *b,
+                         size_t n)
+{
+    if (!n) return;
+    cJSON *map = cJSON_AddObjectToObject(props, key);
+    for (size_t i = 0; i < n; i++) {
+        cJSON *o = cJSON_AddObjectToObject(map, b[i].name);
+        cJSON_AddStringToObject(o, type_key, b[i].type ? b[i].type : "uri_folder");
+        add_string(o, "uri", b[i].uri);
+        add_string(o, "mode", b[i].mode);
+    }
+}
+
 char *aml_job_body(const struct aml_job_spec *spec)
 {
     cJSON *props = cJSON_CreateObject();
@@ -73,14 +86,8 @@ char *aml_job_body(const struct aml_job_spec *spec)
         cJSON *env = cJSON_AddObjectToObject(props, "environmentVariables");
         for (size_t i = 0; i < spec->n_env; i++) cJSON_AddStringToObject(env, spec->env[i].name, spec->env[i].value);
     }
-    if (spec->n_outputs) {
-        cJSON *outputs = cJSON_AddObjectToObject(props, "outputs");
-        for (size_t i = 0; i < spec->n_outputs; i++) {
-            cJSON *o = cJSON_AddObjectToObject(outputs, spec->outputs[i]);
-            cJSON_AddStringToObject(o, "jobOutputType", "uri_folder");
-            cJSON_AddStringToObject(o, "mode", "ReadWriteMount");
-        }
-    }
+    add_bindings(props, "inputs", "jobInputType", spec->inputs, spec->n_inputs);
+    add_bindings(props, "outputs", "jobOutputType", spec->outputs, spec->n_outputs);
     if (spec->n_tags) {
         cJSON *tags = cJSON_AddObjectToObject(props, "tags");
         for (size_t i = 0; i < spec->n_tags; i++) cJSON_AddStringToObject(tags, spec->tags[i].key, spec->tags[i].value);

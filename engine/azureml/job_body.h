@@ -17,6 +17,16 @@ struct aml_tag {
     const char *key, *value;
 };
 
+/* An input or output of the job: ${{inputs.<name>}} / ${{outputs.<name>}}
+ * in its command (REFERENCE.md §1.4). */
+struct aml_data_binding {
+    const char *name;
+    const char *type;               /* "uri_file" or "uri_folder" */
+    const char *uri;                /* azureml://datastores/<ds>/paths/<p>; NULL (an output): the
+                                     * service's default path */
+    const char *mode;               /* ReadOnlyMount, Download; ReadWriteMount, Upload */
+};
+
 /* One command job.  Optional strings are NULL; numbers ≤ 0 are left out. */
 struct aml_job_spec {
     const char *display_name;       /* the step's name */
@@ -36,9 +46,8 @@ struct aml_job_spec {
     size_t n_env;
     const struct aml_tag *tags;     /* flow.run_id, flow.step, flow.fingerprint, … */
     size_t n_tags;
-    const char *const *outputs;     /* the step's outputs: each a uri_folder the job writes
-                                     * (${{outputs.<name>}} in the command) */
-    size_t n_outputs;
+    const struct aml_data_binding *inputs, *outputs;
+    size_t n_inputs, n_outputs;
 };
 
 /* {"properties": {"jobType": "Command", …}} as JSON text (malloc'd). */

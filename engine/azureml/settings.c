@@ -11,9 +11,9 @@
 #include <string.h>
 
 static const char *const KEYS[] = {
-    "api_version", "arm_endpoint", "authority_host", "compute", "dispatch", "environment",
-    "environment_variables", "experiment_name", "instance_type", "poll_interval", "resource_group",
-    "shm_size", "subscription_id", "timeout", "workspace",
+    "api_version", "arm_endpoint", "authority_host", "blob_endpoint", "compute", "datastore", "dispatch",
+    "environment", "environment_variables", "experiment_name", "input_mode", "instance_type", "output_mode",
+    "poll_interval", "resource_group", "shm_size", "subscription_id", "timeout", "workspace",
 };
 #define N_KEYS (sizeof KEYS / sizeof *KEYS)
 
@@ -261,6 +261,18 @@ static bool is_api_version(const char *s)
     return s[10] == '\0' || strcmp(s + 10, "-preview") == 0;
 }
 
+/* Whether an http:// URL names this machine (an emulator such as Azurite):
+ * the only place flow talks plain HTTP to. */
+static bool is_loopback_http(const char *e)
+{
+    static const char *const hosts[] = { "http://127.0.0.1", "http://localhost", "http://[::1]" };
+    for (size_t i = 0; i < sizeof hosts / sizeof *hosts; i++) {
+        size_t n = strlen(hosts[i]);
+        if (strncmp(e, hosts[i], n) == 0 && (e[n] == ':' || e[n] == '/' || !e[n])) return true;
+    }
+    return false;
+}
+
 /* An endpoint: https://host[:port][/path], without a trailing slash. */
 static int get_endpoint(struct load *l, const char *key, bool bare_host_ok, char **out)
 {
@@ -272,13 +284,31 @@ static int get_endpoint(struct load *l, const char *key, bool bare_host_ok, char
         free(e);
         e = *out;
     }
-    if (strncmp(e, "https://", 8) != 0 || !e[8] || e[8] == '/') {
-        errf(l->err, l->errlen, "%s: %s must be an https:// URL, got \"%s\"", where(l, key), key, e);
+    bool loopback = strcmp(key, "blob_endpoint") == 0 && is_loopback_http(e);
+    if (!loopback && (strncmp(e, "https://", 8) != 0 || !e[8] || e[8] == '/')) {
+        errf(l->err, l->errlen, "%s: %s must be an https:// URL%s, got \"%s\"", where(l, key), key,
+             strcmp(key, "blob_endpoint") == 0 ? " (http:// only to this machine: an emulator)" : "", e);
         return -1;
     }
     size_t n = strlen(e);
     while (n > 8 && e[n - 1] == '/') e[--n] = '\0';
     return 0;
+}
+
+bool aml_valid_data_mode(const char *mode, bool output)
+{
+    return output ? strcmp(mode, "ReadWriteMount") == 0 || strcmp(mode, "Upload") == 0
+                  : strcmp(mode, "ReadOnlyMount") == 0 || strcmp(mode, "Download") == 0;
+}
+
+/* input_mode / output_mode: how a job's data is delivered. */
+static int get_mode(struct load *l, const char *key, bool output, char **out)
+{
+    if (get_string(l, key, false, out) != 0) return -1;
+    if (!*out || aml_valid_data_mode(*out, output)) return 0;
+    errf(l->err, l->errlen, "%s: %s must be %s, got \"%s\"", where(l, key), key,
+         output ? "ReadWriteMount or Upload" : "ReadOnlyMount or Download", *out);
+    return -1;
 }
 
 static int load_fields(struct load *l)
@@ -298,8 +328,17 @@ static int load_fields(struct load *l)
         || load_env_vars(l) != 0
         || get_string(l, "api_version", false, &s->api_version) != 0
         || get_endpoint(l, "arm_endpoint", false, &s->arm_endpoint) != 0
-        || get_endpoint(l, "authority_host", true, &s->authority_host) != 0)
+        || get_endpoint(l, "authority_host", true, &s->authority_host) != 0
+        || get_endpoint(l, "blob_endpoint", false, &s->blob_endpoint) != 0
+        || get_string(l, "datastore", false, &s->datastore) != 0
+        || get_mode(l, "input_mode", false, &s->input_mode) != 0
+        || get_mode(l, "output_mode", true, &s->output_mode) != 0)
         return -1;
+    if (s->datastore && !aml_valid_name(s->datastore)) {
+        errf(l->err, l->errlen, "%s: datastore \"%s\" is not a valid Azure ML name", where(l, "datastore"),
+             s->datastore);
+        return -1;
+    }
     if (s->shm_size && !aml_valid_shm_size(s->shm_size)) {
         errf(l->err, l->errlen, "%s: shm_size must be a size like \"16g\" or \"512m\", got \"%s\"",
              where(l, "shm_size"), s->shm_size);
@@ -324,6 +363,9 @@ static void set_defaults(struct aml_settings *s)
     if (!s->arm_endpoint) s->arm_endpoint = xstrdup("https://management.azure.com");
     if (!s->experiment_name) s->experiment_name = xstrdup("Default");
     if (s->poll_interval == 0) s->poll_interval = 10;
+    if (!s->datastore) s->datastore = xstrdup("workspaceblobstore");
+    if (!s->input_mode) s->input_mode = xstrdup("ReadOnlyMount");
+    if (!s->output_mode) s->output_mode = xstrdup("ReadWriteMount");
 }
 
 int aml_settings_load(const struct config *cfg, struct aml_settings *out, char *err, size_t errlen)
@@ -352,7 +394,8 @@ void aml_settings_free(struct aml_settings *s)
     if (!s) return;
     char **strings[] = { &s->subscription_id, &s->resource_group, &s->workspace, &s->experiment_name,
                          &s->default_compute, &s->environment, &s->instance_type, &s->shm_size,
-                         &s->api_version, &s->arm_endpoint, &s->authority_host, &s->where };
+                         &s->api_version, &s->arm_endpoint, &s->authority_host, &s->where, &s->datastore,
+                         &s->blob_endpoint, &s->input_mode, &s->output_mode };
     for (size_t i = 0; i < sizeof strings / sizeof *strings; i++) {
         free(*strings[i]);
         *strings[i] = NULL;

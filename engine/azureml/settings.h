@@ -48,6 +48,10 @@ struct aml_settings {
     char *arm_endpoint;                    /* default "https://management.azure.com" (no trailing /) */
     char *authority_host;                  /* default NULL: AZURE_AUTHORITY_HOST or Entra's public cloud */
     double poll_interval;                  /* seconds; default 10 */
+    char *datastore;                       /* where data crosses; default "workspaceblobstore" */
+    char *blob_endpoint;                   /* replaces the datastore account's service URL, or NULL */
+    char *input_mode;                      /* how jobs get inputs: "ReadOnlyMount" (default) or "Download" */
+    char *output_mode;                     /* how jobs write outputs: "ReadWriteMount" (default) or "Upload" */
     char *where;                           /* "conf/prod/azureml.yml", for messages */
 };
 
@@ -75,6 +79,10 @@ bool aml_tags_name_compute(const struct aml_settings *s, const char *const *tags
  * message for anything else. */
 char *aml_environment_id(const struct aml_settings *s, const char *environment, bool *needs_latest,
                          char *err, size_t errlen);
+
+/* Whether mode is a delivery mode flow accepts for inputs (ReadOnlyMount,
+ * Download) or outputs (ReadWriteMount, Upload). */
+bool aml_valid_data_mode(const char *mode, bool output);
 
 /* Whether a string is a valid Azure ML resource name (job, code, compute). */
 bool aml_valid_name(const char *name);

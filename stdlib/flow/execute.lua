@@ -83,8 +83,12 @@ function Run:run_remote(n)
   else
     name = require("flow.azureml").job_name(self.run_id, n.name, rec.fp or "", rec.attempts or 1)
   end
-  local spec = remote.job_spec(self, n, place, name, fail)
-  spec.attach_only = prior ~= nil and name == prior.job
+  local info = remote.info(self.aml)
+  local attach_only = prior ~= nil and name == prior.job
+  local outputs = self:bind_outputs(n, name, n.output_mode or info.output_mode)
+  local inputs = not attach_only and self:bind_inputs(n, n.input_mode or info.input_mode, fail) or nil
+  local spec = remote.job_spec(self, n, place, name, fail, inputs, outputs)
+  spec.attach_only = attach_only
   if not spec.attach_only then
     local id, why = self.aml:code_id(self.root)     -- the project's files, once per run
     if not id then fail(why) end
@@ -98,11 +102,7 @@ function Run:run_remote(n)
   if r.status ~= "" or not spec.attach_only then self:job_log(n, place, spec, r) end
   rec.remote = { backend = "azureml", job = r.name, studio = r.studio, status = r.status }
   if r.ok then
-    local by = {}
-    for _, io in ipairs(n.outputs) do
-      by[io.dataset] = { azureml = "azureml://jobs/" .. r.name .. "/outputs/" .. io.arg, job = r.name }
-    end
-    rec.outputs = self:save_values(n, by)
+    rec.outputs = self:fetch_outputs(n, r.name, outputs, place.downloads or {}, fail)
     return
   end
   if spec.attach_only and not r.cancelled and (r.status == "" or r.status == "Failed" or r.status == "Canceled") then

@@ -66,7 +66,8 @@ function Run:static_parts(i, n)
     local info = remote.info(self.aml)
     parts.dist = h:value({ "azureml", place.framework or false, place.instances, place.processes,
                            place.parameter_server_count or false, place.compute, n.environment or info.environment,
-                           n.instance_type or info.instance_type or false, n.shm_size or info.shm_size or false })
+                           n.instance_type or info.instance_type or false, n.shm_size or info.shm_size or false,
+                           info.datastore })
   elseif dist then
     parts.dist = h:value({ dist.framework, dist.num_nodes, dist.processes_per_node,
                            dist.parameter_server_count or false, self.mode })
@@ -135,7 +136,7 @@ end
 -- The value a recorded output stands in with: a file or folder at its path
 -- (with the catalog entry of its dataset), or a memory value.
 local function value_from_record(out, entry)
-  if out.path then return { path = out.path, hash = out.hash, entry = entry } end
+  if out.path then return { path = out.path, hash = out.hash, entry = entry, uri = out.uri, uri_type = out.uri_type } end
   return { out = out, hash = out.hash }
 end
 

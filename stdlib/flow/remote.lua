@@ -74,36 +74,42 @@ local function placement(n, aml, info, dist, defaults)
            parameter_server_count = dist and dist.parameter_server_count }
 end
 
--- Data between this machine and Azure ML jobs is not moved yet: a remote
--- step may read parameters only, and its outputs stay with its job.
+-- What crosses between this machine and the jobs.  A command step on Azure
+-- ML reads datasets made here (uploaded to the datastore, content-addressed)
+-- or by another job (bound to its output's datastore path: no round trip
+-- through this machine), and its outputs are downloaded when a step here or
+-- the catalog needs them.  A Lua function step runs inside its job as `flow
+-- run --nodes`, which has no way to receive datasets: it may read
+-- parameters only, and nothing here may read what it makes.
 local function check_data(nodes, remote, cat)
-  local producer = {}
+  local producer, local_need = {}, {}
   for i, n in ipairs(nodes) do
     for _, io in ipairs(n.outputs) do producer[io.dataset] = i end
   end
   for i, n in ipairs(nodes) do
     for _, io in ipairs(n.inputs) do
       local from = producer[io.dataset]
-      if not dag.is_param_input(io.dataset) and (remote[i] or (from and remote[from])) then
-        if remote[i] and not (from and remote[from]) then
-          step_error(n, "runs on Azure ML but reads '%s', which is on this machine; moving data to Azure ML "
-            .. "jobs is not supported yet: run it here (azureml.yml dispatch: none) or have it read "
-            .. "parameters only", io.dataset)
-        elseif not remote[i] then
-          step_error(n, "runs here but reads '%s', which step '%s' makes on Azure ML; bringing job outputs "
-            .. "back is not supported yet", io.dataset, nodes[from].name)
-        else
-          step_error(n, "reads '%s' from step '%s', both on Azure ML; passing data between Azure ML jobs "
-            .. "is not supported yet", io.dataset, nodes[from].name)
+      if not dag.is_param_input(io.dataset) then
+        if remote[i] and n.kind == "func" then
+          step_error(n, "is a Lua function on Azure ML but reads '%s': a Lua step there runs as `flow run "
+            .. "--nodes %s` inside its job and receives parameters only; make it a command (its datasets "
+            .. "then cross as files), or run it here", io.dataset, n.name)
+        elseif from and remote[from] and nodes[from].kind == "func" then
+          step_error(n, "reads '%s', which Lua step '%s' makes inside an Azure ML job, where its values stay; "
+            .. "make that step a command that writes ${outputs.%s}, or run it here", io.dataset, nodes[from].name,
+            io.dataset)
         end
+        if not remote[i] then local_need[io.dataset] = true end
       end
     end
+  end
+  for i, n in ipairs(nodes) do
     if remote[i] then
+      remote[i].downloads = {}
       for _, io in ipairs(n.outputs) do
-        if cat and cat:entry(io.dataset).type ~= "memory" then
-          step_error(n, "runs on Azure ML but its output '%s' is a catalog entry on this machine; its job "
-            .. "keeps its outputs (azureml://jobs/<job>/outputs/%s)", io.dataset, io.arg)
-        end
+        local e = cat and cat:entry(io.dataset)
+        -- a local step reads it, or the catalog keeps it here
+        remote[i].downloads[io.dataset] = local_need[io.dataset] or (e and e.type ~= "memory") or false
       end
     end
   end
@@ -199,7 +205,8 @@ local function command_line(run, n, fail)
     local io = by_arg[ns][key]
     if not io then return nil, string.format("${%s.%s}: the step has no %s named '%s'", ns, key, ns:sub(1, -2), key) end
     if ns == "outputs" then return "${{outputs." .. io.arg .. "}}" end     -- Azure ML puts the path there
-    return param_text(run:input_value(n, io))              -- a params: input (check_data allows no other)
+    if not dag.is_param_input(io.dataset) then return "${{inputs." .. io.arg .. "}}" end
+    return param_text(run:input_value(n, io))
   end
   local function expand(s, quote)
     local out, err = core.expand(s, function(ns, key)
@@ -218,7 +225,7 @@ local function command_line(run, n, fail)
     for i, a in ipairs(cmd.argv) do
       local w = expand(a, false)
       -- a binding needs no quotes of its own: Azure ML puts a plain path there
-      local plain = w:gsub("%${{outputs%.[%w_]+}}", "x")
+      local plain = w:gsub("%${{%a+puts%.[%w_]+}}", "x")
       words[i] = command.shell_quote(plain) == plain and w or command.shell_quote(w)
     end
     line = table.concat(words, " ")
@@ -242,16 +249,15 @@ local function flow_line(run, n)
   return table.concat(words, " ")
 end
 
--- The spec flow.azureml's run_job takes for attempt k of step n.
-function M.job_spec(run, n, place, name, fail)
+-- The spec flow.azureml's run_job takes for attempt k of step n; inputs and
+-- outputs are its data bindings (flow.transfer's).
+function M.job_spec(run, n, place, name, fail, inputs, outputs)
   local line, env
   if n.kind == "command" then line, env = command_line(run, n, fail)
   else line, env = flow_line(run, n), { FLOW_IN_AZUREML_JOB = "1" } end
-  local outputs = {}
-  for i, io in ipairs(n.outputs) do outputs[i] = io.arg end
   local rec = run.records[n.name]
   return {
-    name = name, display_name = n.name, command = line, env = env, outputs = outputs,
+    name = name, display_name = n.name, command = line, env = env, inputs = inputs, outputs = outputs,
     compute = place.compute, instance_count = place.instances, framework = place.framework,
     processes_per_node = place.processes, parameter_server_count = place.parameter_server_count,
     -- TensorFlow: a worker per process, as distributed: local launches them

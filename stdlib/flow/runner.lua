@@ -53,7 +53,7 @@ M.ChildDone = execute.ChildDone
 
 local Run = {}
 Run.__index = Run
-for _, part in ipairs({ values, execute, (require("flow.incremental")) }) do
+for _, part in ipairs({ values, execute, (require("flow.incremental")), (require("flow.transfer")) }) do
   for name, f in pairs(part.methods) do Run[name] = f end
 end
 

@@ -303,7 +303,9 @@ end
 
 -- entry, or nil and why not.
 local function saved_dataset(d, e, out, cat)
-  if out and out.path and core.exists(out.path) then return { path = out.path, entry = e } end
+  if out and out.path and core.exists(out.path) then
+    return { path = out.path, entry = e, uri = out.uri, uri_type = out.uri_type }
+  end
   if out and not out.path and not out.uncacheable and state_mod.value_available(out) then
     return { out = out, hash = out.hash }
   end

@@ -12,10 +12,12 @@ double is stricter than the service in two documented ways: unknown query
 parameters and explicit nulls are rejected.
 """
 import copy
+import hashlib
 import re
 import threading
 import time
 import urllib.parse
+import uuid
 
 from aml_http import Reply, arm_error, iso, new_id
 from aml_jobs import TERMINAL, Job, control_value, parse_duration
@@ -31,7 +33,7 @@ OPS_RE = re.compile(r"^/subscriptions/([^/]+)/providers/Microsoft\.MachineLearni
                     r"/mfeOperationResults/([^/]+)$", re.I)
 BINDING_RE = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
 # resource types of a real workspace the double does not model
-UNMODELLED = {"datastores", "components", "data", "models", "onlineEndpoints", "batchEndpoints", "schedules",
+UNMODELLED = {"components", "data", "models", "onlineEndpoints", "batchEndpoints", "schedules",
               "connections", "featuresets", "featurestoreEntities", "marketplaceSubscriptions", "serverlessEndpoints",
               "outboundRules", "privateEndpointConnections", "privateLinkResources", "listKeys", "listSecrets"}
 # fields of a job that a re-PUT may change (x-ms-mutability includes "update")
@@ -60,6 +62,10 @@ ROUTES = [
     Route(r"/environments/(?P<name>[^/]+)/versions", {"GET": "list_env_versions"}, "environments"),
     Route(r"/environments/(?P<name>[^/]+)/versions/(?P<version>[^/]+)", {"GET": "get_env_version"},
           "environments"),
+    Route(r"/datastores", {"GET": "list_datastores"}, "datastores"),
+    Route(r"/datastores/(?P<name>[^/]+)", {"GET": "get_datastore", "PUT": "datastore_unmodelled",
+                                           "DELETE": "datastore_unmodelled"}, "datastores"),
+    Route(r"/datastores/(?P<name>[^/]+)/listSecrets", {"POST": "list_datastore_secrets"}, "datastores"),
     Route(r"/computes", {"GET": "list_computes"}, "computes"),
     Route(r"/computes/(?P<name>[^/]+)", {"GET": "get_compute"}, "computes"),
 ]
@@ -70,7 +76,15 @@ LIST_PARAMS = {
     "list_code_versions": {"$orderBy", "$top", "$skipToken", "hash", "hashVersion"},
     "list_env_versions": {"$orderBy", "$top", "$skipToken", "listViewType"},
     "list_computes": {"$skipToken"},
+    "list_datastores": {"$skipToken", "count", "isDefault", "names", "searchText", "orderBy", "orderByAsc"},
 }
+DATASTORE_URI_RE = re.compile(r"^azureml://datastores/([^/]+)/paths/(.*)$")
+
+
+def datastore_path(uri):
+    """'azureml://datastores/<ds>/paths/<p>' -> (ds, p), else None."""
+    m = DATASTORE_URI_RE.match(uri or "")
+    return (m.group(1), m.group(2)) if m else None
 
 
 def user_error(status, message, target=None, problems=None, inner=None):
@@ -99,6 +113,9 @@ class ArmApi:
 
     def reset(self):
         with self.lock:
+            for job in getattr(self, "jobs", {}).values():
+                if job.run is not None:
+                    job.run.kill()
             self.jobs = {}            # name -> Job
             self.codes = {}           # (name, version) -> CodeVersion
             self.ops = {}             # operation id -> (kind, job name)
@@ -220,7 +237,7 @@ class ArmApi:
             bad = self._check_query(req, handler)
             if bad is None:
                 bad = self._check_names(rm.groupdict())
-            if bad is None and req.method in ("PUT", "POST") and handler != "cancel_job":
+            if bad is None and req.method in ("PUT", "POST") and handler not in NO_BODY:
                 bad = self._check_json(req)
             r = bad or getattr(self, handler)(req, **rm.groupdict())
             r.op = "%s.%s" % (route.kind, _OPNAME.get(handler, handler))
@@ -294,7 +311,7 @@ class ArmApi:
 
     # -- paging ------------------------------------------------------------------
 
-    def _page(self, req, items):
+    def _page(self, req, items, size=None):
         """Slices items by $skipToken / $top; returns (reply or None, page, nextLink)."""
         token = req.q("$skipToken")
         start = 0
@@ -304,7 +321,7 @@ class ArmApi:
                 return user_error(400, "$skipToken '%s' is not one this service issued; follow nextLink "
                                   "verbatim." % token, target="$skipToken"), None, None
             start = int(m.group(1))
-        size = int(self.cfg["page_size"])
+        size = size or int(self.cfg["page_size"])
         top = req.q("$top")
         if top is not None:
             if not re.match(r"^[1-9]\d*$", top):
@@ -318,8 +335,8 @@ class ArmApi:
             next_link = req.base_url() + req.raw_path + "?" + urllib.parse.urlencode(q, quote_via=urllib.parse.quote)
         return None, page, next_link
 
-    def _list_reply(self, req, items, render):
-        bad, page, next_link = self._page(req, items)
+    def _list_reply(self, req, items, render, size=None):
+        bad, page, next_link = self._page(req, items, size)
         if bad:
             return bad
         body = {"value": [render(x) for x in page]}
@@ -351,6 +368,120 @@ class ArmApi:
     def _tracking_uri(self):
         c = self.cfg
         return "azureml://%s.api.azureml.ms/mlflow/v1.0%s" % (c["location"], self.ws_id())
+
+    # -- datastores -------------------------------------------------------------------
+    # Every configured datastore is an AzureBlob datastore on the blob endpoint's
+    # account (Azurite's devstoreaccount1), each with its own container.  (In a
+    # real workspace workspacefilestore and workspaceworkingdirectory are
+    # AzureFile shares; the double has only blob storage.)
+
+    def datastore_container(self, name):
+        """The blob container behind a configured datastore."""
+        if name == "workspaceblobstore":
+            return self.cfg["blob_container"]          # where startPendingUpload puts snapshots, as in AML
+        guid = str(uuid.UUID(bytes=hashlib.sha256(self.ws_id().lower().encode()).digest()[:16]))
+        if name == "workspaceartifactstore":
+            return "azureml"
+        if name == "workspacefilestore":
+            return "azureml-filestore-" + guid
+        if name == "workspaceworkingdirectory":
+            return "code-" + guid
+        return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", name.lower())).strip("-")[:63] or "datastore"
+
+    def ensure_datastore_containers(self):
+        """Creates every datastore's container (blob endpoint configured); returns the problems."""
+        return [why for why in (self.blob.ensure_container(self.datastore_container(n))
+                                for n in self.cfg["datastores"]) if why]
+
+    def _datastore_resource(self, name):
+        t = 1700000000
+        return {"id": "%s/datastores/%s" % (self.ws_id(), name), "name": name,
+                "type": PROVIDER + "/workspaces/datastores",
+                "systemData": self.system_data(t, t, "flow-double"),
+                "properties": {"datastoreType": "AzureBlob", "accountName": self.blob.account,
+                               "containerName": self.datastore_container(name), "endpoint": "core.windows.net",
+                               "protocol": "https", "credentials": {"credentialsType": "AccountKey"},
+                               "isDefault": name == "workspaceblobstore", "serviceDataAccessAuthIdentity": "None",
+                               "description": None, "tags": {}, "properties": {},
+                               "subscriptionId": self.cfg["subscription"],
+                               "resourceGroup": self.cfg["resource_group"]}}
+
+    def get_datastore(self, req, name):
+        if name not in self.cfg["datastores"]:
+            return not_found("Datastore", name)
+        return Reply(200, self._datastore_resource(name))
+
+    def datastore_unmodelled(self, req, name):
+        return arm_error(404, "NotImplementedInDouble", "The AML double does not create or delete datastores; it "
+                         "has %s." % ", ".join(self.cfg["datastores"]))
+
+    def list_datastores(self, req):
+        names = list(self.cfg["datastores"])
+        count = req.q("count")
+        if count is not None and not re.match(r"^[1-9]\d*$", count):
+            return user_error(400, "count must be a positive integer, got '%s'" % count, target="count")
+        isdef = req.q("isDefault")
+        if isdef is not None:
+            if isdef.lower() not in ("true", "false"):
+                return user_error(400, "isDefault must be true or false, got '%s'" % isdef, target="isDefault")
+            names = [n for n in names if (n == "workspaceblobstore") == (isdef.lower() == "true")]
+        if req.query.get("names"):
+            want = {x for v in req.query["names"] for x in v.split(",") if x}
+            names = [n for n in names if n in want]
+        if req.q("searchText"):
+            names = [n for n in names if req.q("searchText").lower() in n.lower()]
+        asc = req.q("orderByAsc")
+        if asc is not None and asc.lower() not in ("true", "false"):
+            return user_error(400, "orderByAsc must be true or false, got '%s'" % asc, target="orderByAsc")
+        ob = req.q("orderBy")
+        if ob is not None and ob.lower() not in ("name", "createdtime"):
+            return user_error(400, "orderBy '%s' is not supported here (name, createdtime)" % ob, target="orderBy")
+        if ob is not None or asc is not None:
+            names.sort(reverse=(asc or "false").lower() != "true")
+        return self._list_reply(req, names, self._datastore_resource, int(count) if count else None)
+
+    def list_datastore_secrets(self, req, name):
+        if req.body and req.body.strip() not in (b"{}", b"null"):
+            return user_error(400, "listSecrets takes no request body (the double refuses one that is not empty "
+                              "or {}).")
+        if name not in self.cfg["datastores"]:
+            return not_found("Datastore", name)
+        container = self.datastore_container(name)
+        if self.cfg["datastore_secrets"] == "Sas":
+            body = {"secretsType": "Sas", "sasToken": self.blob.sas_query("racwdl", container=container)}
+            logged = {"secretsType": "Sas", "sasToken": "<redacted>"}
+        else:
+            body = {"secretsType": "AccountKey", "key": self.blob.key}
+            logged = {"secretsType": "AccountKey", "key": "<redacted>"}
+        if self.blob.configured:
+            why = self.blob.ensure_container(container)
+            if why:
+                return arm_error(500, "InternalServerError", "The double could not prepare storage: %s" % why)
+        r = Reply(200, body)
+        r.log_response = logged
+        return r
+
+    def missing_input(self, key, inp):
+        """Why an input's datastore path holds no data, or None (only asked with a blob endpoint)."""
+        dp = datastore_path(inp.get("uri"))
+        t = inp.get("jobInputType")
+        if dp is None or t not in ("uri_file", "uri_folder") or dp[0] not in self.cfg["datastores"]:
+            return None
+        ds, path = dp
+        container = self.datastore_container(ds)
+        if t == "uri_file":
+            names = self.blob.list_blobs(path, container)
+            found = names is None or path in names
+            what = "no blob '%s'" % path
+        else:
+            prefix = path.rstrip("/") + "/" if path.strip("/") else ""
+            names = self.blob.list_blobs(prefix, container)
+            found = names is None or bool(names)
+            what = "no blob under '%s'" % prefix
+        if found:
+            return None
+        return ("ScriptExecution.StreamAccess.NotFound: input '%s' (%s %s): the data was not found: "
+                "datastore %s (container %s) has %s" % (key, t, inp["uri"], ds, container, what))
 
     # -- computes ---------------------------------------------------------------------
 
@@ -789,6 +920,11 @@ class ArmApi:
                     if not names:
                         runtime.append("the code snapshot %s is empty: nothing was uploaded under %s" % (
                             props["codeId"], code_uri))
+        if self.blob.configured and props["jobType"] == "Command":
+            for k, inp in (props.get("inputs") or {}).items():
+                why = self.missing_input(k, inp)
+                if why:
+                    runtime.append(why)
         with self.lock:
             if name in self.jobs:           # a concurrent PUT of the same name won
                 return self.put_job(req, name)
@@ -812,8 +948,11 @@ class ArmApi:
 
     def delete_job(self, req, name):
         with self.lock:
-            if self.jobs.pop(name, None) is None:
+            job = self.jobs.pop(name, None)
+            if job is None:
                 return Reply(204)
+            if job.run is not None:
+                threading.Thread(target=job.run.kill, daemon=True).start()
             return Reply(202, None, [("Location", self._op_url(req, "jd", name)),
                                      ("Retry-After", str(self.cfg["cancel_retry_after"]))])
 
@@ -859,6 +998,9 @@ class ArmApi:
         return {"name": job.name, "status": job.status, "error": job.error, "hold": job.hold, "frozen": job.frozen,
                 "history": [{"status": s, "time": iso(t), "t": t} for s, t in job.history],
                 "runtime_problems": job.runtime_problems, "outcome": job.outcome and job.outcome[0],
+                "execute": job.execute,
+                "run": job.run and {"dir": job.run.wd, "log": job.run.log_path, "done": job.run.done_at is not None,
+                                    "error": job.run.error, "pids": [p.pid for p in job.run.procs]},
                 "snapshot": job.snapshot and {"codeUri": job.snapshot[0], "blobs": job.snapshot[1]},
                 "request": job.props}
 
@@ -891,13 +1033,19 @@ class ArmApi:
                 job.snapshot[0], len(job.snapshot[1]), ", ".join(job.snapshot[1])))
         elif getattr(job, "code_uri", None):
             lines.append("[flow-aml-double] code snapshot %s (not inspected)" % job.code_uri)
+        if job.run is not None:
+            lines.append(job.run.log_text().rstrip("\n"))
         if job.error:
             lines.append("[flow-aml-double] error %s: %s" % (job.error["code"], job.error["message"]))
         lines.append("[flow-aml-double] status: %s" % job.status)
         return "\n".join(lines) + "\n"
 
 
-_OPNAME = {"list_jobs": "list", "get_job": "get", "put_job": "put", "delete_job": "delete", "cancel_job": "cancel",
+# POSTs without a request body
+NO_BODY = ("cancel_job", "list_datastore_secrets")
+_OPNAME = {"list_datastores": "list", "get_datastore": "get", "datastore_unmodelled": "put_or_delete",
+           "list_datastore_secrets": "listSecrets",
+"list_jobs": "list", "get_job": "get", "put_job": "put", "delete_job": "delete", "cancel_job": "cancel",
            "get_code_container": "get_container", "list_code_versions": "list", "get_code_version": "get",
            "put_code_version": "put", "start_pending_upload": "start_pending_upload",
            "get_env_container": "get_container", "list_env_versions": "list", "get_env_version": "get",

@@ -59,11 +59,21 @@ DEFAULTS = {
     "registries": ["azureml"],
     "datastores": ["workspaceblobstore", "workspaceartifactstore", "workspacefilestore",
                    "workspaceworkingdirectory"],
+    # what POST datastores/{name}/listSecrets answers: "AccountKey" ({"secretsType": "AccountKey", "key": ...})
+    # or "Sas" ({"secretsType": "Sas", "sasToken": <container SAS, racwdl, no leading ?>})
+    "datastore_secrets": "AccountKey",
+    # jobs that really run (aml_exec.py): a job PUT while this is true runs its command on this machine
+    "execute_jobs": False,
+    "keep_job_dirs": False,            # keep an executed job's working directory (DIR/jobs/...) when it ends
 }
+
+# the values a setting may take, where it is an enumeration
+CHOICES = {"cancel_mode": ("async", "sync"), "datastore_secrets": ("AccountKey", "Sas")}
 
 # what POST /_double/config may change while the double runs
 RUNTIME = {"token_lifetime", "clock_skew", "assertion_max_lifetime", "phase_seconds", "phases", "cancel_seconds",
-           "cancel_mode", "cancel_retry_after", "page_size", "check_snapshot"}
+           "cancel_mode", "cancel_retry_after", "page_size", "check_snapshot", "datastore_secrets", "execute_jobs",
+           "keep_job_dirs"}
 
 
 class Config:
@@ -88,6 +98,8 @@ class Config:
                     bad.append("%r can only be set at start (config.json or a flag)" % k)
                 elif DEFAULTS[k] is not None and v is not None and not _same_kind(DEFAULTS[k], v):
                     bad.append("%r must be %s" % (k, type(DEFAULTS[k]).__name__))
+                elif k in CHOICES and v not in CHOICES[k]:
+                    bad.append("%r must be one of %s" % (k, ", ".join(CHOICES[k])))
                 else:
                     self._d[k] = v
         return bad

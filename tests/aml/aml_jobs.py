@@ -12,7 +12,10 @@ change the course:
     (until another force; a terminal S ends the job);
   - problems only a real run would find (an empty code snapshot, an input that
     names a job output that does not exist): Preparing -> Failed;
-  - limits.timeout: Running longer than that -> Canceled.
+  - limits.timeout: Running longer than that -> Canceled;
+  - execute_jobs (aml_exec.py): the job's command really runs; Running lasts
+    until its processes end (and outputs are uploaded), then Finalizing, or
+    Failed with the run's error.
 Transitions are applied lazily, each at the time it was due, so history
 timestamps are exact whenever the job is looked at.
 """
@@ -69,6 +72,9 @@ class Job:
         self.running_seconds = float(rs) if rs and re.match(r"^\d+(\.\d+)?$", rs) else None
         lim = props.get("limits") or {}
         self.timeout = parse_duration(lim.get("timeout")) if lim.get("timeout") else None
+        # a run of the command (aml_exec.JobRun), for jobs PUT while execute_jobs is on
+        self.execute = bool(cfg["execute_jobs"]) and props.get("jobType") == "Command"
+        self.run = None
 
     # -- the clock ---------------------------------------------------------
 
@@ -93,10 +99,15 @@ class Job:
                 return
             end = self.since + self._duration(self.status)
             if self.status == "Running":
+                if self.execute:
+                    end = self.since
                 if self.hold:
                     end = math.inf
                 elif self.released_at is not None:
                     end = max(self.since, self.released_at)
+                if self.execute:          # Running lasts as long as the processes (and uploads)
+                    done = self.run.done_at if self.run is not None else None
+                    end = max(end, done) if done is not None else math.inf
                 if self.timeout is not None and self.since + self.timeout < end:
                     t = self.since + self.timeout
                     if now < t:
@@ -110,6 +121,9 @@ class Job:
                 return
             if self.status == "Preparing" and self.runtime_problems:
                 self.error = {"code": "UserError", "message": "; ".join(self.runtime_problems)}
+                self._set("Failed", end)
+            elif self.status == "Running" and self.execute and self.run.error:
+                self.error = {"code": "UserError", "message": self.run.error}
                 self._set("Failed", end)
             elif self.status == "Running" and self.outcome and self.outcome[0] == "Failed":
                 self.error = {"code": "UserError", "message": self.outcome[1]}

@@ -86,6 +86,7 @@ import aml_config  # noqa: E402
 from aml_arm import ArmApi  # noqa: E402
 from aml_blob import BlobStore  # noqa: E402
 from aml_entra import Entra, TokenStore  # noqa: E402
+from aml_exec import Runner  # noqa: E402
 from aml_faults import Faults  # noqa: E402
 from aml_http import Reply, Request, arm_error, iso  # noqa: E402
 from aml_jobs import ALL_STATUSES  # noqa: E402
@@ -109,6 +110,8 @@ class App:
         self.entra = Entra(cfg, self.tokens, client_cert)
         self.blob = BlobStore(cfg["blob_endpoint"], cfg["blob_key"], cfg["blob_container"], cfg["blob_account"])
         self.arm = ArmApi(cfg, self.tokens, StrictSchema(), self.blob)
+        self.runner = Runner(self.arm, os.path.join(d, "jobs"))
+        self.runner.start()
         self.faults = Faults()
         self.lock = threading.Lock()
         self.log_path = os.path.join(d, "requests.jsonl")
@@ -233,6 +236,8 @@ class App:
                "duration_ms": round((time.time() - t0) * 1000, 1)}
         if getattr(reply, "credential", None):
             rec["credential"] = reply.credential
+        if getattr(reply, "log_response", None) is not None:
+            rec["response"] = reply.log_response        # the answer, its secret redacted
         ctype = (req.header("Content-Type") or "").split(";")[0].strip().lower()
         if getattr(reply, "kind", None) == "token" and ctype != "application/x-www-form-urlencoded":
             rec["body"] = {"_raw": "(%d bytes, not form-encoded; not logged: it may hold a secret)" % len(req.body)}
@@ -549,9 +554,12 @@ def parse_args(argv):
     flags = {"tenant": str, "client_id": str, "client_secret": str, "subscription": str, "resource_group": str,
              "workspace": str, "api_version": str, "location": str, "token_lifetime": int, "phase_seconds": float,
              "blob_endpoint": str, "blob_key": str, "blob_container": str, "federated_token": str,
-             "msi_secret": str, "identity_header": str, "page_size": int}
+             "msi_secret": str, "identity_header": str, "page_size": int, "datastore_secrets": str}
     for k, t in flags.items():
         ap.add_argument("--" + k.replace("_", "-"), dest="cfg_" + k, type=t, default=None)
+    for k in ("execute_jobs", "keep_job_dirs"):
+        ap.add_argument("--" + k.replace("_", "-"), dest="cfg_" + k, action="store_const", const=True, default=None,
+                        help="sets %s (see aml_exec.py)" % k)
     a = ap.parse_args(argv)
     overrides = {k[4:]: v for k, v in vars(a).items() if k.startswith("cfg_") and v is not None}
     return a, overrides
@@ -590,6 +598,9 @@ def main(argv=None):
     tls.set_alpn_protocols(["http/1.1"])
 
     app = App(cfg, d, client_cert)
+    if app.blob.configured:
+        for why in app.arm.ensure_datastore_containers():
+            print("double: warning: %s (retried when a datastore is used)" % why, file=sys.stderr, flush=True)
     https = Server(a.port, app, "https", tls, a.verbose)
     http = Server(a.http_port, app, "http", None, a.verbose)
     port, hport = https.server_address[1], http.server_address[1]
@@ -612,13 +623,18 @@ def main(argv=None):
         "workspace_id": app.arm.ws_id(), "workspace_url": base + app.arm.ws_id(),
         "computes": [c["name"] for c in cfg["computes"]],
         "blob_endpoint": cfg["blob_endpoint"], "blob_container": cfg["blob_container"],
+        "datastore": "workspaceblobstore",
+        "datastore_container": app.blob.url(app.arm.datastore_container("workspaceblobstore")),
+        "datastore_containers": {n: app.blob.url(app.arm.datastore_container(n)) for n in cfg["datastores"]},
+        "blob_account": app.blob.account,
+        "jobs_dir": os.path.join(d, "jobs"),
         "requests_log": app.log_path,
     }
     app.settings = settings
     write_atomic(os.path.join(d, "settings.json"), json.dumps(settings, indent=1) + "\n")
     write_atomic(os.path.join(d, "env.sh"), "".join(
         "AML_DOUBLE_%s=%s\n" % (k.upper(), shlex.quote(str(v) if not isinstance(v, list) else " ".join(v)))
-        for k, v in settings.items() if v is not None))
+        for k, v in settings.items() if v is not None and not isinstance(v, dict)))
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -635,6 +651,7 @@ def main(argv=None):
     for s in (https, http):
         s.shutdown()
         s.server_close()
+    app.runner.shutdown()               # kills the processes of executed jobs
     return 0
 
 

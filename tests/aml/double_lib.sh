@@ -68,15 +68,16 @@ aml_ctl() {
     fi
 }
 
-# azurite_start DIR — Azurite's blob service (tools/azurite.sh installs it) on a free port,
-# data in DIR; sets AZURITE_BLOB_ENDPOINT (http://127.0.0.1:PORT/devstoreaccount1) and
-# AZURITE_PID.  The caller stops it (azurite_stop).
+# azurite_start DIR [AZURITE FLAGS...] — Azurite's blob service (tools/azurite.sh installs it)
+# on a free port, data in DIR; sets AZURITE_BLOB_ENDPOINT (http://127.0.0.1:PORT/devstoreaccount1)
+# and AZURITE_PID.  The caller stops it (azurite_stop).  `--debug FILE` logs every request.
 azurite_start() {
     local dir=$1 bin port i
+    shift
     bin=$("$AML_DOUBLE_HOME/../../tools/azurite.sh") || return 1
     mkdir -p "$dir"
     port=$("$AML_DOUBLE_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    "$bin" --blobHost 127.0.0.1 --blobPort "$port" --location "$dir" --silent --disableTelemetry \
+    "$bin" --blobHost 127.0.0.1 --blobPort "$port" --location "$dir" --silent --disableTelemetry "$@" \
         >"$dir/azurite.log" 2>&1 &
     AZURITE_PID=$!
     for i in $(seq 200); do

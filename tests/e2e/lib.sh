@@ -17,6 +17,12 @@ run_flow() {
     fi
 }
 
+# run_flow_bg ARGS... — $FLOW in the background (FLOW_PID), output in stdout.txt/stderr.txt.
+run_flow_bg() {
+    "$FLOW" "$@" >stdout.txt 2>stderr.txt &
+    FLOW_PID=$!
+}
+
 contains() {   # contains HAYSTACK NEEDLE [WHAT]
     if [[ "$1" != *"$2"* ]]; then
         echo "expected ${3:-output} to contain: $2"

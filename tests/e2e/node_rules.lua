@@ -124,4 +124,7 @@ try("azureml fields", function() local n = node{ command = "true", name = "x", c
 try("compute bad", function() local n = node{ command = "true", name = "x", compute = "-gpu" }; return n end)
 try("shm_size bad", function() local n = node{ command = "true", name = "x", shm_size = "16gb" }; return n end)
 try("environment empty", function() local n = node{ command = "true", name = "x", environment = "" }; return n end)
+try("data modes", function() local n = node{ command = "true", name = "x", input_mode = "Download", output_mode = "Upload" }; return n end)
+try("input_mode bad", function() local n = node{ command = "true", name = "x", input_mode = "ReadWriteMount" }; return n end)
+try("output_mode bad", function() local n = node{ command = "true", name = "x", output_mode = "Download" }; return n end)
 return pipeline{}

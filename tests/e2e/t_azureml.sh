@@ -200,11 +200,6 @@ test_expired_token_is_refreshed() {
 }
 
 # flow in the background, output in stdout.txt/stderr.txt.
-run_flow_bg() {
-    "$FLOW" "$@" >stdout.txt 2>stderr.txt &
-    FLOW_PID=$!
-}
-
 # Waits until a job is in this status now (the newest job, when there are several).
 wait_for_status() {
     local i now

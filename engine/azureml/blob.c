@@ -1,0 +1,1584 @@
+/* blob.c — Azure Blob Storage on the engine's loop (blob.h).
+ *
+ * A transfer is one step wait that runs a small pipeline: list (List Blobs,
+ * or one HEAD for a single blob) and, for an upload, walk the local tree on
+ * the work pool; then per file a pool job (upload: its MD5s; download: is
+ * the file there already, else open its ".flowpart"), its requests (at most
+ * REQUESTS_AT_ONCE in flight per transfer), and for a download a last pool
+ * job (length, MD5, fsync, rename).  Requests and jobs hold a pointer back to
+ * the transfer that is cleared when it is freed early, so an answer or a
+ * completion that comes later is dropped instead of touching freed memory. */
+#include "azureml/blob.h"
+
+#include "nofollow.h"
+#include "strmap.h"
+#include "util.h"
+#include "work.h"
+
+#include <libxml/parser.h>
+#include <libxml/tree.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BLOB_API_VERSION "2021-08-06"
+/* Requests in flight per transfer: 10,000 small blobs must not become
+ * 10,000 handles (http.c also keeps to 8 connections per host). */
+#define REQUESTS_AT_ONCE 8
+/* Pool jobs (hashing, preparing a file) per transfer, and how far the
+ * preparation of files may run ahead of their requests: each prepared
+ * download holds an open ".flowpart". */
+#define JOBS_AT_ONCE 4
+#define QUEUE_AHEAD 16
+#define PROGRESS_EVERY 0.5             /* seconds between progress calls */
+#define PART_SUFFIX ".flowpart"
+#define MD5_B64 25                     /* 24 base64 characters and a NUL */
+#define WALK_MAX_DEPTH 256
+#define READ_CHUNK (1u << 20)
+
+struct blob_container {
+    struct http_client *http;
+    struct work_pool *pool;
+    struct loop *loop;
+    char *url;                 /* no trailing '/', no query */
+    char *name;                /* its last path segment, for messages */
+    char *account;
+    unsigned char *key;        /* decoded; NULL with a SAS */
+    size_t key_len;
+    char *sas;                 /* without '?'; NULL with a key */
+    unsigned page_size;
+};
+
+enum xfer_kind { X_UPLOAD, X_DOWNLOAD, X_EXISTS, X_CREATE };
+enum req_kind { R_LIST, R_HEAD, R_PUT_BLOB, R_PUT_BLOCK, R_PUT_LIST, R_GET_RANGE, R_CREATE };
+enum job_kind { J_WALK, J_HASH, J_PREPARE, J_FINISH };
+
+/* One file: a blob and its local path. */
+struct item {
+    char *rel;                 /* below the prefix ("" for a single blob) */
+    char *blob;                /* the blob's full name */
+    char *path;                /* upload: the source; download: the destination */
+    uint64_t size;
+    char md5[MD5_B64];         /* upload: the file's; download: the blob's, "" if it has none */
+    unsigned char (*block_md5)[16];
+    size_t n_parts, parts_left;
+    int fd;                    /* download: its ".flowpart" while ranges come in, else -1 */
+};
+
+/* What the listing found. */
+struct remote {
+    char *name;
+    uint64_t size;
+    char md5[MD5_B64];
+};
+
+struct part_ref {
+    enum req_kind kind;
+    size_t item, part;
+};
+
+struct xfer;
+
+struct req {
+    struct xfer *x;            /* NULL once the wait was freed: the answer is dropped */
+    struct http_transfer *t;
+    struct req *prev, *next;
+    enum req_kind kind;
+    size_t item, part;
+    uint64_t len;              /* bytes the request carries (body, or range) */
+};
+
+/* A job on the pool owns copies of what it reads: it may outlive the wait. */
+struct job {
+    struct xfer *x;            /* NULL once the wait was freed */
+    struct job *prev, *next;
+    enum job_kind kind;
+    atomic_bool stop;
+    size_t item;
+    char *path;
+    uint64_t size;
+    char want_md5[MD5_B64];
+    int fd;                    /* J_PREPARE: the opened ".flowpart"; J_FINISH: the one to close */
+    bool folder;
+    /* results */
+    int rc;
+    bool skip, is_dir;
+    char md5[MD5_B64];
+    unsigned char (*block_md5)[16];
+    struct item *items;        /* J_WALK */
+    size_t n_items, cap_items;
+    char err[1024];
+};
+
+struct xfer {
+    struct step_wait wait;     /* first: the wait is the transfer */
+    struct blob_container *c;
+    enum xfer_kind kind;
+    step_wait_done_fn done;
+    blob_progress_fn progress;
+    void *arg;
+    char *local;               /* upload: the source; download: dest */
+    char *prefix;              /* no trailing '/' */
+    bool as_folder;
+    bool listed, walked, ready, complete, finished, delivered, exists;
+    struct item *items;
+    size_t n_items, next_prepare, items_done;
+    struct part_ref *queue;
+    size_t q_head, q_len, q_cap;
+    struct remote *remote;
+    size_t n_remote, cap_remote;
+    struct strmap remote_index;
+    struct req *reqs;
+    size_t n_reqs;
+    struct job *jobs;
+    size_t n_jobs;
+    struct blob_progress prog;
+    double last_progress;
+    char *error;
+    unsigned long timer;
+};
+
+/* ---- small helpers --------------------------------------------------------- */
+
+static void base64_of(const unsigned char *data, size_t n, char *out)
+{
+    EVP_EncodeBlock((unsigned char *)out, data, (int)n);
+}
+
+/* Decoded bytes of a base64 string, malloc'd; NULL if it is not base64. */
+static unsigned char *base64_decode(const char *s, size_t *out_len)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n % 4 != 0) return NULL;
+    unsigned char *out = xmalloc(n / 4 * 3 + 1);
+    int len = EVP_DecodeBlock(out, (const unsigned char *)s, (int)n);
+    if (len < 0) {
+        free(out);
+        return NULL;
+    }
+    /* EVP_DecodeBlock counts the padding as zero bytes */
+    size_t pad = (size_t)(s[n - 1] == '=') + (size_t)(s[n - 2] == '=');
+    *out_len = (size_t)len - pad;
+    return out;
+}
+
+static int hex_value(char ch)
+{
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+static char *url_decode(const char *s, size_t n)
+{
+    struct strbuf sb = STRBUF_INIT;
+    sb_add(&sb, "", 0);
+    for (size_t i = 0; i < n; i++) {
+        int hi, lo;
+        if (s[i] == '%' && i + 2 < n && (hi = hex_value(s[i + 1])) >= 0 && (lo = hex_value(s[i + 2])) >= 0) {
+            sb_addc(&sb, (char)(hi * 16 + lo));
+            i += 2;
+        } else {
+            sb_addc(&sb, s[i]);          /* '+' stays: the service decodes as .NET's Uri does */
+        }
+    }
+    return sb_detach(&sb);
+}
+
+/* Percent-encoded segment by segment, '/' kept: the path a blob name takes. */
+static void add_blob_path(struct strbuf *url, const char *name)
+{
+    const char *p = name;
+    for (;;) {
+        size_t n = strcspn(p, "/");
+        char *seg = xstrndup(p, n);
+        char *enc = http_urlencode(seg);
+        sb_adds(url, enc);
+        free(enc);
+        free(seg);
+        if (!p[n]) break;
+        sb_addc(url, '/');
+        p += n + 1;
+    }
+}
+
+/* "Sun, 06 Nov 1994 08:49:37 GMT", whatever the locale. */
+static void rfc1123_now(char out[40])
+{
+    static const char *const days[] = { "Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat" };
+    static const char *const months[] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                          "Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    snprintf(out, 40, "%s, %02d %s %04d %02d:%02d:%02d GMT", days[tm.tm_wday % 7], tm.tm_mday,
+             months[tm.tm_mon % 12], tm.tm_year + 1900, tm.tm_hour, tm.tm_min, tm.tm_sec);
+}
+
+/* ---- Shared Key -------------------------------------------------------------- */
+
+struct kv {
+    char *name, *value;
+    size_t order;              /* as given: values of one name keep their order */
+};
+
+static int kv_cmp(const void *a, const void *b)
+{
+    const struct kv *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->order > y->order) - (x->order < y->order);
+}
+
+static void kv_free(struct kv *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(v[i].name);
+        free(v[i].value);
+    }
+    free(v);
+}
+
+/* Trimmed, with runs of white space folded to one space (CanonicalizedHeaders). */
+static char *fold_space(const char *s)
+{
+    struct strbuf sb = STRBUF_INIT;
+    sb_add(&sb, "", 0);
+    bool space = true;
+    for (; *s; s++) {
+        bool blank = *s == ' ' || *s == '\t';
+        if (blank && space) continue;
+        sb_addc(&sb, blank ? ' ' : *s);
+        space = blank;
+    }
+    while (sb.len && sb.buf[sb.len - 1] == ' ') sb_truncate(&sb, sb.len - 1);
+    return sb_detach(&sb);
+}
+
+/* The standard headers of the StringToSign, in their order; "" when absent. */
+static const char *const signed_standard[] = {
+    "Content-Encoding", "Content-Language", "Content-Length", "Content-MD5", "Content-Type", "Date",
+    "If-Modified-Since", "If-Match", "If-None-Match", "If-Unmodified-Since", "Range",
+};
+#define N_STANDARD (sizeof signed_standard / sizeof *signed_standard)
+
+static void split_headers(const char *const *headers, const char *std[N_STANDARD], struct kv **ms, size_t *n_ms)
+{
+    size_t cap = 0;
+    for (size_t i = 0; headers && headers[i]; i++) {
+        const char *h = headers[i], *colon = strchr(h, ':');
+        if (!colon) continue;
+        size_t nlen = (size_t)(colon - h);
+        const char *value = colon + 1;
+        while (*value == ' ' || *value == '\t') value++;
+        for (size_t k = 0; k < N_STANDARD; k++)
+            if (strlen(signed_standard[k]) == nlen && strncasecmp(h, signed_standard[k], nlen) == 0) std[k] = value;
+        if (nlen > 5 && strncasecmp(h, "x-ms-", 5) == 0) {
+            ARRAY_GROW(*ms, *n_ms, cap);
+            char *name = xstrndup(h, nlen);
+            for (char *p = name; *p; p++) *p = (char)tolower((unsigned char)*p);
+            (*ms)[*n_ms] = (struct kv){ name, fold_space(value), *n_ms };
+            (*n_ms)++;
+        }
+    }
+    /* "Content-Length (empty when 0)": since 2015-02-21 a zero length signs as "" */
+    if (std[2] && strcmp(std[2], "0") == 0) std[2] = NULL;
+}
+
+/* "\nname:v1,v2" per query parameter, names lowercased and sorted, values
+ * decoded. */
+static void add_canonical_query(struct strbuf *sb, const char *query)
+{
+    struct kv *v = NULL;
+    size_t n = 0, cap = 0;
+    while (query && *query) {
+        size_t len = strcspn(query, "&");
+        size_t nlen = strcspn(query, "=");
+        if (nlen > len) nlen = len;
+        if (len) {
+            ARRAY_GROW(v, n, cap);
+            char *name = url_decode(query, nlen);
+            for (char *p = name; *p; p++) *p = (char)tolower((unsigned char)*p);
+            const char *val = query + nlen + (nlen < len);
+            v[n] = (struct kv){ name, url_decode(val, (size_t)(query + len - val)), n };
+            n++;
+        }
+        query += len + (query[len] == '&');
+    }
+    if (n) qsort(v, n, sizeof *v, kv_cmp);
+    for (size_t i = 0; i < n; i++) {
+        if (i && strcmp(v[i].name, v[i - 1].name) == 0) sb_addf(sb, ",%s", v[i].value);
+        else sb_addf(sb, "\n%s:%s", v[i].name, v[i].value);
+    }
+    kv_free(v, n);
+}
+
+static char *string_to_sign(const char *account, const char *method, const char *path, const char *query,
+                            const char *const *headers)
+{
+    const char *std[N_STANDARD] = { 0 };
+    struct kv *ms = NULL;
+    size_t n_ms = 0;
+    split_headers(headers, std, &ms, &n_ms);
+    struct strbuf sb = STRBUF_INIT;
+    sb_addf(&sb, "%s\n", method);
+    for (size_t k = 0; k < N_STANDARD; k++) sb_addf(&sb, "%s\n", std[k] ? std[k] : "");
+    if (n_ms) qsort(ms, n_ms, sizeof *ms, kv_cmp);
+    for (size_t i = 0; i < n_ms; i++) sb_addf(&sb, "%s:%s\n", ms[i].name, ms[i].value);
+    kv_free(ms, n_ms);
+    sb_addf(&sb, "/%s%s", account, path);
+    add_canonical_query(&sb, query);
+    return sb_detach(&sb);
+}
+
+char *blob_shared_key(const char *account, const unsigned char *key_raw, size_t key_len, const char *method,
+                      const char *url, const char *const *headers)
+{
+    const char *sep = strstr(url, "://");
+    if (!sep) return NULL;
+    const char *path = sep + 3 + strcspn(sep + 3, "/?#");
+    size_t path_len = strcspn(path, "?#");
+    char *path_copy = path_len ? xstrndup(path, path_len) : xstrdup("/");
+    char *query = path[path_len] == '?' ? xstrndup(path + path_len + 1, strcspn(path + path_len + 1, "#")) : NULL;
+    char *sts = string_to_sign(account, method, path_copy, query, headers);
+    free(path_copy);
+    free(query);
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned int mac_len = 0;
+    bool ok = HMAC(EVP_sha256(), key_raw, (int)key_len, (const unsigned char *)sts, strlen(sts), mac, &mac_len);
+    free(sts);
+    if (!ok) return NULL;
+    char sig[EVP_MAX_MD_SIZE * 2];
+    base64_of(mac, mac_len, sig);
+    OPENSSL_cleanse(mac, sizeof mac);
+    return xasprintf("SharedKey %s:%s", account, sig);
+}
+
+/* ---- the container ------------------------------------------------------------ */
+
+struct blob_container *blob_container_new(struct http_client *http, struct work_pool *pool,
+                                          const struct blob_container_spec *spec, char *err, size_t errlen)
+{
+    const char *url = spec->url ? spec->url : "";
+    char shown[512];
+    http_url_for_display(url, shown, sizeof shown);
+    if (strncmp(url, "https://", 8) != 0 && strncmp(url, "http://", 7) != 0) {
+        errf(err, errlen, "the container URL %s is not http(s)", shown);
+        return NULL;
+    }
+    if (strpbrk(url, "?#")) {
+        errf(err, errlen, "the container URL %s has a query: a SAS goes in `sas`", shown);
+        return NULL;
+    }
+    if (!spec->key == !spec->sas) {
+        errf(err, errlen, "the container %s needs exactly one of an account key and a SAS", shown);
+        return NULL;
+    }
+    if (spec->key && (!spec->account || !*spec->account)) {
+        errf(err, errlen, "the container %s: Shared Key needs the storage account's name", shown);
+        return NULL;
+    }
+    struct blob_container *c = xcalloc(1, sizeof *c);
+    if (spec->key && !(c->key = base64_decode(spec->key, &c->key_len))) {
+        free(c);
+        errf(err, errlen, "the account key for %s is not base64", shown);
+        return NULL;
+    }
+    c->http = http;
+    c->pool = pool;
+    c->loop = http_client_loop(http);
+    c->url = xstrdup(url);
+    size_t n = strlen(c->url);
+    while (n && c->url[n - 1] == '/') c->url[--n] = '\0';
+    const char *slash = strrchr(c->url, '/');
+    c->name = xstrdup(slash ? slash + 1 : c->url);
+    c->account = xstrdup(spec->account ? spec->account : "");
+    if (spec->sas) c->sas = xstrdup(spec->sas[0] == '?' ? spec->sas + 1 : spec->sas);
+    c->page_size = spec->list_page_size;
+    return c;
+}
+
+void blob_container_free(struct blob_container *c)
+{
+    if (!c) return;
+    if (c->key) OPENSSL_cleanse(c->key, c->key_len);
+    free(c->key);
+    wipe_free(c->sas);
+    free(c->url);
+    free(c->name);
+    free(c->account);
+    free(c);
+}
+
+/* What one request is, before it is signed. */
+struct blob_call {
+    const char *method;
+    const char *blob;              /* NULL: the container itself */
+    const char *query;             /* already encoded, or NULL */
+    const char *const *headers;    /* beyond x-ms-date, x-ms-version and Authorization; or NULL */
+    uint64_t content_length;       /* of the body, for the signature */
+};
+
+/* Builds the URL and headers (signed, or with the SAS) and sends. */
+static struct http_transfer *blob_send(struct blob_container *c, const struct blob_call *call,
+                                       struct http_request *req, http_done_fn done, void *arg, char *err,
+                                       size_t errlen)
+{
+    struct strbuf url = STRBUF_INIT;
+    sb_adds(&url, c->url);
+    if (call->blob) {
+        sb_addc(&url, '/');
+        add_blob_path(&url, call->blob);
+    }
+    const char *q = call->query && *call->query ? call->query : NULL;
+    if (q || c->sas) sb_addc(&url, '?');
+    if (q) sb_adds(&url, q);
+    if (q && c->sas) sb_addc(&url, '&');
+    if (c->sas) sb_adds(&url, c->sas);
+
+    char date[40], date_line[64], length_line[64];
+    rfc1123_now(date);
+    snprintf(date_line, sizeof date_line, "x-ms-date: %s", date);
+    snprintf(length_line, sizeof length_line, "Content-Length: %llu", (unsigned long long)call->content_length);
+    const char *lines[24];
+    size_t n = 0;
+    lines[n++] = date_line;
+    lines[n++] = "x-ms-version: " BLOB_API_VERSION;
+    for (size_t i = 0; call->headers && call->headers[i] && n < 20; i++) lines[n++] = call->headers[i];
+    char *auth = NULL;
+    if (c->key) {
+        /* Content-Length is signed but libcurl sends it: it is not a line of ours */
+        lines[n] = length_line;
+        lines[n + 1] = NULL;
+        char *sig = blob_shared_key(c->account, c->key, c->key_len, call->method, url.buf, lines);
+        if (!sig) {
+            errf(err, errlen, "cannot sign a request to the container %s", c->name);
+            sb_release(&url);
+            return NULL;
+        }
+        auth = xasprintf("Authorization: %s", sig);
+        free(sig);
+        lines[n++] = auth;
+    }
+    lines[n] = NULL;
+    req->method = call->method;
+    req->url = url.buf;
+    req->headers = lines;
+    struct http_transfer *t = http_send(c->http, req, done, arg, err, errlen);
+    wipe_free(url.buf);                /* it holds the SAS */
+    free(auth);
+    return t;
+}
+
+/* ---- messages ------------------------------------------------------------------ */
+
+/* Text from the server made fit for one line of a message. */
+static void add_line(struct strbuf *sb, const char *s, size_t max)
+{
+    size_t start = sb->len;
+    for (; *s && *s != '\n' && *s != '\r' && sb->len - start < max; s++)
+        sb_addc(sb, iscntrl((unsigned char)*s) ? ' ' : *s);
+}
+
+static char *xml_child_text(xmlNode *parent, const char *name)
+{
+    for (xmlNode *n = parent ? parent->children : NULL; n; n = n->next)
+        if (n->type == XML_ELEMENT_NODE && strcmp((const char *)n->name, name) == 0) {
+            xmlChar *v = xmlNodeGetContent(n);
+            char *s = xstrdup(v ? (const char *)v : "");
+            xmlFree(v);
+            return s;
+        }
+    return NULL;
+}
+
+/* The Blob service's error bodies are XML; entities beyond the predefined
+ * ones are not expanded and nothing is fetched (XML_PARSE_NONET). */
+static xmlDoc *parse_xml(const char *body, size_t len)
+{
+    if (len == 0 || len > INT_MAX) return NULL;
+    return xmlReadMemory(body, (int)len, "blob.xml", NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+}
+
+/* "Code: message (HTTP 403, x-ms-request-id …)" from the service's
+ * <Error><Code/><Message/></Error>, or x-ms-error-code (a HEAD has no
+ * body); else http_error_message's. */
+static void blob_error_message(const struct http_response *resp, char *buf, size_t buflen)
+{
+    char *code = NULL, *message = NULL;
+    if (resp->status) {
+        xmlDoc *doc = parse_xml(resp->body, resp->body_len);
+        xmlNode *root = doc ? xmlDocGetRootElement(doc) : NULL;
+        if (root && strcmp((const char *)root->name, "Error") == 0) {
+            code = xml_child_text(root, "Code");
+            message = xml_child_text(root, "Message");
+        }
+        xmlFreeDoc(doc);
+        const char *h = http_response_header(resp, "x-ms-error-code");
+        if (!code && h) code = xstrdup(h);
+    }
+    if (!code) {
+        free(message);
+        http_error_message(resp, buf, buflen);
+        return;
+    }
+    struct strbuf sb = STRBUF_INIT;
+    add_line(&sb, code, 100);
+    if (message && *message) {
+        sb_adds(&sb, ": ");
+        add_line(&sb, message, 500);
+    }
+    sb_addf(&sb, " (HTTP %ld", resp->status);
+    if (resp->request_id && *resp->request_id) sb_addf(&sb, ", x-ms-request-id %s", resp->request_id);
+    sb_adds(&sb, ")");
+    errf(buf, buflen, "%s", sb.buf);
+    sb_release(&sb);
+    free(code);
+    free(message);
+}
+
+/* ---- the wait ------------------------------------------------------------------ */
+
+static void pump(struct xfer *x);
+
+static void report(struct xfer *x, bool final)
+{
+    if (!x->progress) return;
+    double now = monotonic_seconds();
+    if (!final && now - x->last_progress < PROGRESS_EVERY) return;
+    x->last_progress = now;
+    x->progress(x->arg, &x->prog);
+}
+
+static void deliver(void *arg)
+{
+    struct xfer *x = arg;
+    x->timer = 0;
+    x->delivered = true;
+    x->done(&x->wait, x->arg);
+}
+
+static void close_part_files(struct xfer *x)
+{
+    for (size_t i = 0; i < x->n_items; i++)
+        if (x->items[i].fd >= 0) {
+            close(x->items[i].fd);                /* a .flowpart left behind: nothing to report */
+            x->items[i].fd = -1;
+        }
+}
+
+/* The wait completes once nothing of it is in flight: a cancelled download
+ * must not write into a file after done. */
+static void maybe_finish(struct xfer *x)
+{
+    if (x->finished || (!x->error && !x->complete) || x->n_reqs || x->n_jobs) return;
+    x->finished = true;
+    if (x->timer) loop_cancel_timer(x->c->loop, x->timer);     /* kick's, when cancelled before it ran */
+    close_part_files(x);
+    report(x, true);
+    x->timer = loop_add_timer(x->c->loop, 0, deliver, x);
+}
+
+/* The first failure wins; everything still in flight is stopped. */
+static void stop_all(struct xfer *x)
+{
+    for (struct req *r = x->reqs; r; r = r->next) http_cancel(r->t);
+    for (struct job *j = x->jobs; j; j = j->next) atomic_store(&j->stop, true);
+}
+
+static void fail(struct xfer *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(struct xfer *x, const char *fmt, ...)
+{
+    if (!x->error) {
+        va_list ap;
+        va_start(ap, fmt);
+        struct strbuf sb = STRBUF_INIT;
+        sb_vaddf(&sb, fmt, ap);
+        va_end(ap);
+        x->error = sb_detach(&sb);
+    }
+    stop_all(x);
+    maybe_finish(x);
+}
+
+static void wait_cancel(struct step_wait *w, enum cancel_mode mode)
+{
+    (void)mode;                  /* both stop every request: an upload or download has no grace period */
+    struct xfer *x = (struct xfer *)w;
+    if (x->finished) return;
+    fail(x, "cancelled");
+}
+
+static void items_free(struct item *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(items[i].rel);
+        free(items[i].blob);
+        free(items[i].path);
+        free(items[i].block_md5);
+        if (items[i].fd >= 0) close(items[i].fd);
+    }
+    free(items);
+}
+
+static void job_free(struct job *j)
+{
+    if (j->fd >= 0) close(j->fd);
+    items_free(j->items, j->n_items);
+    free(j->block_md5);
+    free(j->path);
+    free(j);
+}
+
+static void wait_free(struct step_wait *w)
+{
+    struct xfer *x = (struct xfer *)w;
+    step_wait_detach(w);
+    if (x->timer) loop_cancel_timer(x->c->loop, x->timer);
+    /* Still in flight: orphaned, their completions free them. */
+    for (struct req *r = x->reqs, *next; r; r = next) {
+        next = r->next;
+        r->x = NULL;
+        http_cancel(r->t);
+    }
+    for (struct job *j = x->jobs; j; j = j->next) {
+        j->x = NULL;
+        atomic_store(&j->stop, true);
+    }
+    items_free(x->items, x->n_items);
+    for (size_t i = 0; i < x->n_remote; i++) free(x->remote[i].name);
+    free(x->remote);
+    strmap_free(&x->remote_index);
+    free(x->queue);
+    free(x->local);
+    free(x->prefix);
+    free(x->error);
+    free(x);
+}
+
+static const struct step_wait_ops blob_wait_ops = { "azure blob", wait_cancel, wait_free };
+
+static struct xfer *xfer_new(struct blob_container *c, enum xfer_kind kind, blob_progress_fn progress,
+                             step_wait_done_fn done, void *arg)
+{
+    struct xfer *x = xcalloc(1, sizeof *x);
+    step_wait_init(&x->wait, &blob_wait_ops);
+    x->c = c;
+    x->kind = kind;
+    x->progress = progress;
+    x->done = done;
+    x->arg = arg;
+    return x;
+}
+
+const char *blob_wait_error(const struct step_wait *w)
+{
+    return ((const struct xfer *)w)->error;
+}
+
+const struct blob_progress *blob_wait_progress(const struct step_wait *w)
+{
+    return &((const struct xfer *)w)->prog;
+}
+
+bool blob_wait_exists(const struct step_wait *w)
+{
+    return ((const struct xfer *)w)->exists;
+}
+
+static void item_done(struct xfer *x)
+{
+    x->items_done++;
+    x->prog.files_done++;
+    if (x->items_done == x->n_items) x->complete = true;
+    report(x, false);
+}
+
+/* ---- requests ------------------------------------------------------------------ */
+
+static void on_answer(void *arg, const struct http_response *resp);
+
+static struct req *req_start(struct xfer *x, enum req_kind kind, size_t item, size_t part, uint64_t len,
+                             const struct blob_call *call, struct http_request *hreq)
+{
+    struct req *r = xcalloc(1, sizeof *r);
+    *r = (struct req){ .x = x, .kind = kind, .item = item, .part = part, .len = len };
+    char err[1024];
+    r->t = blob_send(x->c, call, hreq, on_answer, r, err, sizeof err);
+    if (!r->t) {
+        free(r);
+        fail(x, "%s", err);
+        return NULL;
+    }
+    r->next = x->reqs;
+    if (x->reqs) x->reqs->prev = r;
+    x->reqs = r;
+    x->n_reqs++;
+    return r;
+}
+
+static void req_unlink(struct xfer *x, struct req *r)
+{
+    if (r->prev) r->prev->next = r->next;
+    else x->reqs = r->next;
+    if (r->next) r->next->prev = r->prev;
+    x->n_reqs--;
+}
+
+static void queue_push(struct xfer *x, enum req_kind kind, size_t item, size_t part)
+{
+    if (x->q_head + x->q_len == x->q_cap) {
+        if (x->q_head) {                           /* slide down before growing */
+            memmove(x->queue, x->queue + x->q_head, x->q_len * sizeof *x->queue);
+            x->q_head = 0;
+        }
+        if (x->q_len == x->q_cap) {
+            x->q_cap = x->q_cap ? x->q_cap * 2 : 16;
+            x->queue = xrealloc(x->queue, x->q_cap * sizeof *x->queue);
+        }
+    }
+    x->queue[x->q_head + x->q_len++] = (struct part_ref){ kind, item, part };
+}
+
+static char *list_query(struct xfer *x, const char *marker)
+{
+    struct strbuf q = STRBUF_INIT;
+    sb_adds(&q, "restype=container&comp=list");
+    const char *pfx = x->as_folder && *x->prefix ? "/" : "";
+    char *p = xasprintf("%s%s", x->prefix, pfx);
+    if (*p) {
+        char *enc = http_urlencode(p);
+        sb_addf(&q, "&prefix=%s", enc);
+        free(enc);
+    }
+    free(p);
+    if (marker && *marker) {
+        char *enc = http_urlencode(marker);
+        sb_addf(&q, "&marker=%s", enc);
+        free(enc);
+    }
+    if (x->c->page_size) sb_addf(&q, "&maxresults=%u", x->c->page_size);
+    return sb_detach(&q);
+}
+
+static void list_page(struct xfer *x, const char *marker)
+{
+    char *query = list_query(x, marker);
+    struct blob_call call = { .method = "GET", .query = query };
+    struct http_request req = { 0 };
+    req_start(x, R_LIST, 0, 0, 0, &call, &req);
+    free(query);
+}
+
+static void head_blob(struct xfer *x, const char *name)
+{
+    struct blob_call call = { .method = "HEAD", .blob = name };
+    struct http_request req = { 0 };
+    req_start(x, R_HEAD, 0, 0, 0, &call, &req);
+}
+
+static void add_remote(struct xfer *x, const char *name, uint64_t size, const char *md5)
+{
+    ARRAY_GROW(x->remote, x->n_remote, x->cap_remote);
+    struct remote *r = &x->remote[x->n_remote];
+    *r = (struct remote){ .name = xstrdup(name), .size = size };
+    snprintf(r->md5, sizeof r->md5, "%s", md5 ? md5 : "");
+    strmap_put(&x->remote_index, name, x->n_remote);
+    x->n_remote++;
+}
+
+static bool parse_size(const char *s, uint64_t *out)
+{
+    char *end;
+    if (!s || !isdigit((unsigned char)*s)) return false;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return false;
+    *out = v;
+    return true;
+}
+
+/* One page of List Blobs: each <Blob>'s Name, Content-Length and
+ * Content-MD5; *next the NextMarker (NULL on the last page). */
+static bool parse_list_page(struct xfer *x, const struct http_response *resp, char **next)
+{
+    *next = NULL;
+    xmlDoc *doc = parse_xml(resp->body, resp->body_len);
+    xmlNode *root = doc ? xmlDocGetRootElement(doc) : NULL;
+    if (!root || strcmp((const char *)root->name, "EnumerationResults") != 0) {
+        xmlFreeDoc(doc);
+        return false;
+    }
+    bool ok = true;
+    for (xmlNode *n = root->children; n; n = n->next) {
+        if (n->type != XML_ELEMENT_NODE || strcmp((const char *)n->name, "Blobs") != 0) continue;
+        for (xmlNode *b = n->children; b && ok; b = b->next) {
+            if (b->type != XML_ELEMENT_NODE || strcmp((const char *)b->name, "Blob") != 0) continue;
+            xmlNode *props = NULL;
+            for (xmlNode *p = b->children; p; p = p->next)
+                if (p->type == XML_ELEMENT_NODE && strcmp((const char *)p->name, "Properties") == 0) props = p;
+            char *name = xml_child_text(b, "Name");
+            char *len = xml_child_text(props, "Content-Length");
+            char *md5 = xml_child_text(props, "Content-MD5");
+            uint64_t size = 0;
+            ok = name && *name && parse_size(len, &size);
+            if (ok) add_remote(x, name, size, md5);
+            free(name);
+            free(len);
+            free(md5);
+        }
+    }
+    char *marker = xml_child_text(root, "NextMarker");
+    if (marker && *marker) *next = marker;
+    else free(marker);
+    xmlFreeDoc(doc);
+    return ok;
+}
+
+static void after_listing(struct xfer *x);
+
+static void on_list(struct xfer *x, const struct http_response *resp)
+{
+    char *next = NULL;
+    if (!parse_list_page(x, resp, &next)) {
+        fail(x, "cannot list %s/%s: the answer is not a List Blobs result (HTTP %ld)", x->c->name, x->prefix,
+             resp->status);
+        return;
+    }
+    if (next) list_page(x, next);
+    else after_listing(x);
+    free(next);
+}
+
+static void on_head(struct xfer *x, const struct http_response *resp)
+{
+    if (resp->status == 404) {
+        after_listing(x);
+        return;
+    }
+    uint64_t size = 0;
+    if (!parse_size(http_response_header(resp, "content-length"), &size)) {
+        fail(x, "cannot look up %s/%s: the answer has no Content-Length", x->c->name, x->prefix);
+        return;
+    }
+    add_remote(x, x->prefix, size, http_response_header(resp, "content-md5"));
+    after_listing(x);
+}
+
+/* "cannot upload data/x.bin to container/prefix/x.bin: …" and the like. */
+static void fail_request(struct xfer *x, const struct req *r, const struct http_response *resp)
+{
+    char msg[2048];
+    blob_error_message(resp, msg, sizeof msg);
+    const struct item *it = r->kind == R_LIST || r->kind == R_HEAD || r->kind == R_CREATE ? NULL : &x->items[r->item];
+    if (r->kind == R_LIST) fail(x, "cannot list %s/%s: %s", x->c->name, x->prefix, msg);
+    else if (r->kind == R_CREATE) fail(x, "cannot create the container %s: %s", x->c->name, msg);
+    else if (!it) fail(x, "cannot look up %s/%s: %s", x->c->name, x->prefix, msg);
+    else if (x->kind == X_UPLOAD) fail(x, "cannot upload %s to %s/%s: %s", it->path, x->c->name, it->blob, msg);
+    else fail(x, "cannot download %s/%s to %s: %s", x->c->name, it->blob, it->path, msg);
+}
+
+static void start_finish_job(struct xfer *x, size_t item);
+
+static void on_part_done(struct xfer *x, struct req *r, const struct http_response *resp)
+{
+    struct item *it = &x->items[r->item];
+    switch (r->kind) {
+    case R_GET_RANGE:
+        if (resp->sink_written != r->len) {
+            fail(x, "cannot download %s/%s to %s: a range came with %llu of its %llu bytes", x->c->name, it->blob,
+                 it->path, (unsigned long long)resp->sink_written, (unsigned long long)r->len);
+            return;
+        }
+        /* fallthrough */
+    case R_PUT_BLOCK:
+        x->prog.bytes_done += r->len;
+        x->prog.bytes_sent += r->len;
+        if (--it->parts_left) break;
+        if (r->kind == R_PUT_BLOCK) queue_push(x, R_PUT_LIST, r->item, 0);
+        else start_finish_job(x, r->item);
+        break;
+    case R_PUT_BLOB:
+        x->prog.bytes_done += r->len;
+        x->prog.bytes_sent += r->len;
+        /* fallthrough */
+    default:                                    /* R_PUT_LIST */
+        item_done(x);
+        break;
+    }
+    report(x, false);
+}
+
+static void on_answer(void *arg, const struct http_response *resp)
+{
+    struct req *r = arg;
+    struct xfer *x = r->x;
+    if (!x) {                                   /* the wait was freed meanwhile */
+        free(r);
+        return;
+    }
+    req_unlink(x, r);
+    bool ok = resp->status >= 200 && resp->status <= 299;
+    if (x->error) {
+        /* stopping: the answer changes nothing */
+    } else if (r->kind == R_HEAD && (ok || resp->status == 404)) {
+        if (x->kind == X_EXISTS) {
+            x->exists = ok;
+            x->complete = true;
+        } else {
+            on_head(x, resp);
+        }
+    } else if (r->kind == R_CREATE && (ok || resp->status == 409)) {
+        x->complete = true;
+    } else if (!ok) {
+        fail_request(x, r, resp);
+    } else if (r->kind == R_LIST) {
+        on_list(x, resp);
+    } else {
+        on_part_done(x, r, resp);
+    }
+    free(r);
+    pump(x);
+}
+
+/* ---- uploads: sending a part ---------------------------------------------------- */
+
+/* Block ids: the same length for every block of a blob (the service's
+ * rule), base64 of "%06zu" as code.c's. */
+static void block_id(size_t block, char out[16])
+{
+    char raw[32];
+    snprintf(raw, sizeof raw, "%06zu", block % 1000000);
+    base64_of((const unsigned char *)raw, 6, out);
+}
+
+static size_t block_count(uint64_t size)
+{
+    return (size_t)((size + BLOB_BLOCK_SIZE - 1) / BLOB_BLOCK_SIZE);
+}
+
+static void send_put_blob(struct xfer *x, size_t i)
+{
+    struct item *it = &x->items[i];
+    char md5_line[64];
+    snprintf(md5_line, sizeof md5_line, "Content-MD5: %s", it->md5);
+    const char *headers[] = { "x-ms-blob-type: BlockBlob", md5_line, NULL };
+    struct blob_call call = { .method = "PUT", .blob = it->blob, .headers = headers, .content_length = it->size };
+    struct http_request req = { .body_file = it->path, .body_len_file = it->size };
+    req_start(x, R_PUT_BLOB, i, 0, it->size, &call, &req);
+}
+
+static void send_put_block(struct xfer *x, size_t i, size_t b)
+{
+    struct item *it = &x->items[i];
+    char id[16], md5[MD5_B64], md5_line[64];
+    block_id(b, id);
+    base64_of(it->block_md5[b], 16, md5);
+    snprintf(md5_line, sizeof md5_line, "Content-MD5: %s", md5);
+    char *enc = http_urlencode(id);
+    char *query = xasprintf("comp=block&blockid=%s", enc);
+    free(enc);
+    uint64_t offset = (uint64_t)b * BLOB_BLOCK_SIZE;
+    uint64_t len = it->size - offset < BLOB_BLOCK_SIZE ? it->size - offset : BLOB_BLOCK_SIZE;
+    const char *headers[] = { md5_line, NULL };
+    struct blob_call call = { .method = "PUT", .blob = it->blob, .query = query, .headers = headers,
+                              .content_length = len };
+    struct http_request req = { .body_file = it->path, .body_offset = offset, .body_len_file = len };
+    req_start(x, R_PUT_BLOCK, i, b, len, &call, &req);
+    free(query);
+}
+
+static void send_put_list(struct xfer *x, size_t i)
+{
+    struct item *it = &x->items[i];
+    struct strbuf body = STRBUF_INIT;
+    sb_adds(&body, "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
+    for (size_t b = 0; b < it->n_parts; b++) {
+        char id[16];
+        block_id(b, id);
+        sb_addf(&body, "<Latest>%s</Latest>", id);
+    }
+    sb_adds(&body, "</BlockList>");
+    char md5_line[64];
+    snprintf(md5_line, sizeof md5_line, "x-ms-blob-content-md5: %s", it->md5);
+    const char *headers[] = { md5_line, "Content-Type: application/xml", NULL };
+    struct blob_call call = { .method = "PUT", .blob = it->blob, .query = "comp=blocklist", .headers = headers,
+                              .content_length = body.len };
+    struct http_request req = { .body = body.buf, .body_len = body.len };
+    req_start(x, R_PUT_LIST, i, 0, 0, &call, &req);
+    sb_release(&body);
+}
+
+static void send_get_range(struct xfer *x, size_t i, size_t part)
+{
+    struct item *it = &x->items[i];
+    uint64_t offset = (uint64_t)part * BLOB_RANGE_SIZE;
+    uint64_t len = it->size - offset < BLOB_RANGE_SIZE ? it->size - offset : BLOB_RANGE_SIZE;
+    char range[80];
+    snprintf(range, sizeof range, "x-ms-range: bytes=%llu-%llu", (unsigned long long)offset,
+             (unsigned long long)(offset + len - 1));
+    const char *headers[] = { range, NULL };
+    struct blob_call call = { .method = "GET", .blob = it->blob, .headers = headers };
+    struct http_request req = { .sink = true, .sink_fd = it->fd, .sink_offset = offset };
+    req_start(x, R_GET_RANGE, i, part, len, &call, &req);
+}
+
+static void send_next(struct xfer *x)
+{
+    struct part_ref p = x->queue[x->q_head++];
+    x->q_len--;
+    switch (p.kind) {
+    case R_PUT_BLOB: send_put_blob(x, p.item); break;
+    case R_PUT_BLOCK: send_put_block(x, p.item, p.part); break;
+    case R_PUT_LIST: send_put_list(x, p.item); break;
+    default: send_get_range(x, p.item, p.part); break;
+    }
+}
+
+/* ---- pool jobs ------------------------------------------------------------------ */
+
+static void job_done(void *arg);
+static void job_run(void *arg);
+
+static struct job *job_new(struct xfer *x, enum job_kind kind, size_t item)
+{
+    struct job *j = xcalloc(1, sizeof *j);
+    j->x = x;
+    j->kind = kind;
+    j->item = item;
+    j->fd = -1;
+    atomic_init(&j->stop, false);
+    return j;
+}
+
+static void job_submit(struct xfer *x, struct job *j)
+{
+    j->next = x->jobs;
+    if (x->jobs) x->jobs->prev = j;
+    x->jobs = j;
+    x->n_jobs++;
+    char err[256];
+    if (x->c->pool && work_submit(x->c->pool, job_run, job_done, j, err, sizeof err) == 0) return;
+    job_run(j);                       /* no pool: here (a stall of the loop, as code.c's scan) */
+    job_done(j);
+}
+
+static void job_unlink(struct xfer *x, struct job *j)
+{
+    if (j->prev) j->prev->next = j->next;
+    else x->jobs = j->next;
+    if (j->next) j->next->prev = j->prev;
+    x->n_jobs--;
+}
+
+/* MD5 of fd's first `size` bytes, and of each BLOB_BLOCK_SIZE block when
+ * blocks is set; -1 with a message (errno ECANCELED once stop is set). */
+static int md5_fd(struct job *j, int fd, uint64_t size, bool blocks, unsigned char whole[16])
+{
+    size_t n_blocks = blocks ? block_count(size) : 0;
+    if (blocks) j->block_md5 = xcalloc(n_blocks ? n_blocks : 1, sizeof *j->block_md5);
+    EVP_MD_CTX *all = EVP_MD_CTX_new(), *blk = EVP_MD_CTX_new();
+    if (!all || !blk) abort();                 /* out of memory, as util.h's */
+    EVP_DigestInit_ex(all, EVP_md5(), NULL);
+    EVP_DigestInit_ex(blk, EVP_md5(), NULL);
+    unsigned char *buf = xmalloc(READ_CHUNK);
+    uint64_t pos = 0;
+    int rc = 0;
+    while (pos < size && rc == 0) {
+        if (atomic_load(&j->stop)) {
+            snprintf(j->err, sizeof j->err, "cancelled");
+            rc = -1;
+            break;
+        }
+        size_t want = READ_CHUNK;
+        if (want > size - pos) want = (size_t)(size - pos);
+        if (blocks && want > BLOB_BLOCK_SIZE - pos % BLOB_BLOCK_SIZE) want = (size_t)(BLOB_BLOCK_SIZE - pos % BLOB_BLOCK_SIZE);
+        ssize_t got = pread(fd, buf, want, (off_t)pos);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            snprintf(j->err, sizeof j->err, "cannot read %s: %s", j->path,
+                     got < 0 ? strerror(errno) : "it became shorter while it was read");
+            rc = -1;
+            break;
+        }
+        EVP_DigestUpdate(all, buf, (size_t)got);
+        EVP_DigestUpdate(blk, buf, (size_t)got);
+        pos += (uint64_t)got;
+        if (blocks && (pos % BLOB_BLOCK_SIZE == 0 || pos == size)) {
+            EVP_DigestFinal_ex(blk, j->block_md5[(pos - 1) / BLOB_BLOCK_SIZE], NULL);
+            EVP_DigestInit_ex(blk, EVP_md5(), NULL);
+        }
+    }
+    if (rc == 0) EVP_DigestFinal_ex(all, whole, NULL);
+    free(buf);
+    EVP_MD_CTX_free(all);
+    EVP_MD_CTX_free(blk);
+    return rc;
+}
+
+/* Upload: the file's MD5 (and its blocks' when it goes up in blocks). */
+static void run_hash(struct job *j)
+{
+    int fd = open(j->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(j->err, sizeof j->err, "cannot read %s: %s", j->path, strerror(errno));
+        j->rc = -1;
+        return;
+    }
+    unsigned char md5[16];
+    j->rc = md5_fd(j, fd, j->size, j->size > BLOB_BLOCK_THRESHOLD, md5);
+    close(fd);
+    if (j->rc == 0) base64_of(md5, 16, j->md5);
+}
+
+static bool file_matches(struct job *j, const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != j->size) return false;
+    if (!j->want_md5[0]) return true;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return false;
+    unsigned char md5[16];
+    char b64[MD5_B64];
+    int rc = md5_fd(j, fd, j->size, false, md5);
+    close(fd);
+    free(j->block_md5);
+    j->block_md5 = NULL;
+    if (rc != 0) return false;
+    base64_of(md5, 16, b64);
+    return strcmp(b64, j->want_md5) == 0;
+}
+
+/* Download: keep a file that is already there, else make its directory and
+ * open (truncating) its ".flowpart". */
+static void run_prepare(struct job *j)
+{
+    char *dir = xstrdup(j->path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        if (nofollow_mkdir_p(dir, 0755, j->err, sizeof j->err) != 0) j->rc = -1;
+    }
+    free(dir);
+    if (j->rc) return;
+    if (file_matches(j, j->path)) {
+        j->skip = true;
+        return;
+    }
+    if (atomic_load(&j->stop)) {
+        snprintf(j->err, sizeof j->err, "cancelled");
+        j->rc = -1;
+        return;
+    }
+    char *part = xasprintf("%s" PART_SUFFIX, j->path);
+    j->fd = nofollow_open(part, O_WRONLY | O_CREAT | O_TRUNC, 0644, j->err, sizeof j->err);
+    free(part);
+    if (j->fd < 0) j->rc = -1;
+}
+
+/* Download: the ".flowpart" checked (length, MD5), synced, renamed. */
+static void run_finish(struct job *j)
+{
+    struct stat st;
+    char *part = xasprintf("%s" PART_SUFFIX, j->path);
+    unsigned char md5[16];
+    char b64[MD5_B64];
+    j->rc = -1;
+    if (fstat(j->fd, &st) != 0) {
+        snprintf(j->err, sizeof j->err, "cannot examine %s: %s", part, strerror(errno));
+    } else if ((uint64_t)st.st_size != j->size) {
+        snprintf(j->err, sizeof j->err, "%s has %lld bytes, the blob %llu", part, (long long)st.st_size,
+                 (unsigned long long)j->size);
+    } else if (j->want_md5[0] && md5_fd(j, j->fd, j->size, false, md5) != 0) {
+        /* md5_fd said why */
+    } else if (j->want_md5[0] && (base64_of(md5, 16, b64), strcmp(b64, j->want_md5) != 0)) {
+        snprintf(j->err, sizeof j->err, "what came has the MD5 %s, the blob's Content-MD5 is %s", b64, j->want_md5);
+    } else if (fsync(j->fd) != 0) {
+        snprintf(j->err, sizeof j->err, "cannot sync %s: %s%s", part, strerror(errno), errno_hint(errno));
+    } else {
+        j->rc = 0;
+    }
+    int fd = j->fd;
+    j->fd = -1;
+    if (close(fd) != 0 && j->rc == 0) {
+        snprintf(j->err, sizeof j->err, "cannot write %s: %s%s", part, strerror(errno), errno_hint(errno));
+        j->rc = -1;
+    }
+    if (j->rc == 0 && rename(part, j->path) != 0) {
+        snprintf(j->err, sizeof j->err, "cannot rename %s to %s: %s", part, j->path, strerror(errno));
+        j->rc = -1;
+    }
+    free(part);
+}
+
+/* ---- the local tree (uploads) --------------------------------------------------- */
+
+struct walk_dir {
+    dev_t dev;
+    ino_t ino;
+};
+
+static void walk_add(struct job *j, const char *rel, const char *path, uint64_t size)
+{
+    ARRAY_GROW(j->items, j->n_items, j->cap_items);
+    j->items[j->n_items++] = (struct item){ .rel = xstrdup(rel), .path = xstrdup(path), .size = size, .fd = -1 };
+}
+
+/* Symlinks are followed (to files and into directories); a directory met
+ * again below itself is a loop, refused.  ".flowpart" files are a download's
+ * leftovers, never data: they are not uploaded. */
+static int walk(struct job *j, const char *path, const char *rel, struct walk_dir *up, size_t depth)
+{
+    if (depth >= WALK_MAX_DEPTH) {
+        snprintf(j->err, sizeof j->err, "%s: more than %d directories deep", path, WALK_MAX_DEPTH);
+        return -1;
+    }
+    size_t n = 0;
+    char **names = dir_list(path, &n);
+    if (!names) {
+        snprintf(j->err, sizeof j->err, "cannot read the directory %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char *child = xasprintf("%s/%s", path, names[i]);
+        char *child_rel = *rel ? xasprintf("%s/%s", rel, names[i]) : xstrdup(names[i]);
+        struct stat st;
+        size_t len = strlen(names[i]);
+        if (atomic_load(&j->stop)) {
+            snprintf(j->err, sizeof j->err, "cancelled");
+            rc = -1;
+        } else if (stat(child, &st) != 0) {
+            snprintf(j->err, sizeof j->err, "cannot examine %s: %s%s", child, strerror(errno),
+                     errno == ENOENT ? " (a dangling symbolic link?)" : "");
+            rc = -1;
+        } else if (S_ISDIR(st.st_mode)) {
+            for (size_t k = 0; k <= depth && rc == 0; k++)
+                if (up[k].dev == st.st_dev && up[k].ino == st.st_ino) {
+                    snprintf(j->err, sizeof j->err, "%s leads back to a directory above it (a symbolic link loop)",
+                             child);
+                    rc = -1;
+                }
+            up[depth + 1] = (struct walk_dir){ st.st_dev, st.st_ino };
+            if (rc == 0) rc = walk(j, child, child_rel, up, depth + 1);
+        } else if (!S_ISREG(st.st_mode)) {
+            snprintf(j->err, sizeof j->err, "%s is not a regular file", child);
+            rc = -1;
+        } else if (!(len > strlen(PART_SUFFIX) && strcmp(names[i] + len - strlen(PART_SUFFIX), PART_SUFFIX) == 0)) {
+            walk_add(j, child_rel, child, (uint64_t)st.st_size);
+        }
+        free(child);
+        free(child_rel);
+    }
+    dir_list_free(names, n);
+    return rc;
+}
+
+static void run_walk(struct job *j)
+{
+    struct stat st;
+    if (stat(j->path, &st) != 0) {
+        snprintf(j->err, sizeof j->err, "cannot upload %s: %s", j->path, strerror(errno));
+        j->rc = -1;
+        return;
+    }
+    if (S_ISREG(st.st_mode)) {
+        walk_add(j, "", j->path, (uint64_t)st.st_size);
+        return;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        snprintf(j->err, sizeof j->err, "cannot upload %s: not a file or a directory", j->path);
+        j->rc = -1;
+        return;
+    }
+    j->is_dir = true;
+    struct walk_dir *up = xcalloc(WALK_MAX_DEPTH + 1, sizeof *up);
+    up[0] = (struct walk_dir){ st.st_dev, st.st_ino };
+    j->rc = walk(j, j->path, "", up, 0);
+    free(up);
+}
+
+static void job_run(void *arg)
+{
+    struct job *j = arg;
+    switch (j->kind) {
+    case J_WALK: run_walk(j); break;
+    case J_HASH: run_hash(j); break;
+    case J_PREPARE: run_prepare(j); break;
+    case J_FINISH: run_finish(j); break;
+    }
+}
+
+/* ---- the pipeline ---------------------------------------------------------------- */
+
+static void enqueue_upload(struct xfer *x, size_t i)
+{
+    struct item *it = &x->items[i];
+    size_t k;
+    if (strmap_get(&x->remote_index, it->blob, &k) && x->remote[k].size == it->size && x->remote[k].md5[0] &&
+        strcmp(x->remote[k].md5, it->md5) == 0) {
+        x->prog.files_skipped++;
+        x->prog.bytes_done += it->size;
+        item_done(x);
+        return;
+    }
+    if (it->size <= BLOB_BLOCK_THRESHOLD) {
+        queue_push(x, R_PUT_BLOB, i, 0);
+        return;
+    }
+    it->n_parts = it->parts_left = block_count(it->size);
+    for (size_t b = 0; b < it->n_parts; b++) queue_push(x, R_PUT_BLOCK, i, b);
+}
+
+static void enqueue_download(struct xfer *x, size_t i, int fd)
+{
+    struct item *it = &x->items[i];
+    it->fd = fd;
+    if (it->size == 0) {
+        start_finish_job(x, i);
+        return;
+    }
+    it->n_parts = it->parts_left = (size_t)((it->size + BLOB_RANGE_SIZE - 1) / BLOB_RANGE_SIZE);
+    for (size_t p = 0; p < it->n_parts; p++) queue_push(x, R_GET_RANGE, i, p);
+}
+
+static void start_finish_job(struct xfer *x, size_t i)
+{
+    struct item *it = &x->items[i];
+    struct job *j = job_new(x, J_FINISH, i);
+    j->path = xstrdup(it->path);
+    j->size = it->size;
+    memcpy(j->want_md5, it->md5, sizeof j->want_md5);
+    j->fd = it->fd;                          /* the job closes it */
+    it->fd = -1;
+    job_submit(x, j);
+}
+
+static void start_prepare(struct xfer *x, size_t i)
+{
+    struct item *it = &x->items[i];
+    struct job *j = job_new(x, x->kind == X_UPLOAD ? J_HASH : J_PREPARE, i);
+    j->path = xstrdup(it->path);
+    j->size = it->size;
+    memcpy(j->want_md5, it->md5, sizeof j->want_md5);
+    job_submit(x, j);
+}
+
+static void on_walked(struct xfer *x, struct job *j)
+{
+    x->items = j->items;
+    x->n_items = j->n_items;
+    j->items = NULL;
+    j->n_items = 0;
+    x->as_folder = j->is_dir;
+    for (size_t i = 0; i < x->n_items; i++) {
+        struct item *it = &x->items[i];
+        it->blob = !x->as_folder ? xstrdup(x->prefix)
+                   : *x->prefix  ? xasprintf("%s/%s", x->prefix, it->rel)
+                                 : xstrdup(it->rel);
+        x->prog.bytes_total += it->size;
+    }
+    x->prog.files_total = x->n_items;
+    x->walked = true;
+    if (x->as_folder) list_page(x, NULL);
+    else head_blob(x, x->prefix);
+}
+
+static void on_job(struct xfer *x, struct job *j)
+{
+    struct item *it = j->kind == J_WALK ? NULL : &x->items[j->item];
+    if (j->rc != 0) {
+        if (j->kind == J_WALK) fail(x, "%s", j->err);
+        else if (x->kind == X_UPLOAD) fail(x, "cannot upload %s to %s/%s: %s", it->path, x->c->name, it->blob, j->err);
+        else fail(x, "cannot download %s/%s to %s: %s", x->c->name, it->blob, it->path, j->err);
+        return;
+    }
+    switch (j->kind) {
+    case J_WALK:
+        on_walked(x, j);
+        break;
+    case J_HASH:
+        memcpy(it->md5, j->md5, sizeof it->md5);
+        it->block_md5 = j->block_md5;
+        j->block_md5 = NULL;
+        enqueue_upload(x, j->item);
+        break;
+    case J_PREPARE:
+        if (j->skip) {
+            x->prog.files_skipped++;
+            x->prog.bytes_done += it->size;
+            item_done(x);
+        } else {
+            enqueue_download(x, j->item, j->fd);
+            j->fd = -1;
+        }
+        break;
+    case J_FINISH:
+        item_done(x);
+        break;
+    }
+}
+
+static void job_done(void *arg)
+{
+    struct job *j = arg;
+    struct xfer *x = j->x;
+    if (x) {
+        job_unlink(x, j);
+        if (!x->error) on_job(x, j);
+    }
+    job_free(j);                             /* closes a .flowpart no one took */
+    if (x) pump(x);
+}
+
+/* A relative name a download may write: no "..", ".", absolute path or
+ * empty segment, and not a name of our own ".flowpart" files. */
+static bool safe_rel(const char *rel)
+{
+    size_t len = strlen(rel), plen = strlen(PART_SUFFIX);
+    if (!*rel || rel[0] == '/' || (len >= plen && strcmp(rel + len - plen, PART_SUFFIX) == 0)) return false;
+    for (const char *p = rel;;) {
+        size_t n = strcspn(p, "/");
+        if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.')) return false;
+        if (!p[n]) return true;
+        p += n + 1;
+    }
+}
+
+static void download_items(struct xfer *x)
+{
+    size_t skip = x->as_folder && *x->prefix ? strlen(x->prefix) + 1 : 0;
+    x->items = xcalloc(x->n_remote ? x->n_remote : 1, sizeof *x->items);
+    for (size_t i = 0; i < x->n_remote; i++) {
+        const struct remote *r = &x->remote[i];
+        const char *rel = x->as_folder ? r->name + skip : "";
+        if (x->as_folder && !safe_rel(rel)) {
+            fail(x, "cannot download %s/%s: the blob name %s cannot be a file's below %s", x->c->name, x->prefix,
+                 r->name, x->local);
+            return;
+        }
+        struct item *it = &x->items[x->n_items++];
+        *it = (struct item){ .rel = xstrdup(rel), .blob = xstrdup(r->name), .size = r->size, .fd = -1 };
+        it->path = x->as_folder ? xasprintf("%s/%s", x->local, rel) : xstrdup(x->local);
+        memcpy(it->md5, r->md5, sizeof it->md5);
+        x->prog.bytes_total += r->size;
+    }
+    x->prog.files_total = x->n_items;
+}
+
+static void after_listing(struct xfer *x)
+{
+    x->listed = true;
+    if (x->kind == X_DOWNLOAD) {
+        if (x->n_remote == 0) {
+            fail(x, "cannot download %s/%s: there is no blob %s %s", x->c->name, x->prefix,
+                 x->as_folder ? "under" : "named", x->prefix);
+            return;
+        }
+        download_items(x);
+        if (x->error) return;
+    }
+    x->ready = true;
+    if (x->n_items == 0) x->complete = true;     /* an empty folder uploads nothing */
+    report(x, false);
+}
+
+static void pump(struct xfer *x)
+{
+    while (!x->error && x->ready && x->n_jobs < JOBS_AT_ONCE && x->next_prepare < x->n_items &&
+           x->q_len < QUEUE_AHEAD)
+        start_prepare(x, x->next_prepare++);
+    while (!x->error && x->n_reqs < REQUESTS_AT_ONCE && x->q_len) send_next(x);
+    maybe_finish(x);
+}
+
+/* The first step runs from a timer: nothing can complete within the call. */
+static void kick(void *arg)
+{
+    struct xfer *x = arg;
+    x->timer = 0;
+    switch (x->kind) {
+    case X_UPLOAD: {
+        struct job *j = job_new(x, J_WALK, 0);
+        j->path = xstrdup(x->local);
+        job_submit(x, j);
+        break;
+    }
+    case X_DOWNLOAD:
+        if (x->as_folder) list_page(x, NULL);
+        else head_blob(x, x->prefix);
+        break;
+    case X_EXISTS:
+        head_blob(x, x->prefix);
+        break;
+    case X_CREATE: {
+        struct blob_call call = { .method = "PUT", .query = "restype=container" };
+        struct http_request req = { 0 };
+        req_start(x, R_CREATE, 0, 0, 0, &call, &req);
+        break;
+    }
+    }
+    pump(x);
+}
+
+static char *strip_slashes(const char *s)
+{
+    char *p = xstrdup(s ? s : "");
+    size_t n = strlen(p);
+    while (n && p[n - 1] == '/') p[--n] = '\0';
+    return p;
+}
+
+static struct step_wait *xfer_start(struct xfer *x)
+{
+    x->timer = loop_add_timer(x->c->loop, 0, kick, x);
+    return &x->wait;
+}
+
+struct step_wait *blob_upload(struct blob_container *c, const char *local_path, const char *prefix,
+                              blob_progress_fn progress, step_wait_done_fn done, void *arg)
+{
+    struct xfer *x = xfer_new(c, X_UPLOAD, progress, done, arg);
+    x->local = strip_slashes(local_path);
+    if (!*x->local) set_string(&x->local, "/");
+    x->prefix = strip_slashes(prefix);
+    return xfer_start(x);
+}
+
+struct step_wait *blob_download(struct blob_container *c, const char *prefix, bool as_folder, const char *dest,
+                                blob_progress_fn progress, step_wait_done_fn done, void *arg)
+{
+    struct xfer *x = xfer_new(c, X_DOWNLOAD, progress, done, arg);
+    x->prefix = strip_slashes(prefix);
+    x->local = strip_slashes(dest);
+    if (!*x->local) set_string(&x->local, "/");
+    x->as_folder = as_folder;
+    return xfer_start(x);
+}
+
+struct step_wait *blob_exists(struct blob_container *c, const char *name, step_wait_done_fn done, void *arg)
+{
+    struct xfer *x = xfer_new(c, X_EXISTS, NULL, done, arg);
+    x->prefix = xstrdup(name);
+    return xfer_start(x);
+}
+
+struct step_wait *blob_container_create(struct blob_container *c, step_wait_done_fn done, void *arg)
+{
+    struct xfer *x = xfer_new(c, X_CREATE, NULL, done, arg);
+    x->prefix = xstrdup("");
+    return xfer_start(x);
+}

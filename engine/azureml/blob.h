@@ -1,0 +1,123 @@
+/* blob.h — Azure Blob Storage on the engine's loop: a datastore's container
+ * as flow moves data through it (shared/azureml/REFERENCE.md §5; the Blob
+ * service REST API, x-ms-version 2021-08-06).
+ *
+ * A container is reached one of two ways:
+ * - Shared Key: every request signed with HMAC-SHA256 under the account key
+ *   (OpenSSL), per the Blob service's documented canonicalization
+ *   ("Authorize with Shared Key": StringToSign, CanonicalizedHeaders,
+ *   CanonicalizedResource — path-style URLs such as Azurite's put the
+ *   account in the resource twice);
+ * - SAS: the token's query appended to every URL, no Authorization header.
+ * The key and the SAS are secrets: neither reaches a message, a trace line
+ * or an error (URLs in messages lose their query; see http.h).
+ *
+ * What moves, and how (both as step waits, so a step can cancel them):
+ * - blob_upload: a local file (one blob: `prefix` itself) or folder (one
+ *   blob per file: `prefix/<relative path>`).  A blob that already exists
+ *   with the same size and Content-MD5 is not sent again (a folder: one
+ *   paged List Blobs of the prefix; a file: one HEAD), so an interrupted
+ *   upload resumes where it stopped and a content-addressed prefix that is
+ *   already complete costs one request.  Small files: Put Blob with
+ *   Content-MD5; above BLOB_BLOCK_THRESHOLD: Put Block (each with its own
+ *   Content-MD5) + Put Block List carrying the whole file's MD5 as
+ *   x-ms-blob-content-md5.  Several blobs and blocks at once; files are
+ *   read as they are sent; MD5s computed on the work pool.
+ * - blob_download: the blob `prefix` (as a file) or every blob under
+ *   `prefix/` (as a folder, List Blobs with paging) into `dest`.  Each blob
+ *   is fetched with ranged Get Blob requests (several at once above
+ *   BLOB_RANGE_SIZE) into "<file>.flowpart", checked (length, and
+ *   Content-MD5 when the blob has one), fsynced, and only then renamed to
+ *   its name: `dest` never holds a partial file under a real name.  A file
+ *   already in `dest` with the blob's size and MD5 is kept (a resumed
+ *   download redoes only what it had not finished).
+ * Progress (bytes, files) is reported as it goes, for the live display.
+ *
+ * Nothing here knows of Lua. */
+#ifndef FLOW_AZUREML_BLOB_H
+#define FLOW_AZUREML_BLOB_H
+
+#include "azureml/http.h"
+#include "step_wait.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct work_pool;
+struct blob_container;
+
+#define BLOB_BLOCK_THRESHOLD (32ull << 20)   /* larger files go up in blocks */
+#define BLOB_BLOCK_SIZE (8ull << 20)
+#define BLOB_RANGE_SIZE (8ull << 20)         /* larger blobs come down in ranges */
+
+/* Where a container is and how to sign for it.  Exactly one of key and sas. */
+struct blob_container_spec {
+    const char *url;          /* the container: "https://acct.blob.core.windows.net/c" or
+                               * path-style "http://127.0.0.1:10000/devstoreaccount1/c" */
+    const char *account;      /* the storage account's name (Shared Key) */
+    const char *key;          /* the account key, base64 (Shared Key), or NULL */
+    const char *sas;          /* a SAS token's query, with or without '?', or NULL */
+    /* List Blobs' maxresults: 0 leaves the service's default (5000); the
+     * tests set a small one to make a listing come in several pages. */
+    unsigned list_page_size;
+};
+
+/* NULL with a message (a key that is not base64, a URL that is not http(s)).
+ * The spec's strings are copied; the key and SAS are wiped when freed.  The
+ * HTTP client and the pool are the caller's and must outlive the container. */
+struct blob_container *blob_container_new(struct http_client *http, struct work_pool *pool,
+                                          const struct blob_container_spec *spec, char *err, size_t errlen);
+/* Transfers still in flight must have been freed first. */
+void blob_container_free(struct blob_container *c);
+
+/* What a transfer has done so far (and, after done, in all). */
+struct blob_progress {
+    uint64_t bytes_total;     /* of everything to move (known after the listing) */
+    uint64_t bytes_done;      /* moved, or found already there */
+    uint64_t bytes_sent;      /* actually put on the wire (0 for a rerun that found all) */
+    size_t files_total, files_done;
+    size_t files_skipped;     /* already there with the same size and MD5 */
+};
+typedef void (*blob_progress_fn)(void *arg, const struct blob_progress *p);
+
+/* Uploads the file or folder at local_path to blob name `prefix` (a file)
+ * or under `prefix/` (a folder; an empty folder uploads nothing).  done(w,
+ * arg) once all is there, or on the first failure, or after a cancel; always
+ * later from the loop.  progress may be NULL. */
+struct step_wait *blob_upload(struct blob_container *c, const char *local_path, const char *prefix,
+                              blob_progress_fn progress, step_wait_done_fn done, void *arg);
+
+/* Downloads blob `prefix` (as_folder false: dest is a file) or every blob
+ * under `prefix/` (dest a directory, made as needed; relative names are
+ * checked: no "..", no absolute path, no empty segment).  A prefix with no
+ * blob at all is an error naming it. */
+struct step_wait *blob_download(struct blob_container *c, const char *prefix, bool as_folder, const char *dest,
+                                blob_progress_fn progress, step_wait_done_fn done, void *arg);
+
+/* After done: NULL on success, else why ("cannot upload data/x.bin to
+ * container/prefix/x.bin: …").  The progress in all. */
+const char *blob_wait_error(const struct step_wait *w);
+const struct blob_progress *blob_wait_progress(const struct step_wait *w);
+
+/* Whether the blob `name` exists: done after one HEAD; then
+ * blob_wait_error, and blob_wait_exists. */
+struct step_wait *blob_exists(struct blob_container *c, const char *name, step_wait_done_fn done, void *arg);
+bool blob_wait_exists(const struct step_wait *w);
+
+/* Creates the container (PUT ?restype=container); one that exists already
+ * is fine.  For tests and emulators: a datastore's container always exists
+ * on Azure.  Then blob_wait_error. */
+struct step_wait *blob_container_create(struct blob_container *c, step_wait_done_fn done, void *arg);
+
+/* ---- the signing rule, exposed for its unit test ------------------------ */
+
+/* The Shared Key Authorization header value ("SharedKey acct:base64sig") for
+ * a request, from its method, URL (path and query as sent), and headers
+ * ("Name: value" lines, NULL-terminated: Content-Length, Content-MD5,
+ * Content-Type, Range, x-ms-*).  key_raw is the decoded account key.
+ * malloc'd, or NULL when the URL cannot be parsed. */
+char *blob_shared_key(const char *account, const unsigned char *key_raw, size_t key_len, const char *method,
+                      const char *url, const char *const *headers);
+
+#endif

@@ -1,0 +1,254 @@
+# t_hybrid.sh — hybrid runs: data crossing between steps here and Azure ML
+# jobs through the workspace datastore.  Azure ML is the strict double
+# (tests/aml/double.py), which runs each job's command for real; the
+# datastore is real blob storage: Azurite.
+
+source "$FLOW_ROOT/tests/aml/double_lib.sh"
+
+# One Azurite for the suite, logging every request (what crossed the wire).
+AZURITE_DIR=$(mktemp -d "${TMPDIR:-/tmp}/flow-azurite.XXXXXX")
+AZURITE_REQUESTS=$AZURITE_DIR/requests.log
+azurite_start "$AZURITE_DIR" --debug "$AZURITE_REQUESTS" || exit 1
+trap 'azurite_stop; rm -rf "$AZURITE_DIR"' EXIT
+AZURITE_KEY=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==
+
+python_with_torch() {
+    for py in "${FLOW_PYTHON:-}" /usr/bin/python3 python3; do
+        [ -n "$py" ] && "$py" -c "import torch" 2>/dev/null && { echo "$py"; return 0; }
+    done
+    return 0
+}
+
+# The double with jobs that run, and a credential for it.
+start_aml() {
+    aml_double_available || { echo "the AML double needs /usr/bin/python3 with jsonschema and cryptography, openssl and curl (make test-deps)"; return 1; }
+    aml_double_start "$PWD/double" --phase-seconds 0.05 --blob-endpoint "$AZURITE_BLOB_ENDPOINT" --execute-jobs "$@"
+    export FLOW_CA_BUNDLE=$AML_DOUBLE_CA_FILE AZURE_AUTHORITY_HOST=$AML_DOUBLE_URL
+    export AZURE_TENANT_ID=$AML_DOUBLE_TENANT AZURE_CLIENT_ID=$AML_DOUBLE_CLIENT_ID
+    export AZURE_CLIENT_SECRET=$AML_DOUBLE_CLIENT_SECRET AZURITE_BLOB_ENDPOINT
+}
+
+# A project in ./proj (the working directory from then on) with conf/prod.
+new_project() {
+    mkdir -p proj
+    cd proj
+    printf 'stdout.txt\nstderr.txt\n' >.amlignore
+    write conf/prod/azureml.yml <<Y
+subscription_id: $AML_DOUBLE_SUBSCRIPTION
+resource_group: $AML_DOUBLE_RESOURCE_GROUP
+workspace: $AML_DOUBLE_WORKSPACE
+experiment_name: flow-hybrid
+arm_endpoint: $AML_DOUBLE_URL
+blob_endpoint: $AZURITE_BLOB_ENDPOINT
+compute: cpu-cluster
+environment: azureml:AzureML-acpt-pytorch-2.2-cuda12.1@latest
+dispatch: tagged
+poll_interval: 0.1
+Y
+    sed -i 's/^compute: cpu-cluster/compute:\n  __default__: cpu-cluster\n  aml: cpu-cluster/' conf/prod/azureml.yml
+}
+
+requests_of() {
+    grep -F "\"op\": \"$1\"" "$AML_DOUBLE_REQUESTS_LOG" || true
+}
+
+count_of() {
+    requests_of "$1" | grep -c . || true
+}
+
+# Blob requests Azurite served since the mark (a line count of its log).
+azurite_mark() { wc -l <"$AZURITE_REQUESTS"; }
+azurite_since() { tail -n +"$(( $1 + 1 ))" "$AZURITE_REQUESTS"; }
+# Requests that moved data (Put Blob, Put Block, Get Blob) under flow/.
+data_requests_since() {
+    azurite_since "$1" | grep -E 'RequestURL=|url=' | grep -F '/flow/' | grep -vE 'comp=list|HEAD' || true
+}
+
+# Nothing flow wrote holds a secret: the client secret, the token, the
+# account key, a SAS signature.
+no_secrets() {
+    local tok hits
+    tok=$(aml_token)
+    for s in "$AML_DOUBLE_CLIENT_SECRET" "$AZURITE_KEY" "sig="; do
+        not_contains "$OUT$ERR" "$s" "flow's output"
+    done
+    hits=$(grep -rlF -e "$AML_DOUBLE_CLIENT_SECRET" -e "$tok" -e "sig=" -e "$AZURITE_KEY" .flow || true)
+    equals "$hits" "" "files under .flow/ holding a secret"
+}
+
+# The pipeline of the issue: the example itself, local split -> upload ->
+# DDP training on 2 instances x 1 process "on Azure ML" -> download -> local
+# evaluation.
+test_pytorch_ddp_example_trains_on_azureml_end_to_end() {
+    py=$(python_with_torch)
+    [ -n "$py" ] || skip "no python3 with torch (python3-torch)"
+    start_aml
+    copy_example pytorch_ddp ex
+    cd ex
+    FLOW_PYTHON=$py run_flow 0 run --env test_azureml
+    no_crash
+    contains "$OUT" "trained on 2 process(es)"
+    loss=$(printf '%s\n' "$OUT" | sed -n 's/.*loss \([0-9.]*\) -> \([0-9.]*\) over.*/\1 \2/p')
+    read -r first last <<<"$loss"
+    "$AML_DOUBLE_PY" -c "import sys; sys.exit(0 if float('$last') < float('$first') / 4 else 1)" ||
+        { echo "loss did not fall: $first -> $last"; return 1; }
+    test -s .flow/data/model/model.pt
+    body=$(requests_of jobs.put)
+    contains "$body" '"jobInputType": "uri_file"'
+    contains "$body" '"uri": "azureml://datastores/workspaceblobstore/paths/flow/ex/'
+    contains "$body" '"mode": "ReadOnlyMount"'
+    contains "$body" '--data ${{inputs.train_set}}'
+    contains "$body" '"instanceCount": 2'
+    no_secrets
+    # a second run with nothing changed moves nothing and submits nothing
+    mark=$(azurite_mark)
+    FLOW_PYTHON=$py run_flow 0 run --env test_azureml
+    equals "$(count_of jobs.put)" 1 "PUTs"
+    equals "$(data_requests_since "$mark")" "" "blob requests of the second run"
+}
+
+# A 50 MB folder made here goes up in blocks, a job copies it to its output,
+# and it comes back byte-identical to a step here.
+test_large_folder_round_trips_through_a_job() {
+    start_aml
+    new_project
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "mkdir -p ${outputs.data}/sub && head -c 41943040 /dev/urandom > ${outputs.data}/big.bin"
+          .. " && head -c 10485760 /dev/urandom > ${outputs.data}/sub/ten.bin && echo hi > '${outputs.data}/a & b.txt'",
+        outputs = "data", name = "make" },
+  node{ command = "cp -R ${inputs.data}/. ${outputs.copy}/", inputs = "data", outputs = "copy", name = "copy",
+        tags = { "aml" } },
+  node{ command = "diff -r ${inputs.data} ${inputs.copy} && echo same > ${outputs.verdict}",
+        inputs = { "data", "copy" }, outputs = "verdict", name = "compare" },
+}
+L
+    mark=$(azurite_mark)
+    run_flow 0 run --env prod
+    no_crash
+    equals "$(cat .flow/data/verdict)" same "the comparison"
+    contains "$(azurite_since "$mark")" "comp=block" "Azurite's requests (block uploads)"
+    contains "$ERR" "MB/s" "the transfer's progress"
+    no_secrets
+}
+
+# A job's output that only another job reads stays on the datastore: the
+# second job binds the first one's output path; nothing is downloaded.
+test_output_read_only_by_a_job_stays_remote() {
+    start_aml
+    new_project
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo 21 > ${outputs.half}/n", outputs = "half", name = "first", tags = { "aml" } },
+  node{ command = "echo $(( $(cat ${inputs.half}/n) * 2 )) > ${outputs.whole}/n", inputs = "half",
+        outputs = "whole", name = "second", tags = { "aml" } },
+  node{ command = "cp ${inputs.whole}/n ${outputs.answer}", inputs = "whole", outputs = "answer", name = "here" },
+}
+L
+    run_flow 0 run --env prod
+    equals "$(cat .flow/data/answer)" 42 "the answer"
+    test ! -e .flow/data/half || { echo "'half' was downloaded"; return 1; }
+    second=$(requests_of jobs.put | grep '"displayName": "second"')
+    contains "$second" '/runs/flow-first-' "the second job's input binding"
+}
+
+# Killed while uploading, then --resume: what had gone up is not sent again.
+test_kill_during_upload_then_resume() {
+    start_aml
+    new_project
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "mkdir -p ${outputs.data} && for i in $(seq 300); do head -c 65536 /dev/urandom > ${outputs.data}/f$i; done",
+        outputs = "data", name = "make" },
+  node{ command = "ls ${inputs.data} | wc -l > ${outputs.count}/n", inputs = "data", outputs = "count",
+        name = "count", tags = { "aml" } },
+  node{ command = "cp ${inputs.count}/n ${outputs.n}", inputs = "count", outputs = "n", name = "here" },
+}
+L
+    mark=$(azurite_mark)
+    run_flow_bg run --env prod
+    for i in $(seq 400); do
+        [ "$(azurite_since "$mark" | grep -c 'PUT.*/flow/proj/' || true)" -ge 30 ] && break
+        sleep 0.05
+    done
+    kill -9 "$FLOW_PID"
+    wait "$FLOW_PID" 2>/dev/null || true
+    run_flow 0 run --resume
+    equals "$(tr -d ' ' < .flow/data/n)" 300 "files the job saw"
+    dup=$(azurite_since "$mark" | grep -oE 'PUT [^ ]*/flow/proj/[^ ?]*' | sort | uniq -d)
+    equals "$dup" "" "blobs sent twice"
+    equals "$(find .flow/data -name '*.flowpart' | wc -l)" 0 "partial files"
+}
+
+# Killed while downloading, then --resume: the job is adopted, finished
+# files are kept, and no partial file is ever left under a real name.
+test_kill_during_download_then_resume() {
+    start_aml
+    new_project
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "for i in $(seq 40); do head -c 1048576 /dev/urandom > ${outputs.data}/f$i; done",
+        outputs = "data", name = "make", tags = { "aml" } },
+  node{ command = "ls ${inputs.data} | wc -l > ${outputs.count}", inputs = "data", outputs = "count", name = "here" },
+}
+L
+    run_flow_bg run --env prod
+    for i in $(seq 600); do
+        ls .flow/tmp/azureml/*/data/f* >/dev/null 2>&1 && break
+        sleep 0.05
+    done
+    kill -9 "$FLOW_PID"
+    wait "$FLOW_PID" 2>/dev/null || true
+    run_flow 0 run --resume
+    equals "$(tr -d ' ' < .flow/data/count)" 40 "files downloaded"
+    equals "$(count_of jobs.put)" 1 "PUTs"
+    equals "$(find .flow -name '*.flowpart' | wc -l)" 0 "partial files"
+}
+
+# A datastore whose secret is a SAS token works the same, and the token's
+# signature is never written anywhere.
+test_sas_datastore() {
+    start_aml
+    aml_ctl POST config '{"datastore_secrets": "Sas"}' >/dev/null
+    new_project
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return { 1, 2, 3 } end, outputs = "xs", name = "make" },
+  node{ command = "cat ${inputs.xs} > ${outputs.copy}/xs.json", inputs = "xs", outputs = "copy", name = "copy",
+        tags = { "aml" } },
+  node{ func = function(dir) local f = assert(io.open(dir .. "/xs.json")); local t = f:read("a"); f:close(); print("got " .. t) end,
+        inputs = "copy", name = "show" },
+}
+L
+    run_flow 0 run --env prod -v
+    contains "$OUT" "got [1,2,3]"
+    contains "$(requests_of datastores.listSecrets)" '"status": 200'
+    no_secrets
+}
+
+test_bad_blob_endpoint_is_an_error_with_its_line() {
+    start_aml
+    new_project
+    sed -i 's|^blob_endpoint: .*|blob_endpoint: http://blob.example.com/x|' conf/prod/azureml.yml
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "true", name = "a", tags = { "aml" } } }
+L
+    run_flow 2 run --env prod
+    contains "$ERR" "conf/prod/azureml.yml:6: blob_endpoint must be an https:// URL"
+    equals "$(count_of jobs.put)" 0 "PUTs"
+}
+
+test_unknown_datastore_fails_the_step_with_its_name() {
+    start_aml
+    new_project
+    printf 'datastore: nosuchstore\n' >>conf/prod/azureml.yml
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return "x" end, outputs = "x", name = "make" },
+  node{ command = "cat ${inputs.x}", inputs = "x", name = "use", tags = { "aml" } },
+}
+L
+    run_flow 1 run --env prod
+    contains "$ERR" "datastore 'nosuchstore'"
+    equals "$(count_of jobs.put)" 0 "PUTs"
+}
