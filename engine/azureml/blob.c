@@ -432,6 +432,32 @@ struct blob_call {
     uint64_t content_length;       /* of the body, for the signature */
 };
 
+/* Each attempt is signed as it starts (http_sign_fn): the signature covers
+ * the attempt's own x-ms-client-request-id, and a retry after a long
+ * back-off gets a fresh x-ms-date (the service refuses one 15 minutes old). */
+static char *sign_attempt(void *ctx, const char *method, const char *url, const char *const *headers,
+                          uint64_t content_length)
+{
+    struct blob_container *c = ctx;
+    size_t n = 0;
+    while (headers[n]) n++;
+    const char **lines = xcalloc(n + 3, sizeof *lines);
+    memcpy(lines, headers, n * sizeof *lines);
+    char date[40], date_line[64], length_line[64];
+    rfc1123_now(date);
+    snprintf(date_line, sizeof date_line, "x-ms-date: %s", date);
+    /* signed, but libcurl sends it: not a line of ours */
+    snprintf(length_line, sizeof length_line, "Content-Length: %llu", (unsigned long long)content_length);
+    lines[n] = date_line;
+    lines[n + 1] = length_line;
+    char *sig = blob_shared_key(c->account, c->key, c->key_len, method, url, lines);
+    free(lines);
+    if (!sig) return NULL;
+    char *extra = xasprintf("%s\nAuthorization: %s", date_line, sig);
+    free(sig);
+    return extra;
+}
+
 /* Builds the URL and headers (signed, or with the SAS) and sends. */
 static struct http_transfer *blob_send(struct blob_container *c, const struct blob_call *call,
                                        struct http_request *req, http_done_fn done, void *arg, char *err,
@@ -449,37 +475,21 @@ static struct http_transfer *blob_send(struct blob_container *c, const struct bl
     if (q && c->sas) sb_addc(&url, '&');
     if (c->sas) sb_adds(&url, c->sas);
 
-    char date[40], date_line[64], length_line[64];
-    rfc1123_now(date);
-    snprintf(date_line, sizeof date_line, "x-ms-date: %s", date);
-    snprintf(length_line, sizeof length_line, "Content-Length: %llu", (unsigned long long)call->content_length);
     const char *lines[24];
     size_t n = 0;
-    lines[n++] = date_line;
     lines[n++] = "x-ms-version: " BLOB_API_VERSION;
     for (size_t i = 0; call->headers && call->headers[i] && n < 20; i++) lines[n++] = call->headers[i];
-    char *auth = NULL;
-    if (c->key) {
-        /* Content-Length is signed but libcurl sends it: it is not a line of ours */
-        lines[n] = length_line;
-        lines[n + 1] = NULL;
-        char *sig = blob_shared_key(c->account, c->key, c->key_len, call->method, url.buf, lines);
-        if (!sig) {
-            errf(err, errlen, "cannot sign a request to the container %s", c->name);
-            sb_release(&url);
-            return NULL;
-        }
-        auth = xasprintf("Authorization: %s", sig);
-        free(sig);
-        lines[n++] = auth;
-    }
     lines[n] = NULL;
     req->method = call->method;
     req->url = url.buf;
     req->headers = lines;
+    if (c->key) {
+        req->sign = sign_attempt;
+        req->sign_ctx = c;
+    }
+    (void)call->content_length;        /* http.c passes the body's length to sign_attempt */
     struct http_transfer *t = http_send(c->http, req, done, arg, err, errlen);
     wipe_free(url.buf);                /* it holds the SAS */
-    free(auth);
     return t;
 }
 
@@ -886,6 +896,8 @@ static void fail_request(struct xfer *x, const struct req *r, const struct http_
     const struct item *it = r->kind == R_LIST || r->kind == R_HEAD || r->kind == R_CREATE ? NULL : &x->items[r->item];
     if (r->kind == R_LIST) fail(x, "cannot list %s/%s: %s", x->c->name, x->prefix, msg);
     else if (r->kind == R_CREATE) fail(x, "cannot create the container %s: %s", x->c->name, msg);
+    else if (!it && x->kind == X_UPLOAD) fail(x, "cannot upload %s to %s/%s: %s", x->local, x->c->name, x->prefix, msg);
+    else if (!it && x->kind == X_DOWNLOAD) fail(x, "cannot download %s/%s to %s: %s", x->c->name, x->prefix, x->local, msg);
     else if (!it) fail(x, "cannot look up %s/%s: %s", x->c->name, x->prefix, msg);
     else if (x->kind == X_UPLOAD) fail(x, "cannot upload %s to %s/%s: %s", it->path, x->c->name, it->blob, msg);
     else fail(x, "cannot download %s/%s to %s: %s", x->c->name, it->blob, it->path, msg);
@@ -1184,7 +1196,8 @@ static void run_prepare(struct job *j)
         return;
     }
     char *part = xasprintf("%s" PART_SUFFIX, j->path);
-    j->fd = nofollow_open(part, O_WRONLY | O_CREAT | O_TRUNC, 0644, j->err, sizeof j->err);
+    /* read back too: its MD5 is checked before the rename */
+    j->fd = nofollow_open(part, O_RDWR | O_CREAT | O_TRUNC, 0644, j->err, sizeof j->err);
     free(part);
     if (j->fd < 0) j->rc = -1;
 }
@@ -1384,6 +1397,10 @@ static void on_walked(struct xfer *x, struct job *j)
     j->items = NULL;
     j->n_items = 0;
     x->as_folder = j->is_dir;
+    if (!x->as_folder && !*x->prefix) {
+        fail(x, "cannot upload %s to the container %s: a file needs a blob name", x->local, x->c->name);
+        return;
+    }
     for (size_t i = 0; i < x->n_items; i++) {
         struct item *it = &x->items[i];
         it->blob = !x->as_folder ? xstrdup(x->prefix)
@@ -1438,7 +1455,8 @@ static void job_done(void *arg)
     struct xfer *x = j->x;
     if (x) {
         job_unlink(x, j);
-        if (!x->error) on_job(x, j);
+        /* a file renamed into place while the transfer stopped still counts */
+        if (!x->error || (j->kind == J_FINISH && j->rc == 0)) on_job(x, j);
     }
     job_free(j);                             /* closes a .flowpart no one took */
     if (x) pump(x);
@@ -1518,7 +1536,8 @@ static void kick(void *arg)
         break;
     }
     case X_DOWNLOAD:
-        if (x->as_folder) list_page(x, NULL);
+        if (!x->as_folder && !*x->prefix) fail(x, "cannot download from the container %s: no blob name", x->c->name);
+        else if (x->as_folder) list_page(x, NULL);
         else head_blob(x, x->prefix);
         break;
     case X_EXISTS:

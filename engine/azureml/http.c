@@ -72,6 +72,9 @@ struct http_transfer {
     unsigned long timer;                 /* 0: none */
     CURL *easy;
     char *method, *display_url;          /* display_url: http_url_for_display's */
+    char *url;                           /* as sent (for sign; may hold a SAS: wiped) */
+    http_sign_fn sign;
+    void *sign_ctx;
     char **headers;                      /* the caller's "Name: value" lines, copied */
     size_t n_headers;
     struct curl_slist *sent_headers;     /* this attempt's: those and a fresh request id */
@@ -350,6 +353,8 @@ static void transfer_free(struct http_transfer *t)
     sb_release(&t->received);
     free(t->method);
     free(t->display_url);
+    if (t->url) wipe(t->url, strlen(t->url));
+    free(t->url);
     free(t->local_error);
     free(t->error);
     free(t->request_id);
@@ -664,9 +669,34 @@ static struct curl_slist *slist_add(struct curl_slist *l, const char *s)
     return n;
 }
 
-static void build_headers(struct http_transfer *t)
+/* The caller's signature over this attempt's headers, added to them. */
+static bool add_signature(struct http_transfer *t, char *id_line)
+{
+    const char **lines = xcalloc(t->n_headers + 2, sizeof *lines);
+    lines[0] = id_line;
+    for (size_t i = 0; i < t->n_headers; i++) lines[i + 1] = t->headers[i];
+    char *extra = t->sign(t->sign_ctx, t->method, t->url, lines, t->body.len);
+    free(lines);
+    if (!extra) {
+        t->local_error = xstrdup("cannot sign the request");
+        return false;
+    }
+    for (char *p = extra, *nl; *p; p = nl + 1) {
+        nl = p + strcspn(p, "\n");
+        bool last = *nl == '\0';
+        *nl = '\0';
+        if (*p && header_ok(p)) t->sent_headers = slist_add(t->sent_headers, p);
+        if (last) break;
+    }
+    wipe(extra, strlen(extra));
+    free(extra);
+    return true;
+}
+
+static bool build_headers(struct http_transfer *t)
 {
     char line[64];
+    for (struct curl_slist *l = t->sent_headers; l; l = l->next) wipe(l->data, strlen(l->data));
     curl_slist_free_all(t->sent_headers);
     new_uuid(t->client, t->client_request_id);
     snprintf(line, sizeof line, "x-ms-client-request-id: %s", t->client_request_id);
@@ -676,6 +706,7 @@ static void build_headers(struct http_transfer *t)
     l = slist_add(l, "Expect:");
     for (size_t i = 0; i < t->n_headers; i++) l = slist_add(l, t->headers[i]);
     t->sent_headers = l;
+    return !t->sign || add_signature(t, line);
 }
 
 static void clear_answer(struct http_transfer *t)
@@ -701,7 +732,7 @@ static bool start_attempt(struct http_transfer *t)
 {
     t->attempts++;
     clear_answer(t);
-    build_headers(t);
+    if (!build_headers(t)) return false;
     t->body.pos = 0;
     t->attempt_started = monotonic_seconds();
     t->state = T_RUNNING;
@@ -966,6 +997,9 @@ static struct http_transfer *new_transfer(struct http_client *c, const struct ht
     t->sink.fd = -1;
     t->method = xstrdup(req->method);
     t->display_url = xstrdup(shown);
+    t->url = xstrdup(req->url);
+    t->sign = req->sign;
+    t->sign_ctx = req->sign_ctx;
     t->max_retries = req->max_retries > 0 ? req->max_retries : req->max_retries < 0 ? 0 : c->opt.max_retries;
     t->sink.fd = -1;
     if (take_headers(t, req->headers, err, errlen) && take_body(t, req, err, errlen) &&

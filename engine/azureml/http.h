@@ -45,6 +45,15 @@ struct http_options {
     void *trace_ctx;
 };
 
+/* Signs one attempt (Azure Storage's Shared Key): given the attempt's method,
+ * URL and header lines as they will be sent (its fresh
+ * x-ms-client-request-id included) and the body's length, the header lines
+ * to add ("Name: value", '\n'-separated; malloc'd, wiped and freed by the
+ * client), or NULL to fail the attempt.  Called at the start of every
+ * attempt, so a retry is signed anew.  Must not call into the client. */
+typedef char *(*http_sign_fn)(void *ctx, const char *method, const char *url, const char *const *headers,
+                              uint64_t content_length);
+
 /* What to send.  Every string and the body are copied by http_send. */
 struct http_request {
     const char *method;              /* "GET", "PUT", "POST", "DELETE", "HEAD" */
@@ -66,6 +75,9 @@ struct http_request {
     bool sink;
     int sink_fd;
     uint64_t sink_offset;
+    /* Or NULL; sign_ctx must outlive the transfer (until done returns). */
+    http_sign_fn sign;
+    void *sign_ctx;
 };
 
 /* The answer.  Valid during the done callback only. */

@@ -10,6 +10,15 @@ path, then the operation.  Bodies are validated against the strict schema
 (computeId, codeId, environmentId) against what the workspace holds.  The
 double is stricter than the service in two documented ways: unknown query
 parameters and explicit nulls are rejected.
+
+Datastores: every name in config datastores is an AzureBlob datastore (the
+double has only blob storage; in a real workspace workspacefilestore and
+workspaceworkingdirectory are AzureFile shares).  PUT/DELETE of a datastore
+answer 404 NotImplementedInDouble.  listSecrets refuses a request body other
+than none or {} (stricter: the service ignores one).  Inputs whose datastore
+path holds nothing fail the job at Preparing; the double looks when the job is
+PUT (the service looks when it prepares the job: data uploaded in between
+would be found there, not here).
 """
 import copy
 import hashlib

@@ -413,7 +413,11 @@ class Runner:
                 traceback.print_exc()
 
     def tick(self):
-        if not any(j.execute for j in list(self.arm.jobs.values())):
+        try:
+            jobs = list(self.arm.jobs.values())
+        except RuntimeError:            # changed while copied: look again under the lock
+            jobs = [None]
+        if not any(j is None or j.execute for j in jobs):
             return                      # nothing to run: stay off the lock
         now = time.time()
         with self.arm.lock:

@@ -8,6 +8,7 @@ end-to-end tests.  Blob storage is not faked: point --blob-endpoint at Azurite.
         [--subscription S] [--resource-group RG] [--workspace WS] [--api-version V]
         [--token-lifetime SECONDS] [--phase-seconds SECONDS]
         [--blob-endpoint http://127.0.0.1:10000/devstoreaccount1] [--blob-key KEY]
+        [--datastore-secrets AccountKey|Sas] [--execute-jobs] [--keep-job-dirs]
 
 Needs Python 3 with python3-jsonschema and python3-cryptography, and openssl.
 Settings come from the defaults (aml_config.DEFAULTS), then DIR/config.json or
@@ -26,6 +27,11 @@ What it writes in DIR (DIR/port last, atomically: wait for it)
                          (a client assertion's decoded header and claims), status, op (e.g. "jobs.put",
                          "token", "msi"), error_code, client_request_id, fault, duration_ms
   http_port, port        the plain-HTTP and the HTTPS port
+  jobs/<job>/            executed jobs (execute_jobs): std_log.txt, and the working directory wd.XXXX
+                         while the job runs (kept afterwards with keep_job_dirs)
+settings.json also holds datastore (workspaceblobstore), datastore_container (its container's URL:
+AML_DOUBLE_DATASTORE_CONTAINER in env.sh), datastore_containers ({name: URL}, settings.json only),
+blob_account and jobs_dir.
 
 Listeners (both on 127.0.0.1, HTTP/1.1 keep-alive, Content-Length on every reply)
   https://127.0.0.1:PORT      everything: Entra token endpoint, ARM, managed identity, control API
@@ -39,8 +45,23 @@ Services
   /subscriptions/{s}/resourceGroups/{rg}/providers/Microsoft.MachineLearningServices/workspaces/{ws}/...
       jobs (GET list; GET/PUT/DELETE {id}; POST {id}/cancel), codes/{name}[/versions[/{v}[/startPendingUpload]]],
       environments/{name}[/versions[/{v}]], computes[/{name}]        (aml_arm.py; life cycle: aml_jobs.py)
+      datastores (GET list: count, isDefault, names, searchText, orderBy, orderByAsc), datastores/{name} (GET),
+      datastores/{name}/listSecrets (POST, no body; op "datastores.listSecrets"; its answer is logged as
+      "response" with the secret "<redacted>").  Each configured datastore (config datastores) is an AzureBlob
+      datastore on the blob endpoint's account, with its own container (workspaceblobstore: blob_container, the
+      one startPendingUpload hands out), created at start when a blob endpoint is set.  listSecrets answers
+      {"secretsType": "AccountKey", "key": blob_key}, or with datastore_secrets "Sas"
+      {"secretsType": "Sas", "sasToken": <container SAS query, sp=racwdl, no leading ?>}.
   GET  /subscriptions/{s}/providers/Microsoft.MachineLearningServices/locations/{loc}/mfeOperationResults/{op}
       the Location of a 202 cancel/delete: 202 while pending, 200 when done
+With a blob endpoint, a uri_file/uri_folder input on azureml://datastores/<ds>/paths/<p> that holds no
+blob (uri_file: the blob <p>; uri_folder: nothing under <p>/) fails the job at Preparing with a UserError
+naming the input and its URI (checked when the job is PUT).
+Jobs that really run (execute_jobs; aml_exec.py has the whole model): code snapshot and inputs are
+downloaded from blob storage, ${{inputs.X}}/${{outputs.X}} become local paths, the command runs as
+`/bin/bash -c` in N processes on this machine with the rank variables Azure ML sets (PyTorch, Mpi,
+TensorFlow), outputs are uploaded; the job is Running while they run, Failed with the exit status and
+stderr tail when one fails; cancel, timeout and shutdown kill them.  Every "node" is this machine.
 Without --blob-endpoint, startPendingUpload still answers, with a blobUri/sasUri on
 https://127.0.0.1:1/... that refuses every upload.
 
@@ -49,17 +70,23 @@ Control API (no auth; loopback only), on both listeners
   GET  /_double/settings                      what settings.json holds
   GET  /_double/config  POST {key: value}     read / change runtime settings (token_lifetime, phase_seconds,
                                               phases, cancel_seconds, cancel_mode, cancel_retry_after,
-                                              page_size, clock_skew, assertion_max_lifetime, check_snapshot)
+                                              page_size, clock_skew, assertion_max_lifetime, check_snapshot,
+                                              datastore_secrets, execute_jobs, keep_job_dirs; execute_jobs
+                                              applies to jobs PUT after the change)
   POST /_double/faults {fault}                add a fault (see aml_faults.py), answers {"id": N}
   GET  /_double/faults   DELETE /_double/faults[/{id}]
   POST /_double/expire_tokens                 every token issued so far is expired from now on
   GET  /_double/requests[?since=SEQ]          the request log as a JSON array
   GET  /_double/stats                         connections, tls handshakes, requests by op and status,
                                               tokens issued by credential, faults served
-  POST /_double/reset                         forget jobs, code versions, faults, requests, counters
-  GET  /_double/jobs   GET /_double/jobs/{name}   the double's view: status history, error, request
+  POST /_double/reset                         forget jobs (killing executed ones), code versions, faults,
+                                              requests, counters
+  GET  /_double/jobs   GET /_double/jobs/{name}   the double's view: status history, error, request, and for
+                                              an executed job "run": {dir, log, done, error, pids}
   GET  /_double/jobs/{name}/std_log.txt       the job's user_logs/std_log.txt (a convention of the double:
-                                              real logs live on AML's data plane)
+                                              real logs live on AML's data plane); an executed job's holds
+                                              its processes' stdout and stderr ("[rank R] " before each line
+                                              when there are several)
   POST /_double/jobs/{name}/outcome {"status": "Failed"|"Completed", "message": "..."}
   POST /_double/jobs/{name}/hold              stays Running until
   POST /_double/jobs/{name}/release

@@ -6,6 +6,9 @@
 #   aml_curl ARGS...                              # curl with the double's CA
 #   aml_ctl METHOD PATH [JSON]                    # the control API: aml_ctl POST faults '{"action":...}'
 #   aml_double_stop
+#   aml_double_start_executing [DIR] [flags...]   # Azurite (in DIR/azurite) + the double with --blob-endpoint
+#                                                 # and --execute-jobs: jobs really run (tests/aml/aml_exec.py);
+#                                                 # both stop when the (sub)shell exits
 # After aml_double_start: AML_DOUBLE_DIR, AML_DOUBLE_PID and every AML_DOUBLE_* of DIR/env.sh
 # (AML_DOUBLE_URL, AML_DOUBLE_CA_FILE, AML_DOUBLE_TENANT, AML_DOUBLE_CLIENT_ID, AML_DOUBLE_CLIENT_SECRET,
 # AML_DOUBLE_WORKSPACE_URL, ...).  No AZURE_* variable is set: a test chooses its credential.
@@ -97,4 +100,15 @@ azurite_stop() {
         wait "$AZURITE_PID" 2>/dev/null || true
         AZURITE_PID=
     fi
+}
+
+# aml_double_start_executing [DIR] [double.py flags...] — blob storage (Azurite, in DIR/azurite) and a double
+# whose jobs really run (--execute-jobs): datastores, listSecrets, inputs and outputs on real blobs.
+# Sets what aml_double_start and azurite_start set; stops both on exit.
+aml_double_start_executing() {
+    local dir=${1:-$PWD/aml-double}
+    [ $# -gt 0 ] && shift
+    azurite_start "$dir/azurite" || return 1
+    aml_double_start "$dir" --blob-endpoint "$AZURITE_BLOB_ENDPOINT" --execute-jobs "$@" || { azurite_stop; return 1; }
+    trap 'aml_double_stop; azurite_stop' EXIT
 }

@@ -6,6 +6,12 @@ faults, connection reuse, code versions and their dedup by hash, environments,
 paging.  Last line: "selftest: N passed, N failed"; exit status 1 on failure.
 
     /usr/bin/python3 tests/aml/selftest.py [-k SUBSTRING] [-v]
+
+Blob storage is Azurite: AML_DOUBLE_BLOB_ENDPOINT if set, else azurite-blob from
+PATH or from tools/azurite.sh (which installs it into .deps/azurite when missing);
+AML_SELFTEST_NO_AZURITE=1 runs without it (the tests that need it are skipped).
+Datastores, listSecrets, inputs missing at Preparing and executed jobs
+(execute_jobs: real processes, real blobs) are covered too.
 """
 import base64
 import copy
@@ -788,7 +794,7 @@ def _put_blob(sas_uri, name, data, headers=None):
 def azurite_upload(d, tok):
     """startPendingUpload's SAS works against real blob storage; the double inspects the snapshot."""
     if not d.s.get("blob_endpoint"):
-        raise Skip("no Azurite (set AML_DOUBLE_BLOB_ENDPOINT, or put azurite-blob on PATH)")
+        raise Skip("no Azurite (set AML_DOUBLE_BLOB_ENDPOINT, or let tools/azurite.sh install it)")
     r = d.arm("POST", "/codes/snap-z/versions/1/startPendingUpload", {"pendingUploadType": "TemporaryBlobReference"},
               token=tok)
     status_is(r, 200, "startPendingUpload")
@@ -827,6 +833,239 @@ def azurite_upload(d, tok):
 
 
 @test
+def datastores(d, tok):
+    ws = d.s["workspace_id"]
+    r = d.arm("GET", "/datastores/workspaceblobstore", token=tok)
+    status_is(r, 200, "GET the default datastore")
+    j = r.json
+    check(j["id"] == ws + "/datastores/workspaceblobstore" and j["name"] == "workspaceblobstore"
+          and j["type"] == "Microsoft.MachineLearningServices/workspaces/datastores", "the ARM envelope", j)
+    p = j["properties"]
+    check(p["datastoreType"] == "AzureBlob" and p["accountName"] == d.s["blob_account"]
+          and p["endpoint"] == "core.windows.net" and p["protocol"] == "https"
+          and p["credentials"] == {"credentialsType": "AccountKey"} and p["isDefault"] is True
+          and p["serviceDataAccessAuthIdentity"] == "None", "AzureBlob datastore properties", p)
+    check(d.s["datastore_container"].endswith("/" + p["containerName"]), "settings name its container",
+          (d.s["datastore_container"], p["containerName"]))
+    r = d.arm("GET", "/datastores/workspaceartifactstore", token=tok)
+    check(r.json["properties"]["isDefault"] is False and r.json["properties"]["containerName"] != p["containerName"],
+          "another datastore, another container, not default", r.json)
+    arm_error_is(d.arm("GET", "/datastores/nope", token=tok), 404, "UserError", "nope", what="no such datastore")
+    r = d.arm("GET", "/datastores", token=tok)
+    status_is(r, 200, "list datastores")
+    check(sorted(x["name"] for x in r.json["value"]) == sorted(
+        ["workspaceblobstore", "workspaceartifactstore", "workspacefilestore", "workspaceworkingdirectory"]),
+        "all four", r.json)
+    r = d.arm("GET", "/datastores", token=tok, query={"isDefault": "true"})
+    check([x["name"] for x in r.json["value"]] == ["workspaceblobstore"], "isDefault=true", r.json)
+    r = d.arm("GET", "/datastores", token=tok, query={"count": "3"})
+    check(len(r.json["value"]) == 3 and "nextLink" in r.json, "count pages", r.json)
+    arm_error_is(d.arm("GET", "/datastores", token=tok, query={"isDefault": "yes"}), 400, "UserError", "isDefault",
+                 what="bad isDefault")
+    # listSecrets: the account key
+    since = d.requests()[-1]["seq"]
+    r = d.arm("POST", "/datastores/workspaceblobstore/listSecrets", token=tok)
+    status_is(r, 200, "listSecrets without a body")
+    check(r.json == {"secretsType": "AccountKey", "key": AZURITE_KEY}, "AccountKey secrets", r.json)
+    arm_error_is(d.arm("POST", "/datastores/nope/listSecrets", token=tok), 404, "UserError", what="listSecrets 404")
+    arm_error_is(d.arm("POST", "/datastores/workspaceblobstore/listSecrets", {"x": 1}, token=tok), 400, "UserError",
+                 "no request body", what="listSecrets with a body")
+    status_is(d.request("POST", "/_double/config", {"datastore_secrets": "Key"}), 400, "an unknown secrets type")
+    d.config(datastore_secrets="Sas")
+    try:
+        r = d.arm("POST", "/datastores/workspaceblobstore/listSecrets", token=tok)
+        status_is(r, 200, "listSecrets (Sas)")
+        check(set(r.json) == {"secretsType", "sasToken"} and r.json["secretsType"] == "Sas", "Sas secrets", r.json)
+        sas = r.json["sasToken"]
+        q = dict(urllib.parse.parse_qsl(sas))
+        check(not sas.startswith("?") and q.get("sr") == "c" and q.get("sp") == "racwdl" and q.get("sig"),
+              "a container SAS query, racwdl, no leading ?", sas)
+        sts = "\n".join([q["sp"], "", q["se"], "/blob/%s/%s" % (d.s["blob_account"], p["containerName"]), "", "",
+                         "", q["sv"], "c", "", "", "", "", "", "", ""])
+        sig = base64.b64encode(hmac.new(base64.b64decode(AZURITE_KEY), sts.encode(), hashlib.sha256).digest()).decode()
+        check(q["sig"] == sig, "signed for the datastore's container", q)
+    finally:
+        d.config(datastore_secrets="AccountKey")
+    recs = [x for x in d.requests() if x["seq"] > since and x["op"] == "datastores.listSecrets"]
+    check(len(recs) == 4, "listSecrets is an op of its own in the request log", [x["op"] for x in d.requests()])
+    check(recs[0]["response"] == {"secretsType": "AccountKey", "key": "<redacted>"}, "the answer, redacted", recs[0])
+    with open(d.s["requests_log"]) as f:
+        log = f.read()
+    check(AZURITE_KEY not in log and sig not in log, "no account key or SAS signature in requests.jsonl")
+
+
+def _need_azurite(d):
+    if not d.s.get("blob_endpoint"):
+        raise Skip("no Azurite (set AML_DOUBLE_BLOB_ENDPOINT, or install it with tools/azurite.sh)")
+
+
+@test
+def input_missing_fails_at_preparing(d, tok):
+    _need_azurite(d)
+    for name, inp in (("in-missing-folder", {"jobInputType": "uri_folder", "mode": "ReadOnlyMount",
+                                             "uri": "azureml://datastores/workspaceblobstore/paths/no/such/dir/"}),
+                      ("in-missing-file", {"jobInputType": "uri_file", "mode": "Download",
+                                           "uri": "azureml://datastores/workspaceblobstore/paths/data/nope.csv"})):
+        b = job_body(d)
+        b["properties"]["inputs"]["data"] = inp
+        status_is(d.arm("PUT", "/jobs/" + name, b, token=tok), 201, "PUT " + name)
+        seen, _ = wait_status(d, tok, name, "Failed")
+        check(seen[-2:] == ["Preparing", "Failed"], "fails while Preparing", seen)
+        msg = d.job(name)["error"]["message"]
+        check("input 'data'" in msg and inp["uri"] in msg and "not found" in msg, "the error names input and URI",
+              msg)
+    b = job_body(d)
+    b["properties"]["inputs"]["data"] = {"jobInputType": "uri_file", "mode": "Download",
+                                         "uri": "azureml://datastores/workspaceblobstore/paths/data/train.csv"}
+    status_is(d.arm("PUT", "/jobs/in-present-file", b, token=tok), 201, "PUT with an existing uri_file")
+    wait_status(d, tok, "in-present-file", "Completed")
+
+
+TRAIN_PY = b"""import os, sys
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+assert world == 2 and os.environ["LOCAL_RANK"] == "0" and os.environ["NODE_RANK"] == str(rank), dict(os.environ)
+assert os.environ["MASTER_ADDR"] == "127.0.0.1" and os.environ["MASTER_PORT"].isdigit()
+assert os.environ["AZUREML_RUN_ID"] and os.environ["GREETING"] == "hej"
+from lib.util import shout
+data = open(sys.argv[1]).read()
+with open(os.path.join(sys.argv[2], "out-%d.txt" % rank), "w") as f:
+    f.write(shout(data) + " rank %d/%d" % (rank, world))
+if rank == 0:
+    open(sys.argv[3], "w").write("summary")
+print("rank %d done" % rank)
+"""
+
+
+def _snapshot(d, tok, name, files):
+    """Uploads files with startPendingUpload's SAS and registers a code version; returns its id."""
+    r = d.arm("POST", "/codes/%s/versions/1/startPendingUpload" % name,
+              {"pendingUploadType": "TemporaryBlobReference"}, token=tok)
+    ref = r.json["blobReferenceForConsumption"]
+    for rel, data in files.items():
+        st, body = _put_blob(ref["credential"]["sasUri"], "%s/%s" % (name, rel), data)
+        check(st == 201, "upload %s" % rel, (st, body[:200]))
+    r = d.arm("PUT", "/codes/%s/versions/1" % name, {"properties": {"codeUri": ref["blobUri"] + "/" + name}},
+              token=tok)
+    status_is(r, 201, "register code " + name)
+    return r.json["id"]
+
+
+def _exec_body(d, code_id, command, **over):
+    b = job_body(d, codeId=code_id, command=command, environmentVariables={"GREETING": "hej"},
+                 inputs={}, outputs={}, **over)
+    return b
+
+
+@test
+def executed_job(d, tok):
+    _need_azurite(d)
+    store, cont = _store(d), _ds_container(d)
+    check(store.put_bytes("exec/in/data.txt", b"hello", cont) is None, "upload the input")
+    code_id = _snapshot(d, tok, "exec-code", {"train.py": TRAIN_PY, "lib/__init__.py": b"",
+                                             "lib/util.py": b"def shout(s):\n    return s.upper()\n"})
+    b = _exec_body(d, code_id, "python3 train.py ${{inputs.data}} ${{outputs.result}} ${{outputs.summary}}")
+    p = b["properties"]
+    p["inputs"] = {"data": {"jobInputType": "uri_file", "mode": "ReadOnlyMount",
+                            "uri": "azureml://datastores/workspaceblobstore/paths/exec/in/data.txt"}}
+    p["outputs"] = {"result": {"jobOutputType": "uri_folder", "mode": "ReadWriteMount",
+                               "uri": "azureml://datastores/workspaceblobstore/paths/exec/out/"},
+                    "summary": {"jobOutputType": "uri_file", "mode": "Upload",
+                                "uri": "azureml://datastores/workspaceblobstore/paths/exec/summary.txt"}}
+    d.config(execute_jobs=True)
+    try:
+        status_is(d.arm("PUT", "/jobs/exec-ok", b, token=tok), 201, "PUT an executed job")
+    finally:
+        d.config(execute_jobs=False)
+    seen, _ = wait_status(d, tok, "exec-ok", "Completed", timeout=30)
+    log = d.std_log("exec-ok")
+    check("[rank 0] rank 0 done" in log and "[rank 1] rank 1 done" in log, "both ranks ran, lines prefixed", log)
+    for rank in (0, 1):
+        st, body = store.get_bytes("exec/out/out-%d.txt" % rank, cont)
+        check(st == 200 and body == b"HELLO rank %d/2" % rank, "output blob of rank %d" % rank, (st, body))
+    st, body = store.get_bytes("exec/summary.txt", cont)
+    check(st == 200 and body == b"summary", "the uri_file output is the blob <path>", (st, body))
+    check(not os.listdir(os.path.join(d.s["jobs_dir"], "exec-ok")) == [] and not any(
+        x.startswith("wd.") for x in os.listdir(os.path.join(d.s["jobs_dir"], "exec-ok"))),
+        "the working directory is removed", os.listdir(os.path.join(d.s["jobs_dir"], "exec-ok")))
+    # a job that only uses the default output path and a 40 MB output (Put Block + Put Block List)
+    big = _exec_body(d, code_id, "head -c 41943040 /dev/zero > ${{outputs.model}}/big.bin && echo ok",
+                     distribution=None, resources={"instanceCount": 1})
+    big["properties"]["outputs"] = {"model": {"jobOutputType": "uri_folder"}}
+    d.config(execute_jobs=True)
+    try:
+        status_is(d.arm("PUT", "/jobs/exec-big", big, token=tok), 201, "PUT")
+    finally:
+        d.config(execute_jobs=False)
+    wait_status(d, tok, "exec-big", "Completed", timeout=60)
+    names = store.list_blobs("azureml/exec-big/model/", cont, sizes=True)
+    check(names == [("azureml/exec-big/model/big.bin", 41943040)], "the default output path, 40 MB", names)
+
+
+@test
+def executed_job_fails(d, tok):
+    _need_azurite(d)
+    code_id = _snapshot(d, tok, "fail-code", {"run.sh": b"echo starting\necho 'bad things' >&2\nexit 3\n"})
+    b = _exec_body(d, code_id, "bash run.sh", distribution=None, resources={"instanceCount": 1})
+    d.config(execute_jobs=True)
+    try:
+        status_is(d.arm("PUT", "/jobs/exec-fail", b, token=tok), 201, "PUT")
+    finally:
+        d.config(execute_jobs=False)
+    wait_status(d, tok, "exec-fail", "Failed", timeout=20)
+    err = d.job("exec-fail")["error"]
+    check("status code 3" in err["message"] and "bad things" in err["message"], "exit status and stderr tail", err)
+    check("starting" in d.std_log("exec-fail"), "stdout in std_log.txt")
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(") ")[1][0] != "Z"
+    except OSError:
+        return False
+
+
+@test
+def executed_job_cancel_and_timeout(d, tok):
+    _need_azurite(d)
+    code_id = _snapshot(d, tok, "sleep-code", {"sleep.sh": b"sleep 60\n"})
+    d.config(execute_jobs=True)
+    try:
+        status_is(d.arm("PUT", "/jobs/exec-cancel", _exec_body(d, code_id, "bash sleep.sh"), token=tok), 201, "PUT")
+        status_is(d.arm("PUT", "/jobs/exec-timeout", _exec_body(
+            d, code_id, "bash sleep.sh", limits={"jobLimitsType": "Command", "timeout": "PT1S"}), token=tok), 201,
+            "PUT")
+    finally:
+        d.config(execute_jobs=False)
+    wait_status(d, tok, "exec-cancel", "Running", timeout=10)
+    deadline = time.time() + 10
+    while time.time() < deadline and len(d.job("exec-cancel")["run"]["pids"]) < 2:
+        time.sleep(0.1)
+    pids = d.job("exec-cancel")["run"]["pids"]
+    check(len(pids) == 2 and all(_alive(p) for p in pids), "2 processes running", pids)
+    time.sleep(1)
+    check(d.arm("GET", "/jobs/exec-cancel", token=tok).json["properties"]["status"] == "Running",
+          "still Running while the processes run")
+    status_is(d.arm("POST", "/jobs/exec-cancel/cancel", token=tok), 202, "cancel")
+    wait_status(d, tok, "exec-cancel", "Canceled", timeout=10)
+    deadline = time.time() + 5
+    while time.time() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    check(not any(_alive(p) for p in pids), "cancel killed the processes", pids)
+    wait_status(d, tok, "exec-timeout", "Canceled", timeout=15)
+    tpids = d.job("exec-timeout")["run"]["pids"]
+    deadline = time.time() + 5
+    while time.time() < deadline and any(_alive(p) for p in tpids):
+        time.sleep(0.1)
+    check(tpids and not any(_alive(p) for p in tpids), "limits.timeout killed the processes", tpids)
+    check("timeout" in d.job("exec-timeout")["error"]["message"], "a timeout error")
+
+
+@test
 def control_api(d, tok):
     check(d.ctl("GET", "health") == "ok\n", "health")
     check(d.ctl("GET", "settings")["url"] == d.url, "settings")
@@ -853,13 +1092,33 @@ def _ds_container(d, name="workspaceblobstore"):
     return d.s["datastore_containers"][name].rsplit("/", 1)[-1]
 
 
-def start_azurite():
+def find_azurite():
+    """azurite-blob: on PATH, else installed (or installed now) by tools/azurite.sh as double_lib.sh's
+    azurite_start does; None (with the reason printed) when it cannot be had."""
+    if shutil.which("azurite-blob"):
+        return shutil.which("azurite-blob")
+    root = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    try:
+        r = subprocess.run([os.path.join(root, "tools", "azurite.sh")], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        print("tools/azurite.sh failed (%s); the tests that need blob storage will be skipped" % e)
+        return None
+    path = r.stdout.decode().strip().splitlines()[-1] if r.stdout.strip() else ""
+    if r.returncode != 0 or not os.access(path, os.X_OK):
+        print("tools/azurite.sh could not install Azurite (exit %d: %s); the tests that need blob storage will "
+              "be skipped" % (r.returncode, r.stderr.decode(errors="replace").strip()[-500:]))
+        return None
+    return path
+
+
+def start_azurite(binary="azurite-blob"):
     """Azurite's blob service on a free port in a temporary directory: (proc, dir), endpoint."""
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0))
         port = sk.getsockname()[1]
     tmp = tempfile.mkdtemp(prefix="azurite.")
-    proc = subprocess.Popen(["azurite-blob", "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", tmp,
+    proc = subprocess.Popen([binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", tmp,
                              "--silent", "--disableTelemetry"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 20
@@ -884,8 +1143,10 @@ def main():
     verbose = "-v" in args
     extra, azurite = [], None
     endpoint = os.environ.get("AML_DOUBLE_BLOB_ENDPOINT")
-    if not endpoint and shutil.which("azurite-blob"):
-        azurite, endpoint = start_azurite()
+    if not endpoint and os.environ.get("AML_SELFTEST_NO_AZURITE") != "1":
+        binary = find_azurite()
+        if binary:
+            azurite, endpoint = start_azurite(binary)
     if endpoint:
         extra = ["--blob-endpoint", endpoint]
     d = Double.start(args=extra)

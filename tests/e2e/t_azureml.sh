@@ -294,17 +294,30 @@ L
     contains "$ERR" "examples/pytorch_ddp/azureml/Dockerfile"
 }
 
-test_remote_step_reading_local_data_is_refused_before_anything_runs() {
+# A Lua function step runs inside its job as `flow run --nodes`, which
+# receives parameters only: reading a dataset there, or reading here what
+# it makes there, is refused before anything runs (command steps move data:
+# t_hybrid.sh).
+test_lua_step_on_azureml_reading_data_is_refused_before_anything_runs() {
     start_aml
+    sed -i 's/^environment:.*/environment: {name: "flow-runtime:2", flow_installed: true}/' conf/prod/azureml.yml
+    sed -i 's/^compute:/dispatch: tagged\ncompute:/' conf/prod/azureml.yml
     write pipeline.lua <<'L'
 return pipeline{
   node{ func = function() return 1 end, outputs = "x", name = "make" },
-  node{ func = distributed_job<framework = "pytorch", nodes = 2>(flow.command{ "python", "t.py", "${inputs.x}" }),
-        inputs = "x", name = "train" },
+  node{ func = function(x) return x + 1 end, inputs = "x", outputs = "y", name = "train", tags = { "gpu" } },
 }
 L
     run_flow 2 run --env prod
-    contains "$ERR" "step 'train' (pipeline.lua:3) runs on Azure ML but reads 'x', which is on this machine"
+    contains "$ERR" "step 'train' (pipeline.lua:3) is a Lua function on Azure ML but reads 'x'"
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return 1 end, outputs = "x", name = "make", tags = { "gpu" } },
+  node{ func = function(x) return x + 1 end, inputs = "x", outputs = "y", name = "here" },
+}
+L
+    run_flow 2 run --env prod
+    contains "$ERR" "step 'here' (pipeline.lua:3) reads 'x', which Lua step 'make' makes inside an Azure ML job"
     equals "$(count_of jobs.put)" 0 "PUTs"
 }
 

@@ -221,7 +221,7 @@ return pipeline{
 }
 L
     run_flow 0 run --env prod -v
-    contains "$OUT" "got [1,2,3]"
+    contains "$OUT" "got [1, 2, 3]"
     contains "$(requests_of datastores.listSecrets)" '"status": 200'
     no_secrets
 }

@@ -377,6 +377,142 @@ static void test_body_from_file_range(void)
     result_free(&r);
 }
 
+/* ---- response headers, a body into a file, signing ----------------------- */
+
+struct seen {
+    bool called;
+    long status;
+    char *location, *request_id, *missing, *body;
+    uint64_t sink_written;
+    int attempts;
+};
+
+static void on_seen(void *arg, const struct http_response *r)
+{
+    struct seen *s = arg;
+    const char *loc = http_response_header(r, "LOCATION"), *rid = http_response_header(r, "x-ms-request-id");
+    *s = (struct seen){ .called = true, .status = r->status, .location = loc ? xstrdup(loc) : NULL,
+                        .request_id = rid ? xstrdup(rid) : NULL,
+                        .missing = http_response_header(r, "x-not-there") ? xstrdup("?") : NULL,
+                        .body = xstrndup(r->body, r->body_len), .sink_written = r->sink_written,
+                        .attempts = r->attempts };
+}
+
+static void seen_free(struct seen *s)
+{
+    free(s->location);
+    free(s->request_id);
+    free(s->missing);
+    free(s->body);
+    *s = (struct seen){ 0 };
+}
+
+static void run_seen(const struct http_request *req, struct seen *s)
+{
+    struct http_client *c = client(quick());
+    char err[256];
+    CHECK(http_send(c, req, on_seen, s, err, sizeof err) != NULL);
+    double until = monotonic_seconds() + 8;
+    while (!s->called && monotonic_seconds() < until) loop_run_once(g_loop, 0.05);
+    CHECK(s->called);
+    http_client_free(c);
+}
+
+static void test_response_header_lookup(void)
+{
+    char *u = url_a("/echo?key=hdr");
+    struct seen s = { 0 };
+    run_seen(&(struct http_request){ .method = "GET", .url = u }, &s);
+    CHECK(s.status == 200);
+    CHECK_STR(s.location, "https://127.0.0.1/somewhere/else");    /* any case */
+    CHECK(s.request_id && strncmp(s.request_id, "req-", 4) == 0);
+    CHECK(s.missing == NULL);
+    seen_free(&s);
+    free(u);
+}
+
+/* A 2xx body goes into the file at the offset, an error's into memory; the
+ * retry after a 503 writes from the offset again. */
+static void test_body_into_file(void)
+{
+    char *path = xasprintf("%s/sink.bin", g_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    CHECK(fd >= 0 && write_all(fd, "XXXXXXXXXX", 10) == 0);
+    char *u = url_a("/status/503?times=1&key=sink&body=busy");
+    struct seen s = { 0 };
+    run_seen(&(struct http_request){ .method = "GET", .url = u, .sink = true, .sink_fd = fd, .sink_offset = 5 }, &s);
+    CHECK(s.status == 200 && s.attempts == 2);
+    CHECK_STR(s.body, "");
+    size_t len;
+    char *text = read_file(path, &len);
+    CHECK(text && len == 5 + s.sink_written && strncmp(text, "XXXXX{", 6) == 0);
+    cJSON *echo = text ? cJSON_Parse(text + 5) : NULL;
+    CHECK(json_num(echo, "hit") == 2);
+    cJSON_Delete(echo);
+    free(text);
+    seen_free(&s);
+    free(u);
+
+    u = url_a("/status/404?body=nope");
+    run_seen(&(struct http_request){ .method = "GET", .url = u, .sink = true, .sink_fd = fd }, &s);
+    CHECK(s.status == 404 && s.sink_written == 0);
+    CHECK_STR(s.body, "nope");
+    text = read_file(path, &len);
+    CHECK(text && strncmp(text, "XXXXX{", 6) == 0);         /* untouched */
+    free(text);
+    seen_free(&s);
+    free(u);
+    close(fd);
+    free(path);
+}
+
+static int g_signs;
+
+/* Signs with the attempt's own client request id, as Shared Key does. */
+static char *sign_echo(void *ctx, const char *method, const char *url, const char *const *headers,
+                       uint64_t content_length)
+{
+    (void)ctx;
+    g_signs++;
+    CHECK_STR(method, "PUT");
+    CHECK_CONTAINS(url, "key=sign");
+    CHECK(content_length == 3);
+    for (size_t i = 0; headers[i]; i++)
+        if (strncmp(headers[i], "x-ms-client-request-id: ", 24) == 0)
+            return xasprintf("X-Signed: %s\nX-Also: 1", headers[i] + 24);
+    return NULL;
+}
+
+static char *sign_refuse(void *ctx, const char *method, const char *url, const char *const *headers,
+                         uint64_t content_length)
+{
+    (void)ctx, (void)method, (void)url, (void)headers, (void)content_length;
+    return NULL;
+}
+
+static void test_sign_each_attempt(void)
+{
+    g_signs = 0;
+    char *u = url_a("/status/503?times=1&key=sign");
+    struct result r = { 0 };
+    fetch(quick(), &(struct http_request){ .method = "PUT", .url = u, .body = "abc", .body_len = 3,
+                                           .sign = sign_echo }, &r);
+    CHECK(r.status == 200 && r.attempts == 2 && g_signs == 2);
+    cJSON *echo = cJSON_Parse(r.body);
+    CHECK_STR(echoed_header(echo, "x-signed"), r.client_request_id);
+    CHECK_STR(echoed_header(echo, "x-also"), "1");
+    cJSON_Delete(echo);
+    result_free(&r);
+
+    struct http_client *c = client(quick());
+    char err[256];
+    CHECK(http_send(c, &(struct http_request){ .method = "PUT", .url = u, .sign = sign_refuse }, on_done, &r, err,
+                    sizeof err) == NULL);
+    CHECK_CONTAINS(err, "cannot sign");
+    http_client_free(c);
+    free(u);
+}
+
 /* ---- the retry policy -------------------------------------------------- */
 
 static void test_429_waits_retry_after(void)
@@ -964,6 +1100,9 @@ int main(void)
     RUN(test_put_json_body);
     RUN(test_methods_without_body);
     RUN(test_body_from_file_range);
+    RUN(test_response_header_lookup);
+    RUN(test_body_into_file);
+    RUN(test_sign_each_attempt);
     RUN(test_429_waits_retry_after);
     RUN(test_retry_after_forms);
     RUN(test_503_backoff_then_success);
