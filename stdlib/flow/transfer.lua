@@ -83,6 +83,40 @@ function Run:bind_inputs(n, mode, fail)
   return bindings
 end
 
+-- Dataset d, a reference to a datastore path, made a file or folder here:
+-- for a step here that reads what a job made when the job's step was up to
+-- date from a run in which nothing here read it (so it stayed remote).  One
+-- download per dataset and run; a second reader waits for the first.
+function Run:localize(d)
+  local v = self.values[d]
+  local ok, value = pcall(self.value_of, self, d)
+  local ref = ok and remote_ref(value)
+  if not ref then return end
+  self.localizing = self.localizing or {}
+  while self.localizing[d] do require("flow.proc").sleep(0.05) end
+  if self.values[d] ~= v then return end           -- the other reader brought it
+  self.localizing[d] = true
+  local dest = string.format("%s/%s/%s", M.DOWNLOADS, ref.job, core.safe_name(d))
+  local r, why = self.aml:transfer { op = "download", datastore = settings(self).datastore,
+                                    blob = ref.azureml:match("^azureml://datastores/[^/]+/paths/(.*)$"),
+                                    path = dest, folder = ref.type ~= "uri_file",
+                                    label = string.format("dataset '%s'", d) }
+  if r then
+    local final = self:final_path(self.cat:entry(d), d)
+    ok, why = pcall(cache.commit, dest, final)
+    if ok then
+      local h, herr = self.hc:file(final)
+      if h then self.values[d] = { path = final, hash = h, uri = ref.azureml, uri_type = ref.type }
+      else why = herr end
+    end
+    core.remove_tree(M.DOWNLOADS .. "/" .. ref.job)
+  end
+  self.localizing[d] = nil
+  if self.values[d] == v then
+    error(step_failure { message = string.format("cannot bring '%s' here from Azure ML: %s", d, tostring(why)) })
+  end
+end
+
 -- The kind of output d is on Azure ML: a file for the catalog's file-like
 -- types, else a folder (a command's untyped output is a directory there).
 local function output_type(e)

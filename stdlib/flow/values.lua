@@ -45,6 +45,7 @@ function Run:input_value(n, io)
   local key = dag.is_param_input(io.dataset)
   if key == true then return self.params end
   if key then return params_mod.get(self.settings, key) end
+  if self.aml and not self.remote[self.index[n]] then self:localize(io.dataset) end   -- a job's, left remote
   local ok, v = pcall(self.value_of, self, io.dataset)
   if not ok then error(step_failure { message = string.format("step '%s': %s", n.name, tostring(v)) }) end
   return v
@@ -53,6 +54,7 @@ end
 -- The path a command receives for input dataset `d`: a file on disk, or a
 -- Lua value written out now (once per run) as JSON, or as text if a string.
 function Run:input_path(d)
+  if self.aml then self:localize(d) end
   local v = self.values[d]
   if v.path then return v.path end
   local value = self:value_of(d)

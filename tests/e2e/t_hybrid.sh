@@ -150,6 +150,11 @@ L
     test ! -e .flow/data/half || { echo "'half' was downloaded"; return 1; }
     second=$(requests_of jobs.put | grep '"displayName": "second"')
     contains "$second" '/runs/flow-first-' "the second job's input binding"
+    # a step here that reads it later brings it here; the job is not run again
+    sed -i 's/^}$/  node{ command = "cp ${inputs.half}\/n ${outputs.h}", inputs = "half", outputs = "h", name = "later" },\n}/' pipeline.lua
+    run_flow 0 run --env prod
+    equals "$(cat .flow/data/h)" 21 "the later step's copy"
+    equals "$(count_of jobs.put)" 2 "PUTs"
 }
 
 # Killed while uploading, then --resume: what had gone up is not sent again.

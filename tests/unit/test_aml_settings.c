@@ -1,6 +1,7 @@
 /* test_aml_settings.c — azureml.yml checked and typed (engine/azureml/settings.c)
  * and the duration rule it shares with node{timeout =} (engine/duration.c). */
 #include "check.h"
+#include "azureml/datastore.h"
 #include "azureml/settings.h"
 #include "duration.h"
 #include "util.h"
@@ -120,6 +121,16 @@ static void test_errors(void)
         { BASE "compute: c\nenvironment: e:1\napi_version: latest\n", "api_version must be a date" },
         { BASE "compute: c\nenvironment: {name: e:1, flow: true}\n", "unknown key 'flow' in environment" },
         { BASE "compute: c\nenvironment: e:1\nenvironment_variables: {1X: a}\n", "'1X' is not a variable name" },
+        { BASE "compute: c\nenvironment: e:1\nblob_endpoint: http://blob.example.com/acct\n",
+          "conf/prod/azureml.yml:7: blob_endpoint must be an https:// URL (http:// only to this machine" },
+        { BASE "compute: c\nenvironment: e:1\nblob_endpoint: http://127.0.0.1.evil.com/x\n",
+          "blob_endpoint must be an https:// URL" },
+        { BASE "compute: c\nenvironment: e:1\ninput_mode: ReadWriteMount\n",
+          "conf/prod/azureml.yml:7: input_mode must be ReadOnlyMount or Download, got \"ReadWriteMount\"" },
+        { BASE "compute: c\nenvironment: e:1\noutput_mode: Download\n",
+          "conf/prod/azureml.yml:7: output_mode must be ReadWriteMount or Upload, got \"Download\"" },
+        { BASE "compute: c\nenvironment: e:1\ndatastore: my.store\n",
+          "conf/prod/azureml.yml:7: datastore \"my.store\" is not a valid Azure ML name" },
         { BASE "compute: params:cluter\nenvironment: e:1\n",
           "compute is \"params:cluter\" but there is no parameter 'cluter' (did you mean 'cluster'?)" },
     };
@@ -186,6 +197,38 @@ static void test_durations(void)
     CHECK_STR(buf, "P1D");
 }
 
+/* Where data crosses: the datastore, its endpoint, and how jobs get it. */
+static void test_data_settings(void)
+{
+    struct aml_settings s;
+    char err[512] = "";
+    CHECK(load(BASE "compute: c\nenvironment: e:1\n", NULL, &s, err, sizeof err) == 0);
+    CHECK_STR(s.datastore, "workspaceblobstore");
+    CHECK(s.blob_endpoint == NULL);
+    CHECK_STR(s.input_mode, "ReadOnlyMount");
+    CHECK_STR(s.output_mode, "ReadWriteMount");
+    aml_settings_free(&s);
+    CHECK(load(BASE "compute: c\nenvironment: e:1\ndatastore: training_data\n"
+               "blob_endpoint: http://127.0.0.1:10000/devstoreaccount1/\ninput_mode: Download\noutput_mode: Upload\n",
+               NULL, &s, err, sizeof err) == 0);
+    CHECK_STR(s.datastore, "training_data");
+    CHECK_STR(s.blob_endpoint, "http://127.0.0.1:10000/devstoreaccount1");
+    CHECK_STR(s.input_mode, "Download");
+    CHECK_STR(s.output_mode, "Upload");
+    aml_settings_free(&s);
+    CHECK(load(BASE "compute: c\nenvironment: e:1\nblob_endpoint: https://acct.blob.core.chinacloudapi.cn\n",
+               NULL, &s, err, sizeof err) == 0);
+    CHECK_STR(s.blob_endpoint, "https://acct.blob.core.chinacloudapi.cn");
+    aml_settings_free(&s);
+    /* the container's URL: the datastore's account and endpoint, unless blob_endpoint replaces them */
+    char *url = aml_datastore_container_url(NULL, "https", "acct", "core.windows.net", "c1");
+    CHECK_STR(url, "https://acct.blob.core.windows.net/c1");
+    free(url);
+    url = aml_datastore_container_url("http://127.0.0.1:10000/devstoreaccount1", "https", "acct", "core.windows.net", "c1");
+    CHECK_STR(url, "http://127.0.0.1:10000/devstoreaccount1/c1");
+    free(url);
+}
+
 static void test_names(void)
 {
     CHECK(aml_valid_name("flow-train_01"));
@@ -202,6 +245,7 @@ int main(void)
     RUN(test_errors);
     RUN(test_params_and_environment);
     RUN(test_durations);
+    RUN(test_data_settings);
     RUN(test_names);
     return CHECK_DONE("aml_settings");
 }
