@@ -3,6 +3,7 @@
 
 #include "azureml/arm.h"
 #include "azureml/client.h"
+#include "azureml/shared.h"
 #include "azureml/snapshot.h"
 #include "ui.h"
 #include "util.h"
@@ -43,18 +44,8 @@ struct scan_job {
     atomic_bool stop;
 };
 
-struct code_wait {
-    struct step_wait wait;          /* first: the wait is the waiter */
-    struct loop *loop;
-    struct aml_code *code;          /* NULL once cancelled */
-    step_wait_done_fn done;
-    void *arg;
-    struct code_wait *next;         /* in code->waiters until delivered */
-    unsigned long timer;
-    bool delivered;
-};
-
 struct aml_code {
+    struct shared_result result;    /* first: a waiter's result is the code */
     struct aml_client *client;
     enum code_phase phase;
     struct scan_job *scan;          /* while it runs */
@@ -67,75 +58,18 @@ struct aml_code {
     size_t *blocks_left;            /* per file: blocks not yet in */
     uint64_t bytes_done;
     double last_progress;
-    struct code_wait *waiters;
 };
 
 static void code_set_error(struct aml_code *code, const char *fmt, const char *detail);
 static void upload_more(struct aml_code *code);
-
-/* ---- waiters ------------------------------------------------------------ */
-
-static void deliver(void *arg)
-{
-    struct code_wait *w = arg;
-    w->timer = 0;
-    w->delivered = true;
-    w->done(&w->wait, w->arg);
-}
-
-/* Every waiter learns the result, each from a loop turn of its own. */
-static void settle(struct aml_code *code)
-{
-    struct code_wait *w = code->waiters;
-    code->waiters = NULL;
-    while (w) {
-        struct code_wait *next = w->next;
-        w->next = NULL;
-        w->timer = loop_add_timer(w->loop, 0, deliver, w);
-        w = next;
-    }
-}
 
 static void code_set_error(struct aml_code *code, const char *fmt, const char *detail)
 {
     free(code->error);
     code->error = xasprintf(fmt, detail);
     code->phase = C_FAILED;
-    settle(code);
+    shared_settle(&code->result);
 }
-
-static void unlist(struct code_wait *w)
-{
-    if (!w->code) return;
-    for (struct code_wait **p = &w->code->waiters; *p; p = &(*p)->next)
-        if (*p == w) {
-            *p = w->next;
-            break;
-        }
-}
-
-/* The snapshot is shared by the run's steps: cancelling one step's wait
- * stops only that wait (its result comes at once: cancelled). */
-static void wait_cancel(struct step_wait *sw, enum cancel_mode mode)
-{
-    (void)mode;
-    struct code_wait *w = (struct code_wait *)sw;
-    if (w->delivered || w->timer) return;
-    unlist(w);
-    w->code = NULL;
-    w->timer = loop_add_timer(w->loop, 0, deliver, w);
-}
-
-static void wait_free(struct step_wait *sw)
-{
-    struct code_wait *w = (struct code_wait *)sw;
-    step_wait_detach(sw);
-    unlist(w);
-    if (w->timer) loop_cancel_timer(w->loop, w->timer);
-    free(w);
-}
-
-static const struct step_wait_ops code_wait_ops = { "azureml code", wait_cancel, wait_free };
 
 /* ---- the steps: scan, lookup, pending upload, blobs, metadata, register -- */
 
@@ -247,7 +181,7 @@ static void on_registered(void *arg, const struct http_response *resp)
         return;
     }
     code->phase = C_READY;
-    settle(code);
+    shared_settle(&code->result);
 }
 
 static void register_version(struct aml_code *code)
@@ -285,7 +219,7 @@ static void on_lookup(void *arg, const struct http_response *resp)
     if (code->id) {                          /* the same files are registered already */
         code->phase = C_READY;
         if (ui_level() >= UI_VERBOSE) ui_info("azureml: code snapshot %.12s… already registered", code->hash);
-        settle(code);
+        shared_settle(&code->result);
         return;
     }
     start_upload(code);
@@ -553,32 +487,24 @@ struct step_wait *aml_code_wait(struct aml_client *c, const char *root, step_wai
 {
     if (!c->code) {
         c->code = xcalloc(1, sizeof *c->code);
+        c->code->result.loop = c->loop;
         c->code->client = c;
         start_scan(c->code, root);
     }
-    struct aml_code *code = c->code;
-    struct code_wait *w = xcalloc(1, sizeof *w);
-    step_wait_init(&w->wait, &code_wait_ops);
-    *w = (struct code_wait){ .wait = w->wait, .loop = c->loop, .code = code, .done = done, .arg = arg };
-    if (code->phase == C_READY || code->phase == C_FAILED) w->timer = loop_add_timer(c->loop, 0, deliver, w);
-    else {
-        w->next = code->waiters;
-        code->waiters = w;
-    }
-    return &w->wait;
+    return shared_wait(&c->code->result, "azureml code", done, arg);
 }
 
-const char *aml_code_wait_id(const struct step_wait *sw)
+const char *aml_code_wait_id(const struct step_wait *w)
 {
-    const struct code_wait *w = (const struct code_wait *)sw;
-    return w->code && w->code->phase == C_READY ? w->code->id : NULL;
+    const struct aml_code *code = (const struct aml_code *)shared_wait_result(w);
+    return code && code->phase == C_READY ? code->id : NULL;
 }
 
-const char *aml_code_wait_error(const struct step_wait *sw)
+const char *aml_code_wait_error(const struct step_wait *w)
 {
-    const struct code_wait *w = (const struct code_wait *)sw;
-    if (!w->code) return "cancelled";
-    return w->code->phase == C_FAILED ? w->code->error : NULL;
+    const struct aml_code *code = (const struct aml_code *)shared_wait_result(w);
+    if (!code) return "cancelled";
+    return code->phase == C_FAILED ? code->error : NULL;
 }
 
 void aml_code_free(struct aml_code *code)
@@ -588,7 +514,7 @@ void aml_code_free(struct aml_code *code)
         code->scan->code = NULL;
         atomic_store(&code->scan->stop, true);
     }
-    for (struct code_wait *w = code->waiters; w; w = w->next) w->code = NULL;
+    shared_abandon(&code->result);
     snapshot_free(&code->snap);
     wipe_free(code->sas);                       /* a SAS is a credential */
     char **strings[] = { &code->name, &code->version, &code->container, &code->blob_uri, &code->id,

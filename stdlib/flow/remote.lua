@@ -96,8 +96,8 @@ local function check_data(nodes, remote, cat)
             .. "then cross as files), or run it here", io.dataset, n.name)
         elseif from and remote[from] and nodes[from].kind == "func" then
           step_error(n, "reads '%s', which Lua step '%s' makes inside an Azure ML job, where its values stay; "
-            .. "make that step a command that writes ${outputs.%s}, or run it here", io.dataset, nodes[from].name,
-            io.dataset)
+            .. "make that step a command that writes its output's path (${outputs.<name>}), or run it here",
+            io.dataset, nodes[from].name)
         end
         if not remote[i] then local_need[io.dataset] = true end
       end
@@ -110,6 +110,11 @@ local function check_data(nodes, remote, cat)
         local e = cat and cat:entry(io.dataset)
         -- a local step reads it, or the catalog keeps it here
         remote[i].downloads[io.dataset] = local_need[io.dataset] or (e and e.type ~= "memory") or false
+        if n.kind == "func" and remote[i].downloads[io.dataset] then
+          step_error(n, "is a Lua function on Azure ML, where its values stay, but its output '%s' is a %s "
+            .. "catalog entry here; make it a command that writes ${outputs.%s}, or run it here", io.dataset,
+            e.type, io.arg)
+        end
       end
     end
   end
