@@ -283,22 +283,54 @@ static int l_environment_id(lua_State *L)
     return 2;
 }
 
-/* ---- run_job ------------------------------------------------------------ */
+/* ---- waiting: what run_job, code_id and transfer share ------------------- */
 
-/* The job a step waits on, owned by a userdata on the step's stack: its
- * __gc frees a wait the step never woke from (the step was dropped). */
-struct job_box {
+/* A wait of a binding, owned by a userdata on the caller's stack (its __gc
+ * frees a wait the step never woke from: the step was dropped).  First in
+ * each box, so the box is the wait's callback argument. */
+struct wait_box {
     struct step_wait *wait;
     lua_State *co;              /* the step's coroutine, or NULL when blocking */
     bool done;
+};
+
+static void box_done(struct step_wait *w, void *arg)
+{
+    struct wait_box *b = arg;
+    b->done = true;
+    if (b->co) flow_step_wake(b->co, w);          /* last: the step may drop the box */
+}
+
+/* Waits on b->wait, then continues with k: yields on a step's coroutine,
+ * else drives the loop (Ctrl-C cancels the wait). */
+static int box_await(lua_State *L, struct wait_box *b, lua_KFunction k)
+{
+    b->done = false;
+    if (b->co) {
+        flow_step_wait(L, b->wait);
+        return lua_yieldk(L, 0, (lua_KContext)b, k);
+    }
+    step_wait_block(flow_state_loop(L), b->wait, &b->done);
+    return k(L, LUA_OK, (lua_KContext)b);
+}
+
+static void box_release(struct wait_box *b)
+{
+    step_wait_free(b->wait);
+    b->wait = NULL;
+}
+
+/* ---- run_job ------------------------------------------------------------ */
+
+struct job_box {
+    struct wait_box w;
     char *step;
 };
 
 static int job_gc(lua_State *L)
 {
     struct job_box *b = luaL_checkudata(L, 1, JOB_CLASS);
-    step_wait_free(b->wait);
-    b->wait = NULL;
+    box_release(&b->w);
     free(b->step);
     b->step = NULL;
     return 0;
@@ -312,15 +344,10 @@ static void job_event(void *arg, const struct aml_job_info *info)
                 info->studio_url ? " — " : "", info->studio_url ? info->studio_url : "");
 }
 
-static void job_done(struct step_wait *w, void *arg)
+static int job_continue(lua_State *L, int status, lua_KContext ctx)
 {
-    struct job_box *b = arg;
-    b->done = true;
-    if (b->co) flow_step_wake(b->co, w);          /* last: the step may drop the box */
-}
-
-static int push_job_result(lua_State *L, struct job_box *b)
-{
+    (void)status;
+    struct wait_box *b = (struct wait_box *)ctx;
     const struct aml_job_info *info = aml_job_wait_info(b->wait);
     lua_createtable(L, 0, 8);
     set_field_string(L, "name", info->name);
@@ -332,15 +359,8 @@ static int push_job_result(lua_State *L, struct job_box *b)
     set_bool(L, "detached", info->detached);
     set_bool(L, "timed_out", info->timed_out);
     set_bool(L, "ok", info->status && strcmp(info->status, "Completed") == 0);
-    step_wait_free(b->wait);
-    b->wait = NULL;
+    box_release(b);
     return 1;
-}
-
-static int job_continue(lua_State *L, int status, lua_KContext ctx)
-{
-    (void)status;
-    return push_job_result(L, (struct job_box *)ctx);
 }
 
 static int int_field(lua_State *L, int t, const char *key)
@@ -496,29 +516,27 @@ static int l_run_job(lua_State *L)
     char *body = attach_only ? NULL : build_body(L, client, 2);
     lua_settop(L, box);
     b->step = xstrdup(step);
-    b->co = flow_step_can_yield(L) ? L : NULL;
+    b->w.co = flow_step_can_yield(L) ? L : NULL;
     char err[1024];
-    b->wait = peek ? aml_job_peek(client, name, job_done, b, err, sizeof err)
-              : cancel ? aml_job_cancel_existing(client, name, job_event, job_done, b, err, sizeof err)
-                       : aml_job_start(client, name, body, job_event, job_done, b, err, sizeof err);
+    struct step_wait *w = peek ? aml_job_peek(client, name, box_done, b, err, sizeof err)
+                          : cancel ? aml_job_cancel_existing(client, name, job_event, box_done, b, err, sizeof err)
+                                   : aml_job_start(client, name, body, job_event, box_done, b, err, sizeof err);
     free(body);
-    if (!b->wait) {
+    if (!w) {
         lua_pushnil(L);
         lua_pushstring(L, err);
         return 2;
     }
+    b->w.wait = w;
     double deadline = flow_step_deadline(L);
-    if (deadline > 0 && !peek) aml_job_set_deadline(b->wait, deadline);
-    if (b->co) {
-        flow_step_wait(L, b->wait);
-        return lua_yieldk(L, 0, (lua_KContext)b, job_continue);
-    }
-    step_wait_block(flow_state_loop(L), b->wait, &b->done);
-    return push_job_result(L, b);
+    if (deadline > 0 && !peek) aml_job_set_deadline(w, deadline);
+    return box_await(L, &b->w, job_continue);
 }
 
-static int push_code_result(lua_State *L, struct job_box *b)
+static int code_continue(lua_State *L, int status, lua_KContext ctx)
 {
+    (void)status;
+    struct wait_box *b = (struct wait_box *)ctx;
     const char *id = aml_code_wait_id(b->wait);
     int n = 1;
     if (id) lua_pushstring(L, id);
@@ -528,15 +546,8 @@ static int push_code_result(lua_State *L, struct job_box *b)
         lua_pushstring(L, err ? err : "the code snapshot was not made");
         n = 2;
     }
-    step_wait_free(b->wait);
-    b->wait = NULL;
+    box_release(b);
     return n;
-}
-
-static int code_continue(lua_State *L, int status, lua_KContext ctx)
-{
-    (void)status;
-    return push_code_result(L, (struct job_box *)ctx);
 }
 
 /* code_id(root) -> the ARM id of the run's code asset | nil, why.  The first
@@ -549,14 +560,9 @@ static int l_code_id(lua_State *L)
     struct job_box *b = lua_newuserdatauv(L, sizeof *b, 0);
     memset(b, 0, sizeof *b);
     luaL_setmetatable(L, JOB_CLASS);
-    b->co = flow_step_can_yield(L) ? L : NULL;
-    b->wait = aml_code_wait(client, root, job_done, b);
-    if (b->co) {
-        flow_step_wait(L, b->wait);
-        return lua_yieldk(L, 0, (lua_KContext)b, code_continue);
-    }
-    step_wait_block(flow_state_loop(L), b->wait, &b->done);
-    return push_code_result(L, b);
+    b->w.co = flow_step_can_yield(L) ? L : NULL;
+    b->w.wait = aml_code_wait(client, root, box_done, b);
+    return box_await(L, &b->w, code_continue);
 }
 
 
@@ -565,13 +571,11 @@ static int l_code_id(lua_State *L)
 #define TRANSFER_CLASS "flow.azureml.transfer"
 #define TRANSFER_PROGRESS_MIN (32ull << 20)    /* a progress line for transfers this large */
 
-/* One upload or download, owned by a userdata on the step's stack (its __gc
- * frees a wait the step never woke from).  Two waits in turn: the
- * datastore's container, then the transfer itself. */
+/* One upload or download.  Two waits in turn: the datastore's container,
+ * then the transfer itself. */
 struct transfer_box {
-    struct step_wait *wait;
-    lua_State *co;              /* the step's coroutine, or NULL when blocking */
-    bool done, upload, folder;
+    struct wait_box w;
+    bool upload, folder;
     char *label;                /* "input 'train_set'": what a message is about */
     char *step;                 /* the step's name, or NULL */
     char *path, *blob;
@@ -581,21 +585,13 @@ struct transfer_box {
 static int transfer_gc(lua_State *L)
 {
     struct transfer_box *b = luaL_checkudata(L, 1, TRANSFER_CLASS);
-    step_wait_free(b->wait);
-    b->wait = NULL;
+    box_release(&b->w);
     free(b->label);
     free(b->step);
     free(b->path);
     free(b->blob);
     b->label = b->step = b->path = b->blob = NULL;
     return 0;
-}
-
-static void transfer_done(struct step_wait *w, void *arg)
-{
-    struct transfer_box *b = arg;
-    b->done = true;
-    if (b->co) flow_step_wake(b->co, w);          /* last: the step may drop the box */
 }
 
 /* Large transfers show their bytes and rate now and then (the live display
@@ -615,25 +611,11 @@ static void transfer_progress(void *arg, const struct blob_progress *p)
             p->files_done, p->files_total, secs > 0 ? ", " : "", secs > 0 ? (double)p->bytes_sent / 1e6 / secs : 0);
 }
 
-/* Waits on b->wait: yields on a step's coroutine (continuing with k), else
- * drives the loop. */
-static int transfer_await(lua_State *L, struct transfer_box *b, lua_KFunction k)
-{
-    b->done = false;
-    if (b->co) {
-        flow_step_wait(L, b->wait);
-        return lua_yieldk(L, 0, (lua_KContext)b, k);
-    }
-    step_wait_block(flow_state_loop(L), b->wait, &b->done);
-    return k(L, LUA_OK, (lua_KContext)b);
-}
-
 static int transfer_fail(lua_State *L, struct transfer_box *b, const char *why)
 {
     lua_pushnil(L);
     lua_pushfstring(L, "%s: %s", b->label, why);
-    step_wait_free(b->wait);
-    b->wait = NULL;
+    box_release(&b->w);
     return 2;
 }
 
@@ -641,9 +623,9 @@ static int transfer_finished(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
     struct transfer_box *b = (struct transfer_box *)ctx;
-    const char *err = blob_wait_error(b->wait);
+    const char *err = blob_wait_error(b->w.wait);
     if (err) return transfer_fail(L, b, err);
-    const struct blob_progress *p = blob_wait_progress(b->wait);
+    const struct blob_progress *p = blob_wait_progress(b->w.wait);
     lua_createtable(L, 0, 4);
     lua_pushinteger(L, (lua_Integer)p->bytes_total);
     lua_setfield(L, -2, "bytes");
@@ -653,8 +635,7 @@ static int transfer_finished(lua_State *L, int status, lua_KContext ctx)
     lua_setfield(L, -2, "files");
     lua_pushinteger(L, (lua_Integer)p->files_skipped);
     lua_setfield(L, -2, "files_skipped");
-    step_wait_free(b->wait);
-    b->wait = NULL;
+    box_release(&b->w);
     return 1;
 }
 
@@ -662,13 +643,13 @@ static int transfer_with_container(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
     struct transfer_box *b = (struct transfer_box *)ctx;
-    struct blob_container *c = aml_datastore_wait_container(b->wait);
-    if (!c) return transfer_fail(L, b, aml_datastore_wait_error(b->wait));
-    step_wait_free(b->wait);
+    struct blob_container *c = aml_datastore_wait_container(b->w.wait);
+    if (!c) return transfer_fail(L, b, aml_datastore_wait_error(b->w.wait));
+    box_release(&b->w);
     b->started = b->last_progress = monotonic_seconds();
-    b->wait = b->upload ? blob_upload(c, b->path, b->blob, transfer_progress, transfer_done, b)
-                        : blob_download(c, b->blob, b->folder, b->path, transfer_progress, transfer_done, b);
-    return transfer_await(L, b, transfer_finished);
+    b->w.wait = b->upload ? blob_upload(c, b->path, b->blob, transfer_progress, box_done, b)
+                          : blob_download(c, b->blob, b->folder, b->path, transfer_progress, box_done, b);
+    return box_await(L, &b->w, transfer_finished);
 }
 
 /* transfer{op = "upload"|"download", datastore =, blob =, path =, folder =, step =, label =}
@@ -690,12 +671,12 @@ static int l_transfer(lua_State *L)
     struct transfer_box *b = lua_newuserdatauv(L, sizeof *b, 0);
     memset(b, 0, sizeof *b);
     luaL_setmetatable(L, TRANSFER_CLASS);
-    *b = (struct transfer_box){ .co = flow_step_can_yield(L) ? L : NULL, .upload = strcmp(op, "upload") == 0,
+    *b = (struct transfer_box){ .w.co = flow_step_can_yield(L) ? L : NULL, .upload = strcmp(op, "upload") == 0,
                                 .folder = folder, .label = xstrdup(label ? label : "azureml"),
                                 .step = step ? xstrdup(step) : NULL, .path = xstrdup(path),
                                 .blob = xstrdup(blob) };
-    b->wait = aml_datastore_wait(client, ds, transfer_done, b);
-    return transfer_await(L, b, transfer_with_container);
+    b->w.wait = aml_datastore_wait(client, ds, box_done, b);
+    return box_await(L, &b->w, transfer_with_container);
 }
 
 static const luaL_Reg client_methods[] = {

@@ -30,12 +30,6 @@ static void datastore_fail(struct aml_datastore *d, const char *fmt, const char 
     shared_settle(&d->result);
 }
 
-static const char *json_string(const cJSON *obj, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    return cJSON_IsString(v) && *v->valuestring ? v->valuestring : NULL;
-}
-
 static bool answered(struct aml_datastore *d, const struct http_response *resp, const char *what)
 {
     d->call = NULL;
@@ -55,10 +49,10 @@ static void on_secrets(void *arg, const struct http_response *resp)
     struct aml_datastore *d = arg;
     if (!answered(d, resp, "cannot read its credentials (listSecrets)")) return;
     cJSON *root = cJSON_ParseWithLength(resp->body, resp->body_len);
-    const char *type = json_string(root, "secretsType");
+    const char *type = http_json_string(root, "secretsType");
     struct blob_container_spec spec = { .url = d->url, .account = d->account };
-    if (type && strcmp(type, "AccountKey") == 0) spec.key = json_string(root, "key");
-    else if (type && strcmp(type, "Sas") == 0) spec.sas = json_string(root, "sasToken");
+    if (type && strcmp(type, "AccountKey") == 0) spec.key = http_json_string(root, "key");
+    else if (type && strcmp(type, "Sas") == 0) spec.sas = http_json_string(root, "sasToken");
     if (!spec.key && !spec.sas) {
         char detail[256];
         snprintf(detail, sizeof detail, "its credentials are of type %s; flow reads and writes datastores "
@@ -83,10 +77,10 @@ static void on_datastore(void *arg, const struct http_response *resp)
     if (!answered(d, resp, "cannot read it")) return;
     cJSON *root = cJSON_ParseWithLength(resp->body, resp->body_len);
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "properties");
-    const char *type = json_string(p, "datastoreType");
-    const char *account = json_string(p, "accountName"), *container = json_string(p, "containerName");
+    const char *type = http_json_string(p, "datastoreType");
+    const char *account = http_json_string(p, "accountName"), *container = http_json_string(p, "containerName");
     const cJSON *creds = cJSON_GetObjectItemCaseSensitive(p, "credentials");
-    const char *cred_type = json_string(creds, "credentialsType");
+    const char *cred_type = http_json_string(creds, "credentialsType");
     if (!type || strcmp(type, "AzureBlob") != 0) {
         datastore_fail(d, "datastore '%s' is %s; flow moves data through Azure Blob datastores "
                        "(set azureml.yml datastore: to one)", type ? type : "of an unknown type");
@@ -96,7 +90,7 @@ static void on_datastore(void *arg, const struct http_response *resp)
         datastore_fail(d, "datastore '%s': %s", "it is identity-based (credentialsType None); flow reads and "
                        "writes datastores with an account key or a SAS token: register it with one");
     } else {
-        const char *protocol = json_string(p, "protocol"), *endpoint = json_string(p, "endpoint");
+        const char *protocol = http_json_string(p, "protocol"), *endpoint = http_json_string(p, "endpoint");
         d->account = xstrdup(account);
         d->url = aml_datastore_container_url(d->client->settings->blob_endpoint, protocol, account, endpoint,
                                              container);

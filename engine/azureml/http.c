@@ -1154,7 +1154,7 @@ static const char *reason_phrase(long status)
     return "unexpected answer";
 }
 
-static const char *json_string(const cJSON *obj, const char *key)
+const char *http_json_string(const struct cJSON *obj, const char *key)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     return cJSON_IsString(v) && v->valuestring[0] ? v->valuestring : NULL;
@@ -1168,11 +1168,11 @@ static bool add_error_body(struct strbuf *sb, const struct http_response *resp)
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(root, "error");
     const char *code = NULL, *message = NULL;
     if (cJSON_IsObject(e)) {
-        code = json_string(e, "code");
-        message = json_string(e, "message");
+        code = http_json_string(e, "code");
+        message = http_json_string(e, "message");
     } else if (cJSON_IsString(e)) {
-        code = json_string(root, "error");
-        message = json_string(root, "error_description");
+        code = http_json_string(root, "error");
+        message = http_json_string(root, "error_description");
     }
     if (code) add_clean(sb, code, strlen(code), 200);
     if (code && message) sb_adds(sb, ": ");

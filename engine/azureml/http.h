@@ -153,6 +153,10 @@ void http_url_for_display(const char *url, char *buf, size_t buflen);
  * "could not reach https://host/path: <curl's message> (after 4 attempts)". */
 void http_error_message(const struct http_response *resp, char *buf, size_t buflen);
 
+/* The non-empty string field `key` of a JSON answer's object, or NULL. */
+struct cJSON;
+const char *http_json_string(const struct cJSON *obj, const char *key);
+
 /* Percent-encodes s (RFC 3986 unreserved kept) onto a malloc'd string. */
 char *http_urlencode(const char *s);
 

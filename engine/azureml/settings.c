@@ -273,8 +273,9 @@ static bool is_loopback_http(const char *e)
     return false;
 }
 
-/* An endpoint: https://host[:port][/path], without a trailing slash. */
-static int get_endpoint(struct load *l, const char *key, bool bare_host_ok, char **out)
+/* An endpoint: https://host[:port][/path], without a trailing slash; a bare
+ * host where bare_host_ok, http:// to this machine where emulator_ok. */
+static int get_endpoint(struct load *l, const char *key, bool bare_host_ok, bool emulator_ok, char **out)
 {
     if (get_string(l, key, false, out) != 0) return -1;
     if (!*out) return 0;
@@ -284,10 +285,10 @@ static int get_endpoint(struct load *l, const char *key, bool bare_host_ok, char
         free(e);
         e = *out;
     }
-    bool loopback = strcmp(key, "blob_endpoint") == 0 && is_loopback_http(e);
-    if (!loopback && (strncmp(e, "https://", 8) != 0 || !e[8] || e[8] == '/')) {
+    bool emulator = emulator_ok && is_loopback_http(e);
+    if (!emulator && (strncmp(e, "https://", 8) != 0 || !e[8] || e[8] == '/')) {
         errf(l->err, l->errlen, "%s: %s must be an https:// URL%s, got \"%s\"", where(l, key), key,
-             strcmp(key, "blob_endpoint") == 0 ? " (http:// only to this machine: an emulator)" : "", e);
+             emulator_ok ? " (http:// only to this machine: an emulator)" : "", e);
         return -1;
     }
     size_t n = strlen(e);
@@ -327,9 +328,9 @@ static int load_fields(struct load *l)
         || get_duration(l, "poll_interval", &s->poll_interval) != 0
         || load_env_vars(l) != 0
         || get_string(l, "api_version", false, &s->api_version) != 0
-        || get_endpoint(l, "arm_endpoint", false, &s->arm_endpoint) != 0
-        || get_endpoint(l, "authority_host", true, &s->authority_host) != 0
-        || get_endpoint(l, "blob_endpoint", false, &s->blob_endpoint) != 0
+        || get_endpoint(l, "arm_endpoint", false, false, &s->arm_endpoint) != 0
+        || get_endpoint(l, "authority_host", true, false, &s->authority_host) != 0
+        || get_endpoint(l, "blob_endpoint", false, true, &s->blob_endpoint) != 0
         || get_string(l, "datastore", false, &s->datastore) != 0
         || get_mode(l, "input_mode", false, &s->input_mode) != 0
         || get_mode(l, "output_mode", true, &s->output_mode) != 0)

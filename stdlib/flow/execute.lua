@@ -102,7 +102,7 @@ function Run:run_remote(n)
   if r.status ~= "" or not spec.attach_only then self:job_log(n, place, spec, r) end
   rec.remote = { backend = "azureml", job = r.name, studio = r.studio, status = r.status }
   if r.ok then
-    rec.outputs = self:fetch_outputs(n, r.name, outputs, place.downloads or {}, fail)
+    rec.outputs = self:fetch_outputs(n, r.name, outputs, place.downloads or {})
     return
   end
   if spec.attach_only and not r.cancelled and (r.status == "" or r.status == "Failed" or r.status == "Canceled") then
@@ -215,7 +215,7 @@ function Run:expand_command(n, staging)
     if dag.is_param_input(io.dataset) then
       return param_text(self:input_value(n, io))
     end
-    return self:input_path(io.dataset)
+    return self:input_path(io.dataset, n)
   end
   local cmd = n.cmd
   local function expand(s, quote)

@@ -13,8 +13,7 @@
 local core = require("flow.core")
 local dag = require("flow.dag")
 local failure = require("flow.failure")
-local catalog = require("flow.catalog")
-local cache = require("flow.cache")
+local values = require("flow.values")
 
 local step_failure = failure.new
 
@@ -28,6 +27,11 @@ function M.datastore_uri(datastore, path)
   return "azureml://datastores/" .. datastore .. "/paths/" .. path
 end
 
+-- The datastore and path of an azureml://datastores/<ds>/paths/<p> URI.
+local function parse_uri(uri)
+  return uri:match("^azureml://datastores/([^/]+)/paths/(.+)$")
+end
+
 -- The project's name in datastore paths: its directory's, as the code
 -- asset's (letters, digits, - and _).
 local function project_name(root)
@@ -35,20 +39,23 @@ local function project_name(root)
   return (base:gsub("[^%w_-]", "-"))
 end
 
--- A dataset on a datastore: the reference a remote step's output leaves
--- when nothing here needs its bytes.
-local function remote_ref(v)
-  return type(v) == "table" and type(v.azureml) == "string" and type(v.job) == "string" and v or nil
+-- The reference a job's output leaves when nothing here needs its bytes
+-- ({azureml = uri, type = uri_file|uri_folder, job = name}), if dataset d
+-- is one.  Only a value without a path can be (so no file is decoded).
+function Run:remote_ref(d)
+  local v = self.values[d]
+  if not v or v.path then return nil end
+  local ok, value = pcall(self.value_of, self, d)
+  if ok and type(value) == "table" and type(value.azureml) == "string" and type(value.job) == "string" then
+    return value
+  end
 end
 
 -- Where dataset d lives on a datastore, if it does: {uri =, type =}.
 function Run:datastore_ref(d)
   local v = self.values[d]
-  if not v then return nil end
-  if v.uri then return { uri = v.uri, type = v.uri_type } end
-  if v.path then return nil end
-  local ok, value = pcall(self.value_of, self, d)
-  local ref = ok and remote_ref(value)
+  if v and v.uri then return { uri = v.uri, type = v.uri_type } end
+  local ref = self:remote_ref(d)
   return ref and { uri = ref.azureml, type = ref.type } or nil
 end
 
@@ -66,16 +73,15 @@ function Run:bind_inputs(n, mode, fail)
       if ref then
         bindings[#bindings + 1] = { name = io.arg, type = ref.type, uri = ref.uri, mode = mode }
       else
-        local path = self:input_path(d)
-        local kind = core.exists(path)
-        local hash = self:hash_of(d)
-        local name = kind == "directory" and core.safe_name(d) or path:match("([^/]+)$")
-        local blob = string.format("flow/%s/%s/%s", project_name(self.root), hash:gsub("^sha256:", ""), name)
+        local path = self:input_path(d, n)
+        local folder = core.exists(path) == "directory"
+        local name = folder and core.safe_name(d) or path:match("([^/]+)$")
+        local blob = string.format("flow/%s/%s/%s", project_name(self.root), self:hash_of(d):gsub("^sha256:", ""),
+                                   name)
         local r, why = self.aml:transfer { op = "upload", datastore = info.datastore, blob = blob, path = path,
-                                          folder = kind == "directory",
-                                          step = n.name, label = string.format("input '%s'", d) }
+                                          folder = folder, step = n.name, label = string.format("input '%s'", d) }
         if not r then fail(why) end
-        bindings[#bindings + 1] = { name = io.arg, type = kind == "directory" and "uri_folder" or "uri_file",
+        bindings[#bindings + 1] = { name = io.arg, type = folder and "uri_folder" or "uri_file",
                                     uri = M.datastore_uri(info.datastore, blob), mode = mode }
       end
     end
@@ -83,38 +89,39 @@ function Run:bind_inputs(n, mode, fail)
   return bindings
 end
 
--- Dataset d, a reference to a datastore path, made a file or folder here:
--- for a step here that reads what a job made when the job's step was up to
--- date from a run in which nothing here read it (so it stayed remote).  One
--- download per dataset and run; a second reader waits for the first.
-function Run:localize(d)
-  local v = self.values[d]
-  local ok, value = pcall(self.value_of, self, d)
-  local ref = ok and remote_ref(value)
+-- Dataset d, at `uri` ({type =} of a binding) on a datastore, brought here
+-- by step n and committed as its local value; the download waits in
+-- .flow/tmp/azureml/<job>/ (a resumed run keeps what had finished).
+-- Returns the output record, or raises the step's failure.
+function Run:fetch(n, d, uri, type, job, label)
+  local datastore, blob = parse_uri(uri)
+  local dest = string.format("%s/%s/%s", M.DOWNLOADS, job, core.safe_name(d))
+  local r, why = self.aml:transfer { op = "download", datastore = datastore, blob = blob, path = dest,
+                                    folder = type == "uri_folder", step = n.name, label = label }
+  if not r then error(step_failure { message = string.format("step '%s': %s", n.name, why) }) end
+  local e = self.cat:entry(d)
+  local problem = values.typed_problem(e, d, dest)
+  if problem then error(step_failure { message = string.format("step '%s': its output '%s' %s", n.name, d, problem) }) end
+  local rec = self:commit(d, e, dest, n)
+  rec.uri, rec.uri_type = uri, type
+  self.values[d].uri, self.values[d].uri_type = uri, type
+  return rec
+end
+
+-- Before step n (here) reads dataset d: a job's output left on the
+-- datastore (its step up to date from a run in which nothing here read it)
+-- is brought here.  Once per dataset and run; a second reader waits.
+function Run:localize(d, n)
+  local ref = self:remote_ref(d)
   if not ref then return end
   self.localizing = self.localizing or {}
   while self.localizing[d] do require("flow.proc").sleep(0.05) end
-  if self.values[d] ~= v then return end           -- the other reader brought it
+  if not self:remote_ref(d) then return end          -- the other reader brought it
   self.localizing[d] = true
-  local dest = string.format("%s/%s/%s", M.DOWNLOADS, ref.job, core.safe_name(d))
-  local r, why = self.aml:transfer { op = "download", datastore = settings(self).datastore,
-                                    blob = ref.azureml:match("^azureml://datastores/[^/]+/paths/(.*)$"),
-                                    path = dest, folder = ref.type ~= "uri_file",
-                                    label = string.format("dataset '%s'", d) }
-  if r then
-    local final = self:final_path(self.cat:entry(d), d)
-    ok, why = pcall(cache.commit, dest, final)
-    if ok then
-      local h, herr = self.hc:file(final)
-      if h then self.values[d] = { path = final, hash = h, uri = ref.azureml, uri_type = ref.type }
-      else why = herr end
-    end
-    core.remove_tree(M.DOWNLOADS .. "/" .. ref.job)
-  end
+  local ok, err = pcall(self.fetch, self, n, d, ref.azureml, ref.type, ref.job, string.format("dataset '%s'", d))
   self.localizing[d] = nil
-  if self.values[d] == v then
-    error(step_failure { message = string.format("cannot bring '%s' here from Azure ML: %s", d, tostring(why)) })
-  end
+  if not ok then error(err, 0) end                   -- what had finished waits for the next try
+  core.remove_tree(M.DOWNLOADS .. "/" .. ref.job)
 end
 
 -- The kind of output d is on Azure ML: a file for the catalog's file-like
@@ -134,46 +141,22 @@ function Run:bind_outputs(n, job, mode)
       path = path .. "/" .. (self.cat:save_path(e):match("([^/]+)$") or io.arg)
     end
     bindings[#bindings + 1] = { name = io.arg, dataset = io.dataset, type = output_type(e),
-                                uri = M.datastore_uri(info.datastore, path), blob = path, mode = mode }
+                                uri = M.datastore_uri(info.datastore, path), mode = mode }
   end
   return bindings
 end
 
 -- After job `job` of step n completed: each output downloaded when needed
 -- here, else a reference.  Returns the step's output records.
-function Run:fetch_outputs(n, job, bindings, downloads, fail)
-  local info, by, fetched = settings(self), {}, {}
+function Run:fetch_outputs(n, job, bindings, downloads)
+  local by = {}
+  for _, b in ipairs(bindings) do
+    if not downloads[b.dataset] then by[b.dataset] = { azureml = b.uri, type = b.type, job = job } end
+  end
+  local outs = next(by) and self:save_values(n, by) or {}
   for _, b in ipairs(bindings) do
     if downloads[b.dataset] then
-      local dest = string.format("%s/%s/%s", M.DOWNLOADS, job, core.safe_name(b.dataset))
-      local r, why = self.aml:transfer { op = "download", datastore = info.datastore, blob = b.blob, path = dest,
-                                        folder = b.type == "uri_folder",
-                                        step = n.name, label = string.format("output '%s'", b.dataset) }
-      if not r then fail(why) end
-      fetched[b.dataset] = dest
-    else
-      by[b.dataset] = { azureml = b.uri, type = b.type, job = job }
-    end
-  end
-  local outs = {}
-  if next(by) then outs = self:save_values(n, by) end
-  for _, b in ipairs(bindings) do
-    local dest = fetched[b.dataset]
-    if dest then
-      local e = self.cat:entry(b.dataset)
-      if catalog.persisted(e) and e.type ~= "folder" and e.type ~= "file" then
-        local text, err = core.read_file(dest)
-        local v, why = nil, err
-        if text then v, why = catalog.parse(e, text, b.dataset) end
-        if v == nil then
-          fail(string.format("its output '%s' (a %s dataset, %s) %s", b.dataset, e.type, e.origin,
-               text and why or ("cannot be read: " .. tostring(why))))
-        end
-      end
-      local rec = self:commit(b.dataset, e, dest, n)
-      rec.uri, rec.uri_type = b.uri, b.type
-      self.values[b.dataset].uri, self.values[b.dataset].uri_type = b.uri, b.type
-      outs[b.dataset] = rec
+      outs[b.dataset] = self:fetch(n, b.dataset, b.uri, b.type, job, string.format("output '%s'", b.dataset))
     end
   end
   core.remove_tree(M.DOWNLOADS .. "/" .. job)

@@ -45,7 +45,7 @@ function Run:input_value(n, io)
   local key = dag.is_param_input(io.dataset)
   if key == true then return self.params end
   if key then return params_mod.get(self.settings, key) end
-  if self.aml and not self.remote[self.index[n]] then self:localize(io.dataset) end   -- a job's, left remote
+  if self.aml then self:localize(io.dataset, n) end      -- a job's output left on the datastore
   local ok, v = pcall(self.value_of, self, io.dataset)
   if not ok then error(step_failure { message = string.format("step '%s': %s", n.name, tostring(v)) }) end
   return v
@@ -53,8 +53,8 @@ end
 
 -- The path a command receives for input dataset `d`: a file on disk, or a
 -- Lua value written out now (once per run) as JSON, or as text if a string.
-function Run:input_path(d)
-  if self.aml then self:localize(d) end
+function Run:input_path(d, n)
+  if self.aml then self:localize(d, n) end
   local v = self.values[d]
   if v.path then return v.path end
   local value = self:value_of(d)
@@ -261,6 +261,17 @@ function Run:staging(n)
   return staging
 end
 
+-- Why the file at path, written for dataset d of catalog entry e, is not
+-- what its type says (bad JSON, a Lua table that does not load), or nil.
+function M.typed_problem(e, d, path)
+  if e.type ~= "json" and e.type ~= "lua" then return nil end
+  local text, err = core.read_file(path)
+  local v, why = nil, err
+  if text then v, why = catalog.parse(e, text, d) end
+  if v ~= nil then return nil end
+  return string.format("(a %s dataset, %s) %s", e.type, e.origin, text and why or ("cannot be read: " .. tostring(why)))
+end
+
 -- Move a successful command's outputs into place; all must exist, as the
 -- kind (file or folder) the catalog declares.
 function Run:commit_outputs(n, staging, display)
@@ -283,17 +294,12 @@ function Run:commit_outputs(n, staging, display)
   -- this step, not the one that reads it, and leaves the last good output.
   -- (The value is not kept: a command's consumers may all be commands.)
   for _, io in ipairs(n.outputs) do
-    local d, e = io.dataset, self.cat:entry(io.dataset)
-    if e.type == "json" or e.type == "lua" then
-      local text, err = core.read_file(staging[d])
-      local v, why = nil, err
-      if text then v, why = catalog.parse(e, text, d) end
-      if v == nil then
-        M.discard(staging)
-        error(step_failure { message = string.format("step '%s' exited 0 but its output '%s' (a %s dataset, %s) %s"
-          .. "\n  command: %s", n.name, d, e.type, e.origin, text and why or ("cannot be read: " .. tostring(why)),
-          display) })
-      end
+    local d = io.dataset
+    local problem = M.typed_problem(self.cat:entry(d), d, staging[d])
+    if problem then
+      M.discard(staging)
+      error(step_failure { message = string.format("step '%s' exited 0 but its output '%s' %s\n  command: %s",
+        n.name, d, problem, display) })
     end
   end
   local outs = {}
