@@ -10,6 +10,7 @@
  * completion that comes later is dropped instead of touching freed memory. */
 #include "azureml/blob.h"
 
+#include "commit.h"
 #include "nofollow.h"
 #include "strmap.h"
 #include "util.h"
@@ -112,7 +113,6 @@ struct job {
     uint64_t size;
     char want_md5[MD5_B64];
     int fd;                    /* J_PREPARE: the opened ".flowpart"; J_FINISH: the one to close */
-    bool folder;
     /* results */
     int rc;
     bool skip, is_dir;
@@ -133,9 +133,9 @@ struct xfer {
     char *local;               /* upload: the source; download: dest */
     char *prefix;              /* no trailing '/' */
     bool as_folder;
-    bool listed, walked, ready, complete, finished, delivered, exists;
+    bool ready, complete, finished, exists;
     struct item *items;
-    size_t n_items, next_prepare, items_done;
+    size_t n_items, next_prepare;
     struct part_ref *queue;
     size_t q_head, q_len, q_cap;
     struct remote *remote;
@@ -166,7 +166,7 @@ static unsigned char *base64_decode(const char *s, size_t *out_len)
     unsigned char *out = xmalloc(n / 4 * 3 + 1);
     int len = EVP_DecodeBlock(out, (const unsigned char *)s, (int)n);
     if (len < 0) {
-        free(out);
+        OPENSSL_clear_free(out, n / 4 * 3 + 1);     /* part of a key */
         return NULL;
     }
     /* EVP_DecodeBlock counts the padding as zero bytes */
@@ -429,7 +429,6 @@ struct blob_call {
     const char *blob;              /* NULL: the container itself */
     const char *query;             /* already encoded, or NULL */
     const char *const *headers;    /* beyond x-ms-date, x-ms-version and Authorization; or NULL */
-    uint64_t content_length;       /* of the body, for the signature */
 };
 
 /* Each attempt is signed as it starts (http_sign_fn): the signature covers
@@ -487,21 +486,12 @@ static struct http_transfer *blob_send(struct blob_container *c, const struct bl
         req->sign = sign_attempt;
         req->sign_ctx = c;
     }
-    (void)call->content_length;        /* http.c passes the body's length to sign_attempt */
     struct http_transfer *t = http_send(c->http, req, done, arg, err, errlen);
     wipe_free(url.buf);                /* it holds the SAS */
     return t;
 }
 
 /* ---- messages ------------------------------------------------------------------ */
-
-/* Text from the server made fit for one line of a message. */
-static void add_line(struct strbuf *sb, const char *s, size_t max)
-{
-    size_t start = sb->len;
-    for (; *s && *s != '\n' && *s != '\r' && sb->len - start < max; s++)
-        sb_addc(sb, iscntrl((unsigned char)*s) ? ' ' : *s);
-}
 
 static char *xml_child_text(xmlNode *parent, const char *name)
 {
@@ -525,7 +515,7 @@ static xmlDoc *parse_xml(const char *body, size_t len)
 
 /* "Code: message (HTTP 403, x-ms-request-id …)" from the service's
  * <Error><Code/><Message/></Error>, or x-ms-error-code (a HEAD has no
- * body); else http_error_message's. */
+ * body); http.c words it. */
 static void blob_error_message(const struct http_response *resp, char *buf, size_t buflen)
 {
     char *code = NULL, *message = NULL;
@@ -540,22 +530,7 @@ static void blob_error_message(const struct http_response *resp, char *buf, size
         const char *h = http_response_header(resp, "x-ms-error-code");
         if (!code && h) code = xstrdup(h);
     }
-    if (!code) {
-        free(message);
-        http_error_message(resp, buf, buflen);
-        return;
-    }
-    struct strbuf sb = STRBUF_INIT;
-    add_line(&sb, code, 100);
-    if (message && *message) {
-        sb_adds(&sb, ": ");
-        add_line(&sb, message, 500);
-    }
-    sb_addf(&sb, " (HTTP %ld", resp->status);
-    if (resp->request_id && *resp->request_id) sb_addf(&sb, ", x-ms-request-id %s", resp->request_id);
-    sb_adds(&sb, ")");
-    errf(buf, buflen, "%s", sb.buf);
-    sb_release(&sb);
+    http_error_message_parsed(resp, code, message && *message ? message : NULL, buf, buflen);
     free(code);
     free(message);
 }
@@ -577,7 +552,6 @@ static void deliver(void *arg)
 {
     struct xfer *x = arg;
     x->timer = 0;
-    x->delivered = true;
     x->done(&x->wait, x->arg);
 }
 
@@ -711,9 +685,8 @@ bool blob_wait_exists(const struct step_wait *w)
 
 static void item_done(struct xfer *x)
 {
-    x->items_done++;
     x->prog.files_done++;
-    if (x->items_done == x->n_items) x->complete = true;
+    if (x->prog.files_done == x->n_items) x->complete = true;
     report(x, false);
 }
 
@@ -988,7 +961,7 @@ static void send_put_blob(struct xfer *x, size_t i)
     char md5_line[64];
     snprintf(md5_line, sizeof md5_line, "Content-MD5: %s", it->md5);
     const char *headers[] = { "x-ms-blob-type: BlockBlob", md5_line, NULL };
-    struct blob_call call = { .method = "PUT", .blob = it->blob, .headers = headers, .content_length = it->size };
+    struct blob_call call = { .method = "PUT", .blob = it->blob, .headers = headers };
     struct http_request req = { .body_file = it->path, .body_len_file = it->size };
     req_start(x, R_PUT_BLOB, i, 0, it->size, &call, &req);
 }
@@ -1006,8 +979,7 @@ static void send_put_block(struct xfer *x, size_t i, size_t b)
     uint64_t offset = (uint64_t)b * BLOB_BLOCK_SIZE;
     uint64_t len = it->size - offset < BLOB_BLOCK_SIZE ? it->size - offset : BLOB_BLOCK_SIZE;
     const char *headers[] = { md5_line, NULL };
-    struct blob_call call = { .method = "PUT", .blob = it->blob, .query = query, .headers = headers,
-                              .content_length = len };
+    struct blob_call call = { .method = "PUT", .blob = it->blob, .query = query, .headers = headers };
     struct http_request req = { .body_file = it->path, .body_offset = offset, .body_len_file = len };
     req_start(x, R_PUT_BLOCK, i, b, len, &call, &req);
     free(query);
@@ -1027,8 +999,7 @@ static void send_put_list(struct xfer *x, size_t i)
     char md5_line[64];
     snprintf(md5_line, sizeof md5_line, "x-ms-blob-content-md5: %s", it->md5);
     const char *headers[] = { md5_line, "Content-Type: application/xml", NULL };
-    struct blob_call call = { .method = "PUT", .blob = it->blob, .query = "comp=blocklist", .headers = headers,
-                              .content_length = body.len };
+    struct blob_call call = { .method = "PUT", .blob = it->blob, .query = "comp=blocklist", .headers = headers };
     struct http_request req = { .body = body.buf, .body_len = body.len };
     req_start(x, R_PUT_LIST, i, 0, 0, &call, &req);
     sb_release(&body);
@@ -1178,12 +1149,8 @@ static bool file_matches(struct job *j, const char *path)
  * open (truncating) its ".flowpart". */
 static void run_prepare(struct job *j)
 {
-    char *dir = xstrdup(j->path);
-    char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-        *slash = '\0';
-        if (nofollow_mkdir_p(dir, 0755, j->err, sizeof j->err) != 0) j->rc = -1;
-    }
+    char *dir = path_parent(j->path);
+    if (nofollow_mkdir_p(dir, 0755, j->err, sizeof j->err) != 0) j->rc = -1;
     free(dir);
     if (j->rc) return;
     if (file_matches(j, j->path)) {
@@ -1202,7 +1169,10 @@ static void run_prepare(struct job *j)
     if (j->fd < 0) j->rc = -1;
 }
 
-/* Download: the ".flowpart" checked (length, MD5), synced, renamed. */
+/* Download: the ".flowpart" checked (length, MD5), synced, renamed.  The
+ * directory is not synced: after a power loss the rename may be lost, and
+ * the file is fetched again; what has the real name is always whole.  (flow
+ * syncs the tree when it commits it as an output.) */
 static void run_finish(struct job *j)
 {
     struct stat st;
@@ -1409,7 +1379,6 @@ static void on_walked(struct xfer *x, struct job *j)
         x->prog.bytes_total += it->size;
     }
     x->prog.files_total = x->n_items;
-    x->walked = true;
     if (x->as_folder) list_page(x, NULL);
     else head_blob(x, x->prefix);
 }
@@ -1499,7 +1468,6 @@ static void download_items(struct xfer *x)
 
 static void after_listing(struct xfer *x)
 {
-    x->listed = true;
     if (x->kind == X_DOWNLOAD) {
         if (x->n_remote == 0) {
             fail(x, "cannot download %s/%s: there is no blob %s %s", x->c->name, x->prefix,

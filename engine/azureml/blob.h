@@ -29,8 +29,10 @@
  *   BLOB_RANGE_SIZE) into "<file>.flowpart", checked (length, and
  *   Content-MD5 when the blob has one), fsynced, and only then renamed to
  *   its name: `dest` never holds a partial file under a real name.  A file
- *   already in `dest` with the blob's size and MD5 is kept (a resumed
- *   download redoes only what it had not finished).
+ *   already in `dest` with the blob's size (and MD5, when the blob has one)
+ *   is kept: a resumed download redoes only what it had not finished.
+ *   `dest` is flow's own (under .flow/): no symbolic link is followed on the
+ *   way to it (nofollow.h).
  * Progress (bytes, files) is reported as it goes, for the live display.
  *
  * Nothing here knows of Lua. */

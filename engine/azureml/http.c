@@ -353,8 +353,7 @@ static void transfer_free(struct http_transfer *t)
     sb_release(&t->received);
     free(t->method);
     free(t->display_url);
-    if (t->url) wipe(t->url, strlen(t->url));
-    free(t->url);
+    wipe_free(t->url);
     free(t->local_error);
     free(t->error);
     free(t->request_id);
@@ -688,8 +687,7 @@ static bool add_signature(struct http_transfer *t, char *id_line)
         if (*p && header_ok(p)) t->sent_headers = slist_add(t->sent_headers, p);
         if (last) break;
     }
-    wipe(extra, strlen(extra));
-    free(extra);
+    wipe_free(extra);
     return true;
 }
 
@@ -1160,6 +1158,14 @@ const char *http_json_string(const struct cJSON *obj, const char *key)
     return cJSON_IsString(v) && v->valuestring[0] ? v->valuestring : NULL;
 }
 
+/* "CODE: message", each made fit for one line of a message. */
+static void add_code_message(struct strbuf *sb, const char *code, const char *message)
+{
+    if (code) add_clean(sb, code, strlen(code), 200);
+    if (code && message) sb_adds(sb, ": ");
+    if (message) add_clean(sb, message, strlen(message), 2000);
+}
+
 /* "CODE: message" from ARM's {"error": {"code", "message"}} or Entra's
  * {"error": "code", "error_description": "…"}; false if the body is neither. */
 static bool add_error_body(struct strbuf *sb, const struct http_response *resp)
@@ -1174,11 +1180,31 @@ static bool add_error_body(struct strbuf *sb, const struct http_response *resp)
         code = http_json_string(root, "error");
         message = http_json_string(root, "error_description");
     }
-    if (code) add_clean(sb, code, strlen(code), 200);
-    if (code && message) sb_adds(sb, ": ");
-    if (message) add_clean(sb, message, strlen(message), 2000);
+    add_code_message(sb, code, message);
     cJSON_Delete(root);
     return code || message;
+}
+
+/* " (HTTP 404, x-ms-request-id …)" */
+static void add_status(struct strbuf *sb, const struct http_response *resp)
+{
+    sb_addf(sb, " (HTTP %ld", resp->status);
+    if (resp->request_id && *resp->request_id) sb_addf(sb, ", x-ms-request-id %s", resp->request_id);
+    sb_adds(sb, ")");
+}
+
+void http_error_message_parsed(const struct http_response *resp, const char *code, const char *message, char *buf,
+                               size_t buflen)
+{
+    if (!resp->status || (!code && !message)) {
+        http_error_message(resp, buf, buflen);
+        return;
+    }
+    struct strbuf sb = STRBUF_INIT;
+    add_code_message(&sb, code, message);
+    add_status(&sb, resp);
+    errf(buf, buflen, "%s", sb.buf);
+    sb_release(&sb);
 }
 
 void http_error_message(const struct http_response *resp, char *buf, size_t buflen)
@@ -1198,9 +1224,7 @@ void http_error_message(const struct http_response *resp, char *buf, size_t bufl
                 add_clean(&sb, resp->body, resp->body_len, 200);
             }
         }
-        sb_addf(&sb, " (HTTP %ld", resp->status);
-        if (resp->request_id && *resp->request_id) sb_addf(&sb, ", x-ms-request-id %s", resp->request_id);
-        sb_adds(&sb, ")");
+        add_status(&sb, resp);
     }
     errf(buf, buflen, "%s", sb.buf);
     sb_release(&sb);

@@ -157,6 +157,12 @@ void http_error_message(const struct http_response *resp, char *buf, size_t bufl
 struct cJSON;
 const char *http_json_string(const struct cJSON *obj, const char *key);
 
+/* The same, with the error's code and message as the caller read them from
+ * a body of its own format (the Blob service's XML): "CODE: message (HTTP
+ * 403, x-ms-request-id …)"; http_error_message's when both are NULL. */
+void http_error_message_parsed(const struct http_response *resp, const char *code, const char *message, char *buf,
+                               size_t buflen);
+
 /* Percent-encodes s (RFC 3986 unreserved kept) onto a malloc'd string. */
 char *http_urlencode(const char *s);
 
