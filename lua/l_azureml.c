@@ -579,7 +579,7 @@ struct transfer_box {
     char *label;                /* "input 'train_set'": what a message is about */
     char *step;                 /* the step's name, or NULL */
     char *path, *blob;
-    double started, last_progress;
+    double started;
 };
 
 static int transfer_gc(lua_State *L)
@@ -594,17 +594,13 @@ static int transfer_gc(lua_State *L)
     return 0;
 }
 
-/* Large transfers show their bytes and rate now and then (the live display
- * keeps messages above it). */
+/* Large transfers show their bytes and rate as blob.c reports them (every
+ * 2 s; the live display keeps messages above it). */
 static void transfer_progress(void *arg, const struct blob_progress *p)
 {
     struct transfer_box *b = arg;
-    bool last = p->bytes_done >= p->bytes_total && p->files_done >= p->files_total;
     if (p->bytes_total < TRANSFER_PROGRESS_MIN || ui_level() < UI_NORMAL) return;
-    double now = monotonic_seconds();
-    if (!last && now - b->last_progress < 2) return;
-    b->last_progress = now;
-    double secs = now - b->started;
+    double secs = monotonic_seconds() - b->started;
     ui_info("%s%s%s%s: %s %.1f of %.1f MB (%zu of %zu files)%s%.1f MB/s", b->step ? "step '" : "",
             b->step ? b->step : "", b->step ? "': " : "", b->label,
             b->upload ? "uploaded" : "downloaded", (double)p->bytes_done / 1e6, (double)p->bytes_total / 1e6,
@@ -646,7 +642,7 @@ static int transfer_with_container(lua_State *L, int status, lua_KContext ctx)
     struct blob_container *c = aml_datastore_wait_container(b->w.wait);
     if (!c) return transfer_fail(L, b, aml_datastore_wait_error(b->w.wait));
     box_release(&b->w);
-    b->started = b->last_progress = monotonic_seconds();
+    b->started = monotonic_seconds();
     b->w.wait = b->upload ? blob_upload(c, b->path, b->blob, transfer_progress, box_done, b)
                           : blob_download(c, b->blob, b->folder, b->path, transfer_progress, box_done, b);
     return box_await(L, &b->w, transfer_finished);

@@ -44,7 +44,7 @@
  * download holds an open ".flowpart". */
 #define JOBS_AT_ONCE 4
 #define QUEUE_AHEAD 16
-#define PROGRESS_EVERY 0.5             /* seconds between progress calls */
+#define PROGRESS_EVERY 2.0             /* seconds between progress calls (and one at the end) */
 #define PART_SUFFIX ".flowpart"
 #define MD5_B64 25                     /* 24 base64 characters and a NUL */
 #define WALK_MAX_DEPTH 256
@@ -63,8 +63,8 @@ struct blob_container {
     unsigned page_size;
 };
 
-enum xfer_kind { X_UPLOAD, X_DOWNLOAD, X_EXISTS, X_CREATE };
-enum req_kind { R_LIST, R_HEAD, R_PUT_BLOB, R_PUT_BLOCK, R_PUT_LIST, R_GET_RANGE, R_CREATE };
+enum xfer_kind { X_UPLOAD, X_DOWNLOAD, X_EXISTS, X_CREATE, X_METADATA };
+enum req_kind { R_LIST, R_HEAD, R_PUT_BLOB, R_PUT_BLOCK, R_PUT_LIST, R_GET_RANGE, R_CREATE, R_METADATA };
 enum job_kind { J_WALK, J_HASH, J_PREPARE, J_FINISH };
 
 /* One file: a blob and its local path. */
@@ -133,6 +133,8 @@ struct xfer {
     char *local;               /* upload: the source; download: dest */
     char *prefix;              /* no trailing '/' */
     bool as_folder;
+    bool listed_by_caller;     /* upload: the items came with the call (blob_upload_files), no walk */
+    char **meta;               /* X_METADATA: "x-ms-meta-<name>: value" lines, NULL-terminated */
     bool ready, complete, finished, exists;
     struct item *items;
     size_t n_items, next_prepare;
@@ -649,6 +651,8 @@ static void wait_free(struct step_wait *w)
     free(x->queue);
     free(x->local);
     free(x->prefix);
+    for (char **m = x->meta; m && *m; m++) free(*m);
+    free(x->meta);
     free(x->error);
     free(x);
 }
@@ -866,9 +870,11 @@ static void fail_request(struct xfer *x, const struct req *r, const struct http_
 {
     char msg[2048];
     blob_error_message(resp, msg, sizeof msg);
-    const struct item *it = r->kind == R_LIST || r->kind == R_HEAD || r->kind == R_CREATE ? NULL : &x->items[r->item];
+    const struct item *it = r->kind == R_LIST || r->kind == R_HEAD || r->kind == R_CREATE || r->kind == R_METADATA
+                                ? NULL : &x->items[r->item];
     if (r->kind == R_LIST) fail(x, "cannot list %s/%s: %s", x->c->name, x->prefix, msg);
     else if (r->kind == R_CREATE) fail(x, "cannot create the container %s: %s", x->c->name, msg);
+    else if (r->kind == R_METADATA) fail(x, "cannot set the metadata of %s/%s: %s", x->c->name, x->prefix, msg);
     else if (!it && x->kind == X_UPLOAD) fail(x, "cannot upload %s to %s/%s: %s", x->local, x->c->name, x->prefix, msg);
     else if (!it && x->kind == X_DOWNLOAD) fail(x, "cannot download %s/%s to %s: %s", x->c->name, x->prefix, x->local, msg);
     else if (!it) fail(x, "cannot look up %s/%s: %s", x->c->name, x->prefix, msg);
@@ -926,7 +932,7 @@ static void on_answer(void *arg, const struct http_response *resp)
         } else {
             on_head(x, resp);
         }
-    } else if (r->kind == R_CREATE && (ok || resp->status == 409)) {
+    } else if ((r->kind == R_CREATE && (ok || resp->status == 409)) || (r->kind == R_METADATA && ok)) {
         x->complete = true;
     } else if (!ok) {
         fail_request(x, r, resp);
@@ -1360,6 +1366,8 @@ static void start_prepare(struct xfer *x, size_t i)
     job_submit(x, j);
 }
 
+static void upload_items(struct xfer *x);
+
 static void on_walked(struct xfer *x, struct job *j)
 {
     x->items = j->items;
@@ -1371,6 +1379,12 @@ static void on_walked(struct xfer *x, struct job *j)
         fail(x, "cannot upload %s to the container %s: a file needs a blob name", x->local, x->c->name);
         return;
     }
+    upload_items(x);
+}
+
+/* The items known (walked, or given): their blob names, then what is there. */
+static void upload_items(struct xfer *x)
+{
     for (size_t i = 0; i < x->n_items; i++) {
         struct item *it = &x->items[i];
         it->blob = !x->as_folder ? xstrdup(x->prefix)
@@ -1498,6 +1512,10 @@ static void kick(void *arg)
     x->timer = 0;
     switch (x->kind) {
     case X_UPLOAD: {
+        if (x->listed_by_caller) {
+            upload_items(x);
+            break;
+        }
         struct job *j = job_new(x, J_WALK, 0);
         j->path = xstrdup(x->local);
         job_submit(x, j);
@@ -1515,6 +1533,13 @@ static void kick(void *arg)
         struct blob_call call = { .method = "PUT", .query = "restype=container" };
         struct http_request req = { 0 };
         req_start(x, R_CREATE, 0, 0, 0, &call, &req);
+        break;
+    }
+    case X_METADATA: {
+        struct blob_call call = { .method = "PUT", .blob = x->prefix, .query = "comp=metadata",
+                                  .headers = (const char *const *)x->meta };
+        struct http_request req = { 0 };
+        req_start(x, R_METADATA, 0, 0, 0, &call, &req);
         break;
     }
     }
@@ -1542,6 +1567,33 @@ struct step_wait *blob_upload(struct blob_container *c, const char *local_path, 
     x->local = strip_slashes(local_path);
     if (!*x->local) set_string(&x->local, "/");
     x->prefix = strip_slashes(prefix);
+    return xfer_start(x);
+}
+
+struct step_wait *blob_upload_files(struct blob_container *c, const char *prefix, const struct blob_file *files,
+                                    size_t n, blob_progress_fn progress, step_wait_done_fn done, void *arg)
+{
+    struct xfer *x = xfer_new(c, X_UPLOAD, progress, done, arg);
+    x->prefix = strip_slashes(prefix);
+    x->local = xstrdup("");
+    x->as_folder = x->listed_by_caller = true;
+    x->items = xcalloc(n ? n : 1, sizeof *x->items);
+    for (size_t i = 0; i < n; i++)
+        x->items[i] = (struct item){ .rel = xstrdup(files[i].rel), .path = xstrdup(files[i].path),
+                                     .size = files[i].size, .fd = -1 };
+    x->n_items = n;
+    return xfer_start(x);
+}
+
+struct step_wait *blob_set_metadata(struct blob_container *c, const char *name, const char *const *meta,
+                                    step_wait_done_fn done, void *arg)
+{
+    struct xfer *x = xfer_new(c, X_METADATA, NULL, done, arg);
+    x->prefix = xstrdup(name);
+    size_t n = 0;
+    while (meta[n]) n++;
+    x->meta = xcalloc(n + 1, sizeof *x->meta);
+    for (size_t i = 0; i < n; i++) x->meta[i] = xstrdup(meta[i]);
     return xfer_start(x);
 }
 

@@ -33,7 +33,8 @@
  *   is kept: a resumed download redoes only what it had not finished.
  *   `dest` is flow's own (under .flow/): no symbolic link is followed on the
  *   way to it (nofollow.h).
- * Progress (bytes, files) is reported as it goes, for the live display.
+ * Progress (bytes, files) is reported every 2 s as it goes, and once at the
+ * end, for the live display.
  *
  * Nothing here knows of Lua. */
 #ifndef FLOW_AZUREML_BLOB_H
@@ -89,6 +90,25 @@ typedef void (*blob_progress_fn)(void *arg, const struct blob_progress *p);
  * later from the loop.  progress may be NULL. */
 struct step_wait *blob_upload(struct blob_container *c, const char *local_path, const char *prefix,
                               blob_progress_fn progress, step_wait_done_fn done, void *arg);
+
+/* One file of blob_upload_files: where it is here, and its name under the
+ * prefix. */
+struct blob_file {
+    const char *path, *rel;
+    uint64_t size;
+};
+
+/* Uploads the files given (copied), each to `prefix/rel`, as blob_upload
+ * uploads a folder's: one listing of the prefix, and what is there with the
+ * same size and MD5 is not sent again.  For a caller that chose the files
+ * itself (the code snapshot, with its own ignore rules). */
+struct step_wait *blob_upload_files(struct blob_container *c, const char *prefix, const struct blob_file *files,
+                                    size_t n, blob_progress_fn progress, step_wait_done_fn done, void *arg);
+
+/* Sets blob `name`'s metadata to the "x-ms-meta-<name>: value" lines of
+ * meta (NULL-terminated, copied): done after one Set Blob Metadata. */
+struct step_wait *blob_set_metadata(struct blob_container *c, const char *name, const char *const *meta,
+                                    step_wait_done_fn done, void *arg);
 
 /* Downloads blob `prefix` (as_folder false: dest is a file) or every blob
  * under `prefix/` (dest a directory, made as needed; relative names are

@@ -2,6 +2,7 @@
 #include "azureml/code.h"
 
 #include "azureml/arm.h"
+#include "azureml/blob.h"
 #include "azureml/client.h"
 #include "azureml/shared.h"
 #include "azureml/snapshot.h"
@@ -11,26 +12,15 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
-#include <openssl/evp.h>
+#include <openssl/crypto.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define UPLOADS_AT_ONCE 8
-#define BLOCK_THRESHOLD (32ull << 20)    /* larger files go up in blocks */
-#define BLOCK_SIZE (8ull << 20)
-#define BLOB_API_VERSION "2021-08-06"
 #define PROGRESS_MIN (32ull << 20)       /* a progress line for snapshots this large */
 
 enum code_phase { C_SCAN, C_LOOKUP, C_START, C_UPLOAD, C_METADATA, C_REGISTER, C_READY, C_FAILED };
-
-/* One request of the upload: a whole file (block -1), one block of it, or
- * its block list (block -2, once every block is in). */
-struct part {
-    size_t file;
-    long block;
-};
 
 /* The scan and hash, on a pool thread; it owns what it makes until its
  * completion hands it over. */
@@ -51,17 +41,14 @@ struct aml_code {
     struct scan_job *scan;          /* while it runs */
     struct snapshot snap;
     char hash[SHA256_HEX_SIZE];
-    char *name, *version, *container, *sas, *blob_uri, *id, *error;
+    char *name, *version, *blob_uri, *id, *error;
     struct arm_call *call;
-    struct part *parts;
-    size_t n_parts, next_part, in_flight, parts_done;
-    size_t *blocks_left;            /* per file: blocks not yet in */
-    uint64_t bytes_done;
-    double last_progress;
+    struct blob_container *container;   /* from startPendingUpload's SAS */
+    struct step_wait *upload;           /* the files, then the indicator's metadata */
 };
 
 static void code_set_error(struct aml_code *code, const char *fmt, const char *detail);
-static void upload_more(struct aml_code *code);
+static void upload_files(struct aml_code *code);
 
 static void code_set_error(struct aml_code *code, const char *fmt, const char *detail)
 {
@@ -245,44 +232,31 @@ static void on_pending_upload(void *arg, const struct http_response *resp)
     static const char *const sas_key[] = { "blobReferenceForConsumption", "credential", "sasUri", NULL };
     const cJSON *blob = json_path(root, blob_key), *sas = json_path(root, sas_key);
     const char *q = cJSON_IsString(sas) ? strchr(sas->valuestring, '?') : NULL;
+    char err[1024] = "the answer to startPendingUpload has no blobUri and SAS";
     if (cJSON_IsString(blob) && q) {
         code->blob_uri = xstrdup(blob->valuestring);
-        code->container = xstrndup(sas->valuestring, (size_t)(q - sas->valuestring));
-        code->sas = xstrdup(q + 1);
+        char *url = xstrndup(sas->valuestring, (size_t)(q - sas->valuestring));
+        size_t n = strlen(url);
+        while (n && url[n - 1] == '/') url[--n] = '\0';
+        struct blob_container_spec spec = { .url = url, .sas = q + 1 };
+        code->container = blob_container_new(code->client->http, code->client->pool, &spec, err, sizeof err);
+        free(url);
+        OPENSSL_cleanse(sas->valuestring, strlen(sas->valuestring));    /* a SAS is a credential */
     }
     cJSON_Delete(root);
-    if (!code->sas) {
-        code_set_error(code, "the code snapshot: %s", "the answer to startPendingUpload has no blobUri and SAS");
+    if (!code->container) {
+        code_set_error(code, "the code snapshot: %s", err);
         return;
     }
-    size_t n = code->container ? strlen(code->container) : 0;
-    while (n && code->container[n - 1] == '/') code->container[--n] = '\0';
-    n = strlen(code->blob_uri);
+    size_t n = strlen(code->blob_uri);
     while (n && code->blob_uri[n - 1] == '/') code->blob_uri[--n] = '\0';
     code->phase = C_UPLOAD;
-    upload_more(code);
+    upload_files(code);
 }
 
 static void start_upload(struct aml_code *code)
 {
     code->phase = C_START;
-    /* the parts: a file whole, or its blocks then its block list */
-    struct snapshot *s = &code->snap;
-    code->blocks_left = xcalloc(s->count + 1, sizeof *code->blocks_left);
-    size_t cap = 0;
-    for (size_t i = 0; i < s->count; i++) {
-        if (s->files[i].size <= BLOCK_THRESHOLD) {
-            ARRAY_GROW(code->parts, code->n_parts, cap);
-            code->parts[code->n_parts++] = (struct part){ i, -1 };
-            continue;
-        }
-        size_t blocks = (size_t)((s->files[i].size + BLOCK_SIZE - 1) / BLOCK_SIZE);
-        code->blocks_left[i] = blocks;
-        for (size_t b = 0; b < blocks; b++) {
-            ARRAY_GROW(code->parts, code->n_parts, cap);
-            code->parts[code->n_parts++] = (struct part){ i, (long)b };
-        }
-    }
     char *suffix = xasprintf("/%s/startPendingUpload", code->version);
     char *url = code_url(code, suffix);
     code->call = arm_call_start(code->client, "POST", url, "{\"pendingUploadType\":\"TemporaryBlobReference\"}",
@@ -291,194 +265,70 @@ static void start_upload(struct aml_code *code)
     free(url);
 }
 
-/* ---- the blobs ------------------------------------------------------------ */
+/* ---- the blobs (blob.c) ---------------------------------------------------- */
 
-/* The blob's URL: the container's, the name percent-encoded segment by
- * segment, `extra` query parameters, then the SAS. */
-static char *blob_url(const struct aml_code *code, const char *name, const char *extra)
+static void upload_progress(void *arg, const struct blob_progress *p)
 {
-    struct strbuf url = STRBUF_INIT;
-    sb_adds(&url, code->container);
-    const char *p = name;
-    while (*p) {
-        const char *slash = strchr(p, '/');
-        size_t n = slash ? (size_t)(slash - p) : strlen(p);
-        char *seg = xstrndup(p, n);
-        char *enc = http_urlencode(seg);
-        sb_addf(&url, "/%s", enc);
-        free(enc);
-        free(seg);
-        p += n + (slash ? 1 : 0);
-    }
-    sb_addf(&url, "?%s%s%s", extra ? extra : "", extra ? "&" : "", code->sas);
-    return sb_detach(&url);
+    if (p->bytes_total < PROGRESS_MIN || ui_level() < UI_NORMAL) return;
+    (void)arg;
+    ui_info("azureml: uploading the code snapshot: %.0f of %.0f MB (%zu files)", (double)p->bytes_done / 1e6,
+            (double)p->bytes_total / 1e6, p->files_total);
 }
 
-/* Block ids: the same length for every block of a blob, base64 of "%06zu". */
-static void block_id(size_t block, char out[16])
+/* A step of the upload over: its error, or NULL (the wait is freed). */
+static char *upload_step_done(struct aml_code *code, struct step_wait *w)
 {
-    char raw[32];               /* 6 digits: at most 50,000 blocks a blob */
-    snprintf(raw, sizeof raw, "%06zu", block % 1000000);
-    EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)raw, 6);
+    const char *err = blob_wait_error(w);
+    char *why = err ? xstrdup(err) : NULL;
+    step_wait_free(w);
+    code->upload = NULL;
+    return why;
 }
 
-static void progress(struct aml_code *code, bool last)
-{
-    if (code->snap.total_size < PROGRESS_MIN || ui_level() < UI_NORMAL) return;
-    double now = monotonic_seconds();
-    if (!last && now - code->last_progress < 2) return;
-    code->last_progress = now;
-    ui_info("azureml: uploading the code snapshot: %.0f of %.0f MB (%zu files)",
-            (double)code->bytes_done / 1e6, (double)code->snap.total_size / 1e6, code->snap.count);
-}
-
-static void send_part(struct aml_code *code, size_t k);
-static void set_metadata(struct aml_code *code);
-
-static void on_part(void *arg, const struct http_response *resp);
-
-/* The request for part k: its transfer's argument encodes the code and k. */
-struct part_call {
-    struct aml_code *code;
-    size_t k;
-};
-
-static void on_part(void *arg, const struct http_response *resp)
-{
-    struct part_call *pc = arg;
-    struct aml_code *code = pc->code;
-    size_t k = pc->k;
-    free(pc);
-    code->in_flight--;
-    if (code->phase != C_UPLOAD) return;              /* failed meanwhile: the rest are ignored */
-    if (resp->status < 200 || resp->status > 299) {
-        char msg[2048];
-        http_error_message(resp, msg, sizeof msg);
-        code_set_error(code, "the code snapshot could not be uploaded: %s", msg);
-        return;
-    }
-    struct part part = code->parts[k];               /* a copy: the array may grow below */
-    const struct snapshot_file *f = &code->snap.files[part.file];
-    if (part.block >= 0) {
-        uint64_t offset = (uint64_t)part.block * BLOCK_SIZE;
-        code->bytes_done += f->size - offset < BLOCK_SIZE ? f->size - offset : BLOCK_SIZE;
-        if (--code->blocks_left[part.file] == 0) {    /* every block is in: its list goes last */
-            code->parts = xrealloc(code->parts, (code->n_parts + 1) * sizeof *code->parts);
-            code->parts[code->n_parts++] = (struct part){ part.file, -2 };
-        }
-    } else if (part.block == -1) {
-        code->bytes_done += f->size;
-    }
-    code->parts_done++;
-    progress(code, false);
-    if (code->parts_done == code->n_parts) {
-        progress(code, true);
-        set_metadata(code);
-        return;
-    }
-    upload_more(code);
-}
-
-static void upload_more(struct aml_code *code)
-{
-    if (code->snap.count == 0) {
-        set_metadata(code);
-        return;
-    }
-    while (code->phase == C_UPLOAD && code->in_flight < UPLOADS_AT_ONCE && code->next_part < code->n_parts)
-        send_part(code, code->next_part++);
-}
-
-static void send_part(struct aml_code *code, size_t k)
-{
-    const struct part *part = &code->parts[k];
-    const struct snapshot_file *f = &code->snap.files[part->file];
-    char *name = snapshot_blob_name(&code->snap, part->file);
-    char id[16], extra[64];
-    struct strbuf list = STRBUF_INIT;
-    struct http_request req = { .method = "PUT" };
-    const char *blob_headers[] = { "x-ms-version: " BLOB_API_VERSION, "x-ms-blob-type: BlockBlob", NULL };
-    const char *block_headers[] = { "x-ms-version: " BLOB_API_VERSION, NULL };
-    const char *list_headers[] = { "x-ms-version: " BLOB_API_VERSION, "Content-Type: application/xml", NULL };
-    if (part->block == -1) {                          /* Put Blob */
-        extra[0] = '\0';
-        req.headers = blob_headers;
-        req.body_file = f->path;
-        req.body_len_file = f->size;
-    } else if (part->block >= 0) {                    /* Put Block */
-        block_id((size_t)part->block, id);
-        char *enc = http_urlencode(id);
-        snprintf(extra, sizeof extra, "comp=block&blockid=%s", enc);
-        free(enc);
-        req.headers = block_headers;
-        req.body_file = f->path;
-        req.body_offset = (uint64_t)part->block * BLOCK_SIZE;
-        req.body_len_file = f->size - req.body_offset < BLOCK_SIZE ? f->size - req.body_offset : BLOCK_SIZE;
-    } else {                                          /* Put Block List */
-        snprintf(extra, sizeof extra, "comp=blocklist");
-        sb_adds(&list, "<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
-        for (size_t b = 0; b < (size_t)((f->size + BLOCK_SIZE - 1) / BLOCK_SIZE); b++) {
-            block_id(b, id);
-            sb_addf(&list, "<Latest>%s</Latest>", id);
-        }
-        sb_adds(&list, "</BlockList>");
-        req.headers = list_headers;
-        req.body = list.buf;
-        req.body_len = list.len;
-    }
-    char *url = blob_url(code, name, extra[0] ? extra : NULL);
-    req.url = url;
-    struct part_call *pc = xmalloc(sizeof *pc);
-    *pc = (struct part_call){ code, k };
-    char err[512];
-    struct http_transfer *t = http_send(code->client->http, &req, on_part, pc, err, sizeof err);
-    free(url);
-    free(name);
-    sb_release(&list);
-    if (!t) {
-        free(pc);
-        code_set_error(code, "the code snapshot could not be uploaded: %s", err);
-        return;
-    }
-    code->in_flight++;
-}
-
-static void on_metadata(void *arg, const struct http_response *resp)
+static void on_metadata(struct step_wait *w, void *arg)
 {
     struct aml_code *code = arg;
-    if (code->phase != C_METADATA) return;
-    if (resp->status < 200 || resp->status > 299) {
-        char msg[2048];
-        http_error_message(resp, msg, sizeof msg);
-        code_set_error(code, "the code snapshot's upload could not be marked complete: %s", msg);
-        return;
-    }
-    register_version(code);
+    char *why = upload_step_done(code, w);
+    if (why) code_set_error(code, "the code snapshot's upload could not be marked complete: %s", why);
+    else register_version(code);
+    free(why);
 }
 
 /* The indicator file's metadata says the upload is complete (what the SDK
  * checks before uploading the same files again). */
-static void set_metadata(struct aml_code *code)
+static void on_files(struct step_wait *w, void *arg)
 {
+    struct aml_code *code = arg;
+    char *why = upload_step_done(code, w);
+    if (why) {
+        code_set_error(code, "the code snapshot could not be uploaded: %s", why);
+        free(why);
+        return;
+    }
     code->phase = C_METADATA;
-    if (code->snap.count == 0) {
+    char *name = snapshot_blob_name(&code->snap, code->snap.indicator);
+    char *meta_name = xasprintf("x-ms-meta-name: %s", code->name);
+    char *meta_version = xasprintf("x-ms-meta-version: %s", code->version);
+    const char *meta[] = { "x-ms-meta-upload_status: completed", meta_name, meta_version, NULL };
+    code->upload = blob_set_metadata(code->container, name, meta, on_metadata, code);
+    free(meta_name);
+    free(meta_version);
+    free(name);
+}
+
+/* Every file of the snapshot to <its directory name>/<path>, as the SDK
+ * lays it out; files read as they are sent. */
+static void upload_files(struct aml_code *code)
+{
+    const struct snapshot *s = &code->snap;
+    if (s->count == 0) {
         register_version(code);
         return;
     }
-    char *name = snapshot_blob_name(&code->snap, code->snap.indicator);
-    char *url = blob_url(code, name, "comp=metadata");
-    char *meta_name = xasprintf("x-ms-meta-name: %s", code->name);
-    char *meta_version = xasprintf("x-ms-meta-version: %s", code->version);
-    const char *headers[] = { "x-ms-version: " BLOB_API_VERSION, "x-ms-meta-upload_status: completed",
-                              meta_name, meta_version, NULL };
-    struct http_request req = { .method = "PUT", .url = url, .headers = headers };
-    char err[512];
-    struct http_transfer *t = http_send(code->client->http, &req, on_metadata, code, err, sizeof err);
-    free(meta_name);
-    free(meta_version);
-    free(url);
-    free(name);
-    if (!t) code_set_error(code, "the code snapshot's upload could not be marked complete: %s", err);
+    struct blob_file *files = xcalloc(s->count, sizeof *files);
+    for (size_t i = 0; i < s->count; i++) files[i] = (struct blob_file){ s->files[i].path, s->files[i].rel, s->files[i].size };
+    code->upload = blob_upload_files(code->container, s->dir_name, files, s->count, upload_progress, on_files, code);
+    free(files);
 }
 
 /* ---- the API -------------------------------------------------------------- */
@@ -515,12 +365,10 @@ void aml_code_free(struct aml_code *code)
         atomic_store(&code->scan->stop, true);
     }
     shared_abandon(&code->result);
+    step_wait_free(code->upload);
+    blob_container_free(code->container);     /* it wipes the SAS */
     snapshot_free(&code->snap);
-    wipe_free(code->sas);                       /* a SAS is a credential */
-    char **strings[] = { &code->name, &code->version, &code->container, &code->blob_uri, &code->id,
-                         &code->error };
+    char **strings[] = { &code->name, &code->version, &code->blob_uri, &code->id, &code->error };
     for (size_t i = 0; i < sizeof strings / sizeof *strings; i++) free(*strings[i]);
-    free(code->parts);
-    free(code->blocks_left);
     free(code);
 }

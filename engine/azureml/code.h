@@ -5,8 +5,9 @@
  *   scan + hash (snapshot.h, on the work pool)
  *   → GET codes/{name}/versions?hash=…&hashVersion=202208   found: reuse it, upload nothing
  *   → POST codes/{name}/versions/{version}/startPendingUpload  a container SAS
- *   → PUT each file as a blob (Put Blob; Put Block + Put Block List above
- *     BLOCK_THRESHOLD), a few at once, files read as they are sent
+ *   → each file as a blob through blob.c (Put Blob with Content-MD5; Put
+ *     Block + Put Block List above BLOB_BLOCK_THRESHOLD), a few at once,
+ *     files read as they are sent; a blob already there is not sent again
  *   → the indicator file's metadata (upload_status=completed, name, version)
  *   → PUT codes/{name}/versions/{version}   → its ARM id
  *
