@@ -2,8 +2,11 @@
  * Each test binary prints "name: N passed, N failed" and exits non-zero on failure. */
 #ifndef FLOW_CHECK_H
 #define FLOW_CHECK_H
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int check_passed, check_failed, check_cur_failed;
 
@@ -23,6 +26,22 @@ static int check_passed, check_failed, check_cur_failed;
 #define RUN(test) do { check_cur_failed = 0; test(); \
     if (check_cur_failed) { check_failed++; fprintf(stderr, "FAIL %s\n", #test); } \
     else check_passed++; } while (0)
+
+/* The repository, for a test that needs its files or tools: the binary is
+ * <root>/<build>/tests/<test>.  malloc'd, or NULL when it cannot tell. */
+static inline char *check_repo_root(void)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return NULL;
+    exe[n] = '\0';
+    for (int i = 0; i < 3; i++) {
+        char *slash = strrchr(exe, '/');
+        if (!slash) return NULL;
+        *slash = '\0';
+    }
+    return strdup(exe);
+}
 
 #define CHECK_DONE(suite) (printf("%s: %d passed, %d failed\n", (suite), check_passed, check_failed), \
                            check_failed ? 1 : 0)

@@ -57,16 +57,9 @@ static void die(const char *fmt, ...)
 
 static char *repo_root(void)
 {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) die("cannot find my own binary: %s", strerror(errno));
-    exe[n] = '\0';
-    for (int i = 0; i < 3; i++) {
-        char *slash = strrchr(exe, '/');
-        if (!slash) die("unexpected binary path %s", exe);
-        *slash = '\0';
-    }
-    return xstrdup(exe);
+    char *root = check_repo_root();
+    if (!root) die("cannot find the repository from my own binary's path");
+    return root;
 }
 
 /* tools/azurite.sh prints the binary's path, installing it first if needed. */

@@ -48,19 +48,11 @@ static void die(const char *fmt, ...)
     exit(1);
 }
 
-/* The repository: the binary is <root>/<build>/tests/test_aml_http. */
 static char *repo_root(void)
 {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) die("cannot find my own binary: %s", strerror(errno));
-    exe[n] = '\0';
-    for (int i = 0; i < 3; i++) {
-        char *slash = strrchr(exe, '/');
-        if (!slash) die("unexpected binary path %s", exe);
-        *slash = '\0';
-    }
-    return xstrdup(exe);
+    char *root = check_repo_root();
+    if (!root) die("cannot find the repository from my own binary's path");
+    return root;
 }
 
 /* What User-Agent must say: "flow/" and stdlib/flow.lua's VERSION (http.c
