@@ -573,9 +573,12 @@ static int l_code_id(lua_State *L)
 
 /* One upload or download.  Two waits in turn: the datastore's container,
  * then the transfer itself. */
+enum transfer_op { T_UPLOAD, T_DOWNLOAD, T_STAT };
+
 struct transfer_box {
     struct wait_box w;
-    bool upload, folder;
+    enum transfer_op op;
+    bool folder;
     char *label;                /* "input 'train_set'": what a message is about */
     char *step;                 /* the step's name, or NULL */
     char *path, *blob;
@@ -603,7 +606,7 @@ static void transfer_progress(void *arg, const struct blob_progress *p)
     double secs = monotonic_seconds() - b->started;
     ui_info("%s%s%s%s: %s %.1f of %.1f MB (%zu of %zu files)%s%.1f MB/s", b->step ? "step '" : "",
             b->step ? b->step : "", b->step ? "': " : "", b->label,
-            b->upload ? "uploaded" : "downloaded", (double)p->bytes_done / 1e6, (double)p->bytes_total / 1e6,
+            b->op == T_UPLOAD ? "uploaded" : "downloaded", (double)p->bytes_done / 1e6, (double)p->bytes_total / 1e6,
             p->files_done, p->files_total, secs > 0 ? ", " : "", secs > 0 ? (double)p->bytes_sent / 1e6 / secs : 0);
 }
 
@@ -622,7 +625,11 @@ static int transfer_finished(lua_State *L, int status, lua_KContext ctx)
     const char *err = blob_wait_error(b->w.wait);
     if (err) return transfer_fail(L, b, err);
     const struct blob_progress *p = blob_wait_progress(b->w.wait);
-    lua_createtable(L, 0, 4);
+    lua_createtable(L, 0, 5);
+    if (b->op == T_STAT) {
+        lua_pushstring(L, blob_wait_stat_hash(b->w.wait));
+        lua_setfield(L, -2, "hash");
+    }
     lua_pushinteger(L, (lua_Integer)p->bytes_total);
     lua_setfield(L, -2, "bytes");
     lua_pushinteger(L, (lua_Integer)p->bytes_sent);
@@ -643,15 +650,17 @@ static int transfer_with_container(lua_State *L, int status, lua_KContext ctx)
     if (!c) return transfer_fail(L, b, aml_datastore_wait_error(b->w.wait));
     box_release(&b->w);
     b->started = monotonic_seconds();
-    b->w.wait = b->upload ? blob_upload(c, b->path, b->blob, transfer_progress, box_done, b)
-                          : blob_download(c, b->blob, b->folder, b->path, transfer_progress, box_done, b);
+    b->w.wait = b->op == T_UPLOAD ? blob_upload(c, b->path, b->blob, transfer_progress, box_done, b)
+                : b->op == T_DOWNLOAD ? blob_download(c, b->blob, b->folder, b->path, transfer_progress, box_done, b)
+                                      : blob_stat(c, b->blob, b->folder, box_done, b);
     return box_await(L, &b->w, transfer_finished);
 }
 
-/* transfer{op = "upload"|"download", datastore =, blob =, path =, folder =, step =, label =}
- *   -> {bytes =, bytes_sent =, files =, files_skipped =} | nil, why
+/* transfer{op = "upload"|"download"|"stat", datastore =, blob =, path =, folder =, step =, label =}
+ *   -> {bytes =, bytes_sent =, files =, files_skipped =, hash =} | nil, why
  * upload: the file or folder at path to blob (a folder: under blob/);
- * download: blob (or every blob under blob/, folder = true) to path. */
+ * download: blob (or every blob under blob/, folder = true) to path;
+ * stat: what is there (no path), as a hash that changes when it does. */
 static int l_transfer(lua_State *L)
 {
     struct aml_client *client = connected(L);
@@ -659,17 +668,20 @@ static int l_transfer(lua_State *L)
     const char *op = flow_field_string(L, 2, "op"), *ds = flow_field_string(L, 2, "datastore");
     const char *blob = flow_field_string(L, 2, "blob"), *path = flow_field_string(L, 2, "path");
     const char *label = flow_field_string(L, 2, "label"), *step = flow_field_string(L, 2, "step");
-    if (!op || (strcmp(op, "upload") != 0 && strcmp(op, "download") != 0) || !ds || !blob || !path)
-        return luaL_error(L, "transfer: needs op (upload or download), datastore, blob and path");
+    static const char *const ops[] = { "upload", "download", "stat" };
+    int k = 0;
+    while (op && k < 3 && strcmp(op, ops[k]) != 0) k++;
+    if (!op || k == 3 || !ds || !blob || (!path && k != T_STAT))
+        return luaL_error(L, "transfer: needs op (upload, download or stat), datastore, blob and path");
     lua_getfield(L, 2, "folder");
     bool folder = lua_toboolean(L, -1);
     lua_pop(L, 1);
     struct transfer_box *b = lua_newuserdatauv(L, sizeof *b, 0);
     memset(b, 0, sizeof *b);
     luaL_setmetatable(L, TRANSFER_CLASS);
-    *b = (struct transfer_box){ .w.co = flow_step_can_yield(L) ? L : NULL, .upload = strcmp(op, "upload") == 0,
+    *b = (struct transfer_box){ .w.co = flow_step_can_yield(L) ? L : NULL, .op = (enum transfer_op)k,
                                 .folder = folder, .label = xstrdup(label ? label : "azureml"),
-                                .step = step ? xstrdup(step) : NULL, .path = xstrdup(path),
+                                .step = step ? xstrdup(step) : NULL, .path = xstrdup(path ? path : ""),
                                 .blob = xstrdup(blob) };
     b->w.wait = aml_datastore_wait(client, ds, box_done, b);
     return box_await(L, &b->w, transfer_with_container);

@@ -11,6 +11,7 @@
 #include "azureml/blob.h"
 
 #include "commit.h"
+#include "hash.h"
 #include "nofollow.h"
 #include "strmap.h"
 #include "util.h"
@@ -63,7 +64,7 @@ struct blob_container {
     unsigned page_size;
 };
 
-enum xfer_kind { X_UPLOAD, X_DOWNLOAD, X_EXISTS, X_CREATE, X_METADATA };
+enum xfer_kind { X_UPLOAD, X_DOWNLOAD, X_EXISTS, X_CREATE, X_METADATA, X_STAT };
 enum req_kind { R_LIST, R_HEAD, R_PUT_BLOB, R_PUT_BLOCK, R_PUT_LIST, R_GET_RANGE, R_CREATE, R_METADATA };
 enum job_kind { J_WALK, J_HASH, J_PREPARE, J_FINISH };
 
@@ -84,6 +85,7 @@ struct remote {
     char *name;
     uint64_t size;
     char md5[MD5_B64];
+    char *etag;                /* the service's version of the blob ("" if none came) */
 };
 
 struct part_ref {
@@ -148,6 +150,7 @@ struct xfer {
     struct job *jobs;
     size_t n_jobs;
     struct blob_progress prog;
+    char stat_hash[SHA256_HEX_SIZE];   /* X_STAT */
     double last_progress;
     char *error;
     unsigned long timer;
@@ -645,7 +648,10 @@ static void wait_free(struct step_wait *w)
         atomic_store(&j->stop, true);
     }
     items_free(x->items, x->n_items);
-    for (size_t i = 0; i < x->n_remote; i++) free(x->remote[i].name);
+    for (size_t i = 0; i < x->n_remote; i++) {
+        free(x->remote[i].name);
+        free(x->remote[i].etag);
+    }
     free(x->remote);
     strmap_free(&x->remote_index);
     free(x->queue);
@@ -777,11 +783,11 @@ static void head_blob(struct xfer *x, const char *name)
     req_start(x, R_HEAD, 0, 0, 0, &call, &req);
 }
 
-static void add_remote(struct xfer *x, const char *name, uint64_t size, const char *md5)
+static void add_remote(struct xfer *x, const char *name, uint64_t size, const char *md5, const char *etag)
 {
     ARRAY_GROW(x->remote, x->n_remote, x->cap_remote);
     struct remote *r = &x->remote[x->n_remote];
-    *r = (struct remote){ .name = xstrdup(name), .size = size };
+    *r = (struct remote){ .name = xstrdup(name), .size = size, .etag = xstrdup(etag ? etag : "") };
     snprintf(r->md5, sizeof r->md5, "%s", md5 ? md5 : "");
     strmap_put(&x->remote_index, name, x->n_remote);
     x->n_remote++;
@@ -819,13 +825,14 @@ static bool parse_list_page(struct xfer *x, const struct http_response *resp, ch
                 if (p->type == XML_ELEMENT_NODE && strcmp((const char *)p->name, "Properties") == 0) props = p;
             char *name = xml_child_text(b, "Name");
             char *len = xml_child_text(props, "Content-Length");
-            char *md5 = xml_child_text(props, "Content-MD5");
+            char *md5 = xml_child_text(props, "Content-MD5"), *etag = xml_child_text(props, "Etag");
             uint64_t size = 0;
             ok = name && *name && parse_size(len, &size);
-            if (ok) add_remote(x, name, size, md5);
+            if (ok) add_remote(x, name, size, md5, etag);
             free(name);
             free(len);
             free(md5);
+            free(etag);
         }
     }
     char *marker = xml_child_text(root, "NextMarker");
@@ -861,7 +868,7 @@ static void on_head(struct xfer *x, const struct http_response *resp)
         fail(x, "cannot look up %s/%s: the answer has no Content-Length", x->c->name, x->prefix);
         return;
     }
-    add_remote(x, x->prefix, size, http_response_header(resp, "content-md5"));
+    add_remote(x, x->prefix, size, http_response_header(resp, "content-md5"), http_response_header(resp, "etag"));
     after_listing(x);
 }
 
@@ -1480,14 +1487,34 @@ static void download_items(struct xfer *x)
     x->prog.files_total = x->n_items;
 }
 
+/* X_STAT: what is there, as one hash of each blob's name, size, MD5 and
+ * ETag (the service changes the ETag whenever the blob changes). */
+static void stat_listing(struct xfer *x)
+{
+    struct strbuf sb = STRBUF_INIT;
+    for (size_t i = 0; i < x->n_remote; i++) {
+        const struct remote *r = &x->remote[i];
+        sb_addf(&sb, "%s%c%llu%c%s%c%s\n", r->name, 0, (unsigned long long)r->size, 0, r->md5, 0, r->etag);
+        x->prog.bytes_total += r->size;
+    }
+    x->prog.files_total = x->n_remote;
+    sha256_hex(sb.buf ? sb.buf : "", sb.len, x->stat_hash);
+    sb_release(&sb);
+}
+
 static void after_listing(struct xfer *x)
 {
+    if ((x->kind == X_DOWNLOAD || x->kind == X_STAT) && x->n_remote == 0) {
+        fail(x, "cannot %s %s/%s: there is no blob %s %s", x->kind == X_STAT ? "look up" : "download", x->c->name,
+             x->prefix, x->as_folder ? "under" : "named", x->prefix);
+        return;
+    }
+    if (x->kind == X_STAT) {
+        stat_listing(x);
+        x->complete = true;
+        return;
+    }
     if (x->kind == X_DOWNLOAD) {
-        if (x->n_remote == 0) {
-            fail(x, "cannot download %s/%s: there is no blob %s %s", x->c->name, x->prefix,
-                 x->as_folder ? "under" : "named", x->prefix);
-            return;
-        }
         download_items(x);
         if (x->error) return;
     }
@@ -1522,6 +1549,7 @@ static void kick(void *arg)
         break;
     }
     case X_DOWNLOAD:
+    case X_STAT:
         if (!x->as_folder && !*x->prefix) fail(x, "cannot download from the container %s: no blob name", x->c->name);
         else if (x->as_folder) list_page(x, NULL);
         else head_blob(x, x->prefix);
@@ -1606,6 +1634,21 @@ struct step_wait *blob_download(struct blob_container *c, const char *prefix, bo
     if (!*x->local) set_string(&x->local, "/");
     x->as_folder = as_folder;
     return xfer_start(x);
+}
+
+struct step_wait *blob_stat(struct blob_container *c, const char *prefix, bool as_folder, step_wait_done_fn done,
+                            void *arg)
+{
+    struct xfer *x = xfer_new(c, X_STAT, NULL, done, arg);
+    x->prefix = strip_slashes(prefix);
+    x->as_folder = as_folder;
+    return xfer_start(x);
+}
+
+const char *blob_wait_stat_hash(const struct step_wait *w)
+{
+    const struct xfer *x = (const struct xfer *)w;
+    return x->kind == X_STAT && !x->error ? x->stat_hash : NULL;
 }
 
 struct step_wait *blob_exists(struct blob_container *c, const char *name, step_wait_done_fn done, void *arg)

@@ -117,6 +117,14 @@ struct step_wait *blob_set_metadata(struct blob_container *c, const char *name, 
 struct step_wait *blob_download(struct blob_container *c, const char *prefix, bool as_folder, const char *dest,
                                 blob_progress_fn progress, step_wait_done_fn done, void *arg);
 
+/* What is at blob `prefix` (as_folder false) or under `prefix/`, without
+ * moving it: one HEAD or a paged List Blobs.  After done,
+ * blob_wait_stat_hash is a hash of each blob's name, size, MD5 and ETag (it
+ * changes when any blob changes); no blob there is an error naming it. */
+struct step_wait *blob_stat(struct blob_container *c, const char *prefix, bool as_folder, step_wait_done_fn done,
+                            void *arg);
+const char *blob_wait_stat_hash(const struct step_wait *w);
+
 /* After done: NULL on success, else why ("cannot upload data/x.bin to
  * container/prefix/x.bin: …").  The progress in all. */
 const char *blob_wait_error(const struct step_wait *w);

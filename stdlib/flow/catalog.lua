@@ -15,6 +15,13 @@
 -- most specific wins (most literal characters, then fewest placeholders, then
 -- by name, as Kedro ranks them).
 --
+-- A path may be on the workspace's datastore (Azure ML environments only):
+--   features: {type: folder, path: azureml://datastores/workspaceblobstore/paths/features}
+-- A job reads and writes it where it is; a step here works on a copy in
+-- .flow/datastore/<datastore>/<path> (e.path), brought here before it reads
+-- it and sent up after it writes it (flow.transfer); e.uri is the datastore
+-- path, e.datastore and e.blob its parts.
+--
 -- `credentials: db_creds` names a block of credentials.yml (Kedro's pattern);
 -- it must exist.  The entry keeps the name; a command step that reads or
 -- writes the dataset gets the block's values in its environment (see
@@ -34,6 +41,31 @@ local FIELD_NAMES = { "type", "path", "versioned", "metadata", "credentials" }
 
 local Catalog = {}
 Catalog.__index = Catalog
+
+M.DATASTORE_COPIES = ".flow/datastore"
+local DATASTORE_PATH = "^azureml://datastores/([%w_-]+)/paths/(.+)$"
+
+-- Whether a path as written is on a datastore.
+local function on_datastore(path)
+  return type(path) == "string" and path:sub(1, 10) == "azureml://"
+end
+
+-- An entry whose path is on a datastore gets its parts and the path of its
+-- copy here (after a pattern's placeholders are filled in).
+local function place_on_datastore(e)
+  if not on_datastore(e.path) then return e end
+  e.uri = e.path
+  e.datastore, e.blob = e.path:match(DATASTORE_PATH)
+  e.path = M.DATASTORE_COPIES .. "/" .. e.datastore .. "/" .. e.blob
+  return e
+end
+
+-- How Azure ML binds dataset e: a folder for folders (and a command's
+-- untyped output, a directory there), else a file.
+function M.uri_type(e)
+  if e.type == "memory" or e.type == "folder" then return "uri_folder" end
+  return "uri_file"
+end
 
 -- Kedro's version stamp: 2026-11-22T03.15.00.123Z (UTC; sorts as time; no ':' in paths).
 function M.version_stamp(t)
@@ -104,6 +136,17 @@ local function check_entry(name, spec, where, pattern)
     if type(spec.path) ~= "string" or spec.path == "" then bad("type %s needs path: (where it is stored)", t) end
   end
   if spec.versioned ~= nil and type(spec.versioned) ~= "boolean" then bad("versioned must be true or false") end
+  if on_datastore(spec.path) then
+    local ds, rest = spec.path:match(DATASTORE_PATH)
+    if not ds or rest:find("//", 1, true) or ("/" .. rest .. "/"):find("/%.%.?/") then
+      bad("path %s must be azureml://datastores/<datastore>/paths/<path> (no '.', '..' or empty segment)",
+          spec.path)
+    end
+    if spec.versioned then bad("a dataset on a datastore cannot be versioned (versions are folders on this machine)") end
+    if spec.credentials ~= nil then
+      bad("a dataset on a datastore is reached with the datastore's own credentials (azureml.yml); drop credentials")
+    end
+  end
   if spec.credentials ~= nil then
     if type(spec.credentials) ~= "string" or spec.credentials == "" then
       bad("credentials names a block of credentials.yml, like credentials: db_creds")
@@ -152,7 +195,7 @@ function M.new(settings, opts)
       pat.origin = where
       self.patterns[#self.patterns + 1] = pat
     else
-      local e = check_entry(name, entry, where)
+      local e = place_on_datastore(check_entry(name, entry, where))
       check_credentials(settings, name, e, where)
       e.name, e.origin, e.declared = name, where, true
       self.exact[name] = e
@@ -172,7 +215,7 @@ local function from_pattern(name, pat, captures)
   local e = { name = name, type = pat.entry.type, versioned = pat.entry.versioned, origin = pat.origin,
               pattern = pat.key, declared = true, credentials = pat.entry.credentials }
   if pat.entry.path then e.path = pat.entry.path:gsub("{([%a_][%w_]*)}", values) end
-  return e
+  return place_on_datastore(e)
 end
 
 -- The entry for dataset `name`: declared, matched by a pattern, or memory.

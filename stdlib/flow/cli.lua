@@ -663,7 +663,7 @@ local function catalog_rows(p)
       elseif e.type == "memory" then
         where, from = "in memory (a file in .flow/data/ when a command reads it)", "not in the catalog"
       else
-        where = e.path
+        where = e.uri or e.path
         if e.versioned then
           local versions = cat:versions(e)
           where = string.format("%s/<version>/ (versioned; %s)", e.path,

@@ -594,9 +594,10 @@ function M.prepare(p, opts, defaults, level)
       (settings.cfg:origin("flow", "distributed") or "conf/<env>/flow.yml")))
   end
   warn_unused_entries(p.nodes, cat, params_of)
-  local remote, aml = remote_mod.plan(nodes, settings, dists, cat, defaults)
+  local remote, aml, on_datastore = remote_mod.plan(nodes, settings, dists, cat, defaults)
   return { nodes = p.nodes, settings = settings, dists = dists, graph = g, selected = selected,
-           mode = mode, cat = cat, started = started, free_readers = free_readers, remote = remote, aml = aml }
+           mode = mode, cat = cat, started = started, free_readers = free_readers, remote = remote, aml = aml,
+           on_datastore = on_datastore }
 end
 
 return M

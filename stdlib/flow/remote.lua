@@ -108,8 +108,8 @@ local function check_data(nodes, remote, cat)
       remote[i].downloads = {}
       for _, io in ipairs(n.outputs) do
         local e = cat and cat:entry(io.dataset)
-        -- a local step reads it, or the catalog keeps it here
-        remote[i].downloads[io.dataset] = local_need[io.dataset] or (e and e.type ~= "memory") or false
+        -- a local step reads it, or the catalog keeps it here (not on a datastore)
+        remote[i].downloads[io.dataset] = local_need[io.dataset] or (e and e.type ~= "memory" and not e.uri) or false
         if n.kind == "func" and remote[i].downloads[io.dataset] then
           step_error(n, "is a Lua function on Azure ML, where its values stay, but its output '%s' is a %s "
             .. "catalog entry here; make it a command that writes ${outputs.%s}, or run it here", io.dataset,
@@ -120,24 +120,49 @@ local function check_data(nodes, remote, cat)
   end
 end
 
+-- The first dataset the steps read or write that the catalog keeps on a
+-- datastore, and its entry; nil when there is none.
+local function datastore_dataset(nodes, cat)
+  if not cat then return nil end
+  for _, n in ipairs(nodes) do
+    for _, list in ipairs({ n.inputs, n.outputs }) do
+      for _, io in ipairs(list) do
+        if not dag.is_param_input(io.dataset) then
+          local e = cat:entry(io.dataset)
+          if e.uri then return io.dataset, e end
+        end
+      end
+    end
+  end
+end
+
 -- The plan's remote placements: {[i] = placement} for the steps Azure ML
--- runs, and the client (nil when nothing goes there).
+-- runs; the client (nil when nothing goes there and no dataset lives on a
+-- datastore); and whether a dataset does.
 function M.plan(nodes, settings, dists, cat, defaults)
+  local on_ds, e = datastore_dataset(nodes, cat)
   -- inside an Azure ML job (a Lua step's `flow run … --nodes`), everything runs here
-  if os.getenv("FLOW_IN_AZUREML_JOB") then return {}, nil end
+  local in_job = os.getenv("FLOW_IN_AZUREML_JOB")
+  if in_job and not on_ds then return {}, nil, false end
   local aml = M.load(settings)
-  if not aml then return {}, nil end
+  if not aml then
+    if on_ds then
+      graph_error(string.format("catalog entry '%s' (%s) is on a datastore (%s), but environment '%s' has no "
+        .. "azureml.yml to reach it", on_ds, e.origin, e.uri, settings.env or "local"))
+    end
+    return {}, nil, false
+  end
   local info = M.info(aml)
   local remote, any = {}, false
   for i, n in ipairs(nodes) do
-    if dispatched(n, aml, info) then        -- (a step that runs here ignores node{compute =, …})
+    if not in_job and dispatched(n, aml, info) then    -- (a step that runs here ignores node{compute =, …})
       remote[i] = placement(n, aml, info, dists[i], defaults)
       any = true
     end
   end
-  if not any then return remote, nil end
-  check_data(nodes, remote, cat)
-  return remote, aml
+  if any then check_data(nodes, remote, cat) end
+  if not any and not on_ds then return remote, nil, false end
+  return remote, aml, on_ds ~= nil
 end
 
 -- "Azure ML gpu-cluster × 2 × 4" for flow list.

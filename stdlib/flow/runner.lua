@@ -254,11 +254,12 @@ function M.run(p, opts, level)
   local jobs = opts.jobs or core.cpu_count()
   local pools, pool_of = M.pools(plan, jobs)
   if plan.aml then
-    local any = false
+    local any = plan.on_datastore                 -- a dataset the catalog keeps on a datastore
     for i in pairs(plan.remote) do any = any or not plan.selected or plan.selected[i] end
     if any then
       remote.connect(plan.aml, opts.detach)
       remote.resolve_environments(plan.nodes, plan.remote, plan.aml, plan.selected)
+      self:stat_datastore_inputs()
     end
   end
   if not self.force and not self.explain then self.check = self:engine_check(plan) end

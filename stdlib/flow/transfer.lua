@@ -9,11 +9,17 @@
 --            after the job when a step here or the catalog needs it (into
 --            .flow/tmp/azureml/<job>/, then committed like any output),
 --            else recorded as a reference to that datastore path
+--   catalog  an entry on a datastore (flow.catalog): a job binds its path;
+--            a step here gets a copy brought down first, and what it writes
+--            is sent up; one no step makes is looked at (not moved) before
+--            the run, for its consumers' fingerprints
 -- Methods of the run object (flow.runner mixes them in).
 local core = require("flow.core")
 local dag = require("flow.dag")
 local failure = require("flow.failure")
 local values = require("flow.values")
+local catalog = require("flow.catalog")
+local util = require("flow.util")
 
 local step_failure = failure.new
 
@@ -112,23 +118,58 @@ end
 -- datastore (its step up to date from a run in which nothing here read it)
 -- is brought here.  Once per dataset and run; a second reader waits.
 function Run:localize(d, n)
-  local ref = self:remote_ref(d)
+  local ref = self:far_away(d)
   if not ref then return end
   self.localizing = self.localizing or {}
   while self.localizing[d] do require("flow.proc").sleep(0.05) end
-  if not self:remote_ref(d) then return end          -- the other reader brought it
+  if not self:far_away(d) then return end            -- the other reader brought it
   self.localizing[d] = true
-  local ok, err = pcall(self.fetch, self, n, d, ref.azureml, ref.type, ref.job, string.format("dataset '%s'", d))
+  local ok, err = pcall(self.fetch, self, n, d, ref.uri, ref.type, ref.job, string.format("dataset '%s'", d))
   self.localizing[d] = nil
   if not ok then error(err, 0) end                   -- what had finished waits for the next try
   core.remove_tree(M.DOWNLOADS .. "/" .. ref.job)
 end
 
--- The kind of output d is on Azure ML: a file for the catalog's file-like
--- types, else a folder (a command's untyped output is a directory there).
-local function output_type(e)
-  if e.type ~= "memory" and e.type ~= "folder" then return "uri_file" end
-  return "uri_folder"
+-- Dataset d when only a datastore has it: {uri =, type =, job =} (job: the
+-- name its download waits under), or nil.
+function Run:far_away(d)
+  local ref = self:remote_ref(d)
+  if ref then return { uri = ref.azureml, type = ref.type, job = ref.job } end
+  local v = self.values[d]
+  if v and v.uri and not v.path then
+    return { uri = v.uri, type = v.uri_type, job = "catalog-" .. core.safe_name(d) }
+  end
+end
+
+-- After step n, here, committed output d of catalog entry e that lives on a
+-- datastore: it goes up there (only what changed is sent).
+function Run:publish(n, d, e, rec)
+  local r, why = self.aml:transfer { op = "upload", datastore = e.datastore, blob = e.blob, path = rec.path,
+                                    folder = core.exists(rec.path) == "directory", step = n.name,
+                                    label = string.format("output '%s'", d) }
+  if not r then error(step_failure { message = string.format("step '%s': %s", n.name, why) }) end
+  rec.uri, rec.uri_type = e.uri, catalog.uri_type(e)
+  self.values[d].uri, self.values[d].uri_type = rec.uri, rec.uri_type
+end
+
+-- Before the run: what the catalog's datastore entries that no selected
+-- step makes hold now, as their consumers' input hashes.  One that is not
+-- there stops the run, as a missing file does.
+function Run:stat_datastore_inputs()
+  local missing = {}
+  for d, v in pairs(self.values) do
+    if v.uri and not v.path and not v.hash and v.entry then
+      local e = v.entry
+      local r, why = self.aml:transfer { op = "stat", datastore = e.datastore, blob = e.blob,
+                                        folder = e.type == "folder", label = string.format("dataset '%s'", d) }
+      if r then v.hash = "datastore:" .. r.hash
+      else missing[#missing + 1] = string.format("  '%s' (%s dataset, %s): %s", d, e.type, e.origin, why) end
+    end
+  end
+  if #missing > 0 then
+    table.sort(missing)
+    util.setup_error("the pipeline reads datasets that are not on their datastore:\n" .. table.concat(missing, "\n"))
+  end
 end
 
 -- The job's output bindings of step n, run as job `job`.
@@ -136,12 +177,16 @@ function Run:bind_outputs(n, job, mode)
   local info, bindings = settings(self), {}
   for _, io in ipairs(n.outputs) do
     local e = self.cat:entry(io.dataset)
-    local path = string.format("flow/%s/runs/%s/%s", project_name(self.root), job, io.arg)
-    if output_type(e) == "uri_file" then
-      path = path .. "/" .. (self.cat:save_path(e):match("([^/]+)$") or io.arg)
+    local uri = e.uri                                 -- the catalog keeps it on a datastore: there
+    if not uri then
+      local path = string.format("flow/%s/runs/%s/%s", project_name(self.root), job, io.arg)
+      if catalog.uri_type(e) == "uri_file" then
+        path = path .. "/" .. (self.cat:save_path(e):match("([^/]+)$") or io.arg)
+      end
+      uri = M.datastore_uri(info.datastore, path)
     end
-    bindings[#bindings + 1] = { name = io.arg, dataset = io.dataset, type = output_type(e),
-                                uri = M.datastore_uri(info.datastore, path), mode = mode }
+    bindings[#bindings + 1] = { name = io.arg, dataset = io.dataset, type = catalog.uri_type(e), uri = uri,
+                                mode = mode }
   end
   return bindings
 end

@@ -132,6 +132,14 @@ function Run:final_path(e, d)
   return DATA .. "/" .. core.safe_name(d)
 end
 
+-- Commit an output step n made here; one the catalog keeps on a datastore
+-- goes up there too.
+function Run:commit_made_here(d, e, from, n)
+  local rec = self:commit(d, e, from, n)
+  if e.uri then self:publish(n, d, e, rec) end
+  return rec
+end
+
 -- Move a finished file or folder into place; record where and its hash.
 function Run:commit(d, e, from, n)
   local final = self:final_path(e, d)
@@ -241,7 +249,7 @@ function Run:save_values(n, by)
       self.values[d] = { value = by[d], loaded = true,
                          hash = r.rec and r.rec.hash or ("uncacheable:" .. self.run_id .. ":" .. d) }
     else
-      outs[d] = self:commit(d, self.cat:entry(d), r.from, n)
+      outs[d] = self:commit_made_here(d, self.cat:entry(d), r.from, n)
       if r.value ~= nil then self.values[d].value, self.values[d].loaded = r.value, true end
     end
   end
@@ -304,7 +312,7 @@ function Run:commit_outputs(n, staging, display)
   end
   local outs = {}
   for _, io in ipairs(n.outputs) do
-    outs[io.dataset] = self:commit(io.dataset, self.cat:entry(io.dataset), staging[io.dataset], n)
+    outs[io.dataset] = self:commit_made_here(io.dataset, self.cat:entry(io.dataset), staging[io.dataset], n)
   end
   return outs
 end
@@ -316,6 +324,9 @@ local function saved_dataset(d, e, out, cat)
   end
   if out and not out.path and not out.uncacheable and state_mod.value_available(out) then
     return { out = out, hash = out.hash }
+  end
+  if e.uri then           -- on a datastore: looked at before the run (Run:stat_datastore_inputs)
+    return { uri = e.uri, uri_type = catalog.uri_type(e), entry = e }
   end
   if catalog.persisted(e) then
     local path, why = cat:load_path(e)

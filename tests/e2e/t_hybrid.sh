@@ -260,3 +260,96 @@ L
     contains "$ERR" "datastore 'nosuchstore'"
     equals "$(count_of jobs.put)" 0 "PUTs"
 }
+
+# The datastore's blob NAME, as another tool would write or read it (the
+# double's own Shared Key client, tests/aml/aml_blob.py).
+blob_put() {
+    "$AML_DOUBLE_PY" - "$1" "$2" <<'P'
+import os, sys
+sys.path.insert(0, os.environ["FLOW_ROOT"] + "/tests/aml")
+import aml_blob
+store = aml_blob.BlobStore(os.environ["AZURITE_BLOB_ENDPOINT"], aml_blob.AZURITE_KEY,
+                           os.environ["AML_DOUBLE_DATASTORE_CONTAINER"].rsplit("/", 1)[1])
+why = store.put_bytes(sys.argv[1], sys.argv[2].encode())
+sys.exit(why)
+P
+}
+
+blob_get() {
+    "$AML_DOUBLE_PY" - "$1" <<'P'
+import os, sys
+sys.path.insert(0, os.environ["FLOW_ROOT"] + "/tests/aml")
+import aml_blob
+store = aml_blob.BlobStore(os.environ["AZURITE_BLOB_ENDPOINT"], aml_blob.AZURITE_KEY,
+                           os.environ["AML_DOUBLE_DATASTORE_CONTAINER"].rsplit("/", 1)[1])
+status, body = store.get_bytes(sys.argv[1])
+sys.stdout.write(body.decode() if status == 200 else "HTTP %d" % status)
+P
+}
+
+# Catalog entries on the datastore: a step here reads one (brought down
+# first) and writes one (sent up after); a job binds them where they are.  A
+# change made on the datastore by someone else reruns what reads it.
+test_catalog_entries_on_the_datastore() {
+    start_aml
+    new_project
+    blob_put shared/raw.txt "hello"
+    write conf/prod/catalog.yml <<'Y'
+raw: {type: text, path: azureml://datastores/workspaceblobstore/paths/shared/raw.txt}
+note: {type: text, path: azureml://datastores/workspaceblobstore/paths/shared/note.txt}
+loud: {type: folder, path: azureml://datastores/workspaceblobstore/paths/shared/loud}
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function(raw) return raw .. " from here" end, inputs = "raw", outputs = "note", name = "here" },
+  node{ command = "tr a-z A-Z < ${inputs.note} > ${outputs.loud}/x.txt", inputs = "note", outputs = "loud",
+        name = "shout", tags = { "aml" } },
+  node{ func = function(dir)
+          local f = assert(io.open(dir .. "/x.txt")); print("got " .. f:read("l")); f:close()
+        end, inputs = "loud", name = "show" },
+}
+L
+    run_flow 0 list --env prod
+    run_flow 0 catalog list --env prod
+    contains "$OUT" "azureml://datastores/workspaceblobstore/paths/shared/loud"
+    run_flow 0 run --env prod
+    no_crash
+    contains "$OUT" "got HELLO FROM HERE"
+    equals "$(blob_get shared/note.txt)" "hello from here" "the datastore's note.txt"
+    equals "$(blob_get shared/loud/x.txt)" "HELLO FROM HERE" "the datastore's loud/x.txt"
+    body=$(requests_of jobs.put)
+    contains "$body" '"uri": "azureml://datastores/workspaceblobstore/paths/shared/note.txt"'
+    contains "$body" '"uri": "azureml://datastores/workspaceblobstore/paths/shared/loud"'
+    # nothing changed: nothing runs, nothing is submitted
+    run_flow 0 run --env prod
+    not_contains "$OUT" "got"
+    equals "$(count_of jobs.put)" 1 "PUTs"
+    # the datastore's raw.txt changed: everything after it runs again
+    blob_put shared/raw.txt "bye"
+    run_flow 0 run --env prod
+    contains "$OUT" "got BYE FROM HERE"
+    equals "$(count_of jobs.put)" 2 "PUTs"
+    no_secrets
+}
+
+test_catalog_entry_on_a_datastore_is_checked() {
+    start_aml
+    new_project
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function(x) return x end, inputs = "raw", outputs = "y", name = "a" } }
+L
+    write conf/base/catalog.yml <<'Y'
+raw: {type: text, path: "azureml://datastores/workspaceblobstore/shared/raw.txt"}
+Y
+    run_flow 2 run --env prod
+    contains "$ERR" "catalog.yml:1: catalog entry 'raw': path azureml://datastores/workspaceblobstore/shared/raw.txt must be azureml://datastores/<datastore>/paths/<path>"
+    write conf/base/catalog.yml <<'Y'
+raw: {type: text, path: "azureml://datastores/workspaceblobstore/paths/shared/none.txt"}
+Y
+    run_flow 2 run --env prod
+    contains "$ERR" "'raw' (text dataset"
+    contains "$ERR" "there is no blob named shared/none.txt"
+    run_flow 2 run
+    contains "$ERR" "catalog entry 'raw' (conf/base/catalog.yml:1) is on a datastore"
+    equals "$(count_of jobs.put)" 0 "PUTs"
+}

@@ -287,6 +287,18 @@ static bool exists(struct blob_container *c, const char *name)
     return yes;
 }
 
+/* blob_stat's hash, or NULL and *err. */
+static char *stat_hash(struct blob_container *c, const char *prefix, bool folder, char **err)
+{
+    struct outcome o = { 0 };
+    struct step_wait *w = blob_stat(c, prefix, folder, on_done, &o);
+    *err = finish(w, &o);
+    const char *h = blob_wait_stat_hash(w);
+    char *hash = h ? xstrdup(h) : NULL;
+    step_wait_free(w);
+    return hash;
+}
+
 #define CHECK_OK(expr) do { char *e_ = (expr); if (e_) fprintf(stderr, "  %s\n", e_); CHECK(e_ == NULL); \
     free(e_); } while (0)
 
@@ -449,6 +461,39 @@ static void test_folder_round_trip_paged(void)
     free(e);
     free(src);
     free(dst);
+    blob_container_free(c);
+}
+
+/* What is on the datastore, without moving it: one hash that changes when
+ * any blob under the prefix does (paged: pages of 2). */
+static void test_stat_names_what_is_there(void)
+{
+    struct blob_container *c = container("stat", AZURITE_KEY, NULL, 2);
+    create(c);
+    char *src = path_in("stat-src"), *err = NULL;
+    make_tree(src, 3);
+    CHECK_OK(upload(c, src, "data/set", NULL));
+    char *h1 = stat_hash(c, "data/set", true, &err);
+    CHECK(h1 && !err);
+    char *h2 = stat_hash(c, "data/set", true, &err);
+    CHECK_STR(h1, h2);
+    char *changed = xasprintf("%s/many/f001", src);
+    write_text(changed, "changed");
+    CHECK_OK(upload(c, src, "data/set", NULL));
+    char *h3 = stat_hash(c, "data/set", true, &err);
+    CHECK(h3 && h1 && strcmp(h1, h3) != 0);
+    char *one = stat_hash(c, "data/set/plain.txt", false, &err);
+    CHECK(one && !err);
+    char *none = stat_hash(c, "data/nothing", true, &err);
+    CHECK(none == NULL);
+    CHECK_CONTAINS(err, "there is no blob under data/nothing");
+    free(err);
+    free(changed);
+    free(h1);
+    free(h2);
+    free(h3);
+    free(one);
+    free(src);
     blob_container_free(c);
 }
 
@@ -680,6 +725,7 @@ int main(void)
     if (start_azurite()) {
         RUN(test_create_and_exists);
         RUN(test_folder_round_trip_paged);
+        RUN(test_stat_names_what_is_there);
         RUN(test_large_file_blocks_and_ranges);
         RUN(test_download_resumes_after_cancel);
         RUN(test_cancel_before_anything_happened);
