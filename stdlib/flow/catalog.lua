@@ -191,11 +191,13 @@ function M.new(settings, opts)
     if name:find("[{}]") then
       local pat = compile_pattern(name, where)
       pat.entry = check_entry(name, entry, where, pat)
+      self.on_datastore = self.on_datastore or on_datastore(pat.entry.path)
       check_credentials(settings, name, pat.entry, where)
       pat.origin = where
       self.patterns[#self.patterns + 1] = pat
     else
       local e = place_on_datastore(check_entry(name, entry, where))
+      self.on_datastore = self.on_datastore or e.uri ~= nil
       check_credentials(settings, name, e, where)
       e.name, e.origin, e.declared = name, where, true
       self.exact[name] = e

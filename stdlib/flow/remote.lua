@@ -123,7 +123,7 @@ end
 -- The first dataset the steps read or write that the catalog keeps on a
 -- datastore, and its entry; nil when there is none.
 local function datastore_dataset(nodes, cat)
-  if not cat then return nil end
+  if not (cat and cat.on_datastore) then return nil end      -- (no entry per dataset made for nothing)
   for _, n in ipairs(nodes) do
     for _, list in ipairs({ n.inputs, n.outputs }) do
       for _, io in ipairs(list) do

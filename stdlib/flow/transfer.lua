@@ -118,11 +118,11 @@ end
 -- datastore (its step up to date from a run in which nothing here read it)
 -- is brought here.  Once per dataset and run; a second reader waits.
 function Run:localize(d, n)
-  local ref = self:far_away(d)
+  local ref = self:only_on_datastore(d)
   if not ref then return end
   self.localizing = self.localizing or {}
   while self.localizing[d] do require("flow.proc").sleep(0.05) end
-  if not self:far_away(d) then return end            -- the other reader brought it
+  if not self:only_on_datastore(d) then return end            -- the other reader brought it
   self.localizing[d] = true
   local ok, err = pcall(self.fetch, self, n, d, ref.uri, ref.type, ref.job, string.format("dataset '%s'", d))
   self.localizing[d] = nil
@@ -132,7 +132,7 @@ end
 
 -- Dataset d when only a datastore has it: {uri =, type =, job =} (job: the
 -- name its download waits under), or nil.
-function Run:far_away(d)
+function Run:only_on_datastore(d)
   local ref = self:remote_ref(d)
   if ref then return { uri = ref.azureml, type = ref.type, job = ref.job } end
   local v = self.values[d]
