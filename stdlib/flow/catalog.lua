@@ -50,12 +50,21 @@ local function on_datastore(path)
   return type(path) == "string" and path:sub(1, 10) == "azureml://"
 end
 
+-- "azureml://datastores/<ds>/paths/<p>" and its parts.
+function M.datastore_uri(datastore, path)
+  return "azureml://datastores/" .. datastore .. "/paths/" .. path
+end
+
+function M.parse_datastore_uri(uri)
+  return uri:match(DATASTORE_PATH)
+end
+
 -- An entry whose path is on a datastore gets its parts and the path of its
 -- copy here (after a pattern's placeholders are filled in).
 local function place_on_datastore(e)
   if not on_datastore(e.path) then return e end
   e.uri = e.path
-  e.datastore, e.blob = e.path:match(DATASTORE_PATH)
+  e.datastore, e.blob = M.parse_datastore_uri(e.path)
   e.path = M.DATASTORE_COPIES .. "/" .. e.datastore .. "/" .. e.blob
   return e
 end
@@ -137,7 +146,7 @@ local function check_entry(name, spec, where, pattern)
   end
   if spec.versioned ~= nil and type(spec.versioned) ~= "boolean" then bad("versioned must be true or false") end
   if on_datastore(spec.path) then
-    local ds, rest = spec.path:match(DATASTORE_PATH)
+    local ds, rest = M.parse_datastore_uri(spec.path)
     if not ds or rest:find("//", 1, true) or ("/" .. rest .. "/"):find("/%.%.?/") then
       bad("path %s must be azureml://datastores/<datastore>/paths/<path> (no '.', '..' or empty segment)",
           spec.path)

@@ -29,15 +29,6 @@ M.methods = Run
 
 M.DOWNLOADS = ".flow/tmp/azureml"
 
-function M.datastore_uri(datastore, path)
-  return "azureml://datastores/" .. datastore .. "/paths/" .. path
-end
-
--- The datastore and path of an azureml://datastores/<ds>/paths/<p> URI.
-local function parse_uri(uri)
-  return uri:match("^azureml://datastores/([^/]+)/paths/(.+)$")
-end
-
 -- The project's name in datastore paths: its directory's, as the code
 -- asset's (letters, digits, - and _).
 local function project_name(root)
@@ -88,7 +79,7 @@ function Run:bind_inputs(n, mode, fail)
                                           folder = folder, step = n.name, label = string.format("input '%s'", d) }
         if not r then fail(why) end
         bindings[#bindings + 1] = { name = io.arg, type = folder and "uri_folder" or "uri_file",
-                                    uri = M.datastore_uri(info.datastore, blob), mode = mode }
+                                    uri = catalog.datastore_uri(info.datastore, blob), mode = mode }
       end
     end
   end
@@ -100,14 +91,16 @@ end
 -- .flow/tmp/azureml/<job>/ (a resumed run keeps what had finished).
 -- Returns the output record, or raises the step's failure.
 function Run:fetch(n, d, uri, type, job, label)
-  local datastore, blob = parse_uri(uri)
+  local datastore, blob = catalog.parse_datastore_uri(uri)
   local dest = string.format("%s/%s/%s", M.DOWNLOADS, job, core.safe_name(d))
   local r, why = self.aml:transfer { op = "download", datastore = datastore, blob = blob, path = dest,
                                     folder = type == "uri_folder", step = n.name, label = label }
   if not r then error(step_failure { message = string.format("step '%s': %s", n.name, why) }) end
   local e = self.cat:entry(d)
   local problem = values.typed_problem(e, d, dest)
-  if problem then error(step_failure { message = string.format("step '%s': its output '%s' %s", n.name, d, problem) }) end
+  if problem then
+    error(step_failure { message = string.format("step '%s': dataset '%s' from Azure ML %s", n.name, d, problem) })
+  end
   local rec = self:commit(d, e, dest, n)
   rec.uri, rec.uri_type = uri, type
   self.values[d].uri, self.values[d].uri_type = uri, type
@@ -183,7 +176,7 @@ function Run:bind_outputs(n, job, mode)
       if catalog.uri_type(e) == "uri_file" then
         path = path .. "/" .. (self.cat:save_path(e):match("([^/]+)$") or io.arg)
       end
-      uri = M.datastore_uri(info.datastore, path)
+      uri = catalog.datastore_uri(info.datastore, path)
     end
     bindings[#bindings + 1] = { name = io.arg, dataset = io.dataset, type = catalog.uri_type(e), uri = uri,
                                 mode = mode }
