@@ -74,13 +74,15 @@ aml_ctl() {
 # azurite_start DIR [AZURITE FLAGS...] — Azurite's blob service (tools/azurite.sh installs it)
 # on a free port, data in DIR; sets AZURITE_BLOB_ENDPOINT (http://127.0.0.1:PORT/devstoreaccount1)
 # and AZURITE_PID.  The caller stops it (azurite_stop).  `--debug FILE` logs every request.
+# --disableTelemetry: it would otherwise try to reach an outside service;
+# --skipApiVersionCheck: it refuses an x-ms-version newer than its own.
 azurite_start() {
     local dir=$1 bin port i
     shift
     bin=$("$AML_DOUBLE_HOME/../../tools/azurite.sh") || return 1
     mkdir -p "$dir"
     port=$("$AML_DOUBLE_PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    "$bin" --blobHost 127.0.0.1 --blobPort "$port" --location "$dir" --silent --disableTelemetry "$@" \
+    "$bin" --blobHost 127.0.0.1 --blobPort "$port" --location "$dir" --silent --disableTelemetry --skipApiVersionCheck "$@" \
         >"$dir/azurite.log" 2>&1 &
     AZURITE_PID=$!
     for i in $(seq 200); do

@@ -1119,7 +1119,7 @@ def start_azurite(binary="azurite-blob"):
         port = sk.getsockname()[1]
     tmp = tempfile.mkdtemp(prefix="azurite.")
     proc = subprocess.Popen([binary, "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", tmp,
-                             "--silent", "--disableTelemetry"],
+                             "--silent", "--disableTelemetry", "--skipApiVersionCheck"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 20
     while time.time() < deadline:
