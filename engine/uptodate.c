@@ -165,7 +165,7 @@ static const char *input_hash(struct utd *u, const struct utd_input *in, char bu
             return NULL;
         const struct state_rec *r = state_store_get(u->store, u->steps[in->producer].name);
         const struct state_out *o = r ? out_named(r, in->dataset.s, in->dataset.len) : NULL;
-        if (!o || (o->kind != 'f' && o->kind != 'm') || !o->hash[0]) return NULL;
+        if (!o || o->kind == 'u' || !o->hash[0]) return NULL;
         return o->hash;
     }
     if (in->hash) return in->hash;
@@ -228,12 +228,18 @@ out:
     return rc;
 }
 
-/* Whether each output is as record r says: a file or folder with its hash. */
+/* Whether each output is as record r says: a file or folder, or a memory
+ * value cached in a file, with its hash; or a memory value inline in the
+ * record, which the record's checksum vouches for.  Anything else (a value
+ * that could not be cached, a record from before values said where they
+ * are, a damaged file) is the stdlib's to explain. */
 static bool outputs_hold(struct utd *u, const struct step *s, const struct state_rec *r)
 {
     for (size_t k = 0; k < s->n_outs; k++) {
         const struct state_out *o = out_named(r, s->outs[k], strlen(s->outs[k]));
-        if (!o || o->kind != 'f' || !o->path[0]) return false;
+        if (!o || !o->hash[0]) return false;
+        if (o->kind == 'v') continue;
+        if ((o->kind != 'f' && o->kind != 'c') || !o->path[0]) return false;
         char hex[SHA256_HEX_SIZE];
         if (hash_now(u, o->path, hex) != 0 || strcmp(hex, o->hash) != 0) return false;
     }

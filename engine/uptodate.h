@@ -1,9 +1,9 @@
-/* uptodate.h — the up-to-date check of command steps, without Lua.
+/* uptodate.h — the up-to-date check of steps, without Lua.
  *
- * What a command step's fingerprint depends on splits in two: the parts
- * fixed for the whole run (its command text, the hashes of the parameters
- * it reads, its distribution and outputs parts, the project files its
- * command names), which the stdlib computes once when it plans the run and
+ * What a step's fingerprint depends on splits in two: the parts fixed for
+ * the whole run (its command text or its Lua function's hash, the hashes of
+ * the parameters it reads, its distribution and outputs parts, the project
+ * files its command names), which the stdlib computes once when it plans the run and
  * hands over here as plain data; and the parts only known when the step is
  * ready (the content of those files, the hashes of its inputs, its outputs
  * as they are now), which this file finds itself: project files and outputs
@@ -12,7 +12,7 @@
  *
  * The check only ever says "up to date" when it is sure; "cannot tell"
  * (a producer whose record is not this run's, an input or output that needs
- * a long read, a memory output, no record) sends the step to the stdlib's
+ * a long read, a value that could not be cached, no record) sends the step to the stdlib's
  * full check, which explains why it runs.  Nothing here knows Lua. */
 #ifndef FLOW_UPTODATE_H
 #define FLOW_UPTODATE_H
@@ -35,7 +35,7 @@ struct utd_input {
     const char *hash, *path;       /* NULL when not known / not a path */
 };
 
-/* What the stdlib computed for command step i before the run. */
+/* What the stdlib computed for step i before the run. */
 struct utd_step {
     const char *name;                       /* its state record's key */
     struct fp_str code, dist, outputs;      /* dist {NULL, 0}: not distributed */

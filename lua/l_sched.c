@@ -359,7 +359,7 @@ static bool call_main(struct run *run, int ref, size_t i, int extra, int nres, c
 static bool body_up_to_date(void *ctx, size_t i)
 {
     struct run *run = ctx;
-    /* a command step the engine's check finds up to date never enters Lua (uptodate.h) */
+    /* a step the engine's check finds up to date never enters Lua (uptodate.h) */
     if (flow_uptodate_check(run->L, sched_dag(run->sched), i)) return true;
     if (run->check_fn_ref == LUA_NOREF || !call_main(run, run->check_fn_ref, i, 0, 1, "checking")) return false;
     bool skip = lua_toboolean(run->L, -1);

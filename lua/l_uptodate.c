@@ -1,6 +1,6 @@
 /* l_uptodate.c — flow.cache.uptodate: the engine's up-to-date check of
- * command steps (engine/uptodate.c) as a userdata that owns it.  The stdlib
- * describes each command step once, before the run; the scheduler's
+ * steps (engine/uptodate.c) as a userdata that owns it.  The stdlib
+ * describes each step once, before the run; the scheduler's
  * up-to-date question then reaches the check without entering Lua.
  *
  *   chk = cache.uptodate(n_steps, hash_cache, state_store)   (keeps both alive)

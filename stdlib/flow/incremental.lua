@@ -140,19 +140,20 @@ local function value_from_record(out, entry)
   return { out = out, hash = out.hash }
 end
 
--- The engine's check of command steps (engine/uptodate.c): each selected
--- command step described once, with the parts fixed for the run and where
--- each input's hash comes from.  A step the engine finds up to date never
--- enters Lua: its recorded outputs stand in lazily (self.values looks them
--- up in its state record on first use).  A step it cannot decide comes to
--- Run:up_to_date as before.  Not used with --force or --explain (the Lua
--- check says why each step runs).  Returns the checker, or nil.
+-- The engine's up-to-date check (engine/uptodate.c): each selected step
+-- described once, with the parts fixed for the run (a Lua function's hash
+-- is its prototype's, found once per run, with its upvalues' values as they
+-- are now) and where each input's hash comes from.  A step the engine finds
+-- up to date never enters Lua: its recorded outputs stand in lazily
+-- (self.values looks them up in its state record on first use).  A step it
+-- cannot decide comes to Run:up_to_date as before.  Not used with --force or
+-- --explain (the Lua check says why each step runs).  Returns the checker, or nil.
 function Run:engine_check(plan)
   local nodes, g, selected = self.nodes, plan.graph, plan.selected
   local chk = cache.uptodate(#nodes, self.hc, self.state.store)
   local described = false
   for i, n in ipairs(nodes) do
-    if n.kind == "command" and (not selected or selected[i]) then
+    if not selected or selected[i] then
       local ok, parts, names = pcall(self.static_parts, self, i, n)
       local inputs, outs = {}, {}
       for _, io in ipairs(n.inputs) do
@@ -163,7 +164,6 @@ function Run:engine_check(plan)
           inputs[#inputs + 1] = d
           if p and (not selected or selected[p]) then
             inputs[#inputs + 1], inputs[#inputs + 2], inputs[#inputs + 3] = p, false, false
-            if nodes[p].kind ~= "command" then chk:name(p, nodes[p].name) end
           elseif v and (v.hash or v.path) then
             inputs[#inputs + 1], inputs[#inputs + 2], inputs[#inputs + 3] = false, v.hash or false,
               not v.hash and v.path or false
@@ -176,6 +176,8 @@ function Run:engine_check(plan)
       if ok then
         chk:set(i, n.name, parts.code, parts.dist, parts.outputs, parts.params, names or {}, inputs, outs)
         described = true
+      else
+        chk:name(i, n.name)               -- its consumers may still use its record once it is fresh
       end
     end
   end

@@ -188,9 +188,15 @@ end
 function M.put(state, name, rec)
   local outs, k, files_only = {}, 0, true
   for d, out in pairs(rec.outputs or {}) do
-    local kind = out.path and "f" or out.uncacheable and "u" or "m"
+    -- f: a file or folder at path; v: a memory value inline in the body
+    -- (the record's checksum vouches for it); c: one cached at path; u: uncacheable
+    local kind, path = "f", out.path
+    if not path then
+      kind = out.uncacheable and "u" or out.value ~= nil and "v" or out.cached and "c" or "m"
+      path = kind == "c" and M.VALUES .. "/" .. tostring(out.hash) or ""
+    end
     files_only = files_only and kind == "f"
-    outs[k + 1], outs[k + 2], outs[k + 3], outs[k + 4] = redact(d), kind, redact(out.path or ""), out.hash or ""
+    outs[k + 1], outs[k + 2], outs[k + 3], outs[k + 4] = redact(d), kind, redact(path), out.hash or ""
     k = k + 4
   end
   -- Output files are the record's own fields ({path, hash} each): the body

@@ -246,8 +246,10 @@ function Run:save_values(n, by)
     local d, r = o.dataset, ready[i]
     if r.memory then
       outs[d] = r.rec or { uncacheable = r.err }
+      -- a value that cannot be cached has a hash of its own each run (its
+      -- readers always run); a digest, so that --explain's short parts differ
       self.values[d] = { value = by[d], loaded = true,
-                         hash = r.rec and r.rec.hash or ("uncacheable:" .. self.run_id .. ":" .. d) }
+                         hash = r.rec and r.rec.hash or cache.sha256("uncacheable\0" .. self.run_id .. "\0" .. d) }
     else
       outs[d] = self:commit_made_here(d, self.cat:entry(d), r.from, n)
       if r.value ~= nil then self.values[d].value, self.values[d].loaded = r.value, true end

@@ -1,8 +1,9 @@
-/* test_uptodate.c — the engine's up-to-date check of command steps: its
+/* test_uptodate.c — the engine's up-to-date check of steps: its
  * fingerprint is fingerprint.c's rule over the described parts plus the
  * files, inputs and outputs it finds; a step passes only with its record's
  * fingerprint and outputs; an input's hash comes only from a producer whose
- * record is this run's; a changed output or named file fails the check. */
+ * record is this run's; a changed output or named file fails the check;
+ * a memory output passes by where its value is kept. */
 #include "check.h"
 #include "hashcache.h"
 #include "statestore.h"
@@ -117,12 +118,54 @@ static void test_passes_only_with_record_and_outputs(void)
     hashcache_free(hc);
 }
 
+/* A memory output: inline in its record ('v', vouched for by the record's
+ * checksum), cached in a file ('c', hashed like a file output), or of a
+ * kind this check does not decide ('m' from before values said where they
+ * are, 'u' a value that could not be cached). */
+static bool passes_with_output(char kind, const char *path, const char *hash)
+{
+    struct hashcache *hc = hashcache_load(".hashes");
+    struct state_store *st = state_store_open("state-mem.log", NULL, err, sizeof err);
+    struct utd *u = utd_new(1, hc, st);
+    const char *outs[] = { "v" };
+    utd_set_step(u, 0, &(struct utd_step){ .name = "lua", .code = S("fn"), .outputs = S("v\0memory\0"),
+                                           .outputs_named = outs, .n_outputs = 1 });
+    char fp[SHA256_HEX_SIZE];
+    CHECK(utd_fingerprint(u, 0, fp) == 0);
+    struct state_out out = { kind, "v", path, hash };
+    CHECK(state_store_put(st, &(struct state_rec){ .name = "lua", .fp = fp, .body = "{}", .body_len = 2, .n_outs = 1,
+                                                   .outs = &out }, err, sizeof err) == 0);
+    bool ok = utd_check(u, 0);
+    utd_free(u);
+    state_store_free(st);
+    hashcache_free(hc);
+    return ok;
+}
+
+static void test_memory_outputs(void)
+{
+    char h[SHA256_HEX_SIZE];
+    sha256_hex("return 1", 8, h);
+    CHECK(passes_with_output('v', "", h));
+    CHECK(!passes_with_output('v', "", ""));           /* no hash: nothing a reader could use */
+    CHECK(!passes_with_output('m', "", h));
+    CHECK(!passes_with_output('u', "", ""));
+    write_text("value.lua", "return 1");
+    CHECK(passes_with_output('c', "value.lua", h));
+    write_text("value.lua", "return 2");               /* edited behind flow's back */
+    CHECK(!passes_with_output('c', "value.lua", h));
+    unlink("value.lua");
+    CHECK(!passes_with_output('c', "value.lua", h));
+    CHECK(!passes_with_output('c', "", h));
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/flow-test-uptodate-XXXXXX");
     if (!mkdtemp(root) || chdir(root) != 0) { perror("mkdtemp"); return 1; }
     RUN(test_fingerprint_is_the_combine_rule);
     RUN(test_passes_only_with_record_and_outputs);
+    RUN(test_memory_outputs);
     if (chdir("/") == 0) {
         char *cmd = xasprintf("rm -rf '%s'", root);
         if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
