@@ -121,6 +121,17 @@ long dag_find_dataset(const struct dag *dag, const char *name)
     return strmap_get(&dag->dataset_index, name, &idx) ? (long)idx : -1;
 }
 
+void dag_mark_read(const struct dag *dag, bool *read)
+{
+    for (size_t i = 0; i < dag->n_steps; i++) {
+        const struct dag_step *s = &dag->steps[i];
+        for (size_t k = 0; k < s->n_inputs; k++) {
+            long d = dag_find_dataset(dag, s->inputs[k].dataset);
+            if (d >= 0) read[d] = true;
+        }
+    }
+}
+
 const char *dag_framework_name(enum dist_framework f)
 {
     switch (f) {

@@ -177,7 +177,21 @@ int nofollow_mkdir_p(const char *path, mode_t mode, char *err, size_t errlen)
     return rc;
 }
 
+struct bytes { const void *data; size_t len; };
+
+static int write_bytes(int fd, void *ctx)
+{
+    const struct bytes *b = ctx;
+    return write_all(fd, b->data, b->len);
+}
+
 int nofollow_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen)
+{
+    return nofollow_write_atomic_with(path, write_bytes, &(struct bytes){ data, len }, err, errlen);
+}
+
+int nofollow_write_atomic_with(const char *path, int (*write)(int fd, void *ctx), void *ctx, char *err,
+                               size_t errlen)
 {
     char *base, *shown;
     int dfd = open_parent(path, "write", &base, &shown, err, errlen);
@@ -188,7 +202,7 @@ int nofollow_write_atomic(const char *path, const void *data, size_t len, char *
     int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) e = errno;
     else {
-        if (write_all(fd, data, len) != 0 || fsync(fd) != 0) e = errno;
+        if (write(fd, ctx) != 0 || fsync(fd) != 0) e = errno;
         if (close(fd) != 0 && !e) e = errno;      /* NFS may report a failed write only here */
     }
     if (!e && renameat(dfd, tmp, dfd, base) != 0) e = errno;

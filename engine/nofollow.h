@@ -27,6 +27,11 @@ int nofollow_mkdir_p(const char *path, mode_t mode, char *err, size_t errlen);
  * untouched and the temporary file is gone. */
 int nofollow_write_atomic(const char *path, const void *data, size_t len, char *err, size_t errlen);
 
+/* The same, for content made while it is written: write(fd, ctx) writes it
+ * (with write_all) and returns 0, or -1 with errno set. */
+int nofollow_write_atomic_with(const char *path, int (*write)(int fd, void *ctx), void *ctx, char *err,
+                               size_t errlen);
+
 /* Points the symbolic link `path` at `target`, replacing it atomically. */
 int nofollow_symlink(const char *target, const char *path, char *err, size_t errlen);
 

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <time.h>
 
@@ -584,11 +585,9 @@ static cJSON *summary_step(const struct step_runner *r, size_t i)
     return o;
 }
 
-int step_runner_write_summary(const struct step_runner *r, const char *path, const struct step_summary *sum,
-                              char *err, size_t errlen)
+/* run.json without its steps ("steps" sorts last among its keys). */
+static cJSON *summary_head(const struct step_summary *sum, double finished)
 {
-    size_t n = r->dag->n_steps;
-    double finished = wall_seconds();
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "code", sum->code);
     cJSON_AddNumberToObject(o, "elapsed", finished - sum->started);
@@ -597,11 +596,64 @@ int step_runner_write_summary(const struct step_runner *r, const char *path, con
     add_redacted(o, "run_id", sum->run_id);
     cJSON_AddNumberToObject(o, "started", sum->started);
     add_redacted(o, "status", sum->status);
-    cJSON *steps = cJSON_AddArrayToObject(o, "steps");
-    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(steps, summary_step(r, i));
-    char *text = n <= PRETTY_MAX ? cJSON_Print(o) : cJSON_PrintUnformatted(o);
+    return o;
+}
+
+static char *print_json(cJSON *o, bool pretty)
+{
+    char *text = pretty ? cJSON_Print(o) : cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!text) abort();                                  /* out of memory */
+    return text;
+}
+
+struct summary_stream { const struct step_runner *r; const struct step_summary *sum; double finished; };
+
+#define SUMMARY_CHUNK (1 << 20)
+
+/* A large run's run.json, written as it is made: one step's object at a
+ * time, never the whole document in memory (100,000 steps make 16 MB). */
+static int write_summary_stream(int fd, void *ctx)
+{
+    const struct summary_stream *s = ctx;
+    struct strbuf sb = STRBUF_INIT;
+    char *head = print_json(summary_head(s->sum, s->finished), false);
+    sb_add(&sb, head, strlen(head) - 1);                 /* without its closing brace */
+    cJSON_free(head);
+    sb_adds(&sb, ",\"steps\":[");
+    int rc = 0;
+    for (size_t i = 0; i < s->r->dag->n_steps && rc == 0; i++) {
+        char *step = print_json(summary_step(s->r, i), false);
+        if (i > 0) sb_addc(&sb, ',');
+        sb_adds(&sb, step);
+        cJSON_free(step);
+        if (sb.len >= SUMMARY_CHUNK) {
+            rc = write_all(fd, sb.buf, sb.len);
+            sb_truncate(&sb, 0);
+        }
+    }
+    sb_adds(&sb, "]}\n");
+    if (rc == 0) rc = write_all(fd, sb.buf, sb.len);
+    int e = errno;
+    sb_release(&sb);
+    errno = e;
+    return rc;
+}
+
+int step_runner_write_summary(const struct step_runner *r, const char *path, const struct step_summary *sum,
+                              char *err, size_t errlen)
+{
+    size_t n = r->dag->n_steps;
+    double finished = wall_seconds();
+    if (n > PRETTY_MAX) {
+        struct summary_stream s = { r, sum, finished };
+        return nofollow_write_atomic_with(path, write_summary_stream, &s, err, errlen);
+    }
+    /* a small run's is indented, for whoever reads it */
+    cJSON *o = summary_head(sum, finished);
+    cJSON *steps = cJSON_AddArrayToObject(o, "steps");
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(steps, summary_step(r, i));
+    char *text = print_json(o, true);
     size_t len = strlen(text);
     char *line = xasprintf("%s\n", text);
     cJSON_free(text);

@@ -276,6 +276,29 @@ static int walk(lua_State *L, bool downstream)
 static int l_downstream(lua_State *L) { return walk(L, true); }
 static int l_upstream(lua_State *L) { return walk(L, false); }
 
+/* dag:unread_outputs() -> {dataset, ...}: what steps make and no step reads
+ * (a run's free outputs), in step order.  The flags are a userdata: the
+ * Lua calls after it may raise. */
+static int l_unread_outputs(lua_State *L)
+{
+    struct dag *dag = *check_dag(L, 1);
+    bool *read = lua_newuserdatauv(L, dag->n_datasets + 1, 0);
+    memset(read, 0, dag->n_datasets + 1);
+    dag_mark_read(dag, read);
+    lua_newtable(L);
+    lua_Integer k = 0;
+    for (size_t i = 0; i < dag->n_steps; i++) {
+        const struct dag_step *s = &dag->steps[i];
+        for (size_t o = 0; o < s->n_outputs; o++) {
+            long d = dag_find_dataset(dag, s->outputs[o].dataset);
+            if (d >= 0 && read[d]) continue;
+            lua_pushstring(L, s->outputs[o].dataset);
+            lua_rawseti(L, -2, ++k);
+        }
+    }
+    return 1;
+}
+
 static int l_count(lua_State *L)
 {
     lua_pushinteger(L, (lua_Integer)(*check_dag(L, 1))->n_steps);
@@ -296,6 +319,7 @@ static const luaL_Reg dag_methods[] = {
     { "dependents", l_dependents },
     { "producer", l_producer },
     { "count", l_count },
+    { "unread_outputs", l_unread_outputs },
     { "downstream", l_downstream },
     { "upstream", l_upstream },
     { NULL, NULL }

@@ -188,22 +188,32 @@ function Run:log_start(plan, opts)
   self.journal:append(util.record_json(ev))
 end
 
+-- result.steps, made on first use ({name = {state =, elapsed =, reason =}}):
+-- `flow run` reads it only after a failure, and 100,000 small tables are a
+-- tenth of a no-op run of 100,000 steps.
+local function lazy_steps(result, nodes, records, states, elapsed)
+  return setmetatable(result, { __index = function(t, k)
+    if k ~= "steps" then return nil end
+    local steps = {}
+    for i, n in ipairs(nodes) do
+      steps[n.name] = { state = states[i], elapsed = elapsed[i], reason = records[n.name].reason }
+    end
+    setmetatable(t, nil)
+    t.steps = steps
+    return steps
+  end })
+end
+
 -- The run's result for flow.run's caller: the outputs no step consumes.
-function Run:result(code, states, elapsed, env)
-  local result = { code = code, run_id = self.run_id, steps = {}, outputs = {}, env = env,
-                   status = code == 0 and "ok" or code == 130 and "interrupted" or "failed" }
-  local consumed = {}
-  for i, n in ipairs(self.nodes) do
-    result.steps[n.name] = { state = states[i], elapsed = elapsed[i], reason = self.records[n.name].reason }
-    for _, io in ipairs(n.inputs) do consumed[io.dataset] = true end
-  end
-  for _, n in ipairs(self.nodes) do
-    for _, io in ipairs(n.outputs) do
-      local v = not consumed[io.dataset] and self.values[io.dataset]
-      if v then
-        local ok, value = pcall(self.value_of, self, io.dataset)
-        result.outputs[io.dataset] = ok and value or v.path
-      end
+function Run:result(graph, code, states, elapsed, env)
+  local result = lazy_steps({ code = code, run_id = self.run_id, outputs = {}, env = env,
+                              status = code == 0 and "ok" or code == 130 and "interrupted" or "failed" },
+                            self.nodes, self.records, states, elapsed)
+  for _, d in ipairs(graph:unread_outputs()) do
+    local v = self.values[d]
+    if v then
+      local ok, value = pcall(self.value_of, self, d)
+      result.outputs[d] = ok and value or v.path
     end
   end
   return result
@@ -305,7 +315,7 @@ function M.run(p, opts, level)
   record(state_mod.save, self.state, run_id)
   tidy(self.hc.save, self.hc, "the next run hashes those files again")
   tidy(core.remove_tree, self.tmp_dir, "flow clean removes it later")
-  local result = self:result(code, states, elapsed, plan.settings.env)
+  local result = self:result(plan.graph, code, states, elapsed, plan.settings.env)
   record(run_rec.write_summary, run_rec, self.run_dir .. "/run.json",
          { run_id = run_id, status = result.status, code = result.code, env = result.env, started = plan.started })
   if #problems > 0 then

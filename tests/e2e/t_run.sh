@@ -385,6 +385,38 @@ L
     contains "$(cat .flow/runs/latest/logs/talk.log)" "logged"
 }
 
+# Over 1,000 steps run.json is written as it is made, one step at a time
+# (engine/step.c): the same document, unindented.  The result's free outputs
+# are what no step reads (flow.dag's unread_outputs); its per-step table is
+# made when first read.
+test_a_large_run_writes_a_whole_run_json() {
+    write pipeline.lua <<'L'
+local nodes = {}
+for i = 1, 1200 do
+  nodes[i] = node{ name = "s" .. i, inputs = i > 1 and ("d" .. (i - 1)) or nil, outputs = "d" .. i,
+                   func = function(x) return (x or 0) + 1 end }
+end
+nodes[#nodes + 1] = node{ name = "fails", outputs = "never", func = function() error("no") end }
+local r = flow.run(pipeline(nodes), { keep_going = true })
+local n = 0
+for _ in pairs(r.steps) do n = n + 1 end
+print(r.status, r.outputs.d1200, r.outputs.d5, n, r.steps.s7.state, r.steps.fails.state)
+L
+    run_flow 1 run
+    contains "$OUT" "failed	1200	nil	1201	done	failed"
+    local got
+    got=$(python3 - <<'P'
+import json
+doc = json.load(open(".flow/runs/latest/run.json"))
+states = {}
+for s in doc["steps"]:
+    states[s["state"]] = states.get(s["state"], 0) + 1
+print(doc["status"], doc["code"], len(doc["steps"]), doc["steps"][0]["name"], doc["steps"][-1]["name"], sorted(states.items()))
+P
+)
+    equals "$got" "failed 1 1201 s1 fails [('done', 1200), ('failed', 1)]"
+}
+
 test_stdlib_override_path() {
     mkdir -p dev/flow
     cp "$FLOW_ROOT/stdlib/flow.lua" dev/flow.lua 2>/dev/null || true
