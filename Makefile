@@ -4,7 +4,7 @@
 CC      ?= cc
 # `make V=1` shows the full commands.
 Q       := $(if $(V),,@)
-PKGS    := lua5.4 libcjson libcurl openssl yaml-0.1 readline libxml-2.0
+PKGS    := lua5.4 libcjson libcurl openssl yaml-0.1 readline expat
 BUILD   := build
 WARN    := -Wall -Wextra -Wconversion -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 # CI builds with WERROR=1: a warning fails the build.

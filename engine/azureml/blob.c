@@ -9,6 +9,7 @@
  * the transfer that is cleared when it is freed early, so an answer or a
  * completion that comes later is dropped instead of touching freed memory. */
 #include "azureml/blob.h"
+#include "azureml/blob_xml.h"
 
 #include "commit.h"
 #include "hash.h"
@@ -17,8 +18,6 @@
 #include "util.h"
 #include "work.h"
 
-#include <libxml/parser.h>
-#include <libxml/tree.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -498,46 +497,33 @@ static struct http_transfer *blob_send(struct blob_container *c, const struct bl
 
 /* ---- messages ------------------------------------------------------------------ */
 
-static char *xml_child_text(xmlNode *parent, const char *name)
-{
-    for (xmlNode *n = parent ? parent->children : NULL; n; n = n->next)
-        if (n->type == XML_ELEMENT_NODE && strcmp((const char *)n->name, name) == 0) {
-            xmlChar *v = xmlNodeGetContent(n);
-            char *s = xstrdup(v ? (const char *)v : "");
-            xmlFree(v);
-            return s;
-        }
-    return NULL;
-}
+struct error_body { char *code, *message; };
 
-/* The Blob service's error bodies are XML; entities beyond the predefined
- * ones are not expanded and nothing is fetched (XML_PARSE_NONET). */
-static xmlDoc *parse_xml(const char *body, size_t len)
+static void error_field(void *arg, const char *path, const char *text)
 {
-    if (len == 0 || len > INT_MAX) return NULL;
-    return xmlReadMemory(body, (int)len, "blob.xml", NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    struct error_body *e = arg;
+    if (strcmp(path, "Error/Code") == 0) set_string(&e->code, text);
+    else if (strcmp(path, "Error/Message") == 0) set_string(&e->message, text);
 }
 
 /* "Code: message (HTTP 403, x-ms-request-id …)" from the service's
  * <Error><Code/><Message/></Error>, or x-ms-error-code (a HEAD has no
- * body); http.c words it. */
+ * body); http.c words it.  A body that is not such XML says nothing. */
 static void blob_error_message(const struct http_response *resp, char *buf, size_t buflen)
 {
-    char *code = NULL, *message = NULL;
+    struct error_body e = { NULL, NULL };
     if (resp->status) {
-        xmlDoc *doc = parse_xml(resp->body, resp->body_len);
-        xmlNode *root = doc ? xmlDocGetRootElement(doc) : NULL;
-        if (root && strcmp((const char *)root->name, "Error") == 0) {
-            code = xml_child_text(root, "Code");
-            message = xml_child_text(root, "Message");
+        if (!blob_xml_walk(resp->body, resp->body_len, error_field, &e)) {
+            free(e.code);
+            free(e.message);
+            e = (struct error_body){ NULL, NULL };
         }
-        xmlFreeDoc(doc);
         const char *h = http_response_header(resp, "x-ms-error-code");
-        if (!code && h) code = xstrdup(h);
+        if (!e.code && h) e.code = xstrdup(h);
     }
-    http_error_message_parsed(resp, code, message && *message ? message : NULL, buf, buflen);
-    free(code);
-    free(message);
+    http_error_message_parsed(resp, e.code, e.message && *e.message ? e.message : NULL, buf, buflen);
+    free(e.code);
+    free(e.message);
 }
 
 /* ---- the wait ------------------------------------------------------------------ */
@@ -804,41 +790,48 @@ static bool parse_size(const char *s, uint64_t *out)
     return true;
 }
 
-/* One page of List Blobs: each <Blob>'s Name, Content-Length and
- * Content-MD5; *next the NextMarker (NULL on the last page). */
+/* A List Blobs page as it is read: the <Blob> being read, and what the
+ * page said so far. */
+struct list_page {
+    struct xfer *x;
+    char *name, *length, *md5, *etag, *next;
+    bool root_seen, ok;
+};
+
+#define LIST_BLOB "EnumerationResults/Blobs/Blob"
+
+static void list_field(void *arg, const char *path, const char *text)
+{
+    struct list_page *pg = arg;
+    if (strcmp(path, "EnumerationResults") == 0) pg->root_seen = true;
+    else if (strcmp(path, "EnumerationResults/NextMarker") == 0) set_string(&pg->next, text);
+    else if (strncmp(path, LIST_BLOB "/", sizeof LIST_BLOB) == 0) {
+        const char *field = path + sizeof LIST_BLOB;
+        if (strcmp(field, "Name") == 0) set_string(&pg->name, text);
+        else if (strcmp(field, "Properties/Content-Length") == 0) set_string(&pg->length, text);
+        else if (strcmp(field, "Properties/Content-MD5") == 0) set_string(&pg->md5, text);
+        else if (strcmp(field, "Properties/Etag") == 0) set_string(&pg->etag, text);
+    } else if (strcmp(path, LIST_BLOB) == 0) {            /* the end of one blob */
+        uint64_t size = 0;
+        if (pg->ok && pg->name && *pg->name && parse_size(pg->length, &size))
+            add_remote(pg->x, pg->name, size, pg->md5, pg->etag);
+        else
+            pg->ok = false;
+        char **fields[] = { &pg->name, &pg->length, &pg->md5, &pg->etag };
+        for (size_t k = 0; k < sizeof fields / sizeof *fields; k++) set_string(fields[k], NULL);
+    }
+}
+
+/* One page of List Blobs: each <Blob>'s Name, Content-Length, Content-MD5
+ * and Etag; *next the NextMarker (NULL on the last page). */
 static bool parse_list_page(struct xfer *x, const struct http_response *resp, char **next)
 {
-    *next = NULL;
-    xmlDoc *doc = parse_xml(resp->body, resp->body_len);
-    xmlNode *root = doc ? xmlDocGetRootElement(doc) : NULL;
-    if (!root || strcmp((const char *)root->name, "EnumerationResults") != 0) {
-        xmlFreeDoc(doc);
-        return false;
-    }
-    bool ok = true;
-    for (xmlNode *n = root->children; n; n = n->next) {
-        if (n->type != XML_ELEMENT_NODE || strcmp((const char *)n->name, "Blobs") != 0) continue;
-        for (xmlNode *b = n->children; b && ok; b = b->next) {
-            if (b->type != XML_ELEMENT_NODE || strcmp((const char *)b->name, "Blob") != 0) continue;
-            xmlNode *props = NULL;
-            for (xmlNode *p = b->children; p; p = p->next)
-                if (p->type == XML_ELEMENT_NODE && strcmp((const char *)p->name, "Properties") == 0) props = p;
-            char *name = xml_child_text(b, "Name");
-            char *len = xml_child_text(props, "Content-Length");
-            char *md5 = xml_child_text(props, "Content-MD5"), *etag = xml_child_text(props, "Etag");
-            uint64_t size = 0;
-            ok = name && *name && parse_size(len, &size);
-            if (ok) add_remote(x, name, size, md5, etag);
-            free(name);
-            free(len);
-            free(md5);
-            free(etag);
-        }
-    }
-    char *marker = xml_child_text(root, "NextMarker");
-    if (marker && *marker) *next = marker;
-    else free(marker);
-    xmlFreeDoc(doc);
+    struct list_page pg = { .x = x, .ok = true };
+    bool ok = blob_xml_walk(resp->body, resp->body_len, list_field, &pg) && pg.root_seen && pg.ok;
+    char **fields[] = { &pg.name, &pg.length, &pg.md5, &pg.etag };
+    for (size_t k = 0; k < sizeof fields / sizeof *fields; k++) set_string(fields[k], NULL);
+    *next = ok && pg.next && *pg.next ? pg.next : NULL;
+    if (!*next) free(pg.next);
     return ok;
 }
 
