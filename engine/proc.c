@@ -1,6 +1,7 @@
 /* proc.c — see proc.h.  Exit is noticed through a pidfd (Linux ≥ 5.3), so the
  * loop needs no SIGCHLD handler and never busy-waits. */
 #include "proc.h"
+#include "command_path.h"
 #include "reaper.h"
 #include "ui.h"
 #include "util.h"
@@ -289,7 +290,10 @@ static int start(struct proc *p, const struct proc_spec *spec, char *err, size_t
     size_t n_env;
     char **env = build_env(spec->env_extra, &n_env);
     reaper_start();
-    rc = posix_spawnp(&p->pid, spec->argv[0], &fa, &attr, spec->argv, env);
+    const char *exe = command_path_find(spec->argv[0]);
+    rc = exe ? posix_spawn(&p->pid, exe, &fa, &attr, spec->argv, env) : ENOENT;
+    if (exe && rc == ENOENT) command_path_forget(spec->argv[0]);         /* gone since: look again */
+    if (!exe || rc == ENOENT) rc = posix_spawnp(&p->pid, spec->argv[0], &fa, &attr, spec->argv, env);
     if (rc == 0) reaper_watch(p->pid);   /* at once: flow may be killed at any moment */
     free(env);
     posix_spawn_file_actions_destroy(&fa);

@@ -14,7 +14,7 @@
 #include <sys/types.h>
 
 struct proc_spec {
-    char *const *argv;           /* argv[0] is looked up in PATH */
+    char *const *argv;           /* argv[0] is looked up in PATH (command_path.h) */
     const char *cwd;             /* NULL: the engine's */
     const char *log_path;        /* stdout+stderr go here (truncated first), the file made on
                                     the first byte: no output, no file; NULL: discarded */
