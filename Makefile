@@ -4,7 +4,11 @@
 CC      ?= cc
 # `make V=1` shows the full commands.
 Q       := $(if $(V),,@)
-PKGS    := lua5.4 libcjson libcurl openssl yaml-0.1 readline expat
+PKGS    := lua5.4 libcjson libcurl libcrypto yaml-0.1 readline expat
+# What the flow binary links: libcurl is opened when first needed
+# (engine/azureml/curl_lib.h), so that its 28 libraries do not load at every
+# start; readline is for the REPL to come.
+LINK_PKGS := lua5.4 libcjson libcrypto yaml-0.1 expat
 BUILD   := build
 WARN    := -Wall -Wextra -Wconversion -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 # CI builds with WERROR=1: a warning fails the build.
@@ -25,7 +29,9 @@ pkg_tool    = $(if $(shell command -v pkg-config 2>/dev/null),,$(error pkg-confi
 pkg_check   = $(pkg_tool)$(if $(pkg_missing),$(error missing packages (pkg-config names): $(pkg_missing); `make deps` installs them))
 pkg_config  = $(pkg_check)$(shell pkg-config $(1) $(PKGS))
 PKG_CFLAGS = $(eval PKG_CFLAGS := $(call pkg_config,--cflags))$(PKG_CFLAGS)
-PKG_LIBS   = $(eval PKG_LIBS := $(call pkg_config,--libs))$(PKG_LIBS)
+PKG_LIBS   = $(eval PKG_LIBS := $(pkg_check)$(shell pkg-config --libs $(LINK_PKGS)) -ldl -lpthread)$(PKG_LIBS)
+# Unit tests may call libcurl themselves (a plain request beside flow's client).
+TEST_LIBS  = $(PKG_LIBS) $(shell pkg-config --libs libcurl)
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -iquote engine -iquote lua -iquote $(BUILD) $(PKG_CFLAGS) -MMD -MP
 
 ENGINE_SRC := $(wildcard engine/*.c engine/azureml/*.c)
@@ -91,7 +97,7 @@ $(BUILD)/stdlib_embed.o: $(BUILD)/stdlib_embed.c
 $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libflow.a tests/unit/check.h
 	@mkdir -p $(dir $@)
 	@echo "  TEST  $@"
-	$(Q)$(CC) $(ALL_CFLAGS) -iquote tests/unit -o $@ $< $(BUILD)/libflow.a $(LDFLAGS) $(PKG_LIBS) -lm
+	$(Q)$(CC) $(ALL_CFLAGS) -iquote tests/unit -o $@ $< $(BUILD)/libflow.a $(LDFLAGS) $(TEST_LIBS) -lm
 
 # Plain flags, not the build's: it is preloaded into the ASan binary too.
 $(FAULTSHIM): tests/e2e/faultshim.c

@@ -5,6 +5,7 @@
  * added to the multi handle again for each attempt; back-offs and the
  * delivery of `done` are loop timers, so nothing here blocks or sleeps. */
 #include "azureml/http.h"
+#include "azureml/curl_lib.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
@@ -39,6 +40,10 @@
 #define MAX_RESPONSE_BYTES ((size_t)64 << 20)
 /* The system's CA directory when libcurl was built without a default one. */
 #define FALLBACK_CA_DIR "/etc/ssl/certs"
+
+/* libcurl, loaded by the first client (curl_lib.h); every call below goes
+ * through it, and none happens before a client exists. */
+static const struct curl_lib *lib;
 
 enum transfer_state {
     T_RUNNING,      /* in the multi handle */
@@ -165,7 +170,7 @@ static void on_socket_ready(void *arg, int fd, unsigned events)
     if (events & LOOP_WRITE) mask |= CURL_CSELECT_OUT;
     /* Errors here concern one socket, and libcurl reports them on the
      * transfers that use it (collected below). */
-    curl_multi_socket_action(c->multi, fd, mask, &running);
+    lib->multi_socket_action(c->multi, fd, mask, &running);
     collect_finished(c);
 }
 
@@ -194,7 +199,7 @@ static void on_watch_failed(void *arg)
 static void fail_unwatchable(CURL *easy, int err)
 {
     struct http_transfer *t = NULL;
-    if (!easy || curl_easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&t) != CURLE_OK || !t) return;
+    if (!easy || lib->easy_getinfo(easy, CURLINFO_PRIVATE, (char **)&t) != CURLE_OK || !t) return;
     if (t->state != T_RUNNING || t->timer) return;
     free(t->local_error);
     t->local_error = xasprintf("cannot watch a socket: %s", strerror(err));
@@ -227,7 +232,7 @@ static void on_curl_timeout(void *arg)
     struct http_client *c = arg;
     int running;
     c->timer = 0;
-    curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    lib->multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
     collect_finished(c);
 }
 
@@ -250,10 +255,10 @@ static int on_curl_timer(CURLM *multi, long timeout_ms, void *arg)
 static char *system_ca_dir(void)
 {
     char *dir = NULL;
-    CURL *probe = curl_easy_init();
-    if (probe && curl_easy_getinfo(probe, CURLINFO_CAPATH, &dir) == CURLE_OK && dir && *dir) dir = xstrdup(dir);
+    CURL *probe = lib->easy_init();
+    if (probe && lib->easy_getinfo(probe, CURLINFO_CAPATH, &dir) == CURLE_OK && dir && *dir) dir = xstrdup(dir);
     else dir = xstrdup(FALLBACK_CA_DIR);
-    curl_easy_cleanup(probe);
+    lib->easy_cleanup(probe);
     return dir;
 }
 
@@ -292,18 +297,19 @@ static bool setup_tls_trust(struct http_client *c, const char *ca_file, char *er
 
 static bool setup_multi(struct http_client *c)
 {
-    return curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket) == CURLM_OK &&
-           curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c) == CURLM_OK &&
-           curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer) == CURLM_OK &&
-           curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c) == CURLM_OK &&
-           curl_multi_setopt(c->multi, CURLMOPT_MAX_HOST_CONNECTIONS, MAX_HOST_CONNECTIONS) == CURLM_OK;
+    return lib->multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket) == CURLM_OK &&
+           lib->multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c) == CURLM_OK &&
+           lib->multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer) == CURLM_OK &&
+           lib->multi_setopt(c->multi, CURLMOPT_TIMERDATA, c) == CURLM_OK &&
+           lib->multi_setopt(c->multi, CURLMOPT_MAX_HOST_CONNECTIONS, MAX_HOST_CONNECTIONS) == CURLM_OK;
 }
 
 struct http_client *http_client_new(struct loop *loop, const struct http_options *opt, char *err, size_t errlen)
 {
-    CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);      /* reference-counted */
+    if (!lib && !(lib = curl_lib_load(err, errlen))) return NULL;
+    CURLcode rc = lib->global_init(CURL_GLOBAL_DEFAULT);      /* reference-counted */
     if (rc != CURLE_OK) {
-        errf(err, errlen, "cannot initialise libcurl: %s", curl_easy_strerror(rc));
+        errf(err, errlen, "cannot initialise libcurl: %s", lib->easy_strerror(rc));
         return NULL;
     }
     struct http_client *c = xcalloc(1, sizeof *c);
@@ -316,7 +322,7 @@ struct http_client *http_client_new(struct loop *loop, const struct http_options
         http_client_free(c);
         return NULL;
     }
-    c->multi = curl_multi_init();
+    c->multi = lib->multi_init();
     if (!c->multi || !setup_multi(c)) {
         errf(err, errlen, "cannot set up libcurl's multi interface");
         http_client_free(c);
@@ -335,9 +341,9 @@ static void wipe(char *s, size_t n)
  * memory goes back. */
 static void transfer_free(struct http_transfer *t)
 {
-    if (t->easy) curl_easy_cleanup(t->easy);
+    if (t->easy) lib->easy_cleanup(t->easy);
     for (struct curl_slist *l = t->sent_headers; l; l = l->next) wipe(l->data, strlen(l->data));
-    curl_slist_free_all(t->sent_headers);
+    lib->slist_free_all(t->sent_headers);
     for (size_t i = 0; i < t->n_headers; i++) {
         wipe(t->headers[i], strlen(t->headers[i]));
         free(t->headers[i]);
@@ -379,7 +385,7 @@ void http_client_free(struct http_client *c)
         struct http_transfer *t = c->transfers;
         unlink_transfer(c, t);
         if (t->timer) loop_cancel_timer(c->loop, t->timer);
-        if (t->state == T_RUNNING) curl_multi_remove_handle(c->multi, t->easy);
+        if (t->state == T_RUNNING) lib->multi_remove_handle(c->multi, t->easy);
         transfer_free(t);
     }
     /* libcurl closes its cached connections in curl_multi_cleanup, and may or
@@ -389,13 +395,13 @@ void http_client_free(struct http_client *c)
     c->closing = true;
     for (size_t fd = 0; fd < c->n_watched; fd++)
         if (c->watched[fd]) loop_unwatch(c->loop, (int)fd);
-    if (c->multi) curl_multi_cleanup(c->multi);
+    if (c->multi) lib->multi_cleanup(c->multi);
     if (c->timer) loop_cancel_timer(c->loop, c->timer);
     free(c->watched);
     free(c->ca_file);
     free(c->ca_dir);
     free(c);
-    curl_global_cleanup();
+    lib->global_cleanup();
 }
 
 struct loop *http_client_loop(const struct http_client *c)
@@ -451,7 +457,7 @@ static bool into_sink(struct http_transfer *t)
     if (t->sink.fd < 0) return false;
     if (!t->sink.decided) {
         long status = 0;
-        curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
+        lib->easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
         t->sink.decided = status >= 200 && status <= 299 ? 1 : -1;
     }
     return t->sink.decided > 0;
@@ -541,21 +547,21 @@ static bool take_sink(struct http_transfer *t, const struct http_request *req, c
 
 static bool check_url(const char *url, const char *shown, char *err, size_t errlen)
 {
-    CURLU *u = curl_url();
+    CURLU *u = lib->url();
     if (!u) {
         errf(err, errlen, "cannot parse URLs (out of memory)");
         return false;
     }
     char *scheme = NULL, *host = NULL;
-    CURLUcode rc = curl_url_set(u, CURLUPART_URL, url, 0);
-    if (rc == CURLUE_OK) rc = curl_url_get(u, CURLUPART_SCHEME, &scheme, 0);
-    if (rc == CURLUE_OK) rc = curl_url_get(u, CURLUPART_HOST, &host, 0);
+    CURLUcode rc = lib->url_set(u, CURLUPART_URL, url, 0);
+    if (rc == CURLUE_OK) rc = lib->url_get(u, CURLUPART_SCHEME, &scheme, 0);
+    if (rc == CURLUE_OK) rc = lib->url_get(u, CURLUPART_HOST, &host, 0);
     bool ok = rc == CURLUE_OK && (strcmp(scheme, "https") == 0 || strcmp(scheme, "http") == 0) && *host;
-    if (rc != CURLUE_OK) errf(err, errlen, "bad URL %s: %s", shown, curl_url_strerror(rc));
+    if (rc != CURLUE_OK) errf(err, errlen, "bad URL %s: %s", shown, lib->url_strerror(rc));
     else if (!ok) errf(err, errlen, "bad URL %s: only https:// and http:// are supported", shown);
-    curl_free(scheme);
-    curl_free(host);
-    curl_url_cleanup(u);
+    lib->free(scheme);
+    lib->free(host);
+    lib->url_cleanup(u);
     return ok;
 }
 
@@ -605,17 +611,17 @@ static bool setup_method(struct http_transfer *t)
     CURL *e = t->easy;
     const char *m = t->method;
     curl_off_t len = (curl_off_t)t->body.len;
-    if (strcmp(m, "GET") == 0) return curl_easy_setopt(e, CURLOPT_HTTPGET, 1L) == CURLE_OK;
-    if (strcmp(m, "HEAD") == 0) return curl_easy_setopt(e, CURLOPT_NOBODY, 1L) == CURLE_OK;
+    if (strcmp(m, "GET") == 0) return lib->easy_setopt(e, CURLOPT_HTTPGET, 1L) == CURLE_OK;
+    if (strcmp(m, "HEAD") == 0) return lib->easy_setopt(e, CURLOPT_NOBODY, 1L) == CURLE_OK;
     if (strcmp(m, "POST") == 0)
-        return curl_easy_setopt(e, CURLOPT_POST, 1L) == CURLE_OK &&
-               curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, len) == CURLE_OK;
+        return lib->easy_setopt(e, CURLOPT_POST, 1L) == CURLE_OK &&
+               lib->easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, len) == CURLE_OK;
     if (strcmp(m, "DELETE") != 0 || t->body.present) {
-        if (curl_easy_setopt(e, CURLOPT_UPLOAD, 1L) != CURLE_OK ||
-            curl_easy_setopt(e, CURLOPT_INFILESIZE_LARGE, len) != CURLE_OK)
+        if (lib->easy_setopt(e, CURLOPT_UPLOAD, 1L) != CURLE_OK ||
+            lib->easy_setopt(e, CURLOPT_INFILESIZE_LARGE, len) != CURLE_OK)
             return false;
     }
-    return strcmp(m, "PUT") == 0 || curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, m) == CURLE_OK;
+    return strcmp(m, "PUT") == 0 || lib->easy_setopt(e, CURLOPT_CUSTOMREQUEST, m) == CURLE_OK;
 }
 
 static bool setup_tls(struct http_transfer *t)
@@ -623,35 +629,35 @@ static bool setup_tls(struct http_transfer *t)
     CURL *e = t->easy;
     const struct http_client *c = t->client;
     /* Always on: no option or variable turns verification off. */
-    if (curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L) != CURLE_OK ||
-        curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L) != CURLE_OK ||
-        curl_easy_setopt(e, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2) != CURLE_OK)
+    if (lib->easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L) != CURLE_OK ||
+        lib->easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L) != CURLE_OK ||
+        lib->easy_setopt(e, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2) != CURLE_OK)
         return false;
     if (!c->ca_file) return true;
     /* CAINFO replaces libcurl's default bundle; CAPATH, the system's hashed
      * directory, keeps the public CAs (management.azure.com) trusted. */
-    return curl_easy_setopt(e, CURLOPT_CAINFO, c->ca_file) == CURLE_OK &&
-           curl_easy_setopt(e, CURLOPT_CAPATH, c->ca_dir) == CURLE_OK;
+    return lib->easy_setopt(e, CURLOPT_CAINFO, c->ca_file) == CURLE_OK &&
+           lib->easy_setopt(e, CURLOPT_CAPATH, c->ca_dir) == CURLE_OK;
 }
 
 static bool setup_easy(struct http_transfer *t, const char *url, double timeout)
 {
     CURL *e = t->easy;
     const struct http_options *o = &t->client->opt;
-    return curl_easy_setopt(e, CURLOPT_URL, url) == CURLE_OK &&
-           curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK &&
-           curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
-           curl_easy_setopt(e, CURLOPT_USERAGENT, USER_AGENT) == CURLE_OK &&
-           curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(o->connect_timeout * 1000)) == CURLE_OK &&
-           curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(timeout * 1000)) == CURLE_OK &&
-           curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf) == CURLE_OK &&
-           curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, receive) == CURLE_OK &&
-           curl_easy_setopt(e, CURLOPT_WRITEDATA, t) == CURLE_OK &&
-           curl_easy_setopt(e, CURLOPT_READFUNCTION, read_body) == CURLE_OK &&
-           curl_easy_setopt(e, CURLOPT_READDATA, t) == CURLE_OK &&
-           curl_easy_setopt(e, CURLOPT_SEEKFUNCTION, seek_body) == CURLE_OK &&
-           curl_easy_setopt(e, CURLOPT_SEEKDATA, t) == CURLE_OK &&
-           curl_easy_setopt(e, CURLOPT_PRIVATE, (void *)t) == CURLE_OK &&
+    return lib->easy_setopt(e, CURLOPT_URL, url) == CURLE_OK &&
+           lib->easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK &&
+           lib->easy_setopt(e, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
+           lib->easy_setopt(e, CURLOPT_USERAGENT, USER_AGENT) == CURLE_OK &&
+           lib->easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(o->connect_timeout * 1000)) == CURLE_OK &&
+           lib->easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(timeout * 1000)) == CURLE_OK &&
+           lib->easy_setopt(e, CURLOPT_ERRORBUFFER, t->errbuf) == CURLE_OK &&
+           lib->easy_setopt(e, CURLOPT_WRITEFUNCTION, receive) == CURLE_OK &&
+           lib->easy_setopt(e, CURLOPT_WRITEDATA, t) == CURLE_OK &&
+           lib->easy_setopt(e, CURLOPT_READFUNCTION, read_body) == CURLE_OK &&
+           lib->easy_setopt(e, CURLOPT_READDATA, t) == CURLE_OK &&
+           lib->easy_setopt(e, CURLOPT_SEEKFUNCTION, seek_body) == CURLE_OK &&
+           lib->easy_setopt(e, CURLOPT_SEEKDATA, t) == CURLE_OK &&
+           lib->easy_setopt(e, CURLOPT_PRIVATE, (void *)t) == CURLE_OK &&
            setup_tls(t) && setup_method(t);
 }
 
@@ -660,7 +666,7 @@ static bool setup_easy(struct http_transfer *t, const char *url, double timeout)
 /* Out of memory aborts, as in util.h's x* functions. */
 static struct curl_slist *slist_add(struct curl_slist *l, const char *s)
 {
-    struct curl_slist *n = curl_slist_append(l, s);
+    struct curl_slist *n = lib->slist_append(l, s);
     if (!n) {
         fprintf(stderr, "flow: out of memory (a libcurl header list)\n");
         abort();
@@ -695,7 +701,7 @@ static bool build_headers(struct http_transfer *t)
 {
     char line[64];
     for (struct curl_slist *l = t->sent_headers; l; l = l->next) wipe(l->data, strlen(l->data));
-    curl_slist_free_all(t->sent_headers);
+    lib->slist_free_all(t->sent_headers);
     new_uuid(t->client, t->client_request_id);
     snprintf(line, sizeof line, "x-ms-client-request-id: %s", t->client_request_id);
     struct curl_slist *l = slist_add(NULL, line);
@@ -734,14 +740,14 @@ static bool start_attempt(struct http_transfer *t)
     t->body.pos = 0;
     t->attempt_started = monotonic_seconds();
     t->state = T_RUNNING;
-    CURLcode set = curl_easy_setopt(t->easy, CURLOPT_HTTPHEADER, t->sent_headers);
+    CURLcode set = lib->easy_setopt(t->easy, CURLOPT_HTTPHEADER, t->sent_headers);
     if (set != CURLE_OK) {
-        t->local_error = xasprintf("cannot set the request's headers: %s", curl_easy_strerror(set));
+        t->local_error = xasprintf("cannot set the request's headers: %s", lib->easy_strerror(set));
         return false;
     }
-    CURLMcode rc = curl_multi_add_handle(t->client->multi, t->easy);
+    CURLMcode rc = lib->multi_add_handle(t->client->multi, t->easy);
     if (rc == CURLM_OK) return true;
-    t->local_error = xasprintf("cannot start the request: %s", curl_multi_strerror(rc));
+    t->local_error = xasprintf("cannot start the request: %s", lib->multi_strerror(rc));
     return false;
 }
 
@@ -750,7 +756,7 @@ static bool start_attempt(struct http_transfer *t)
 static char *header_value(CURL *easy, const char *name)
 {
     struct curl_header *h;
-    if (curl_easy_header(easy, name, 0, CURLH_HEADER, -1, &h) != CURLHE_OK) return NULL;
+    if (lib->easy_header(easy, name, 0, CURLH_HEADER, -1, &h) != CURLHE_OK) return NULL;
     char *v = xstrdup(h->value);
     for (char *p = v; *p; p++)
         if (iscntrl((unsigned char)*p)) *p = '?';
@@ -775,7 +781,7 @@ static double retry_after(CURL *easy)
         long n = strtol(v, &end, 10);
         if (end != v && *end == '\0' && n >= 0) s = (double)n;
         else {
-            time_t when = curl_getdate(v, NULL);
+            time_t when = lib->getdate(v, NULL);
             if (when != (time_t)-1) s = fmax(0, difftime(when, time(NULL)));
         }
     }
@@ -788,7 +794,7 @@ static char *transport_error(struct http_transfer *t, const char *url_query)
 {
     if (t->local_error) return xstrdup(t->local_error);
     if (t->errbuf[0] && !(url_query && *url_query && strstr(t->errbuf, url_query))) return xstrdup(t->errbuf);
-    return xstrdup(curl_easy_strerror(t->result));
+    return xstrdup(lib->easy_strerror(t->result));
 }
 
 /* Every header of the last response, names lowercased (curl_easy_nextheader
@@ -796,7 +802,7 @@ static char *transport_error(struct http_transfer *t, const char *url_query)
 static void read_headers(struct http_transfer *t)
 {
     struct curl_header *h = NULL;
-    while ((h = curl_easy_nextheader(t->easy, CURLH_HEADER, -1, h))) {
+    while ((h = lib->easy_nextheader(t->easy, CURLH_HEADER, -1, h))) {
         size_t start = t->resp_headers.len;
         sb_adds(&t->resp_headers, h->name);
         for (size_t i = start; i < t->resp_headers.len; i++)
@@ -811,7 +817,7 @@ static void read_answer(struct http_transfer *t, CURLcode result)
 {
     t->result = result;
     if (result == CURLE_OK && !t->local_error) {
-        curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
+        lib->easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
         t->request_id = header_value(t->easy, "x-ms-request-id");
         t->location = header_value(t->easy, "location");
         t->content_type = header_value(t->easy, "content-type");
@@ -821,7 +827,7 @@ static void read_answer(struct http_transfer *t, CURLcode result)
     }
     /* No answer: what arrived of one (headers, part of a body) is not it. */
     char *url = NULL, *query = NULL;
-    curl_easy_getinfo(t->easy, CURLINFO_EFFECTIVE_URL, &url);
+    lib->easy_getinfo(t->easy, CURLINFO_EFFECTIVE_URL, &url);
     if (url) query = strpbrk(url, "?#");
     t->error = transport_error(t, query ? query + 1 : NULL);
     sb_truncate(&t->received, 0);
@@ -895,7 +901,7 @@ static void end_attempt(struct http_transfer *t, CURLcode result)
     if (t->timer) loop_cancel_timer(c->loop, t->timer);      /* on_watch_failed's */
     t->timer = 0;
     read_answer(t, result);            /* before the handle leaves: its headers are read */
-    curl_multi_remove_handle(c->multi, t->easy);
+    lib->multi_remove_handle(c->multi, t->easy);
     double took = monotonic_seconds() - t->attempt_started;
     if (retryable(t) && t->attempts <= t->max_retries) {
         double wait = backoff(t);
@@ -922,11 +928,11 @@ static void collect_finished(struct http_client *c)
 {
     CURLMsg *msg;
     int left;
-    while ((msg = curl_multi_info_read(c->multi, &left))) {
+    while ((msg = lib->multi_info_read(c->multi, &left))) {
         if (msg->msg != CURLMSG_DONE) continue;
         struct http_transfer *t = NULL;
         CURLcode result = msg->data.result;          /* msg goes when the handle is removed */
-        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&t);
+        lib->easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&t);
         if (t) end_attempt(t, result);
     }
 }
@@ -940,7 +946,7 @@ static void on_deliver(void *arg)
     unlink_transfer(t->client, t);
     t->timer = 0;
     t->state = T_DELIVERING;
-    curl_easy_cleanup(t->easy);
+    lib->easy_cleanup(t->easy);
     t->easy = NULL;
     struct http_response resp = {
         .status = t->status,
@@ -1002,7 +1008,7 @@ static struct http_transfer *new_transfer(struct http_client *c, const struct ht
     t->sink.fd = -1;
     if (take_headers(t, req->headers, err, errlen) && take_body(t, req, err, errlen) &&
         take_sink(t, req, err, errlen)) {
-        t->easy = curl_easy_init();
+        t->easy = lib->easy_init();
         if (t->easy && setup_easy(t, req->url, req->timeout > 0 ? req->timeout : c->opt.timeout)) return t;
         errf(err, errlen, "cannot set up the request %s %s in libcurl", t->method, shown);
     }
@@ -1037,7 +1043,7 @@ void http_cancel(struct http_transfer *t)
     struct http_client *c = t->client;
     if (t->timer) loop_cancel_timer(c->loop, t->timer);
     t->timer = 0;
-    if (t->state == T_RUNNING) curl_multi_remove_handle(c->multi, t->easy);
+    if (t->state == T_RUNNING) lib->multi_remove_handle(c->multi, t->easy);
     clear_answer(t);
     t->cancelled = true;
     t->error = xstrdup("cancelled");

@@ -2,6 +2,7 @@
  * a local HTTPS server (tests/unit/http_server.py): answers and bodies, the
  * retry policy, cancellation and re-entrancy, connection reuse, TLS trust,
  * and that no query string or header reaches a message. */
+#include "azureml/curl_lib.h"
 #include "azureml/http.h"
 #include "check.h"
 #include "hash.h"
@@ -1075,6 +1076,22 @@ static void test_error_messages(void)
     CHECK(strlen(small) == 15);
 }
 
+/* libcurl is opened when the first client is made: a missing library or
+ * function is a message naming it, never a crash. */
+static void test_curl_lib_open(void)
+{
+    struct curl_lib lib;
+    char err[512];
+    CHECK(curl_lib_open("libflow-no-such-curl.so.9", &lib, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "cannot load libcurl (libflow-no-such-curl.so.9)");
+    CHECK_CONTAINS(err, "libcurl4");
+    CHECK(curl_lib_open("libc.so.6", &lib, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "libc.so.6 has no curl_global_init: libcurl 7.85 or newer is needed");
+    CHECK(curl_lib_open(CURL_LIB_SONAME, &lib, err, sizeof err) == 0);
+    CHECK_STR(lib.easy_strerror(CURLE_OK), curl_easy_strerror(CURLE_OK));
+    CHECK(curl_lib_load(err, sizeof err) != NULL);
+}
+
 int main(void)
 {
     const char *proxies[] = { "http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", NULL };
@@ -1084,6 +1101,7 @@ int main(void)
     g_loop = loop_new(err, sizeof err);
     if (!g_loop) die("loop_new: %s", err);
     double start = monotonic_seconds();
+    RUN(test_curl_lib_open);
     RUN(test_url_for_display);
     RUN(test_urlencode);
     RUN(test_error_messages);
