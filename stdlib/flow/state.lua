@@ -2,8 +2,9 @@
 --
 --   .flow/lock                       held (flock) by the one run using the project
 --   .flow/runs/<id>/journal.jsonl    each run's journal: run start, step start/end, run end
---   .flow/runs/<id>/merged           the journal is folded into state.log
 --   .flow/runs/latest                symlink to the last run
+--   .flow/cache/merged_runs          the runs whose journals state.log holds, an id a line
+--                                    (an earlier flow marked each with .flow/runs/<id>/merged)
 --   .flow/cache/state.log            each step's last successful run: fingerprint, parts, outputs
 --                                    (an append-only file of checksummed records, engine/statestore.c;
 --                                    docs/data.md has its format)
@@ -26,6 +27,7 @@ M.CACHE = ".flow/cache"
 M.STATE = M.CACHE .. "/state.log"
 M.OLD_STATE = M.CACHE .. "/state.json"   -- before state.log: read once, then removed
 M.VALUES = M.CACHE .. "/values"
+M.MERGED = M.CACHE .. "/merged_runs"
 M.INLINE_MAX = 512      -- serialised values up to this size live in the step's record
 
 local locked = false
@@ -73,16 +75,34 @@ local function newer(rec, old)
   return not old or (rec.time or 0) >= (old.time or 0)
 end
 
--- Fold the journals of runs not yet merged into `steps`; returns their ids.
+-- The ids merged_runs lists, as a set.  A line torn by a kill names no run:
+-- that run's journal is simply folded in again.
+local function merged_runs()
+  local set = {}
+  for id in (core.read_file(M.MERGED) or ""):gmatch("[^\n]+") do set[id] = true end
+  return set
+end
+
+-- Fold the journals of runs not yet merged into `steps`; returns the ids
+-- to list in merged_runs once state.log holds them (those folded, and those
+-- an earlier flow marked with a file in the run's directory).  One read of
+-- merged_runs, not a look into each of a project's hundreds of runs.
 local function fold_journals(steps, current)
   local folded = {}
+  local merged = merged_runs()
   for _, id in ipairs(core.list_dir(M.RUNS) or {}) do
     local dir = M.RUNS .. "/" .. id
-    if id ~= "latest" and id ~= current and not core.exists(dir .. "/merged") then
-      local events = M.read_journal(dir .. "/journal.jsonl")
-      for _, ev in ipairs(events or {}) do
-        local name, rec = record_of(ev)
-        if name and newer(rec, steps[name]) then steps[name] = rec end
+    if id ~= "latest" and id ~= current and not merged[id] then
+      if core.readlink(dir) then          -- its journal would come from outside .flow/
+        error({ fs_error = string.format("cannot read the run %s: it is a symbolic link, and flow never follows "
+          .. "one inside its .flow/ directory: remove it", dir) }, 0)
+      end
+      if not core.exists(dir .. "/merged") then
+        local events = M.read_journal(dir .. "/journal.jsonl")
+        for _, ev in ipairs(events or {}) do
+          local name, rec = record_of(ev)
+          if name and newer(rec, steps[name]) then steps[name] = rec end
+        end
       end
       folded[#folded + 1] = id
     end
@@ -207,7 +227,7 @@ function M.put(state, name, rec)
   state.dirty = true
 end
 
--- Make what changed durable (state.log), then mark the folded journals merged.
+-- Make what changed durable (state.log), then list the folded journals merged.
 function M.save(state, run_id)
   if state.dirty then
     core.mkdir_p(M.CACHE)
@@ -217,15 +237,14 @@ function M.save(state, run_id)
   end
   local ids = state.folded
   if run_id then ids[#ids + 1] = run_id end
-  -- An empty marker: nothing in it can be torn, and one lost to a power
-  -- failure only has its journal folded in again (which changes nothing),
-  -- so it is made without a temporary file or a sync.
-  for _, id in ipairs(ids) do
-    if core.exists(M.RUNS .. "/" .. id) then
-      local f, err = core.open_write(M.RUNS .. "/" .. id .. "/merged")
-      if not f then error({ fs_error = err }, 0) end
-      f:close()
-    end
+  -- Appended in one write, with no sync: a line lost to a power failure, or
+  -- torn by a kill, only has its journal folded in again (which changes nothing).
+  if #ids > 0 then
+    core.mkdir_p(M.CACHE)
+    local f, err = core.open_write(M.MERGED, true)
+    local ok, werr = f and f:write(table.concat(ids, "\n") .. "\n")
+    if f then f:close() end
+    if not (f and ok) then error({ fs_error = err or (M.MERGED .. ": " .. tostring(werr)) }, 0) end
   end
   state.folded = {}
 end
@@ -318,13 +337,19 @@ function M.clean(older, with_cache, dry)
   local function remove(path)
     if not dry then core.remove_tree(path) end
   end
+  local kept = {}
   for _, id in ipairs(core.list_dir(M.RUNS) or {}) do
     local dir = M.RUNS .. "/" .. id
     if id ~= "latest" and id ~= latest then
       local t = run_started(dir)
-      if older and t and now - t > older then remove(dir); counts.runs = counts.runs + 1 end
+      if older and t and now - t > older then remove(dir); counts.runs = counts.runs + 1
+      else kept[#kept + 1] = id end
+    elseif id ~= "latest" then
+      kept[#kept + 1] = id
     end
   end
+  -- merged_runs lists the runs left (all merged: the load above folded the others)
+  if counts.runs > 0 and not dry then core.write_atomic(M.MERGED, table.concat(kept, "\n") .. "\n") end
   if core.readlink(".flow/tmp") then                   -- a link: removed itself, never emptied
     remove(".flow/tmp")
     counts.tmp = counts.tmp + 1
