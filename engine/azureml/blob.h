@@ -140,14 +140,4 @@ bool blob_wait_exists(const struct step_wait *w);
  * on Azure.  Then blob_wait_error. */
 struct step_wait *blob_container_create(struct blob_container *c, step_wait_done_fn done, void *arg);
 
-/* ---- the signing rule, exposed for its unit test ------------------------ */
-
-/* The Shared Key Authorization header value ("SharedKey acct:base64sig") for
- * a request, from its method, URL (path and query as sent), and headers
- * ("Name: value" lines, NULL-terminated: Content-Length, Content-MD5,
- * Content-Type, Range, x-ms-*).  key_raw is the decoded account key.
- * malloc'd, or NULL when the URL cannot be parsed. */
-char *blob_shared_key(const char *account, const unsigned char *key_raw, size_t key_len, const char *method,
-                      const char *url, const char *const *headers);
-
 #endif

@@ -5,6 +5,7 @@
  * blocks and ranges), paging, skipping what is there, resuming after a
  * cancel, a SAS, and that neither the key nor the SAS reaches a message. */
 #include "azureml/blob.h"
+#include "azureml/blob_sign.h"
 #include "check.h"
 #include "loop.h"
 #include "util.h"
