@@ -78,10 +78,9 @@ void dag_mark_downstream(const struct dag *dag, const size_t *seeds, size_t n, b
 void dag_mark_upstream(const struct dag *dag, const size_t *seeds, size_t n, bool *mark);
 
 long dag_find_step(const struct dag *dag, const char *name);
-
+long dag_find_dataset(const struct dag *dag, const char *name);
 /* Sets read[d] for each dataset d some step reads (read has n_datasets flags). */
 void dag_mark_read(const struct dag *dag, bool *read);
-long dag_find_dataset(const struct dag *dag, const char *name);
 const char *dag_framework_name(enum dist_framework f);
 
 #endif

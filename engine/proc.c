@@ -290,10 +290,13 @@ static int start(struct proc *p, const struct proc_spec *spec, char *err, size_t
     size_t n_env;
     char **env = build_env(spec->env_extra, &n_env);
     reaper_start();
+    /* argv[0] where PATH had it when first looked up (command_path.h); if it
+     * is gone since, or was never found there, posix_spawnp looks itself. */
     const char *exe = command_path_find(spec->argv[0]);
-    rc = exe ? posix_spawn(&p->pid, exe, &fa, &attr, spec->argv, env) : ENOENT;
-    if (exe && rc == ENOENT) command_path_forget(spec->argv[0]);         /* gone since: look again */
-    if (!exe || rc == ENOENT) rc = posix_spawnp(&p->pid, spec->argv[0], &fa, &attr, spec->argv, env);
+    bool found = exe != NULL;
+    if (found) rc = posix_spawn(&p->pid, exe, &fa, &attr, spec->argv, env);
+    if (found && rc == ENOENT) command_path_forget(spec->argv[0]);
+    if (!found || rc == ENOENT) rc = posix_spawnp(&p->pid, spec->argv[0], &fa, &attr, spec->argv, env);
     if (rc == 0) reaper_watch(p->pid);   /* at once: flow may be killed at any moment */
     free(env);
     posix_spawn_file_actions_destroy(&fa);
