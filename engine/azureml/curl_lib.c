@@ -5,8 +5,6 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
-#include <stdbool.h>
-#include <stdio.h>
 
 static struct curl_lib lib;
 static char load_error[512];
@@ -34,8 +32,7 @@ int curl_lib_open(const char *soname, struct curl_lib *out, char *err, size_t er
 
 static void load(void)
 {
-    if (curl_lib_open(CURL_LIB_SONAME, &lib, load_error, sizeof load_error) != 0 && !load_error[0])
-        snprintf(load_error, sizeof load_error, "cannot load libcurl (%s)", CURL_LIB_SONAME);
+    curl_lib_open(CURL_LIB_SONAME, &lib, load_error, sizeof load_error);    /* a failure leaves its message */
 }
 
 const struct curl_lib *curl_lib_load(char *err, size_t errlen)

@@ -147,8 +147,11 @@ end
 -- up to date never enters Lua: its recorded outputs stand in lazily
 -- (self.values looks them up in its state record on first use).  A step it
 -- cannot decide comes to Run:up_to_date as before.  Not used with --force or
--- --explain (the Lua check says why each step runs).  Returns the checker, or nil.
+-- --explain (the Lua check says why each step runs).  Returns the checker,
+-- or nil: also when the state has no record at all (a first run), as it
+-- could pass nothing then.
 function Run:engine_check(plan)
+  if self.state.store:count() == 0 then return nil end
   local nodes, g, selected = self.nodes, plan.graph, plan.selected
   local chk = cache.uptodate(#nodes, self.hc, self.state.store)
   local described = false

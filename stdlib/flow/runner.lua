@@ -272,10 +272,7 @@ function M.run(p, opts, level)
       self:stat_datastore_inputs()
     end
   end
-  -- (with no record at all, as in a first run, it could pass nothing)
-  if not self.force and not self.explain and self.state.store:count() > 0 then
-    self.check = self:engine_check(plan)
-  end
+  if not self.force and not self.explain then self.check = self:engine_check(plan) end
   local code, states, elapsed, run_rec, jerr
   do
     local _ <close> = attached(self.check, plan.graph)     -- detached however sched.run ends
