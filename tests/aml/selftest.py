@@ -956,6 +956,16 @@ def _exec_body(d, code_id, command, **over):
     return b
 
 
+def _put_executed(d, tok, *jobs, what="PUT"):
+    """PUTs each (name, body) with the double executing jobs, then turns that off."""
+    d.config(execute_jobs=True)
+    try:
+        for name, body in jobs:
+            status_is(d.arm("PUT", "/jobs/" + name, body, token=tok), 201, what)
+    finally:
+        d.config(execute_jobs=False)
+
+
 @test
 def executed_job(d, tok):
     _need_azurite(d)
@@ -971,11 +981,7 @@ def executed_job(d, tok):
                                "uri": "azureml://datastores/workspaceblobstore/paths/exec/out/"},
                     "summary": {"jobOutputType": "uri_file", "mode": "Upload",
                                 "uri": "azureml://datastores/workspaceblobstore/paths/exec/summary.txt"}}
-    d.config(execute_jobs=True)
-    try:
-        status_is(d.arm("PUT", "/jobs/exec-ok", b, token=tok), 201, "PUT an executed job")
-    finally:
-        d.config(execute_jobs=False)
+    _put_executed(d, tok, ("exec-ok", b), what="PUT an executed job")
     seen, _ = wait_status(d, tok, "exec-ok", "Completed", timeout=30)
     log = d.std_log("exec-ok")
     check("[rank 0] rank 0 done" in log and "[rank 1] rank 1 done" in log, "both ranks ran, lines prefixed", log)
@@ -991,11 +997,7 @@ def executed_job(d, tok):
     big = _exec_body(d, code_id, "head -c 41943040 /dev/zero > ${{outputs.model}}/big.bin && echo ok",
                      distribution=None, resources={"instanceCount": 1})
     big["properties"]["outputs"] = {"model": {"jobOutputType": "uri_folder"}}
-    d.config(execute_jobs=True)
-    try:
-        status_is(d.arm("PUT", "/jobs/exec-big", big, token=tok), 201, "PUT")
-    finally:
-        d.config(execute_jobs=False)
+    _put_executed(d, tok, ("exec-big", big))
     wait_status(d, tok, "exec-big", "Completed", timeout=60)
     names = store.list_blobs("azureml/exec-big/model/", cont, sizes=True)
     check(names == [("azureml/exec-big/model/big.bin", 41943040)], "the default output path, 40 MB", names)
@@ -1006,11 +1008,7 @@ def executed_job_fails(d, tok):
     _need_azurite(d)
     code_id = _snapshot(d, tok, "fail-code", {"run.sh": b"echo starting\necho 'bad things' >&2\nexit 3\n"})
     b = _exec_body(d, code_id, "bash run.sh", distribution=None, resources={"instanceCount": 1})
-    d.config(execute_jobs=True)
-    try:
-        status_is(d.arm("PUT", "/jobs/exec-fail", b, token=tok), 201, "PUT")
-    finally:
-        d.config(execute_jobs=False)
+    _put_executed(d, tok, ("exec-fail", b))
     wait_status(d, tok, "exec-fail", "Failed", timeout=20)
     err = d.job("exec-fail")["error"]
     check("status code 3" in err["message"] and "bad things" in err["message"], "exit status and stderr tail", err)
@@ -1033,14 +1031,9 @@ def _alive(pid):
 def executed_job_cancel_and_timeout(d, tok):
     _need_azurite(d)
     code_id = _snapshot(d, tok, "sleep-code", {"sleep.sh": b"sleep 60\n"})
-    d.config(execute_jobs=True)
-    try:
-        status_is(d.arm("PUT", "/jobs/exec-cancel", _exec_body(d, code_id, "bash sleep.sh"), token=tok), 201, "PUT")
-        status_is(d.arm("PUT", "/jobs/exec-timeout", _exec_body(
-            d, code_id, "bash sleep.sh", limits={"jobLimitsType": "Command", "timeout": "PT1S"}), token=tok), 201,
-            "PUT")
-    finally:
-        d.config(execute_jobs=False)
+    _put_executed(d, tok, ("exec-cancel", _exec_body(d, code_id, "bash sleep.sh")),
+                  ("exec-timeout", _exec_body(d, code_id, "bash sleep.sh",
+                                              limits={"jobLimitsType": "Command", "timeout": "PT1S"})))
     wait_status(d, tok, "exec-cancel", "Running", timeout=10)
     deadline = time.time() + 10
     while time.time() < deadline and len(d.job("exec-cancel")["run"]["pids"]) < 2:

@@ -15,21 +15,19 @@
 #include "azureml/auth.h"
 #include "azureml/auth_parse.h"
 #include "azureml/cert.h"
-#include "check.h"
+#include "check_server.h"
 #include "loop.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -920,20 +918,6 @@ static void fake_az(const char *body)
     unlink(path_in("az.log"));
 }
 
-/* A port nothing listens on (bound, then closed: refused from then on). */
-static int closed_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof sa;
-    if (s < 0 || bind(s, (struct sockaddr *)&sa, sizeof sa) != 0 || getsockname(s, (struct sockaddr *)&sa, &len) != 0) {
-        perror("socket");
-        exit(2);
-    }
-    close(s);
-    return ntohs(sa.sin_port);
-}
-
 static struct aml_auth *auto_auth(int imds_port)
 {
     struct env e = { .n = 0 };
@@ -947,7 +931,7 @@ static struct aml_auth *auto_auth(int imds_port)
 static void test_nothing_configured_falls_back_to_the_cli(void)
 {
     fake_az(AZ_OK);
-    struct aml_auth *a = auto_auth(closed_port());
+    struct aml_auth *a = auto_auth(check_loopback_port());
     if (!a) { CHECK(a != NULL); return; }
     CHECK(aml_auth_kind(a) == AML_CRED_NONE);
     struct got g = { 0 };
@@ -1026,7 +1010,7 @@ static void test_cli_not_logged_in_and_missing(void)
     aml_auth_free(a);
 
     fake_az("echo 'az: command not found' >&2; exit 127");
-    a = auto_auth(closed_port());
+    a = auto_auth(check_loopback_port());
     if (!a) { CHECK(a != NULL); return; }
     get(a, &g);
     CHECK_CONTAINS(g.error, "Azure CLI not found");
@@ -1034,7 +1018,7 @@ static void test_cli_not_logged_in_and_missing(void)
     aml_auth_free(a);
 
     setenv("PATH", path_in("empty"), 1);             /* no az at all */
-    a = auto_auth(closed_port());
+    a = auto_auth(check_loopback_port());
     if (!a) { CHECK(a != NULL); return; }
     get(a, &g);
     CHECK_CONTAINS(g.error, "Azure CLI not found");
@@ -1087,12 +1071,10 @@ static void test_free_during_a_fetch_and_from_a_callback(void)
 static bool start_server(void)
 {
     if (access("/usr/bin/python3", X_OK) != 0) return false;
-    char exe[4096];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return false;
-    exe[n] = '\0';
-    *strrchr(exe, '/') = '\0';                       /* BUILD/tests */
-    char *script = xasprintf("%s/../../tests/unit/token_server.py", exe);
+    char *root = check_repo_root();
+    if (!root) return false;
+    char *script = xasprintf("%s/tests/unit/token_server.py", root);
+    free(root);
     if (access(script, R_OK) != 0) { free(script); return false; }
     config("{}");
     int fds[2];

@@ -6,7 +6,7 @@
  * cancel, a SAS, and that neither the key nor the SAS reaches a message. */
 #include "azureml/blob.h"
 #include "azureml/blob_sign.h"
-#include "check.h"
+#include "check_server.h"
 #include "loop.h"
 #include "util.h"
 #include "work.h"
@@ -17,12 +17,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -36,37 +33,17 @@ extern char **environ;
 #define WRONG_KEY "c2VjcmV0LXRoYXQtaXMtbm90LXRoZS1rZXktb2YtdGhpcy1hY2NvdW50LWF0LWFsbA=="
 
 static char g_dir[] = "/tmp/flow-test-blob-XXXXXX";
-static pid_t g_azurite = -1;
 static int g_port;
 static struct loop *g_loop;
 static struct work_pool *g_pool;
 static struct http_client *g_http;
 
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "test_aml_blob: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    if (g_azurite > 0) kill(g_azurite, SIGKILL);
-    exit(1);
-}
-
 /* ---- Azurite ------------------------------------------------------------ */
-
-static char *repo_root(void)
-{
-    char *root = check_repo_root();
-    if (!root) die("cannot find the repository from my own binary's path");
-    return root;
-}
 
 /* tools/azurite.sh prints the binary's path, installing it first if needed. */
 static char *azurite_binary(void)
 {
-    char *root = repo_root();
+    char *root = check_repo_root_or_die();
     char *bin = xasprintf("%s/.deps/azurite/node_modules/.bin/azurite-blob", root);
     if (access(bin, X_OK) != 0) {
         char *cmd = xasprintf("'%s/tools/azurite.sh' 2>&1 >/dev/null", root);
@@ -81,33 +58,12 @@ static char *azurite_binary(void)
     return bin;
 }
 
-static int free_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t len = sizeof a;
-    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(s, (struct sockaddr *)&a, &len) != 0)
-        die("cannot find a free port: %s", strerror(errno));
-    close(s);
-    return ntohs(a.sin_port);
-}
-
-static bool port_open(int port)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    bool ok = s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) == 0;
-    if (s >= 0) close(s);
-    return ok;
-}
-
 /* false when Azurite cannot be had (the caller skips, saying so). */
 static bool start_azurite(void)
 {
     char *bin = azurite_binary();
     if (!bin) return false;
-    g_port = free_port();
+    g_port = check_loopback_port();
     char port[16];
     snprintf(port, sizeof port, "%d", g_port);
     char *location = xasprintf("%s/azurite", g_dir);
@@ -119,39 +75,23 @@ static bool start_azurite(void)
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawnattr_t attr;
-    sigset_t none;
-    sigemptyset(&none);
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-    int rc = posix_spawn(&g_azurite, bin, &fa, &attr, argv, environ);
-    posix_spawnattr_destroy(&attr);
+    check_start_server(argv, &fa);
     posix_spawn_file_actions_destroy(&fa);
     free(bin);
     free(location);
-    if (rc != 0) die("cannot start Azurite: %s", strerror(rc));
-    for (int i = 0; i < 300 && !port_open(g_port); i++) {         /* at most 15 s */
-        int status;
-        if (waitpid(g_azurite, &status, WNOHANG) == g_azurite) {
-            g_azurite = -1;
+    for (int i = 0; i < 300 && !check_port_listening(g_port); i++) {         /* at most 15 s */
+        if (check_server_exited()) {
             char *text = read_file(log, NULL);
-            die("Azurite exited: %s", text ? text : "(no log)");
+            check_die("Azurite exited: %s", text ? text : "(no log)");
         }
         nanosleep(&(struct timespec){ 0, 50000000 }, NULL);
     }
     free(log);
-    if (!port_open(g_port)) die("Azurite did not listen within 15 s");
+    if (!check_port_listening(g_port)) check_die("Azurite did not listen within 15 s");
     return true;
 }
 
-static void stop_azurite(void)
-{
-    if (g_azurite > 0) {
-        kill(g_azurite, SIGTERM);
-        waitpid(g_azurite, NULL, 0);
-    }
-}
+static void stop_azurite(void) { check_stop_server(SIGTERM); }
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -161,10 +101,10 @@ static void write_bytes(const char *path, const void *data, size_t len)
 {
     char *dir = xstrdup(path);
     *strrchr(dir, '/') = '\0';
-    if (mkdir_p(dir, 0755) != 0) die("mkdir %s: %s", dir, strerror(errno));
+    if (mkdir_p(dir, 0755) != 0) check_die("mkdir %s: %s", dir, strerror(errno));
     free(dir);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0 || write_all(fd, data, len) != 0 || close(fd) != 0) die("write %s: %s", path, strerror(errno));
+    if (fd < 0 || write_all(fd, data, len) != 0 || close(fd) != 0) check_die("write %s: %s", path, strerror(errno));
 }
 
 static void write_text(const char *path, const char *text) { write_bytes(path, text, strlen(text)); }
@@ -204,7 +144,7 @@ static struct blob_container *container(const char *name, const char *key, const
                                         .list_page_size = page };
     char err[512];
     struct blob_container *c = blob_container_new(g_http, g_pool, &spec, err, sizeof err);
-    if (!c) die("blob_container_new: %s", err);
+    if (!c) check_die("blob_container_new: %s", err);
     free(url);
     return c;
 }
@@ -237,7 +177,7 @@ static char *finish(struct step_wait *w, struct outcome *o)
     CHECK(!o->done);                        /* never from within the call that started it */
     double until = monotonic_seconds() + 60;
     while (!o->done && monotonic_seconds() < until) loop_run_once(g_loop, 0.1);
-    if (!o->done) die("a blob wait did not finish within 60 s");
+    if (!o->done) check_die("a blob wait did not finish within 60 s");
     CHECK(o->calls == 1);
     const char *e = blob_wait_error(w);
     return e ? xstrdup(e) : NULL;
@@ -710,16 +650,16 @@ int main(void)
 {
     const char *proxies[] = { "http_proxy", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", NULL };
     for (int i = 0; proxies[i]; i++) unsetenv(proxies[i]);
-    if (!mkdtemp(g_dir)) die("mkdtemp: %s", strerror(errno));
+    if (!mkdtemp(g_dir)) check_die("mkdtemp: %s", strerror(errno));
     char err[256];
     g_loop = loop_new(err, sizeof err);
-    if (!g_loop) die("loop_new: %s", err);
+    if (!g_loop) check_die("loop_new: %s", err);
     g_pool = work_pool_new(g_loop, 4, err, sizeof err);
-    if (!g_pool) die("work_pool_new: %s", err);
+    if (!g_pool) check_die("work_pool_new: %s", err);
     struct http_options o = { .connect_timeout = 5, .timeout = 30, .max_retries = 2, .backoff_base = 0.05,
                               .backoff_max = 0.2 };
     g_http = http_client_new(g_loop, &o, err, sizeof err);
-    if (!g_http) die("http_client_new: %s", err);
+    if (!g_http) check_die("http_client_new: %s", err);
     double start = monotonic_seconds();
     RUN(test_shared_key_vectors);
     RUN(test_container_spec_checked);

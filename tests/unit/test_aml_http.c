@@ -4,7 +4,7 @@
  * and that no query string or header reaches a message. */
 #include "azureml/curl_lib.h"
 #include "azureml/http.h"
-#include "check.h"
+#include "check_server.h"
 #include "hash.h"
 #include "loop.h"
 #include "util.h"
@@ -15,12 +15,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <stdarg.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -30,31 +27,11 @@ extern char **environ;
 
 static struct loop *g_loop;
 static char g_dir[] = "/tmp/flow-test-http-XXXXXX";
-static pid_t g_server = -1;
 static int g_port_a, g_port_b;           /* certificates from CA A, from CA B */
 static char *g_ca_a, *g_capath_b;
 static struct strbuf g_trace;            /* every trace line, each ending in '\n' */
 
 /* ---- the server ------------------------------------------------------- */
-
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "test_aml_http: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    if (g_server > 0) kill(g_server, SIGKILL);
-    exit(1);
-}
-
-static char *repo_root(void)
-{
-    char *root = check_repo_root();
-    if (!root) die("cannot find the repository from my own binary's path");
-    return root;
-}
 
 /* What User-Agent must say: "flow/" and stdlib/flow.lua's VERSION (http.c
  * has its own copy of the version; this catches the two drifting apart). */
@@ -65,7 +42,7 @@ static void read_version(const char *root)
     char *path = xasprintf("%s/stdlib/flow.lua", root);
     char *text = read_file(path, NULL);
     const char *v = text ? strstr(text, "VERSION = \"") : NULL;
-    if (!v) die("cannot find VERSION in %s", path);
+    if (!v) check_die("cannot find VERSION in %s", path);
     v += strlen("VERSION = \"");
     snprintf(g_user_agent, sizeof g_user_agent, "flow/%.*s", (int)strcspn(v, "\""), v);
     free(text);
@@ -74,23 +51,15 @@ static void read_version(const char *root)
 
 static void start_server(void)
 {
-    if (!mkdtemp(g_dir)) die("mkdtemp: %s", strerror(errno));
-    char *root = repo_root();
+    if (!mkdtemp(g_dir)) check_die("mkdtemp: %s", strerror(errno));
+    char *root = check_repo_root_or_die();
     char *script = xasprintf("%s/tests/unit/http_server.py", root);
     read_version(root);
     free(root);
-    if (access("/usr/bin/python3", X_OK) != 0) die("/usr/bin/python3 is needed to run the test server");
-    if (access(script, R_OK) != 0) die("cannot read %s: %s", script, strerror(errno));
+    if (access("/usr/bin/python3", X_OK) != 0) check_die("/usr/bin/python3 is needed to run the test server");
+    if (access(script, R_OK) != 0) check_die("cannot read %s: %s", script, strerror(errno));
     char *argv[] = { "/usr/bin/python3", script, g_dir, NULL };
-    posix_spawnattr_t attr;
-    sigset_t none;
-    sigemptyset(&none);
-    posix_spawnattr_init(&attr);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-    int rc = posix_spawn(&g_server, argv[0], NULL, &attr, argv, environ);
-    posix_spawnattr_destroy(&attr);
-    if (rc != 0) die("cannot start %s: %s", script, strerror(rc));
+    check_start_server(argv, NULL);
     free(script);
     char *ports = xasprintf("%s/ports", g_dir);
     for (int i = 0; i < 200; i++) {                 /* at most 10 s: making the CAs takes ~0.3 s */
@@ -100,25 +69,18 @@ static void start_server(void)
             fclose(f);
             if (n == 2) break;
         }
-        int status;
-        if (waitpid(g_server, &status, WNOHANG) == g_server) {
-            g_server = -1;
-            die("the test server exited (is the openssl command installed?)");
-        }
+        if (check_server_exited()) check_die("the test server exited (is the openssl command installed?)");
         nanosleep(&(struct timespec){ 0, 50000000 }, NULL);
     }
     free(ports);
-    if (!g_port_a || !g_port_b) die("the test server did not start within 10 s");
+    if (!g_port_a || !g_port_b) check_die("the test server did not start within 10 s");
     g_ca_a = xasprintf("%s/ca_a.pem", g_dir);
     g_capath_b = xasprintf("%s/capath_b", g_dir);
 }
 
 static void stop_server(void)
 {
-    if (g_server > 0) {
-        kill(g_server, SIGKILL);
-        waitpid(g_server, NULL, 0);
-    }
+    check_stop_server(SIGKILL);
     char *cmd = xasprintf("rm -rf '%s'", g_dir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", g_dir);
     free(cmd);
@@ -187,7 +149,7 @@ static struct http_client *client(struct http_options o)
 {
     char err[256];
     struct http_client *c = http_client_new(g_loop, &o, err, sizeof err);
-    if (!c) die("http_client_new: %s", err);
+    if (!c) check_die("http_client_new: %s", err);
     return c;
 }
 
@@ -644,23 +606,11 @@ static void test_retries_exhausted_last_status(void)
     free(u);
 }
 
-/* A port nothing listens on: bound, then closed. */
-static int closed_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t alen = sizeof a;
-    if (s < 0 || bind(s, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(s, (struct sockaddr *)&a, &alen) != 0)
-        die("cannot find a free port: %s", strerror(errno));
-    close(s);
-    return ntohs(a.sin_port);
-}
-
 /* Also: the query string (a SAS signature) is in no trace line and no message. */
 static void test_connection_refused(void)
 {
     sb_truncate(&g_trace, 0);
-    int port = closed_port();
+    int port = check_loopback_port();
     char *u = xasprintf("https://127.0.0.1:%d/blob?sv=2024&sig=SECRET", port);
     struct result r = { 0 };
     fetch(quick(), &(struct http_request){ .method = "PUT", .url = u, .body = "x", .body_len = 1 }, &r);
@@ -1099,7 +1049,7 @@ int main(void)
     start_server();
     char err[256];
     g_loop = loop_new(err, sizeof err);
-    if (!g_loop) die("loop_new: %s", err);
+    if (!g_loop) check_die("loop_new: %s", err);
     double start = monotonic_seconds();
     RUN(test_curl_lib_open);
     RUN(test_url_for_display);

@@ -1083,12 +1083,10 @@ static void test_threads(void)
 
 static void find_repo(void)
 {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) { perror("/proc/self/exe"); exit(2); }
-    exe[n] = '\0';
-    for (int up = 0; up < 3; up++) *strrchr(exe, '/') = '\0';      /* ROOT/BUILD/tests/test_x */
-    snprintf(repo, sizeof repo, "%s", exe);
+    char *root = check_repo_root();
+    if (!root) { fprintf(stderr, "test_aml_snapshot: cannot find the repository from my own binary's path\n"); exit(2); }
+    snprintf(repo, sizeof repo, "%s", root);
+    free(root);
 }
 
 static void remove_tree(const char *dir)
