@@ -142,33 +142,82 @@ const char *dag_framework_name(enum dist_framework f)
     }
 }
 
-/* Each dataset gets its producer; a second producer is an error naming both. */
+#define MAX_LISTED 20   /* culprits an error lists one by one; the rest are counted */
+
+/* Appends "'a', 'b' and 'c'": the steps that make `dataset`; returns how many. */
+static size_t add_producer_names(struct strbuf *sb, const struct dag *dag, const char *dataset)
+{
+    size_t n = 0, last = 0;
+    for (size_t i = 0; i < dag->n_steps; i++)
+        for (size_t o = 0; o < dag->steps[i].n_outputs; o++)
+            if (strcmp(dag->steps[i].outputs[o].dataset, dataset) == 0) {
+                if (n++) sb_addf(sb, "%s'%s'", n > 2 ? ", " : "", dag->steps[last].name);
+                last = i;
+                break;
+            }
+    sb_addf(sb, "%s'%s'", n > 1 ? " and " : "", dag->steps[last].name);
+    return n;
+}
+
+/* The error for the datasets in `clash` (each made by two or more steps):
+ * every one of them, with every step that makes it. */
+static void report_producer_clashes(const struct dag *dag, const size_t *clash, size_t n, char *err,
+                                    size_t errlen)
+{
+    struct strbuf sb = STRBUF_INIT;
+    if (n == 1) {
+        size_t makers = add_producer_names(&sb, dag, dag->datasets[clash[0]].name);
+        errf(err, errlen, "dataset '%s' is produced by %s steps, %s: a dataset has exactly one producer",
+             dag->datasets[clash[0]].name, makers == 2 ? "two" : "several", sb.buf);
+        sb_release(&sb);
+        return;
+    }
+    for (size_t c = 0; c < n && c < MAX_LISTED; c++) {
+        sb_addf(&sb, "\n  '%s', by ", dag->datasets[clash[c]].name);
+        add_producer_names(&sb, dag, dag->datasets[clash[c]].name);
+    }
+    if (n > MAX_LISTED) sb_addf(&sb, "\n  ... and %zu more", n - MAX_LISTED);
+    errf(err, errlen, "%zu datasets are produced by more than one step (a dataset has exactly one producer):%s",
+         n, sb.buf);
+    sb_release(&sb);
+}
+
+/* Each dataset gets its producer.  A dataset with a second producer is an
+ * error naming every such dataset and every step that makes each, so that
+ * one run shows them all. */
 static int assign_producers(struct dag *dag, char *err, size_t errlen)
 {
+    size_t *clash = NULL, n_clash = 0, cap_clash = 0;
     for (size_t i = 0; i < dag->n_steps; i++) {
         struct dag_step *s = &dag->steps[i];
         for (size_t o = 0; o < s->n_outputs; o++) {
             if (dag_is_param_input(s->outputs[o].dataset)) {
                 errf(err, errlen, "step '%s' declares '%s' as an output: parameters are "
                      "read-only", s->name, s->outputs[o].dataset);
+                free(clash);
                 return -1;
             }
             size_t di = intern_dataset(dag, s->outputs[o].dataset);   /* may realloc */
             struct dag_dataset *d = &dag->datasets[di];
             if (d->producer == (long)i) {
                 errf(err, errlen, "step '%s' lists output '%s' twice", s->name, d->name);
+                free(clash);
                 return -1;
             }
-            if (d->producer >= 0) {
-                errf(err, errlen, "dataset '%s' is produced by two steps, '%s' and '%s': "
-                     "a dataset has exactly one producer",
-                     d->name, dag->steps[d->producer].name, s->name);
-                return -1;
+            if (d->producer < 0) {
+                d->producer = (long)i;
+                continue;
             }
-            d->producer = (long)i;
+            bool listed = false;       /* a third producer: the dataset is listed once */
+            for (size_t c = 0; c < n_clash && !listed; c++) listed = clash[c] == di;
+            if (listed) continue;
+            ARRAY_GROW(clash, n_clash, cap_clash);
+            clash[n_clash++] = di;
         }
     }
-    return 0;
+    if (n_clash) report_producer_clashes(dag, clash, n_clash, err, errlen);
+    free(clash);
+    return n_clash ? -1 : 0;
 }
 
 /* Inputs that nothing produces and nothing declares, each with the steps that need it. */
@@ -190,7 +239,7 @@ static int check_missing_inputs(struct dag *dag, char *err, size_t errlen)
             const struct dag_dataset *d = &dag->datasets[di];
             if (d->producer >= 0 || d->declared || reported[di]) continue;
             reported[di] = true;
-            if (missing++ < 20) {
+            if (missing++ < MAX_LISTED) {
                 sb_addf(&sb, "\n  '%s', needed by", name);
                 const char *sep = " ";
                 for (size_t j = i; j < dag->n_steps; j++)
@@ -205,7 +254,7 @@ static int check_missing_inputs(struct dag *dag, char *err, size_t errlen)
     }
     free(reported);
     if (missing) {
-        if (missing > 20) sb_addf(&sb, "\n  ... and %zu more", missing - 20);
+        if (missing > MAX_LISTED) sb_addf(&sb, "\n  ... and %zu more", missing - MAX_LISTED);
         errf(err, errlen, "%zu input dataset%s that no step produces and the catalog does not "
              "declare:%s\n(add a step that outputs it, or declare it in conf/base/catalog.yml)",
              missing, missing == 1 ? "" : "s", sb.buf);

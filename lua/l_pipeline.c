@@ -67,6 +67,32 @@ static bool is_list(lua_State *L, int idx)
     return n == luaL_len(L, idx);   /* # through __len, as util.is_list's */
 }
 
+/* The first nil below the largest positive integer key of the table at idx
+ * (raw), or 0 when its integer keys run 1..n without a gap.  ipairs and #
+ * stop at such a nil, so { a, b, c } with b a misspelt (so nil) variable
+ * would silently lose b and c; the callers report the position instead. */
+static lua_Integer first_hole(lua_State *L, int idx)
+{
+    idx = lua_absindex(L, idx);
+    lua_Integer count = 0, max = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+        lua_pop(L, 1);
+        if (!lua_isinteger(L, -1)) continue;
+        lua_Integer k = lua_tointeger(L, -1);
+        if (k < 1) continue;
+        count++;
+        if (k > max) max = k;
+    }
+    if (count == max) return 0;
+    for (lua_Integer i = 1; i < max; i++) {
+        bool nil = lua_rawgeti(L, idx, i) == LUA_TNIL;
+        lua_pop(L, 1);
+        if (nil) return i;
+    }
+    return 0;
+}
+
 /* tostring(v) without the type name of a failure: pushes it, returns it. */
 static const char *push_tostring(lua_State *L, int idx)
 {
@@ -83,15 +109,21 @@ static void push_did_you_mean(lua_State *L, const char *word, const char *const 
 
 /* ---- names ------------------------------------------------------------- */
 
-/* Why `s` cannot name a dataset or a step, or NULL.  Names become C strings
- * and file names: a NUL would cut one short and merge two datasets, and no
- * control character belongs in either.  "params:" alone names no parameter. */
+/* Why `s` cannot name a dataset, a step or a tag, or NULL.  Names become C
+ * strings and file names: a NUL would cut one short and merge two datasets,
+ * and no control character belongs in either.  A name must also be one that
+ * the selections can give back (--nodes a,b, --tags, --from-inputs split
+ * their lists at commas and trim spaces), so a comma or a space is refused
+ * here, where the step is written, as Kedro refuses them.  "params:" alone
+ * names no parameter. */
 static const char *name_problem(const char *s, size_t len)
 {
     if (len == 0) return "is empty";
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c < 0x20 || c == 0x7f) return "contains a control character";
+        if (c == ',') return "contains a comma (--nodes, --tags, --from-inputs and --to-outputs split names at commas)";
+        if (c == ' ') return "contains a space (a name is one word, so that --nodes, --tags and the other selections can give it)";
     }
     if (len == 7 && memcmp(s, "params:", 7) == 0) return "names no parameter (write params:key)";
     return NULL;
@@ -154,6 +186,8 @@ static void push_command(lua_State *L, int spec, int level, int cls)
     }
     if (t != LUA_TTABLE)
         fail(L, level, "flow.command: expected a list of arguments or a command string, got %s", luaL_typename(L, spec));
+    lua_Integer hole = first_hole(L, spec);
+    if (hole) fail(L, level, "flow.command: argument %d is nil (a misspelt or unset variable?)", (int)hole);
     lua_createtable(L, 0, 3);
     int cmd = lua_gettop(L);
     lua_newtable(L);
@@ -462,6 +496,7 @@ static void push_io_map(lua_State *L, int v, const char *what, int level)
 static void set_io(lua_State *L, int v, const char *what, const char *style_field, int level)
 {
     const char *style = "list";
+    lua_Integer hole;
     int t = lua_type(L, v);
     if (t == LUA_TNIL) {
         lua_createtable(L, 0, 0);
@@ -473,6 +508,8 @@ static void set_io(lua_State *L, int v, const char *what, const char *style_fiel
         style = "single";
     } else if (t != LUA_TTABLE) {
         fail(L, level, "node: %s must be a dataset name, a list of names or a map, got %s", what, lua_typename(L, t));
+    } else if ((hole = first_hole(L, v)) != 0) {
+        fail(L, level, "node: %s[%d] is nil (a misspelt or unset variable?)", what, (int)hole);
     } else if (is_list(L, v)) {
         push_io_list(L, v, what, level);
     } else {
@@ -493,19 +530,28 @@ static void push_tags(lua_State *L, int tags, const char *what, int level)
         return;
     }
     if (t == LUA_TSTRING) {
+        check_name(L, tags, what, ": tag", level);
         lua_createtable(L, 1, 0);
         lua_pushvalue(L, tags);
         lua_rawseti(L, -2, 1);
         return;
     }
+    if (t == LUA_TTABLE) {
+        lua_Integer hole = first_hole(L, tags);
+        if (hole) fail(L, level, "%s: tags[%d] is nil (a misspelt or unset variable?)", what, (int)hole);
+    }
     if (!is_list(L, tags)) fail(L, level, "%s: tags must be a string or a list of strings", what);
     lua_Integer n = luaL_len(L, tags);
     for (lua_Integer i = 1;; i++) {    /* ipairs checks each */
         int at = lua_geti(L, tags, i);
-        lua_pop(L, 1);
-        if (at == LUA_TNIL) break;
+        if (at == LUA_TNIL) {
+            lua_pop(L, 1);
+            break;
+        }
         if (at != LUA_TSTRING)
             fail(L, level, "%s: tags[%d] must be a string, got %s", what, (int)i, lua_typename(L, at));
+        check_name(L, -1, what, ": tag", level);
+        lua_pop(L, 1);
     }
     lua_createtable(L, (int)(n > 1000 ? 0 : n), 0);
     for (lua_Integer i = 1; i <= n; i++) {  /* { table.unpack(tags) } */
@@ -754,13 +800,44 @@ static int l_bind(lua_State *L)
     return 1;
 }
 
+/* f as a closure over argument 1, which must be of type `type`. */
+static int bind_closure(lua_State *L, int type, lua_CFunction f)
+{
+    luaL_checktype(L, 1, type);
+    lua_settop(L, 1);
+    lua_pushcclosure(L, f, 1);
+    return 1;
+}
+
 /* bind_command(Command) -> command(spec [, level]) */
 static int l_bind_command(lua_State *L)
 {
-    luaL_checktype(L, 1, LUA_TTABLE);
-    lua_settop(L, 1);
-    lua_pushcclosure(L, l_command, 1);
+    return bind_closure(L, LUA_TTABLE, l_command);
+}
+
+/* pipeline(spec) -> compose(spec, 2).  The entry is C because a C function
+ * called in tail position (`return pipeline{...}`, the usual last line of a
+ * script) runs with its caller's frame still there, where a tail call to a
+ * Lua function drops it, and with it the file:line of every error the
+ * pipeline reports. */
+static int l_pipeline(lua_State *L)
+{
+    int n = lua_gettop(L);
+    if (n != 1)
+        fail(L, 1, "pipeline: expected one list of nodes and pipelines (pipeline{a, b}), got %d arguments", n);
+    if (lua_isnil(L, 1))
+        fail(L, 1, "pipeline: expected a list of nodes and pipelines, got nil (a misspelt or unset variable?)");
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_pushinteger(L, 2);             /* compose's user: its caller's caller (this function, then the user) */
+    lua_call(L, 2, 1);
     return 1;
+}
+
+/* bind_pipeline(compose) -> pipeline(spec) */
+static int l_bind_pipeline(lua_State *L)
+{
+    return bind_closure(L, LUA_TFUNCTION, l_pipeline);
 }
 
 /* check_name(s, what [, level]): raises "<what>: '<s>' <problem>" at `level`
@@ -794,12 +871,24 @@ static int l_name_problem(lua_State *L)
     return 1;
 }
 
+/* first_hole(t) -> the first nil below t's largest integer key, or nil */
+static int l_first_hole(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_Integer hole = first_hole(L, 1);
+    if (!hole) return 0;
+    lua_pushinteger(L, hole);
+    return 1;
+}
+
 static const luaL_Reg pipeline_funcs[] = {
     { "bind", l_bind },
     { "bind_command", l_bind_command },
+    { "bind_pipeline", l_bind_pipeline },
     { "check_name", l_check_name },
     { "tags", l_tags },
     { "name_problem", l_name_problem },
+    { "first_hole", l_first_hole },
     { NULL, NULL }
 };
 

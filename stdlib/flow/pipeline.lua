@@ -31,9 +31,11 @@ end
 -- tags: a string or a list of strings -> a copy of the list (node{}'s rule).
 local c_tags = pipeline_c.tags
 local function parse_tags(tags, level)
-  local t = c_tags(tags, "node", level + 1)
+  local t = c_tags(tags, "pipeline", level + 1)
   return t
 end
+
+local first_hole = pipeline_c.first_hole
 
 -- Copy of node `n` with datasets and name renamed by `rename(dataset)`.
 local function renamed(n, rename, prefix)
@@ -53,6 +55,8 @@ local function parse_remap(v, what, level)
   if v == nil then return map end
   if type(v) == "string" then v = { v } end
   if type(v) ~= "table" then util.fail(level + 1, "pipeline: %s must be a list or a map of dataset names", what) end
+  local hole = first_hole(v)
+  if hole then util.fail(level + 1, "pipeline: %s[%d] is nil (a misspelt or unset variable?)", what, hole) end
   for k, name in pairs(v) do
     if type(name) ~= "string" then util.fail(level + 1, "pipeline: %s values must be strings", what) end
     check_name(name, "pipeline: " .. what, level + 1)
@@ -86,6 +90,84 @@ local function command_params(n, rename_param)
   return keys
 end
 
+-- The parameter keys step n reads, added to the set `out`: its "params:"
+-- inputs ("parameters", the whole tree, as itself), its command's
+-- ${params.} references and its distributed_job counts.
+local function add_params_read(n, out)
+  for _, io in ipairs(n.inputs) do
+    local key = dag.is_param_input(io.dataset)
+    if key then out[key == true and io.dataset or key] = true end
+  end
+  if n.kind == "command" then
+    for _, s in ipairs(command.template_strings(n.cmd)) do
+      for _, ref in ipairs(core.template_refs(s)) do
+        if ref[1] == "params" then out[M.command_param(n, ref[2])] = true end
+      end
+    end
+  end
+  local d = n.dist
+  if d then
+    for _, ref in ipairs({ d.num_nodes_ref or false, d.processes_per_node_ref or false }) do
+      if ref then out[dag.is_param_input(ref)] = true end
+    end
+  end
+end
+
+-- Kedro's rules for pipeline{}'s mappings, each culprit named: a mapped
+-- name must be one the wrapped pipeline has; `inputs =` names its free
+-- inputs (not a parameter, not what one of its steps makes); `outputs =`
+-- names what its steps make; `parameters =` what its steps read.  A
+-- misspelt mapping would otherwise leave a different graph than the one
+-- meant, silently.
+local function check_remaps(nodes, inputs, outputs, params, level)
+  local made, free, read = {}, {}, {}
+  for _, n in ipairs(nodes) do
+    for _, io in ipairs(n.outputs) do made[io.dataset] = n.name end
+  end
+  for _, n in ipairs(nodes) do
+    for _, io in ipairs(n.inputs) do
+      local d = io.dataset
+      if not made[d] and not dag.is_param_input(d) then free[d] = true end
+    end
+    add_params_read(n, read)
+  end
+  local problems = {}
+  local function problem(fmt, ...) problems[#problems + 1] = string.format(fmt, ...) end
+  for _, k in ipairs(util.sorted_keys(inputs)) do
+    if dag.is_param_input(k) then
+      problem("inputs: '%s' is a parameter: map parameters with parameters = {...}", k)
+    elseif made[k] then
+      problem("inputs: '%s' is made by step '%s' inside this pipeline, so it is not one of its inputs "
+              .. "(expose or rename it with outputs = {...})", k, made[k])
+    elseif not free[k] then
+      problem("inputs: the pipeline reads no dataset '%s'%s", k, util.did_you_mean(k, util.sorted_keys(free)))
+    end
+  end
+  for _, k in ipairs(util.sorted_keys(outputs)) do
+    if dag.is_param_input(k) then
+      problem("outputs: '%s' is a parameter, and parameters are read-only", k)
+    elseif free[k] then
+      problem("outputs: '%s' is an input of this pipeline, which none of its steps makes "
+              .. "(rename it with inputs = {...})", k)
+    elseif not made[k] then
+      problem("outputs: no step of the pipeline makes '%s'%s", k, util.did_you_mean(k, util.sorted_keys(made)))
+    end
+  end
+  for _, k in ipairs(util.sorted_keys(params)) do
+    if dag.is_param_input(k) == true and params[k] ~= k then   -- "parameters", the whole tree
+      problem("parameters: 'parameters' (the whole tree) cannot be renamed; map its keys one by one")
+    elseif not read[k] then
+      problem("parameters: no step of the pipeline reads parameter '%s'%s", k,
+              util.did_you_mean(k, util.sorted_keys(read)))
+    end
+  end
+  if #problems == 1 then util.fail(level + 1, "pipeline: %s", problems[1]) end
+  if #problems > 1 then
+    util.fail(level + 1, "pipeline: %d of its mappings do not fit the pipeline it wraps:\n  %s", #problems,
+              table.concat(problems, "\n  "))
+  end
+end
+
 local function namespaced(nodes, ns, inputs, outputs, params)
   local function rename_param(key)
     if params[key] then return params[key] end
@@ -101,37 +183,123 @@ local function namespaced(nodes, ns, inputs, outputs, params)
   end
   local out = {}
   for i, n in ipairs(nodes) do
-    out[i] = renamed(n, rename, ns)
-    if n.kind == "command" then out[i].cmd_params = command_params(n, rename_param) end
+    local c = renamed(n, rename, ns)
+    if n.kind == "command" then c.cmd_params = command_params(n, rename_param) end
+    local d = n.dist
+    if d and (d.num_nodes_ref or d.processes_per_node_ref) then   -- its counts read parameters too
+      c.dist = {}
+      for k, v in pairs(d) do c.dist[k] = v end
+      c.dist.num_nodes_ref = d.num_nodes_ref and rename(d.num_nodes_ref)
+      c.dist.processes_per_node_ref = d.processes_per_node_ref and rename(d.processes_per_node_ref)
+    end
+    out[i] = c
   end
   return out
 end
 
--- Appends the nodes of `items` (flattened, each once) to out[n + 1 ...];
--- returns the new count.
-local function collect(items, out, n, seen, level)
+-- Whether a and b are equal as plain data (functions and userdata by
+-- identity, tables field by field, metatables by identity).
+local function same_value(a, b)
+  if rawequal(a, b) then return true end
+  if type(a) ~= "table" or type(b) ~= "table" or getmetatable(a) ~= getmetatable(b) then return false end
+  for k, v in pairs(a) do
+    if not same_value(v, rawget(b, k)) then return false end
+  end
+  for k in pairs(b) do
+    if rawget(a, k) == nil then return false end
+  end
+  return true
+end
+
+-- Node identity: Kedro's (the name, inputs and outputs) and, since flow
+-- runs what it is given, the same body and settings.  Where each was
+-- written does not count, nor do tags (the step kept carries both sets).
+local not_identity = { where = true, origin = true, tags = true }
+local function same_step(a, b)
+  if rawequal(a, b) then return true end
+  for k, v in pairs(a) do
+    if not not_identity[k] and not same_value(v, rawget(b, k)) then return false end
+  end
+  for k in pairs(b) do
+    if not not_identity[k] and rawget(a, k) == nil then return false end
+  end
+  return true
+end
+
+-- Step n with `tags` added to its own (n itself when it has them all).
+local function with_tags(n, tags)
+  local have, extra = {}, {}
+  for _, t in ipairs(n.tags) do have[t] = true end
+  for _, t in ipairs(tags) do
+    if not have[t] then have[t] = true; extra[#extra + 1] = t end
+  end
+  if #extra == 0 then return n end
+  local c = renamed(n, function(d) return d end)
+  c.tags = { table.unpack(n.tags) }
+  for _, t in ipairs(extra) do c.tags[#c.tags + 1] = t end
+  return c
+end
+
+-- How item i of a list is named in errors: "item 3", "item 2 of item 3".
+local function item_name(i, path)
+  return path and string.format("item %d of %s", i, path) or string.format("item %d", i)
+end
+
+-- Appends step n to out[1 .. count] unless it is there already (the same
+-- node, or an identical step: see same_step); returns the new count.
+-- `by_name` maps the names in `out` to their positions.  Two different
+-- steps with one name are both kept: the graph reports them with the
+-- lines that declared each.
+local function add_step(n, out, count, by_name)
+  local at = by_name[n.name]
+  if at and same_step(out[at], n) then
+    out[at] = with_tags(out[at], n.tags)
+    return count
+  end
+  count = count + 1
+  out[count] = n
+  by_name[n.name] = by_name[n.name] or count
+  return count
+end
+
+-- Appends the steps of `items` (flattened, each once) to out[count + 1 ...];
+-- returns the new count.  A nil among the items is an error naming its
+-- position: ipairs would stop there and drop the items after it.
+local function collect(items, out, count, by_name, level, path)
+  local hole = first_hole(items)
+  if hole then
+    util.fail(level + 1, "pipeline: %s is nil (a misspelt or unset variable?)", item_name(hole, path))
+  end
   for i, item in ipairs(items) do
     local class = getmetatable(item)
     if class == Node then
-      if not seen[item] then seen[item] = true; n = n + 1; out[n] = item end
+      local name = item.name
+      if by_name[name] == nil then     -- the common case, inline: 100,000 steps pass here
+        count = count + 1
+        out[count] = item
+        by_name[name] = count
+      else
+        count = add_step(item, out, count, by_name)
+      end
     elseif class == Pipeline then
-      n = collect(item.nodes, out, n, seen, level)
-    elseif type(item) == "table" and util.is_list(item) then
-      n = collect(item, out, n, seen, level)
+      for _, n in ipairs(item.nodes) do count = add_step(n, out, count, by_name) end
+    elseif type(item) == "table" and not class and (util.is_list(item) or first_hole(item)) then
+      count = collect(item, out, count, by_name, level + 1, item_name(i, path))
     else
-      util.fail(level + 1, "pipeline: item %d is a %s, not a node or a pipeline", i, type(item))
+      util.fail(level + 1, "pipeline: %s is a %s, not a node or a pipeline", item_name(i, path), type(item))
     end
   end
-  return n
+  return count
 end
 
 local pipeline_fields = { namespace = true, inputs = true, outputs = true, parameters = true, tags = true }
 
-function M.pipeline(spec, level)
+-- pipeline{...} with the user's frame at `level` (1: compose's caller).
+local function compose(spec, level)
   level = (level or 1) + 1
   if type(spec) ~= "table" or M.is_node(spec) or M.is_pipeline(spec) then spec = { spec } end
-  for k in pairs(spec) do           -- the items are spec's list part (ipairs)
-    if type(k) ~= "number" and not pipeline_fields[k] then
+  for k in pairs(spec) do           -- the items are spec's list part
+    if type(k) ~= "number" and not pipeline_fields[k] or type(k) == "number" and k % 1 ~= 0 then
       util.fail(level, "pipeline: unknown option '%s'%s", tostring(k),
                 util.did_you_mean(tostring(k), util.sorted_keys(pipeline_fields)))
     end
@@ -143,9 +311,10 @@ function M.pipeline(spec, level)
   end
   if spec.namespace then check_name(spec.namespace, "pipeline: namespace", level) end
   if spec.namespace or spec.inputs or spec.outputs or spec.parameters then
-    nodes = namespaced(nodes, spec.namespace, parse_remap(spec.inputs, "inputs", level),
-                       parse_remap(spec.outputs, "outputs", level),
-                       strip_params(parse_remap(spec.parameters, "parameters", level)))
+    local inputs, outputs = parse_remap(spec.inputs, "inputs", level), parse_remap(spec.outputs, "outputs", level)
+    local params = strip_params(parse_remap(spec.parameters, "parameters", level))
+    if next(inputs) or next(outputs) or next(params) then check_remaps(nodes, inputs, outputs, params, level) end
+    nodes = namespaced(nodes, spec.namespace, inputs, outputs, params)
   end
   if spec.tags ~= nil then
     local extra = parse_tags(spec.tags, level)
@@ -159,14 +328,34 @@ function M.pipeline(spec, level)
   return setmetatable({ nodes = nodes }, Pipeline)
 end
 
+-- pipeline{a, b} or pipeline(p): one table of nodes and pipelines (or one
+-- of them).  No argument, or nil, is a mistake (a misspelt variable), not an
+-- empty pipeline: pipeline{} is that.  The entry is C (l_pipeline.c says
+-- why); it calls compose.
+M.pipeline = pipeline_c.bind_pipeline(compose)
+
 local function as_pipeline(v)
   if M.is_pipeline(v) then return v end
-  if M.is_node(v) then return M.pipeline({ v }) end
+  if M.is_node(v) then return setmetatable({ nodes = { v } }, Pipeline) end
   error(string.format("cannot combine a pipeline with a %s", type(v)), 3)
 end
 
 function Pipeline.__add(a, b)
-  return M.pipeline({ as_pipeline(a), as_pipeline(b) }, 2)
+  local p = compose({ as_pipeline(a), as_pipeline(b) }, 2)
+  return p
+end
+
+-- a & b: the steps of a that b has too (the same step, by node identity).
+function Pipeline.__band(a, b)
+  a, b = as_pipeline(a), as_pipeline(b)
+  local in_b = {}
+  for _, n in ipairs(b.nodes) do in_b[n.name] = n end
+  local keep = {}
+  for _, n in ipairs(a.nodes) do
+    local m = in_b[n.name]
+    if m and same_step(m, n) then keep[#keep + 1] = n end
+  end
+  return setmetatable({ nodes = keep }, Pipeline)
 end
 
 function Pipeline.__sub(a, b)
@@ -179,9 +368,13 @@ function Pipeline.__sub(a, b)
   return setmetatable({ nodes = keep }, Pipeline)
 end
 
+Pipeline.__bor = Pipeline.__add    -- a | b: the union, as a + b
+
 function Pipeline.__len(p) return #p.nodes end
 Node.__add = Pipeline.__add
 Node.__sub = Pipeline.__sub
+Node.__band = Pipeline.__band
+Node.__bor = Pipeline.__bor
 
 function Pipeline.__tostring(p)
   local names = {}
@@ -200,7 +393,7 @@ M.registry = {}
 function M.register(name, p, level)
   level = (level or 1) + 1
   if type(name) ~= "string" or name == "" then util.fail(level, "flow.register: name must be a string") end
-  if M.is_node(p) then p = M.pipeline({ p }) end
+  if M.is_node(p) then p = as_pipeline(p) end
   if not M.is_pipeline(p) then util.fail(level, "flow.register: %q is not a pipeline", name) end
   M.registry[name] = p
   return p

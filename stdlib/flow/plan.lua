@@ -53,19 +53,37 @@ function M.resolve_dist(n, settings)
   }
 end
 
+-- joined({"'a'", "'b'", "'c'"}, "and") -> "'a', 'b' and 'c'"
+local function joined(items, word)
+  local last = items[#items]
+  return #items > 1 and table.concat(items, ", ", 1, #items - 1) .. " " .. word .. " " .. last or last
+end
+
+-- The graph's "two steps are named 'x'" (`msg`), completed with every name
+-- that more than one step has and the script lines that declared each.
+local function name_clashes(nodes, msg)
+  local at, order = {}, {}
+  for _, n in ipairs(nodes) do
+    local list = at[n.name]
+    if not list then list = {}; at[n.name] = list; order[#order + 1] = n.name end
+    list[#list + 1] = n.where
+  end
+  local clashes = {}
+  for _, name in ipairs(order) do
+    if #at[name] > 1 then clashes[#clashes + 1] = string.format("'%s' at %s", name, joined(at[name], "and")) end
+  end
+  if #clashes == 1 then return msg .. "\n  declared at " .. joined(at[msg:match("^two steps are named '(.-)'")], "and") end
+  return string.format("%d step names are used by more than one step (step names must be unique: give "
+                       .. "one of each name = \"...\"):\n  %s", #clashes, table.concat(clashes, "\n  "))
+end
+
 -- The plain data the C graph is built from.
 function M.build_graph(nodes, dists, declared)
   -- the nodes as they are (no copy per step); dists[i] is node i's resolved dist
   local ok, g = pcall(dag.build, nodes, declared or {}, dists or {})
   if not ok then
-    -- Point at the script lines where the clashing steps were declared.
     local msg = tostring(g)
-    local name = msg:match("^two steps are named '(.-)'")
-    if name then
-      local at = {}
-      for _, n in ipairs(nodes) do if n.name == name then at[#at + 1] = n.where end end
-      msg = msg .. "\n  declared at " .. table.concat(at, " and ")
-    end
+    if msg:match("^two steps are named '") then msg = name_clashes(nodes, msg) end
     graph_error(msg)
   end
   return g
@@ -185,6 +203,28 @@ local function as_list(v, what, level)
   return v
 end
 
+-- " (did you mean ...?)" for a name the pipeline does not have: the names
+-- that end in ".<name>" (--nodes train where the step is eval.train), else
+-- the closest by spelling.
+local function suggestion(name, names)
+  local suffix, hits = "." .. name, {}
+  for _, c in ipairs(names) do
+    if #c > #suffix and c:sub(-#suffix) == suffix then hits[#hits + 1] = string.format("'%s'", c) end
+  end
+  if #hits == 0 then return util.did_you_mean(name, names) end
+  table.sort(hits)
+  if #hits > 4 then hits = { hits[1], hits[2], hits[3], string.format("%d more", #hits - 3) } end
+  return string.format(" (did you mean %s?)", joined(hits, "or"))
+end
+
+-- Stops the run naming every one of `missing` (with a suggestion each):
+-- "<flag>: <what> 'a' (did you mean 'b'?), 'c' or 'd'".
+local function unknown_names(flag, what, missing, names)
+  local parts = {}
+  for i, m in ipairs(missing) do parts[i] = string.format("'%s'%s", m, suggestion(m, names)) end
+  graph_error(string.format("%s: %s %s", flag, what, joined(parts, "or")))
+end
+
 -- Slicing, as Kedro does it: every filter given selects a set of steps and
 -- the run takes their intersection.  Returns a selected-flags list, or nil for all.
 local function select_steps(nodes, g, opts, level)
@@ -194,13 +234,11 @@ local function select_steps(nodes, g, opts, level)
       index, names = {}, {}
       for i, n in ipairs(nodes) do index[n.name] = i; names[i] = n.name end
     end
-    local out = {}
+    local out, missing = {}, {}
     for _, name in ipairs(list) do
-      if not index[name] then
-        graph_error(string.format("%s: no step named '%s'%s", flag, name, util.did_you_mean(name, names)))
-      end
-      out[#out + 1] = index[name]
+      if index[name] then out[#out + 1] = index[name] else missing[#missing + 1] = name end
     end
+    if #missing > 0 then unknown_names(flag, "no step named", missing, names) end
     return out
   end
   local function consumers_of(list, flag)
@@ -211,15 +249,21 @@ local function select_steps(nodes, g, opts, level)
         for _, d in ipairs(list) do if io.dataset == d then out[#out + 1] = i end end
       end
     end
-    for _, d in ipairs(list) do if not known[d] then graph_error(string.format("%s: no step reads '%s'", flag, d)) end end
+    local missing = {}
+    for _, d in ipairs(list) do if not known[d] then missing[#missing + 1] = d end end
+    if #missing > 0 then unknown_names(flag, "no step reads", missing, util.sorted_keys(known)) end
     return out
   end
   local function producers_of(list, flag)
-    local out = {}
+    local out, missing = {}, {}
     for _, d in ipairs(list) do
       local p = g:producer(d)
-      if not p then graph_error(string.format("%s: no step produces '%s'", flag, d)) end
-      out[#out + 1] = p
+      if p then out[#out + 1] = p else missing[#missing + 1] = d end
+    end
+    if #missing > 0 then
+      local made = {}
+      for _, n in ipairs(nodes) do for _, io in ipairs(n.outputs) do made[#made + 1] = io.dataset end end
+      unknown_names(flag, "no step produces", missing, made)
     end
     return out
   end

@@ -120,10 +120,10 @@ function M.format_duration(s)
   return table.concat(parts)
 end
 
--- Keep the user's frames of a traceback, drop the engine's own.  A traceback
+-- Keep the user's frames of a traceback, drop the engine's own and C's (a
+-- C function's frame, node or error or pcall, names no line).  A traceback
 -- of a single frame says nothing the message's "file:line:" does not.
-local noise = { "<flow>/", "[C]: in ?", "in function 'xpcall'", "in function 'pcall'",
-                "in function 'error'", "(...tail calls...)", "in function 'assert'" }
+local noise = { "<flow>/", "[C]: in ", "(...tail calls...)" }
 function M.user_traceback(tb)
   local msg, rest = tb:match("^(.-)\nstack traceback:\n(.*)$")
   if not msg then return tb end

@@ -3,7 +3,9 @@
 #include "dag.h"
 #include "util.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Adds a step: ins and outs are NULL-terminated dataset lists. */
 static long add(struct dag *d, const char *name, const char *const *ins, const char *const *outs,
@@ -99,6 +101,45 @@ static void test_produced_twice(void)
     add(d, "second", NULL, L("model"), err, sizeof err);
     CHECK(dag_finalize(d, err, sizeof err) != 0);
     CHECK_CONTAINS(err, "dataset 'model' is produced by two steps, 'first' and 'second'");
+    dag_free(d);
+}
+
+/* Every dataset with more than one producer, each with all its producers,
+ * and a count past the twentieth. */
+static void test_produced_twice_lists_every_clash(void)
+{
+    struct dag *d = dag_new();
+    add(d, "a", NULL, L("x", "y"), err, sizeof err);
+    add(d, "b", NULL, L("x", "y"), err, sizeof err);
+    add(d, "c", NULL, L("x"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "2 datasets are produced by more than one step");
+    CHECK_CONTAINS(err, "'x', by 'a', 'b' and 'c'");
+    CHECK_CONTAINS(err, "'y', by 'a' and 'b'");
+    dag_free(d);
+
+    d = dag_new();
+    add(d, "m", NULL, L("model"), err, sizeof err);
+    add(d, "n", NULL, L("model"), err, sizeof err);
+    add(d, "o", NULL, L("model"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "dataset 'model' is produced by several steps, 'm', 'n' and 'o'");
+    dag_free(d);
+
+    d = dag_new();
+    char name[32], out[32];
+    for (int i = 0; i < 25; i++) {
+        snprintf(out, sizeof out, "d%d", i);
+        for (int k = 0; k < 2; k++) {
+            snprintf(name, sizeof name, "s%d_%d", i, k);
+            add(d, name, NULL, L(out), err, sizeof err);
+        }
+    }
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "25 datasets are produced by more than one step");
+    CHECK_CONTAINS(err, "'d19', by 's19_0' and 's19_1'");
+    CHECK(strstr(err, "'d20'") == NULL);
+    CHECK_CONTAINS(err, "... and 5 more");
     dag_free(d);
 }
 
@@ -241,6 +282,7 @@ int main(void)
     RUN(test_cycle_path);
     RUN(test_self_cycle);
     RUN(test_produced_twice);
+    RUN(test_produced_twice_lists_every_clash);
     RUN(test_output_twice_in_one_step);
     RUN(test_missing_inputs);
     RUN(test_declared_input_ok);

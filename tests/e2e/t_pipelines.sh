@@ -1,0 +1,277 @@
+# t_pipelines.sh — pipeline{} as Kedro's own pipeline tests expect it
+# (tests/pipeline/test_pipeline.py, test_pipeline_namespacing.py and
+# test_node.py in the kedro repository): validated remapping, no silent nil,
+# names the selections can give back, & and |, node identity, and errors
+# that name every culprit.  Each error names the script's file:line and exits 2.
+
+# Two steps, a -> b, that read "A" and the parameter lr, and a command that
+# reads ${params.k}: the pipeline the remapping tests wrap.
+inner_pipeline() {
+    write conf/base/parameters.yml <<'Y'
+lr: 0.1
+g_lr: 0.2
+k: 1
+ns: { k: 2 }
+Y
+    write conf/base/catalog.yml <<'Y'
+A: {type: text, path: a.txt}
+ns.A: {type: text, path: ns_a.txt}
+X: {type: text, path: x.txt}
+Y
+    write pipeline.lua <<'L'
+local function f(x) return x end
+local a = node{ func = f, name = "a", inputs = "A", outputs = "AA" }
+local b = node{ func = f, name = "b", inputs = { "AA", "params:lr" }, outputs = "B" }
+local c = node{ command = "echo ${params.k} > ${outputs.o}", name = "c", outputs = { o = "C" } }
+local inner = pipeline{ a, b, c }
+L
+}
+
+test_remapping_a_name_the_pipeline_does_not_have_is_an_error() {
+    inner_pipeline
+    cp pipeline.lua base.lua
+    echo 'return pipeline{ inner, inputs = { AB = "X" } }' >> pipeline.lua
+    run_flow 2 list
+    contains "$ERR" "pipeline.lua:6: pipeline: inputs: the pipeline reads no dataset 'AB' (did you mean 'A'?)"
+    cp base.lua pipeline.lua
+    echo 'return pipeline{ inner, outputs = { "BB" } }' >> pipeline.lua
+    run_flow 2 list
+    contains "$ERR" "pipeline.lua:6: pipeline: outputs: no step of the pipeline makes 'BB' (did you mean 'B'?)"
+    cp base.lua pipeline.lua
+    echo 'return pipeline{ inner, parameters = { lrr = "global_lr" } }' >> pipeline.lua
+    run_flow 2 list
+    contains "$ERR" "pipeline.lua:6: pipeline: parameters: no step of the pipeline reads parameter 'lrr' (did you mean 'lr'?)"
+    # a command's ${params.k} is a parameter the pipeline reads
+    cp base.lua pipeline.lua
+    echo 'return pipeline{ inner, namespace = "ns", parameters = { "k", lr = "lr" } }' >> pipeline.lua
+    run_flow 0 list
+    contains "$OUT" "ns.c"
+    # every culprit at once
+    cp base.lua pipeline.lua
+    echo 'return pipeline{ inner, inputs = { "Q", "A" }, outputs = { "Z" }, parameters = { "kk" } }' >> pipeline.lua
+    run_flow 2 list
+    contains "$ERR" "pipeline.lua:6: pipeline: 3 of its mappings do not fit the pipeline it wraps:"
+    contains "$ERR" "  inputs: the pipeline reads no dataset 'Q'"
+    contains "$ERR" "  outputs: no step of the pipeline makes 'Z'"
+    contains "$ERR" "  parameters: no step of the pipeline reads parameter 'kk' (did you mean 'k'?)"
+}
+
+test_remapping_keeps_inputs_inputs_and_outputs_outputs() {
+    inner_pipeline
+    cp pipeline.lua base.lua
+    # AA is made inside: renaming it as an input would rename it everywhere
+    echo 'return pipeline{ inner, inputs = { AA = "CC" } }' >> pipeline.lua
+    run_flow 2 list
+    contains "$ERR" "pipeline.lua:6: pipeline: inputs: 'AA' is made by step 'a' inside this pipeline, so it is not one of its inputs"
+    # A is a free input: renaming it as an output would rename the input
+    cp base.lua pipeline.lua
+    echo 'return pipeline{ inner, outputs = { A = "C2" } }' >> pipeline.lua
+    run_flow 2 list
+    contains "$ERR" "pipeline.lua:6: pipeline: outputs: 'A' is an input of this pipeline, which none of its steps makes"
+    # parameters belong under parameters =
+    for p in '"params:lr"' '"parameters"' '{ ["params:lr"] = "x" }'; do
+        cp base.lua pipeline.lua
+        echo "return pipeline{ inner, inputs = $( [[ $p == \{* ]] && echo "$p" || echo "{ $p }" ) }" >> pipeline.lua
+        run_flow 2 list
+        contains "$ERR" "pipeline.lua:6: pipeline: inputs: '"
+        contains "$ERR" "is a parameter: map parameters with parameters = {...}"
+    done
+    cp base.lua pipeline.lua
+    echo 'return pipeline{ inner, parameters = { parameters = "all" } }' >> pipeline.lua
+    run_flow 2 list
+    contains "$ERR" "pipeline.lua:6: pipeline: parameters: 'parameters' (the whole tree) cannot be renamed"
+    # the same mappings, right, make the graph they say
+    cp base.lua pipeline.lua
+    echo 'return pipeline{ inner, namespace = "ns", inputs = { A = "X" }, outputs = { B = "Y" }, parameters = { lr = "g_lr" } }' >> pipeline.lua
+    run_flow 0 list --format json
+    contains "$OUT" '"inputs":	["X"]'
+    contains "$OUT" '"inputs":	["ns.AA", "params:g_lr"]'
+    contains "$OUT" '"outputs":	["Y"]'
+}
+
+test_a_nil_in_a_list_is_an_error_not_a_shorter_list() {
+    write pipeline.lua <<'L'
+local function f(x) return x end
+local data_pipe = pipeline{ node{ func = f, name = "load", outputs = "raw" } }
+local train_pipe = pipeline{ node{ func = f, name = "train", inputs = "raw", outputs = "model" } }
+local eval_pipe = pipeline{ node{ func = f, name = "eval", inputs = "model", outputs = "score" } }
+return pipeline{ data_pipe, trian_pipe, eval_pipe }
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:5: pipeline: item 2 is nil (a misspelt or unset variable?)"
+    sed -i 's/^return .*/return pipeline{ data_pipe, { train_pipe, evl_pipe, data_pipe } }/' pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:5: pipeline: item 2 of item 2 is nil"
+    sed -i 's/^return .*/return pipeline(dat_pipe)/' pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:5: pipeline: expected a list of nodes and pipelines, got nil"
+    sed -i 's/^return .*/return pipeline(data_pipe, train_pipe)/' pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:5: pipeline: expected one list of nodes and pipelines (pipeline{a, b}), got 2 arguments"
+    # the lists inside node{} and flow.command too
+    sed -i 's/^return .*/return node{ func = f, name = "x", inputs = { "raw", modle, "score" } }/' pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:5: node: inputs[2] is nil (a misspelt or unset variable?)"
+    sed -i 's/^return .*/return node{ func = f, name = "x", outputs = { "a", nil, "b" } }/' pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:5: node: outputs[2] is nil"
+    sed -i 's/^return .*/return node{ func = f, name = "x", tags = { "a", tga, "b" } }/' pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:5: node: tags[2] is nil"
+    sed -i 's/^return .*/return node{ command = { "echo", ags, "b" }, name = "x" }/' pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:5: flow.command: argument 2 is nil"
+    sed -i 's/^return .*/return pipeline{ data_pipe, namespace = "n", inputs = { "raw", nope, "x" } }/' pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:5: pipeline: inputs[2] is nil"
+    no_crash
+}
+
+test_names_and_tags_the_selections_cannot_give_are_refused() {
+    for spec in 'name = "load,clean"' 'name = "load data"' 'tags = "a,b"' 'tags = { "ok", "two words" }' \
+                'outputs = "raw,rows"' 'outputs = "raw rows"'; do
+        write pipeline.lua <<L
+local function f() return 1 end
+return pipeline{
+  node{ func = f, name = "fine", outputs = "fine_out" },
+  node{ func = f, $spec },
+}
+L
+        run_flow 2 list
+        contains "$ERR" "pipeline.lua:4: node: "
+        [[ $spec == *,* ]] && contains "$ERR" "contains a comma" || contains "$ERR" "contains a space"
+    done
+    write pipeline.lua <<'L'
+local p = pipeline{ node{ func = function() return 1 end, name = "s", outputs = "o" } }
+return pipeline{ p, tags = "nightly, weekly" }
+L
+    run_flow 2 list
+    contains "$ERR" "pipeline.lua:2: pipeline: tag: 'nightly, weekly' contains a comma"
+    sed -i 's/tags = .*/namespace = "my ns" }/' pipeline.lua
+    run_flow 2 list
+    contains "$ERR" "pipeline.lua:2: pipeline: namespace: 'my ns' contains a space"
+}
+
+test_and_and_or_intersect_and_unite() {
+    write pipeline.lua <<'L'
+local function f(x) return 1 end
+local a = node{ func = f, name = "a", outputs = "x" }
+local b = node{ func = f, name = "b", inputs = "x", outputs = "y" }
+local c = node{ func = f, name = "c", inputs = "y", outputs = "z" }
+local p, q = pipeline{ a, b }, pipeline{ b, c }
+print("and", tostring(p & q), "or", tostring(p | q), "node", tostring(a | c), tostring(a & p))
+-- a step of q that only shares b's name is not in the intersection
+local b2 = node{ func = f, name = "b", inputs = "x", outputs = "other" }
+print("same name only", tostring(p & pipeline{ b2 }))
+return p | q
+L
+    run_flow 0 list
+    contains "$OUT" "and	pipeline{b}	or	pipeline{a, b, c}	node	pipeline{a, c}	pipeline{a}"
+    contains "$OUT" "same name only	pipeline{}"
+    sed -i 's/^return .*/return p \& 3/' pipeline.lua
+    run_flow 2 list
+    contains "$ERR" "pipeline.lua:10: cannot combine a pipeline with a number"
+}
+
+test_identical_steps_built_twice_are_one_step() {
+    write pipeline.lua <<'L'
+local function f(x) return 1 end
+local function make() return node{ func = f, name = "a", outputs = "x", tags = "first" } end
+local function cmd() return node{ command = { "touch", "${outputs.t}" }, name = "t", outputs = { t = "t" } } end
+local p = pipeline{ make(), cmd() } + pipeline{ node{ func = f, name = "a", outputs = "x", tags = "second" }, cmd() }
+print("steps", #p, table.concat(p.nodes[1].tags, ","))
+return p
+L
+    run_flow 0 run
+    contains "$OUT" "steps	2	first,second"
+    contains "$ERR" "2 done"
+    # one name, two different steps: still an error, at both lines
+    write pipeline.lua <<'L'
+local function f(x) return 1 end
+return pipeline{ node{ func = f, name = "a", outputs = "x" },
+                 node{ func = f, name = "a", outputs = "y" } }
+L
+    run_flow 2 run
+    contains "$ERR" "two steps are named 'a'"
+    contains "$ERR" "declared at pipeline.lua:2 and pipeline.lua:3"
+    # ... and a different command body is a different step
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "echo 1 > ${outputs.o}", name = "a", outputs = { o = "x" } },
+                 node{ command = "echo 2 > ${outputs.o}", name = "a", outputs = { o = "x" } } }
+L
+    run_flow 2 run
+    contains "$ERR" "two steps are named 'a'"
+}
+
+test_errors_name_every_culprit() {
+    write pipeline.lua <<'L'
+local function f(x) return 1 end
+local inner = pipeline{ node{ func = f, name = "node1", outputs = "x" },
+                        node{ func = f, name = "node2", inputs = "x", outputs = "y" } }
+return pipeline{ inner, namespace = "ns" } + node{ func = f, name = "solo", outputs = "s" }
+L
+    run_flow 2 run --nodes node1
+    contains "$ERR" "--nodes: no step named 'node1' (did you mean 'ns.node1'?)"
+    run_flow 2 run --nodes node1,solo,slo,zzz
+    contains "$ERR" "--nodes: no step named 'node1' (did you mean 'ns.node1'?), 'slo' (did you mean 'solo'?) or 'zzz'"
+    run_flow 2 run --from-inputs W,Z
+    contains "$ERR" "--from-inputs: no step reads 'W' or 'Z'"
+    run_flow 2 run --to-outputs D,ns.y,E
+    contains "$ERR" "--to-outputs: no step produces 'D'"
+    contains "$ERR" "or 'E'"
+    run_flow 2 run --from-inputs x
+    contains "$ERR" "--from-inputs: no step reads 'x' (did you mean 'ns.x'?)"
+    write pipeline.lua <<'L'
+local function f(x) return 1 end
+return pipeline{
+  node{ func = f, name = "a", outputs = { "x", "y" } },
+  node{ func = f, name = "b", outputs = { "x", "y" } },
+  node{ func = f, name = "c", outputs = { "x" } },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "2 datasets are produced by more than one step (a dataset has exactly one producer):"
+    contains "$ERR" "'x', by 'a', 'b' and 'c'"
+    contains "$ERR" "'y', by 'a' and 'b'"
+    write pipeline.lua <<'L'
+local function f(x) return 1 end
+return pipeline{
+  node{ func = f, name = "d", outputs = "q" },
+  node{ func = f, name = "d", outputs = "q2" },
+  node{ func = f, name = "e", outputs = "q3" },
+  node{ func = f, name = "e", outputs = "q4" },
+  node{ func = f, name = "e", outputs = "q5" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "2 step names are used by more than one step"
+    contains "$ERR" "'d' at pipeline.lua:3 and pipeline.lua:4"
+    contains "$ERR" "'e' at pipeline.lua:5, pipeline.lua:6 and pipeline.lua:7"
+}
+
+# A distributed_job's "params:" counts are parameters the step reads: a
+# namespace renames them and parameters = keeps or maps them, as it does
+# "params:" inputs and a command's ${params.…}.
+test_namespaces_rename_distributed_counts() {
+    write conf/base/parameters.yml <<'Y'
+workers: 2
+ns: { workers: 3 }
+Y
+    write pipeline.lua <<'L'
+local train = distributed_job{ framework = "pytorch", num_nodes = "params:workers" }(function() return 1 end)
+local p = pipeline{ node{ func = train, name = "train", outputs = "model" } }
+return pipeline{ p, namespace = "ns" } + pipeline{ p, namespace = "kept", parameters = { "workers" } }
+L
+    run_flow 0 list --format json
+    contains "$OUT" '"name":	"ns.train"'
+    contains "$OUT" '"distribution":	"PyTorch 3 nodes x 1 process"'
+    contains "$OUT" '"distribution":	"PyTorch 2 nodes x 1 process"'
+}
+
+test_empty_lists_print_as_json_arrays() {
+    echo 'return pipeline{}' > pipeline.lua
+    run_flow 0 list --format json
+    equals "$OUT" "[]" "steps of an empty pipeline"
+    run_flow 0 catalog list --format json
+    equals "$OUT" "[]" "datasets of an empty pipeline"
+}
