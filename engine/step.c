@@ -38,6 +38,7 @@ struct life {
     char *report;                /* what to print of it, or NULL */
     char *fp, *parts;            /* from the body at the start */
     char *remote;                /* the remote job the last attempt ran as (JSON), or NULL */
+    char *metrics, *series;      /* what the step reported of itself (JSON objects), or NULL */
     struct step_wait *backoff;   /* a retry's timer */
     struct step_wait_list waits;
 };
@@ -248,10 +249,12 @@ static void step_end_line(struct step_runner *r, size_t i, struct strbuf *sb, co
     sb_adds(sb, ",\"event\":\"step_end\"");
     if (!l->ok && l->has_exit_code) { sb_adds(sb, ",\"exit_code\":"); json_number(sb, l->exit_code); }
     if (l->ok && l->fp) { sb_adds(sb, ",\"fingerprint\":"); json_string(sb, l->fp); }
+    if (l->ok && l->metrics) { sb_adds(sb, ",\"metrics\":"); sb_adds(sb, l->metrics); }
     if (l->ok && outputs) { sb_adds(sb, ",\"outputs\":"); sb_adds(sb, outputs); }
     if (l->ok && l->fp && l->parts) { sb_adds(sb, ",\"parts\":"); sb_adds(sb, l->parts); }
     if (l->remote) { sb_adds(sb, ",\"remote\":"); sb_adds(sb, l->remote); }
     if (r->run_id) { sb_adds(sb, ",\"run\":"); json_string(sb, r->run_id); }
+    if (l->ok && l->series) { sb_adds(sb, ",\"series\":"); sb_adds(sb, l->series); }
     sb_adds(sb, l->ok ? ",\"status\":\"ok\"" : interrupted ? ",\"status\":\"interrupted\"" : ",\"status\":\"failed\"");
     sb_adds(sb, ",\"step\":");
     json_redacted(sb, step_name(r, i));
@@ -349,7 +352,12 @@ void step_attempt_done(struct step_runner *r, size_t i, const struct step_outcom
         l->exit_code = o->exit_code;
     }
     if (o->remote_json) set_string(&l->remote, o->remote_json);
-    if (o->ok) { end_step(r, i, o); return; }
+    if (o->ok) {
+        set_string(&l->metrics, o->metrics_json);
+        set_string(&l->series, o->series_json);
+        end_step(r, i, o);
+        return;
+    }
     first_line_of(&l->error, o->message);
     set_string(&l->report, o->report);
     if (o->interrupted || l->cancelled || run_interrupted(r) || l->attempt > r->specs[i].retries) {
@@ -499,6 +507,8 @@ void step_runner_free(struct step_runner *r)
         free(l->fp);
         free(l->parts);
         free(l->remote);
+        free(l->metrics);
+        free(l->series);
     }
     batch_release(&r->held);
     free(r->lives);
@@ -506,6 +516,11 @@ void step_runner_free(struct step_runner *r)
     free(r->states);
     free(r->run_id);
     free(r);
+}
+
+size_t step_runner_n_steps(const struct step_runner *r)
+{
+    return r->dag->n_steps;
 }
 
 double step_runner_deadline(const struct step_runner *r, size_t i)
@@ -564,6 +579,14 @@ static void add_redacted(cJSON *o, const char *key, const char *text)
     free(safe);
 }
 
+/* o[key] = the JSON text `json` (ours: it parses), or null. */
+static void add_json_or_null(cJSON *o, const char *key, const char *json)
+{
+    cJSON *v = json ? cJSON_Parse(json) : NULL;
+    if (v) cJSON_AddItemToObject(o, key, v);
+    else cJSON_AddNullToObject(o, key);
+}
+
 static cJSON *summary_step(const struct step_runner *r, size_t i)
 {
     const struct life *l = &r->lives[i];
@@ -575,10 +598,10 @@ static cJSON *summary_step(const struct step_runner *r, size_t i)
     else cJSON_AddNullToObject(o, "error");
     add_number_or_null(o, "exit_code", l->has_exit_code, l->exit_code);
     add_number_or_null(o, "finished", l->finished > 0, l->finished);
+    add_json_or_null(o, "metrics", l->metrics);
     add_redacted(o, "name", step_name(r, i));
-    cJSON *remote = l->remote ? cJSON_Parse(l->remote) : NULL;
-    if (remote) cJSON_AddItemToObject(o, "remote", remote);
-    else cJSON_AddNullToObject(o, "remote");
+    add_json_or_null(o, "remote", l->remote);
+    if (l->series) add_json_or_null(o, "series", l->series);    /* only a step that logged one has it */
     add_number_or_null(o, "started", ran, l->started);
     cJSON_AddStringToObject(o, "state", step_state_name(r->states ? r->states[i] : STEP_NOT_RUN));
     cJSON_AddBoolToObject(o, "timed_out", l->timed_out && !l->ok);
@@ -593,6 +616,9 @@ static cJSON *summary_head(const struct step_summary *sum, double finished)
     cJSON_AddNumberToObject(o, "elapsed", finished - sum->started);
     if (sum->env) add_redacted(o, "env", sum->env);
     cJSON_AddNumberToObject(o, "finished", finished);
+    add_json_or_null(o, "metrics", sum->metrics_json);
+    if (sum->name) add_redacted(o, "name", sum->name);
+    else cJSON_AddNullToObject(o, "name");
     add_redacted(o, "run_id", sum->run_id);
     cJSON_AddNumberToObject(o, "started", sum->started);
     add_redacted(o, "status", sum->status);
@@ -638,6 +664,12 @@ static int write_summary_stream(int fd, void *ctx)
     sb_release(&sb);
     errno = e;
     return rc;
+}
+
+void step_runner_set_metrics(struct step_runner *r, size_t i, const char *metrics_json, const char *series_json)
+{
+    set_string(&r->lives[i].metrics, metrics_json);
+    set_string(&r->lives[i].series, series_json);
 }
 
 int step_runner_write_summary(const struct step_runner *r, const char *path, const struct step_summary *sum,

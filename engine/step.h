@@ -71,6 +71,9 @@ struct step_outcome {
     bool has_exit_code;
     int exit_code;
     const char *remote_json;
+    /* on success: the metrics the step reported ({"name": number}) and the
+     * series it logged ({"name": [numbers]}), JSON objects, or NULL */
+    const char *metrics_json, *series_json;
 };
 
 /* The body: how to run one attempt of a step.  attempt() completes through
@@ -111,6 +114,8 @@ void step_attempt_done(struct step_runner *r, size_t i, const struct step_outcom
 double step_runner_deadline(const struct step_runner *r, size_t i);
 /* The attempt in flight (or the last one), from 1; 0 before the first. */
 int step_runner_attempt(const struct step_runner *r, size_t i);
+/* The number of steps (the DAG's). */
+size_t step_runner_n_steps(const struct step_runner *r);
 /* Whether any step started. */
 bool step_runner_any_started(const struct step_runner *r);
 
@@ -119,12 +124,18 @@ bool step_runner_any_started(const struct step_runner *r);
  * journal could not take it (the run's record is then incomplete). */
 int step_runner_finish(struct step_runner *r, const struct sched *s, int code, char *err, size_t errlen);
 
+/* The metrics of step i when it did not run (up to date: its record's), as
+ * step_outcome's metrics_json and series_json, for run.json. */
+void step_runner_set_metrics(struct step_runner *r, size_t i, const char *metrics_json, const char *series_json);
+
 /* run.json, written (streamed) to `path` atomically: the run's id, status,
- * code, environment (NULL: none) and start, and every step's name, state,
- * times, attempts, exit code, timeout, error and remote job (null where they
- * do not apply).  Indented as cJSON does for up to 1,000 steps, compact beyond. */
+ * code, environment (NULL: none), start and metrics, and every step's name,
+ * state, times, attempts, exit code, timeout, error, remote job and metrics
+ * (null where they do not apply; "series" only for a step that logged one).  Indented as cJSON does for up to 1,000 steps, compact beyond. */
 struct step_summary {
     const char *run_id, *status, *env;
+    const char *metrics_json;       /* the run's metrics ({"name": number}), or NULL */
+    const char *name;               /* what flow.run's caller named the run (a sweep's trial), or NULL */
     int code;
     double started;
 };

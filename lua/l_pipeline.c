@@ -245,10 +245,11 @@ static int l_command(lua_State *L)
  * the level slot 2).  To add a field: a slot, an entry, and its check in
  * l_node; the error lists the names sorted. */
 enum { S_FUNC = 3, S_COMMAND, S_INPUTS, S_OUTPUTS, S_NAME, S_TAGS, S_RETRIES, S_TIMEOUT, S_POOL,
-       S_ENV, S_COMPUTE, S_ENVIRONMENT, S_INSTANCE_TYPE, S_SHM_SIZE, S_INPUT_MODE, S_OUTPUT_MODE, S_NODE, S_BODY };
+       S_ENV, S_COMPUTE, S_ENVIRONMENT, S_INSTANCE_TYPE, S_SHM_SIZE, S_INPUT_MODE, S_OUTPUT_MODE, S_METRICS,
+       S_NODE, S_BODY };
 static const char *const node_fields[] = {
     "func", "command", "inputs", "outputs", "name", "tags", "retries", "timeout", "pool", "env",
-    "compute", "environment", "instance_type", "shm_size", "input_mode", "output_mode",
+    "compute", "environment", "instance_type", "shm_size", "input_mode", "output_mode", "metrics",
 };
 #define N_NODE_FIELDS (sizeof node_fields / sizeof *node_fields)
 
@@ -754,6 +755,23 @@ static void set_azureml(lua_State *L, int level)
     }
 }
 
+/* metrics = true: the Lua function returns its metrics (a table) after its
+ * outputs.  A command reports them in the file ${outputs.metrics}. */
+static void set_metrics(lua_State *L, int level)
+{
+    if (lua_isnil(L, S_METRICS) || (lua_isboolean(L, S_METRICS) && !lua_toboolean(L, S_METRICS))) return;
+    if (!lua_isboolean(L, S_METRICS))
+        fail(L, level, "node: metrics must be true or false, got %s", luaL_typename(L, S_METRICS));
+    lua_getfield(L, S_NODE, "kind");
+    bool func = strcmp(lua_tostring(L, -1), "func") == 0;
+    lua_pop(L, 1);
+    if (!func)
+        fail(L, level, "node: metrics = true is for Lua function steps (they return their metrics after their "
+             "outputs); a command writes its metrics as JSON to ${outputs.metrics}: add an output named metrics");
+    lua_pushboolean(L, 1);
+    lua_setfield(L, S_NODE, "metrics");
+}
+
 /* node(spec [, level]) -> the node.  `level` is the user's frame (1: the
  * caller of node). */
 static int l_node(lua_State *L)
@@ -778,6 +796,7 @@ static int l_node(lua_State *L)
     set_name(L, &ar, have_frame, level);
     set_limits(L, level);
     set_azureml(L, level);
+    set_metrics(L, level);
     lua_settop(L, S_NODE);
     lua_pushvalue(L, lua_upvalueindex(UP_NODE));
     lua_setmetatable(L, S_NODE);

@@ -218,6 +218,8 @@ static void read_outcome(lua_State *co, int nres, struct step_outcome *o)
     o->remote_json = field_string(co, t, "remote");
     if (o->ok) {
         o->outputs_json = field_string(co, t, "outputs");
+        o->metrics_json = field_string(co, t, "metrics");
+        o->series_json = field_string(co, t, "series");
         lua_getfield(co, t, "paths");
         if (lua_istable(co, -1)) {
             size_t n = lua_rawlen(co, -1);
@@ -575,7 +577,7 @@ static struct step_runner *check_record(lua_State *L)
     return *record;
 }
 
-/* record:write_summary(path, {run_id=, status=, code=, env=, started=}): run.json;
+/* record:write_summary(path, {run_id=, status=, code=, env=, started=, metrics = JSON, name=}): run.json;
  * raises a file-system error when it cannot be written */
 static int l_record_write_summary(lua_State *L)
 {
@@ -587,11 +589,24 @@ static int l_record_write_summary(lua_State *L)
     lua_getfield(L, 3, "env");
     lua_getfield(L, 3, "code");
     lua_getfield(L, 3, "started");
+    lua_getfield(L, 3, "metrics");
+    lua_getfield(L, 3, "name");
     struct step_summary sum = { .run_id = luaL_optstring(L, 4, ""), .status = luaL_optstring(L, 5, ""),
                                 .env = lua_tostring(L, 6), .code = (int)lua_tointeger(L, 7),
-                                .started = lua_tonumber(L, 8) };
+                                .started = lua_tonumber(L, 8), .metrics_json = lua_tostring(L, 9),
+                                .name = lua_tostring(L, 10) };
     char err[1024];
     if (step_runner_write_summary(r, path, &sum, err, sizeof err) != 0) return flow_raise_fs(L, err);
+    return 0;
+}
+
+/* record:set_metrics(i, metrics_json, series_json): step i's, when it did not run */
+static int l_record_set_metrics(lua_State *L)
+{
+    struct step_runner *r = check_record(L);
+    lua_Integer i = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, i >= 1 && (size_t)i <= step_runner_n_steps(r), 2, "no such step");
+    step_runner_set_metrics(r, (size_t)i - 1, luaL_optstring(L, 3, NULL), luaL_optstring(L, 4, NULL));
     return 0;
 }
 
@@ -613,6 +628,7 @@ static int l_record_gc(lua_State *L)
 static const luaL_Reg record_methods[] = {
     { "write_summary", l_record_write_summary },
     { "any_started", l_record_any_started },
+    { "set_metrics", l_record_set_metrics },
     { NULL, NULL }
 };
 

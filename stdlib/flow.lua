@@ -23,6 +23,12 @@ local from = {
   local_rank = { "flow.distributed", "local_rank" },
   run = { "flow.runner", "run" },
   sh = { "flow.shell", "sh" },
+  log_metric = { "flow.metrics", "log" },
+  sweep = { "flow.sweep", "sweep" },
+  uniform = { "flow.sweep", "uniform" },
+  loguniform = { "flow.sweep", "loguniform" },
+  randint = { "flow.sweep", "randint" },
+  choice = { "flow.sweep", "choice" },
 }
 
 local function field(t, k)

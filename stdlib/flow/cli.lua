@@ -31,6 +31,7 @@ commands:
   run [SCRIPT]     run a pipeline (default script: ./pipeline.lua); steps whose
                    inputs, code and parameters did not change are up to date
                    and do not run again
+  sweep [SCRIPT]   run the pipeline once per set of parameters, ranked by a metric
   list [SCRIPT]    show the steps in run order: inputs, outputs, tags, distribution
   catalog list     show every dataset a pipeline uses: its type and where it lives
   config [KEY]     print the resolved configuration of an environment, or explain a key
@@ -99,6 +100,42 @@ options:
 
 exit status: 0 success, 1 a step failed, 2 usage, script or graph error,
 130 interrupted.]],
+  sweep = [[
+usage: flow sweep [SCRIPT] --grid KEY=V1,V2,... [--grid ...] --metric NAME [options]
+
+Runs the pipeline SCRIPT returns once per trial: every combination of the
+--grid values (or --random N of them, drawn with --seed), each trial's
+values overriding the parameters of the environment.  Trials run one after
+another and share the incremental cache: a step that reads no swept
+parameter runs once.  A failed trial is reported and the sweep goes on.
+The trials are ranked by the metric NAME their steps report (metrics =
+true, flow.log_metric or ${outputs.metrics}); the table is printed, best
+marked *, and written to .flow/sweeps/<id>/results.csv and results.json,
+with report.html: the table (sortable) and charts of the metric per trial,
+against each swept parameter, and over the epochs of trials that log it.
+
+options:
+  --grid KEY=V1,V2   the values of parameter KEY to try (KEY may be dotted:
+                     model.depth); numbers, true/false, else text
+  --metric NAME      the metric that ranks the trials
+  --goal min|max     lower or higher is better (default: min)
+  --random N         N trials drawn from the grid's values, not all of them
+  --seed S           the random draw's seed (default: 0): the same seed, the same trials
+  -e, --env ENV      configuration environment (default: $FLOW_ENV, else local)
+  -p, --params K=V,… override parameters for every trial
+  --conf DIR         configuration directory (default: conf/ beside the script)
+  --pipeline NAME    the pipeline registered as NAME (default: __default__)
+  -j, --jobs N       steps at once within a trial (default: number of CPUs)
+  --force            run every step of every trial, up to date or not
+  -q, --quiet        print only errors and the results table
+  --open             print the path of the sweep's report.html (its table and
+                     charts), and open it in a browser when there is a display
+
+From Lua: flow.sweep{pipeline =, grid = | space =, sampler =, trials =,
+seed =, metric =, goal =} (docs/pipelines.md, "Sweeps").
+
+exit status: 0 a trial has the best metric, 1 none succeeded with it, 2 usage,
+script or graph error, 130 interrupted.]],
   status = [[
 usage: flow status [RUN_ID] [DIR]
 
@@ -233,6 +270,9 @@ local OPTIONS = {
                       distributed = "value", force = "flag", explain = "flag",
                       resume = "optional", ["load-versions"] = "value", detach = "flag" },
   list = with_config { pipeline = "value", format = "value" },
+  sweep = with_config { pipeline = "value", grid = "list", metric = "value", goal = "value", random = "value",
+                        seed = "value", jobs = "value", j = "jobs", force = "flag", quiet = "flag", q = "quiet",
+                        open = "flag" },
   config = with_config { explain = "optional" },
   catalog = with_config { pipeline = "value", format = "value" },
   clean = { ["runs-older-than"] = "value", cache = "flag", ["dry-run"] = "flag", n = "dry-run",
@@ -276,10 +316,14 @@ local function parse_args(cmd, args)
     end
     if name then
       local kind = spec[name]
-      if kind and kind ~= "flag" and kind ~= "value" and kind ~= "optional" then name, kind = kind, spec[kind] end
+      if kind and kind ~= "flag" and kind ~= "value" and kind ~= "optional" and kind ~= "list" then
+        name, kind = kind, spec[kind]
+      end
       if not kind then
         local long = {}
-        for k, v in pairs(spec) do if #k > 1 and (v == "flag" or v == "value" or v == "optional") then long[#long + 1] = k end end
+        for k, v in pairs(spec) do
+          if #k > 1 and (v == "flag" or v == "value" or v == "optional" or v == "list") then long[#long + 1] = k end
+        end
         usage_error("unknown option '%s' for 'flow %s'%s", a, cmd,
                     util.did_you_mean(name, long):gsub("'(.-)'", "'--%1'", 1))
       end
@@ -295,13 +339,18 @@ local function parse_args(cmd, args)
           value = args[i]
         end
         opts[name] = value or true
-      elseif kind == "value" then
+      elseif kind == "value" or kind == "list" then
         if not value then
           i = i + 1
           value = args[i]
           if not value then usage_error("option '%s' needs a value", a) end
         end
-        opts[name] = value
+        if kind == "list" then             -- given again, it adds to the list
+          opts[name] = opts[name] or {}
+          table.insert(opts[name], value)
+        else
+          opts[name] = value
+        end
       else
         if value then usage_error("option '%s' takes no value", a) end
         opts[name] = true
@@ -572,20 +621,7 @@ function run_with(opts, pos, args, resume)
   return result.code
 end
 
--- Rows of cells, columns padded to their widest cell.
-local function print_table(cells)
-  local width = {}
-  for _, row in ipairs(cells) do
-    for c, v in ipairs(row) do width[c] = math.max(width[c] or 0, utf8.len(v) or #v) end
-  end
-  for _, row in ipairs(cells) do
-    local parts = {}
-    for c, v in ipairs(row) do
-      parts[c] = c == #row and v or v .. string.rep(" ", width[c] - (utf8.len(v) or #v))
-    end
-    print((table.concat(parts, "  "):gsub("%s+$", "")))
-  end
-end
+local print_table = util.print_table
 
 local function list_rows(p)
   local plan = runner.prepare(p, {})
@@ -1009,7 +1045,72 @@ local function cmd_azureml(args)
   return 0
 end
 
-local COMMANDS = { run = cmd_run, list = cmd_list, config = cmd_config, catalog = cmd_catalog,
+-- A --grid value as the parameter it sets: a number, true or false, else text.
+local function grid_value(v)
+  if v:match("^[-+]?%d+$") then return math.tointeger(tonumber(v)) or tonumber(v) end
+  if v:match("^[-+]?%d*%.?%d*[eE]?[-+]?%d*$") and v:match("%d") and tonumber(v) then return tonumber(v) end
+  if v == "true" then return true elseif v == "false" then return false end
+  return v
+end
+
+-- --grid KEY=V1,V2 (each given once) -> {KEY = {values}}
+local function parse_grid(list)
+  local grid = {}
+  for _, g in ipairs(list) do
+    local key, values = g:match("^([^=]+)=(.*)$")
+    if not key or values == "" then usage_error("--grid takes KEY=V1,V2,..., got '%s'", g) end
+    if grid[key] then usage_error("--grid %s is given twice: list its values in one --grid", key) end
+    local t = {}
+    for v in (values .. ","):gmatch("([^,]*),") do
+      if v == "" then usage_error("--grid %s=%s: an empty value", key, values) end
+      t[#t + 1] = grid_value(v)
+    end
+    grid[key] = t
+  end
+  return grid
+end
+
+-- --open: the page's path, and the page in a browser when there is a
+-- display to show it on (xdg-open, in the background).
+local function open_page(path)
+  local full = core.cwd() .. "/" .. path
+  print(full)
+  local display = (os.getenv("DISPLAY") or "") ~= "" or (os.getenv("WAYLAND_DISPLAY") or "") ~= ""
+  if display and os.execute("command -v xdg-open >/dev/null 2>&1") then
+    os.execute("xdg-open " .. require("flow.command").shell_quote(full) .. " >/dev/null 2>&1 &")
+  end
+end
+
+local function cmd_sweep(args)
+  local opts, pos = parse_args("sweep", args)
+  if opts.help then print(HELP.sweep) return 0 end
+  if not opts.grid then usage_error("flow sweep needs --grid KEY=V1,V2,... (one for each parameter to sweep)") end
+  if not opts.metric then usage_error("flow sweep needs --metric NAME: the metric that ranks the trials") end
+  if opts.goal and opts.goal ~= "min" and opts.goal ~= "max" then
+    usage_error("--goal must be min or max, got '%s'", opts.goal)
+  end
+  if opts.seed and not opts.random then usage_error("--seed is the seed of --random N") end
+  local seed = opts.seed and (opts.seed:match("^%-?%d+$") and math.tointeger(tonumber(opts.seed))
+                              or usage_error("--seed needs a whole number, got '%s'", opts.seed))
+  local random = opts.random and positive_int(opts.random, "--random", 1000000)
+  local jobs = opts.jobs and positive_int(opts.jobs, "--jobs", require("flow.sched").MAX_JOBS)
+  local grid = parse_grid(opts.grid)
+  local path = script_path(pos, "sweep")
+  core.ui_setup(opts.quiet and "quiet" or "normal", "auto")
+  set_defaults(opts)
+  runner.defaults.args, runner.defaults.cwd = args, core.cwd()
+  local p = load_pipeline(path, opts.pipeline)
+  if not p then usage_error("%s ran its own pipelines; flow sweep needs a script that returns one", path) end
+  local trials = require("flow.sweep").sweep {
+    pipeline = p, grid = not random and grid or nil, space = random and grid or nil,
+    sampler = random and "random" or "grid", trials = random, seed = seed, metric = opts.metric,
+    goal = opts.goal, jobs = jobs, force = opts.force,
+  }
+  if opts.open then open_page(trials.dir .. "/report.html") end
+  return runner.last_code
+end
+
+local COMMANDS = { run = cmd_run, list = cmd_list, sweep = cmd_sweep, config = cmd_config, catalog = cmd_catalog,
                    clean = cmd_clean, logs = cmd_logs, cancel = cmd_cancel, azureml = cmd_azureml,
                    status = cmd_status,
                    __step = cmd_step }

@@ -16,6 +16,7 @@ local values = require("flow.values")
 local failure = require("flow.failure")
 local redact = require("flow.config").redact
 local remote = require("flow.remote")
+local metrics = require("flow.metrics")
 
 local step_failure = failure.new
 
@@ -40,13 +41,29 @@ function Run:function_args(n)
   return args, #n.inputs
 end
 
+-- A step marked metrics = true returns its metrics after its outputs (a
+-- map of outputs is one value): the step's record keeps them.
+local function returned_metrics(n, results, rec)
+  if not n.metrics then return end
+  local at = (#n.outputs == 0 and 0 or n.output_style == "map" and 1 or #n.outputs) + 1
+  if results[at] == nil and next(metrics.logged(coroutine.running())) then return end   -- logged ones only
+  local m, why = metrics.from_table(results[at])
+  if not m then
+    error(step_failure { message = string.format("step '%s' is marked metrics = true: it returns its metrics "
+      .. "(a table) after its outputs, as value %d, or logs them with flow.log_metric; %s", n.name, at, why) })
+  end
+  rec.metrics = m
+end
+
 function Run:run_function(n)
   local args, count = self:function_args(n)
   local dist = self.mode == "local" and self.dists[self.index[n]]
   local results
   if dist then results = self:run_function_ranks(n, dist, args, count)
   else results = table.pack(n.fn(table.unpack(args, 1, count))) end
-  self.records[n.name].outputs = self:save_values(n, values.returned_values(n, results))
+  local rec = self.records[n.name]
+  returned_metrics(n, results, rec)
+  rec.outputs = self:save_values(n, values.returned_values(n, results))
 end
 
 -- The step's log, for `flow logs`: what its job was (the job's own output is
@@ -165,6 +182,13 @@ function Run:run_function_ranks(n, dist, args, count)
   local res = core.json_decode(text)
   local results = { n = res.n }
   for i = 1, res.n do results[i] = res.values[i] or res.values[tostring(i)] end
+  local logged = n.metrics and metrics.logged(coroutine.running())   -- what the master rank logged
+  for name, list in pairs(logged and type(res.series) == "table" and res.series or {}) do
+    for _, v in ipairs(list) do
+      local l = logged[name] or {}
+      l[#l + 1], logged[name] = v, l
+    end
+  end
   return results
 end
 
@@ -176,11 +200,14 @@ function M.run_child(c, p)
   for _, n in ipairs(p.nodes) do
     if n.name == c.step then
       local payload = core.json_decode(assert(core.read_file(c.inputs)))
+      metrics.child = { step = n.name, series = n.metrics and {} or false }   -- sent back with the outputs
       local results = table.pack(n.fn(table.unpack(payload.args, 1, payload.n)))
       if require("flow.distributed").is_master() then
         local values = {}
         for i = 1, results.n do values[i] = results[i] end
-        local data, err = core.json_encode({ n = results.n, values = values })
+        local series = metrics.child.series
+        local data, err = core.json_encode({ n = results.n, values = values,
+                                             series = series and next(series) and series or nil })
         if not data then error(string.format("step '%s' returned a value that cannot go back to flow as JSON: %s", n.name, err), 0) end
         core.write_atomic(c.outputs, data)
       end
@@ -310,6 +337,10 @@ end
 -- under -v, not at all under -q.  Anywhere else it is a plain print.
 local printing = setmetatable({}, { __mode = "k" })     -- step coroutine -> { run =, n = }
 M.printing = printing
+metrics.step_on = function(co)
+  local p = printing[co]
+  return p and p.n.name
+end
 
 function M.print(text)
   local to = printing[coroutine.running()]

@@ -190,7 +190,8 @@ end
 local run_fields = { jobs = true, keep_going = true, params = true, verbose = true, env = true,
                      nodes = true, from_nodes = true, to_nodes = true, tags = true,
                      from_inputs = true, to_outputs = true, distributed = true,
-                     force = true, explain = true, resume = true, load_versions = true, detach = true }
+                     force = true, explain = true, resume = true, load_versions = true, detach = true,
+                     name = true }
 
 local function as_list(v, what, level)
   if v == nil then return nil end
@@ -299,8 +300,6 @@ local function select_steps(nodes, g, opts, level)
   return selected
 end
 
--- The dataset d as an unselected producer p's last successful run left it
-
 -- One pass over the steps for what the checks below need, so that each
 -- visits only the steps it applies to (at 100,000 steps a pass over all of
 -- them costs tens of milliseconds).  Returns a table:
@@ -309,22 +308,29 @@ end
 --                dataset) that no earlier step produces, in step and input
 --                order (for steps listed in run order: the raw inputs and
 --                the parameters only)
---   commands, pooled, distributed: the indices of the command steps, of the
---                steps with a pool = and of those with a dist, in order
+--   commands, pooled, distributed, reporting: the indices of the command
+--                steps, of the steps with a pool =, of those with a dist and
+--                of those that report metrics (flow.metrics), in order
 local function scan(nodes)
-  local produced, pending, commands, pooled, distributed = {}, {}, {}, {}, {}
+  local produced, pending, commands, pooled, distributed, reporting = {}, {}, {}, {}, {}, {}
   local np = 0
   for i, n in ipairs(nodes) do
     for _, io in ipairs(n.inputs) do
       local d = io.dataset
       if not produced[d] then pending[np + 1] = i; pending[np + 2] = d; np = np + 2 end
     end
-    for _, io in ipairs(n.outputs) do produced[io.dataset] = n.name end
+    local metrics_out = false
+    for _, io in ipairs(n.outputs) do
+      produced[io.dataset] = n.name
+      metrics_out = metrics_out or io.arg == "metrics"
+    end
     if n.kind == "command" then commands[#commands + 1] = i end
     if n.pool then pooled[#pooled + 1] = i end
     if n.dist then distributed[#distributed + 1] = i end
+    if n.metrics or metrics_out and n.kind == "command" then reporting[#reporting + 1] = i end
   end
-  return { produced = produced, pending = pending, commands = commands, pooled = pooled, distributed = distributed }
+  return { produced = produced, pending = pending, commands = commands, pooled = pooled, distributed = distributed,
+           reporting = reporting }
 end
 
 -- The indices of two increasing lists, merged: increasing, each once.
@@ -641,7 +647,7 @@ function M.prepare(p, opts, defaults, level)
   local remote, aml, on_datastore = remote_mod.plan(nodes, settings, dists, cat, defaults)
   return { nodes = p.nodes, settings = settings, dists = dists, graph = g, selected = selected,
            mode = mode, cat = cat, started = started, free_readers = free_readers, remote = remote, aml = aml,
-           on_datastore = on_datastore }
+           on_datastore = on_datastore, reporting = sc.reporting }
 end
 
 return M

@@ -32,6 +32,7 @@ local values = require("flow.values")
 local execute = require("flow.execute")
 local failure = require("flow.failure")
 local remote = require("flow.remote")
+local metrics = require("flow.metrics")
 
 local M = {}
 
@@ -94,17 +95,21 @@ end
 -- The body of a step (engine/step.c owns its life: retries and their
 -- back-off, the timeout of each attempt, the journal, run.json).  Attempt k
 -- of step i, on the step's own coroutine.  Returns
---   true, {outputs = JSON text, paths = {files and trees it put in place}, exit_code =}
+--   true, {outputs = JSON text, paths = {files and trees it put in place}, exit_code =,
+--          metrics =, series = JSON text (flow.metrics)}
 --   false, {message =, report = what to print (nil: nothing), tail = stderr's last
 --           lines, timed_out =, exit_code =}
 function Run:attempt_body(i, k)
   local n = self.nodes[i]
   local rec = self.records[n.name]
-  rec.attempts = k
+  rec.attempts, rec.metrics = k, nil
   local co = coroutine.running()
   printing[co] = { run = self, n = n }
+  if n.metrics then metrics.collect(co, n) end
   local ok, err = self:attempt(n)
+  local logged = n.metrics and metrics.logged(co)
   printing[co] = nil
+  if n.metrics then metrics.stop(co) end
   if rec.print_log then rec.print_log:close(); rec.print_log = nil end
   if ok then
     local paths = {}
@@ -112,8 +117,12 @@ function Run:attempt_body(i, k)
       local out = rec.outputs and rec.outputs[io.dataset]
       if out and out.path then paths[#paths + 1] = out.path end
     end
+    local m = metrics.with_logged(rec.metrics, logged)
+    rec.metrics = m and next(m.values) and m or nil
     return true, { outputs = rec.outputs and util.record_json(rec.outputs), paths = paths, exit_code = rec.exit_code,
-                   remote = rec.remote and util.record_json(rec.remote) }
+                   remote = rec.remote and util.record_json(rec.remote),
+                   metrics = rec.metrics and core.json_encode(rec.metrics.values),
+                   series = rec.metrics and rec.metrics.series and core.json_encode(rec.metrics.series) }
   end
   local f = is_failure(err)
   local text = f and err.message or tostring(err)
@@ -145,7 +154,8 @@ function Run:step_finished(i, ok, time)
   local rec = self.records[n.name]
   rec.finished = time
   if ok and rec.fp then
-    state_mod.put(self.state, n.name, { fp = rec.fp, parts = rec.parts, outputs = rec.outputs, time = time })
+    state_mod.put(self.state, n.name, { fp = rec.fp, parts = rec.parts, outputs = rec.outputs, time = time,
+                                        metrics = rec.metrics })
     if self.check then self.check:fresh(i) end  -- the engine's check may use its record now
   end
 end
@@ -172,6 +182,7 @@ local function new_run(plan, opts, run_id, st)
     force = opts.force, explain = opts.explain, completed = opts.resume and opts.resume.completed or {},
     defaults = M.defaults, run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
   }, Run)
+  self.reporting = plan.reporting or {}     -- the steps that report metrics
   for i, n in ipairs(plan.nodes) do self.records[n.name] = {}; self.index[n] = i end
   self.values = values.outside_inputs(plan, st)
   return self
@@ -183,7 +194,7 @@ function Run:log_start(plan, opts)
   local ev = { event = "run_start", run = self.run_id, time = plan.started, cwd = M.defaults.cwd,
                args = M.defaults.args, script = M.defaults.script, env = plan.settings.env,
                params_hash = self.hasher:value(self.params), resumes = opts.resume and opts.resume.run,
-               steps = #plan.nodes, flow_version = require("flow").VERSION }
+               steps = #plan.nodes, flow_version = require("flow").VERSION, name = opts.name }
   if util.record_json(ev) ~= core.json_encode(ev) then ev.redacted = true end   -- --resume cannot use them
   self.journal:append(util.record_json(ev))
 end
@@ -196,7 +207,9 @@ local function lazy_steps(result, nodes, records, states, elapsed)
     if k ~= "steps" then return nil end
     local steps = {}
     for i, n in ipairs(nodes) do
-      steps[n.name] = { state = states[i], elapsed = elapsed[i], reason = records[n.name].reason }
+      local rec = records[n.name]
+      steps[n.name] = { state = states[i], elapsed = elapsed[i], reason = rec.reason,
+                        metrics = rec.metrics and rec.metrics.values, series = rec.metrics and rec.metrics.series }
     end
     setmetatable(t, nil)
     t.steps = steps
@@ -204,10 +217,35 @@ local function lazy_steps(result, nodes, records, states, elapsed)
   end })
 end
 
--- The run's result for flow.run's caller: the outputs no step consumes.
-function Run:result(graph, code, states, elapsed, env)
+-- The metrics of the steps that report them (flow.metrics), in run order:
+-- {{name =, metrics =}, ...}.  A step that was up to date reports those of
+-- its record, which run.json gets too (through run_rec).
+function Run:step_metrics(states, run_rec)
+  local out = {}
+  for _, i in ipairs(self.reporting) do
+    local n = self.nodes[i]
+    local rec = self.records[n.name]
+    if states[i] == "up to date" then
+      local old = self.state.steps[n.name]
+      rec.metrics = old and old.metrics or nil
+      if rec.metrics then
+        run_rec:set_metrics(i, core.json_encode(rec.metrics.values),
+                            rec.metrics.series and core.json_encode(rec.metrics.series))
+      end
+    end
+    if rec.metrics and (states[i] == "done" or states[i] == "up to date") then
+      out[#out + 1] = { name = n.name, metrics = rec.metrics }
+    end
+  end
+  return out
+end
+
+-- The run's result for flow.run's caller: the outputs no step consumes, and
+-- the metrics.
+function Run:result(graph, code, states, elapsed, env, reported)
   local result = lazy_steps({ code = code, run_id = self.run_id, outputs = {}, env = env,
-                              status = code == 0 and "ok" or code == 130 and "interrupted" or "failed" },
+                              status = code == 0 and "ok" or code == 130 and "interrupted" or "failed",
+                              metrics = metrics.merge(reported) },
                             self.nodes, self.records, states, elapsed)
   for _, d in ipairs(graph:unread_outputs()) do
     local v = self.values[d]
@@ -315,9 +353,11 @@ function M.run(p, opts, level)
   record(state_mod.save, self.state, run_id)
   tidy(self.hc.save, self.hc, "the next run hashes those files again")
   tidy(core.remove_tree, self.tmp_dir, "flow clean removes it later")
-  local result = self:result(plan.graph, code, states, elapsed, plan.settings.env)
+  local result = self:result(plan.graph, code, states, elapsed, plan.settings.env, self:step_metrics(states, run_rec))
   record(run_rec.write_summary, run_rec, self.run_dir .. "/run.json",
-         { run_id = run_id, status = result.status, code = result.code, env = result.env, started = plan.started })
+         { run_id = run_id, status = result.status, code = result.code, env = result.env, started = plan.started,
+           name = opts.name,
+           metrics = next(result.metrics) and core.json_encode(result.metrics) or nil })
   if #problems > 0 then
     for _, msg in ipairs(problems) do core.ui_error("the run's record is incomplete: " .. msg) end
     if result.code == 0 then
@@ -327,6 +367,7 @@ function M.run(p, opts, level)
   end
   M.runs_started, M.last_code = M.runs_started + 1, result.code
   if result.code == 0 then nothing_ran(states) end
+  if next(result.metrics) then core.ui_info("metrics: " .. metrics.describe(result.metrics)) end
   return result
 end
 

@@ -50,12 +50,14 @@ end
 local function valid(rec)
   return type(rec) == "table" and type(rec.fp) == "string" and type(rec.outputs) == "table"
      and (rec.parts == nil or type(rec.parts) == "table") and (rec.time == nil or type(rec.time) == "number")
+     and (rec.metrics == nil or type(rec.metrics) == "table" and type(rec.metrics.values) == "table")
 end
 
 -- One step_end line of a journal -> (name, record) when it is a success.
 local function record_of(ev)
   if ev.event ~= "step_end" or ev.status ~= "ok" or type(ev.step) ~= "string" then return nil end
-  local rec = { fp = ev.fingerprint, parts = ev.parts, outputs = ev.outputs or {}, time = ev.time }
+  local rec = { fp = ev.fingerprint, parts = ev.parts, outputs = ev.outputs or {}, time = ev.time,
+                metrics = ev.metrics and { values = ev.metrics, series = ev.series } }
   if valid(rec) then return ev.step, rec end
 end
 
@@ -145,15 +147,15 @@ local function steps_view(store)
       local rec
       if files then
         rec = setmetatable({ fp = fp, time = time, outputs = files }, { __index = function(r, k)
-          if k ~= "parts" then return nil end
+          if k ~= "parts" and k ~= "metrics" then return nil end
           local b = decode_body(body)
-          local parts = b and type(b.parts) == "table" and b.parts or false
-          rawset(r, "parts", parts)
-          return parts or nil
+          rawset(r, "parts", b and type(b.parts) == "table" and b.parts or false)
+          rawset(r, "metrics", b and type(b.metrics) == "table" and b.metrics or false)
+          return rawget(r, k) or nil
         end })
       else
         local b = decode_body(body)
-        rec = b and { fp = fp, time = time, parts = b.parts, outputs = b.outputs }
+        rec = b and { fp = fp, time = time, parts = b.parts, outputs = b.outputs, metrics = b.metrics }
         if not (rec and valid(rec)) then rec = false end
       end
       rawset(t, name, rec)
@@ -222,7 +224,8 @@ function M.put(state, name, rec)
   -- Output files are the record's own fields ({path, hash} each): the body
   -- repeats the output records only when there is a memory value among them.
   state.store:put(redact(name), rec.fp, rec.time or 0,
-                  util.record_json({ parts = rec.parts, outputs = not files_only and rec.outputs or nil }), outs)
+                  util.record_json({ parts = rec.parts, outputs = not files_only and rec.outputs or nil,
+                                     metrics = rec.metrics }), outs)
   rawset(state.steps, name, rec)
   state.dirty = true
 end

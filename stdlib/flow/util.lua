@@ -120,6 +120,21 @@ function M.format_duration(s)
   return table.concat(parts)
 end
 
+-- Prints rows of cells to stdout, columns padded to their widest cell.
+function M.print_table(cells)
+  local width = {}
+  for _, row in ipairs(cells) do
+    for c, v in ipairs(row) do width[c] = math.max(width[c] or 0, utf8.len(v) or #v) end
+  end
+  for _, row in ipairs(cells) do
+    local parts = {}
+    for c, v in ipairs(row) do
+      parts[c] = c == #row and v or v .. string.rep(" ", width[c] - (utf8.len(v) or #v))
+    end
+    io.write((table.concat(parts, "  "):gsub("%s+$", "")), "\n")
+  end
+end
+
 -- Keep the user's frames of a traceback, drop the engine's own and C's (a
 -- C function's frame, node or error or pcall, names no line).  A traceback
 -- of a single frame says nothing the message's "file:line:" does not.

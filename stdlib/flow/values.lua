@@ -10,6 +10,7 @@ local catalog = require("flow.catalog")
 local cache = require("flow.cache")
 local state_mod = require("flow.state")
 local failure = require("flow.failure")
+local metrics = require("flow.metrics")
 
 local step_failure = failure.new
 local graph_error = util.setup_error
@@ -310,6 +311,20 @@ function Run:commit_outputs(n, staging, display)
       M.discard(staging)
       error(step_failure { message = string.format("step '%s' exited 0 but its output '%s' %s\n  command: %s",
         n.name, d, problem, display) })
+    end
+  end
+  -- ${outputs.metrics}: the step's metrics, a JSON object (flow.metrics)
+  for _, io in ipairs(n.outputs) do
+    if io.arg == "metrics" then
+      local text, err = core.read_file(staging[io.dataset])
+      local m, why = nil, err
+      if text then m, why = metrics.from_json(text) end
+      if not m then
+        M.discard(staging)
+        error(step_failure { message = string.format("step '%s' exited 0 but its metrics (output '%s', "
+          .. "${outputs.metrics}) %s\n  command: %s", n.name, io.dataset, why, display) })
+      end
+      self.records[n.name].metrics = m
     end
   end
   local outs = {}

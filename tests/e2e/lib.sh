@@ -67,3 +67,15 @@ write() {      # write FILE <<'EOF' ... EOF
     mkdir -p "$(dirname "$1")"
     cat >"$1"
 }
+
+# page_dom URL — the page's DOM after its scripts ran, in headless Chromium
+# (Debian's chromium, which make check installs), in $DOM.  Anything the page
+# writes to its console (an uncaught error, a warning) fails the test.
+page_dom() {
+    command -v chromium >/dev/null || { echo "chromium is not installed (make check installs it)"; return 1; }
+    DOM=$(timeout 120 chromium --headless --no-sandbox --disable-gpu --no-first-run --user-data-dir="$PWD/.chromium" \
+          --enable-logging=stderr --v=0 --dump-dom "$1" 2>chromium.err) || { cat chromium.err; return 1; }
+    if grep -q ":CONSOLE" chromium.err; then
+        echo "the page wrote to its console:"; grep ":CONSOLE" chromium.err; return 1
+    fi
+}

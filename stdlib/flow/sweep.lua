@@ -1,0 +1,390 @@
+-- flow.sweep: one pipeline run once per set of parameters (a trial), the
+-- trials ranked by one of their metrics (flow.metrics), the best marked.
+--
+--   flow.sweep{ pipeline = p, grid = { lr = { 0.1, 0.01 }, ["model.depth"] = { 2, 4 } },
+--               metric = "val_loss", goal = "min" }
+--   flow.sweep{ pipeline = p, space = { lr = flow.loguniform(1e-4, 1e-1), bs = flow.choice{ 16, 32 } },
+--               sampler = "random", trials = 8, seed = 1, metric = "val_loss" }
+--
+-- Trials run one after another through flow.run, each its own run (its own
+-- run directory and memory datasets) with the trial's parameters merged over
+-- the environment's; they share the incremental cache, so a step that does
+-- not read a swept parameter runs once for the whole sweep.  A trial that
+-- fails is reported, and the sweep goes on.  The results table is printed
+-- and written to .flow/sweeps/<id>/results.csv and results.json, with a page
+-- of charts, report.html (flow.sweep_report).
+local core = require("flow.core")
+local util = require("flow.util")
+local runner = require("flow.runner")
+local pipeline = require("flow.pipeline")
+local first_hole = require("flow.pipeline_c").first_hole
+local report = require("flow.sweep_report")
+
+local M = {}
+
+M.DIR = ".flow/sweeps"
+
+-- ---- search spaces --------------------------------------------------------
+
+local Dist = { __name = "flow.distribution" }
+Dist.__index = Dist
+
+local function number_arg(v, what, fn, level)
+  if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge then
+    util.fail(level + 1, "flow.%s: %s must be a finite number, got %s", fn, what, tostring(v))
+  end
+  return v
+end
+
+local function range(fn, lo, hi, level)
+  number_arg(lo, "the low end", fn, level + 1)
+  number_arg(hi, "the high end", fn, level + 1)
+  if lo >= hi then util.fail(level + 1, "flow.%s: the low end (%g) must be below the high end (%g)", fn, lo, hi) end
+end
+
+-- flow.uniform(lo, hi): any number in [lo, hi), evenly.
+function M.uniform(lo, hi)
+  range("uniform", lo, hi, 2)
+  return setmetatable({ kind = "uniform", lo = lo, hi = hi }, Dist)
+end
+
+-- flow.loguniform(lo, hi): a number in [lo, hi) whose logarithm is uniform
+-- (learning rates).
+function M.loguniform(lo, hi)
+  range("loguniform", lo, hi, 2)
+  if lo <= 0 then util.fail(2, "flow.loguniform: the low end must be above 0, got %g", lo) end
+  return setmetatable({ kind = "loguniform", lo = lo, hi = hi }, Dist)
+end
+
+-- flow.randint(lo, hi): a whole number from lo to hi, both included.
+function M.randint(lo, hi)
+  if math.type(lo) ~= "integer" or math.type(hi) ~= "integer" or lo > hi then
+    util.fail(2, "flow.randint: expected two whole numbers lo <= hi, got %s and %s", tostring(lo), tostring(hi))
+  end
+  return setmetatable({ kind = "randint", lo = lo, hi = hi }, Dist)
+end
+
+-- flow.choice{a, b, ...}: one of the values.
+function M.choice(values)
+  if type(values) ~= "table" or #values == 0 or first_hole(values) then
+    util.fail(2, "flow.choice: expected a non-empty list of values (no nil among them), got %s",
+              type(values) == "table" and "a table with a hole or none" or type(values))
+  end
+  local list = {}
+  for i = 1, #values do list[i] = values[i] end
+  return setmetatable({ kind = "choice", values = list }, Dist)
+end
+
+function M.is_distribution(v) return getmetatable(v) == Dist end
+
+-- A generator of its own (splitmix64), so that a seed gives the same trials
+-- whatever else calls math.random, on every platform.
+local function rng(seed)
+  local state = seed
+  return function()
+    state = state + 0x9E3779B97F4A7C15
+    local z = state
+    z = (z ~ (z >> 30)) * 0xBF58476D1CE4E5B9
+    z = (z ~ (z >> 27)) * 0x94D049BB133111EB
+    z = z ~ (z >> 31)
+    return (z >> 11) * (1.0 / 9007199254740992.0)      -- [0, 1), 53 bits
+  end
+end
+
+function Dist:sample(next_float)
+  local u = next_float()
+  if self.kind == "uniform" then return self.lo + u * (self.hi - self.lo) end
+  if self.kind == "loguniform" then return math.exp(math.log(self.lo) + u * (math.log(self.hi) - math.log(self.lo))) end
+  if self.kind == "randint" then return self.lo + math.floor(u * (self.hi - self.lo + 1)) end
+  return self.values[math.floor(u * #self.values) + 1]
+end
+
+-- ---- the trials -----------------------------------------------------------
+
+-- grid = {key = {values}} -> every combination, keys in sorted order, the
+-- last key varying fastest: {{key = value, ...}, ...}.
+local function grid_trials(grid, keys)
+  local trials = { {} }
+  for _, k in ipairs(keys) do
+    local next_trials = {}
+    for _, t in ipairs(trials) do
+      for _, v in ipairs(grid[k]) do
+        local c = {}
+        for kk, vv in pairs(t) do c[kk] = vv end
+        c[k] = v
+        next_trials[#next_trials + 1] = c
+      end
+    end
+    trials = next_trials
+  end
+  return trials
+end
+
+-- `trials` draws from space = {key = distribution or {values}}.
+local function random_trials(space, keys, n, seed)
+  local next_float, trials = rng(seed), {}
+  for i = 1, n do
+    local t = {}
+    for _, k in ipairs(keys) do
+      local d = space[k]
+      t[k] = M.is_distribution(d) and d:sample(next_float) or d[math.floor(next_float() * #d) + 1]
+    end
+    trials[i] = t
+  end
+  return trials
+end
+
+-- {["a.b"] = v} -> {a = {b = v}}: flow.run's params, from the swept keys.
+local function nested(flat)
+  local out = {}
+  for key, v in pairs(flat) do
+    local t = out
+    local parts = {}
+    for part in key:gmatch("[^.]+") do parts[#parts + 1] = part end
+    for i = 1, #parts - 1 do
+      t[parts[i]] = type(t[parts[i]]) == "table" and t[parts[i]] or {}
+      t = t[parts[i]]
+    end
+    t[parts[#parts]] = v
+  end
+  return out
+end
+
+local function merge_into(base, over)
+  for k, v in pairs(over) do
+    if type(v) == "table" and type(base[k]) == "table" then merge_into(base[k], v) else base[k] = v end
+  end
+  return base
+end
+
+local function deep_copy(v)
+  if type(v) ~= "table" then return v end
+  local c = {}
+  for k, x in pairs(v) do c[k] = deep_copy(x) end
+  return c
+end
+
+-- ---- checking what was asked ----------------------------------------------
+
+local fields = { pipeline = true, env = true, grid = true, space = true, sampler = true, trials = true, seed = true,
+                 metric = true, goal = true, params = true, jobs = true, force = true, name = true, quiet = true }
+
+-- The swept keys of grid (lists) or space (distributions or lists), sorted.
+local function check_space(t, what, level)
+  if type(t) ~= "table" or next(t) == nil then
+    util.fail(level + 1, "flow.sweep: %s must be a table of parameter = %s", what,
+              what == "grid" and "{values}" or "flow.uniform(...) | flow.choice{...} | {values}")
+  end
+  local keys = {}
+  for k, v in pairs(t) do
+    if type(k) ~= "string" or k == "" or k:find("^%.") or k:find("%.$") or k:find("%.%.") then
+      util.fail(level + 1, "flow.sweep: %s keys are parameter keys (like \"lr\" or \"model.depth\"), got %s",
+                what, tostring(k))
+    end
+    if not M.is_distribution(v) or what == "grid" then
+      if type(v) ~= "table" or M.is_distribution(v) or #v == 0 or first_hole(v) then
+        util.fail(level + 1, "flow.sweep: %s.%s must be a non-empty list of values%s", what, k,
+                  what == "space" and " or a distribution (flow.uniform, flow.loguniform, flow.randint, flow.choice)" or "")
+      end
+    end
+    keys[#keys + 1] = k
+  end
+  table.sort(keys)
+  return keys
+end
+
+local function check_opts(o, level)
+  if type(o) ~= "table" then util.fail(level + 1, "flow.sweep: expected a table of options, got %s", type(o)) end
+  util.check_fields(o, fields, "flow.sweep", level + 1)
+  local p = o.pipeline
+  if pipeline.is_node(p) then p = pipeline.pipeline(p) end
+  if not pipeline.is_pipeline(p) then
+    util.fail(level + 1, "flow.sweep: pipeline = the pipeline to run for each trial, got %s", type(p))
+  end
+  if type(o.metric) ~= "string" or o.metric == "" then
+    util.fail(level + 1, "flow.sweep: metric = the name of the metric that ranks the trials (a step's, see flow.log_metric)")
+  end
+  local goal = o.goal or "min"
+  if goal ~= "min" and goal ~= "max" then util.fail(level + 1, "flow.sweep: goal must be \"min\" or \"max\", got %s", tostring(goal)) end
+  if (o.grid == nil) == (o.space == nil) then util.fail(level + 1, "flow.sweep: give either grid = {...} or space = {...}") end
+  local sampler = o.sampler or (o.grid and "grid" or "random")
+  if sampler ~= "grid" and sampler ~= "random" then
+    util.fail(level + 1, "flow.sweep: sampler must be \"grid\" or \"random\", got %s", tostring(sampler))
+  end
+  if sampler == "grid" and o.space then
+    util.fail(level + 1, "flow.sweep: a space is sampled (sampler = \"random\"); a grid = {...} is tried whole")
+  end
+  local keys = check_space(o.grid or o.space, o.grid and "grid" or "space", level + 1)
+  local n = o.trials
+  if sampler == "random" and (math.type(n) ~= "integer" or n < 1) then
+    util.fail(level + 1, "flow.sweep: a random sweep needs trials = the number of trials (a whole number from 1)")
+  end
+  if sampler == "grid" and n ~= nil then util.fail(level + 1, "flow.sweep: trials = is for a random sweep; a grid is tried whole") end
+  local seed = o.seed or 0
+  if math.type(seed) ~= "integer" then util.fail(level + 1, "flow.sweep: seed must be a whole number, got %s", tostring(seed)) end
+  if o.params ~= nil and type(o.params) ~= "table" then util.fail(level + 1, "flow.sweep: params must be a table") end
+  return p, { goal = goal, sampler = sampler, keys = keys, trials = n, seed = seed }
+end
+
+-- ---- running them ---------------------------------------------------------
+
+-- The trials ranked: those that succeeded with the metric, by it (goal),
+-- then those that succeeded without it, then the others; ties by number.
+local function ranked(trials, goal)
+  local order = {}
+  for i, t in ipairs(trials) do order[i] = t end
+  local function rank(t) return t.status ~= "ok" and 3 or t.metric == nil and 2 or 1 end
+  table.sort(order, function(a, b)
+    local ra, rb = rank(a), rank(b)
+    if ra ~= rb then return ra < rb end
+    if ra == 1 and a.metric ~= b.metric then
+      if goal == "min" then return a.metric < b.metric end
+      return a.metric > b.metric
+    end
+    return a.trial < b.trial
+  end)
+  return order
+end
+
+-- The series of values the metric `name` had (one per epoch), when the step
+-- that reports it logged one: name is the run's metric, "val_loss" or, when
+-- several steps report one, "train.val_loss".
+local function metric_series(r, name)
+  for step, s in pairs(r.steps) do
+    if s.series then
+      local own = name:sub(1, #step + 1) == step .. "." and name:sub(#step + 2) or name
+      if s.series[own] and (own ~= name or r.metrics[name] == s.metrics[own]) then return s.series[own] end
+    end
+  end
+end
+
+-- One trial: flow.run with its parameters.  A graph error that comes from
+-- the trial's parameters fails that trial, not the sweep.
+local function run_trial(p, o, id, i, n, values)
+  local params = merge_into(deep_copy(o.params or {}), nested(values))
+  local t = { trial = i, params = values }
+  local started = core.time()
+  local ok, r = pcall(runner.run, p, { env = o.env, params = params, jobs = o.jobs, force = o.force,
+                                       name = string.format("%s trial %d/%d", o.name or ("sweep " .. id), i, n) })
+  t.elapsed = core.time() - started
+  if not ok then
+    if not util.is_setup_error(r) then error(r, 0) end
+    t.status, t.error = "failed", r.setup_error
+    return t
+  end
+  t.run_id, t.status, t.metrics = r.run_id, r.status, r.metrics
+  if r.code ~= 0 then
+    t.status = r.code == 130 and "interrupted" or "failed"
+    for name, s in pairs(r.steps) do
+      if s.state == "failed" then t.error = string.format("step '%s' failed", name) break end
+    end
+  end
+  t.metric = r.metrics[o.metric]
+  t.series = metric_series(r, o.metric)
+  return t
+end
+
+-- ---- reporting ------------------------------------------------------------
+
+local function fmt_value(v)
+  if math.type(v) == "float" then return string.format("%.6g", v) end
+  return tostring(v)
+end
+
+-- The table's cells: a header and a row per trial, best first.
+local function table_cells(order, keys, metric, best)
+  local cells = { { "", "trial" } }
+  for _, k in ipairs(keys) do cells[1][#cells[1] + 1] = k end
+  for _, h in ipairs({ metric, "status", "time", "run" }) do cells[1][#cells[1] + 1] = h end
+  for _, t in ipairs(order) do
+    local row = { t == best and "*" or "", tostring(t.trial) }
+    for _, k in ipairs(keys) do row[#row + 1] = fmt_value(t.params[k]) end
+    row[#row + 1] = t.metric and fmt_value(t.metric) or "-"
+    row[#row + 1] = t.status .. (t.status == "ok" and t.metric == nil and " (no metric)" or "")
+    row[#row + 1] = t.elapsed < 60 and string.format("%.2fs", t.elapsed) or util.format_duration(math.floor(t.elapsed))
+    row[#row + 1] = t.run_id or "-"
+    cells[#cells + 1] = row
+  end
+  return cells
+end
+
+local function csv_field(v)
+  v = v == nil and "" or tostring(v)
+  if v:find('[,"\n\r]') then v = '"' .. v:gsub('"', '""') .. '"' end
+  return v
+end
+
+local function results_csv(order, keys, metric)
+  local lines = {}
+  local head = { "trial" }
+  for _, k in ipairs(keys) do head[#head + 1] = k end
+  for _, h in ipairs({ metric, "status", "elapsed", "run_id", "error" }) do head[#head + 1] = h end
+  for i, h in ipairs(head) do head[i] = csv_field(h) end
+  lines[1] = table.concat(head, ",")
+  for _, t in ipairs(order) do
+    local row = { t.trial }
+    for _, k in ipairs(keys) do row[#row + 1] = t.params[k] end
+    row[#row + 1] = t.metric
+    row[#row + 1] = t.status
+    row[#row + 1] = string.format("%.3f", t.elapsed)
+    row[#row + 1] = t.run_id
+    row[#row + 1] = t.error
+    local cells = {}
+    for i = 1, #head do cells[i] = csv_field(row[i]) end
+    lines[#lines + 1] = table.concat(cells, ",")
+  end
+  return table.concat(lines, "\n") .. "\n"
+end
+
+local function results_json(id, o, spec, order, best)
+  local trials = {}
+  for i, t in ipairs(order) do
+    trials[i] = { trial = t.trial, params = t.params, metric = t.metric, metrics = t.metrics, status = t.status,
+                  elapsed = t.elapsed, run_id = t.run_id, error = t.error, best = t == best }
+  end
+  return core.json_encode({ id = id, metric = o.metric, goal = spec.goal, sampler = spec.sampler,
+                            seed = spec.sampler == "random" and spec.seed or nil, trials = trials,
+                            best = best and best.trial or nil }) .. "\n"
+end
+
+-- flow.sweep{...} -> the trials, best first ({trial =, params =, metric =,
+-- metrics =, status =, elapsed =, run_id =, error =}), with .best (the best
+-- trial, or nil when none succeeded with the metric), .id and .dir.
+function M.sweep(o)
+  local p, spec = check_opts(o, 2)
+  local space = o.grid or o.space
+  local values = spec.sampler == "grid" and grid_trials(space, spec.keys)
+                 or random_trials(space, spec.keys, spec.trials, spec.seed)
+  local id = core.run_id(M.DIR)
+  local dir = M.DIR .. "/" .. id
+  core.ui_info(string.format("sweep %s: %d trial%s of %s, ranked by %s (%s)", id, #values,
+                             #values == 1 and "" or "s", table.concat(spec.keys, ", "), o.metric, spec.goal))
+  local trials = {}
+  for i, v in ipairs(values) do
+    local shown = {}
+    for _, k in ipairs(spec.keys) do shown[#shown + 1] = k .. "=" .. fmt_value(v[k]) end
+    core.ui_info(string.format("trial %d/%d: %s", i, #values, table.concat(shown, " ")))
+    trials[i] = run_trial(p, o, id, i, #values, v)
+    if trials[i].status == "interrupted" or core.interrupted() > 0 then break end
+  end
+  local order = ranked(trials, spec.goal)
+  local best = order[1] and order[1].status == "ok" and order[1].metric ~= nil and order[1] or nil
+  core.write_atomic(dir .. "/results.csv", results_csv(order, spec.keys, o.metric))
+  core.write_atomic(dir .. "/results.json", results_json(id, o, spec, order, best))
+  core.write_atomic(dir .. "/report.html", report.html(order, spec.keys, best,
+    { id = id, metric = o.metric, goal = spec.goal, sampler = spec.sampler,
+      seed = spec.sampler == "random" and spec.seed or nil }))
+  if not o.quiet then util.print_table(table_cells(order, spec.keys, o.metric, best)) end
+  local failed = 0
+  for _, t in ipairs(trials) do if t.status ~= "ok" then failed = failed + 1 end end
+  core.ui_info(string.format("sweep %s: %d of %d trials ok%s; results in %s/ (report.html, results.csv, results.json)",
+                             id, #trials - failed, #trials,
+                             best and string.format(", best: trial %d (%s %s)", best.trial, o.metric,
+                                                    fmt_value(best.metric)) or ", no trial has the metric", dir))
+  order.best, order.id, order.dir = best, id, dir
+  -- `flow run driver.lua` exits as the sweep went: 0 when a trial is best
+  runner.last_code = best and 0 or (core.interrupted() > 0 and 130 or 1)
+  return order
+end
+
+return M

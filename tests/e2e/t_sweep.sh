@@ -1,0 +1,158 @@
+# t_sweep.sh — flow sweep and flow.sweep: trials of examples/sweep (a tiny
+# linear model trained by gradient descent in a Python command) ranked by
+# the metric it reports, the shared steps run once, failed trials reported.
+
+sweep_project() {
+    copy_example sweep ex
+    cd ex
+}
+
+# The runs in which step $1 ran (its step_end "ok"); latest is a link to one.
+runs_of() {
+    grep -l "\"status\":\"ok\",\"step\":\"$1\"" .flow/runs/2*/journal.jsonl 2>/dev/null | wc -l
+}
+
+test_grid_sweep_ranks_trials_and_finds_the_best() {
+    sweep_project
+    run_flow 0 sweep --grid lr=0.01,0.1,0.5 --metric val_loss
+    # the table: best first, marked; the largest stable rate wins after 20 epochs
+    first=$(printf '%s\n' "$OUT" | sed -n 2p)
+    [[ $first == "*  3      0.5"* ]] || { echo "best row: $first"; echo "$OUT"; return 1; }
+    contains "$OUT" "   trial  lr    val_loss  status  time"
+    contains "$ERR" "sweep "
+    contains "$ERR" "3 of 3 trials ok, best: trial 3 (val_loss 0.030403)"
+    dir=$(ls -d .flow/sweeps/*)
+    equals "$(head -1 "$dir/results.csv")" "trial,lr,val_loss,status,elapsed,run_id,error"
+    equals "$(sed -n 2p "$dir/results.csv" | cut -d, -f1-4)" "3,0.5,0.030402956734308,ok"
+    python3 - "$dir/results.json" <<'P'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["best"] == 3 and d["metric"] == "val_loss" and d["goal"] == "min" and d["sampler"] == "grid", d
+assert [t["params"]["lr"] for t in d["trials"]] == [0.5, 0.1, 0.01], d["trials"]
+assert all(len(t["metrics"]) == 2 and t["status"] == "ok" for t in d["trials"]), d["trials"]
+assert [t["best"] for t in d["trials"]] == [True, False, False]
+P
+    # each trial is a run of its own, named as the sweep's trial
+    contains "$(cat .flow/runs/*/run.json)" "trial 3/3"
+    # the steps that read no swept parameter ran once for the whole sweep
+    equals "$(runs_of make_data) $(runs_of split) $(runs_of train)" "1 1 3"
+    # ranked the other way: the state keeps one record per step (the last
+    # trial's), so train runs again for every trial; make_data does not
+    run_flow 0 sweep --grid lr=0.01,0.1,0.5 --metric val_loss --goal max -q
+    equals "$(printf '%s\n' "$OUT" | sed -n 2p | cut -c1-14)" "*  1      0.01"
+    equals "$(runs_of make_data) $(runs_of train)" "1 6"
+}
+
+test_random_sweep_is_reproducible() {
+    sweep_project
+    run_flow 0 sweep --grid lr=0.01,0.05,0.1,0.5 --grid epochs=5,10,20 --random 3 --seed 7 --metric val_loss -q
+    draw() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(sorted((t["trial"], t["params"]["lr"], t["params"]["epochs"]) for t in d["trials"]))' "$1"; }
+    a=$(draw "$(ls -d .flow/sweeps/* | tail -1)/results.json")
+    run_flow 0 sweep --grid lr=0.01,0.05,0.1,0.5 --grid epochs=5,10,20 --random 3 --seed 7 --metric val_loss -q
+    equals "$(draw "$(ls -d .flow/sweeps/* | tail -1)/results.json")" "$a" "the same seed's trials"
+    run_flow 0 sweep --grid lr=0.01,0.05,0.1,0.5 --grid epochs=5,10,20 --random 3 --seed 8 --metric val_loss -q
+    [ "$(draw "$(ls -d .flow/sweeps/* | tail -1)/results.json")" != "$a" ] || { echo "seed 8 drew seed 7's trials"; return 1; }
+}
+
+test_a_failed_trial_does_not_stop_the_sweep() {
+    sweep_project
+    run_flow 0 sweep --grid lr=0.01,-1,0.5 --metric val_loss
+    contains "$ERR" "train.py: --lr must be positive"
+    contains "$ERR" "2 of 3 trials ok, best: trial 3"
+    contains "$OUT" "2      -1    -         failed"
+    contains "$(cat .flow/sweeps/*/results.csv)" "failed"
+    contains "$(cat .flow/sweeps/*/results.csv)" "step 'train' failed"
+    # no trial succeeds: exit 1
+    run_flow 1 sweep --grid lr=-1,-2 --metric val_loss -q
+    # a metric no step reports: the trials ran, none is best
+    run_flow 1 sweep --grid lr=0.1 --metric val_los
+    contains "$OUT" "ok (no metric)"
+    contains "$ERR" "no trial has the metric"
+}
+
+test_flow_sweep_from_lua() {
+    sweep_project
+    run_flow 0 run sweep.lua -q
+    contains "$OUT" "best: lr=0.5 (val_loss 0.0304)"
+    write driver.lua <<'L'
+local p = dofile("pipeline.lua")
+local trials = flow.sweep{ pipeline = p, space = { lr = flow.loguniform(0.01, 0.5), epochs = flow.choice{ 5, 10 } },
+                           sampler = "random", trials = 4, seed = 3, metric = "val_loss", quiet = true }
+assert(#trials == 4 and trials.best == trials[1], "sorted, best first")
+for i = 2, #trials do assert(trials[i - 1].metric <= trials[i].metric, "ranked by val_loss") end
+for _, t in ipairs(trials) do
+  assert(t.params.lr >= 0.01 and t.params.lr < 0.5 and (t.params.epochs == 5 or t.params.epochs == 10), "drawn")
+end
+print("dir", trials.dir:match("^%.flow/sweeps/") ~= nil, "metrics", trials.best.metrics.train_loss ~= nil)
+L
+    run_flow 0 run driver.lua -q
+    contains "$OUT" "dir	true	metrics	true"
+}
+
+test_sweep_errors() {
+    sweep_project
+    run_flow 2 sweep --grid lr=0.1
+    contains "$ERR" "flow sweep needs --metric NAME"
+    run_flow 2 sweep --metric val_loss
+    contains "$ERR" "flow sweep needs --grid KEY=V1,V2"
+    run_flow 2 sweep --grid lr --metric val_loss
+    contains "$ERR" "--grid takes KEY=V1,V2,..., got 'lr'"
+    run_flow 2 sweep --grid lr=0.1,,0.2 --metric val_loss
+    contains "$ERR" "--grid lr=0.1,,0.2: an empty value"
+    run_flow 2 sweep --grid lr=0.1 --grid lr=0.2 --metric val_loss
+    contains "$ERR" "--grid lr is given twice"
+    run_flow 2 sweep --grid lr=0.1 --metric val_loss --goal best
+    contains "$ERR" "--goal must be min or max"
+    run_flow 2 sweep --grid lr=0.1 --metric val_loss --seed 3
+    contains "$ERR" "--seed is the seed of --random N"
+    run_flow 2 sweep --grid lr=0.1 --metric val_loss --grdi x=1
+    contains "$ERR" "unknown option '--grdi' for 'flow sweep' (did you mean '--grid'?)"
+    for bad in 'grid = { lr = {} }' 'grid = { lr = 0.1 }' 'space = { lr = { 1 } }, trials = 0' \
+               'grid = { lr = { 1 } }, space = { x = { 1 } }' 'grid = { lr = { 1 } }, goal = "best"' \
+               'grid = { lr = { 1, nil, 2 } }' 'grid = { lr = { 1 } }, parallel = 2' 'grid = { [".lr"] = { 1 } }'; do
+        write driver.lua <<L
+local p = dofile("pipeline.lua")
+flow.sweep{ pipeline = p, metric = "val_loss", $bad }
+L
+        run_flow 2 run driver.lua -q
+        contains "$ERR" "driver.lua:2: flow.sweep: "
+    done
+    write driver.lua <<'L'
+local x = flow.uniform(1, 1)
+L
+    run_flow 2 run driver.lua
+    contains "$ERR" "driver.lua:1: flow.uniform: the low end (1) must be below the high end (1)"
+    write driver.lua <<'L'
+flow.sweep{ grid = { lr = { 1 } }, metric = "val_loss" }
+L
+    run_flow 2 run driver.lua
+    contains "$ERR" "driver.lua:1: flow.sweep: pipeline = the pipeline to run for each trial, got nil"
+}
+
+# report.html: one self-contained page — nothing it loads from anywhere —
+# whose table sorts and whose charts show every trial, checked in a browser.
+test_report_page_in_a_browser() {
+    sweep_project
+    run_flow 0 sweep --grid lr=0.01,0.1,0.5,1 --grid epochs=10,20 --metric val_loss --open -q
+    page=$(ls -d "$PWD"/.flow/sweeps/*)/report.html
+    contains "$OUT" "$page"
+    if grep -Eq '(src|href)=|@import|url\(' "$page"; then echo "the page loads something:"; grep -Eo '(src|href)=[^ >]*' "$page"; return 1; fi
+    page_dom "file://$page"
+    # as written: best first, marked
+    first=$(printf '%s\n' "$DOM" | grep -o '<tr[^>]*data-trial="[0-9]*"' | head -1)
+    equals "$first" '<tr class="best" data-trial="7"' "the first row"
+    # charts: per trial, against each swept parameter, over the epochs
+    for title in "val_loss per trial" "val_loss against epochs" "val_loss against lr" "val_loss over epochs"; do
+        contains "$DOM" "aria-label=\"$title\""
+    done
+    equals "$(printf '%s\n' "$DOM" | grep -o '<circle class="point[^"]*" ' | wc -l)" "24" "points: 8 trials in 3 charts"
+    equals "$(printf '%s\n' "$DOM" | grep -o '<circle class="point best"' | wc -l)" "3" "the best trial's points"
+    equals "$(printf '%s\n' "$DOM" | grep -o '<polyline class="series' | wc -l)" "8" "a line per trial"
+    # sorted by the page's script: by lr, then by val_loss descending
+    page_dom "file://$page#sort=lr"
+    contains "$DOM" '<th data-key="lr" class="sorted-asc">'
+    equals "$(printf '%s\n' "$DOM" | grep -o '<tr[^>]*data-trial="[0-9]*"><td>[0-9]*</td><td>[0-9]*</td><td>[^<]*' | sed 's/.*<td>//' | tr '\n' ' ')" \
+        "0.01 0.01 0.1 0.1 0.5 0.5 1 1 " "lr column after sorting"
+    page_dom "file://$page#sort=metric,desc"
+    equals "$(printf '%s\n' "$DOM" | grep -o 'data-trial="[0-9]*"><td>' | head -1)" 'data-trial="8"><td>' "the worst trial first"
+}
