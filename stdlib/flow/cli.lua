@@ -130,6 +130,9 @@ options:
   -q, --quiet        print only errors and the results table
   --open             print the path of the sweep's report.html (its table and
                      charts), and open it in a browser when there is a display
+  --resume [ID]      finish an interrupted sweep (default: the latest; a unique
+                     prefix of its id will do): the trials that did not succeed
+                     run, with the values, metric and parameters it started with
 
 From Lua: flow.sweep{pipeline =, grid = | space =, sampler =, trials =,
 seed =, metric =, goal =} (docs/pipelines.md, "Sweeps").
@@ -272,7 +275,7 @@ local OPTIONS = {
   list = with_config { pipeline = "value", format = "value" },
   sweep = with_config { pipeline = "value", grid = "list", metric = "value", goal = "value", random = "value",
                         seed = "value", jobs = "value", j = "jobs", force = "flag", quiet = "flag", q = "quiet",
-                        open = "flag" },
+                        open = "flag", resume = "optional" },
   config = with_config { explain = "optional" },
   catalog = with_config { pipeline = "value", format = "value" },
   clean = { ["runs-older-than"] = "value", cache = "flag", ["dry-run"] = "flag", n = "dry-run",
@@ -496,18 +499,14 @@ local function run_events(dir, id, what)
   local function recent() return #runs > 0 and (" (latest runs: " .. table.concat(runs, ", ", math.max(1, #runs - 4)) .. ")")
                                              or " (no runs yet)" end
   if id ~= "latest" then                      -- a run's id, or a prefix that names one run
-    local matches = {}
-    for _, r in ipairs(runs) do
-      if r == id then matches = { r } break end
-      if r:sub(1, #id) == id then matches[#matches + 1] = r end
-    end
-    if #matches > 1 then                      -- the count and the list agree: past 5, "the latest 5"
+    local found, matches = util.find_id(runs, id)
+    if not found and #matches > 1 then        -- the count and the list agree: past 5, "the latest 5"
       local shown = table.concat(matches, ", ", math.max(1, #matches - 4))
       usage_error("%s: '%s' is ambiguous: it starts %d runs (%s%s)", what, id, #matches,
                   #matches > 5 and "the latest 5: " or "", shown)
     end
-    if #matches == 0 then usage_error("%s: no run '%s' in %s/.flow/runs%s", what, id, dir, recent()) end
-    id = matches[1]
+    if not found then usage_error("%s: no run '%s' in %s/.flow/runs%s", what, id, dir, recent()) end
+    id = found
   end
   local path = dir .. "/.flow/runs/" .. id .. "/journal.jsonl"
   local events = require("flow.state").read_journal(path)
@@ -1081,9 +1080,16 @@ local function open_page(path)
   end
 end
 
-local function cmd_sweep(args)
-  local opts, pos = parse_args("sweep", args)
-  if opts.help then print(HELP.sweep) return 0 end
+-- What flow sweep's flags ask of flow.sweep (less the pipeline).
+local function sweep_options(opts)
+  if opts.resume then           -- the sweep's own trials, metric and parameters
+    for _, flag in ipairs({ "grid", "metric", "goal", "random", "seed", "params", "env" }) do
+      if opts[flag] then
+        usage_error("--resume keeps the sweep's trials, metric and parameters: --%s cannot change them", flag)
+      end
+    end
+    return { resume = opts.resume }
+  end
   if not opts.grid then usage_error("flow sweep needs --grid KEY=V1,V2,... (one for each parameter to sweep)") end
   if not opts.metric then usage_error("flow sweep needs --metric NAME: the metric that ranks the trials") end
   if opts.goal and opts.goal ~= "min" and opts.goal ~= "max" then
@@ -1093,19 +1099,24 @@ local function cmd_sweep(args)
   local seed = opts.seed and (opts.seed:match("^%-?%d+$") and math.tointeger(tonumber(opts.seed))
                               or usage_error("--seed needs a whole number, got '%s'", opts.seed))
   local random = opts.random and positive_int(opts.random, "--random", 1000000)
-  local jobs = opts.jobs and positive_int(opts.jobs, "--jobs", require("flow.sched").MAX_JOBS)
   local grid = parse_grid(opts.grid)
+  return { grid = not random and grid or nil, space = random and grid or nil, sampler = random and "random" or "grid",
+           trials = random, seed = seed, metric = opts.metric, goal = opts.goal }
+end
+
+local function cmd_sweep(args)
+  local opts, pos = parse_args("sweep", args)
+  if opts.help then print(HELP.sweep) return 0 end
+  local o = sweep_options(opts)
+  o.jobs = opts.jobs and positive_int(opts.jobs, "--jobs", require("flow.sched").MAX_JOBS)
+  o.force = opts.force
   local path = script_path(pos, "sweep")
   core.ui_setup(opts.quiet and "quiet" or "normal", "auto")
   set_defaults(opts)
   runner.defaults.args, runner.defaults.cwd = args, core.cwd()
-  local p = load_pipeline(path, opts.pipeline)
-  if not p then usage_error("%s ran its own pipelines; flow sweep needs a script that returns one", path) end
-  local trials = require("flow.sweep").sweep {
-    pipeline = p, grid = not random and grid or nil, space = random and grid or nil,
-    sampler = random and "random" or "grid", trials = random, seed = seed, metric = opts.metric,
-    goal = opts.goal, jobs = jobs, force = opts.force,
-  }
+  o.pipeline = load_pipeline(path, opts.pipeline)
+  if not o.pipeline then usage_error("%s ran its own pipelines; flow sweep needs a script that returns one", path) end
+  local trials = require("flow.sweep").sweep(o)
   if opts.open then open_page(trials.dir .. "/report.html") end
   return runner.last_code
 end

@@ -19,6 +19,7 @@ local runner = require("flow.runner")
 local pipeline = require("flow.pipeline")
 local first_hole = require("flow.pipeline_c").first_hole
 local report = require("flow.sweep_report")
+local cache = require("flow.cache")
 
 local M = {}
 
@@ -167,7 +168,8 @@ end
 -- ---- checking what was asked ----------------------------------------------
 
 local fields = { pipeline = true, env = true, grid = true, space = true, sampler = true, trials = true, seed = true,
-                 metric = true, goal = true, params = true, jobs = true, force = true, name = true, quiet = true }
+                 metric = true, goal = true, params = true, jobs = true, force = true, name = true, quiet = true,
+                 resume = true }
 
 -- The swept keys of grid (lists) or space (distributions or lists), sorted.
 local function check_space(t, what, level)
@@ -193,14 +195,18 @@ local function check_space(t, what, level)
   return keys
 end
 
-local function check_opts(o, level)
-  if type(o) ~= "table" then util.fail(level + 1, "flow.sweep: expected a table of options, got %s", type(o)) end
-  util.check_fields(o, fields, "flow.sweep", level + 1)
-  local p = o.pipeline
+local function check_pipeline(p, level)
   if pipeline.is_node(p) then p = pipeline.pipeline(p) end
   if not pipeline.is_pipeline(p) then
     util.fail(level + 1, "flow.sweep: pipeline = the pipeline to run for each trial, got %s", type(p))
   end
+  return p
+end
+
+local function check_opts(o, level)
+  if type(o) ~= "table" then util.fail(level + 1, "flow.sweep: expected a table of options, got %s", type(o)) end
+  util.check_fields(o, fields, "flow.sweep", level + 1)
+  local p = check_pipeline(o.pipeline, level + 1)
   if type(o.metric) ~= "string" or o.metric == "" then
     util.fail(level + 1, "flow.sweep: metric = the name of the metric that ranks the trials (a step's, see flow.log_metric)")
   end
@@ -275,8 +281,8 @@ local function run_trial(p, o, id, i, n, values)
   t.run_id, t.status, t.metrics = r.run_id, r.status, r.metrics
   if r.code ~= 0 then
     t.status = r.code == 130 and "interrupted" or "failed"
-    for name, s in pairs(r.steps) do
-      if s.state == "failed" then t.error = string.format("step '%s' failed", name) break end
+    for _, node in ipairs(p.nodes) do           -- the first to fail, in the pipeline's order
+      if r.steps[node.name].state == "failed" then t.error = string.format("step '%s' failed", node.name) break end
     end
   end
   t.metric = r.metrics[o.metric]
@@ -350,22 +356,110 @@ end
 -- flow.sweep{...} -> the trials, best first ({trial =, params =, metric =,
 -- metrics =, status =, elapsed =, run_id =, error =}), with .best (the best
 -- trial, or nil when none succeeded with the metric), .id and .dir.
-function M.sweep(o)
-  local p, spec = check_opts(o, 2)
-  local space = o.grid or o.space
-  local values = spec.sampler == "grid" and grid_trials(space, spec.keys)
-                 or random_trials(space, spec.keys, spec.trials, spec.seed)
-  local id = core.run_id(M.DIR)
+-- ---- resuming ---------------------------------------------------------------
+--
+-- A sweep's directory keeps what it was started with (sweep.json: the
+-- metric, the goal, the trials' values, the parameters under them) and a
+-- line per trial that ended (trials.jsonl, appended and synced as each ends,
+-- so a kill -9 loses none).  `resume` runs the trials that did not succeed.
+
+local function spec_json(id, o, spec, values)
+  return core.json_encode({ id = id, metric = o.metric, goal = spec.goal, sampler = spec.sampler,
+                            seed = spec.seed, keys = spec.keys, trials = values, params = o.params,
+                            env = o.env or runner.defaults.env, params_spec = runner.defaults.params_spec,
+                            conf = runner.defaults.conf }) .. "\n"
+end
+
+-- The sweep `want` names (true: the latest; else an id or a unique prefix).
+local function find_sweep(want, level)
+  local ids = {}
+  for _, name in ipairs(core.list_dir(M.DIR) or {}) do ids[#ids + 1] = name end
+  table.sort(ids)
+  if #ids == 0 then util.setup_error("flow.sweep: resume: no sweep in " .. M.DIR .. " to resume") end
+  if want == true then return ids[#ids] end
+  if type(want) ~= "string" or want == "" then
+    util.fail(level + 1, "flow.sweep: resume must be true (the latest sweep) or a sweep's id, got %s", tostring(want))
+  end
+  local id, matches = util.find_id(ids, want)
+  if id then return id end
+  util.setup_error(string.format("flow.sweep: resume: %s (sweeps: %s)", #matches > 1 and
+    string.format("'%s' starts %d sweeps' ids", want, #matches) or string.format("no sweep '%s' in %s", want, M.DIR),
+    table.concat(ids, ", ", math.max(1, #ids - 4))))
+end
+
+local resume_fields = { pipeline = true, resume = true, jobs = true, force = true, quiet = true }
+
+-- flow.sweep{pipeline =, resume =}: the sweep's saved options, its trials'
+-- values and the trials it finished well ({[i] = trial}).
+local function resumed(o, level)
+  for k in pairs(o) do
+    if not resume_fields[k] then
+      util.fail(level + 1, "flow.sweep: %s = cannot change a sweep being resumed (it keeps the trials, metric and "
+        .. "parameters it was started with; it may take jobs, force and quiet)", tostring(k))
+    end
+  end
+  local id = find_sweep(o.resume, level + 1)
   local dir = M.DIR .. "/" .. id
-  core.ui_info(string.format("sweep %s: %d trial%s of %s, ranked by %s (%s)", id, #values,
-                             #values == 1 and "" or "s", table.concat(spec.keys, ", "), o.metric, spec.goal))
-  local trials = {}
+  local text = core.read_file(dir .. "/sweep.json")
+  local ok, saved = pcall(core.json_decode, text or "")
+  if not text or not ok or type(saved) ~= "table" or type(saved.metric) ~= "string" or type(saved.trials) ~= "table"
+     or type(saved.keys) ~= "table" then
+    util.setup_error(string.format("flow.sweep: resume: %s/sweep.json is missing or damaged: the sweep cannot be resumed", dir))
+  end
+  local done = {}
+  for _, t in ipairs(require("flow.state").read_journal(dir .. "/trials.jsonl") or {}) do
+    if math.type(t.trial) == "integer" and t.status == "ok" and type(t.params) == "table" then done[t.trial] = t end
+  end
+  local opts = { pipeline = o.pipeline, metric = saved.metric, goal = saved.goal, params = saved.params,
+                 env = saved.env, jobs = o.jobs, force = o.force, quiet = o.quiet }
+  -- the command line's --params and --conf of the sweep, for its trials' runs
+  runner.defaults.params_spec = type(saved.params_spec) == "string" and saved.params_spec or nil
+  runner.defaults.conf = type(saved.conf) == "string" and saved.conf or runner.defaults.conf
+  local spec = { goal = saved.goal == "max" and "max" or "min", sampler = saved.sampler == "random" and "random" or "grid",
+                 keys = saved.keys, seed = saved.seed }
+  return opts, spec, saved.trials, id, done
+end
+
+-- flow.sweep{...} -> the trials, best first ({trial =, params =, metric =,
+-- metrics =, status =, elapsed =, run_id =, error =}), with .best (the best
+-- trial, or nil when none succeeded with the metric), .id and .dir.
+function M.sweep(o)
+  local p, spec, values, id, done
+  if type(o) == "table" and o.resume ~= nil then
+    p = check_pipeline(o.pipeline, 2)
+    o, spec, values, id, done = resumed(o, 2)
+  else
+    p, spec = check_opts(o, 2)
+    local space = o.grid or o.space
+    values = spec.sampler == "grid" and grid_trials(space, spec.keys)
+             or random_trials(space, spec.keys, spec.trials, spec.seed)
+    id, done = core.run_id(M.DIR), {}
+    core.write_atomic(M.DIR .. "/" .. id .. "/sweep.json", spec_json(id, o, spec, values))
+  end
+  local dir = M.DIR .. "/" .. id
+  local n_done = 0
+  for _ in pairs(done) do n_done = n_done + 1 end
+  core.ui_info(string.format("sweep %s: %d trial%s of %s, ranked by %s (%s)%s", id, #values,
+                             #values == 1 and "" or "s", table.concat(spec.keys, ", "), o.metric, spec.goal,
+                             n_done > 0 and string.format("; resumed: %d done before", n_done) or ""))
+  local trials, interrupted = {}, false
+  local log <close> = setmetatable({ j = cache.journal(dir .. "/trials.jsonl") },
+                                   { __close = function(l) l.j:close() end })
   for i, v in ipairs(values) do
-    local shown = {}
-    for _, k in ipairs(spec.keys) do shown[#shown + 1] = k .. "=" .. fmt_value(v[k]) end
-    core.ui_info(string.format("trial %d/%d: %s", i, #values, table.concat(shown, " ")))
-    trials[i] = run_trial(p, o, id, i, #values, v)
-    if trials[i].status == "interrupted" or core.interrupted() > 0 then break end
+    if done[i] then
+      trials[#trials + 1] = done[i]
+    elseif not interrupted then        -- after Ctrl-C: the trials done before are still reported
+      local shown = {}
+      for _, k in ipairs(spec.keys) do shown[#shown + 1] = k .. "=" .. fmt_value(v[k]) end
+      core.ui_info(string.format("trial %d/%d: %s", i, #values, table.concat(shown, " ")))
+      local t = run_trial(p, o, id, i, #values, v)
+      trials[#trials + 1] = t
+      interrupted = t.status == "interrupted" or core.interrupted() > 0
+      if not interrupted then         -- an interrupted trial runs again on resume
+        log.j:append(core.json_encode(t))
+        log.j:sync()
+      end
+    end
   end
   local order = ranked(trials, spec.goal)
   local best = order[1] and order[1].status == "ok" and order[1].metric ~= nil and order[1] or nil
@@ -377,13 +471,14 @@ function M.sweep(o)
   if not o.quiet then util.print_table(table_cells(order, spec.keys, o.metric, best)) end
   local failed = 0
   for _, t in ipairs(trials) do if t.status ~= "ok" then failed = failed + 1 end end
-  core.ui_info(string.format("sweep %s: %d of %d trials ok%s; results in %s/ (report.html, results.csv, results.json)",
-                             id, #trials - failed, #trials,
+  core.ui_info(string.format("sweep %s: %d of %d trials ok%s; results in %s/ (report.html, results.csv, results.json)%s",
+                             id, #trials - failed, #values,
                              best and string.format(", best: trial %d (%s %s)", best.trial, o.metric,
-                                                    fmt_value(best.metric)) or ", no trial has the metric", dir))
+                                                    fmt_value(best.metric)) or ", no trial has the metric", dir,
+                             (interrupted or failed > 0) and ("; finish it with: flow sweep --resume " .. id) or ""))
   order.best, order.id, order.dir = best, id, dir
   -- `flow run driver.lua` exits as the sweep went: 0 when a trial is best
-  runner.last_code = best and 0 or (core.interrupted() > 0 and 130 or 1)
+  runner.last_code = interrupted and 130 or best and 0 or 1
   return order
 end
 

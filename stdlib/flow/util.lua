@@ -120,6 +120,18 @@ function M.format_duration(s)
   return table.concat(parts)
 end
 
+-- The id in `ids` that `want` names: itself, or the one id it is a prefix
+-- of.  Else nil and the ids it is a prefix of (none, or several).
+function M.find_id(ids, want)
+  local matches = {}
+  for _, id in ipairs(ids) do
+    if id == want then return id end
+    if id:sub(1, #want) == want then matches[#matches + 1] = id end
+  end
+  if #matches == 1 then return matches[1] end
+  return nil, matches
+end
+
 -- Prints rows of cells to stdout, columns padded to their widest cell.
 function M.print_table(cells)
   local width = {}

@@ -156,3 +156,77 @@ test_report_page_in_a_browser() {
     page_dom "file://$page#sort=metric,desc"
     equals "$(printf '%s\n' "$DOM" | grep -o 'data-trial="[0-9]*"><td>' | head -1)" 'data-trial="8"><td>' "the worst trial first"
 }
+
+# A trial that fails when fail_<x> exists and waits when slow_<x> does.
+resumable_project() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return 1 end, outputs = "data", name = "prep" },
+  node{ command = [[if [ -e fail_${params.x} ]; then exit 3; fi; if [ -e slow_${params.x} ]; then sleep 60; fi
+                   printf '{"score": %s}' ${params.x} > ${outputs.metrics}]],
+        inputs = { data = "data" }, outputs = { metrics = "scores" }, name = "score" },
+}
+L
+    echo "x: 0" > params.yml; mkdir -p conf/base; mv params.yml conf/base/parameters.yml
+}
+
+test_resume_runs_only_the_trials_that_did_not_succeed() {
+    resumable_project
+    touch fail_2
+    run_flow 0 sweep --grid x=1,2,3 --metric score --goal max
+    contains "$ERR" "finish it with: flow sweep --resume"
+    equals "$(runs_of score)" "2"
+    rm fail_2
+    run_flow 0 sweep --resume
+    equals "$(runs_of score)" "3" "trials run: the failed one only"
+    contains "$ERR" "resumed: 2 done before"
+    contains "$ERR" "3 of 3 trials ok, best: trial 3 (score 3)"
+    equals "$(ls .flow/sweeps | wc -l)" "1" "sweeps"
+    # a resume takes no new trials or metric; an unknown sweep is named
+    run_flow 2 sweep --resume --grid x=4 --metric score
+    contains "$ERR" "--resume keeps the sweep's trials, metric and parameters: --grid cannot change them"
+    run_flow 2 sweep --resume 1999
+    contains "$ERR" "flow.sweep: resume: no sweep '1999' in .flow/sweeps"
+}
+
+test_resume_after_kill_keeps_the_finished_trials() {
+    resumable_project
+    touch slow_2
+    run_flow_bg sweep --grid x=1,2,3 --metric score --goal max -q
+    for _ in $(seq 200); do
+        [ "$(cat .flow/sweeps/*/trials.jsonl 2>/dev/null | wc -l)" = 1 ] && break
+        sleep 0.1
+    done
+    equals "$(cat .flow/sweeps/*/trials.jsonl | wc -l)" "1" "trials ended before the kill"
+    sleep 0.5
+    kill -9 "$FLOW_PID"; wait "$FLOW_PID" 2>/dev/null || true
+    rm slow_2
+    run_flow 0 sweep --resume
+    contains "$ERR" "resumed: 1 done before"
+    not_contains "$ERR" "trial 1/3"
+    contains "$ERR" "trial 2/3"
+    equals "$(runs_of score)" "3" "score ran once per trial"
+    contains "$OUT" "*  3      3  3      ok"
+}
+
+test_ctrl_c_stops_the_sweep_and_resume_finishes_it() {
+    resumable_project
+    touch slow_2
+    run_flow_bg sweep --grid x=1,2,3 --metric score --goal max
+    for _ in $(seq 200); do
+        grep -q "trial 2/3" stderr.txt 2>/dev/null && [ -n "$(ls .flow/runs/*/logs 2>/dev/null)" ] && break
+        sleep 0.1
+    done
+    sleep 0.5
+    kill -INT "$FLOW_PID"
+    set +e; wait "$FLOW_PID"; code=$?; set -e
+    equals "$code" "130" "exit status after Ctrl-C"
+    ERR=$(cat stderr.txt)
+    contains "$ERR" "finish it with: flow sweep --resume"
+    not_contains "$ERR" "trial 3/3"
+    contains "$(cat stdout.txt)" "interrupted"
+    rm slow_2
+    run_flow 0 sweep --resume -q
+    contains "$OUT" "*  3      3  3      ok"
+    equals "$(runs_of score)" "3" "score ran once per trial"
+}
