@@ -51,10 +51,10 @@ all: flow
 # ML test double and test_aml_http's server run on (Debian's python3 with
 # jsonschema and cryptography, the openssl and curl commands), and the Azure
 # ML SDK itself (python3-azure), the ground truth for the code snapshot's
-# content hash, and headless Chromium, in which the pages flow writes (a
-# sweep's report.html) are loaded and checked.  Azurite (npm) is installed
+# content hash, headless Chromium, in which the pages flow writes (a sweep's
+# report.html) are loaded and checked, and Graphviz, which checks flow viz's DOT.  Azurite (npm) is installed
 # by tools/azurite.sh.
-TEST_PKGS := python3-torch openmpi-bin python3-mpi4py strace python3 python3-jsonschema python3-cryptography chromium \
+TEST_PKGS := python3-torch openmpi-bin python3-mpi4py strace python3 python3-jsonschema python3-cryptography chromium graphviz \
              openssl curl python3-azure
 
 deps:

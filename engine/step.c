@@ -75,6 +75,7 @@ struct step_runner {
     double flushed_at;           /* monotonic */
     struct flush_job *in_flight; /* a flush whose outputs are being synced */
     bool flush_wanted;           /* another flush asked for while one is in flight */
+    unsigned long flush_timer;   /* writes what is still held FLUSH_EVERY after it was held; 0: none */
     bool any_started;
 };
 
@@ -148,10 +149,29 @@ static void batch_release(struct batch *b)
     *b = (struct batch){ STRBUF_INIT, NULL, 0, 0, NULL, 0, 0 };
 }
 
+static void start_flush(struct step_runner *r);
+
+/* A line held longer than FLUSH_EVERY goes out even when nothing else ends:
+ * a long step's step_start is how `flow status` and `flow viz --run` see it
+ * running, and a kill loses at most that long of the journal. */
+static void flush_tick(void *arg)
+{
+    struct step_runner *r = arg;
+    r->flush_timer = 0;
+    if (r->held.lines.len || r->held.n_steps) start_flush(r);
+}
+
 static void hold_line(struct step_runner *r, const char *line, size_t len)
 {
     if (r->held.lines.len) sb_addc(&r->held.lines, '\n');
     sb_add(&r->held.lines, line, len);
+    if (!r->flush_timer) r->flush_timer = loop_add_timer(r->loop, FLUSH_EVERY, flush_tick, r);
+}
+
+static void stop_flush_timer(struct step_runner *r)
+{
+    if (r->flush_timer) loop_cancel_timer(r->loop, r->flush_timer);
+    r->flush_timer = 0;
 }
 
 static int compare_strings(const void *a, const void *b)
@@ -181,8 +201,6 @@ static void flush_outputs(void *arg)
 }
 
 static void end_recorded(struct step_runner *r, size_t i, bool written, const char *why);
-static void start_flush(struct step_runner *r);
-
 /* On the loop's thread: the outputs are durable (or could not be made so);
  * now the lines, then the steps that waited for them. */
 static void flush_written(void *arg)
@@ -499,6 +517,7 @@ struct step_runner *step_runner_new(const struct dag *dag, struct loop *loop, co
 void step_runner_free(struct step_runner *r)
 {
     if (!r) return;
+    stop_flush_timer(r);
     for (size_t i = 0; i < r->dag->n_steps; i++) {
         struct life *l = &r->lives[i];
         step_wait_free(l->backoff);
@@ -554,6 +573,7 @@ int step_runner_finish(struct step_runner *r, const struct sched *s, int code, c
     sb_addc(&line, '}');
     hold_line(r, line.buf, line.len);
     sb_release(&line);
+    stop_flush_timer(r);                                   /* written here, now */
     struct flush_job job = { .r = r, .b = r->held };
     r->held = (struct batch){ STRBUF_INIT, NULL, 0, 0, NULL, 0, 0 };
     flush_outputs(&job);

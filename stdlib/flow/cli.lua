@@ -33,6 +33,7 @@ commands:
                    and do not run again
   sweep [SCRIPT]   run the pipeline once per set of parameters, ranked by a metric
   list [SCRIPT]    show the steps in run order: inputs, outputs, tags, distribution
+  viz [SCRIPT]     draw the pipeline: Graphviz DOT or Mermaid, coloured by a run
   catalog list     show every dataset a pipeline uses: its type and where it lives
   config [KEY]     print the resolved configuration of an environment, or explain a key
   logs [STEP]      print a step's newest log, from whichever run ran it
@@ -139,6 +140,27 @@ seed =, metric =, goal =} (docs/pipelines.md, "Sweeps").
 
 exit status: 0 a trial has the best metric, 1 none succeeded with it, 2 usage,
 script or graph error, 130 interrupted.]],
+  viz = [=[
+usage: flow viz [SCRIPT] [--format dot|mermaid] [-o FILE] [--run [RUN_ID]] [options]
+
+Draws the pipeline SCRIPT returns: steps (boxes, with their tags, their
+distribution and where they run in the environment), datasets (ellipses;
+cylinders for those the catalog persists) and the parameters steps read
+(notes, dashed edges), edges in the direction data flows, each namespace a
+cluster (nested namespaces nested).
+
+options:
+  --format FORMAT    dot (default: Graphviz; `flow viz | dot -Tsvg > p.svg`) or
+                     mermaid (a flowchart block for Markdown)
+  -o, --output FILE  write it to FILE (default: standard output)
+  --run [RUN_ID]     colour each step by what it did in that run (default: the
+                     latest; a unique prefix of its id will do): done, up to
+                     date, failed, interrupted, running, not run, skipped; with
+                     its time
+  -e, --env ENV      environment: where each step runs follows it
+  -p, --params K=V,… override parameters
+  --conf DIR         configuration directory (default: conf/ beside the script)
+  --pipeline NAME    the pipeline registered as NAME (default: __default__)]=],
   status = [[
 usage: flow status [RUN_ID] [DIR]
 
@@ -273,6 +295,7 @@ local OPTIONS = {
                       distributed = "value", force = "flag", explain = "flag",
                       resume = "optional", ["load-versions"] = "value", detach = "flag" },
   list = with_config { pipeline = "value", format = "value" },
+  viz = with_config { pipeline = "value", format = "value", output = "value", o = "output", run = "optional" },
   sweep = with_config { pipeline = "value", grid = "list", metric = "value", goal = "value", random = "value",
                         seed = "value", jobs = "value", j = "jobs", force = "flag", quiet = "flag", q = "quiet",
                         open = "flag", resume = "optional" },
@@ -331,10 +354,11 @@ local function parse_args(cmd, args)
                     util.did_you_mean(name, long):gsub("'(.-)'", "'--%1'", 1))
       end
       if kind == "optional" then
-        -- --resume [RUN_ID]: the next word is its value unless it is an
+        -- --resume [RUN_ID] (and viz --run): the next word is its value unless it is an
         -- option or names a script or project (a run id that names none is
         -- an error then, not the latest run resumed in its place).
-        if not value and name == "resume" and args[i + 1] and not args[i + 1]:match("^%-") and not core.exists(args[i + 1]) then
+        if not value and (name == "resume" or name == "run") and args[i + 1] and not args[i + 1]:match("^%-")
+           and not core.exists(args[i + 1]) then
           i = i + 1
           value = args[i]
         elseif not value and name == "explain" and args[i + 1] and not args[i + 1]:match("^%-") then
@@ -1121,7 +1145,33 @@ local function cmd_sweep(args)
   return runner.last_code
 end
 
-local COMMANDS = { run = cmd_run, list = cmd_list, sweep = cmd_sweep, config = cmd_config, catalog = cmd_catalog,
+local function cmd_viz(args)
+  local opts, pos = parse_args("viz", args)
+  if opts.help then print(HELP.viz) return 0 end
+  local fmt = opts.format or "dot"
+  if fmt ~= "dot" and fmt ~= "mermaid" then usage_error("--format must be dot or mermaid, got '%s'", fmt) end
+  local out = opts.output
+  if out == "" then usage_error("--output needs a file name") end
+  if out and out:sub(1, 1) ~= "/" then out = core.cwd() .. "/" .. out end   -- before the script's directory
+  local path = script_path(pos, "viz")
+  core.ui_setup("quiet")
+  set_defaults(opts)
+  local p = load_pipeline(path, opts.pipeline)
+  if not p then usage_error("%s ran its own pipelines; flow viz needs a script that returns one", path) end
+  local viz = require("flow.viz")
+  local states
+  if opts.run then
+    local events, journal = run_events(".", opts.run == true and "latest" or opts.run, "--run")
+    states = viz.run_states((journal:gsub("journal%.jsonl$", "run.json"))) or viz.journal_states(events)
+  end
+  local plan = runner.prepare(p, {})
+  local m = viz.model(plan, function(i) return where_runs(plan, i) end, distributed.describe, states)
+  local text = fmt == "dot" and viz.dot(m) or viz.mermaid(m)
+  if out then core.write_atomic(out, text) else io.write(text) end
+  return 0
+end
+
+local COMMANDS = { run = cmd_run, list = cmd_list, sweep = cmd_sweep, viz = cmd_viz, config = cmd_config, catalog = cmd_catalog,
                    clean = cmd_clean, logs = cmd_logs, cancel = cmd_cancel, azureml = cmd_azureml,
                    status = cmd_status,
                    __step = cmd_step }

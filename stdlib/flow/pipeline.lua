@@ -44,7 +44,10 @@ local function renamed(n, rename, prefix)
   c.inputs, c.outputs = {}, {}
   for i, io in ipairs(n.inputs) do c.inputs[i] = { arg = io.arg, dataset = rename(io.dataset) } end
   for i, io in ipairs(n.outputs) do c.outputs[i] = { arg = io.arg, dataset = rename(io.dataset) } end
-  if prefix then c.name = prefix .. "." .. n.name end
+  if prefix then
+    c.name = prefix .. "." .. n.name
+    c.namespace = n.namespace and (prefix .. "." .. n.namespace) or prefix   -- outer.inner, for flow viz
+  end
   c.origin = n.origin or n
   return c
 end
@@ -90,10 +93,10 @@ local function command_params(n, rename_param)
   return keys
 end
 
--- The parameter keys step n reads, added to the set `out`: its "params:"
+-- The parameter keys step n reads, added to the set `out` (returned): its "params:"
 -- inputs ("parameters", the whole tree, as itself), its command's
 -- ${params.} references and its distributed_job counts.
-local function add_params_read(n, out)
+function M.params_read(n, out)
   for _, io in ipairs(n.inputs) do
     local key = dag.is_param_input(io.dataset)
     if key then out[key == true and io.dataset or key] = true end
@@ -111,6 +114,7 @@ local function add_params_read(n, out)
       if ref then out[dag.is_param_input(ref)] = true end
     end
   end
+  return out
 end
 
 -- Kedro's rules for pipeline{}'s mappings, each culprit named: a mapped
@@ -129,7 +133,7 @@ local function check_remaps(nodes, inputs, outputs, params, level)
       local d = io.dataset
       if not made[d] and not dag.is_param_input(d) then free[d] = true end
     end
-    add_params_read(n, read)
+    M.params_read(n, read)
   end
   local problems = {}
   local function problem(fmt, ...) problems[#problems + 1] = string.format(fmt, ...) end
