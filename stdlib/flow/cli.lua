@@ -141,7 +141,7 @@ seed =, metric =, goal =} (docs/pipelines.md, "Sweeps").
 exit status: 0 a trial has the best metric, 1 none succeeded with it, 2 usage,
 script or graph error, 130 interrupted.]],
   viz = [=[
-usage: flow viz [SCRIPT] [--format dot|mermaid] [-o FILE] [--run [RUN_ID]] [options]
+usage: flow viz [SCRIPT] [--format dot|mermaid|html] [-o FILE] [--run [RUN_ID]] [options]
 
 Draws the pipeline SCRIPT returns: steps (boxes, with their tags, their
 distribution and where they run in the environment), datasets (ellipses;
@@ -150,8 +150,10 @@ cylinders for those the catalog persists) and the parameters steps read
 cluster (nested namespaces nested).
 
 options:
-  --format FORMAT    dot (default: Graphviz; `flow viz | dot -Tsvg > p.svg`) or
-                     mermaid (a flowchart block for Markdown)
+  --format FORMAT    dot (default: Graphviz; `flow viz | dot -Tsvg > p.svg`),
+                     mermaid (a flowchart block for Markdown) or html (one
+                     self-contained page: click a step for its inputs, outputs,
+                     parameters, command and, with --run, its log; filter by tag)
   -o, --output FILE  write it to FILE (default: standard output)
   --run [RUN_ID]     colour each step by what it did in that run (default: the
                      latest; a unique prefix of its id will do): done, up to
@@ -1149,7 +1151,9 @@ local function cmd_viz(args)
   local opts, pos = parse_args("viz", args)
   if opts.help then print(HELP.viz) return 0 end
   local fmt = opts.format or "dot"
-  if fmt ~= "dot" and fmt ~= "mermaid" then usage_error("--format must be dot or mermaid, got '%s'", fmt) end
+  if fmt ~= "dot" and fmt ~= "mermaid" and fmt ~= "html" then
+    usage_error("--format must be dot, mermaid or html, got '%s'", fmt)
+  end
   local out = opts.output
   if out == "" then usage_error("--output needs a file name") end
   if out and out:sub(1, 1) ~= "/" then out = core.cwd() .. "/" .. out end   -- before the script's directory
@@ -1159,14 +1163,28 @@ local function cmd_viz(args)
   local p = load_pipeline(path, opts.pipeline)
   if not p then usage_error("%s ran its own pipelines; flow viz needs a script that returns one", path) end
   local viz = require("flow.viz")
-  local states
+  local states, run_id
   if opts.run then
     local events, journal = run_events(".", opts.run == true and "latest" or opts.run, "--run")
     states = viz.run_states((journal:gsub("journal%.jsonl$", "run.json"))) or viz.journal_states(events)
+    run_id = journal:match("([^/]+)/journal%.jsonl$")
+    if run_id == "latest" then run_id = core.readlink(".flow/runs/latest") or run_id end
   end
   local plan = runner.prepare(p, {})
   local m = viz.model(plan, function(i) return where_runs(plan, i) end, distributed.describe, states)
-  local text = fmt == "dot" and viz.dot(m) or viz.mermaid(m)
+  local text
+  if fmt == "html" then
+    if states then                     -- each step's newest log, its tail (as flow logs finds it)
+      local logs = newest_logs()
+      for _, st in ipairs(m.steps) do
+        local l = logs[core.safe_name(st.name)]
+        st.log = l and viz.tail(l.files[1], 40) or nil
+      end
+    end
+    text = require("flow.viz_html").html(m, { title = "flow viz: " .. path, run = run_id })
+  else
+    text = fmt == "dot" and viz.dot(m) or viz.mermaid(m)
+  end
   if out then core.write_atomic(out, text) else io.write(text) end
   return 0
 end

@@ -9,10 +9,7 @@ local M = {}
 local W, H = 560, 260                         -- a chart's size
 local PAD = { left = 72, right = 16, top = 28, bottom = 40 }
 
-local function esc(s)
-  return (tostring(s):gsub("[&<>\"']", { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;",
-                                        ["'"] = "&#39;" }))
-end
+local esc = require("flow.util").html_escape
 
 local function num(v)
   if math.type(v) == "integer" then return tostring(v) end

@@ -132,6 +132,12 @@ function M.find_id(ids, want)
   return nil, matches
 end
 
+-- Text as HTML text or an attribute's value: & < > " ' escaped.
+local HTML_ESCAPES = { ["&"] = "&amp;", ["<"] = "&lt;", [">"] = "&gt;", ['"'] = "&quot;", ["'"] = "&#39;" }
+function M.html_escape(s)
+  return (tostring(s):gsub("[&<>\"']", HTML_ESCAPES))
+end
+
 -- Prints rows of cells to stdout, columns padded to their widest cell.
 function M.print_table(cells)
   local width = {}

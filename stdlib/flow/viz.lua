@@ -6,6 +6,7 @@ local core = require("flow.core")
 local dag = require("flow.dag")
 local pipeline = require("flow.pipeline")
 local catalog = require("flow.catalog")
+local command = require("flow.command")
 
 local M = {}
 
@@ -36,17 +37,24 @@ function M.model(plan, where, describe_dist, states)
     local n = plan.nodes[i]
     local st = states and states[n.name]
     local s = { id = "s" .. k, name = n.name, namespace = n.namespace, tags = n.tags, kind = n.kind,
-                runs = where(i), dist = plan.dists[i] and describe_dist(plan.dists[i]),
-                state = states and (st and st.state or "not in that run"), elapsed = st and st.elapsed }
+                runs = where(i), dist = plan.dists[i] and describe_dist(plan.dists[i]), where = n.where,
+                state = states and (st and st.state or "not in that run"), elapsed = st and st.elapsed,
+                inputs = {}, outputs = {}, params = {},
+                command = n.cmd and (n.cmd.shell or command.display(n.cmd.argv)) or nil }
     m.steps[k] = s
     for _, io in ipairs(n.inputs) do
-      if not dag.is_param_input(io.dataset) then m.edges[#m.edges + 1] = { from = dataset(io.dataset), to = s.id } end
+      if not dag.is_param_input(io.dataset) then
+        m.edges[#m.edges + 1] = { from = dataset(io.dataset), to = s.id }
+        s.inputs[#s.inputs + 1] = io.dataset
+      end
     end
-    local keys = {}
-    for key in pairs(pipeline.params_read(n, {})) do keys[#keys + 1] = key end
-    table.sort(keys)
-    for _, key in ipairs(keys) do m.edges[#m.edges + 1] = { from = param(key), to = s.id, param = true } end
-    for _, io in ipairs(n.outputs) do m.edges[#m.edges + 1] = { from = s.id, to = dataset(io.dataset) } end
+    for key in pairs(pipeline.params_read(n, {})) do s.params[#s.params + 1] = key end
+    table.sort(s.params)
+    for _, key in ipairs(s.params) do m.edges[#m.edges + 1] = { from = param(key), to = s.id, param = true } end
+    for _, io in ipairs(n.outputs) do
+      m.edges[#m.edges + 1] = { from = s.id, to = dataset(io.dataset) }
+      s.outputs[#s.outputs + 1] = io.dataset
+    end
   end
   -- a dataset named ns.x belongs to namespace ns when some step is in it
   local spaces = {}
@@ -242,6 +250,21 @@ function M.run_states(path)
     end
   end
   return states
+end
+
+-- The last `n` lines of the file at path (read from its end: a log may be
+-- large), or nil.
+function M.tail(path, n)
+  local f = path and io.open(path, "rb")
+  if not f then return nil end
+  local size = f:seek("end")
+  f:seek("set", math.max(0, size - 8192))
+  local text = f:read("a") or ""
+  f:close()
+  local lines = {}
+  for line in text:gmatch("[^\n]*\n?") do if line ~= "" then lines[#lines + 1] = line end end
+  local from = math.max(1, #lines - n + 1)
+  return table.concat(lines, "", from)
 end
 
 -- The steps' states from a run's journal, for a run still going (or killed)

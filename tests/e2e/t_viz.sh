@@ -72,7 +72,7 @@ test_mermaid_flowchart() {
         printf '%s\n' "$OUT" | grep -q "^ *$id[\[(>]" || { echo "edge to undeclared node $id"; return 1; }
     done
     run_flow 2 viz --format svg
-    contains "$ERR" "--format must be dot or mermaid, got 'svg'"
+    contains "$ERR" "--format must be dot, mermaid or html, got 'svg'"
 }
 
 test_run_colours_steps_by_state() {
@@ -112,4 +112,36 @@ L
     contains "$(cat viz.txt)" 'label="first\ndone ('
     contains "$(cat viz.txt)" 'label="slow\nrunning"'
     contains "$(cat viz.txt)" 'label="last\nnot in that run"'
+}
+
+# --format html: one self-contained page, checked in headless Chromium: every
+# step drawn, a click's details (here through #step=), the tag filter and
+# the parameters' switch; nothing on the console.
+test_html_page_in_a_browser() {
+    viz_project
+    sed -i 's/echo ${params.k} > ${outputs.r}/echo reporting k=${params.k}; echo ${params.k} > ${outputs.r}/' pipeline.lua
+    run_flow 0 run
+    run_flow 0 viz --format html --run -o page.html
+    if grep -Eq '(src|href)=|@import|url\(' page.html; then echo "the page loads something"; return 1; fi
+    page_dom "file://$PWD/page.html#step=report"
+    equals "$(printf '%s\n' "$DOM" | grep -o '<g class="node step[^"]*"' | wc -l)" "4" "steps drawn"
+    equals "$(printf '%s\n' "$DOM" | grep -o '<g class="node step state-done' | wc -l)" "4" "steps done"
+    contains "$DOM" '<h2>report</h2>'
+    contains "$DOM" '<dt>in that run</dt><dd>done ('
+    contains "$DOM" 'reporting k=2'
+    contains "$DOM" '<dt>command</dt><dd><pre>echo reporting'
+    contains "$DOM" '<g class="node step state-done selected" data-id="s4"'
+    contains "$DOM" '<text x="' # labels drawn
+    contains "$DOM" '<g class="namespace">'
+    page_dom "file://$PWD/page.html#tag=data"
+    equals "$(printf '%s\n' "$DOM" | grep -o '<g class="node step state-done dimmed"' | wc -l)" "3" "steps without the tag"
+    contains "$DOM" '<option value="data">data</option>'
+    page_dom "file://$PWD/page.html#params=off"
+    equals "$(printf '%s\n' "$DOM" | grep -o '<g class="node param hidden"' | wc -l)" "2" "hidden parameters"
+    # a name that could end the page's script, or be markup, stays text
+    sed -i 's/name = "load"/name = "load<\/script><b>x"/' pipeline.lua
+    run_flow 0 viz --format html -o page.html
+    page_dom "file://$PWD/page.html#step=load</script><b>x"
+    contains "$DOM" '<h2>load&lt;/script&gt;&lt;b&gt;x</h2>'
+    not_contains "$DOM" '<b>x'
 }
