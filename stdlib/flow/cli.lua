@@ -33,7 +33,7 @@ commands:
                    and do not run again
   sweep [SCRIPT]   run the pipeline once per set of parameters, ranked by a metric
   list [SCRIPT]    show the steps in run order: inputs, outputs, tags, distribution
-  viz [SCRIPT]     draw the pipeline: Graphviz DOT or Mermaid, coloured by a run
+  viz [SCRIPT]     draw the pipeline: Graphviz DOT, Mermaid or a page; coloured by a run
   catalog list     show every dataset a pipeline uses: its type and where it lives
   config [KEY]     print the resolved configuration of an environment, or explain a key
   logs [STEP]      print a step's newest log, from whichever run ran it
