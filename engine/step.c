@@ -201,6 +201,7 @@ static void flush_outputs(void *arg)
 }
 
 static void end_recorded(struct step_runner *r, size_t i, bool written, const char *why);
+
 /* On the loop's thread: the outputs are durable (or could not be made so);
  * now the lines, then the steps that waited for them. */
 static void flush_written(void *arg)

@@ -93,25 +93,29 @@ local function command_params(n, rename_param)
   return keys
 end
 
--- The parameter keys step n reads, added to the set `out` (returned): its "params:"
--- inputs ("parameters", the whole tree, as itself), its command's
--- ${params.} references and its distributed_job counts.
+-- The parameter keys step n reads, added to `out` (returned) as key = the
+-- input that names it ("params:key"; "parameters", the whole tree, is its
+-- own key): its "params:" inputs, its command's ${params.} references and
+-- its distributed_job counts.
 function M.params_read(n, out)
   for _, io in ipairs(n.inputs) do
     local key = dag.is_param_input(io.dataset)
-    if key then out[key == true and io.dataset or key] = true end
+    if key then out[key == true and io.dataset or key] = io.dataset end
   end
   if n.kind == "command" then
     for _, s in ipairs(command.template_strings(n.cmd)) do
       for _, ref in ipairs(core.template_refs(s)) do
-        if ref[1] == "params" then out[M.command_param(n, ref[2])] = true end
+        if ref[1] == "params" then
+          local key = M.command_param(n, ref[2])
+          out[key] = "params:" .. key
+        end
       end
     end
   end
   local d = n.dist
   if d then
     for _, ref in ipairs({ d.num_nodes_ref or false, d.processes_per_node_ref or false }) do
-      if ref then out[dag.is_param_input(ref)] = true end
+      if ref then out[dag.is_param_input(ref)] = ref end
     end
   end
   return out

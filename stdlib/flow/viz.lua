@@ -26,9 +26,9 @@ function M.model(plan, where, describe_dist, states)
     end
     return dataset_id[name]
   end
-  local function param(key)
+  local function param(key, input)
     if not param_id[key] then
-      m.params[#m.params + 1] = { id = "p" .. (#m.params + 1), name = key == "parameters" and key or "params:" .. key }
+      m.params[#m.params + 1] = { id = "p" .. (#m.params + 1), name = input, param = true }
       param_id[key] = m.params[#m.params].id
     end
     return param_id[key]
@@ -48,9 +48,10 @@ function M.model(plan, where, describe_dist, states)
         s.inputs[#s.inputs + 1] = io.dataset
       end
     end
-    for key in pairs(pipeline.params_read(n, {})) do s.params[#s.params + 1] = key end
+    local read = pipeline.params_read(n, {})
+    for key in pairs(read) do s.params[#s.params + 1] = key end
     table.sort(s.params)
-    for _, key in ipairs(s.params) do m.edges[#m.edges + 1] = { from = param(key), to = s.id, param = true } end
+    for _, key in ipairs(s.params) do m.edges[#m.edges + 1] = { from = param(key, read[key]), to = s.id, param = true } end
     for _, io in ipairs(n.outputs) do
       m.edges[#m.edges + 1] = { from = s.id, to = dataset(io.dataset) }
       s.outputs[#s.outputs + 1] = io.dataset

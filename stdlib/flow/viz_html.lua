@@ -95,8 +95,7 @@ local function svg_node(out, item)
         esc(short(item.state and (item.state .. (item.elapsed and string.format(" · %.2fs", item.elapsed) or ""))
                   or item.dist or (#item.tags > 0 and ("#" .. table.concat(item.tags, " #"))) or item.kind, 30))))
   else
-    local cls = item.kind == nil and item.name:match("^params:") and "param" or item.name == "parameters" and "param"
-                or "dataset"
+    local cls = item.param and "param" or "dataset"
     out[#out + 1] = string.format('<g class="node %s%s" data-id="%s"><rect x="%d" y="%d" width="%d" height="%d" '
       .. 'rx="%d"/><text x="%d" y="%d">%s</text></g>', cls, item.persisted and " persisted" or "", item.id, x,
       y + 8, NODE_W, NODE_H - 16, cls == "param" and 2 or 14, x + 12, y + 27, esc(short(item.name, 28)))
