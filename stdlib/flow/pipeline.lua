@@ -326,12 +326,7 @@ local function compose(spec, level)
   end
   if spec.tags ~= nil then
     local extra = parse_tags(spec.tags, level)
-    for i, n in ipairs(nodes) do
-      local c = renamed(n, function(d) return d end)
-      c.tags = { table.unpack(n.tags) }
-      for _, t in ipairs(extra) do c.tags[#c.tags + 1] = t end
-      nodes[i] = c
-    end
+    for i, n in ipairs(nodes) do nodes[i] = with_tags(n, extra) end
   end
   return setmetatable({ nodes = nodes }, Pipeline)
 end

@@ -182,7 +182,7 @@ local function new_run(plan, opts, run_id, st)
     force = opts.force, explain = opts.explain, completed = opts.resume and opts.resume.completed or {},
     defaults = M.defaults, run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
   }, Run)
-  self.reporting = plan.reporting or {}     -- the steps that report metrics
+  self.reporting = plan.reporting           -- the steps that report metrics
   for i, n in ipairs(plan.nodes) do self.records[n.name] = {}; self.index[n] = i end
   self.values = values.outside_inputs(plan, st)
   return self

@@ -91,7 +91,18 @@ function M.load(opts)
     if not okp then M.fail("%s", tostring(err)) end
   end
   if opts.params then
-    local okp, err = pcall(cfg.set, cfg, nil, opts.params, "flow.run")
+    -- a dotted key ("model.depth") is set by the configuration's own rule for
+    -- dotted paths (as --params model.depth=4 is), after the plain keys
+    local plain, dotted = {}, {}
+    for k, v in pairs(opts.params) do
+      if type(k) == "string" and k:find(".", 1, true) then dotted[#dotted + 1] = k else plain[k] = v end
+    end
+    table.sort(dotted)
+    local okp, err = true, nil
+    if next(plain) then okp, err = pcall(cfg.set, cfg, nil, plain, "flow.run") end
+    for _, k in ipairs(dotted) do
+      if okp then okp, err = pcall(cfg.set, cfg, k, opts.params[k], "flow.run") end
+    end
     if not okp then M.fail("%s", tostring(err)) end
   end
   cfg:activate()                   -- from here on, engine messages mask its secrets

@@ -135,36 +135,6 @@ local function random_trials(space, keys, n, seed)
   return trials
 end
 
--- {["a.b"] = v} -> {a = {b = v}}: flow.run's params, from the swept keys.
-local function nested(flat)
-  local out = {}
-  for key, v in pairs(flat) do
-    local t = out
-    local parts = {}
-    for part in key:gmatch("[^.]+") do parts[#parts + 1] = part end
-    for i = 1, #parts - 1 do
-      t[parts[i]] = type(t[parts[i]]) == "table" and t[parts[i]] or {}
-      t = t[parts[i]]
-    end
-    t[parts[#parts]] = v
-  end
-  return out
-end
-
-local function merge_into(base, over)
-  for k, v in pairs(over) do
-    if type(v) == "table" and type(base[k]) == "table" then merge_into(base[k], v) else base[k] = v end
-  end
-  return base
-end
-
-local function deep_copy(v)
-  if type(v) ~= "table" then return v end
-  local c = {}
-  for k, x in pairs(v) do c[k] = deep_copy(x) end
-  return c
-end
-
 -- ---- checking what was asked ----------------------------------------------
 
 local fields = { pipeline = true, env = true, grid = true, space = true, sampler = true, trials = true, seed = true,
@@ -267,7 +237,9 @@ end
 -- One trial: flow.run with its parameters.  A graph error that comes from
 -- the trial's parameters fails that trial, not the sweep.
 local function run_trial(p, o, id, i, n, values)
-  local params = merge_into(deep_copy(o.params or {}), nested(values))
+  local params = {}              -- the sweep's params, then the trial's (dotted keys: flow.run sets them)
+  for k, v in pairs(o.params or {}) do params[k] = v end
+  for k, v in pairs(values) do params[k] = v end
   local t = { trial = i, params = values }
   local started = core.time()
   local ok, r = pcall(runner.run, p, { env = o.env, params = params, jobs = o.jobs, force = o.force,
@@ -292,10 +264,7 @@ end
 
 -- ---- reporting ------------------------------------------------------------
 
-local function fmt_value(v)
-  if math.type(v) == "float" then return string.format("%.6g", v) end
-  return tostring(v)
-end
+local fmt_value = report.value_text
 
 -- The table's cells: a header and a row per trial, best first.
 local function table_cells(order, keys, metric, best)

@@ -11,14 +11,13 @@ local PAD = { left = 72, right = 16, top = 28, bottom = 40 }
 
 local esc = require("flow.util").html_escape
 
-local function num(v)
-  if math.type(v) == "integer" then return tostring(v) end
-  return string.format("%.6g", v)
+-- A parameter's or a metric's value as shown: a float to 6 significant
+-- digits, anything else as tostring says.
+function M.value_text(v)
+  if math.type(v) == "float" then return string.format("%.6g", v) end
+  return tostring(v)
 end
-
-local function num_or_text(v)
-  return type(v) == "number" and num(v) or tostring(v)
-end
+local num = M.value_text
 
 -- An axis over the numbers in `values`: a function from value to [0, 1], its
 -- ticks ({value, label}), and whether it is logarithmic (all positive,
@@ -214,7 +213,7 @@ function M.html(trials, keys, best, info)
   for _, t in ipairs(trials) do
     local cls = t == best and ' class="best"' or t.status ~= "ok" and ' class="failed"' or ""
     out[#out + 1] = string.format('<tr%s data-trial="%d"><td>%d</td>', cls, t.trial, t.trial)
-    for _, k in ipairs(keys) do out[#out + 1] = "<td>" .. esc(num_or_text(t.params[k])) .. "</td>" end
+    for _, k in ipairs(keys) do out[#out + 1] = "<td>" .. esc(num(t.params[k])) .. "</td>" end
     out[#out + 1] = string.format('<td>%s</td><td title="%s">%s</td><td>%.2f</td><td>%s</td></tr>',
       t.metric and num(t.metric) or "-", esc(t.error or ""), esc(t.status), t.elapsed, esc(t.run_id or "-"))
   end

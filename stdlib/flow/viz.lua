@@ -10,6 +10,12 @@ local command = require("flow.command")
 
 local M = {}
 
+-- "a.b" for "a.b.c" (the namespace around a name), nil for "c".
+function M.parent(name)
+  return name:match("^(.*)%.[^.]*$")
+end
+local parent = M.parent
+
 -- What the picture shows: {steps = {...}, datasets = {...}, params = {...},
 -- edges = {{from, to, param = bool}}, spaces = the namespaces' tree}.
 -- `plan` is the runner's; `where(i)` says where step i runs; `states` maps a
@@ -61,11 +67,11 @@ function M.model(plan, where, describe_dist, states)
   local spaces = {}
   for _, s in ipairs(m.steps) do
     local ns = s.namespace
-    while ns do spaces[ns] = true; ns = ns:match("^(.*)%.[^.]*$") end
+    while ns do spaces[ns] = true; ns = parent(ns) end
   end
   for _, d in ipairs(m.datasets) do
-    local ns = d.name:match("^(.*)%.[^.]*$")
-    while ns and not spaces[ns] do ns = ns:match("^(.*)%.[^.]*$") end
+    local ns = parent(d.name)
+    while ns and not spaces[ns] do ns = parent(ns) end
     d.namespace = ns
   end
   m.spaces = spaces
@@ -100,9 +106,9 @@ local function space_tree(spaces)
   for ns in pairs(spaces) do names[#names + 1] = ns end
   table.sort(names)
   for _, ns in ipairs(names) do
-    local parent = ns:match("^(.*)%.[^.]*$") or ""
-    children[parent] = children[parent] or {}
-    table.insert(children[parent], ns)
+    local up = parent(ns) or ""
+    children[up] = children[up] or {}
+    table.insert(children[up], ns)
     children[ns] = children[ns] or {}
   end
   return children

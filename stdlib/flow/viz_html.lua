@@ -6,6 +6,8 @@
 -- run, its state, time and the tail of its log; pick a tag to pick out its
 -- steps; parameters can be shown or hidden.  The address's #step=NAME opens a
 -- step and #tag=TAG picks a tag on load (what the browser test uses).
+local parent = require("flow.viz").parent
+
 local M = {}
 
 local COL_W, ROW_H = 230, 64           -- the grid
@@ -121,7 +123,7 @@ local function svg_spaces(out, m, items)
         boxes[ns] = b
         b.x1, b.y1 = math.min(b.x1, it.x), math.min(b.y1, it.y)
         b.x2, b.y2 = math.max(b.x2, it.x + NODE_W), math.max(b.y2, it.y + NODE_H)
-        ns = ns:match("^(.*)%.[^.]*$")
+        ns = parent(ns)
       end
     end
   end

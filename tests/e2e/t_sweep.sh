@@ -230,3 +230,17 @@ test_ctrl_c_stops_the_sweep_and_resume_finishes_it() {
     contains "$OUT" "*  3      3  3      ok"
     equals "$(runs_of score)" "3" "score ran once per trial"
 }
+
+# A dotted key sets one nested parameter and keeps its siblings, as --params does.
+test_dotted_keys_set_one_nested_parameter() {
+    write conf/base/parameters.yml <<'Y'
+model: { depth: 1, lr: 0.5 }
+Y
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = [[printf '{"score": %s, "lr": %s}' ${params.model.depth} ${params.model.lr} > ${outputs.metrics}]],
+                       outputs = { metrics = "m" }, name = "score" } }
+L
+    run_flow 0 sweep --grid model.depth=2,4 --metric score --goal max -q
+    contains "$OUT" "*  2      4            4      ok"
+    contains "$(cat .flow/sweeps/*/results.json)" '"lr":0.5'
+}
