@@ -52,9 +52,10 @@ all: flow
 # jsonschema and cryptography, the openssl and curl commands), and the Azure
 # ML SDK itself (python3-azure), the ground truth for the code snapshot's
 # content hash, headless Chromium, in which the pages flow writes (a sweep's
-# report.html) are loaded and checked, and Graphviz, which checks flow viz's DOT.  Azurite (npm) is installed
+# report.html) are loaded and checked, Graphviz, which checks flow viz's DOT, and PyYAML, with which
+# tests/aml/pipeline_yaml.py reads flow compile's YAML as the az ml CLI does.  Azurite (npm) is installed
 # by tools/azurite.sh.
-TEST_PKGS := python3-torch openmpi-bin python3-mpi4py strace python3 python3-jsonschema python3-cryptography chromium graphviz \
+TEST_PKGS := python3-torch openmpi-bin python3-mpi4py strace python3 python3-jsonschema python3-cryptography python3-yaml chromium graphviz \
              openssl curl python3-azure
 
 deps:

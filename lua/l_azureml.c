@@ -3,6 +3,8 @@
  *   azureml.load(config) -> client | nil        nil: the environment has no azureml.yml
  *   client:info() -> {dispatch =, workspace =, computes = {tag = cluster}, …}
  *   client:compute_for({tags}) -> cluster | nil, why
+ *   client:environment_id(env) -> environmentId | nil, why   ("name@latest": asks Azure ML)
+ *   client:environment_yaml(env) -> the az ml CLI's reference | nil, why
  *   client:connect{ca_file =} -> true | nil, why      picks the credential (no request yet)
  *   client:whoami() -> description, token_error      fetches a token (waits)
  *   client:set_detach(bool)
@@ -89,7 +91,7 @@ static int l_info(lua_State *L)
 {
     const struct aml_settings *s = &check_client(L)->settings;
     static const char *const dispatch[] = { "distributed", "tagged", "all", "none" };
-    lua_createtable(L, 0, 16);
+    lua_createtable(L, 0, 20);
     set_field_string(L, "dispatch", dispatch[s->dispatch]);
     set_field_string(L, "subscription_id", s->subscription_id);
     set_field_string(L, "resource_group", s->resource_group);
@@ -112,6 +114,12 @@ static int l_info(lua_State *L)
         lua_setfield(L, -2, s->computes[i].tag);
     }
     lua_setfield(L, -2, "computes");
+    lua_createtable(L, 0, (int)s->n_env_vars);
+    for (size_t i = 0; i < s->n_env_vars; i++) {
+        lua_pushstring(L, s->env_vars[i].value);
+        lua_setfield(L, -2, s->env_vars[i].name);
+    }
+    lua_setfield(L, -2, "environment_variables");
     return 1;
 }
 
@@ -245,6 +253,22 @@ static void on_environment(void *arg, const char *id, const char *error)
     w->done = true;
     w->id = id ? xstrdup(id) : NULL;
     w->error = error ? xstrdup(error) : NULL;
+}
+
+/* environment_yaml(environment) -> the reference the az ml CLI's YAML takes
+ * | nil, why (flow compile: no request, no credential). */
+static int l_environment_yaml(lua_State *L)
+{
+    check_client(L);
+    char err[1024];
+    char *ref = aml_environment_yaml(luaL_checkstring(L, 2), err, sizeof err);
+    if (!ref) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    flow_push_owned(L, ref, strlen(ref), free);
+    return 1;
 }
 
 /* environment_id(environment) -> what to send as environmentId | nil, why.
@@ -690,6 +714,7 @@ static int l_transfer(lua_State *L)
 static const luaL_Reg client_methods[] = {
     { "code_id", l_code_id },
     { "environment_id", l_environment_id },
+    { "environment_yaml", l_environment_yaml },
     { "info", l_info },
     { "compute_for", l_compute_for },
     { "tags_name_compute", l_tags_name_compute },

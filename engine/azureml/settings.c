@@ -466,35 +466,77 @@ static char *before(const char *s, const char *sep, const char **rest)
     return xstrndup(s, (size_t)(at - s));
 }
 
-char *aml_environment_id(const struct aml_settings *s, const char *environment, bool *needs_latest,
-                         char *err, size_t errlen)
+/* The forms of an environment as written in azureml.yml or node{environment =}
+ * (shared/azureml/REFERENCE.md §3).  *bare: past an "azureml:" prefix;
+ * name and version: a workspace environment's, malloc'd. */
+enum env_form { ENV_REGISTRY, ENV_CURATED, ENV_ARM_ID, ENV_WORKSPACE_LATEST, ENV_WORKSPACE_VERSION, ENV_UNKNOWN };
+
+static enum env_form environment_form(const char *environment, const char **bare, char **name, char **version)
 {
-    *needs_latest = false;
-    if (strncmp(environment, "azureml://registries/", 21) == 0) return xstrdup(environment);
-    const char *e = strncmp(environment, "azureml:", 8) == 0 ? environment + 8 : environment;
-    if (strncmp(e, "AzureML-", 8) == 0) return xasprintf("azureml:%s", e);     /* curated: expanded by AML */
-    if (strncmp(e, "/subscriptions/", 15) == 0) return xstrdup(e);            /* an ARM id already */
-    const char *version = NULL;
-    char *name = before(e, "@", &version);
-    if (name && strcmp(version, "latest") == 0 && aml_valid_name(name)) {
-        free(name);
-        *needs_latest = true;
-        return NULL;
+    *name = *version = NULL;
+    *bare = strncmp(environment, "azureml:", 8) == 0 ? environment + 8 : environment;
+    if (strncmp(environment, "azureml://registries/", 21) == 0) return ENV_REGISTRY;
+    const char *e = *bare, *v = NULL;
+    if (strncmp(e, "AzureML-", 8) == 0) return ENV_CURATED;         /* expanded by Azure ML */
+    if (strncmp(e, "/subscriptions/", 15) == 0) return ENV_ARM_ID;
+    char *n = before(e, "@", &v);
+    if (n && strcmp(v, "latest") == 0 && aml_valid_name(n)) {
+        *name = n;
+        return ENV_WORKSPACE_LATEST;
     }
-    free(name);
-    if ((name = before(e, ":", &version)) && aml_valid_name(name) && *version && !strchr(version, '/')) {
-        char *ws = aml_workspace_id(s);
-        char *id = xasprintf("%s/environments/%s/versions/%s", ws, name, version);
-        free(ws);
-        free(name);
-        return id;
+    free(n);
+    if ((n = before(e, ":", &v)) && aml_valid_name(n) && *v && !strchr(v, '/')) {
+        *name = n;
+        *version = xstrdup(v);
+        return ENV_WORKSPACE_VERSION;
     }
-    free(name);
+    free(n);
+    return ENV_UNKNOWN;
+}
+
+static void unknown_environment(const char *environment, char *err, size_t errlen)
+{
     errf(err, errlen, "environment \"%s\" is not one Azure ML knows: use a curated environment "
          "(azureml:AzureML-<name>@latest), a registry one (azureml://registries/<registry>/environments/<name>/"
          "versions/<v> or …/labels/latest), or one of the workspace's (<name>:<version> or <name>@latest)",
          environment);
-    return NULL;
+}
+
+char *aml_environment_id(const struct aml_settings *s, const char *environment, bool *needs_latest,
+                         char *err, size_t errlen)
+{
+    const char *bare;
+    char *name, *version, *id = NULL;
+    *needs_latest = false;
+    switch (environment_form(environment, &bare, &name, &version)) {
+    case ENV_REGISTRY: id = xstrdup(environment); break;
+    case ENV_CURATED: id = xasprintf("azureml:%s", bare); break;
+    case ENV_ARM_ID: id = xstrdup(bare); break;
+    case ENV_WORKSPACE_LATEST: *needs_latest = true; break;
+    case ENV_WORKSPACE_VERSION: {
+        char *ws = aml_workspace_id(s);
+        id = xasprintf("%s/environments/%s/versions/%s", ws, name, version);
+        free(ws);
+        break;
+    }
+    case ENV_UNKNOWN: unknown_environment(environment, err, errlen); break;
+    }
+    free(name);
+    free(version);
+    return id;
+}
+
+char *aml_environment_yaml(const char *environment, char *err, size_t errlen)
+{
+    const char *bare;
+    char *name, *version, *ref = NULL;
+    enum env_form form = environment_form(environment, &bare, &name, &version);
+    free(name);
+    free(version);
+    if (form == ENV_REGISTRY) ref = xstrdup(environment);
+    else if (form == ENV_UNKNOWN) unknown_environment(environment, err, errlen);
+    else ref = xasprintf("azureml:%s", bare);      /* name:version, name@latest, an ARM id, a curated one */
+    return ref;
 }
 
 bool aml_valid_name(const char *name)

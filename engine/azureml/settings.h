@@ -80,6 +80,13 @@ bool aml_tags_name_compute(const struct aml_settings *s, const char *const *tags
 char *aml_environment_id(const struct aml_settings *s, const char *environment, bool *needs_latest,
                          char *err, size_t errlen);
 
+/* The same environment as the az ml CLI's YAML names it (a job's
+ * `environment:`): "azureml:name:version", "azureml:name@latest",
+ * "azureml:AzureML-…@latest", "azureml:<ARM id>", or a registry's URI as it
+ * is.  Needs no workspace: `flow compile` writes it without asking Azure ML.
+ * NULL with the same message as aml_environment_id's for anything else. */
+char *aml_environment_yaml(const char *environment, char *err, size_t errlen);
+
 /* Whether mode is a delivery mode flow accepts for inputs (ReadOnlyMount,
  * Download) or outputs (ReadWriteMount, Upload). */
 bool aml_valid_data_mode(const char *mode, bool output);

@@ -34,6 +34,7 @@ commands:
   sweep [SCRIPT]   run the pipeline once per set of parameters, ranked by a metric
   list [SCRIPT]    show the steps in run order: inputs, outputs, tags, distribution
   viz [SCRIPT]     draw the pipeline: Graphviz DOT, Mermaid or a page; coloured by a run
+  compile [SCRIPT] write the pipeline as an Azure ML pipeline job (az ml job create -f)
   catalog list     show every dataset a pipeline uses: its type and where it lives
   config [KEY]     print the resolved configuration of an environment, or explain a key
   logs [STEP]      print a step's newest log, from whichever run ran it
@@ -163,6 +164,31 @@ options:
   -p, --params K=V,… override parameters
   --conf DIR         configuration directory (default: conf/ beside the script)
   --pipeline NAME    the pipeline registered as NAME (default: __default__)]=],
+  compile = [[
+usage: flow compile [SCRIPT] --env ENV [-o FILE] [options]
+
+Writes the selected steps of the pipeline SCRIPT returns as one Azure ML
+pipeline job, in the az ml CLI v2's YAML (pipelineJob.schema.json), for
+`az ml job create -f FILE`.  Each step is a command job with the command,
+compute, environment, resources and distribution a run would send for it
+(conf/ENV/azureml.yml; a Lua function step runs as `flow run SCRIPT --nodes
+STEP` in an environment with flow installed).  Data between steps is bound
+job to job (${{parent.jobs.<step>.outputs.<name>}}); data no selected step
+makes comes from its datastore path, or from the local file or folder (a
+path relative to FILE, uploaded by the CLI); parameters are resolved for ENV
+and written into the commands.  No request is made to Azure ML.
+
+options:
+  -e, --env ENV      the environment whose azureml.yml (workspace, compute,
+                     environment) and parameters to use (default: $FLOW_ENV,
+                     else local)
+  -o, --output FILE  write it to FILE (default: standard output, with paths
+                     relative to the current directory)
+  -p, --params K=V,… override parameters
+  --conf DIR         configuration directory (default: conf/ beside the script)
+  --pipeline NAME    the pipeline registered as NAME (default: __default__)
+  --nodes, --from-nodes, --to-nodes, --tags, --from-inputs, --to-outputs
+                     compile only these steps, as `flow run` selects them]],
   status = [[
 usage: flow status [RUN_ID] [DIR]
 
@@ -298,6 +324,9 @@ local OPTIONS = {
                       resume = "optional", ["load-versions"] = "value", detach = "flag" },
   list = with_config { pipeline = "value", format = "value" },
   viz = with_config { pipeline = "value", format = "value", output = "value", o = "output", run = "optional" },
+  compile = with_config { pipeline = "value", output = "value", o = "output", nodes = "value",
+                          ["from-nodes"] = "value", ["to-nodes"] = "value", tags = "value",
+                          ["from-inputs"] = "value", ["to-outputs"] = "value" },
   sweep = with_config { pipeline = "value", grid = "list", metric = "value", goal = "value", random = "value",
                         seed = "value", jobs = "value", j = "jobs", force = "flag", quiet = "flag", q = "quiet",
                         open = "flag", resume = "optional" },
@@ -1189,7 +1218,29 @@ local function cmd_viz(args)
   return 0
 end
 
-local COMMANDS = { run = cmd_run, list = cmd_list, sweep = cmd_sweep, viz = cmd_viz, config = cmd_config, catalog = cmd_catalog,
+local function cmd_compile(args)
+  local opts, pos = parse_args("compile", args)
+  if opts.help then print(HELP.compile) return 0 end
+  local out = opts.output
+  if out == "" then usage_error("--output needs a file name") end
+  if out and out:sub(1, 1) ~= "/" then out = core.cwd() .. "/" .. out end   -- before the script's directory
+  local base_dir = out and out:match("^(.*)/[^/]*$") or core.cwd()
+  local path = script_path(pos, "compile")
+  core.ui_setup("quiet")
+  set_defaults(opts)
+  local p, script = load_pipeline(path, opts.pipeline)
+  if not p then usage_error("%s ran its own pipelines; flow compile needs a script that returns one", path) end
+  local compile = require("flow.compile")
+  local plan = runner.prepare(p, slicing_options(opts))
+  local doc = compile.document(plan, { root = core.cwd(), base_dir = base_dir, script = script or path,
+                                       defaults = runner.defaults })
+  local text = compile.yaml(doc)
+  if out then core.write_atomic(out, text) else io.write(text) end
+  return 0
+end
+
+local COMMANDS = { run = cmd_run, list = cmd_list, sweep = cmd_sweep, viz = cmd_viz, compile = cmd_compile,
+                   config = cmd_config, catalog = cmd_catalog,
                    clean = cmd_clean, logs = cmd_logs, cancel = cmd_cancel, azureml = cmd_azureml,
                    status = cmd_status,
                    __step = cmd_step }

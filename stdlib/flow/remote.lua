@@ -165,6 +165,28 @@ function M.plan(nodes, settings, dists, cat, defaults)
   return remote, aml, on_ds ~= nil
 end
 
+-- Every selected step placed on Azure ML, as `flow compile` sends the whole
+-- DAG there: {[i] = placement} and the client.  The rules of what crosses
+-- between jobs are those of a run, with every selected step remote.
+function M.place_all(plan, defaults)
+  local aml = M.load(plan.settings)
+  if not aml then
+    graph_error(string.format("environment '%s' has no azureml.yml (conf/%s/azureml.yml): an Azure ML pipeline "
+      .. "needs its workspace, compute and environment; choose one with --env", plan.settings.env or "local",
+      plan.settings.env or "<env>"))
+  end
+  local info = M.info(aml)
+  local nodes, remote, sub, sub_remote = plan.nodes, {}, {}, {}
+  for i, n in ipairs(nodes) do
+    if not plan.selected or plan.selected[i] then
+      remote[i] = placement(n, aml, info, plan.dists[i], defaults)
+      sub[#sub + 1], sub_remote[#sub + 1] = n, remote[i]
+    end
+  end
+  check_data(sub, sub_remote, plan.cat)
+  return remote, aml
+end
+
 -- "Azure ML gpu-cluster × 2 × 4" for flow list.
 function M.describe(place)
   local s = "azureml " .. place.compute
@@ -217,7 +239,7 @@ end
 
 -- The job's command line for a command step: parameters as their values,
 -- outputs as the job's output bindings.
-local function command_line(run, n, fail)
+function M.command_line(run, n, fail)
   local by_arg = { inputs = {}, outputs = {} }
   for _, io in ipairs(n.inputs) do by_arg.inputs[io.arg] = io end
   for _, io in ipairs(n.outputs) do by_arg.outputs[io.arg] = io end
@@ -270,7 +292,7 @@ end
 
 -- The job's command for a Lua function step: flow itself, inside the job,
 -- runs that one step of the same script in the same environment.
-local function flow_line(run, n)
+function M.flow_line(run, n)
   local d = run.defaults
   local words = { "flow", "run", d.script, "--nodes", n.name }
   if d.env then words[#words + 1] = "--env=" .. d.env end
@@ -283,8 +305,8 @@ end
 -- outputs are its data bindings (flow.transfer's).
 function M.job_spec(run, n, place, name, fail, inputs, outputs)
   local line, env
-  if n.kind == "command" then line, env = command_line(run, n, fail)
-  else line, env = flow_line(run, n), { FLOW_IN_AZUREML_JOB = "1" } end
+  if n.kind == "command" then line, env = M.command_line(run, n, fail)
+  else line, env = M.flow_line(run, n), { FLOW_IN_AZUREML_JOB = "1" } end
   local rec = run.records[n.name]
   return {
     name = name, display_name = n.name, command = line, env = env, inputs = inputs, outputs = outputs,

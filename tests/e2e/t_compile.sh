@@ -1,0 +1,227 @@
+# t_compile.sh — flow compile: the pipeline as an Azure ML pipeline job (az ml
+# CLI v2 YAML).  Every YAML is checked by tests/aml/pipeline_yaml.py against
+# the documented schema (keys, enums, reference forms, bindings, local paths)
+# and read back as a DAG, compared with `flow list --format json`.
+
+CHECK="/usr/bin/python3 $FLOW_ROOT/tests/aml/pipeline_yaml.py"
+
+compile_project() {
+    write conf/prod/azureml.yml <<'Y'
+subscription_id: 00000000-0000-0000-0000-000000000000
+resource_group: rg
+workspace: ws
+experiment_name: exp
+compute:
+  __default__: cpu-cluster
+  gpu: gpu-cluster
+environment: azureml:train-env:3
+environment_variables:
+  OMP_NUM_THREADS: "1"
+Y
+    write conf/base/parameters.yml <<'Y'
+lr: 0.01
+epochs: 3
+workers: 2
+Y
+    write conf/prod/parameters.yml <<'Y'
+epochs: 30
+workers: 4
+Y
+    write conf/base/catalog.yml <<'Y'
+raw: {type: file, path: data/raw.csv}
+model: {type: folder, path: data/model}
+Y
+    write data/raw.csv <<'C'
+a,b
+C
+    write pipeline.lua <<'L'
+local train = distributed_job{ framework = "pytorch", num_nodes = "params:workers", processes_per_node = 2 }(
+  flow.command{ "sh", "-c", "mkdir -p \"$1\" && cp \"$0\" \"$1/m\"", "${inputs.feats}", "${outputs.model}" })
+return pipeline{
+  node{ command = "cat ${inputs.raw} > ${outputs.feats}", inputs = { raw = "raw" }, outputs = { feats = "features" },
+        name = "prep" },
+  node{ func = train, inputs = { feats = "features" }, outputs = { model = "model" }, name = "train", tags = { "gpu" } },
+  node{ command = "echo ${params.epochs} ${params.lr} > ${outputs.r}", inputs = { m = "model" }, outputs = { r = "report" },
+        name = "eval.report" },
+}
+L
+}
+
+# check_yaml FILE [ARGS...] — the schema check and the round trip against flow list
+check_yaml() {
+    local f=$1; shift
+    "$FLOW" list --env prod --format json >dag.json
+    $CHECK "$f" --dag dag.json "$@" || { echo "--- $f"; cat "$f"; return 1; }
+}
+
+test_compiles_to_a_valid_pipeline_job_with_the_same_dag() {
+    compile_project
+    run_flow 0 compile --env prod
+    printf '%s\n' "$OUT" >p.yml
+    check_yaml p.yml
+    contains "$OUT" '$schema: https://azuremlschemas.azureedge.net/latest/pipelineJob.schema.json'
+    contains "$OUT" 'type: pipeline'
+    contains "$OUT" 'default_compute: azureml:cpu-cluster'
+    contains "$OUT" 'experiment_name: exp'
+    # data between steps stays on Azure ML: bound job to job
+    contains "$OUT" 'feats: "${{parent.jobs.prep.outputs.feats}}"'
+    contains "$OUT" 'm: "${{parent.jobs.train.outputs.model}}"'
+    # the distributed step: its compute (tag gpu), nodes from conf/prod, processes
+    py_yaml p.yml 'j = d["jobs"]["train"]; print(j["compute"], j["resources"]["instance_count"], j["distribution"])' >t.txt
+    contains "$(cat t.txt)" "azureml:gpu-cluster 4 {'type': 'pytorch', 'process_count_per_instance': 2}"
+    # parameters resolved for the environment, into the command
+    py_yaml p.yml 'print(d["jobs"]["eval_report"]["command"])' >t.txt
+    contains "$(cat t.txt)" "echo 30 0.01 > '\${{outputs.r}}'"
+    # a dotted step name: an identifier as the key, the name as display_name
+    py_yaml p.yml 'print(d["jobs"]["eval_report"]["display_name"], d["jobs"]["eval_report"]["tags"])' >t.txt
+    contains "$(cat t.txt)" "eval.report {'flow.step': 'eval.report'}"
+    # the raw data, a local file: uploaded by the CLI from a path relative to the YAML
+    py_yaml p.yml 'print(d["jobs"]["prep"]["inputs"]["raw"], d["jobs"]["prep"]["code"])' >t.txt
+    contains "$(cat t.txt)" "{'type': 'uri_file', 'path': 'data/raw.csv', 'mode': 'ro_mount'} ."
+    py_yaml p.yml 'print(d["jobs"]["prep"]["environment_variables"], d["jobs"]["prep"]["environment"])' >t.txt
+    contains "$(cat t.txt)" "{'OMP_NUM_THREADS': '1'} azureml:train-env:3"
+    # --params apply too
+    run_flow 0 compile --env prod --params epochs=7
+    contains "$OUT" "echo 7 0.01"
+}
+
+# py_yaml FILE CODE — runs CODE with d = the YAML as PyYAML reads it
+py_yaml() {
+    /usr/bin/python3 -c "import yaml,sys; d = yaml.safe_load(open(sys.argv[1])); exec(sys.argv[2])" "$1" "$2"
+}
+
+test_output_file_paths_are_relative_to_it() {
+    compile_project
+    mkdir -p build/aml
+    run_flow 0 compile --env prod -o build/aml/pipeline.yml
+    [ -z "$OUT" ]
+    check_yaml build/aml/pipeline.yml
+    py_yaml build/aml/pipeline.yml 'print(d["jobs"]["prep"]["code"], d["jobs"]["prep"]["inputs"]["raw"]["path"])' >t.txt
+    contains "$(cat t.txt)" "../.. ../../data/raw.csv"
+    # from another directory, with the script named
+    mkdir -p elsewhere && cd elsewhere
+    run_flow 0 compile ../pipeline.lua --env prod -o p.yml
+    cd ..
+    check_yaml elsewhere/p.yml
+    py_yaml elsewhere/p.yml 'print(d["jobs"]["prep"]["code"])' >t.txt
+    contains "$(cat t.txt)" ".."
+}
+
+test_slicing_takes_outside_inputs_from_the_last_run() {
+    compile_project
+    run_flow 0 compile --env prod --to-nodes train
+    printf '%s\n' "$OUT" >p.yml
+    check_yaml p.yml --steps prep,train
+    # a dataset an unselected step makes, with no run yet: named, exit 2
+    run_flow 2 compile --env prod --nodes eval.report
+    contains "$ERR" "'model' (folder dataset, conf/base/catalog.yml"
+    contains "$ERR" "produced by 'train'"
+    # after a local run the catalog's folder is there: uploaded from it
+    run_flow 0 run -q
+    run_flow 0 compile --env prod --from-nodes eval.report -o p2.yml
+    check_yaml p2.yml --steps eval.report
+    py_yaml p2.yml 'print(d["jobs"]["eval_report"]["inputs"]["m"])' >t.txt
+    contains "$(cat t.txt)" "{'type': 'uri_folder', 'path': 'data/model', 'mode': 'ro_mount'}"
+    # a memory dataset a command wrote in that run: its file in flow's data
+    run_flow 0 compile --env prod --nodes train -o p3.yml
+    check_yaml p3.yml --steps train
+    py_yaml p3.yml 'print(d["jobs"]["train"]["inputs"]["feats"]["path"])' >t.txt
+    contains "$(cat t.txt)" ".flow/data/"
+    run_flow 2 compile --env prod --nodes nope
+    contains "$ERR" "no step named 'nope'"
+}
+
+test_lua_steps_run_flow_in_their_job() {
+    compile_project
+    write pipeline.lua <<'L'
+local function seed(n) return n end
+return pipeline{
+  node{ func = seed, inputs = "params:epochs", outputs = "s", name = "seed" },
+}
+L
+    run_flow 2 compile --env prod
+    contains "$ERR" "step 'seed' (pipeline.lua:3)"
+    contains "$ERR" "is not marked as having flow installed"
+    cat >>conf/prod/azureml.yml <<'Y'
+Y
+    sed -i 's/^environment: .*/environment: {name: "flow-env@latest", flow_installed: true}/' conf/prod/azureml.yml
+    run_flow 0 compile --env prod --params lr=0.5
+    printf '%s\n' "$OUT" >p.yml
+    check_yaml p.yml
+    py_yaml p.yml 'j = d["jobs"]["seed"]; print(j["command"], j["environment"], j["environment_variables"])' >t.txt
+    contains "$(cat t.txt)" "flow run pipeline.lua --nodes seed --env=prod --params=lr=0.5 azureml:flow-env@latest"
+    contains "$(cat t.txt)" "'FLOW_IN_AZUREML_JOB': '1'"
+    # a Lua step that reads a dataset cannot: it receives parameters only
+    write pipeline.lua <<'L'
+local function seed(n) return n end
+local function use(s) return s end
+return pipeline{
+  node{ func = seed, inputs = "params:epochs", outputs = "s", name = "seed" },
+  node{ func = use, inputs = "s", outputs = "u", name = "use" },
+}
+L
+    run_flow 2 compile --env prod
+    contains "$ERR" "step 'use' (pipeline.lua:5) is a Lua function on Azure ML but reads 's'"
+}
+
+test_datastore_entries_tensorflow_and_mpi() {
+    compile_project
+    write conf/prod/catalog.yml <<'Y'
+raw: {type: file, path: "azureml://datastores/lake/paths/raw/data.csv"}
+Y
+    write pipeline.lua <<'L'
+local tf = distributed_job{ framework = "tensorflow", num_nodes = 2, processes_per_node = 3 }(
+  flow.command{ "train", "${inputs.raw}", "${outputs.out}" })
+local mpi = distributed_job{ framework = "mpi", num_nodes = 3, processes_per_node = 4 }(
+  flow.command{ "mpi-train", "${inputs.x}", "${outputs.y}" })
+return pipeline{
+  node{ func = tf, inputs = { raw = "raw" }, outputs = { out = "tf_out" }, name = "tf", timeout = 90.5 },
+  node{ func = mpi, inputs = { x = "tf_out" }, outputs = { y = "mpi_out" }, name = "mpi" },
+}
+L
+    run_flow 0 compile --env prod
+    printf '%s\n' "$OUT" >p.yml
+    check_yaml p.yml
+    py_yaml p.yml 'j = d["jobs"]["tf"]; print(j["inputs"]["raw"], j["distribution"], j["limits"])' >t.txt
+    contains "$(cat t.txt)" "{'type': 'uri_file', 'path': 'azureml://datastores/lake/paths/raw/data.csv', 'mode': 'ro_mount'}"
+    contains "$(cat t.txt)" "{'type': 'tensorflow', 'worker_count': 6} {'timeout': 91}"
+    py_yaml p.yml 'j = d["jobs"]["mpi"]; print(j["distribution"], j["resources"])' >t.txt
+    contains "$(cat t.txt)" "{'type': 'mpi', 'process_count_per_instance': 4} {'instance_count': 3}"
+}
+
+test_commands_round_trip_through_yaml_exactly() {
+    compile_project
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = [[printf '%s\n' "a: b # c" 'yes' "{x}" '"q"' "tab	end" > ${outputs.o}]], outputs = { o = "o" },
+        name = "quoting" },
+  node{ command = "true", name = "null" },
+  node{ command = "echo 1", name = "2x" },
+  node{ command = "echo 2", name = "a.b" },
+  node{ command = "echo 3", name = "a_b" },
+}
+L
+    run_flow 0 compile --env prod
+    printf '%s\n' "$OUT" >p.yml
+    check_yaml p.yml
+    py_yaml p.yml 'print(d["jobs"]["quoting"]["command"])' >t.txt
+    contains "$(cat t.txt)" "printf '%s\n' \"a: b # c\" 'yes' \"{x}\" '\"q\"' \"tab	end\" > '\${{outputs.o}}'"
+    # job keys are identifiers and never clash; "null" stays a string
+    py_yaml p.yml 'print(sorted(d["jobs"]), [d["jobs"][k]["display_name"] for k in sorted(d["jobs"])])' >t.txt
+    contains "$(cat t.txt)" "['_2x', 'a_b', 'a_b_2', 'null', 'quoting'] ['2x', 'a.b', 'a_b', 'null', 'quoting']"
+}
+
+test_errors_name_the_problem() {
+    compile_project
+    run_flow 2 compile
+    contains "$ERR" "environment 'local' has no azureml.yml (conf/local/azureml.yml)"
+    sed -i 's/^environment: .*/environment: "not an environment"/' conf/prod/azureml.yml
+    run_flow 2 compile --env prod
+    contains "$ERR" 'environment "not an environment" is not one Azure ML knows'
+    run_flow 2 compile --env prod --format dot
+    contains "$ERR" "unknown option '--format' for 'flow compile'"
+    run_flow 2 compile --env prod -o ''
+    contains "$ERR" "--output needs a file name"
+    run_flow 0 compile --help
+    contains "$OUT" "usage: flow compile [SCRIPT] --env ENV [-o FILE] [options]"
+}
