@@ -5,6 +5,7 @@
  *   client:compute_for({tags}) -> cluster | nil, why
  *   client:environment_id(env) -> environmentId | nil, why   ("name@latest": asks Azure ML)
  *   client:environment_yaml(env) -> the az ml CLI's reference | nil, why
+ *   client:register_component(name, version, spec_json, description) -> ARM id | nil, why
  *   client:connect{ca_file =} -> true | nil, why      picks the credential (no request yet)
  *   client:whoami() -> description, token_error      fetches a token (waits)
  *   client:set_detach(bool)
@@ -19,6 +20,7 @@
 #include "flowlua.h"
 #include "azureml/blob.h"
 #include "azureml/code.h"
+#include "azureml/components.h"
 #include "azureml/datastore.h"
 #include "azureml/environments.h"
 #include "azureml/job_body.h"
@@ -242,17 +244,34 @@ static int l_whoami(lua_State *L)
 
 /* ---- environments -------------------------------------------------------- */
 
-struct env_wait {
+/* One request answered with an ARM id or why not (an environment's latest
+ * version, a component's registration), waited for by driving the loop. */
+struct id_wait {
     bool done;
     char *id, *error;
 };
 
-static void on_environment(void *arg, const char *id, const char *error)
+static void on_id(void *arg, const char *id, const char *error)
 {
-    struct env_wait *w = arg;
+    struct id_wait *w = arg;
     w->done = true;
     w->id = id ? xstrdup(id) : NULL;
     w->error = error ? xstrdup(error) : NULL;
+}
+
+/* -> id | nil, why */
+static int await_id(lua_State *L, struct id_wait *w)
+{
+    struct loop *loop = flow_state_loop(L);
+    while (!w->done) loop_run_once(loop, -1);     /* one request; its retries are bounded */
+    if (w->id) {
+        free(w->error);
+        flow_push_owned(L, w->id, strlen(w->id), free);
+        return 1;
+    }
+    lua_pushnil(L);
+    flow_push_owned(L, w->error, strlen(w->error), free);
+    return 2;
 }
 
 /* environment_yaml(environment) -> the reference the az ml CLI's YAML takes
@@ -292,19 +311,23 @@ static int l_environment_id(lua_State *L)
     }
     const char *bare = strncmp(env, "azureml:", 8) == 0 ? env + 8 : env;
     char *name = xstrndup(bare, strcspn(bare, "@"));
-    struct env_wait w = { 0 };
-    aml_environment_latest(client, name, on_environment, &w);
+    struct id_wait w = { 0 };
+    aml_environment_latest(client, name, on_id, &w);
     free(name);
-    struct loop *loop = flow_state_loop(L);
-    while (!w.done) loop_run_once(loop, -1);      /* one request; its retries are bounded */
-    if (w.id) {
-        free(w.error);
-        flow_push_owned(L, w.id, strlen(w.id), free);
-        return 1;
-    }
-    lua_pushnil(L);
-    flow_push_owned(L, w.error, strlen(w.error), free);
-    return 2;
+    return await_id(L, &w);
+}
+
+/* register_component(name, version, spec_json, description) -> the version's
+ * ARM id | nil, why.  Blocks (one request): called before a pipeline job is
+ * submitted, not from a step. */
+static int l_register_component(lua_State *L)
+{
+    struct aml_client *client = connected(L);
+    const char *name = luaL_checkstring(L, 2), *version = luaL_checkstring(L, 3);
+    const char *spec = luaL_checkstring(L, 4), *description = luaL_optstring(L, 5, NULL);
+    struct id_wait w = { 0 };
+    aml_component_register(client, name, version, spec, description, on_id, &w);
+    return await_id(L, &w);
 }
 
 /* ---- waiting: what run_job, code_id and transfer share ------------------- */
@@ -364,7 +387,7 @@ static void job_event(void *arg, const struct aml_job_info *info)
 {
     struct job_box *b = arg;
     if (info->submitted && info->status && strcmp(info->status, "") != 0)
-        ui_info("step '%s': Azure ML job %s is %s%s%s", b->step, info->name, info->status,
+        ui_info("%s: Azure ML job %s is %s%s%s", b->step, info->name, info->status,
                 info->studio_url ? " — " : "", info->studio_url ? info->studio_url : "");
 }
 
@@ -518,7 +541,10 @@ static char *build_body(lua_State *L, struct aml_client *client, int spec)
 }
 
 /* run_job(spec) -> {name =, status =, ok =, studio =, error =, submitted =, cancelled =, detached =}
- * | nil, why (the job could not be started) */
+ * | nil, why (the job could not be started).  spec.body: the job's body as
+ * JSON text, made by the caller (a pipeline job), instead of one built from
+ * the spec's fields; spec.label: what the status lines are about (default
+ * "step '<display_name>'"). */
 static int l_run_job(lua_State *L)
 {
     struct aml_client *client = connected(L);
@@ -536,10 +562,13 @@ static int l_run_job(lua_State *L)
     bool peek = lua_toboolean(L, -2), cancel = lua_toboolean(L, -1);
     bool attach_only = lua_toboolean(L, -3) || peek || cancel;      /* an existing job: no body */
     lua_pop(L, 3);
-    /* build_body's last act is making the body: nothing raises after it */
-    char *body = attach_only ? NULL : build_body(L, client, 2);
+    /* a pipeline job's body comes made (flow.compile); else build_body's last
+     * act is making the body: nothing raises after it */
+    const char *made = flow_field_string(L, 2, "body");
+    char *body = attach_only ? NULL : made ? xstrdup(made) : build_body(L, client, 2);
+    const char *label = flow_field_string(L, 2, "label");
+    b->step = label ? xstrdup(label) : xasprintf("step '%s'", step);
     lua_settop(L, box);
-    b->step = xstrdup(step);
     b->w.co = flow_step_can_yield(L) ? L : NULL;
     char err[1024];
     struct step_wait *w = peek ? aml_job_peek(client, name, box_done, b, err, sizeof err)
@@ -715,6 +744,7 @@ static const luaL_Reg client_methods[] = {
     { "code_id", l_code_id },
     { "environment_id", l_environment_id },
     { "environment_yaml", l_environment_yaml },
+    { "register_component", l_register_component },
     { "info", l_info },
     { "compute_for", l_compute_for },
     { "tags_name_compute", l_tags_name_compute },

@@ -81,6 +81,9 @@ options:
                      unique prefix of its id will do) with its original arguments;
                      steps it completed are not run again, and Azure ML jobs it
                      submitted are waited for, not submitted again
+  --submit-pipeline  hand the selected steps to Azure ML as one pipeline job
+                     (what `flow compile` writes: a component per step, data
+                     bound job to job) and wait for it; Ctrl-C cancels it
   --detach           on Ctrl-C, leave the run's Azure ML jobs running (default:
                      cancel them); `flow run --resume` waits for them later,
                      `flow cancel RUN_ID` cancels them
@@ -321,7 +324,8 @@ local OPTIONS = {
                       nodes = "value", ["from-nodes"] = "value", ["to-nodes"] = "value",
                       tags = "value", ["from-inputs"] = "value", ["to-outputs"] = "value",
                       distributed = "value", force = "flag", explain = "flag",
-                      resume = "optional", ["load-versions"] = "value", detach = "flag" },
+                      resume = "optional", ["load-versions"] = "value", detach = "flag",
+                      ["submit-pipeline"] = "flag" },
   list = with_config { pipeline = "value", format = "value" },
   viz = with_config { pipeline = "value", format = "value", output = "value", o = "output", run = "optional" },
   compile = with_config { pipeline = "value", output = "value", o = "output", nodes = "value",
@@ -622,7 +626,7 @@ function M.unfinished_jobs(events)
   return jobs
 end
 
-local run_with
+local run_with, check_submit_flags
 
 local function cmd_run(args)
   local opts, pos = parse_args("run", args)
@@ -647,6 +651,17 @@ local function cmd_run(args)
   return run_with(orig, orig_pos, start.args, { run = start.run, completed = completed, remote_jobs = remote_jobs })
 end
 
+-- --submit-pipeline hands the whole run to Azure ML: what only a run here
+-- does cannot go with it.
+local SUBMIT_EXCLUDES = { "dry-run", "force", "explain", "keep-going", "jobs", "distributed", "load-versions" }
+function check_submit_flags(opts)
+  for _, flag in ipairs(SUBMIT_EXCLUDES) do
+    if opts[flag] then
+      usage_error("--submit-pipeline hands the run to Azure ML as one pipeline job; --%s is for runs here", flag)
+    end
+  end
+end
+
 function run_with(opts, pos, args, resume)
   local path = script_path(pos, "run")
   local jobs = opts.jobs and positive_int(opts.jobs, "--jobs", require("flow.sched").MAX_JOBS)
@@ -659,8 +674,14 @@ function run_with(opts, pos, args, resume)
   set_defaults(opts)
   runner.defaults.args, runner.defaults.cwd = args, core.cwd()
   if resume then core.ui_info(string.format("resuming run %s", resume.run)) end
+  if opts["submit-pipeline"] then check_submit_flags(opts) end
   local p = load_pipeline(path, opts.pipeline)
   if not p then return runner.last_code or 0 end
+  if opts["submit-pipeline"] then
+    local compile = require("flow.compile")
+    local m = compile.model(runner.prepare(p, slicing_options(opts)), runner.defaults)
+    return compile.submit_run(m, { detach = opts.detach, args = args, cwd = runner.defaults.cwd, resume = resume })
+  end
   if opts["dry-run"] then print_plan(p, opts) return 0 end
   if opts.distributed and not require("flow.launch").MODES[opts.distributed] then
     usage_error("--distributed must be once or local, got '%s'", opts.distributed)
@@ -1228,13 +1249,11 @@ local function cmd_compile(args)
   local path = script_path(pos, "compile")
   core.ui_setup("quiet")
   set_defaults(opts)
-  local p, script = load_pipeline(path, opts.pipeline)
+  local p = load_pipeline(path, opts.pipeline)
   if not p then usage_error("%s ran its own pipelines; flow compile needs a script that returns one", path) end
   local compile = require("flow.compile")
   local plan = runner.prepare(p, slicing_options(opts))
-  local doc = compile.document(plan, { root = core.cwd(), base_dir = base_dir, script = script or path,
-                                       defaults = runner.defaults })
-  local text = compile.yaml(doc)
+  local text = compile.yaml(compile.document(compile.model(plan, runner.defaults), base_dir))
   if out then core.write_atomic(out, text) else io.write(text) end
   return 0
 end

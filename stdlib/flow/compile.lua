@@ -18,6 +18,7 @@ local catalog = require("flow.catalog")
 local remote = require("flow.remote")
 local values = require("flow.values")
 local state_mod = require("flow.state")
+local cache = require("flow.cache")
 
 local M = {}
 
@@ -119,43 +120,105 @@ local function step_error(n, fmt, ...)
   graph_error(string.format("step '%s' (%s): ", n.name, n.where) .. string.format(fmt, ...))
 end
 
--- The job input for dataset d, which no selected step makes: where it is now.
-local function outside_input(n, d, v, mode, o)
-  if v.uri then return map():put("type", v.uri_type):put("path", v.uri):put("mode", mode) end
+-- ---- the model: what both the YAML and the REST bodies say ----------------------
+--
+-- {project =, experiment =, default_compute =, datastore =, jobs = {job, ...} in run order}
+-- job = {key =, n = the node, command =, env = {NAME = value}, environment = as written,
+--        compute =, instances =, instance_type =, shm_size =, framework =, processes =,
+--        parameter_server_count =, timeout = seconds,
+--        inputs = {{name =, from = {key =, output =}} | {name =, type =, uri = | path = (absolute), mode =}},
+--        outputs = {{name =, type =, uri = (a catalog entry on a datastore), file = (uri_file), mode =}}}
+
+-- Input io of step n, whose dataset no selected step makes: where it is now.
+local function outside_input(n, io, v, mode)
+  local d = io.dataset
+  if v.uri then return { name = io.arg, type = v.uri_type, uri = v.uri, mode = mode } end
   if v.path then
-    local abs = v.path:sub(1, 1) == "/" and v.path or o.root .. "/" .. v.path
+    local abs = v.path:sub(1, 1) == "/" and v.path or core.cwd() .. "/" .. v.path
     local kind = core.exists(abs) == "directory" and "uri_folder" or "uri_file"
-    return map():put("type", kind):put("path", M.relative(o.base_dir, abs)):put("mode", mode)
+    return { name = io.arg, type = kind, path = abs, mode = mode, dataset = d, local_path = v.path }
   end
   step_error(n, "reads '%s', a value an earlier run kept in flow's own state, not a file the pipeline job can be "
     .. "given; select the step that makes it too (e.g. --from-nodes), or give '%s' a catalog entry with a path", d, d)
 end
 
--- The job output of step n for its output io (as a run binds it: a catalog
--- entry on a datastore goes there; a file needs a path of its own, under
--- the child job's name).
-local function job_output(n, io, cat, info, project, mode)
-  local e = cat:entry(io.dataset)
-  local kind = catalog.uri_type(e)
-  local path = e.uri
-  if not path and kind == "uri_file" then
-    local file = cat:save_path(e):match("([^/]+)$") or io.arg
-    path = catalog.datastore_uri(info.datastore, string.format("flow/%s/runs/${{name}}/%s/%s", project, io.arg, file))
+-- One child job for step i.
+local function model_job(ctx, i, key_of)
+  local plan, n, place, info = ctx.plan, ctx.plan.nodes[i], ctx.remote[i], ctx.info
+  local job = { key = key_of[i], n = n, environment = n.environment or info.environment, compute = place.compute,
+                instances = place.instances, processes = place.processes, framework = place.framework,
+                parameter_server_count = place.parameter_server_count,
+                instance_type = n.instance_type or info.instance_type, shm_size = n.shm_size or info.shm_size,
+                timeout = n.timeout or (info.timeout > 0 and info.timeout) or nil, inputs = {}, outputs = {} }
+  local env
+  if n.kind == "command" then
+    job.command, env = remote.command_line(ctx.run, n, function(msg) step_error(n, "%s", msg) end)
+  else
+    job.command, env = remote.flow_line(ctx.run, n), { FLOW_IN_AZUREML_JOB = "1" }
   end
-  return map():put("type", kind):put("path", path):put("mode", mode)
+  job.env = {}
+  for k, v in pairs(info.environment_variables) do job.env[k] = v end
+  for k, v in pairs(env) do job.env[k] = v end
+  local in_mode = n.input_mode or info.input_mode or "ReadOnlyMount"
+  local out_mode = n.output_mode or info.output_mode or "ReadWriteMount"
+  for _, io in ipairs(n.inputs) do
+    local d = io.dataset
+    if not dag.is_param_input(d) then
+      local p = plan.graph:producer(d)
+      if p and (not plan.selected or plan.selected[p]) then
+        local output
+        for _, out in ipairs(plan.nodes[p].outputs) do
+          if out.dataset == d then output = out.arg end
+        end
+        job.inputs[#job.inputs + 1] = { name = io.arg, from = { key = key_of[p], output = output } }
+      else
+        job.inputs[#job.inputs + 1] = outside_input(n, io, ctx.outside[d], in_mode)
+      end
+    end
+  end
+  for _, io in ipairs(n.outputs) do
+    local e = plan.cat:entry(io.dataset)
+    local kind = catalog.uri_type(e)
+    job.outputs[#job.outputs + 1] = { name = io.arg, type = kind, uri = e.uri, mode = out_mode,
+                                      file = kind == "uri_file" and (plan.cat:save_path(e):match("([^/]+)$") or io.arg) }
+  end
+  return job
 end
 
-local function distribution(place)
-  local fw = place.framework
-  if not fw then return nil end
-  local d = map():put("type", fw)
-  if fw == "tensorflow" then
-    d:put("worker_count", place.instances * place.processes)
-    if (place.parameter_server_count or 0) > 0 then d:put("parameter_server_count", place.parameter_server_count) end
-  else
-    d:put("process_count_per_instance", place.processes)
+-- The model of the plan's selected steps (flow.plan.prepare's) for Azure ML.
+-- defaults: flow.runner.defaults (script, env, params_spec).
+function M.model(plan, defaults)
+  local placed, aml = remote.place_all(plan, defaults)
+  local info = remote.info(aml)
+  local order = {}
+  for _, i in ipairs(plan.graph:order()) do
+    if not plan.selected or plan.selected[i] then order[#order + 1] = i end
   end
-  return d
+  if #order == 0 then graph_error("no steps to compile: the selection is empty") end
+  local ctx = {
+    plan = plan, remote = placed, info = info,
+    -- what the command lines read: parameters (flow.remote's job commands)
+    run = { settings = plan.settings, defaults = defaults,
+            input_value = function(_, _, io)
+              local key = dag.is_param_input(io.dataset)
+              if key == true then return plan.settings.params end
+              return require("flow.params").get(plan.settings, key)
+            end },
+    outside = values.outside_inputs(plan, state_mod.load(nil)),
+  }
+  local key_of = job_keys(plan.nodes, order)
+  local m = { aml = aml, info = info, experiment = info.experiment_name, default_compute = info.default_compute,
+              datastore = info.datastore, env = plan.settings.env or "local", script = defaults.script,
+              project = (core.cwd():match("([^/]+)/*$") or "project"):gsub("[^%w_-]", "-"), jobs = {} }
+  for _, i in ipairs(order) do m.jobs[#m.jobs + 1] = model_job(ctx, i, key_of) end
+  return m
+end
+
+-- A job's tags: its step's name and tags.
+local function job_tags(n)
+  local t = { ["flow.step"] = n.name }
+  if #n.tags > 0 then t["flow.tags"] = table.concat(n.tags, ",") end
+  return t
 end
 
 local function string_map(t)
@@ -164,98 +227,274 @@ local function string_map(t)
   return m
 end
 
--- One child job for step i.
-local function command_job(ctx, i, key_of)
-  local plan, o, n, place = ctx.plan, ctx.o, ctx.plan.nodes[i], ctx.remote[i]
-  local info = ctx.info
-  local env_ref, why = ctx.aml:environment_yaml(n.environment or info.environment)
-  if not env_ref then step_error(n, "%s", why) end
-  local line, env
-  if n.kind == "command" then
-    line, env = remote.command_line(ctx.run, n, function(msg) step_error(n, "%s", msg) end)
+-- ---- the YAML document ----------------------------------------------------------------
+
+local function yaml_distribution(job)
+  local fw = job.framework
+  if not fw then return nil end
+  local d = map():put("type", fw)
+  if fw == "tensorflow" then
+    d:put("worker_count", job.instances * job.processes)
+    if (job.parameter_server_count or 0) > 0 then d:put("parameter_server_count", job.parameter_server_count) end
   else
-    line, env = remote.flow_line(ctx.run, n), { FLOW_IN_AZUREML_JOB = "1" }
+    d:put("process_count_per_instance", job.processes)
   end
-  local vars = {}
-  for k, v in pairs(info.environment_variables) do vars[k] = v end
-  for k, v in pairs(env) do vars[k] = v end
-  local in_mode = MODES[n.input_mode or info.input_mode] or "ro_mount"
-  local out_mode = MODES[n.output_mode or info.output_mode] or "rw_mount"
+  return d
+end
+
+local function yaml_job(m, job, base_dir, code)
+  local n = job.n
+  local env_ref, why = m.aml:environment_yaml(job.environment)
+  if not env_ref then step_error(n, "%s", why) end
   local inputs, outputs = map(), map()
-  for _, io in ipairs(n.inputs) do
-    local d = io.dataset
-    if not dag.is_param_input(d) then
-      local p = plan.graph:producer(d)
-      if p and (not plan.selected or plan.selected[p]) then
-        local arg
-        for _, out in ipairs(plan.nodes[p].outputs) do
-          if out.dataset == d then arg = out.arg end
-        end
-        inputs:put(io.arg, string.format("${{parent.jobs.%s.outputs.%s}}", key_of[p], arg))
-      else
-        inputs:put(io.arg, outside_input(n, d, ctx.outside[d], in_mode, o))
-      end
+  for _, inp in ipairs(job.inputs) do
+    if inp.from then
+      inputs:put(inp.name, string.format("${{parent.jobs.%s.outputs.%s}}", inp.from.key, inp.from.output))
+    else
+      inputs:put(inp.name, map():put("type", inp.type):put("path", inp.uri or M.relative(base_dir, inp.path))
+                                :put("mode", MODES[inp.mode]))
     end
   end
-  for _, io in ipairs(n.outputs) do
-    outputs:put(io.arg, job_output(n, io, plan.cat, info, ctx.project, out_mode))
+  for _, out in ipairs(job.outputs) do
+    local path = out.uri
+    if not path and out.file then    -- the child job's name: Azure ML's ${{name}}
+      path = catalog.datastore_uri(m.datastore, string.format("flow/%s/runs/${{name}}/%s/%s", m.project, out.name,
+                                                              out.file))
+    end
+    outputs:put(out.name, map():put("type", out.type):put("path", path):put("mode", MODES[out.mode]))
   end
-  local resources = map():put("instance_count", place.instances)
-                         :put("instance_type", n.instance_type or info.instance_type)
-                         :put("shm_size", n.shm_size or info.shm_size)
-  local timeout = n.timeout or (info.timeout > 0 and info.timeout) or nil
-  local tags = map():put("flow.step", n.name)
-  if #n.tags > 0 then tags:put("flow.tags", table.concat(n.tags, ",")) end
+  local tags = map()
+  for _, k in ipairs(util.sorted_keys(job_tags(n))) do tags:put(k, job_tags(n)[k]) end
   return map():put("type", "command"):put("display_name", n.name):put("tags", tags)
-              :put("code", ctx.code):put("command", line):put("environment", env_ref)
-              :put("compute", "azureml:" .. place.compute)
-              :put("environment_variables", next(vars) and string_map(vars) or nil)
-              :put("resources", resources):put("distribution", distribution(place))
-              :put("limits", timeout and map():put("timeout", math.ceil(timeout)) or nil)
+              :put("code", code):put("command", job.command):put("environment", env_ref)
+              :put("compute", "azureml:" .. job.compute)
+              :put("environment_variables", next(job.env) and string_map(job.env) or nil)
+              :put("resources", map():put("instance_count", job.instances):put("instance_type", job.instance_type)
+                                     :put("shm_size", job.shm_size))
+              :put("distribution", yaml_distribution(job))
+              :put("limits", job.timeout and map():put("timeout", math.ceil(job.timeout)) or nil)
               :put("inputs", #inputs.keys > 0 and inputs or nil)
               :put("outputs", #outputs.keys > 0 and outputs or nil)
 end
 
--- The pipeline job for the plan's selected steps (flow.plan.prepare's).
---   o.root      the project's directory (absolute)
---   o.base_dir  the directory the YAML's relative paths start from (absolute)
---   o.script, o.defaults (flow.runner.defaults: script, env, params_spec)
-function M.document(plan, o)
-  local placed, aml = remote.place_all(plan, o.defaults)
-  local info = remote.info(aml)
-  local order = {}
-  for _, i in ipairs(plan.graph:order()) do
-    if not plan.selected or plan.selected[i] then order[#order + 1] = i end
-  end
-  if #order == 0 then graph_error("no steps to compile: the selection is empty") end
-  local ctx = {
-    plan = plan, o = o, remote = placed, aml = aml, info = info,
-    -- what the command lines read: parameters (flow.remote's job commands)
-    run = { settings = plan.settings, defaults = o.defaults,
-            input_value = function(_, _, io)
-              local key = dag.is_param_input(io.dataset)
-              if key == true then return plan.settings.params end
-              return require("flow.params").get(plan.settings, key)
-            end },
-    outside = values.outside_inputs(plan, state_mod.load(nil)),
-    project = (o.root:match("([^/]+)/*$") or "project"):gsub("[^%w_-]", "-"),
-    code = M.relative(o.base_dir, o.root),
-  }
-  local key_of = job_keys(plan.nodes, order)
+-- The pipeline job as the az ml CLI's YAML document (M.yaml writes it);
+-- base_dir: the directory its relative paths start from (absolute).
+function M.document(m, base_dir)
+  local code = M.relative(base_dir, core.cwd())
   local jobs = map()
-  for _, i in ipairs(order) do jobs:put(key_of[i], command_job(ctx, i, key_of)) end
-  local env = plan.settings.env
-  local settings = map():put("default_compute", info.default_compute and "azureml:" .. info.default_compute or nil)
-                        :put("default_datastore", "azureml:" .. info.datastore)
+  for _, job in ipairs(m.jobs) do jobs:put(job.key, yaml_job(m, job, base_dir, code)) end
+  local settings = map():put("default_compute", m.default_compute and "azureml:" .. m.default_compute or nil)
+                        :put("default_datastore", "azureml:" .. m.datastore)
                         :put("continue_on_step_failure", false)
   return map():put("$schema", M.SCHEMA):put("type", "pipeline")
-              :put("display_name", ctx.project)
-              :put("experiment_name", info.experiment_name)
+              :put("display_name", m.project)
+              :put("experiment_name", m.experiment)
               :put("description", string.format("compiled by flow %s from %s (environment %s)",
-                                                require("flow").VERSION, o.script, env or "local"))
-              :put("tags", map():put("flow.script", o.script):put("flow.env", env or "local"))
+                                                require("flow").VERSION, m.script, m.env))
+              :put("tags", map():put("flow.script", m.script):put("flow.env", m.env))
               :put("settings", settings)
               :put("jobs", jobs)
+end
+
+-- ---- submitting it through REST -------------------------------------------------------
+--
+-- As azure-ai-ml does for a pipeline job (REFERENCE.md §1.7): each step is
+-- registered as a command component version, and the pipeline job's child
+-- jobs name them (componentId) with snake_case fields and ${{parent.jobs.…}}
+-- bindings.  Every output gets a datastore path under the pipeline job's
+-- name, so flow knows where each landed.
+
+local DIST_TYPES = { pytorch = "PyTorch", mpi = "Mpi", tensorflow = "TensorFlow" }
+
+local function rest_distribution(job)
+  local fw = job.framework
+  if not fw then return nil end
+  if fw == "tensorflow" then
+    return { distribution_type = "TensorFlow", worker_count = job.instances * job.processes,
+             parameter_server_count = (job.parameter_server_count or 0) > 0 and job.parameter_server_count or nil }
+  end
+  return { distribution_type = DIST_TYPES[fw], process_count_per_instance = job.processes }
+end
+
+-- The output's datastore path in pipeline job `name`.
+local function output_uri(m, name, job, out)
+  if out.uri then return out.uri end
+  local path = string.format("flow/%s/runs/%s/%s/%s", m.project, name, job.key, out.name)
+  return catalog.datastore_uri(m.datastore, out.file and path .. "/" .. out.file or path .. "/")
+end
+
+-- The command component's spec for a job (the CLI's component YAML as JSON).
+local function component_spec(m, job, code_id, env_id)
+  local inputs, outputs = {}, {}
+  for _, inp in ipairs(job.inputs) do
+    local t = inp.type
+    if inp.from then               -- the type of what it is bound to
+      for _, other in ipairs(m.jobs) do
+        if other.key == inp.from.key then
+          for _, out in ipairs(other.outputs) do
+            if out.name == inp.from.output then t = out.type end
+          end
+        end
+      end
+    end
+    inputs[inp.name] = { type = t }
+  end
+  for _, out in ipairs(job.outputs) do outputs[out.name] = { type = out.type } end
+  local name = ("flow_" .. m.project .. "_" .. job.key):lower():gsub("[^a-z0-9_]", "_")
+  local spec = { name = name, type = "command", display_name = job.n.name, command = job.command,
+                 code = "azureml:" .. code_id, environment = env_id:sub(1, 1) == "/" and "azureml:" .. env_id or env_id,
+                 inputs = next(inputs) and inputs or nil, outputs = next(outputs) and outputs or nil,
+                 tags = job_tags(job.n) }
+  -- immutable versions named after their content: the same step twice is one version
+  spec.version = cache.sha256(util.record_json(spec)):sub(1, 16)
+  return name, spec
+end
+
+-- The pipeline job's body (REST) once every component is registered.
+local function pipeline_body(m, name, component_ids, compute_id)
+  local jobs = {}
+  for _, job in ipairs(m.jobs) do
+    local inputs, outputs = {}, {}
+    for _, inp in ipairs(job.inputs) do
+      inputs[inp.name] = inp.from and { job_input_type = "literal",
+                                        value = string.format("${{parent.jobs.%s.outputs.%s}}", inp.from.key,
+                                                              inp.from.output) }
+                         or { job_input_type = inp.type, uri = inp.uri, mode = inp.mode }
+    end
+    for _, out in ipairs(job.outputs) do
+      outputs[out.name] = { job_output_type = out.type, uri = output_uri(m, name, job, out), mode = out.mode }
+    end
+    local limits = job.timeout and { job_limits_type = "Command",
+                                     timeout = string.format("PT%dS", math.ceil(job.timeout)) } or nil
+    jobs[job.key] = {
+      type = "command", name = job.key, display_name = job.n.name, tags = job_tags(job.n),
+      componentId = component_ids[job.key], computeId = compute_id(job.compute),
+      inputs = next(inputs) and inputs or nil, outputs = next(outputs) and outputs or nil,
+      distribution = rest_distribution(job),
+      resources = { instance_count = job.instances, instance_type = job.instance_type, shm_size = job.shm_size },
+      environment_variables = next(job.env) and job.env or nil, limits = limits,
+    }
+  end
+  return core.json_encode({ properties = {
+    jobType = "Pipeline", displayName = m.project, experimentName = m.experiment,
+    description = string.format("submitted by flow %s from %s (environment %s)", require("flow").VERSION, m.script,
+                                m.env),
+    tags = { ["flow.script"] = m.script, ["flow.env"] = m.env },
+    computeId = m.default_compute and compute_id(m.default_compute) or nil,
+    settings = { continue_on_step_failure = false },
+    jobs = jobs,
+  } })
+end
+
+-- Uploads what the jobs read from this machine (content-addressed, as a
+-- run's inputs are: unchanged data is not sent again) and gives each such
+-- input its datastore uri.
+local function upload_inputs(m)
+  local hc = cache.hashes(state_mod.CACHE .. "/hashes")
+  for _, job in ipairs(m.jobs) do
+    for _, inp in ipairs(job.inputs) do
+      if inp.path then
+        local h, err = hc:file(inp.path)
+        if not h then graph_error(string.format("cannot read dataset '%s': %s", inp.dataset, err)) end
+        local folder = inp.type == "uri_folder"
+        local base = folder and core.safe_name(inp.dataset) or inp.path:match("([^/]+)$")
+        local blob = string.format("flow/%s/%s/%s", m.project, h:gsub("^sha256:", ""), base)
+        local r, why = m.aml:transfer { op = "upload", datastore = m.datastore, blob = blob, path = inp.path,
+                                        folder = folder, label = string.format("input '%s'", inp.dataset) }
+        if not r then graph_error(why) end
+        inp.uri, inp.path = catalog.datastore_uri(m.datastore, blob), nil
+      end
+    end
+  end
+  pcall(hc.save, hc)
+end
+
+-- The workspace's ARM id of compute c.
+local function compute_id_of(info)
+  return function(c)
+    return string.format("/subscriptions/%s/resourceGroups/%s/providers/Microsoft.MachineLearningServices/"
+      .. "workspaces/%s/computes/%s", info.subscription_id, info.resource_group, info.workspace, c)
+  end
+end
+
+-- Registers the code snapshot, the data read from here and a component per
+-- step; returns the pipeline job's body.
+local function prepare_submission(m, name)
+  local aml = m.aml
+  local code_id, why = aml:code_id(core.cwd())
+  if not code_id then graph_error("Azure ML: " .. why) end
+  upload_inputs(m)
+  local env_ids, component_ids = {}, {}
+  for _, job in ipairs(m.jobs) do
+    local env = job.environment
+    if not env_ids[env] then
+      local id, err = aml:environment_id(env)
+      if not id then step_error(job.n, "runs on Azure ML, but %s", err) end
+      env_ids[env] = id
+    end
+    local cname, spec = component_spec(m, job, code_id, env_ids[env])
+    local cid, err = aml:register_component(cname, spec.version, core.json_encode(spec),
+                                            string.format("step '%s' of %s", job.n.name, m.script))
+    if not cid then graph_error("Azure ML: " .. err) end
+    component_ids[job.key] = cid
+  end
+  return pipeline_body(m, name, component_ids, compute_id_of(m.info))
+end
+
+-- flow run --submit-pipeline: the run is one Azure ML pipeline job, waited
+-- for until it ends (Ctrl-C cancels it unless o.detach).  Its journal
+-- (.flow/runs/<id>/journal.jsonl) names the job as the run's one step,
+-- "pipeline", so `flow status` shows it, `flow cancel` cancels it and
+-- `flow run --resume` waits for it instead of submitting another.
+--   o = {detach =, args =, cwd =, resume = {run =, remote_jobs =} | nil}
+-- Returns the exit status: 0 Completed, 1 Failed or Canceled, 130 interrupted.
+function M.submit_run(m, o)
+  remote.connect(m.aml, o.detach)
+  state_mod.lock()
+  local run_id = core.run_id(state_mod.RUNS)
+  local journal = cache.journal(state_mod.RUNS .. "/" .. run_id .. "/journal.jsonl")
+  local started = core.time()
+  journal:append(util.record_json { event = "run_start", run = run_id, time = started, cwd = o.cwd, args = o.args,
+                                    script = m.script, env = m.env, steps = 1, flow_version = require("flow").VERSION,
+                                    resumes = o.resume and o.resume.run, pipeline_job = true })
+  core.symlink(run_id, ".flow/runs/latest")
+  local prior = o.resume and o.resume.remote_jobs and o.resume.remote_jobs.pipeline
+  local spec = { display_name = m.project, label = "pipeline" }
+  if prior then
+    spec.name, spec.attach_only = prior.job, true
+  else
+    spec.name = require("flow.azureml").job_name(run_id, "pipeline-" .. m.project, "", 1)
+    spec.body = prepare_submission(m, spec.name)
+  end
+  journal:append(util.record_json { event = "step_start", step = "pipeline", time = core.time() })
+  journal:append(util.record_json { event = "remote_job", step = "pipeline", attempt = 1, backend = "azureml",
+                                    job = spec.name, time = core.time() })
+  journal:sync()
+  core.ui_info(string.format("pipeline: %d step%s as Azure ML pipeline job %s", #m.jobs, #m.jobs == 1 and "" or "s",
+                             spec.name))
+  local r, err = m.aml:run_job(spec)
+  if not r then graph_error("Azure ML: " .. err) end
+  local code = r.ok and 0 or (core.interrupted() > 0 or r.detached) and 130 or 1
+  local status = r.ok and "ok" or code == 130 and "interrupted" or "failed"
+  if not r.detached then
+    journal:append(util.record_json { event = "step_end", step = "pipeline", status = status, time = core.time(),
+                                      elapsed = core.time() - started,
+                                      remote = { backend = "azureml", job = r.name, studio = r.studio,
+                                                 status = r.status } })
+  end
+  journal:append(util.record_json { event = "run_end", code = code, time = core.time() })
+  journal:close()
+  if r.ok then
+    core.ui_info(string.format("pipeline job %s Completed%s", r.name, r.studio and (" — " .. r.studio) or ""))
+  elseif r.detached then
+    core.ui_info(string.format("pipeline job %s left running (--detach): `flow run --resume` waits for it, "
+      .. "`flow cancel` cancels it", r.name))
+  else
+    local why = r.error or (r.studio and "see " .. r.studio)
+    core.ui_error(string.format("pipeline job %s %s%s", r.name, r.status ~= "" and r.status or "did not finish",
+                                why and (": " .. why) or ""))
+  end
+  return code
 end
 
 return M

@@ -31,6 +31,7 @@ import uuid
 from aml_http import Reply, arm_error, iso, new_id
 from aml_jobs import TERMINAL, Job, control_value, parse_duration
 from aml_schema import Problem, check_pending_upload
+import aml_pipeline
 
 PROVIDER = "Microsoft.MachineLearningServices"
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9\-_]{0,254}$")
@@ -42,7 +43,7 @@ OPS_RE = re.compile(r"^/subscriptions/([^/]+)/providers/Microsoft\.MachineLearni
                     r"/mfeOperationResults/([^/]+)$", re.I)
 BINDING_RE = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
 # resource types of a real workspace the double does not model
-UNMODELLED = {"components", "data", "models", "onlineEndpoints", "batchEndpoints", "schedules",
+UNMODELLED = {"data", "models", "onlineEndpoints", "batchEndpoints", "schedules",
               "connections", "featuresets", "featurestoreEntities", "marketplaceSubscriptions", "serverlessEndpoints",
               "outboundRules", "privateEndpointConnections", "privateLinkResources", "listKeys", "listSecrets"}
 # fields of a job that a re-PUT may change (x-ms-mutability includes "update")
@@ -71,6 +72,8 @@ ROUTES = [
     Route(r"/environments/(?P<name>[^/]+)/versions", {"GET": "list_env_versions"}, "environments"),
     Route(r"/environments/(?P<name>[^/]+)/versions/(?P<version>[^/]+)", {"GET": "get_env_version"},
           "environments"),
+    Route(r"/components/(?P<name>[^/]+)/versions/(?P<version>[^/]+)",
+          {"GET": "get_component_version", "PUT": "put_component_version"}, "components"),
     Route(r"/datastores", {"GET": "list_datastores"}, "datastores"),
     Route(r"/datastores/(?P<name>[^/]+)", {"GET": "get_datastore", "PUT": "datastore_unmodelled",
                                            "DELETE": "datastore_unmodelled"}, "datastores"),
@@ -127,6 +130,7 @@ class ArmApi:
                     job.run.kill()
             self.jobs = {}            # name -> Job
             self.codes = {}           # (name, version) -> CodeVersion
+            self.components = {}      # (name, version) -> CodeVersion (props: ComponentVersionProperties)
             self.ops = {}             # operation id -> (kind, job name)
             self.uploads = {}         # pendingUploadId -> blobUri
             self.reads = 12000
@@ -254,7 +258,7 @@ class ArmApi:
         rtype = rest.strip("/").split("/")[0]
         if rtype in UNMODELLED:
             r = arm_error(404, "NotImplementedInDouble", "The AML double does not model workspace '%s' resources "
-                          "(it serves jobs, codes, environments, computes)." % rtype)
+                          "(it serves jobs, codes, components, environments, computes, datastores)." % rtype)
         else:
             r = arm_error(404, "InvalidResourceType", "The resource type '%s' could not be found in the namespace "
                           "'%s' for api version '%s'." % (rtype or rest, PROVIDER, want))
@@ -640,6 +644,44 @@ class ArmApi:
             self.codes[(name, version)] = cv
             return Reply(201, self._code_resource(cv))
 
+    # -- component versions (aml_pipeline) ----------------------------------------------
+
+    def _component_resource(self, cv):
+        return {"id": "%s/components/%s/versions/%s" % (self.ws_id(), cv.name, cv.version), "name": cv.version,
+                "type": PROVIDER + "/workspaces/components/versions",
+                "systemData": self.system_data(cv.created, cv.modified, "double"),
+                "properties": dict({"isAnonymous": False, "isArchived": False, "description": None, "tags": {},
+                                    "properties": {}, "provisioningState": "Succeeded"}, **cv.props)}
+
+    def get_component_version(self, req, name, version):
+        with self.lock:
+            cv = self.components.get((name, version))
+            if cv is None:
+                return not_found("Component version", "%s:%s" % (name, version))
+            return Reply(200, self._component_resource(cv))
+
+    def put_component_version(self, req, name, version):
+        props, bad = self._envelope(req.json())
+        if bad:
+            return bad
+        now = time.time()
+        with self.lock:
+            problems = aml_pipeline.check_component(self, name, version, props)
+            if problems:
+                return self._schema_error(problems)
+            cv = self.components.get((name, version))
+            if cv is not None:
+                mutable = ("tags", "isArchived", "description")
+                if _comparable(cv.props, mutable) != _comparable(props, mutable):
+                    return arm_error(409, "UserError", "Component %s version %s already exists with different "
+                                     "content; asset versions are immutable. Register a new version." % (
+                                         name, version), inner="Conflict")
+                cv.modified = now
+                return Reply(200, self._component_resource(cv))
+            cv = CodeVersion(name, version, copy.deepcopy(props), now)
+            self.components[(name, version)] = cv
+            return Reply(201, self._component_resource(cv))
+
     def start_pending_upload(self, req, name, version):
         body = req.json()
         problems = check_pending_upload(body)
@@ -796,6 +838,8 @@ class ArmApi:
                 elif bm.group(2) not in (inputs if bm.group(1) == "inputs" else outputs):
                     problems.append(Problem("properties.command", "${{%s}} names no entry of properties.%s" % (
                         b, bm.group(1))))
+        elif jt == "Pipeline":
+            problems += aml_pipeline.check_pipeline(self, props)
         else:
             problems += self._check_compute(props)
         for io in ("inputs", "outputs"):
@@ -944,6 +988,28 @@ class ArmApi:
             self.jobs[name] = job
             return Reply(201, self.job_resource(job))
 
+    def create_child_job(self, name, props):
+        """A job the double makes itself (a pipeline's child): checked as a PUT is,
+        then created.  Returns why it was refused, or None."""
+        with self.lock:
+            runtime = []
+            problems, code = self._check_job_semantics(name, props, runtime)
+            if problems:
+                return "; ".join(str(p) for p in problems)
+            code_uri = code.props.get("codeUri") if code else None
+        if self.blob.configured:
+            for k, inp in (props.get("inputs") or {}).items():
+                why = self.missing_input(k, inp)
+                if why:
+                    runtime.append(why)
+        with self.lock:
+            job = Job(name, copy.deepcopy(props), time.time(), self.cfg, runtime, None)
+            job.created_by = "pipeline"
+            job.snapshot_id = new_id()
+            job.code_uri = code_uri
+            self.jobs[name] = job
+        return None
+
     def cancel_job(self, req, name):
         with self.lock:
             job = self.jobs.get(name)
@@ -1058,7 +1124,8 @@ _OPNAME = {"list_datastores": "list", "get_datastore": "get", "datastore_unmodel
            "get_code_container": "get_container", "list_code_versions": "list", "get_code_version": "get",
            "put_code_version": "put", "start_pending_upload": "start_pending_upload",
            "get_env_container": "get_container", "list_env_versions": "list", "get_env_version": "get",
-           "list_computes": "list", "get_compute": "get", "get_workspace": "get"}
+           "list_computes": "list", "get_compute": "get", "get_workspace": "get",
+           "get_component_version": "get", "put_component_version": "put"}
 
 
 def _comparable(props, mutable):

@@ -381,6 +381,96 @@ class JobRun:
                     p.wait()
 
 
+class PipelineRun:
+    """A pipeline job's run (aml_pipeline): its children, each a Command job the
+    double makes and runs once the jobs it reads from have Completed.  Ends
+    when all Completed, or when one ends otherwise (the others are canceled:
+    continue_on_step_failure is false), with the same interface as JobRun."""
+
+    def __init__(self, arm, job, jobs_dir):
+        self.arm = arm
+        self.job = job
+        self.name = job.name
+        self.home = os.path.join(jobs_dir, job.name)
+        os.makedirs(self.home, exist_ok=True)
+        self.log_path = os.path.join(self.home, "std_log.txt")
+        open(self.log_path, "w").close()
+        self.wd = None
+        self.error = None
+        self.done_at = None
+        self.procs = []
+        self.children = {}                # key -> child job name
+        self.killed = threading.Event()
+        self.thread = threading.Thread(target=self._main, name="pipeline-" + job.name, daemon=True)
+
+    def start(self):
+        self.thread.start()
+
+    def log(self, line):
+        with open(self.log_path, "ab") as f:
+            f.write((line.rstrip("\n") + "\n").encode("utf-8", "replace"))
+
+    log_text = JobRun.log_text
+
+    def _main(self):
+        import aml_pipeline
+        deps = aml_pipeline.deps_of(self.job.props)
+        err = None
+        try:
+            while not self.killed.is_set():
+                for key in deps:
+                    if key not in self.children and all(self._status(d) == "Completed" for d in deps[key]):
+                        name = aml_pipeline.child_name(self.name, key)
+                        with self.arm.lock:
+                            props = aml_pipeline.child_props(self.arm, self.name, key)
+                        why = self.arm.create_child_job(name, props)
+                        if why:
+                            raise RunError("child job %s (%s) was refused: %s" % (name, key, why))
+                        self.children[key] = name
+                        self.log("[flow-aml-double] child job %s (%s) submitted" % (name, key))
+                ended = {k: self._status(k) for k in self.children}
+                bad = [k for k, st in ended.items() if st in ("Failed", "Canceled")]
+                if bad:
+                    with self.arm.lock:
+                        child = self.arm.jobs.get(self.children[bad[0]])
+                        msg = (child.error or {}).get("message") if child else None
+                    raise RunError("child job %s (%s) %s%s" % (self.children[bad[0]], bad[0], ended[bad[0]],
+                                                               ": " + msg if msg else ""))
+                if len(ended) == len(deps) and all(st == "Completed" for st in ended.values()):
+                    break
+                time.sleep(0.05)
+        except RunError as e:
+            err = str(e)
+        except Exception as e:          # a bug in the double: fail the job, say so
+            import traceback
+            traceback.print_exc()
+            err = "the AML double failed to run the pipeline: %r" % e
+        finally:
+            self._cancel_children()
+            self.log("[flow-aml-double] pipeline %s" % (err or ("killed" if self.killed.is_set() else "completed")))
+            self.error = err
+            self.done_at = time.time()
+
+    def _status(self, key):
+        name = self.children.get(key)
+        with self.arm.lock:
+            child = self.arm.jobs.get(name) if name else None
+            if child is None:
+                return None
+            child.advance(time.time())
+            return child.status
+
+    def _cancel_children(self):
+        with self.arm.lock:
+            for name in self.children.values():
+                child = self.arm.jobs.get(name)
+                if child is not None:
+                    child.cancel(time.time())
+
+    def kill(self):
+        self.killed.set()
+
+
 def _signal_group(p, sig):
     try:
         os.killpg(p.pid, sig)
@@ -427,7 +517,8 @@ class Runner:
                 if job.run is None:
                     job.advance(now)
                     if job.status == "Running":
-                        job.run = JobRun(self.arm, job, self.jobs_dir)
+                        kind = PipelineRun if job.props["jobType"] == "Pipeline" else JobRun
+                        job.run = kind(self.arm, job, self.jobs_dir)
                         job.run.start()
                 elif job.run.done_at is None:
                     job.advance(now)

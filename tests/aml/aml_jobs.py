@@ -73,7 +73,7 @@ class Job:
         lim = props.get("limits") or {}
         self.timeout = parse_duration(lim.get("timeout")) if lim.get("timeout") else None
         # a run of the command (aml_exec.JobRun), for jobs PUT while execute_jobs is on
-        self.execute = bool(cfg["execute_jobs"]) and props.get("jobType") == "Command"
+        self.execute = bool(cfg["execute_jobs"]) and props.get("jobType") in ("Command", "Pipeline")
         self.run = None
 
     # -- the clock ---------------------------------------------------------

@@ -1064,6 +1064,96 @@ def executed_job_cancel_and_timeout(d, tok):
     check("timeout" in d.job("exec-timeout")["error"]["message"], "a timeout error")
 
 
+def _component(d, code_id, name="flow_p_prep", version="v1", **over):
+    spec = {"name": name, "version": version, "type": "command", "display_name": "prep",
+            "command": "cat ${{inputs.raw}} > ${{outputs.out}}/x", "code": "azureml:" + code_id,
+            "environment": "azureml:AzureML-acpt-pytorch-2.2-cuda12.1@latest",
+            "inputs": {"raw": {"type": "uri_file"}}, "outputs": {"out": {"type": "uri_folder"}}}
+    for k, v in over.items():
+        if v is None:
+            spec.pop(k, None)
+        else:
+            spec[k] = v
+    return {"properties": {"componentSpec": spec, "isAnonymous": False}}
+
+
+@test
+def component_versions(d, tok):
+    r = d.arm("PUT", "/codes/pcode/versions/1", {"properties": {"codeUri": "https://example.invalid/c/pcode"}},
+              token=tok)
+    status_is(r, 201, "register code")
+    code_id = r.json["id"]
+    r = d.arm("PUT", "/components/flow_p_prep/versions/v1", _component(d, code_id), token=tok)
+    status_is(r, 201, "a new component version")
+    check(r.json["id"].endswith("/components/flow_p_prep/versions/v1"), "its id", r.json["id"])
+    status_is(d.arm("PUT", "/components/flow_p_prep/versions/v1", _component(d, code_id), token=tok), 200,
+              "the same content again")
+    arm_error_is(d.arm("PUT", "/components/flow_p_prep/versions/v1", _component(d, code_id, command="true"),
+                       token=tok), 409, "UserError", "immutable", what="other content, same version")
+    status_is(d.arm("GET", "/components/flow_p_prep/versions/v1", token=tok), 200, "GET it")
+    for what, body, needle in (
+            ("name not the URL's", _component(d, code_id, name="other"), "componentSpec.name"),
+            ("version not the URL's", _component(d, code_id, version="v2"), "componentSpec.version"),
+            ("a sweep", _component(d, code_id, type="sweep"), "componentSpec.type"),
+            ("undeclared binding", _component(d, code_id, command="x ${{inputs.nope}}"), "${{inputs.nope}}"),
+            ("unknown code", _component(d, code_id.replace("pcode", "nocode")), "does not exist"),
+            ("camelCase field", _component(d, code_id, environmentVariables={"A": "1"}), "environmentVariables"),
+            ("no environment", _component(d, code_id, environment=None), "componentSpec.environment")):
+        r = d.arm("PUT", "/components/flow_p_prep/versions/v1", body, token=tok)
+        arm_error_is(r, 400, "UserError", what=what)
+        check(needle in r.raw, "%s: the error names %s" % (what, needle), r.raw[:600])
+    r = d.arm("PUT", "/components/Bad-Name/versions/v1", _component(d, code_id, name="Bad-Name"), token=tok)
+    arm_error_is(r, 400, "UserError", what="an upper-case component name")
+
+
+def _pipeline(d, comp_id, **node_over):
+    ws = d.s["workspace_id"]
+    first = {"type": "command", "name": "first", "componentId": comp_id,
+             "inputs": {"raw": {"job_input_type": "uri_file", "mode": "ReadOnlyMount",
+                                "uri": "azureml://datastores/workspaceblobstore/paths/raw/a.csv"}},
+             "outputs": {"out": {"job_output_type": "uri_folder", "mode": "ReadWriteMount"}},
+             "resources": {"instance_count": 1}}
+    second = {"type": "command", "name": "second", "componentId": comp_id,
+              "inputs": {"raw": {"job_input_type": "literal", "value": "${{parent.jobs.first.outputs.out}}"}},
+              "distribution": {"distribution_type": "PyTorch", "process_count_per_instance": 2}}
+    second.update(node_over)
+    return {"properties": {"jobType": "Pipeline", "displayName": "p", "computeId": ws + "/computes/cpu-cluster",
+                           "settings": {"continue_on_step_failure": False},
+                           "jobs": {"first": first, "second": second}}}
+
+
+@test
+def pipeline_jobs(d, tok):
+    r = d.arm("PUT", "/codes/pcode2/versions/1", {"properties": {"codeUri": "https://example.invalid/c/p2"}},
+              token=tok)
+    code_id = r.json["id"]
+    r = d.arm("PUT", "/components/flow_p_prep/versions/v9", _component(d, code_id, version="v9"), token=tok)
+    status_is(r, 201, "the component")
+    comp = r.json["id"]
+    status_is(d.arm("PUT", "/jobs/pipe-ok", _pipeline(d, comp), token=tok), 201, "a pipeline job")
+    wait_status(d, tok, "pipe-ok", "Completed", timeout=20)
+    ws = d.s["workspace_id"]
+    for what, body, needle in (
+            ("an unknown component", _pipeline(d, comp, componentId=comp.replace("v9", "v8")), "does not exist"),
+            ("a binding to a missing job", _pipeline(d, comp, inputs={"raw": {
+                "job_input_type": "literal", "value": "${{parent.jobs.zeroth.outputs.out}}"}}), "zeroth"),
+            ("a binding to a missing output", _pipeline(d, comp, inputs={"raw": {
+                "job_input_type": "literal", "value": "${{parent.jobs.first.outputs.nope}}"}}), "nope"),
+            ("a cycle", _pipeline(d, comp, inputs={"raw": {
+                "job_input_type": "literal", "value": "${{parent.jobs.second.outputs.out}}"}}), "cycle"),
+            ("a component input not given", _pipeline(d, comp, inputs={}), "is not given"),
+            ("camelCase in a child", _pipeline(d, comp, resources={"instanceCount": 2}), "instanceCount"),
+            ("a name not its key", _pipeline(d, comp, name="third"), "jobs.second.name"),
+            ("an unknown compute", _pipeline(d, comp, computeId=ws + "/computes/nope"), "nope"),
+            ("a bad distribution", _pipeline(d, comp, distribution={"distribution_type": "Horovod"}), "Horovod")):
+        r = d.arm("PUT", "/jobs/pipe-bad", body, token=tok)
+        arm_error_is(r, 400, "UserError", what=what)
+        check(needle in r.raw, "%s: the error names %s" % (what, needle), r.raw[:800])
+    b = _pipeline(d, comp)
+    b["properties"]["settings"]["continueRunOnStepFailure"] = True
+    arm_error_is(d.arm("PUT", "/jobs/pipe-bad", b, token=tok), 400, "UserError", what="a camelCase setting")
+
+
 @test
 def control_api(d, tok):
     check(d.ctl("GET", "health") == "ok\n", "health")

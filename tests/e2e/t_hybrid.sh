@@ -353,3 +353,106 @@ Y
     contains "$ERR" "catalog entry 'raw' (conf/base/catalog.yml:1) is on a datastore"
     equals "$(count_of jobs.put)" 0 "PUTs"
 }
+
+# flow run --submit-pipeline: the selected steps as one Azure ML pipeline job
+# (a component per step, data bound job to job), which the double runs child
+# by child; the local raw data goes up first.
+submit_project() {
+    new_project
+    mkdir -p data
+    printf 'abc\n' >data/raw.txt
+    write conf/base/catalog.yml <<'Y'
+raw: {type: file, path: data/raw.txt}
+Y
+    write conf/base/parameters.yml <<'Y'
+times: 3
+Y
+    write pipeline.lua <<'L'
+local ranks = distributed_job{ framework = "pytorch", num_nodes = 2 }(
+  flow.command{ "sh", "-c", 'cp "$0/up" "$1/rank_$RANK" && echo "rank $RANK of $WORLD_SIZE"', "${inputs.up}",
+                "${outputs.ranks}" })
+return pipeline{
+  node{ command = "tr a-z A-Z < ${inputs.raw} > ${outputs.up}/up", inputs = { raw = "raw" },
+        outputs = { up = "upper" }, name = "shout" },
+  node{ command = "for i in $(seq ${params.times}); do cat ${inputs.up}/up; done | tee ${outputs.rep}/rep",
+        inputs = { up = "upper" }, outputs = { rep = "repeated" }, name = "repeat" },
+  node{ func = ranks, inputs = { up = "upper" }, outputs = { ranks = "ranks" }, name = "fan.out" },
+}
+L
+}
+
+test_submit_pipeline_runs_the_dag_as_one_pipeline_job() {
+    start_aml
+    submit_project
+    run_flow 0 run --env prod --submit-pipeline
+    no_crash
+    job=$(printf '%s\n' "$ERR" | sed -n 's/.*as Azure ML pipeline job \(flow-pipeline-proj-[0-9a-f]*\).*/\1/p' | head -1)
+    [ -n "$job" ] || { echo "no pipeline job named in:"; printf '%s\n' "$ERR"; return 1; }
+    contains "$ERR" "pipeline: 3 steps as Azure ML pipeline job $job"
+    contains "$ERR" "pipeline job $job Completed"
+    equals "$(count_of components.put)" 3 "component versions registered"
+    equals "$(count_of jobs.put)" 1 "jobs PUT by flow"
+    body=$(requests_of jobs.put)
+    contains "$body" '"jobType": "Pipeline"'
+    contains "$body" '"value": "${{parent.jobs.shout.outputs.up}}"'
+    contains "$body" '"distribution_type": "PyTorch"'
+    contains "$body" "/runs/$job/shout/up/"
+    # the double ran each child, in the order the data asks, with the data
+    equals "$(aml_ctl GET "jobs/$job" | "$AML_DOUBLE_PY" -c 'import json,sys; print(json.load(sys.stdin)["status"])')" \
+        Completed "the pipeline job"
+    log=$(aml_ctl GET "jobs/$job-repeat/std_log.txt")
+    contains "$log" "ABC
+ABC
+ABC" "repeat's log: the raw data, uppercased by shout, three times (params: times)"
+    log=$(aml_ctl GET "jobs/$job-fan_out/std_log.txt")
+    contains "$log" "rank 1 of 2" "fan.out's log: 2 processes"
+    shout=$(aml_ctl GET "jobs/$job-shout" | "$AML_DOUBLE_PY" -c 'import json,sys; print(json.load(sys.stdin)["history"][-1]["t"])')
+    repeat=$(aml_ctl GET "jobs/$job-repeat" | "$AML_DOUBLE_PY" -c 'import json,sys; print(json.load(sys.stdin)["history"][0]["t"])')
+    "$AML_DOUBLE_PY" -c "import sys; sys.exit(0 if $repeat >= $shout else 1)" ||
+        { echo "repeat was submitted before shout completed"; return 1; }
+    no_secrets
+    # flow status knows the run as its pipeline job
+    run_flow 0 status
+    contains "$OUT" "succeeded"
+    contains "$OUT" "pipeline"
+    contains "$OUT" "$job Completed"
+    # the same steps again: the same component versions (immutable), a new pipeline job
+    run_flow 0 run --env prod --submit-pipeline
+    equals "$(requests_of components.put | grep -c '"status": 201' || true)" 3 "component versions created"
+    equals "$(count_of jobs.put)" 2 "jobs PUT by flow"
+}
+
+test_submit_pipeline_failure_detach_cancel_and_resume() {
+    start_aml
+    submit_project
+    # a failing step fails the pipeline job: exit status 1, the child's error
+    sed -i 's/tr a-z A-Z < ${inputs.raw} > ${outputs.up}\/up/echo broken >\&2; exit 3/' pipeline.lua
+    run_flow 1 run --env prod --submit-pipeline
+    job=$(printf '%s\n' "$ERR" | sed -n 's/.*as Azure ML pipeline job \(flow-pipeline-proj-[0-9a-f]*\).*/\1/p' | head -1)
+    contains "$ERR" "pipeline job $job Failed"
+    contains "$(aml_ctl GET "jobs/$job-shout")" "status code 3" "the child's error"
+    contains "$(aml_ctl GET "jobs/$job")" "child job $job-shout (shout) Failed" "the pipeline's error"
+    contains "$(aml_ctl GET "jobs/$job-repeat")" "no job $job-repeat" "repeat, which reads what shout makes"
+    # --detach, Ctrl-C: the job is left running; flow cancel cancels it
+    sed -i 's/echo broken >\&2; exit 3/sleep 30/' pipeline.lua
+    run_flow_bg run --env prod --submit-pipeline --detach
+    for i in $(seq 200); do grep -q "is Running" stderr.txt 2>/dev/null && break; sleep 0.1; done
+    kill -INT "$FLOW_PID"
+    wait "$FLOW_PID" && status=0 || status=$?
+    equals "$status" 130 "exit status after Ctrl-C"
+    contains "$(cat stderr.txt)" "left running (--detach)"
+    run_flow 0 cancel
+    contains "$ERR" "is Canceled"
+    # killed while it waits: --resume waits for the same job, no second one
+    sed -i 's/sleep 30/tr a-z A-Z < ${inputs.raw} > ${outputs.up}\/up/' pipeline.lua
+    puts=$(count_of jobs.put)
+    run_flow_bg run --env prod --submit-pipeline
+    for i in $(seq 200); do [ "$(count_of jobs.put)" -gt "$puts" ] && break; sleep 0.05; done
+    kill -9 "$FLOW_PID"
+    wait "$FLOW_PID" 2>/dev/null || true
+    run_flow 0 run --resume
+    contains "$ERR" "Completed"
+    equals "$(count_of jobs.put)" $((puts + 1)) "jobs PUT by flow"
+    run_flow 2 run --env prod --submit-pipeline -j 2
+    contains "$ERR" "--jobs is for runs here"
+}
