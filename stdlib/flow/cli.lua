@@ -1239,6 +1239,23 @@ local function cmd_viz(args)
   return 0
 end
 
+-- Whether the project's .amlignore (else .gitignore: the az ml CLI reads
+-- one) has a line for .flow/.
+local function ignores_flow_state()
+  for _, name in ipairs({ ".amlignore", ".gitignore" }) do
+    local f = io.open(name)
+    if f then
+      local text = f:read("a")
+      f:close()
+      for line in text:gmatch("[^\n]+") do
+        if line:match("^%s*/?%.flow/?%s*$") then return true end
+      end
+      return false
+    end
+  end
+  return false
+end
+
 local function cmd_compile(args)
   local opts, pos = parse_args("compile", args)
   if opts.help then print(HELP.compile) return 0 end
@@ -1247,7 +1264,7 @@ local function cmd_compile(args)
   if out and out:sub(1, 1) ~= "/" then out = core.cwd() .. "/" .. out end   -- before the script's directory
   local base_dir = out and out:match("^(.*)/[^/]*$") or core.cwd()
   local path = script_path(pos, "compile")
-  core.ui_setup("quiet")
+  core.ui_setup("normal")
   set_defaults(opts)
   local p = load_pipeline(path, opts.pipeline)
   if not p then usage_error("%s ran its own pipelines; flow compile needs a script that returns one", path) end
@@ -1255,6 +1272,10 @@ local function cmd_compile(args)
   local plan = runner.prepare(p, slicing_options(opts))
   local text = compile.yaml(compile.document(compile.model(plan, runner.defaults), base_dir))
   if out then core.write_atomic(out, text) else io.write(text) end
+  if core.exists(".flow") and not ignores_flow_state() then
+    core.ui_warn("az ml uploads the code directory as .amlignore (else .gitignore) says, and neither leaves out "
+      .. ".flow/ (flow's runs and cached data): add a line '.flow/' to .amlignore")
+  end
   return 0
 end
 
