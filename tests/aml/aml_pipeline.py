@@ -236,20 +236,33 @@ def check_pipeline(arm, props):
                 problems.append(Problem(ow + ".mode", "%r is not an OutputDeliveryMode" % v.get("mode")))
             if v.get("uri"):
                 problems += arm._check_uri(v["uri"], ow + ".uri", [])
+    on_cycle = cycle_node(deps)
+    if on_cycle is not None:
+        problems.append(Problem("properties.jobs", "the child jobs' bindings make a cycle through '%s'" % on_cycle))
+    return problems
+
+
+def cycle_node(deps):
+    """A node on a cycle of deps ({node: {nodes it depends on}}), or None."""
     state = {}
 
     def visit(n):
         if state.get(n) == 1:
-            problems.append(Problem("properties.jobs", "the child jobs' bindings make a cycle through '%s'" % n))
-            return
-        if state.get(n) != 2:
-            state[n] = 1
-            for d in deps[n]:
-                visit(d)
-            state[n] = 2
-    for n in jobs:
-        visit(n)
-    return problems
+            return n
+        if state.get(n) == 2:
+            return None
+        state[n] = 1
+        for d in deps.get(n, ()):
+            found = visit(d)
+            if found is not None:
+                return found
+        state[n] = 2
+        return None
+    for n in deps:
+        found = visit(n)
+        if found is not None:
+            return found
+    return None
 
 
 def deps_of(props):

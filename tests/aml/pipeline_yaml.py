@@ -27,6 +27,8 @@ import sys
 
 import yaml
 
+from aml_pipeline import cycle_node
+
 SCHEMA = "https://azuremlschemas.azureedge.net/latest/pipelineJob.schema.json"
 TOP = {"$schema", "type", "name", "display_name", "experiment_name", "description", "tags", "settings", "jobs",
        "inputs", "outputs", "identity"}
@@ -192,20 +194,9 @@ def problems_of(path):
             m = JOB_BINDING.match(v) if isinstance(v, str) else None
             if m and m.group(1) in jobs:
                 deps[n].add(m.group(1))
-    state = {}
-
-    def visit(n):
-        if state.get(n) == 1:
-            bad("jobs", "a cycle through '%s'", n)
-            return
-        if state.get(n) == 2:
-            return
-        state[n] = 1
-        for d in deps[n]:
-            visit(d)
-        state[n] = 2
-    for n in jobs:
-        visit(n)
+    on_cycle = cycle_node(deps)
+    if on_cycle is not None:
+        bad("jobs", "a cycle through '%s'", on_cycle)
     return out, doc
 
 
