@@ -126,6 +126,12 @@ options:
   --goal min|max     lower or higher is better (default: min)
   --random N         N trials drawn from the grid's values, not all of them
   --seed S           the random draw's seed (default: 0): the same seed, the same trials
+  --early-stop POLICY[,key=value,…]
+                     stop a trial whose metric, logged per epoch with
+                     flow.log_metric, falls behind the trials before it:
+                     bandit (slack_factor=F, default 0.1, or slack_amount=A)
+                     or median; after=N (the first value looked at, default
+                     1), every=N (default 1).  Such a trial is "stopped".
   -e, --env ENV      configuration environment (default: $FLOW_ENV, else local)
   -p, --params K=V,… override parameters for every trial
   --conf DIR         configuration directory (default: conf/ beside the script)
@@ -137,10 +143,11 @@ options:
                      charts), and open it in a browser when there is a display
   --resume [ID]      finish an interrupted sweep (default: the latest; a unique
                      prefix of its id will do): the trials that did not succeed
-                     run, with the values, metric and parameters it started with
+                     (nor were stopped early) run, with the values, metric and
+                     parameters it started with
 
 From Lua: flow.sweep{pipeline =, grid = | space =, sampler =, trials =,
-seed =, metric =, goal =} (docs/pipelines.md, "Sweeps").
+seed =, metric =, goal =, early_stop =} (docs/pipelines.md, "Sweeps").
 
 exit status: 0 a trial has the best metric, 1 none succeeded with it, 2 usage,
 script or graph error, 130 interrupted.]],
@@ -332,6 +339,7 @@ local OPTIONS = {
                           ["from-nodes"] = "value", ["to-nodes"] = "value", tags = "value",
                           ["from-inputs"] = "value", ["to-outputs"] = "value" },
   sweep = with_config { pipeline = "value", grid = "list", metric = "value", goal = "value", random = "value",
+                        ["early-stop"] = "value",
                         seed = "value", jobs = "value", j = "jobs", force = "flag", quiet = "flag", q = "quiet",
                         open = "flag", resume = "optional" },
   config = with_config { explain = "optional" },
@@ -1159,7 +1167,7 @@ end
 -- What flow sweep's flags ask of flow.sweep (less the pipeline).
 local function sweep_options(opts)
   if opts.resume then           -- the sweep's own trials, metric and parameters
-    for _, flag in ipairs({ "grid", "metric", "goal", "random", "seed", "params", "env" }) do
+    for _, flag in ipairs({ "grid", "metric", "goal", "random", "seed", "params", "env", "early-stop" }) do
       if opts[flag] then
         usage_error("--resume keeps the sweep's trials, metric and parameters: --%s cannot change them", flag)
       end
@@ -1176,8 +1184,14 @@ local function sweep_options(opts)
                               or usage_error("--seed needs a whole number, got '%s'", opts.seed))
   local random = opts.random and positive_int(opts.random, "--random", 1000000)
   local grid = parse_grid(opts.grid)
+  local stop
+  if opts["early-stop"] then
+    local why
+    stop, why = require("flow.early_stop").parse(opts["early-stop"])
+    if not stop then usage_error("--early-stop: %s (POLICY[,key=value,...], e.g. bandit,slack_factor=0.1,after=2)", why) end
+  end
   return { grid = not random and grid or nil, space = random and grid or nil, sampler = random and "random" or "grid",
-           trials = random, seed = seed, metric = opts.metric, goal = opts.goal }
+           trials = random, seed = seed, metric = opts.metric, goal = opts.goal, early_stop = stop }
 end
 
 local function cmd_sweep(args)

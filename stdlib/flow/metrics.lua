@@ -122,7 +122,13 @@ function M.log(name, value)
   local list = e.series[name]
   if not list then list = {}; e.series[name] = list end
   list[#list + 1] = value
+  if M.on_log then M.on_log(step, name, list) end
 end
+
+-- Called after each value flow.log_metric adds, with the step's name, the
+-- metric's name and its series so far (flow.sweep's early stopping); what it
+-- raises fails the step.  nil: nothing is called.
+M.on_log = nil
 
 -- The run's metrics from its steps' ({{name =, metrics =}, ...} in run
 -- order): a metric one step reports is named as it is; one that several

@@ -20,6 +20,9 @@ local pipeline = require("flow.pipeline")
 local first_hole = require("flow.pipeline_c").first_hole
 local report = require("flow.sweep_report")
 local cache = require("flow.cache")
+local metrics = require("flow.metrics")
+local early_stop = require("flow.early_stop")
+local failure = require("flow.failure")
 
 local M = {}
 
@@ -139,7 +142,7 @@ end
 
 local fields = { pipeline = true, env = true, grid = true, space = true, sampler = true, trials = true, seed = true,
                  metric = true, goal = true, params = true, jobs = true, force = true, name = true, quiet = true,
-                 resume = true }
+                 resume = true, early_stop = true }
 
 -- The swept keys of grid (lists) or space (distributions or lists), sorted.
 local function check_space(t, what, level)
@@ -199,7 +202,8 @@ local function check_opts(o, level)
   local seed = o.seed or 0
   if math.type(seed) ~= "integer" then util.fail(level + 1, "flow.sweep: seed must be a whole number, got %s", tostring(seed)) end
   if o.params ~= nil and type(o.params) ~= "table" then util.fail(level + 1, "flow.sweep: params must be a table") end
-  return p, { goal = goal, sampler = sampler, keys = keys, trials = n, seed = seed }
+  local stop = o.early_stop ~= nil and early_stop.check(o.early_stop, level + 1) or nil
+  return p, { goal = goal, sampler = sampler, keys = keys, trials = n, seed = seed, early_stop = stop }
 end
 
 -- ---- running them ---------------------------------------------------------
@@ -209,7 +213,9 @@ end
 local function ranked(trials, goal)
   local order = {}
   for i, t in ipairs(trials) do order[i] = t end
-  local function rank(t) return t.status ~= "ok" and 3 or t.metric == nil and 2 or 1 end
+  local function rank(t)
+    return t.status == "ok" and (t.metric == nil and 2 or 1) or t.status == "stopped" and 3 or 4
+  end
   table.sort(order, function(a, b)
     local ra, rb = rank(a), rank(b)
     if ra ~= rb then return ra < rb end
@@ -234,16 +240,40 @@ local function metric_series(r, name)
   end
 end
 
+-- Early stopping while trial t runs: each value its metric gets through
+-- flow.log_metric is shown to the policy (flow.early_stop), with the series
+-- of the trials before it; a trial the policy stops fails its step with a
+-- failure the trial records as "stopped".  Returns the hook for
+-- flow.metrics.on_log.
+local function stopper(o, spec, t, before)
+  local previous = {}
+  for _, b in ipairs(before) do
+    if b.series and (b.status == "ok" or b.status == "stopped") then previous[#previous + 1] = b.series end
+  end
+  local decide = early_stop.decider(spec.early_stop, spec.goal, previous)
+  return function(step, name, series)
+    if name ~= o.metric and step .. "." .. name ~= o.metric then return end
+    local why = decide(series)
+    if not why then return end
+    t.stopped = o.metric .. " " .. why
+    t.series = { table.unpack(series) }
+    error(failure.new { quiet = true, message = string.format("step '%s' stopped early by the sweep: %s",
+                                                                step, t.stopped) }, 0)
+  end
+end
+
 -- One trial: flow.run with its parameters.  A graph error that comes from
 -- the trial's parameters fails that trial, not the sweep.
-local function run_trial(p, o, id, i, n, values)
+local function run_trial(p, o, spec, id, i, n, values, before)
   local params = {}              -- the sweep's params, then the trial's (dotted keys: flow.run sets them)
   for k, v in pairs(o.params or {}) do params[k] = v end
   for k, v in pairs(values) do params[k] = v end
   local t = { trial = i, params = values }
   local started = core.time()
+  metrics.on_log = spec.early_stop and stopper(o, spec, t, before) or nil
   local ok, r = pcall(runner.run, p, { env = o.env, params = params, jobs = o.jobs, force = o.force,
                                        name = string.format("%s trial %d/%d", o.name or ("sweep " .. id), i, n) })
+  metrics.on_log = nil
   t.elapsed = core.time() - started
   if not ok then
     if not util.is_setup_error(r) then error(r, 0) end
@@ -251,6 +281,10 @@ local function run_trial(p, o, id, i, n, values)
     return t
   end
   t.run_id, t.status, t.metrics = r.run_id, r.status, r.metrics
+  if t.stopped and r.code == 1 then
+    t.status, t.error, t.metric = "stopped", "stopped early: " .. t.stopped, t.series[#t.series]
+    return t
+  end
   if r.code ~= 0 then
     t.status = r.code == 130 and "interrupted" or "failed"
     for _, node in ipairs(p.nodes) do           -- the first to fail, in the pipeline's order
@@ -335,6 +369,7 @@ end
 local function spec_json(id, o, spec, values)
   return core.json_encode({ id = id, metric = o.metric, goal = spec.goal, sampler = spec.sampler,
                             seed = spec.seed, keys = spec.keys, trials = values, params = o.params,
+                            early_stop = spec.early_stop,
                             env = o.env or runner.defaults.env, params_spec = runner.defaults.params_spec,
                             conf = runner.defaults.conf }) .. "\n"
 end
@@ -377,7 +412,9 @@ local function resumed(o, level)
   end
   local done = {}
   for _, t in ipairs(require("flow.state").read_journal(dir .. "/trials.jsonl") or {}) do
-    if math.type(t.trial) == "integer" and t.status == "ok" and type(t.params) == "table" then done[t.trial] = t end
+    if math.type(t.trial) == "integer" and (t.status == "ok" or t.status == "stopped") and type(t.params) == "table" then
+      done[t.trial] = t
+    end
   end
   local opts = { pipeline = o.pipeline, metric = saved.metric, goal = saved.goal, params = saved.params,
                  env = saved.env, jobs = o.jobs, force = o.force, quiet = o.quiet }
@@ -385,7 +422,8 @@ local function resumed(o, level)
   runner.defaults.params_spec = type(saved.params_spec) == "string" and saved.params_spec or nil
   runner.defaults.conf = type(saved.conf) == "string" and saved.conf or runner.defaults.conf
   local spec = { goal = saved.goal == "max" and "max" or "min", sampler = saved.sampler == "random" and "random" or "grid",
-                 keys = saved.keys, seed = saved.seed }
+                 keys = saved.keys, seed = saved.seed,
+                 early_stop = saved.early_stop ~= nil and early_stop.check(saved.early_stop, level + 1) or nil }
   return opts, spec, saved.trials, id, done
 end
 
@@ -421,7 +459,9 @@ function M.sweep(o)
       local shown = {}
       for _, k in ipairs(spec.keys) do shown[#shown + 1] = k .. "=" .. fmt_value(v[k]) end
       core.ui_info(string.format("trial %d/%d: %s", i, #values, table.concat(shown, " ")))
-      local t = run_trial(p, o, id, i, #values, v)
+      local t = run_trial(p, o, spec, id, i, #values, v, trials)
+      if t.status == "stopped" then core.ui_info(string.format("trial %d/%d stopped early: %s", i, #values,
+                                                                t.stopped)) end
       trials[#trials + 1] = t
       interrupted = t.status == "interrupted" or core.interrupted() > 0
       if not interrupted then         -- an interrupted trial runs again on resume
@@ -439,9 +479,13 @@ function M.sweep(o)
       seed = spec.sampler == "random" and spec.seed or nil }))
   if not o.quiet then util.print_table(table_cells(order, spec.keys, o.metric, best)) end
   local failed = 0
-  for _, t in ipairs(trials) do if t.status ~= "ok" then failed = failed + 1 end end
-  core.ui_info(string.format("sweep %s: %d of %d trials ok%s; results in %s/ (report.html, results.csv, results.json)%s",
-                             id, #trials - failed, #values,
+  local stopped = 0
+  for _, t in ipairs(trials) do
+    if t.status == "stopped" then stopped = stopped + 1 elseif t.status ~= "ok" then failed = failed + 1 end
+  end
+  core.ui_info(string.format("sweep %s: %d of %d trials ok%s%s; results in %s/ (report.html, results.csv, results.json)%s",
+                             id, #trials - failed - stopped, #values,
+                             stopped > 0 and string.format(", %d stopped early", stopped) or "",
                              best and string.format(", best: trial %d (%s %s)", best.trial, o.metric,
                                                     fmt_value(best.metric)) or ", no trial has the metric", dir,
                              (interrupted or failed > 0) and ("; finish it with: flow sweep --resume " .. id) or ""))

@@ -142,7 +142,8 @@ local function chart_series(out, trials, best, metric)
     local pts = {}
     for k, v in ipairs(t.series) do pts[k] = string.format("%.1f,%.1f", px((k - 1) / (longest - 1)), py(fy(v))) end
     out[#out + 1] = string.format('<polyline class="series%s" data-trial="%d" points="%s"><title>trial %d</title>'
-      .. '</polyline>', t == best and " best" or "", t.trial, table.concat(pts, " "), t.trial)
+      .. '</polyline>', t == best and " best" or t.status == "stopped" and " stopped" or "", t.trial,
+      table.concat(pts, " "), t.trial)
   end
   out[#out + 1] = "</svg>"
 end
@@ -154,13 +155,14 @@ table { border-collapse: collapse; margin: 16px 0; }
 th, td { padding: 4px 10px; border-bottom: 1px solid #ddd; text-align: left; }
 th { cursor: pointer; user-select: none; background: #f4f4f4; }
 th.sorted-asc::after { content: " \25B2"; } th.sorted-desc::after { content: " \25BC"; }
-tr.best td { font-weight: 600; background: #eef7ee; } tr.failed td { color: #a33; }
+tr.best td { font-weight: 600; background: #eef7ee; } tr.failed td { color: #a33; } tr.stopped td { color: #777; }
 .charts { display: flex; flex-wrap: wrap; gap: 16px; }
 svg.chart { border: 1px solid #e4e4e4; background: #fff; }
 .title { font-weight: 600; } .tick, .label { fill: #555; font-size: 11px; }
 .axis { stroke: #999; } .grid { stroke: #eee; }
 .point { fill: #4a78b5; } .point.best { fill: #2e9e44; stroke: #145a22; stroke-width: 2; }
 .series { fill: none; stroke: #4a78b5; stroke-opacity: .6; stroke-width: 1.5; }
+.series.stopped { stroke: #999; stroke-dasharray: 4 3; }
 .series.best { stroke: #2e9e44; stroke-opacity: 1; stroke-width: 2.5; }
 ]]
 
@@ -211,7 +213,8 @@ function M.html(trials, keys, best, info)
   out[#out + 1] = string.format('<th data-key="metric">%s</th><th data-key="status">status</th>'
     .. '<th data-key="time">time (s)</th><th data-key="run">run</th></tr></thead><tbody>', esc(info.metric))
   for _, t in ipairs(trials) do
-    local cls = t == best and ' class="best"' or t.status ~= "ok" and ' class="failed"' or ""
+    local cls = t == best and ' class="best"' or t.status == "stopped" and ' class="stopped"'
+                or t.status ~= "ok" and ' class="failed"' or ""
     out[#out + 1] = string.format('<tr%s data-trial="%d"><td>%d</td>', cls, t.trial, t.trial)
     for _, k in ipairs(keys) do out[#out + 1] = "<td>" .. esc(num(t.params[k])) .. "</td>" end
     out[#out + 1] = string.format('<td>%s</td><td title="%s">%s</td><td>%.2f</td><td>%s</td></tr>',

@@ -244,3 +244,92 @@ L
     contains "$OUT" "*  2      4            4      ok"
     contains "$(cat .flow/sweeps/*/results.json)" '"lr":0.5'
 }
+
+# Early stopping: a trial whose metric, logged per epoch, falls behind the
+# trials before it stops there (Azure ML's bandit and median policies).
+early_project() {
+    write conf/base/parameters.yml <<'Y'
+lr: 0.1
+Y
+    write pipeline.lua <<'L'
+-- the loss after epoch e decays at rate lr; each epoch run is counted in a file
+local function train(lr)
+  local loss = 1.0
+  for e = 1, 10 do
+    loss = loss * (1 - lr)
+    local f = assert(io.open("epochs.log", "a")); f:write(lr, "\n"); f:close()
+    flow.log_metric("val_loss", loss)
+  end
+  return loss
+end
+return pipeline{ node{ func = train, inputs = "params:lr", outputs = "model", name = "train", metrics = true } }
+L
+}
+
+epochs_of() { grep -cx "$1" epochs.log || true; }
+
+test_early_stop_bandit_and_median() {
+    early_project
+    run_flow 0 sweep --grid lr=0.5,0.01,0.3,0.45 --metric val_loss --early-stop bandit,slack_factor=0.5,after=2
+    # trial 1 (0.5) runs all 10 epochs; at epoch 2 its loss is 0.25: 0.01 (0.98) and
+    # 0.3 (0.49) are more than 50 % worse and stop there; 0.45 (0.55^k against
+    # 0.5^k) falls more than 50 % behind at epoch 5 (1.1^5 > 1.5)
+    equals "$(epochs_of 0.5) $(epochs_of 0.01) $(epochs_of 0.3) $(epochs_of 0.45)" "10 2 2 5" "epochs run"
+    contains "$ERR" "trial 2/4 stopped early: val_loss 0.9801 at value 2, worse than the best earlier trial's 0.25 there by more than the bandit slack (factor 0.5)"
+    contains "$ERR" "1 of 4 trials ok, 3 stopped early, best: trial 1"
+    not_contains "$ERR" "flow sweep --resume"
+    contains "$OUT" "   2      0.01  0.9801       stopped"
+    dir=$(ls -d .flow/sweeps/* | tail -1)
+    python3 - "$dir/results.json" <<'P'
+import json, sys
+d = json.load(open(sys.argv[1]))
+st = {t["trial"]: t["status"] for t in d["trials"]}
+assert st == {1: "ok", 2: "stopped", 3: "stopped", 4: "stopped"}, st
+assert [t["trial"] for t in d["trials"]] == [1, 2, 3, 4], d["trials"]
+assert len(d["trials"][3]["metrics"] or {}) == 0, d["trials"][3]
+assert d["trials"][1]["error"].startswith("stopped early: val_loss 0.9801 at value 2"), d["trials"][1]
+P
+    contains "$(cat "$dir/report.html")" '<tr class="stopped" data-trial="2">'
+    contains "$(cat "$dir/report.html")" '<polyline class="series stopped" data-trial="3"'
+    # resuming keeps the stopped trials: nothing runs again
+    : >epochs.log
+    run_flow 0 sweep --resume
+    equals "$(grep -c . epochs.log || true)" 0 "epochs run on resume"
+    run_flow 2 sweep --resume --early-stop median
+    contains "$ERR" "--early-stop cannot change them"
+    # median: by value k a trial's best is worse than the median of the running
+    # averages; trial 1 is up to date (it ran in the first sweep), and the
+    # series its record kept is what the others are measured against
+    : >epochs.log
+    run_flow 0 sweep --grid lr=0.5,0.3,0.01 --metric val_loss --early-stop median -q
+    equals "$(epochs_of 0.5) $(epochs_of 0.3) $(epochs_of 0.01)" "0 1 1" "epochs run"
+    contains "$OUT" "*  1      0.5   0.000976562  ok"
+    # from Lua, with the same policy
+    : >epochs.log
+    write driver.lua <<'L'
+local p = dofile("pipeline.lua")
+local trials = flow.sweep{ pipeline = p, grid = { lr = { 0.5, 0.01 } }, metric = "val_loss",
+                           early_stop = { policy = "bandit", slack_amount = 0.1, after = 3, every = 2 } }
+print(trials[2].status, #trials[2].series)
+L
+    run_flow 0 run driver.lua -q
+    contains "$OUT" "stopped	3"
+}
+
+test_early_stop_errors() {
+    early_project
+    for bad in 'policy = "truncation"' 'policy = "bandit", slack_factor = 0.1, slack_amount = 1' \
+               'policy = "median", slack_factor = 0.1' 'policy = "bandit", after = 0' 'policy = "bandit", every = 1.5' \
+               'policy = "bandit", slack_factor = -1' 'policy = "bandit", delay = 2'; do
+        write driver.lua <<L
+local p = dofile("pipeline.lua")
+flow.sweep{ pipeline = p, grid = { lr = { 0.5 } }, metric = "val_loss", early_stop = { $bad } }
+L
+        run_flow 2 run driver.lua -q
+        contains "$ERR" "driver.lua:2: flow.sweep: early_stop: "
+    done
+    run_flow 2 sweep --grid lr=0.5 --metric val_loss --early-stop bandit,slack_factor
+    contains "$ERR" "--early-stop: 'slack_factor' is not key=value"
+    run_flow 2 sweep --grid lr=0.5 --metric val_loss --early-stop bandit,after=x
+    contains "$ERR" "flow.sweep: early_stop: after must be a whole number from 1"
+}
