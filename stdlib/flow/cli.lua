@@ -73,6 +73,7 @@ options:
   --to-nodes B       these and all upstream      --tags T1,T2     steps with any of the tags
   --from-inputs X    steps reading X, and downstream
   --to-outputs Y     steps producing Y, and upstream
+  --namespace NS     the steps inside namespace NS (NS.step, NS.inner.step)
                      (several selections intersect; inputs from unselected steps come
                      from their last successful run: the catalog's files or the cache)
   --force            run every selected step, up to date or not
@@ -197,8 +198,8 @@ options:
   -p, --params K=V,… override parameters
   --conf DIR         configuration directory (default: conf/ beside the script)
   --pipeline NAME    the pipeline registered as NAME (default: __default__)
-  --nodes, --from-nodes, --to-nodes, --tags, --from-inputs, --to-outputs
-                     compile only these steps, as `flow run` selects them]],
+  --nodes, --from-nodes, --to-nodes, --tags, --from-inputs, --to-outputs,
+  --namespace        compile only these steps, as `flow run` selects them]],
   status = [[
 usage: flow status [RUN_ID] [DIR]
 
@@ -239,7 +240,9 @@ options:
   -p, --params K=V,… override parameters
   --conf DIR         configuration directory (default: conf/ beside the script)
   --pipeline NAME    list the pipeline registered as NAME
-  --format FMT       table (default) or json]],
+  --format FMT       table (default) or json
+  --nodes, --from-nodes, --to-nodes, --tags, --from-inputs, --to-outputs,
+  --namespace        only the steps `flow run` would select with these]],
   catalog = [[
 usage: flow catalog list [SCRIPT] [options]
 
@@ -330,14 +333,16 @@ local OPTIONS = {
                       v = "verbose", quiet = "flag", q = "quiet", progress = "value",
                       nodes = "value", ["from-nodes"] = "value", ["to-nodes"] = "value",
                       tags = "value", ["from-inputs"] = "value", ["to-outputs"] = "value",
-                      distributed = "value", force = "flag", explain = "flag",
+                      namespace = "value", distributed = "value", force = "flag", explain = "flag",
                       resume = "optional", ["load-versions"] = "value", detach = "flag",
                       ["submit-pipeline"] = "flag" },
-  list = with_config { pipeline = "value", format = "value" },
+  list = with_config { pipeline = "value", format = "value", nodes = "value", ["from-nodes"] = "value",
+                       ["to-nodes"] = "value", tags = "value", ["from-inputs"] = "value", ["to-outputs"] = "value",
+                       namespace = "value" },
   viz = with_config { pipeline = "value", format = "value", output = "value", o = "output", run = "optional" },
   compile = with_config { pipeline = "value", output = "value", o = "output", nodes = "value",
                           ["from-nodes"] = "value", ["to-nodes"] = "value", tags = "value",
-                          ["from-inputs"] = "value", ["to-outputs"] = "value" },
+                          ["from-inputs"] = "value", ["to-outputs"] = "value", namespace = "value" },
   sweep = with_config { pipeline = "value", grid = "list", metric = "value", goal = "value", random = "value",
                         ["early-stop"] = "value",
                         seed = "value", jobs = "value", j = "jobs", force = "flag", quiet = "flag", q = "quiet",
@@ -509,7 +514,7 @@ local function where_runs(plan, i)
   return place and require("flow.remote").describe(place) or "local"
 end
 
-local SLICING = { "nodes", "from-nodes", "to-nodes", "tags", "from-inputs", "to-outputs" }
+local SLICING = { "nodes", "from-nodes", "to-nodes", "tags", "from-inputs", "to-outputs", "namespace" }
 
 local function slicing_options(opts)
   local t = {}
@@ -706,18 +711,23 @@ end
 
 local print_table = util.print_table
 
-local function list_rows(p)
-  local plan = runner.prepare(p, {})
+-- The steps in run order (those the selection flags keep, numbered among
+-- themselves).
+local function list_rows(p, opts)
+  local plan = runner.prepare(p, slicing_options(opts or {}))
   local g = plan.graph
   local rows = {}
-  for k, i in ipairs(g:order()) do
-    local n = p.nodes[i]
-    local ins, outs = {}, {}
-    for _, io in ipairs(n.inputs) do ins[#ins + 1] = io.dataset end
-    for _, io in ipairs(n.outputs) do outs[#outs + 1] = io.dataset end
-    rows[k] = { index = k, name = n.name, kind = n.kind, runs = where_runs(plan, i), inputs = ins,
-                outputs = outs, tags = n.tags, distribution = plan.dists[i] and distributed.describe(plan.dists[i]) or nil,
-                dist = plan.dists[i], where = n.where, pool = n.pool }
+  for _, i in ipairs(g:order()) do
+    if not plan.selected or plan.selected[i] then
+      local n = p.nodes[i]
+      local ins, outs = {}, {}
+      for _, io in ipairs(n.inputs) do ins[#ins + 1] = io.dataset end
+      for _, io in ipairs(n.outputs) do outs[#outs + 1] = io.dataset end
+      rows[#rows + 1] = { index = #rows + 1, name = n.name, kind = n.kind, runs = where_runs(plan, i), inputs = ins,
+                          outputs = outs, tags = n.tags,
+                          distribution = plan.dists[i] and distributed.describe(plan.dists[i]) or nil,
+                          dist = plan.dists[i], where = n.where, pool = n.pool }
+    end
   end
   return rows
 end
@@ -737,7 +747,7 @@ local function cmd_list(args)
   if opts.help then print(HELP.list) return 0 end
   local p, fmt = pipeline_to_list(opts, pos, "list")
   if not p then return 0 end
-  local rows = list_rows(p)
+  local rows = list_rows(p, opts)
   if fmt == "json" then
     -- Every key present (null when absent), and lists as arrays even when empty.
     local null, list = core.json_null, core.json_list

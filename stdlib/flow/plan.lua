@@ -189,7 +189,7 @@ end
 
 local run_fields = { jobs = true, keep_going = true, params = true, verbose = true, env = true,
                      nodes = true, from_nodes = true, to_nodes = true, tags = true,
-                     from_inputs = true, to_outputs = true, distributed = true,
+                     from_inputs = true, to_outputs = true, namespace = true, distributed = true,
                      force = true, explain = true, resume = true, load_versions = true, detach = true,
                      name = true }
 
@@ -288,6 +288,24 @@ local function select_steps(nodes, g, opts, level)
     end
     sets[#sets + 1] = t
   end
+  v = as_list(opts.namespace, "namespace", level + 1)
+  if v then                           -- Kedro's --namespace: the steps inside it (nested ones too)
+    local t, found, spaces = {}, {}, {}
+    for i, n in ipairs(nodes) do
+      for _, ns in ipairs(v) do
+        if n.name:sub(1, #ns + 1) == ns .. "." then t[i], found[ns] = true, true end
+      end
+      local prefix = n.name:match("^(.*)%.[^.]*$")
+      while prefix do
+        spaces[prefix] = true
+        prefix = prefix:match("^(.*)%.[^.]*$")
+      end
+    end
+    local missing = {}
+    for _, ns in ipairs(v) do if not found[ns] then missing[#missing + 1] = ns end end
+    if #missing > 0 then unknown_names("--namespace", "no namespace named", missing, util.sorted_keys(spaces)) end
+    sets[#sets + 1] = t
+  end
   if #sets == 0 then return nil end
   local selected, count = {}, 0
   for i = 1, #nodes do
@@ -296,7 +314,10 @@ local function select_steps(nodes, g, opts, level)
     selected[i] = keep
     if keep then count = count + 1 end
   end
-  if count == 0 then graph_error("the selection (--nodes, --from-nodes, --to-nodes, --tags, --from-inputs, --to-outputs) matches no step") end
+  if count == 0 then
+    graph_error("the selection (--nodes, --from-nodes, --to-nodes, --tags, --from-inputs, --to-outputs, --namespace) "
+                .. "matches no step")
+  end
   return selected
 end
 

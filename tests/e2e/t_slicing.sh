@@ -115,3 +115,34 @@ L
     run_flow 0 run driver.lua
     contains "$OUT" "status=ok side=done train=skipped"
 }
+
+# flow list takes the selection flags of flow run, and --namespace selects
+# the steps inside a namespace (nested ones too), in run, list and compile.
+test_list_selection_and_namespace() {
+    write pipeline.lua <<'L'
+local function f(x) return x end
+local inner = pipeline{ node{ func = f, inputs = "x", outputs = "y", name = "fit", tags = "ml" } }
+return pipeline{
+  node{ func = function() return 1 end, outputs = "raw", name = "load", tags = "data" },
+  pipeline{ pipeline{ inner, namespace = "deep", inputs = { x = "raw" } }, namespace = "model", inputs = "raw" },
+  node{ func = f, inputs = "model.deep.y", outputs = "r", name = "report" },
+}
+L
+    run_flow 0 list --tags ml
+    equals "$(printf '%s\n' "$OUT" | tail -n +2 | awk '{print $1, $2}')" "1 model.deep.fit" "steps listed"
+    run_flow 0 list --to-nodes model.deep.fit --format json
+    names=$(printf '%s' "$OUT" | python3 -c 'import json,sys; print([(r["index"], r["name"]) for r in json.load(sys.stdin)])')
+    equals "$names" "[(1, 'load'), (2, 'model.deep.fit')]" "listed"
+    run_flow 0 list --namespace model --format json
+    names=$(printf '%s' "$OUT" | python3 -c 'import json,sys; print([r["name"] for r in json.load(sys.stdin)])')
+    equals "$names" "['model.deep.fit']" "steps in namespace model"
+    run_flow 2 list --namespace modle,model.deep,nothing
+    contains "$ERR" "--namespace: no namespace named 'modle' (did you mean 'model'?) or 'nothing'"
+    run_flow 2 list --namespace model --tags data
+    contains "$ERR" "matches no step"
+    run_flow 0 run -q
+    run_flow 0 run --namespace model --force --progress plain
+    contains "$ERR" "done     model.deep.fit"
+    not_contains "$ERR" "report"
+    not_contains "$ERR" "load"
+}
