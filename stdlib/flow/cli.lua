@@ -39,6 +39,7 @@ commands:
   config [KEY]     print the resolved configuration of an environment, or explain a key
   logs [STEP]      print a step's newest log, from whichever run ran it
   status [RUN_ID]  a run's steps: state, time, and each Azure ML job's status and link
+  runs             past runs: when, command, environment, status, time, steps
   cancel [RUN_ID]  cancel the Azure ML jobs a run left running (flow run --detach)
   azureml whoami   say which Azure credential flow finds, and try it
   clean            remove old runs (.flow/runs) and unused cache entries
@@ -200,6 +201,22 @@ options:
   --pipeline NAME    the pipeline registered as NAME (default: __default__)
   --nodes, --from-nodes, --to-nodes, --tags, --from-inputs, --to-outputs,
   --namespace        compile only these steps, as `flow run` selects them]],
+  runs = [[
+usage: flow runs [DIR] [-n N | --all] [--format table|json]
+       flow runs show [RUN_ID] [DIR]
+
+Lists the project's runs, newest first (default: the last 20): each run's id,
+when it started, its status (ok, failed, interrupted; unfinished: still going,
+or killed), its time, its steps (done, up to date, failed, not run, ...), the
+environment and the command that started it (a sweep's trial: its name).
+`flow runs show` describes one run (default: the latest; a unique prefix of
+its id will do): those lines, its metrics, and each step's state and time.
+DIR is the project (default: the current directory).
+
+options:
+  -n N               the N newest runs
+  --all              every run
+  --format FMT       table (default) or json]],
   status = [[
 usage: flow status [RUN_ID] [DIR]
 
@@ -354,6 +371,7 @@ local OPTIONS = {
   logs = { path = "flag", help = "flag", h = "help" },
   cancel = { help = "flag", h = "help" },
   status = { help = "flag", h = "help" },
+  runs = { n = "value", all = "flag", format = "value", help = "flag", h = "help" },
   azureml = with_config {},
   __step = with_config {},
 }
@@ -529,8 +547,10 @@ local function run_options(opts)
 end
 
 -- flow run --dry-run: the selected steps in order, and whether each would run.
-local function print_plan(p, opts)
-  local rows = runner.dry_run(p, run_options(opts))
+local function print_plan(p, opts, resume)
+  local o = run_options(opts)
+  o.resume = resume
+  local rows = runner.dry_run(p, o)
   local width, runs = 0, 0
   for _, r in ipairs(rows) do width = math.max(width, #r.name) end
   for k, r in ipairs(rows) do
@@ -559,7 +579,7 @@ end
 
 -- Options that only change how a run is shown, which --resume may add.
 local RESUME_OK = { resume = true, quiet = true, verbose = true, progress = true, jobs = true,
-                    explain = true, help = true, detach = true }
+                    explain = true, help = true, detach = true, ["dry-run"] = true }
 
 -- The journal of run `id` ("latest", an id, or a unique prefix of one) in
 -- project `dir`: its events and path.  `what` names the option in errors.
@@ -686,7 +706,9 @@ function run_with(opts, pos, args, resume)
   core.ui_setup(opts.quiet and "quiet" or opts.verbose and "verbose" or "normal", progress)
   set_defaults(opts)
   runner.defaults.args, runner.defaults.cwd = args, core.cwd()
-  if resume then core.ui_info(string.format("resuming run %s", resume.run)) end
+  if resume then
+    core.ui_info(string.format(opts["dry-run"] and "what resuming run %s would do:" or "resuming run %s", resume.run))
+  end
   if opts["submit-pipeline"] then check_submit_flags(opts) end
   local p = load_pipeline(path, opts.pipeline)
   if not p then return runner.last_code or 0 end
@@ -695,7 +717,7 @@ function run_with(opts, pos, args, resume)
     local m = compile.model(runner.prepare(p, slicing_options(opts)), runner.defaults)
     return compile.submit_run(m, { detach = opts.detach, args = args, cwd = runner.defaults.cwd, resume = resume })
   end
-  if opts["dry-run"] then print_plan(p, opts) return 0 end
+  if opts["dry-run"] then print_plan(p, opts, resume) return 0 end
   if opts.distributed and not require("flow.launch").MODES[opts.distributed] then
     usage_error("--distributed must be once or local, got '%s'", opts.distributed)
   end
@@ -1085,10 +1107,8 @@ local function run_story(events)
   return story
 end
 
--- flow status [RUN_ID] [DIR]
-local function cmd_status(args)
-  local events = run_command_events("status", args)
-  if not events then return 0 end
+-- What `flow status` prints of a run's journal.
+local function show_status(events)
   local story = run_story(events)
   local open = M.unfinished_jobs(events)
   if next(open) then                             -- ask Azure ML how those jobs are now
@@ -1114,6 +1134,76 @@ local function cmd_status(args)
     cells[#cells + 1] = { name, st.state, st.elapsed and util.format_duration(st.elapsed) or "", job }
   end
   print_table(cells)
+  return 0
+end
+
+-- flow status [RUN_ID] [DIR]
+local function cmd_status(args)
+  local events = run_command_events("status", args)
+  if not events then return 0 end
+  return show_status(events)
+end
+
+-- flow runs [DIR] / flow runs show [RUN_ID] [DIR]
+local function cmd_runs(args)
+  local opts, pos = parse_args("runs", args)
+  if opts.help then print(HELP.runs) return 0 end
+  local history = require("flow.runs")
+  if pos[1] == "show" then
+    if opts.n or opts.all or opts.format then usage_error("flow runs show takes no -n, --all or --format") end
+    table.remove(pos, 1)
+    if #pos > 2 then usage_error("'flow runs show' takes a run id and a project directory") end
+    enter_project(pos[2])
+    core.ui_setup("normal")
+    local events, journal = run_events(".", pos[1] or "latest", "flow runs show")
+    local id = journal:match("([^/]+)/journal%.jsonl$")
+    if id == "latest" then id = core.readlink(".flow/runs/latest") or id end
+    local r = history.describe(id)
+    if r then
+      print(string.format("run      %s\nstarted  %s\ncommand  %s\nenv      %s\nstatus   %s%s\ntime     %s\nsteps    %s",
+        r.id, history.when(r.started), r.command, r.env or "?", r.status,
+        r.code and string.format(" (exit status %d)", r.code) or "", history.duration(r.elapsed),
+        history.counts_text(r.counts)))
+      if r.resumes then print("resumes  " .. r.resumes) end
+      if r.metrics then print("metrics  " .. require("flow.metrics").describe(r.metrics)) end
+      print()
+    end
+    return show_status(events)
+  end
+  if #pos > 1 then usage_error("'flow runs' takes a project directory (or: flow runs show [RUN_ID] [DIR])") end
+  if opts.n and opts.all then usage_error("-n and --all contradict each other") end
+  local limit = opts.all and math.huge or opts.n and positive_int(opts.n, "-n", 1000000) or 20
+  local fmt = opts.format or "table"
+  if fmt ~= "table" and fmt ~= "json" then usage_error("--format must be table or json, got '%s'", fmt) end
+  enter_project(pos[1])
+  local runs = history.list()
+  local shown = {}
+  for i = 1, math.min(#runs, limit) do shown[i] = runs[i] end
+  if fmt == "json" then
+    local null = core.json_null
+    for _, r in ipairs(shown) do
+      for _, k in ipairs({ "code", "elapsed", "env", "name", "started", "script", "resumes", "metrics" }) do
+        if r[k] == nil then r[k] = null end
+      end
+      r.pipeline_job = r.pipeline_job or false
+    end
+    print(core.json_encode(core.json_list(shown), true))
+    return 0
+  end
+  if #runs == 0 then
+    core.ui_setup("normal")
+    core.ui_info("no runs yet in " .. core.cwd())
+    return 0
+  end
+  local cells = { { "run", "started", "status", "time", "steps", "env", "command" } }
+  for _, r in ipairs(shown) do
+    cells[#cells + 1] = { r.id, history.when(r.started), r.status, history.duration(r.elapsed),
+                          history.counts_text(r.counts), r.env or "", r.command }
+  end
+  print_table(cells)
+  if #runs > #shown then
+    print(string.format("(%d older run%s: flow runs --all)", #runs - #shown, #runs - #shown == 1 and "" or "s"))
+  end
   return 0
 end
 
@@ -1306,7 +1396,7 @@ end
 local COMMANDS = { run = cmd_run, list = cmd_list, sweep = cmd_sweep, viz = cmd_viz, compile = cmd_compile,
                    config = cmd_config, catalog = cmd_catalog,
                    clean = cmd_clean, logs = cmd_logs, cancel = cmd_cancel, azureml = cmd_azureml,
-                   status = cmd_status,
+                   status = cmd_status, runs = cmd_runs,
                    __step = cmd_step }
 
 local function dispatch(args)

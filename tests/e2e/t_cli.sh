@@ -223,3 +223,62 @@ L
     not_contains "$OUT" "is skipped." "flow run --help"
     contains "$OUT" "Steps a selection leaves out are skipped."
 }
+
+# flow runs: the run history, newest first; flow runs show: one run.
+test_runs_lists_history_and_shows_one() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo a > ${outputs.a}", outputs = "a", name = "make" },
+  node{ command = "test -z \"$FAIL\" && cp ${inputs.a} ${outputs.b}", inputs = "a", outputs = "b", name = "copy" },
+  node{ command = "sleep ${params.nap} && echo > ${outputs.c}", inputs = "b", outputs = "c", name = "nap" },
+}
+L
+    write conf/base/parameters.yml <<'Y'
+nap: 0
+Y
+    mkdir -p conf/local
+    run_flow 0 runs
+    contains "$ERR" "no runs yet"
+    run_flow 0 run -q
+    FAIL=1 run_flow 1 run -q --force
+    run_flow 0 run -q --params nap=0.1 --env local
+    # one killed while it runs: unfinished
+    run_flow_bg run -q --params nap=30
+    for i in $(seq 100); do
+        grep -q 'nap=30' .flow/runs/latest/journal.jsonl 2>/dev/null &&
+            grep -q '"step":"nap"' .flow/runs/latest/journal.jsonl && break
+        sleep 0.1
+    done
+    kill -9 "$FLOW_PID"; wait "$FLOW_PID" 2>/dev/null || true
+    run_flow 0 runs
+    rows=$(printf '%s\n' "$OUT" | tail -n +2 | awk -F'  +' '{print $3 " | " $5 " | " $7}')
+    equals "$rows" "unfinished | 2 up to date, 1 running | flow run -q --params nap=30
+ok | 1 done, 2 up to date | flow run -q --params nap=0.1 --env local
+failed | 1 done, 1 failed, 1 not run | flow run -q --force
+ok | 3 done | flow run -q" "status, steps and command of each run"
+    contains "$(printf '%s\n' "$OUT" | head -1)" "run  "
+    run_flow 0 runs -n 1
+    equals "$(printf '%s\n' "$OUT" | grep -c '^20')" 1 "runs listed"
+    contains "$OUT" "(3 older runs: flow runs --all)"
+    run_flow 0 runs --format json
+    printf '%s' "$OUT" | python3 -c '
+import json, sys
+runs = json.load(sys.stdin)
+assert [r["status"] for r in runs] == ["unfinished", "ok", "failed", "ok"], runs
+assert runs[2]["code"] == 1 and runs[2]["counts"] == {"done": 1, "failed": 1, "not run": 1}, runs[2]
+assert runs[0]["code"] is None and runs[3]["env"] == "local" and runs[3]["steps"] == 3, runs
+'
+    failed=$(printf '%s' "$OUT" | python3 -c 'import json,sys; print(json.load(sys.stdin)[2]["id"])')
+    run_flow 0 runs show "${failed%-*}"      # a unique prefix will do
+    contains "$OUT" "run      $failed"
+    contains "$OUT" "command  flow run -q --force"
+    contains "$OUT" "status   failed (exit status 1)"
+    contains "$OUT" "steps    1 done, 1 failed, 1 not run"
+    contains "$OUT" "copy  failed"
+    run_flow 2 runs show nope
+    contains "$ERR" "flow runs show: no run 'nope'"
+    run_flow 2 runs -n 1 --all
+    contains "$ERR" "-n and --all contradict each other"
+    cd .. && run_flow 0 runs "$OLDPWD" -n 1 && cd "$OLDPWD"
+    contains "$OUT" "unfinished"
+}

@@ -28,6 +28,13 @@ test_failure_lists_steps_and_resume_command() {
     id=$(readlink .flow/runs/latest)
     contains "$ERR" "after a fix, finish it with: flow run --resume $id"
     rm -f ran_*
+    # -n previews the resume: what it would run, and nothing runs
+    run_flow 0 run --resume "$id" -n
+    contains "$ERR" "what resuming run $id would do:"
+    contains "$OUT" "eval    runs: "
+    contains "$OUT" "report  runs: it reads what 'eval' makes, which runs first"
+    contains "$OUT" "2 of 6 selected steps would run"
+    equals "$(ran)" "" "steps run by the preview"
     run_flow 0 run --resume "$id"
     equals "$(ran)" "eval report " "steps rerun"
     contains "$ERR" "resuming run $id"

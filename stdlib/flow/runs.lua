@@ -1,0 +1,121 @@
+-- flow.runs: the project's run history (`flow runs`, `flow runs show`), as
+-- Snakemake's --summary and Kedro-viz's experiment tracking show it.  Each
+-- run is described from its record: run.json, written when the run ends
+-- (its status, time and every step's state), and the first line of its
+-- journal (the arguments, script and environment it started with); a run
+-- with no run.json (still going, or killed) from its whole journal.
+local core = require("flow.core")
+local util = require("flow.util")
+local state_mod = require("flow.state")
+local command = require("flow.command")
+
+local M = {}
+
+-- The journal's first line: the run_start event, or nil.
+local function start_event(path)
+  local f = io.open(path)
+  if not f then return nil end
+  local line = f:read("l")
+  f:close()
+  local ok, ev = pcall(core.json_decode, line or "")
+  return ok and type(ev) == "table" and ev.event == "run_start" and ev or nil
+end
+
+-- The states of a run's steps, counted: {done = n, ["up to date"] = n, ...}.
+local function counted(states)
+  local counts = {}
+  for _, st in ipairs(states) do counts[st] = (counts[st] or 0) + 1 end
+  return counts
+end
+
+-- What run.json says, or nil when it is missing or damaged.
+local function from_record(dir)
+  local text = core.read_file(dir .. "/run.json")
+  local ok, r = pcall(core.json_decode, text or "")
+  if not text or not ok or type(r) ~= "table" then return nil end
+  local states = {}
+  for i, s in ipairs(type(r.steps) == "table" and r.steps or {}) do states[i] = s.state end
+  return { status = r.status, code = r.code, started = r.started, elapsed = r.elapsed, env = r.env, name = r.name,
+           counts = counted(states), steps = #states, metrics = r.metrics ~= core.json_null and r.metrics or nil }
+end
+
+-- What the journal says of a run without run.json.
+local function from_journal(path, start)
+  local events = state_mod.read_journal(path) or {}
+  local last, code, ended = {}, nil, nil
+  for _, ev in ipairs(events) do
+    if ev.event == "step_end" and type(ev.step) == "string" then last[ev.step] = ev.status
+    elseif ev.event == "step_start" and type(ev.step) == "string" and not last[ev.step] then
+      last[ev.step] = "running"
+    elseif ev.event == "run_end" then code, ended = ev.code, ev.time end
+  end
+  local states = {}
+  for _, st in pairs(last) do states[#states + 1] = st == "ok" and "done" or st end
+  local status = code == nil and "unfinished" or code == 0 and "ok" or code == 130 and "interrupted" or "failed"
+  return { status = status, code = code, started = start and start.time,
+           elapsed = ended and start and start.time and ended - start.time, env = start and start.env,
+           name = start and start.name, counts = counted(states), steps = start and start.steps or #states }
+end
+
+-- The command line a run was started with, as a user would type it (a
+-- sweep's trial, or a run a driver script named, says its name instead).
+function M.command_of(start)
+  if not start then return "" end
+  if type(start.name) == "string" then return start.name end
+  if type(start.args) ~= "table" then return "" end
+  local words = { "flow", "run" }
+  for _, a in ipairs(start.args) do words[#words + 1] = command.shell_quote(tostring(a)) end
+  return table.concat(words, " ")
+end
+
+-- One run, by id: {id =, started =, elapsed =, status =, code =, env =, name =,
+-- command =, counts =, steps =} (nil for a directory that holds no run).
+function M.describe(id)
+  local dir = state_mod.RUNS .. "/" .. id
+  local journal = dir .. "/journal.jsonl"
+  local start = start_event(journal)
+  local r = from_record(dir) or (core.exists(journal) and from_journal(journal, start))
+  if not r then return nil end
+  r.id = id
+  r.command = M.command_of(start)
+  r.script = start and start.script
+  r.resumes = start and start.resumes
+  r.pipeline_job = start and start.pipeline_job or nil
+  return r
+end
+
+-- The project's runs, newest first.
+function M.list()
+  local ids = {}
+  for _, name in ipairs(core.list_dir(state_mod.RUNS) or {}) do
+    if name ~= "latest" and core.exists(state_mod.RUNS .. "/" .. name) == "directory" then ids[#ids + 1] = name end
+  end
+  table.sort(ids, function(a, b) return a > b end)
+  local runs = {}
+  for _, id in ipairs(ids) do runs[#runs + 1] = M.describe(id) end
+  return runs
+end
+
+-- "3 done, 2 up to date, 1 failed", in a fixed order.
+local ORDER = { "done", "up to date", "failed", "interrupted", "running", "not run", "skipped" }
+function M.counts_text(counts)
+  local parts, seen = {}, {}
+  for _, st in ipairs(ORDER) do
+    if counts[st] then parts[#parts + 1] = string.format("%d %s", counts[st], st); seen[st] = true end
+  end
+  for _, st in ipairs(util.sorted_keys(counts)) do
+    if not seen[st] then parts[#parts + 1] = string.format("%d %s", counts[st], st) end
+  end
+  return table.concat(parts, ", ")
+end
+
+function M.when(t)
+  return type(t) == "number" and os.date("%Y-%m-%d %H:%M:%S", math.floor(t)) or "?"
+end
+
+function M.duration(s)
+  if type(s) ~= "number" then return "-" end
+  return s < 60 and string.format("%.2fs", s) or util.format_duration(math.floor(s))
+end
+
+return M
