@@ -28,6 +28,7 @@ local USAGE = [[
 usage: flow <command> [options]
 
 commands:
+  new NAME         create a project that runs at once: pipeline, conf/, data/, src/
   run [SCRIPT]     run a pipeline (default script: ./pipeline.lua); steps whose
                    inputs, code and parameters did not change are up to date
                    and do not run again
@@ -201,6 +202,15 @@ options:
   --pipeline NAME    the pipeline registered as NAME (default: __default__)
   --nodes, --from-nodes, --to-nodes, --tags, --from-inputs, --to-outputs,
   --namespace        compile only these steps, as `flow run` selects them]],
+  new = [[
+usage: flow new NAME
+
+Creates the project directory NAME (which must not exist, or be empty): a
+pipeline.lua with a Lua step, a command step and metrics; conf/base/
+(parameters.yml, catalog.yml); conf/local/ for what stays on this machine,
+ignored by git; data/ with the catalog's raw data; src/ for the code command
+steps run; .gitignore and .amlignore that leave out .flow/; a README.
+`cd NAME && flow run` runs it.]],
   runs = [[
 usage: flow runs [DIR] [-n N | --all] [--format table|json]
        flow runs show [RUN_ID] [DIR]
@@ -372,6 +382,7 @@ local OPTIONS = {
   cancel = { help = "flag", h = "help" },
   status = { help = "flag", h = "help" },
   runs = { n = "value", all = "flag", format = "value", help = "flag", h = "help" },
+  new = { help = "flag", h = "help" },
   azureml = with_config {},
   __step = with_config {},
 }
@@ -1207,6 +1218,18 @@ local function cmd_runs(args)
   return 0
 end
 
+-- flow new NAME
+local function cmd_new(args)
+  local opts, pos = parse_args("new", args)
+  if opts.help then print(HELP.new) return 0 end
+  if #pos ~= 1 then usage_error("flow new takes one project name (the directory to create)") end
+  core.ui_setup("normal")
+  local files = require("flow.new").create(pos[1])
+  core.ui_info(string.format("created %s/: %s", pos[1]:gsub("/+$", ""), table.concat(files, ", ")))
+  core.ui_info(string.format("next: cd %s && flow run", require("flow.command").shell_quote(pos[1])))
+  return 0
+end
+
 -- flow azureml whoami
 local function cmd_azureml(args)
   local opts, pos = parse_args("azureml", args)
@@ -1396,7 +1419,7 @@ end
 local COMMANDS = { run = cmd_run, list = cmd_list, sweep = cmd_sweep, viz = cmd_viz, compile = cmd_compile,
                    config = cmd_config, catalog = cmd_catalog,
                    clean = cmd_clean, logs = cmd_logs, cancel = cmd_cancel, azureml = cmd_azureml,
-                   status = cmd_status, runs = cmd_runs,
+                   status = cmd_status, runs = cmd_runs, new = cmd_new,
                    __step = cmd_step }
 
 local function dispatch(args)

@@ -282,3 +282,37 @@ assert runs[0]["code"] is None and runs[3]["env"] == "local" and runs[3]["steps"
     cd .. && run_flow 0 runs "$OLDPWD" -n 1 && cd "$OLDPWD"
     contains "$OUT" "unfinished"
 }
+
+# flow new NAME: a project that runs at once.
+test_new_creates_a_project_that_runs() {
+    run_flow 0 new my-proj
+    contains "$ERR" "next: cd my-proj && flow run"
+    for f in pipeline.lua conf/base/parameters.yml conf/base/catalog.yml conf/local/.gitignore data/words.txt \
+             src/README.md .gitignore .amlignore README.md; do
+        test -f "my-proj/$f" || { echo "flow new made no $f"; return 1; }
+    done
+    contains "$(cat my-proj/.gitignore)" ".flow/"
+    contains "$(cat my-proj/README.md)" "# my-proj"
+    cd my-proj
+    run_flow 0 run
+    contains "$ERR" "3 done"
+    contains "$ERR" "metrics: kept_words 5"
+    equals "$(cat data/report.txt)" "a:	2
+dog:	2
+fox:	4
+quick:	2
+the:	4" "the report"
+    run_flow 0 run --params min_count=3
+    equals "$(cut -f1 data/report.txt | tr '\n' ' ')" "fox: the: " "the report with min_count=3"
+    cd ..
+    run_flow 2 new my-proj
+    contains "$ERR" "'my-proj' exists and is not empty"
+    touch afile
+    run_flow 2 new afile
+    contains "$ERR" "'afile' exists and is not a directory"
+    run_flow 2 new
+    contains "$ERR" "flow new takes one project name"
+    mkdir empty
+    run_flow 0 new empty/
+    test -f empty/pipeline.lua
+}
