@@ -43,7 +43,7 @@ UNIT_BIN   := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRC))
 # The e2e tests' fault injection (LD_PRELOAD): failing writes, syncs, renames.
 FAULTSHIM  := $(BUILD)/tests/libfaultshim.so
 
-.PHONY: all deps test-deps demo check test unit e2e bench clean asan
+.PHONY: all deps test-deps demo check test unit e2e bench clean asan install uninstall
 all: flow
 
 # Packages the tests use beyond the build: real PyTorch (DDP), Open MPI,
@@ -53,10 +53,11 @@ all: flow
 # ML SDK itself (python3-azure), the ground truth for the code snapshot's
 # content hash, headless Chromium, in which the pages flow writes (a sweep's
 # report.html) are loaded and checked, Graphviz, which checks flow viz's DOT, and PyYAML, with which
-# tests/aml/pipeline_yaml.py reads flow compile's YAML as the az ml CLI does.  Azurite (npm) is installed
+# tests/aml/pipeline_yaml.py reads flow compile's YAML as the az ml CLI does, man-db, which renders the
+# manual page (`man -l`), and zsh, which checks its completion.  Azurite (npm) is installed
 # by tools/azurite.sh.
 TEST_PKGS := python3-torch openmpi-bin python3-mpi4py strace python3 python3-jsonschema python3-cryptography python3-yaml chromium graphviz \
-             openssl curl python3-azure
+             openssl curl python3-azure man-db zsh
 
 deps:
 	@tools/deps.sh
@@ -128,6 +129,21 @@ bench: deps
 	@tools/azurite.sh >/dev/null || echo "bench: could not install Azurite: the Azure ML rows are not run"
 	@$(MAKE) --no-print-directory flow
 	@bench/run.sh
+
+# make install [PREFIX=/usr/local] [DESTDIR=]: the binary (self-contained: the
+# stdlib is compiled into it), its manual page and bash and zsh completions.
+PREFIX      ?= /usr/local
+INSTALL_BIN ?= $(BUILD)/flow
+INSTALLED   := bin/flow share/man/man1/flow.1 share/bash-completion/completions/flow share/zsh/site-functions/_flow
+
+install: $(INSTALL_BIN)
+	install -D -m 755 $(INSTALL_BIN) $(DESTDIR)$(PREFIX)/bin/flow
+	install -D -m 644 docs/flow.1 $(DESTDIR)$(PREFIX)/share/man/man1/flow.1
+	install -D -m 644 completions/flow.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/flow
+	install -D -m 644 completions/_flow $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_flow
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALLED))
 
 clean:
 	rm -rf build build-asan flow
