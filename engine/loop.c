@@ -201,6 +201,13 @@ int loop_interrupts(struct loop *loop)
     return loop->interrupts;
 }
 
+void loop_reset_interrupts(struct loop *loop)
+{
+    drain_signals(loop);
+    loop->interrupts = 0;
+    loop->first_signal = 0;
+}
+
 int loop_first_signal(struct loop *loop)
 {
     drain_signals(loop);

@@ -34,6 +34,9 @@ void loop_run_once(struct loop *loop, double max_wait_s);
  * nohup) are blocked and delivered through the loop: this returns how many
  * arrived since the loop was made (so a second Ctrl-C can escalate). */
 int loop_interrupts(struct loop *loop);
+/* Forgets the interrupts so far (flow repl: a Ctrl-C ends what it stopped,
+ * not the session). */
+void loop_reset_interrupts(struct loop *loop);
 /* Which signal the first of them was (0: none yet): flow exits 129 after SIGHUP. */
 int loop_first_signal(struct loop *loop);
 /* The signal mask children must be started with (everything unblocked). */

@@ -148,6 +148,7 @@ int luaopen_flow_config(lua_State *L);
 int luaopen_flow_cache(lua_State *L);
 int luaopen_flow_pipeline_c(lua_State *L);
 int luaopen_flow_azureml(lua_State *L);
+int luaopen_flow_repl_c(lua_State *L);
 /* The configuration userdata at idx (flow.config), raising if freed. */
 struct config;
 struct config *flow_check_config(lua_State *L, int idx);

@@ -34,6 +34,7 @@ commands:
                    and do not run again
   sweep [SCRIPT]   run the pipeline once per set of parameters, ranked by a metric
   list [SCRIPT]    show the steps in run order: inputs, outputs, tags, distribution
+  repl [SCRIPT]    a Lua prompt on the pipeline: run{}, load(), save(), step(), reload()
   viz [SCRIPT]     draw the pipeline: Graphviz DOT, Mermaid or a page; coloured by a run
   compile [SCRIPT] write the pipeline as an Azure ML pipeline job (az ml job create -f)
   catalog list     show every dataset a pipeline uses: its type and where it lives
@@ -211,6 +212,31 @@ pipeline.lua with a Lua step, a command step and metrics; conf/base/
 ignored by git; data/ with the catalog's raw data; src/ for the code command
 steps run; .gitignore and .amlignore that leave out .flow/; a README.
 `cd NAME && flow run` runs it.]],
+  repl = [[
+usage: flow repl [SCRIPT] [options]
+
+A Lua 5.4 prompt on flow's own state, for trying things out.  Expressions
+print without `return` (> 1+1 prints 2); a chunk that is not complete goes
+on at the next line (>>); tables print to a depth and a length, pipelines and
+steps summarised.  With a script (default: ./pipeline.lua when there is
+one), the session has `pipeline`, `params` and `catalog`, and
+  run{nodes =, params =, tags =, ...}   run the pipeline (flow.run's options)
+  load("dataset")                       its value, through the catalog or as
+                                        the last run left it
+  save("dataset", value)                save it through the catalog
+  step("name")                          what a step is, and its last run
+  reload()                              read the script and conf/ again
+An error prints its message and traceback; Ctrl-C stops what runs and the
+prompt comes back; Ctrl-D leaves.  Lines are edited with readline, kept in
+$XDG_STATE_HOME/flow/history, and Tab completes names, fields, datasets and
+steps.  Input that is not a terminal runs without a prompt:
+  echo 'print(params.epochs)' | flow repl
+
+options:
+  -e, --env ENV      configuration environment (default: $FLOW_ENV, else local)
+  -p, --params K=V,… override parameters
+  --conf DIR         configuration directory (default: conf/ beside the script)
+  --pipeline NAME    the pipeline registered as NAME (default: __default__)]],
   runs = [[
 usage: flow runs [DIR] [-n N | --all] [--format table|json]
        flow runs show [RUN_ID] [DIR]
@@ -383,6 +409,7 @@ local OPTIONS = {
   status = { help = "flag", h = "help" },
   runs = { n = "value", all = "flag", format = "value", help = "flag", h = "help" },
   new = { help = "flag", h = "help" },
+  repl = with_config { pipeline = "value" },
   azureml = with_config {},
   __step = with_config {},
 }
@@ -1218,6 +1245,36 @@ local function cmd_runs(args)
   return 0
 end
 
+-- flow repl [SCRIPT]
+local function cmd_repl(args)
+  local opts, pos = parse_args("repl", args)
+  if opts.help then print(HELP.repl) return 0 end
+  if #pos > 1 then usage_error("'flow repl' takes one script, got %d arguments", #pos) end
+  core.ui_setup("normal")
+  set_defaults(opts)
+  runner.defaults.args, runner.defaults.cwd = args, core.cwd()
+  local project = { env = opts.env or os.getenv("FLOW_ENV") }
+  local path = (pos[1] or core.exists("pipeline.lua")) and script_path(pos, "repl") or nil
+  if path then
+    local cwd = core.cwd()                   -- the script is read from here each time, named as given
+    local known = {}                         -- modules loaded before the script: kept by reload()
+    for name in pairs(package.loaded) do known[name] = true end
+    project.script = path:match("([^/]*)$")
+    function project.reload()
+      for name in pairs(package.loaded) do
+        if not known[name] then package.loaded[name] = nil end
+      end
+      for k in pairs(pipeline.registry) do pipeline.registry[k] = nil end
+      core.chdir(cwd)
+      local p = load_pipeline(path, opts.pipeline)
+      if not p then usage_error("%s ran its own pipelines; flow repl needs a script that returns one", path) end
+      project.pipeline, project.plan = p, runner.prepare(p, {})
+    end
+    project.reload()
+  end
+  return require("flow.repl").main(project)
+end
+
 -- flow new NAME
 local function cmd_new(args)
   local opts, pos = parse_args("new", args)
@@ -1419,7 +1476,7 @@ end
 local COMMANDS = { run = cmd_run, list = cmd_list, sweep = cmd_sweep, viz = cmd_viz, compile = cmd_compile,
                    config = cmd_config, catalog = cmd_catalog,
                    clean = cmd_clean, logs = cmd_logs, cancel = cmd_cancel, azureml = cmd_azureml,
-                   status = cmd_status, runs = cmd_runs, new = cmd_new,
+                   status = cmd_status, runs = cmd_runs, new = cmd_new, repl = cmd_repl,
                    __step = cmd_step }
 
 local function dispatch(args)

@@ -1,0 +1,115 @@
+# t_repl.sh — flow repl under a pseudo-terminal (tests/e2e/pty_drive.py types
+# as a person would): expressions, multi-line chunks, completion, an error
+# and recovery, Ctrl-C at the prompt, in an expression and during a step,
+# the helpers, history; and piped input without a prompt.
+
+DRIVE="/usr/bin/python3 $FLOW_ROOT/tests/e2e/pty_drive.py"
+
+repl_project() {
+    write conf/base/parameters.yml <<'Y'
+epochs: 3
+nap: 0
+Y
+    write conf/base/catalog.yml <<'Y'
+report: {type: json, path: data/report.json}
+Y
+    write pipeline.lua <<'L'
+local function train(epochs) return { loss = 1 / epochs } end
+return pipeline{
+  node{ func = train, inputs = "params:epochs", outputs = "model", name = "train" },
+  node{ command = "sleep ${params.nap}; echo '{\"ok\": true}' > ${outputs.r}", inputs = { m = "model" },
+        outputs = { r = "report" }, name = "evaluate" },
+}
+L
+}
+
+# drive STEPS... — runs flow repl on a pty with these steps (pty_drive.py's)
+drive() {
+    printf '%s\n' "$@" >steps.txt
+    set +e
+    XDG_STATE_HOME="$PWD/state" $DRIVE steps.txt -- "$FLOW" repl >screen.txt 2>&1
+    STATUS=$?
+    set -e
+    SCREEN=$(cat screen.txt)
+    [ "$STATUS" = 0 ] || { echo "--- the session:"; cat screen.txt; return 1; }
+}
+
+test_expressions_chunks_errors_and_history() {
+    repl_project
+    drive 'expect Ctrl-D leaves.*> $' \
+          'send 1+1\n' 'expect \n2\r?\n> $' \
+          'send function twice(x)\n' 'expect >> $' 'send   return 2 * x\n' 'expect >> $' 'send end\n' 'expect > $' \
+          'send twice(21)\n' 'expect 42' \
+          'send {1, "two", {a = 1, b = {c = {d = {}}}}}\n' 'expect \{ 1, "two", \{ a = 1, b = \{ c = \{…\} \} \} \}' \
+          'send error("boom")\n' 'expect error: stdin:1: boom.*stack traceback.*> $' \
+          'send 2 +\n' 'expect >> $' 'send 3\n' 'expect \n5\r?\n> $' \
+          'send {1,\n' 'expect >> $' 'send \x03' 'expect \n> $' 'send 7\n' 'expect \n7\r?\n> $' \
+          'send pipeline\n' 'expect <pipeline: 2 steps: train, evaluate>' \
+          'send params.epochs\n' 'expect \n3\r?\n> $' \
+          'send \x04' 'exit 0'
+    contains "$(cat state/flow/history)" "1+1"
+    contains "$(cat state/flow/history)" "function twice(x)"
+}
+
+test_completion() {
+    repl_project
+    drive 'expect > $' \
+          'send para\t' 'expect params' 'send .epo\t' 'expect \.epochs' 'send \n' 'expect \n3\r?\n> $' \
+          'send string.up\t' 'expect string\.upper' 'send ("a")\n' 'expect "A"' \
+          'send step("ev\t' 'expect evaluate' 'send ).kind\n' 'expect "command"' \
+          'send load("rep\t' 'expect report' 'send \x03' 'expect > $' \
+          'send \x04' 'exit 0'
+}
+
+test_helpers_run_load_save_step_reload() {
+    repl_project
+    echo 'notes: {type: text, path: data/notes.txt}' >>conf/base/catalog.yml
+    drive 'expect > $' \
+          'send r = run{}\n' 'expect > $' 'send r.status, r.code\n' 'expect "ok"\t0' \
+          'send load("report")\n' 'expect \{ ok = true \}' \
+          'send load("model")\n' 'expect \{ loss = 0\.333' \
+          'send save("notes", "hello")\n' 'expect "data/notes\.txt"' \
+          'send load("nope")\n' "expect no step makes 'nope'" \
+          'send step("train").inputs\n' 'expect \{ "params:epochs" \}' \
+          'send run{params = {epochs = 4}, nodes = "train"}.status\n' 'expect "ok"' \
+          'send load("model").loss\n' 'expect 0\.25' \
+          'send \x04' 'exit 0'
+    equals "$(cat data/notes.txt)" "hello" "what save() wrote"
+    # reload: the script read again
+    drive 'expect > $' 'send #pipeline.nodes\n' 'expect \n2\r?\n> $' \
+          'send s = io.open("pipeline.lua"):read("a"):gsub("evaluate", "assess") io.open("pipeline.lua", "w"):write(s):close()\n' \
+          'expect > $' 'send reload()\n' 'expect <pipeline: 2 steps: train, assess>' \
+          'send \x04' 'exit 0'
+}
+
+test_ctrl_c_stops_an_expression_and_a_step() {
+    repl_project
+    drive 'expect > $' \
+          'send while true do end\n' 'sleep 0.3' 'send \x03' 'expect error: interrupted\r?\n> $' \
+          'send r = run{params = {nap = 30}}\n' 'expect running 1' 'sleep 0.3' 'send \x03' 'expect > $' \
+          'send r.code\n' 'expect 130' \
+          'send run{}.code\n' 'expect \n0\r?\n> $' \
+          'send \x04' 'exit 0'
+}
+
+test_piped_input_has_no_prompt() {
+    repl_project
+    printf 'print(params.epochs)\n1 + 1\nfor i = 1, 2 do\n  print(i)\nend\n' | "$FLOW" repl >out.txt 2>err.txt
+    equals "$(cat out.txt)" "3
+2
+1
+2" "stdout"
+    equals "$(cat err.txt)" "" "stderr"
+    set +e
+    printf 'error("bad")\nprint("after")\n' | "$FLOW" repl >out.txt 2>err.txt
+    status=$?
+    set -e
+    equals "$status" 1 "exit status after an error"
+    equals "$(cat out.txt)" "after" "stdout"
+    contains "$(cat err.txt)" "error: stdin:1: bad"
+    # no script: a plain Lua prompt with flow
+    mkdir empty && cd empty
+    equals "$(echo 'print(type(flow.run), pipeline)' | "$FLOW" repl)" "function	nil" "without a script"
+    run_flow 2 repl nope.lua
+    contains "$ERR" "no such script: nope.lua"
+}
