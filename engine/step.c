@@ -5,6 +5,7 @@
  * appends the lines from that job's completion, on the loop's thread, so the
  * order on disk is always: outputs, then the line naming them. */
 #include "step.h"
+#include "json_text.h"
 #include "commit.h"
 #include "nofollow.h"
 #include "ui.h"
@@ -78,45 +79,6 @@ struct step_runner {
     unsigned long flush_timer;   /* writes what is still held FLUSH_EVERY after it was held; 0: none */
     bool any_started;
 };
-
-static double wall_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-/* ---- JSON, as cJSON prints it (the journal's readers compare bytes) ---- */
-
-static void json_number(struct strbuf *sb, double d)
-{
-    if (isnan(d) || isinf(d)) { sb_adds(sb, "null"); return; }
-    if (d == floor(d) && fabs(d) <= 2147483647.0) { sb_addf(sb, "%d", (int)d); return; }
-    char buf[32];
-    snprintf(buf, sizeof buf, "%1.15g", d);
-    if (strtod(buf, NULL) != d) snprintf(buf, sizeof buf, "%1.17g", d);
-    sb_adds(sb, buf);
-}
-
-static void json_string(struct strbuf *sb, const char *s)
-{
-    sb_addc(sb, '"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        switch (*p) {
-        case '"': sb_adds(sb, "\\\""); break;
-        case '\\': sb_adds(sb, "\\\\"); break;
-        case '\b': sb_adds(sb, "\\b"); break;
-        case '\f': sb_adds(sb, "\\f"); break;
-        case '\n': sb_adds(sb, "\\n"); break;
-        case '\r': sb_adds(sb, "\\r"); break;
-        case '\t': sb_adds(sb, "\\t"); break;
-        default:
-            if (*p < 32) sb_addf(sb, "\\u%04x", *p);
-            else sb_addc(sb, (char)*p);
-        }
-    }
-    sb_addc(sb, '"');
-}
 
 /* text with the configuration's secrets masked (ui.h's redactor); caller frees */
 static char *redacted(const char *text)

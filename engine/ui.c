@@ -3,6 +3,7 @@
  * scanning every step, and redraws at most ten times a second, so 100,000
  * steps cost nothing extra. */
 #include "ui.h"
+#include "json_text.h"
 #include "util.h"
 
 #include <stdarg.h>
@@ -15,7 +16,7 @@
 #define MAX_RUNNING_LINES 8
 
 static enum ui_level level = UI_NORMAL;
-static bool color, live;
+static bool color, live, json;
 
 static struct {
     const struct sched *sched;       /* set by the first observer call */
@@ -37,7 +38,35 @@ void ui_init(enum ui_level lvl, enum ui_progress progress)
     bool tty = isatty(2) && !(term && strcmp(term, "dumb") == 0);
     level = lvl;
     color = tty && !(no_color && no_color[0]);
-    live = lvl != UI_QUIET && (progress == UI_PROGRESS_LIVE || (progress == UI_PROGRESS_AUTO && tty));
+    live = !json && lvl != UI_QUIET && (progress == UI_PROGRESS_LIVE || (progress == UI_PROGRESS_AUTO && tty));
+    if (json) color = false;
+}
+
+void ui_set_json(bool on)
+{
+    json = on;
+    if (on) color = live = false;
+}
+
+/* A JSON log line begun: {"time":…, — the caller adds its fields and ends it. */
+static void json_begin(struct strbuf *sb)
+{
+    sb_adds(sb, "{\"time\":");
+    json_number(sb, wall_seconds());
+}
+
+static void json_field(struct strbuf *sb, const char *key, const char *value)
+{
+    sb_addf(sb, ",\"%s\":", key);
+    json_string(sb, value);
+}
+
+static void json_end(struct strbuf *sb)
+{
+    sb_adds(sb, "}\n");
+    fflush(stdout);
+    fwrite(sb->buf, 1, sb->len, stderr);
+    sb_release(sb);
 }
 
 enum ui_level ui_level(void) { return level; }
@@ -140,6 +169,16 @@ static void vmessage(const char *tag, const char *tagcolor, const char *fmt, va_
     struct strbuf sb = STRBUF_INIT, clean = STRBUF_INIT;
     sb_vaddf(&sb, fmt, ap);
     ui_redact_span(sb.buf ? sb.buf : "", sb.len, true, &clean);
+    if (json) {
+        struct strbuf line = STRBUF_INIT;
+        json_begin(&line);
+        json_field(&line, "level", *tag == 'e' ? "error" : *tag == 'w' ? "warning" : "info");
+        json_field(&line, "message", clean.buf ? clean.buf : "");
+        json_end(&line);
+        sb_release(&clean);
+        sb_release(&sb);
+        return;
+    }
     fflush(stdout);
     clear_region();
     fprintf(stderr, "flow: %s%s%s%s\n", tagcolor, tag, RESET, clean.buf ? clean.buf : "");
@@ -188,8 +227,36 @@ void ui_stdout(const char *text, size_t len)
     sb_release(&clean);
 }
 
+/* -v in JSON: a line per output line, its source the prefix's bracketed text */
+static void json_output(const char *prefix, const char *buf, size_t len)
+{
+    struct strbuf source = STRBUF_INIT;
+    sb_adds(&source, prefix);
+    while (source.len && (source.buf[source.len - 1] == ' ' || source.buf[source.len - 1] == ']'))
+        source.buf[--source.len] = '\0';
+    const char *src = source.buf ? source.buf + (source.buf[0] == '[') : "";
+    for (size_t at = 0; at < len;) {
+        const char *nl = memchr(buf + at, '\n', len - at);
+        size_t end = nl ? (size_t)(nl - buf) : len;
+        char *text = xstrndup(buf + at, end - at);
+        struct strbuf line = STRBUF_INIT;
+        json_begin(&line);
+        json_field(&line, "event", "output");
+        json_field(&line, "source", src);
+        json_field(&line, "line", text);
+        json_end(&line);
+        free(text);
+        at = end + 1;
+    }
+    sb_release(&source);
+}
+
 void ui_step_output(const char *prefix, const char *buf, size_t len)
 {
+    if (json) {
+        json_output(prefix, buf, len);
+        return;
+    }
     fflush(stdout);
     clear_region();
     fputs(prefix, stderr);
@@ -203,10 +270,32 @@ void ui_step_output(const char *prefix, const char *buf, size_t len)
 
 /* ---- step events -------------------------------------------------------- */
 
+/* A step's start ("started") or end (its state) as a JSON log line. */
+static void json_step(const struct sched *s, size_t i, const char *word)
+{
+    struct strbuf line = STRBUF_INIT;
+    bool start = strcmp(word, "started") == 0;
+    json_begin(&line);
+    json_field(&line, "event", start ? "step_start" : "step_end");
+    json_field(&line, "step", sched_dag(s)->steps[i].name);
+    if (!start) {
+        json_field(&line, "state", strcmp(word, "FAILED") == 0 ? "failed" : word);
+        if (strcmp(word, "up to date") != 0) {
+            sb_adds(&line, ",\"elapsed\":");
+            json_number(&line, sched_elapsed(s, i));
+        }
+    }
+    json_end(&line);
+}
+
 static void plain_line(const struct sched *s, size_t i, const char *word, bool failure)
 {
     const char *wcolor = failure ? RED : strcmp(word, "done") == 0 ? GREEN : DIM;
     if (level == UI_QUIET && !failure) return;
+    if (json) {
+        json_step(s, i, word);
+        return;
+    }
     fflush(stdout);
     if (strcmp(word, "started") == 0) {
         fprintf(stderr, "  %s%-7s%s  %s\n", DIM, word, RESET, sched_dag(s)->steps[i].name);
@@ -236,7 +325,8 @@ static void step_up_to_date(const struct sched *s, size_t i)
     run.up_to_date++;
     if (run.queued) run.queued--;
     run.dirty = true;
-    if (!live && level == UI_VERBOSE) {
+    if (json && level != UI_QUIET) json_step(s, i, "up to date");
+    else if (!live && level == UI_VERBOSE) {
         fflush(stdout);
         fprintf(stderr, "  %s%-7s%s  %s\n", DIM, "up to date", RESET, sched_dag(s)->steps[i].name);
     }
@@ -301,6 +391,21 @@ void ui_run_end(const struct sched *s)
     run.running_steps = NULL;
     run.n_running = run.cap_running = 0;
     if (level == UI_QUIET && !run.failed && !sched_interrupted(s)) return;
+    if (json) {
+        struct strbuf line = STRBUF_INIT;
+        json_begin(&line);
+        json_field(&line, "event", "run_end");
+        size_t counts[] = { run.done, run.failed, run.interrupted, not_run, run.up_to_date, run.skipped };
+        const char *names[] = { "done", "failed", "interrupted", "not_run", "up_to_date", "skipped" };
+        sb_adds(&line, ",\"steps\":{");
+        for (size_t k = 0; k < sizeof counts / sizeof *counts; k++)
+            sb_addf(&line, "%s\"%s\":%zu", k ? "," : "", names[k], counts[k]);
+        sb_adds(&line, "},\"elapsed\":");
+        json_number(&line, monotonic_seconds() - run.started);
+        sb_addf(&line, ",\"interrupted\":%s", sched_interrupted(s) ? "true" : "false");
+        json_end(&line);
+        return;
+    }
     struct strbuf sb = STRBUF_INIT;
     sb_addf(&sb, "%zu done", run.done);
     if (run.failed) sb_addf(&sb, ", %s%zu failed%s", RED, run.failed, RESET);

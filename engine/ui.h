@@ -14,6 +14,14 @@ enum ui_level { UI_QUIET, UI_NORMAL, UI_VERBOSE };
 enum ui_progress { UI_PROGRESS_AUTO, UI_PROGRESS_LIVE, UI_PROGRESS_PLAIN };
 
 void ui_init(enum ui_level level, enum ui_progress progress);
+/* --log-format json: every line flow writes on stderr is a JSON object —
+ * {"time", "level": "error"|"warning"|"info", "message"} for messages,
+ * {"time", "event": "step_start"|"step_end", "step", "state", "elapsed"} for
+ * steps (up-to-date ones too), {"time", "event": "output", "source", "line"}
+ * for a step's output under -v, {"time", "event": "run_end", "steps": {state:
+ * count}, "elapsed", "interrupted"} at a run's end; no live display, no colour.
+ * Stays set until changed. */
+void ui_set_json(bool json);
 enum ui_level ui_level(void);
 
 void ui_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

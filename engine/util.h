@@ -67,5 +67,7 @@ void dir_list_free(char **names, size_t n);
 char *safe_file_name(const char *name);
 
 double monotonic_seconds(void);
+/* Seconds since the epoch (the time of day, for records and logs). */
+double wall_seconds(void);
 
 #endif

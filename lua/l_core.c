@@ -538,6 +538,13 @@ static int l_ui_setup(lua_State *L)
     return 0;
 }
 
+/* ui_set_json(on): --log-format json (ui.h) */
+static int l_ui_set_json(lua_State *L)
+{
+    ui_set_json(lua_toboolean(L, 1));
+    return 0;
+}
+
 /* ui_level() -> "quiet" | "normal" | "verbose", as ui_setup left it */
 static int l_ui_level(lua_State *L)
 {
@@ -562,6 +569,7 @@ static const luaL_Reg core_funcs[] = {
     { "ui_warn", l_ui_warn },
     { "ui_info", l_ui_info },
     { "ui_setup", l_ui_setup },
+    { "ui_set_json", l_ui_set_json },
     { "ui_print", l_ui_print },
     { "ui_level", l_ui_level },
     { "interrupted", l_interrupted },

@@ -106,6 +106,8 @@ options:
   -q, --quiet        print only errors
   --progress MODE    auto (default: live on a terminal), live, or plain (a line
                      per step state change)
+  --log-format FMT   text (default) or json: every line on stderr a JSON object
+                     (messages, each step's start and end, -v output, the run's end)
 
 exit status: 0 success, 1 a step failed, 2 usage, script or graph error,
 130 interrupted.]],
@@ -143,6 +145,7 @@ options:
   -j, --jobs N       steps at once within a trial (default: number of CPUs)
   --force            run every step of every trial, up to date or not
   -q, --quiet        print only errors and the results table
+  --log-format FMT   text (default) or json: every line on stderr a JSON object
   --open             print the path of the sweep's report.html (its table and
                      charts), and open it in a browser when there is a display
   --resume [ID]      finish an interrupted sweep (default: the latest; a unique
@@ -388,7 +391,7 @@ local OPTIONS = {
                       tags = "value", ["from-inputs"] = "value", ["to-outputs"] = "value",
                       namespace = "value", distributed = "value", force = "flag", explain = "flag",
                       resume = "optional", ["load-versions"] = "value", detach = "flag",
-                      ["submit-pipeline"] = "flag" },
+                      ["submit-pipeline"] = "flag", ["log-format"] = "value" },
   list = with_config { pipeline = "value", format = "value", nodes = "value", ["from-nodes"] = "value",
                        ["to-nodes"] = "value", tags = "value", ["from-inputs"] = "value", ["to-outputs"] = "value",
                        namespace = "value" },
@@ -397,7 +400,7 @@ local OPTIONS = {
                           ["from-nodes"] = "value", ["to-nodes"] = "value", tags = "value",
                           ["from-inputs"] = "value", ["to-outputs"] = "value", namespace = "value" },
   sweep = with_config { pipeline = "value", grid = "list", metric = "value", goal = "value", random = "value",
-                        ["early-stop"] = "value",
+                        ["early-stop"] = "value", ["log-format"] = "value",
                         seed = "value", jobs = "value", j = "jobs", force = "flag", quiet = "flag", q = "quiet",
                         open = "flag", resume = "optional" },
   config = with_config { explain = "optional" },
@@ -505,6 +508,13 @@ end
 
 local function script_error(msg)
   error({ script = msg }, 0)
+end
+
+-- --log-format text|json (ui.h: every stderr line a JSON object).
+local function set_log_format(opts)
+  local fmt = opts["log-format"] or "text"
+  if fmt ~= "text" and fmt ~= "json" then usage_error("--log-format must be text or json, got '%s'", fmt) end
+  core.ui_set_json(fmt == "json")
 end
 
 -- The configuration choices of the command line, for every run the script makes.
@@ -617,7 +627,7 @@ end
 
 -- Options that only change how a run is shown, which --resume may add.
 local RESUME_OK = { resume = true, quiet = true, verbose = true, progress = true, jobs = true,
-                    explain = true, help = true, detach = true, ["dry-run"] = true }
+                    explain = true, help = true, detach = true, ["dry-run"] = true, ["log-format"] = true }
 
 -- The journal of run `id` ("latest", an id, or a unique prefix of one) in
 -- project `dir`: its events and path.  `what` names the option in errors.
@@ -741,6 +751,7 @@ function run_with(opts, pos, args, resume)
   if progress ~= "auto" and progress ~= "live" and progress ~= "plain" then
     usage_error("--progress must be auto, live or plain, got '%s'", progress)
   end
+  set_log_format(opts)
   core.ui_setup(opts.quiet and "quiet" or opts.verbose and "verbose" or "normal", progress)
   set_defaults(opts)
   runner.defaults.args, runner.defaults.cwd = args, core.cwd()
@@ -1381,6 +1392,7 @@ local function cmd_sweep(args)
   o.jobs = opts.jobs and positive_int(opts.jobs, "--jobs", require("flow.sched").MAX_JOBS)
   o.force = opts.force
   local path = script_path(pos, "sweep")
+  set_log_format(opts)
   core.ui_setup(opts.quiet and "quiet" or "normal", "auto")
   set_defaults(opts)
   runner.defaults.args, runner.defaults.cwd = args, core.cwd()

@@ -3,7 +3,7 @@
 # `flow COMMAND --help` does, and no other), bash and zsh completions (bash's
 # driven as readline would; zsh's helpers and syntax), and make uninstall.
 
-COMMANDS="new run sweep list viz compile catalog config logs status runs cancel azureml clean"
+COMMANDS="new run sweep list repl viz compile catalog config logs status runs cancel azureml clean"
 
 # $PWD/bin/flow: the flow under test, for the completions to call
 flow_on_path() {

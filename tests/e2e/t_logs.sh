@@ -161,3 +161,42 @@ L
     contains "$log" "attempt 2 of 2"
     contains "$log" "second-try"
 }
+
+# --log-format json: every line flow writes on stderr is a JSON object.
+test_log_format_json() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo made; echo data > ${outputs.a}", outputs = "a", name = "make" },
+  node{ command = "echo 'bad \"input\"' >&2; exit 3", inputs = "a", outputs = "b", name = "break" },
+  node{ command = "echo > ${outputs.c}", outputs = "c", name = "side" },
+}
+L
+    run_flow 1 run --log-format json -v -j 1 -k
+    printf '%s\n' "$ERR" | python3 -c '
+import json, sys
+events = [json.loads(line) for line in sys.stdin if line.strip()]
+assert all("time" in e for e in events), events
+starts = [e["step"] for e in events if e.get("event") == "step_start"]
+ends = {e["step"]: e["state"] for e in events if e.get("event") == "step_end"}
+assert sorted(starts) == ["break", "make", "side"], starts
+assert ends == {"make": "done", "break": "failed", "side": "done"}, ends
+out = [(e["source"], e["line"]) for e in events if e.get("event") == "output"]
+assert ("make", "made") in out and ("break", "bad \"input\"") in out, out
+end = [e for e in events if e.get("event") == "run_end"][0]
+assert end["steps"]["failed"] == 1 and end["steps"]["done"] == 2 and end["interrupted"] is False, end
+errors = [e["message"] for e in events if e.get("level") == "error"]
+assert any("break" in m and "failed (exit code 3)" in m and "bad \"input\"" in m for m in errors), errors
+infos = [e["message"] for e in events if e.get("level") == "info"]
+assert any("flow run --resume" in m for m in infos), infos
+'
+    not_contains "$ERR" $'\033' "stderr (no colour)"
+    # a rerun: up-to-date steps are events too
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "echo data > ${outputs.a}", outputs = "a", name = "make" } }
+L
+    run_flow 0 run -q
+    run_flow 0 run --log-format json
+    contains "$ERR" '"event":"step_end","step":"make","state":"up to date"}'
+    run_flow 2 run --log-format yaml
+    contains "$ERR" "--log-format must be text or json, got 'yaml'"
+}
