@@ -115,16 +115,14 @@ class RunError(Exception):
     pass
 
 
-class JobRun:
-    """One execution of a job's command; the clock (aml_jobs.Job.advance) reads done_at and error."""
+class _Run:
+    """What a job's run is to the clock (aml_jobs.Job.advance reads done_at and
+    error) and to the control API (its directory, log and processes)."""
 
-    def __init__(self, arm, job, jobs_dir):
+    def __init__(self, arm, job, jobs_dir, kind):
         self.arm = arm
-        self.blob = arm.blob
         self.job = job
         self.name = job.name
-        self.props = job.props
-        self.keep = bool(arm.cfg["keep_job_dirs"])
         self.home = os.path.join(jobs_dir, job.name)
         os.makedirs(self.home, exist_ok=True)
         self.log_path = os.path.join(self.home, "std_log.txt")
@@ -135,13 +133,10 @@ class JobRun:
         self.procs = []
         self.killed = threading.Event()
         self._log_lock = threading.Lock()
-        self._plock = threading.Lock()
-        self.thread = threading.Thread(target=self._main, name="job-" + job.name, daemon=True)
+        self.thread = threading.Thread(target=self._main, name=kind + "-" + job.name, daemon=True)
 
     def start(self):
         self.thread.start()
-
-    # -- the log -------------------------------------------------------------------
 
     def log(self, line):
         with self._log_lock, open(self.log_path, "ab") as f:
@@ -153,6 +148,17 @@ class JobRun:
                 return f.read().decode("utf-8", "replace")
         except OSError:
             return ""
+
+
+class JobRun(_Run):
+    """One execution of a job's command."""
+
+    def __init__(self, arm, job, jobs_dir):
+        super().__init__(arm, job, jobs_dir, "job")
+        self.blob = arm.blob
+        self.props = job.props
+        self.keep = bool(arm.cfg["keep_job_dirs"])
+        self._plock = threading.Lock()
 
     # -- the run ---------------------------------------------------------------------
 
@@ -381,36 +387,15 @@ class JobRun:
                     p.wait()
 
 
-class PipelineRun:
+class PipelineRun(_Run):
     """A pipeline job's run (aml_pipeline): its children, each a Command job the
     double makes and runs once the jobs it reads from have Completed.  Ends
     when all Completed, or when one ends otherwise (the others are canceled:
-    continue_on_step_failure is false), with the same interface as JobRun."""
+    continue_on_step_failure is false)."""
 
     def __init__(self, arm, job, jobs_dir):
-        self.arm = arm
-        self.job = job
-        self.name = job.name
-        self.home = os.path.join(jobs_dir, job.name)
-        os.makedirs(self.home, exist_ok=True)
-        self.log_path = os.path.join(self.home, "std_log.txt")
-        open(self.log_path, "w").close()
-        self.wd = None
-        self.error = None
-        self.done_at = None
-        self.procs = []
+        super().__init__(arm, job, jobs_dir, "pipeline")
         self.children = {}                # key -> child job name
-        self.killed = threading.Event()
-        self.thread = threading.Thread(target=self._main, name="pipeline-" + job.name, daemon=True)
-
-    def start(self):
-        self.thread.start()
-
-    def log(self, line):
-        with open(self.log_path, "ab") as f:
-            f.write((line.rstrip("\n") + "\n").encode("utf-8", "replace"))
-
-    log_text = JobRun.log_text
 
     def _main(self):
         import aml_pipeline
