@@ -7,7 +7,8 @@
 --     ${{parent.jobs.<step>.outputs.<name>}}, so it stays on the datastore;
 --   a dataset no selected step makes: the catalog's datastore path, or the
 --     local file or folder (a path relative to the YAML file, which the CLI
---     uploads when it creates the job);
+--     uploads when it creates the job; a Lua value the last run kept is
+--     written as a command would get it, .flow/data/<name>.json);
 --   parameters: resolved for the environment and written into the command;
 --   a Lua function step: `flow run SCRIPT --nodes STEP` inside its job.
 -- Nothing here asks Azure ML anything: compiling needs no credential.
@@ -133,13 +134,17 @@ end
 local function outside_input(n, io, v, mode)
   local d = io.dataset
   if v.uri then return { name = io.arg, type = v.uri_type, uri = v.uri, mode = mode } end
-  if v.path then
-    local abs = v.path:sub(1, 1) == "/" and v.path or core.cwd() .. "/" .. v.path
-    local kind = core.exists(abs) == "directory" and "uri_folder" or "uri_file"
-    return { name = io.arg, type = kind, path = abs, mode = mode, dataset = d, local_path = v.path }
+  local path = v.path
+  if not path then                 -- a Lua value the last run kept: the file a command would get
+    local ok, value = pcall(state_mod.restore_value, v.out, d)
+    if not ok then step_error(n, "reads '%s': %s", d, tostring(value)) end
+    local why
+    path, why = values.write_for_command(d, value)
+    if not path then step_error(n, "%s", why) end
   end
-  step_error(n, "reads '%s', a value an earlier run kept in flow's own state, not a file the pipeline job can be "
-    .. "given; select the step that makes it too (e.g. --from-nodes), or give '%s' a catalog entry with a path", d, d)
+  local abs = path:sub(1, 1) == "/" and path or core.cwd() .. "/" .. path
+  local kind = core.exists(abs) == "directory" and "uri_folder" or "uri_file"
+  return { name = io.arg, type = kind, path = abs, mode = mode, dataset = d }
 end
 
 -- One child job for step i.

@@ -52,26 +52,33 @@ function Run:input_value(n, io)
   return v
 end
 
+-- Lua value `value` of dataset d as the file a command reads: JSON in
+-- .flow/data/<d>.json, or the text in .flow/data/<d>.txt for a string.
+-- Returns its path, or nil and why it cannot be written.
+function M.write_for_command(d, value)
+  local data, ext = value, ".txt"
+  if type(value) ~= "string" then
+    local err
+    data, err = core.json_encode(value, true)
+    if not data then return nil, string.format("dataset '%s' cannot be passed to a command as JSON: %s", d, err) end
+    data, ext = data .. "\n", ".json"
+  end
+  core.mkdir_p(DATA)
+  local path = DATA .. "/" .. core.safe_name(d) .. ext
+  core.write_atomic(path, data)
+  return path
+end
+
 -- The path a command receives for input dataset `d`: a file on disk, or a
 -- Lua value written out now (once per run) as JSON, or as text if a string.
 function Run:input_path(d, n)
   if self.aml then self:localize(d, n) end
   local v = self.values[d]
   if v.path then return v.path end
-  local value = self:value_of(d)
-  local data, ext = value, ".txt"
-  if type(value) ~= "string" then
-    local err
-    data, err = core.json_encode(value, true)
-    if not data then
-      error(step_failure { message = string.format("dataset '%s' cannot be passed to a command as JSON: %s", d, err) })
-    end
-    data, ext = data .. "\n", ".json"
-  end
-  core.mkdir_p(DATA)
-  v.path = DATA .. "/" .. core.safe_name(d) .. ext
-  core.write_atomic(v.path, data)
-  return v.path
+  local path, err = M.write_for_command(d, self:value_of(d))
+  if not path then error(step_failure { message = err }) end
+  v.path = path
+  return path
 end
 
 -- The content hash of dataset d, for the fingerprints of its consumers.

@@ -230,3 +230,24 @@ test_errors_name_the_problem() {
     run_flow 0 compile --help
     contains "$OUT" "usage: flow compile [SCRIPT] --env ENV [-o FILE] [options]"
 }
+
+# A Lua value an earlier run kept, read by a selected command step: written
+# as the command would get it (.flow/data/<name>.json) and uploaded from there.
+test_a_kept_lua_value_becomes_a_file_input() {
+    compile_project
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return { rows = { 1, 2, 3 } } end, outputs = "table", name = "make" },
+  node{ command = "python3 -c 'print(1)' ${inputs.t} > ${outputs.o}", inputs = { t = "table" }, outputs = { o = "out" },
+        name = "use" },
+}
+L
+    run_flow 2 compile --env prod --nodes use
+    contains "$ERR" "'table' (memory dataset), needed by 'use'"
+    run_flow 0 run -q
+    run_flow 0 compile --env prod --nodes use -o p.yml
+    check_yaml p.yml --steps use
+    py_yaml p.yml 'print(d["jobs"]["use"]["inputs"]["t"])' >t.txt
+    contains "$(cat t.txt)" "{'type': 'uri_file', 'path': '.flow/data/table.json', 'mode': 'ro_mount'}"
+    equals "$(python3 -c 'import json; print(json.load(open(".flow/data/table.json")))')" "{'rows': [1, 2, 3]}" "the file"
+}
