@@ -37,6 +37,25 @@ static struct editor_box *check_editor(lua_State *L)
     return b;
 }
 
+struct completion_call {
+    struct editor_box *b;
+    const char *line;
+    int start, end;
+};
+
+/* complete(line, start, finish), protected: called from inside readline,
+ * which no Lua error may jump across. */
+static int call_completion(lua_State *L)
+{
+    struct completion_call *c = lua_touserdata(L, 1);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, c->b->complete_ref);
+    lua_pushstring(L, c->line);
+    lua_pushinteger(L, c->start);
+    lua_pushinteger(L, c->end);
+    lua_call(L, 3, 1);
+    return 1;
+}
+
 /* The candidates the Lua completion function gives, as the editor takes them.
  * Only strings are taken (a string needs no conversion, so nothing raises
  * while the array is held). */
@@ -46,12 +65,8 @@ static char **complete(void *arg, const char *line, int start, int end)
     lua_State *L = b->L;
     int top = lua_gettop(L);
     char **out = NULL;
-    if (!lua_checkstack(L, 5)) return NULL;
-    lua_rawgeti(L, LUA_REGISTRYINDEX, b->complete_ref);
-    lua_pushstring(L, line);
-    lua_pushinteger(L, start);
-    lua_pushinteger(L, end);
-    if (lua_pcall(L, 3, 1, 0) == LUA_OK && lua_istable(L, -1)) {
+    struct completion_call c = { b, line, start, end };
+    if (flow_cpcall(L, call_completion, &c, 0, 1) == LUA_OK && lua_istable(L, -1)) {
         size_t n = lua_rawlen(L, -1), k = 0;
         out = xcalloc(n + 1, sizeof *out);
         for (size_t i = 1; i <= n; i++) {
