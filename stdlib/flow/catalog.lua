@@ -76,6 +76,16 @@ function M.uri_type(e)
   return "uri_file"
 end
 
+-- A command step's output `io` (dataset entry e) as a job on Azure ML writes
+-- it: its type and, for a file, the file's name.  ${outputs.metrics} is a
+-- JSON file whatever its dataset is (flow.metrics reads it back), so a
+-- memory dataset there is a file, metrics.json, not a folder.
+function Catalog:job_output(e, io)
+  if io.arg == "metrics" and e.type == "memory" then return "uri_file", "metrics.json" end
+  local kind = M.uri_type(e)
+  return kind, kind == "uri_file" and (self:save_path(e):match("([^/]+)$") or io.arg) or nil
+end
+
 -- Kedro's version stamp: 2026-11-22T03.15.00.123Z (UTC; sorts as time; no ':' in paths).
 function M.version_stamp(t)
   local s = math.floor(t)

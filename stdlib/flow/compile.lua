@@ -183,9 +183,8 @@ local function model_job(ctx, i, key_of)
   end
   for _, io in ipairs(n.outputs) do
     local e = plan.cat:entry(io.dataset)
-    local kind = catalog.uri_type(e)
-    job.outputs[#job.outputs + 1] = { name = io.arg, type = kind, uri = e.uri, mode = out_mode,
-                                      file = kind == "uri_file" and (plan.cat:save_path(e):match("([^/]+)$") or io.arg) }
+    local kind, file = plan.cat:job_output(e, io)
+    job.outputs[#job.outputs + 1] = { name = io.arg, type = kind, uri = e.uri, mode = out_mode, file = file }
   end
   return job
 end

@@ -108,8 +108,10 @@ local function check_data(nodes, remote, cat)
       remote[i].downloads = {}
       for _, io in ipairs(n.outputs) do
         local e = cat and cat:entry(io.dataset)
-        -- a local step reads it, or the catalog keeps it here (not on a datastore)
-        remote[i].downloads[io.dataset] = local_need[io.dataset] or (e and e.type ~= "memory" and not e.uri) or false
+        -- a local step reads it, or the catalog keeps it here (not on a datastore), or
+        -- it is the step's metrics (${outputs.metrics}: read here, as a local step's are)
+        remote[i].downloads[io.dataset] = local_need[io.dataset] or (e and e.type ~= "memory" and not e.uri)
+                                          or (n.kind == "command" and io.arg == "metrics") or false
         if n.kind == "func" and remote[i].downloads[io.dataset] then
           step_error(n, "is a Lua function on Azure ML, where its values stay, but its output '%s' is a %s "
             .. "catalog entry here; make it a command that writes ${outputs.%s}, or run it here", io.dataset,

@@ -170,16 +170,14 @@ function Run:bind_outputs(n, job, mode)
   local info, bindings = settings(self), {}
   for _, io in ipairs(n.outputs) do
     local e = self.cat:entry(io.dataset)
+    local kind, file = self.cat:job_output(e, io)
     local uri = e.uri                                 -- the catalog keeps it on a datastore: there
     if not uri then
       local path = string.format("flow/%s/runs/%s/%s", project_name(self.root), job, io.arg)
-      if catalog.uri_type(e) == "uri_file" then
-        path = path .. "/" .. (self.cat:save_path(e):match("([^/]+)$") or io.arg)
-      end
+      if file then path = path .. "/" .. file end
       uri = catalog.datastore_uri(info.datastore, path)
     end
-    bindings[#bindings + 1] = { name = io.arg, dataset = io.dataset, type = catalog.uri_type(e), uri = uri,
-                                mode = mode }
+    bindings[#bindings + 1] = { name = io.arg, dataset = io.dataset, type = kind, uri = uri, mode = mode }
   end
   return bindings
 end
@@ -195,6 +193,7 @@ function Run:fetch_outputs(n, job, bindings, downloads)
   for _, b in ipairs(bindings) do
     if downloads[b.dataset] then
       outs[b.dataset] = self:fetch(n, b.dataset, b.uri, b.type, job, string.format("output '%s'", b.dataset))
+      if b.name == "metrics" then self:read_metrics(n, b.dataset, outs[b.dataset].path, "job " .. job) end
     end
   end
   core.remove_tree(M.DOWNLOADS .. "/" .. job)

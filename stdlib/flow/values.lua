@@ -323,15 +323,11 @@ function Run:commit_outputs(n, staging, display)
   -- ${outputs.metrics}: the step's metrics, a JSON object (flow.metrics)
   for _, io in ipairs(n.outputs) do
     if io.arg == "metrics" then
-      local text, err = core.read_file(staging[io.dataset])
-      local m, why = nil, err
-      if text then m, why = metrics.from_json(text) end
-      if not m then
+      local ok, err = pcall(self.read_metrics, self, n, io.dataset, staging[io.dataset], "command: " .. display)
+      if not ok then
         M.discard(staging)
-        error(step_failure { message = string.format("step '%s' exited 0 but its metrics (output '%s', "
-          .. "${outputs.metrics}) %s\n  command: %s", n.name, io.dataset, why, display) })
+        error(err, 0)
       end
-      self.records[n.name].metrics = m
     end
   end
   local outs = {}
@@ -339,6 +335,19 @@ function Run:commit_outputs(n, staging, display)
     outs[io.dataset] = self:commit_made_here(io.dataset, self.cat:entry(io.dataset), staging[io.dataset], n)
   end
   return outs
+end
+
+-- Step n's metrics from the JSON file its ${outputs.metrics} (dataset d)
+-- was written to; a bad one fails the step, `what` saying what wrote it.
+function Run:read_metrics(n, d, path, what)
+  local text, err = core.read_file(path)
+  local m, why = nil, err
+  if text then m, why = metrics.from_json(text) end
+  if not m then
+    error(step_failure { message = string.format("step '%s' exited 0 but its metrics (output '%s', "
+      .. "${outputs.metrics}) %s\n  %s", n.name, d, why, what) })
+  end
+  self.records[n.name].metrics = m
 end
 
 -- entry, or nil and why not.

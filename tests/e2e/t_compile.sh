@@ -251,3 +251,20 @@ L
     contains "$(cat t.txt)" "{'type': 'uri_file', 'path': '.flow/data/table.json', 'mode': 'ro_mount'}"
     equals "$(python3 -c 'import json; print(json.load(open(".flow/data/table.json")))')" "{'rows': [1, 2, 3]}" "the file"
 }
+
+# ${outputs.metrics} is a JSON file on Azure ML too (a memory dataset would be a folder).
+test_metrics_output_is_a_file() {
+    compile_project
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo '{\"loss\": 1}' > ${outputs.metrics}; echo > ${outputs.other}",
+        outputs = { metrics = "train_metrics", other = "other" }, name = "train" },
+}
+L
+    run_flow 0 compile --env prod
+    printf '%s\n' "$OUT" >p.yml
+    check_yaml p.yml
+    py_yaml p.yml 'o = d["jobs"]["train"]["outputs"]; print(o["metrics"]["type"], o["metrics"]["path"], o["other"]["type"])' >t.txt
+    contains "$(cat t.txt)" 'uri_file azureml://datastores/workspaceblobstore/paths/flow/'
+    contains "$(cat t.txt)" '/runs/${{name}}/metrics/metrics.json uri_folder'
+}

@@ -456,3 +456,44 @@ test_submit_pipeline_failure_detach_cancel_and_resume() {
     run_flow 2 run --env prod --submit-pipeline -j 2
     contains "$ERR" "--jobs is for runs here"
 }
+
+# A sweep whose training step runs on Azure ML: each trial's job writes
+# ${outputs.metrics} as a file, flow brings it here and ranks the trials by
+# it, as it does a local step's; the data split here goes up once.
+test_sweep_ranks_trials_trained_on_azureml() {
+    start_aml
+    copy_example sweep ex
+    cd ex
+    printf 'stdout.txt\nstderr.txt\n' >.amlignore
+    # the model as a file dataset: a job writes ${outputs.model} as a file
+    write conf/base/catalog.yml <<'Y'
+model: {type: json, path: data/model.json}
+Y
+    write conf/prod/azureml.yml <<Y
+subscription_id: $AML_DOUBLE_SUBSCRIPTION
+resource_group: $AML_DOUBLE_RESOURCE_GROUP
+workspace: $AML_DOUBLE_WORKSPACE
+experiment_name: flow-sweep
+arm_endpoint: $AML_DOUBLE_URL
+blob_endpoint: $AZURITE_BLOB_ENDPOINT
+compute: {__default__: cpu-cluster, aml: cpu-cluster}
+environment: azureml:AzureML-acpt-pytorch-2.2-cuda12.1@latest
+dispatch: tagged
+poll_interval: 0.1
+Y
+    sed -i 's/        name = "train" },/        name = "train", tags = { "aml" } },/' pipeline.lua
+    grep -q 'tags = { "aml" }' pipeline.lua || { echo "the example's train node changed"; return 1; }
+    run_flow 0 sweep --env prod --grid lr=0.01,0.5 --metric val_loss
+    no_crash
+    equals "$(count_of jobs.put)" 2 "jobs: one per trial"
+    first=$(printf '%s\n' "$OUT" | sed -n 2p)
+    [[ $first == "*  2      0.5"* ]] || { echo "best row: $first"; echo "$OUT"; return 1; }
+    contains "$ERR" "2 of 2 trials ok, best: trial 2 (val_loss 0.030403"
+    body=$(requests_of jobs.put)
+    contains "$body" '"metrics": {"jobOutputType": "uri_file"'
+    contains "$body" '/metrics/metrics.json'
+    # the series came back too: the report draws it
+    dir=$(ls -d .flow/sweeps/*)
+    contains "$(cat "$dir/report.html")" '<polyline class="series best" data-trial="2"'
+    no_secrets
+}
