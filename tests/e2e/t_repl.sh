@@ -85,7 +85,8 @@ test_helpers_run_load_save_step_reload() {
 test_ctrl_c_stops_an_expression_and_a_step() {
     repl_project
     drive 'expect > $' \
-          'send while true do end\n' 'sleep 0.3' 'send \x03' 'expect error: interrupted\r?\n> $' \
+          'send print("spinning") while true do end\n' 'expect spinning\r?\n' 'sleep 0.2' 'send \x03' \
+          'expect error: interrupted\r?\n> $' \
           'send r = run{params = {nap = 30}}\n' 'expect running 1' 'sleep 0.3' 'send \x03' 'expect > $' \
           'send r.code\n' 'expect 130' \
           'send run{}.code\n' 'expect \n0\r?\n> $' \
