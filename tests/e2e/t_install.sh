@@ -1,7 +1,8 @@
 # t_install.sh — make install: the binary, the manual page (rendered by
 # man-db without a warning, and listing every command and option that
 # `flow COMMAND --help` does, and no other), bash and zsh completions (bash's
-# driven as readline would; zsh's helpers and syntax), and make uninstall.
+# driven as readline would; zsh's in an interactive zsh on a pseudo-terminal),
+# and make uninstall.
 
 COMMANDS="new run sweep list repl viz compile catalog config logs status runs cancel azureml clean"
 
@@ -90,4 +91,14 @@ staging
 ---
 load
 _flow: function"
+    # and for real: an interactive zsh on a pseudo-terminal, Tab pressed
+    mkdir -p fp && cp "$FLOW_ROOT/completions/_flow" fp/
+    printf '%s\n' \
+        "send PS1='%% '; fpath=($PWD/fp \$fpath); autoload -U compinit; compinit -u -D\n" 'expect % $' \
+        'send flow compi\t' 'expect flow compile' 'send \x15' \
+        'send flow run --ta\t' 'expect flow run --tags' 'send \x15' \
+        'send flow run --nodes lo\t' 'expect --nodes load' 'send \x15' \
+        'send flow run --env st\t' 'expect --env staging' 'send \x15exit\n' 'exit 0' >steps.txt
+    /usr/bin/python3 "$FLOW_ROOT/tests/e2e/pty_drive.py" steps.txt -- zsh -f -i >screen.txt 2>&1 ||
+        { cat screen.txt; return 1; }
 }
