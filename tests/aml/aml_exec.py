@@ -138,6 +138,22 @@ class _Run:
     def start(self):
         self.thread.start()
 
+    def _main(self):
+        """The run's thread: _work, then _end; a RunError is the job's failure."""
+        err = None
+        try:
+            err = self._work()
+        except RunError as e:
+            err = str(e)
+        except Exception as e:          # a bug in the double: fail the job, say so
+            import traceback
+            traceback.print_exc()
+            err = "the AML double failed to run the %s: %r" % (self.thread.name.split("-")[0], e)
+        finally:
+            self._end(err)
+            self.error = err
+            self.done_at = time.time()
+
     def log(self, line):
         with self._log_lock, open(self.log_path, "ab") as f:
             f.write((line.rstrip("\n") + "\n").encode("utf-8", "replace"))
@@ -162,32 +178,25 @@ class JobRun(_Run):
 
     # -- the run ---------------------------------------------------------------------
 
-    def _main(self):
+    def _work(self):
+        self.wd = tempfile.mkdtemp(prefix="wd.", dir=self.home)
+        self.log("[flow-aml-double] executing job %s in %s" % (self.name, self.wd))
+        cmd, outputs = self._prepare()
         err = None
-        try:
-            self.wd = tempfile.mkdtemp(prefix="wd.", dir=self.home)
-            self.log("[flow-aml-double] executing job %s in %s" % (self.name, self.wd))
-            cmd, outputs = self._prepare()
-            if not self.killed.is_set():
-                err = self._run(cmd)
-            if err is None and not self.killed.is_set():
-                self._upload(outputs)
-        except RunError as e:
-            err = str(e)
-        except Exception as e:          # a bug in the double: fail the job, say so
-            import traceback
-            traceback.print_exc()
-            err = "the AML double failed to run the job: %r" % e
-        finally:
-            self._kill_all()
-            if err:
-                self.log("[flow-aml-double] run failed: %s" % err)
-            else:
-                self.log("[flow-aml-double] run %s" % ("killed" if self.killed.is_set() else "succeeded"))
-            if self.wd and not self.keep:
-                shutil.rmtree(self.wd, ignore_errors=True)
-            self.error = err
-            self.done_at = time.time()
+        if not self.killed.is_set():
+            err = self._run(cmd)
+        if err is None and not self.killed.is_set():
+            self._upload(outputs)
+        return err
+
+    def _end(self, err):
+        self._kill_all()
+        if err:
+            self.log("[flow-aml-double] run failed: %s" % err)
+        else:
+            self.log("[flow-aml-double] run %s" % ("killed" if self.killed.is_set() else "succeeded"))
+        if self.wd and not self.keep:
+            shutil.rmtree(self.wd, ignore_errors=True)
 
     # -- storage locations -------------------------------------------------------------
 
@@ -397,44 +406,36 @@ class PipelineRun(_Run):
         super().__init__(arm, job, jobs_dir, "pipeline")
         self.children = {}                # key -> child job name
 
-    def _main(self):
+    def _work(self):
         import aml_pipeline
         deps = aml_pipeline.deps_of(self.job.props)
-        err = None
-        try:
-            while not self.killed.is_set():
-                for key in deps:
-                    if key not in self.children and all(self._status(d) == "Completed" for d in deps[key]):
-                        name = aml_pipeline.child_name(self.name, key)
-                        with self.arm.lock:
-                            props = aml_pipeline.child_props(self.arm, self.name, key)
-                        why = self.arm.create_child_job(name, props)
-                        if why:
-                            raise RunError("child job %s (%s) was refused: %s" % (name, key, why))
-                        self.children[key] = name
-                        self.log("[flow-aml-double] child job %s (%s) submitted" % (name, key))
-                ended = {k: self._status(k) for k in self.children}
-                bad = [k for k, st in ended.items() if st in ("Failed", "Canceled")]
-                if bad:
+        while not self.killed.is_set():
+            for key in deps:
+                if key not in self.children and all(self._status(d) == "Completed" for d in deps[key]):
+                    name = aml_pipeline.child_name(self.name, key)
                     with self.arm.lock:
-                        child = self.arm.jobs.get(self.children[bad[0]])
-                        msg = (child.error or {}).get("message") if child else None
-                    raise RunError("child job %s (%s) %s%s" % (self.children[bad[0]], bad[0], ended[bad[0]],
-                                                               ": " + msg if msg else ""))
-                if len(ended) == len(deps) and all(st == "Completed" for st in ended.values()):
-                    break
-                time.sleep(0.05)
-        except RunError as e:
-            err = str(e)
-        except Exception as e:          # a bug in the double: fail the job, say so
-            import traceback
-            traceback.print_exc()
-            err = "the AML double failed to run the pipeline: %r" % e
-        finally:
-            self._cancel_children()
-            self.log("[flow-aml-double] pipeline %s" % (err or ("killed" if self.killed.is_set() else "completed")))
-            self.error = err
-            self.done_at = time.time()
+                        props = aml_pipeline.child_props(self.arm, self.name, key)
+                    why = self.arm.create_child_job(name, props)
+                    if why:
+                        raise RunError("child job %s (%s) was refused: %s" % (name, key, why))
+                    self.children[key] = name
+                    self.log("[flow-aml-double] child job %s (%s) submitted" % (name, key))
+            ended = {k: self._status(k) for k in self.children}
+            bad = [k for k, st in ended.items() if st in ("Failed", "Canceled")]
+            if bad:
+                with self.arm.lock:
+                    child = self.arm.jobs.get(self.children[bad[0]])
+                    msg = (child.error or {}).get("message") if child else None
+                raise RunError("child job %s (%s) %s%s" % (self.children[bad[0]], bad[0], ended[bad[0]],
+                                                           ": " + msg if msg else ""))
+            if len(ended) == len(deps) and all(st == "Completed" for st in ended.values()):
+                return None
+            time.sleep(0.05)
+        return None
+
+    def _end(self, err):
+        self._cancel_children()
+        self.log("[flow-aml-double] pipeline %s" % (err or ("killed" if self.killed.is_set() else "completed")))
 
     def _status(self, key):
         name = self.children.get(key)
