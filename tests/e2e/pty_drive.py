@@ -4,7 +4,10 @@
     pty_drive.py SCRIPT -- COMMAND [ARGS...]
 
 SCRIPT is a file of steps, one per line:
-    send TEXT        type TEXT (escapes: \\n Enter, \\t Tab, \\x03 Ctrl-C, \\x04 Ctrl-D, \\\\)
+    send TEXT        type TEXT (escapes: \\n Enter, \\t Tab, \\x03 Ctrl-C, \\x04 Ctrl-D, \\\\);
+                     Ctrl-D only once the program reads the terminal raw (after
+                     its prompt): in the line discipline's cooked mode it is
+                     an end of file the program may never see
     expect REGEX     wait (10 s at most) until the screen's text since the last
                      expect matches REGEX (Python re, DOTALL)
     sleep SECONDS
@@ -36,6 +39,7 @@ def main(argv):
     status = None
 
     def pump(timeout):
+        """Reads what the program wrote within `timeout`; False once it closed the terminal."""
         nonlocal seen
         r, _, _ = select.select([fd], [], [], timeout)
         if r:
@@ -88,7 +92,10 @@ def main(argv):
                 done, st = os.waitpid(pid, os.WNOHANG)
                 if done:
                     status = os.waitstatus_to_exitcode(st)
-            while pump(0.05):
+            if status is None:
+                fail("the program did not exit; expected exit status %s" % arg)
+            end = time.time() + 2           # what it wrote last
+            while time.time() < end and pump(0.05):
                 pass
             if status != int(arg):
                 fail("exit status %r, expected %s" % (status, arg))

@@ -72,13 +72,13 @@ test_helpers_run_load_save_step_reload() {
           'send load("nope")\n' "expect no step makes 'nope'" \
           'send step("train").inputs\n' 'expect \{ "params:epochs" \}' \
           'send run{params = {epochs = 4}, nodes = "train"}.status\n' 'expect "ok"' \
-          'send load("model").loss\n' 'expect 0\.25' \
+          'send load("model").loss\n' 'expect 0\.25\r?\n> $' \
           'send \x04' 'exit 0'
     equals "$(cat data/notes.txt)" "hello" "what save() wrote"
     # reload: the script read again
     drive 'expect > $' 'send #pipeline.nodes\n' 'expect \n2\r?\n> $' \
           'send s = io.open("pipeline.lua"):read("a"):gsub("evaluate", "assess") io.open("pipeline.lua", "w"):write(s):close()\n' \
-          'expect > $' 'send reload()\n' 'expect <pipeline: 2 steps: train, assess>' \
+          'expect > $' 'send reload()\n' 'expect <pipeline: 2 steps: train, assess>\r?\n> $' \
           'send \x04' 'exit 0'
 }
 
