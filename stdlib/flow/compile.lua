@@ -201,13 +201,8 @@ function M.model(plan, defaults)
   if #order == 0 then graph_error("no steps to compile: the selection is empty") end
   local ctx = {
     plan = plan, remote = placed, info = info,
-    -- what the command lines read: parameters (flow.remote's job commands)
-    run = { settings = plan.settings, defaults = defaults,
-            input_value = function(_, _, io)
-              local key = dag.is_param_input(io.dataset)
-              if key == true then return plan.settings.params end
-              return require("flow.params").get(plan.settings, key)
-            end },
+    -- what flow.remote's job commands read: the parameters, the script's name
+    run = { settings = plan.settings, defaults = defaults },
     outside = values.outside_inputs(plan, state_mod.load(nil)),
   }
   local key_of = job_keys(plan.nodes, order)

@@ -8,7 +8,6 @@ local dag = require("flow.dag")
 local proc = require("flow.proc")
 local util = require("flow.util")
 local command = require("flow.command")
-local pipeline = require("flow.pipeline")
 local params_mod = require("flow.params")
 local launch = require("flow.launch")
 local credentials = require("flow.credentials")
@@ -23,11 +22,6 @@ local step_failure = failure.new
 local M = {}
 local Run = {}
 M.methods = Run
-
-local function param_text(v)
-  if type(v) == "table" then return (core.json_encode(v)) end
-  return tostring(v)
-end
 
 -- The arguments a Lua function step is called with, and their count.
 function Run:function_args(n)
@@ -226,12 +220,7 @@ function Run:expand_command(n, staging)
     if ns == "credentials" then      -- refused in argv words before the run (flow.credentials)
       return nil, string.format("${credentials.%s} cannot be a command-line argument", key)
     end
-    if ns == "params" then
-      key = pipeline.command_param(n, key)
-      local ok, v = pcall(params_mod.get, self.settings, key)
-      if not ok or v == nil then return nil, string.format("no parameter '%s'", key) end
-      return param_text(v)
-    end
+    if ns == "params" then return params_mod.command_text(self.settings, n, key) end
     local io = by_arg[ns][key]
     if not io then
       local names = util.sorted_keys(by_arg[ns])
@@ -240,7 +229,7 @@ function Run:expand_command(n, staging)
     end
     if ns == "outputs" then return staging[io.dataset] end
     if dag.is_param_input(io.dataset) then
-      return param_text(self:input_value(n, io))
+      return params_mod.text(self:input_value(n, io))
     end
     return self:input_path(io.dataset, n)
   end

@@ -11,4 +11,26 @@ function M.get(settings, key)
   return settings.cfg:get("parameters", key)
 end
 
+-- What a `params:key` or `parameters` input gives: key as
+-- dag.is_param_input returns it (true: the whole tree).
+function M.of_input(settings, key)
+  if key == true then return settings.params end
+  return M.get(settings, key)
+end
+
+-- A parameter as a command line has it: a table as JSON, else its text.
+function M.text(v)
+  if type(v) == "table" then return (require("flow.core").json_encode(v)) end
+  return tostring(v)
+end
+
+-- ${params.key} in command step n (a namespace renames the key): its text,
+-- or nil and why not.
+function M.command_text(settings, n, key)
+  key = require("flow.pipeline").command_param(n, key)
+  local ok, v = pcall(M.get, settings, key)
+  if not ok or v == nil then return nil, string.format("no parameter '%s'", key) end
+  return M.text(v)
+end
+
 return M

@@ -234,13 +234,9 @@ function M.resolve_environments(nodes, remote, aml, selected)
   end
 end
 
-local function param_text(v)
-  if type(v) == "table" then return (core.json_encode(v)) end
-  return tostring(v)
-end
-
 -- The job's command line for a command step: parameters as their values,
--- outputs as the job's output bindings.
+-- outputs as the job's output bindings.  run: {settings =} (a run's, or
+-- flow compile's plan's).
 function M.command_line(run, n, fail)
   local by_arg = { inputs = {}, outputs = {} }
   for _, io in ipairs(n.inputs) do by_arg.inputs[io.arg] = io end
@@ -250,17 +246,13 @@ function M.command_line(run, n, fail)
       return nil, string.format("${credentials.%s}: a step on Azure ML cannot be given credentials by flow "
         .. "(its command line and environment are visible in Azure ML studio); use the workspace's Key Vault", key)
     end
-    if ns == "params" then
-      key = require("flow.pipeline").command_param(n, key)
-      local ok, v = pcall(params_mod.get, run.settings, key)
-      if not ok or v == nil then return nil, string.format("no parameter '%s'", key) end
-      return param_text(v)
-    end
+    if ns == "params" then return params_mod.command_text(run.settings, n, key) end
     local io = by_arg[ns][key]
     if not io then return nil, string.format("${%s.%s}: the step has no %s named '%s'", ns, key, ns:sub(1, -2), key) end
     if ns == "outputs" then return "${{outputs." .. io.arg .. "}}" end     -- Azure ML puts the path there
-    if not dag.is_param_input(io.dataset) then return "${{inputs." .. io.arg .. "}}" end
-    return param_text(run:input_value(n, io))
+    local param = dag.is_param_input(io.dataset)
+    if not param then return "${{inputs." .. io.arg .. "}}" end
+    return params_mod.text(params_mod.of_input(run.settings, param))
   end
   local function expand(s, quote)
     local out, err = core.expand(s, function(ns, key)

@@ -44,8 +44,7 @@ end
 -- The value a Lua function receives for input `io`.
 function Run:input_value(n, io)
   local key = dag.is_param_input(io.dataset)
-  if key == true then return self.params end
-  if key then return params_mod.get(self.settings, key) end
+  if key then return params_mod.of_input(self.settings, key) end
   if self.aml then self:localize(io.dataset, n) end      -- a job's output left on the datastore
   local ok, v = pcall(self.value_of, self, io.dataset)
   if not ok then error(step_failure { message = string.format("step '%s': %s", n.name, tostring(v)) }) end
