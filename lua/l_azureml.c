@@ -1,7 +1,7 @@
 /* l_azureml.c — flow.azureml: the Azure ML backend as the stdlib sees it.
  *
  *   azureml.load(config) -> client | nil        nil: the environment has no azureml.yml
- *   client:info() -> {dispatch =, workspace =, computes = {tag = cluster}, …}
+ *   client:info() -> {dispatch =, workspace =, workspace_id = ARM id, computes = {tag = cluster}, …}
  *   client:compute_for({tags}) -> cluster | nil, why
  *   client:environment_id(env) -> environmentId | nil, why   ("name@latest": asks Azure ML)
  *   client:environment_yaml(env) -> the az ml CLI's reference | nil, why
@@ -98,6 +98,9 @@ static int l_info(lua_State *L)
     set_field_string(L, "subscription_id", s->subscription_id);
     set_field_string(L, "resource_group", s->resource_group);
     set_field_string(L, "workspace", s->workspace);
+    char *ws_id = aml_workspace_id(s);
+    flow_push_owned(L, ws_id, strlen(ws_id), free);
+    lua_setfield(L, -2, "workspace_id");
     set_field_string(L, "experiment_name", s->experiment_name);
     set_field_string(L, "default_compute", s->default_compute);
     set_field_string(L, "environment", s->environment);

@@ -20,6 +20,7 @@ local remote = require("flow.remote")
 local values = require("flow.values")
 local state_mod = require("flow.state")
 local cache = require("flow.cache")
+local transfer = require("flow.transfer")
 
 local M = {}
 
@@ -123,7 +124,8 @@ end
 
 -- ---- the model: what both the YAML and the REST bodies say ----------------------
 --
--- {project =, experiment =, default_compute =, datastore =, jobs = {job, ...} in run order}
+-- {aml =, info = (remote.info: datastore, experiment_name, default_compute, ...), project =, env =, script =,
+--  jobs = {job, ...} in run order}
 -- job = {key =, n = the node, command =, env = {NAME = value}, environment = as written,
 --        compute =, instances =, instance_type =, shm_size =, framework =, processes =,
 --        parameter_server_count =, timeout = seconds,
@@ -206,9 +208,8 @@ function M.model(plan, defaults)
     outside = values.outside_inputs(plan, state_mod.load(nil)),
   }
   local key_of = job_keys(plan.nodes, order)
-  local m = { aml = aml, info = info, experiment = info.experiment_name, default_compute = info.default_compute,
-              datastore = info.datastore, env = plan.settings.env or "local", script = defaults.script,
-              project = (core.cwd():match("([^/]+)/*$") or "project"):gsub("[^%w_-]", "-"), jobs = {} }
+  local m = { aml = aml, info = info, env = plan.settings.env or "local", script = defaults.script,
+              project = transfer.project_name(core.cwd()), jobs = {} }
   for _, i in ipairs(order) do m.jobs[#m.jobs + 1] = model_job(ctx, i, key_of) end
   return m
 end
@@ -257,14 +258,12 @@ local function yaml_job(m, job, base_dir, code)
   for _, out in ipairs(job.outputs) do
     local path = out.uri
     if not path and out.file then    -- the child job's name: Azure ML's ${{name}}
-      path = catalog.datastore_uri(m.datastore, string.format("flow/%s/runs/${{name}}/%s/%s", m.project, out.name,
+      path = catalog.datastore_uri(m.info.datastore, string.format("flow/%s/runs/${{name}}/%s/%s", m.project, out.name,
                                                               out.file))
     end
     outputs:put(out.name, map():put("type", out.type):put("path", path):put("mode", MODES[out.mode]))
   end
-  local tags = map()
-  for _, k in ipairs(util.sorted_keys(job_tags(n))) do tags:put(k, job_tags(n)[k]) end
-  return map():put("type", "command"):put("display_name", n.name):put("tags", tags)
+  return map():put("type", "command"):put("display_name", n.name):put("tags", string_map(job_tags(n)))
               :put("code", code):put("command", job.command):put("environment", env_ref)
               :put("compute", "azureml:" .. job.compute)
               :put("environment_variables", next(job.env) and string_map(job.env) or nil)
@@ -282,12 +281,12 @@ function M.document(m, base_dir)
   local code = M.relative(base_dir, core.cwd())
   local jobs = map()
   for _, job in ipairs(m.jobs) do jobs:put(job.key, yaml_job(m, job, base_dir, code)) end
-  local settings = map():put("default_compute", m.default_compute and "azureml:" .. m.default_compute or nil)
-                        :put("default_datastore", "azureml:" .. m.datastore)
+  local settings = map():put("default_compute", m.info.default_compute and "azureml:" .. m.info.default_compute or nil)
+                        :put("default_datastore", "azureml:" .. m.info.datastore)
                         :put("continue_on_step_failure", false)
   return map():put("$schema", M.SCHEMA):put("type", "pipeline")
               :put("display_name", m.project)
-              :put("experiment_name", m.experiment)
+              :put("experiment_name", m.info.experiment_name)
               :put("description", string.format("compiled by flow %s from %s (environment %s)",
                                                 require("flow").VERSION, m.script, m.env))
               :put("tags", map():put("flow.script", m.script):put("flow.env", m.env))
@@ -319,7 +318,7 @@ end
 local function output_uri(m, name, job, out)
   if out.uri then return out.uri end
   local path = string.format("flow/%s/runs/%s/%s/%s", m.project, name, job.key, out.name)
-  return catalog.datastore_uri(m.datastore, out.file and path .. "/" .. out.file or path .. "/")
+  return catalog.datastore_uri(m.info.datastore, out.file and path .. "/" .. out.file or path .. "/")
 end
 
 -- The command component's spec for a job (the CLI's component YAML as JSON).
@@ -375,18 +374,18 @@ local function pipeline_body(m, name, component_ids, compute_id)
     }
   end
   return core.json_encode({ properties = {
-    jobType = "Pipeline", displayName = m.project, experimentName = m.experiment,
+    jobType = "Pipeline", displayName = m.project, experimentName = m.info.experiment_name,
     description = string.format("submitted by flow %s from %s (environment %s)", require("flow").VERSION, m.script,
                                 m.env),
     tags = { ["flow.script"] = m.script, ["flow.env"] = m.env },
-    computeId = m.default_compute and compute_id(m.default_compute) or nil,
+    computeId = m.info.default_compute and compute_id(m.info.default_compute) or nil,
     settings = { continue_on_step_failure = false },
     jobs = jobs,
   } })
 end
 
--- Uploads what the jobs read from this machine (content-addressed, as a
--- run's inputs are: unchanged data is not sent again) and gives each such
+-- Uploads what the jobs read from this machine, as a run's inputs are
+-- (flow.transfer: unchanged data is not sent again), and gives each such
 -- input its datastore uri.
 local function upload_inputs(m)
   local hc = cache.hashes(state_mod.CACHE .. "/hashes")
@@ -395,13 +394,9 @@ local function upload_inputs(m)
       if inp.path then
         local h, err = hc:file(inp.path)
         if not h then graph_error(string.format("cannot read dataset '%s': %s", inp.dataset, err)) end
-        local folder = inp.type == "uri_folder"
-        local base = folder and core.safe_name(inp.dataset) or inp.path:match("([^/]+)$")
-        local blob = string.format("flow/%s/%s/%s", m.project, h:gsub("^sha256:", ""), base)
-        local r, why = m.aml:transfer { op = "upload", datastore = m.datastore, blob = blob, path = inp.path,
-                                        folder = folder, label = string.format("input '%s'", inp.dataset) }
-        if not r then graph_error(why) end
-        inp.uri, inp.path = catalog.datastore_uri(m.datastore, blob), nil
+        local kind, uri = transfer.upload_input(m.aml, m.info.datastore, core.cwd(), inp.dataset, inp.path, h)
+        if not kind then graph_error(uri) end
+        inp.uri, inp.path = uri, nil
       end
     end
   end
@@ -410,10 +405,7 @@ end
 
 -- The workspace's ARM id of compute c.
 local function compute_id_of(info)
-  return function(c)
-    return string.format("/subscriptions/%s/resourceGroups/%s/providers/Microsoft.MachineLearningServices/"
-      .. "workspaces/%s/computes/%s", info.subscription_id, info.resource_group, info.workspace, c)
-  end
+  return function(c) return info.workspace_id .. "/computes/" .. c end
 end
 
 -- Registers the code snapshot, the data read from here and a component per

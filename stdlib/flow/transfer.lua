@@ -31,7 +31,7 @@ M.DOWNLOADS = ".flow/tmp/azureml"
 
 -- The project's name in datastore paths: its directory's, as the code
 -- asset's (letters, digits, - and _).
-local function project_name(root)
+function M.project_name(root)
   local base = root:match("([^/]+)/*$") or "project"
   return (base:gsub("[^%w_-]", "-"))
 end
@@ -60,6 +60,19 @@ local function settings(self)
   return require("flow.remote").info(self.aml)
 end
 
+-- Dataset d, here at path (content hash `hash`), uploaded to the datastore
+-- where unchanged data is never sent twice: flow/<project>/<hash>/<name>.
+-- Returns its binding's type and uri, or nil and why not.
+function M.upload_input(aml, datastore, root, d, path, hash, step)
+  local folder = core.exists(path) == "directory"
+  local name = folder and core.safe_name(d) or path:match("([^/]+)$")
+  local blob = string.format("flow/%s/%s/%s", M.project_name(root), hash:gsub("^sha256:", ""), name)
+  local r, why = aml:transfer { op = "upload", datastore = datastore, blob = blob, path = path, folder = folder,
+                                step = step, label = string.format("input '%s'", d) }
+  if not r then return nil, why end
+  return folder and "uri_folder" or "uri_file", catalog.datastore_uri(datastore, blob)
+end
+
 -- The job's input bindings of step n, uploading what is here.
 function Run:bind_inputs(n, mode, fail)
   local info, bindings = settings(self), {}
@@ -71,15 +84,9 @@ function Run:bind_inputs(n, mode, fail)
         bindings[#bindings + 1] = { name = io.arg, type = ref.type, uri = ref.uri, mode = mode }
       else
         local path = self:input_path(d, n)
-        local folder = core.exists(path) == "directory"
-        local name = folder and core.safe_name(d) or path:match("([^/]+)$")
-        local blob = string.format("flow/%s/%s/%s", project_name(self.root), self:hash_of(d):gsub("^sha256:", ""),
-                                   name)
-        local r, why = self.aml:transfer { op = "upload", datastore = info.datastore, blob = blob, path = path,
-                                          folder = folder, step = n.name, label = string.format("input '%s'", d) }
-        if not r then fail(why) end
-        bindings[#bindings + 1] = { name = io.arg, type = folder and "uri_folder" or "uri_file",
-                                    uri = catalog.datastore_uri(info.datastore, blob), mode = mode }
+        local kind, uri = M.upload_input(self.aml, info.datastore, self.root, d, path, self:hash_of(d), n.name)
+        if not kind then fail(uri) end
+        bindings[#bindings + 1] = { name = io.arg, type = kind, uri = uri, mode = mode }
       end
     end
   end
@@ -173,7 +180,7 @@ function Run:bind_outputs(n, job, mode)
     local kind, file = self.cat:job_output(e, io)
     local uri = e.uri                                 -- the catalog keeps it on a datastore: there
     if not uri then
-      local path = string.format("flow/%s/runs/%s/%s", project_name(self.root), job, io.arg)
+      local path = string.format("flow/%s/runs/%s/%s", M.project_name(self.root), job, io.arg)
       if file then path = path .. "/" .. file end
       uri = catalog.datastore_uri(info.datastore, path)
     end
