@@ -50,27 +50,30 @@ struct line_editor {
 static struct readline_lib rl;
 static struct line_editor *active;  /* readline's callbacks take no argument */
 
+/* Loads readline once per process (as curl_lib.c loads libcurl); a failure
+ * keeps its message, which later calls give again. */
 static int load(char *err, size_t errlen)
 {
-    static int loaded;              /* 1 ok, -1 failed (the message is not kept: a REPL asks once) */
-    if (loaded) return loaded > 0 ? 0 : (errf(err, errlen, "%s cannot be loaded", READLINE_SONAME), -1);
-    void *h = dlopen(READLINE_SONAME, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        loaded = -1;
-        errf(err, errlen, "cannot load %s (Debian's libreadline8): %s", READLINE_SONAME, dlerror());
-        return -1;
-    }
+    static bool tried;
+    static char load_error[512];
+    if (!tried) {
+        tried = true;
+        void *h = dlopen(READLINE_SONAME, RTLD_NOW | RTLD_LOCAL);
+        if (!h) errf(load_error, sizeof load_error, "cannot load %s (Debian's libreadline8): %s", READLINE_SONAME,
+                     dlerror());
 #define RL_LOAD(name)                                                                                          \
-    if (!(*(void **)&rl.name = dlsym(h, #name))) {                                                             \
-        loaded = -1;                                                                                           \
-        errf(err, errlen, "%s has no %s", READLINE_SONAME, #name);                                             \
-        return -1;                                                                                             \
-    }
-    RL_FUNCTIONS(RL_LOAD)
-    RL_VARIABLES(RL_LOAD)
+        if (h && !(*(void **)&rl.name = dlsym(h, #name))) {                                                    \
+            errf(load_error, sizeof load_error, "%s has no %s", READLINE_SONAME, #name);                       \
+            dlclose(h);                                                                                        \
+            h = NULL;                                                                                          \
+        }
+        RL_FUNCTIONS(RL_LOAD)
+        RL_VARIABLES(RL_LOAD)
 #undef RL_LOAD
-    loaded = 1;
-    return 0;
+    }
+    if (!load_error[0]) return 0;
+    errf(err, errlen, "%s", load_error);
+    return -1;
 }
 
 /* rl_completion_matches' generator: the candidates, one per call. */
@@ -79,8 +82,7 @@ static char *next_candidate(const char *text, int state)
     (void)text;
     struct line_editor *ed = active;
     if (state == 0) ed->next = 0;
-    if (!ed->candidates || !ed->candidates[ed->next]) return NULL;
-    return ed->candidates[ed->next++];          /* readline frees it */
+    return ed->candidates[ed->next] ? ed->candidates[ed->next++] : NULL;   /* readline frees each */
 }
 
 static char **attempted_completion(const char *text, int start, int end)
@@ -90,9 +92,8 @@ static char **attempted_completion(const char *text, int start, int end)
     *rl.rl_completion_append_character = '\0'; /* params<Tab> then .min: no space between */
     if (!ed || !ed->complete) return NULL;
     ed->candidates = ed->complete(ed->arg, *rl.rl_line_buffer, start, end);
+    /* the generator hands readline every candidate: only the array is ours */
     char **matches = ed->candidates ? rl.rl_completion_matches(text, next_candidate) : NULL;
-    if (ed->candidates)
-        for (size_t i = ed->next; ed->candidates[i]; i++) free(ed->candidates[i]);   /* those not handed over */
     free(ed->candidates);
     ed->candidates = NULL;
     return matches;

@@ -334,8 +334,7 @@ void step_attempt_done(struct step_runner *r, size_t i, const struct step_outcom
     }
     if (o->remote_json) set_string(&l->remote, o->remote_json);
     if (o->ok) {
-        set_string(&l->metrics, o->metrics_json);
-        set_string(&l->series, o->series_json);
+        step_runner_set_metrics(r, i, o->metrics_json, o->series_json);
         end_step(r, i, o);
         return;
     }

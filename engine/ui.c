@@ -270,17 +270,17 @@ void ui_step_output(const char *prefix, const char *buf, size_t len)
 
 /* ---- step events -------------------------------------------------------- */
 
-/* A step's start ("started") or end (its state) as a JSON log line. */
-static void json_step(const struct sched *s, size_t i, const char *word)
+/* A step's start, or its end with the state the scheduler gives it, as a JSON log line. */
+static void json_step(const struct sched *s, size_t i, bool start)
 {
     struct strbuf line = STRBUF_INIT;
-    bool start = strcmp(word, "started") == 0;
+    enum step_state st = sched_state(s, i);
     json_begin(&line);
     json_field(&line, "event", start ? "step_start" : "step_end");
     json_field(&line, "step", sched_dag(s)->steps[i].name);
     if (!start) {
-        json_field(&line, "state", strcmp(word, "FAILED") == 0 ? "failed" : word);
-        if (strcmp(word, "up to date") != 0) {
+        json_field(&line, "state", step_state_name(st));
+        if (st != STEP_UP_TO_DATE) {
             sb_adds(&line, ",\"elapsed\":");
             json_number(&line, sched_elapsed(s, i));
         }
@@ -293,7 +293,7 @@ static void plain_line(const struct sched *s, size_t i, const char *word, bool f
     const char *wcolor = failure ? RED : strcmp(word, "done") == 0 ? GREEN : DIM;
     if (level == UI_QUIET && !failure) return;
     if (json) {
-        json_step(s, i, word);
+        json_step(s, i, strcmp(word, "started") == 0);
         return;
     }
     fflush(stdout);
@@ -325,7 +325,7 @@ static void step_up_to_date(const struct sched *s, size_t i)
     run.up_to_date++;
     if (run.queued) run.queued--;
     run.dirty = true;
-    if (json && level != UI_QUIET) json_step(s, i, "up to date");
+    if (json && level != UI_QUIET) json_step(s, i, false);
     else if (!live && level == UI_VERBOSE) {
         fflush(stdout);
         fprintf(stderr, "  %s%-7s%s  %s\n", DIM, "up to date", RESET, sched_dag(s)->steps[i].name);

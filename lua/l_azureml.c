@@ -5,7 +5,7 @@
  *   client:compute_for({tags}) -> cluster | nil, why
  *   client:environment_id(env) -> environmentId | nil, why   ("name@latest": asks Azure ML)
  *   client:environment_yaml(env) -> the az ml CLI's reference | nil, why
- *   client:register_component(name, version, spec_json, description) -> ARM id | nil, why
+ *   client:register_component(name, version, body_json) -> ARM id | nil, why
  *   client:connect{ca_file =} -> true | nil, why      picks the credential (no request yet)
  *   client:whoami() -> description, token_error      fetches a token (waits)
  *   client:set_detach(bool)
@@ -320,16 +320,15 @@ static int l_environment_id(lua_State *L)
     return await_id(L, &w);
 }
 
-/* register_component(name, version, spec_json, description) -> the version's
- * ARM id | nil, why.  Blocks (one request): called before a pipeline job is
+/* register_component(name, version, body_json) -> the version's ARM id | nil, why.  Blocks (one request): called before a pipeline job is
  * submitted, not from a step. */
 static int l_register_component(lua_State *L)
 {
     struct aml_client *client = connected(L);
     const char *name = luaL_checkstring(L, 2), *version = luaL_checkstring(L, 3);
-    const char *spec = luaL_checkstring(L, 4), *description = luaL_optstring(L, 5, NULL);
+    const char *body = luaL_checkstring(L, 4);
     struct id_wait w = { 0 };
-    aml_component_register(client, name, version, spec, description, on_id, &w);
+    aml_component_register(client, name, version, body, on_id, &w);
     return await_id(L, &w);
 }
 
@@ -567,10 +566,9 @@ static int l_run_job(lua_State *L)
     lua_pop(L, 3);
     /* a pipeline job's body comes made (flow.compile); else build_body's last
      * act is making the body: nothing raises after it */
-    const char *made = flow_field_string(L, 2, "body");
+    const char *made = flow_field_string(L, 2, "body"), *label = flow_field_string(L, 2, "label");
+    b->step = label ? xstrdup(label) : xasprintf("step '%s'", step);     /* the box frees it */
     char *body = attach_only ? NULL : made ? xstrdup(made) : build_body(L, client, 2);
-    const char *label = flow_field_string(L, 2, "label");
-    b->step = label ? xstrdup(label) : xasprintf("step '%s'", step);
     lua_settop(L, box);
     b->w.co = flow_step_can_yield(L) ? L : NULL;
     char err[1024];

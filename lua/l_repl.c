@@ -87,9 +87,7 @@ static int l_open(lua_State *L)
     const char *history = luaL_optstring(L, 1, NULL);
     luaL_checktype(L, 2, LUA_TFUNCTION);
     struct editor_box *b = lua_newuserdatauv(L, sizeof *b, 0);
-    b->ed = NULL;
-    b->L = L;
-    b->complete_ref = LUA_NOREF;
+    *b = (struct editor_box){ .complete_ref = LUA_NOREF };  /* L: set by read, before any completion */
     luaL_setmetatable(L, EDITOR_CLASS);
     lua_pushvalue(L, 2);
     b->complete_ref = luaL_ref(L, LUA_REGISTRYINDEX);

@@ -91,13 +91,6 @@ struct aml_auth {
 
 /* ---- small helpers ------------------------------------------------------- */
 
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* A variable of envp (environ when NULL); an empty one counts as unset, as
  * in azure-identity. */
 static const char *env_get(char *const *envp, const char *name)
@@ -173,7 +166,7 @@ static void finish(struct aml_auth *a, char *token, double expires_on, const cha
         a->token = token;
         a->expires_on = expires_on;
         deliver(a, a->token, NULL);
-    } else if (a->token && a->expires_on - wall_now() >= MIN_VALID_S) {
+    } else if (a->token && a->expires_on - wall_seconds() >= MIN_VALID_S) {
         deliver(a, a->token, NULL);      /* an early refresh failed: the old token still serves */
     } else {
         deliver(a, NULL, error);
@@ -220,7 +213,7 @@ static void got_token_answer(struct aml_auth *a, const struct http_response *res
     if (resp->status == 200) {
         char *token;
         double expires_on;
-        if (aml_parse_token_response(resp->body, wall_now(), &token, &expires_on, msg, sizeof msg)) {
+        if (aml_parse_token_response(resp->body, wall_seconds(), &token, &expires_on, msg, sizeof msg)) {
             if (a->kind == AML_CRED_NONE) settle(a, AML_CRED_MANAGED_IDENTITY);    /* a busy IMDS, asked again */
             finish(a, token, expires_on, NULL);
             return;
@@ -298,7 +291,7 @@ static void got_probe_answer(struct aml_auth *a, const struct http_response *res
     if (s == 200 && is_json) {
         char *token;
         double expires_on;
-        if (aml_parse_token_response(resp->body, wall_now(), &token, &expires_on, msg, sizeof msg)) {
+        if (aml_parse_token_response(resp->body, wall_seconds(), &token, &expires_on, msg, sizeof msg)) {
             settle(a, AML_CRED_MANAGED_IDENTITY);
             finish(a, token, expires_on, NULL);
             return;
@@ -492,7 +485,7 @@ static void on_timer(void *arg)
     struct aml_auth *a = arg;
     a->timer = 0;
     if (!a->n_queue || a->fetching) return;
-    if (a->token && a->expires_on - wall_now() > REFRESH_MARGIN_S) deliver(a, a->token, NULL);
+    if (a->token && a->expires_on - wall_seconds() > REFRESH_MARGIN_S) deliver(a, a->token, NULL);
     else start_fetch(a);
 }
 
@@ -525,7 +518,7 @@ void aml_auth_invalidate(struct aml_auth *a)
 
 double aml_auth_expires_in(const struct aml_auth *a)
 {
-    return a->token ? a->expires_on - wall_now() : -1;
+    return a->token ? a->expires_on - wall_seconds() : -1;
 }
 
 enum aml_credential_kind aml_auth_kind(const struct aml_auth *a)

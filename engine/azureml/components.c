@@ -39,26 +39,17 @@ static void on_put(void *arg, const struct http_response *resp)
     free(r);
 }
 
-void aml_component_register(struct aml_client *c, const char *name, const char *version, const char *spec_json,
-                            const char *description, aml_component_fn done, void *arg)
+void aml_component_register(struct aml_client *c, const char *name, const char *version, const char *body_json,
+                            aml_component_fn done, void *arg)
 {
     struct registration *r = xmalloc(sizeof *r);
     *r = (struct registration){ xstrdup(name), xstrdup(version), done, arg };
-    /* the spec is the caller's JSON text: parsed into the envelope, not pasted */
-    cJSON *spec = cJSON_Parse(spec_json);
-    cJSON *body = cJSON_CreateObject(), *props = cJSON_AddObjectToObject(body, "properties");
-    cJSON_AddItemToObject(props, "componentSpec", spec ? spec : cJSON_CreateObject());
-    if (description) cJSON_AddStringToObject(props, "description", description);
-    cJSON_AddBoolToObject(props, "isAnonymous", false);
-    char *text = cJSON_PrintUnformatted(body);
-    cJSON_Delete(body);
     char *enc_name = http_urlencode(name), *enc_version = http_urlencode(version);
     char *rest = xasprintf("components/%s/versions/%s", enc_name, enc_version);
     char *url = aml_client_url(c, rest);
-    arm_call_start(c, "PUT", url, text, on_put, r);
+    arm_call_start(c, "PUT", url, body_json, on_put, r);
     free(url);
     free(rest);
     free(enc_name);
     free(enc_version);
-    free(text);
 }

@@ -13,9 +13,11 @@
 struct aml_client;
 
 /* done(arg, id, NULL) with the version's ARM id, or done(arg, NULL, why);
- * always later from the loop.  spec_json: the componentSpec object. */
+ * always later from the loop.  body_json: the request's body,
+ * {"properties": {"componentSpec": …, …}}, made by the caller as a pipeline
+ * job's body is (stdlib/flow/compile.lua). */
 typedef void (*aml_component_fn)(void *arg, const char *id, const char *error);
-void aml_component_register(struct aml_client *c, const char *name, const char *version, const char *spec_json,
-                            const char *description, aml_component_fn done, void *arg);
+void aml_component_register(struct aml_client *c, const char *name, const char *version, const char *body_json,
+                            aml_component_fn done, void *arg);
 
 #endif

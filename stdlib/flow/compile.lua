@@ -424,8 +424,10 @@ local function prepare_submission(m, name)
       env_ids[env] = id
     end
     local cname, spec = component_spec(m, job, code_id, env_ids[env])
-    local cid, err = aml:register_component(cname, spec.version, core.json_encode(spec),
-                                            string.format("step '%s' of %s", job.n.name, m.script))
+    local body = core.json_encode({ properties = {
+      componentSpec = spec, isAnonymous = false,
+      description = string.format("step '%s' of %s", job.n.name, m.script) } })
+    local cid, err = aml:register_component(cname, spec.version, body)
     if not cid then graph_error("Azure ML: " .. err) end
     component_ids[job.key] = cid
   end
