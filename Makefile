@@ -7,7 +7,8 @@ Q       := $(if $(V),,@)
 PKGS    := lua5.4 libcjson libcurl libcrypto yaml-0.1 readline expat
 # What the flow binary links: libcurl is opened when first needed
 # (engine/azureml/curl_lib.h), so that its 28 libraries do not load at every
-# start; readline is for the REPL to come.
+# start; readline likewise, when `flow repl` first reads a terminal
+# (engine/line_editor.c).
 LINK_PKGS := lua5.4 libcjson libcrypto yaml-0.1 expat
 BUILD   := build
 WARN    := -Wall -Wextra -Wconversion -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter

@@ -13,6 +13,11 @@ _flow_envs() {
     done
 }
 
+# The commands `flow --help` lists.
+_flow_commands() {
+    flow --help 2>/dev/null | sed -n 's/^  \([a-z][a-z]*\) .*/\1/p'
+}
+
 # The step names of the pipeline (the script named on the line, else ./pipeline.lua).
 _flow_steps() {
     local script=$1
@@ -25,8 +30,7 @@ _flow() {
     local cmd=${COMP_WORDS[1]} words i script
     COMPREPLY=()
     if [ "$COMP_CWORD" -eq 1 ]; then
-        words=$(flow --help 2>/dev/null | sed -n 's/^  \([a-z][a-z]*\) .*/\1/p')
-        COMPREPLY=($(compgen -W "$words help --help --version" -- "$cur"))
+        COMPREPLY=($(compgen -W "$(_flow_commands) help --help --version" -- "$cur"))
         return 0
     fi
     for ((i = 2; i < COMP_CWORD; i++)); do
@@ -67,8 +71,7 @@ _flow() {
         catalog) [ "$COMP_CWORD" -eq 2 ] && { COMPREPLY=($(compgen -W "list" -- "$cur")); return 0; } ;;
         azureml) [ "$COMP_CWORD" -eq 2 ] && { COMPREPLY=($(compgen -W "whoami" -- "$cur")); return 0; } ;;
         runs) [ "$COMP_CWORD" -eq 2 ] && { COMPREPLY=($(compgen -W "show" -d -- "$cur")); return 0; } ;;
-        help) COMPREPLY=($(compgen -W "$(flow --help 2>/dev/null | sed -n 's/^  \([a-z][a-z]*\) .*/\1/p')" -- "$cur"))
-              return 0 ;;
+        help) COMPREPLY=($(compgen -W "$(_flow_commands)" -- "$cur")); return 0 ;;
         logs) COMPREPLY=($(compgen -W "$(_flow_steps "")" -- "$cur")); return 0 ;;
     esac
     # a script: .lua files and directories

@@ -31,6 +31,7 @@ import uuid
 from aml_http import Reply, arm_error, iso, new_id
 from aml_jobs import TERMINAL, Job, control_value, parse_duration
 from aml_schema import Problem, check_pending_upload
+from aml_exec import default_output_uri
 import aml_pipeline
 
 PROVIDER = "Microsoft.MachineLearningServices"
@@ -41,7 +42,7 @@ WS_RE = re.compile(r"^/subscriptions/([^/]+)/resourceGroups/([^/]+)/providers/Mi
                    r"/workspaces/([^/]+)(/.*)?$", re.I)
 OPS_RE = re.compile(r"^/subscriptions/([^/]+)/providers/Microsoft\.MachineLearningServices/locations/([^/]+)"
                     r"/mfeOperationResults/([^/]+)$", re.I)
-BINDING_RE = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
+BINDING_RE = aml_pipeline.BINDING
 # resource types of a real workspace the double does not model
 UNMODELLED = {"data", "models", "onlineEndpoints", "batchEndpoints", "schedules",
               "connections", "featuresets", "featurestoreEntities", "marketplaceSubscriptions", "serverlessEndpoints",
@@ -741,22 +742,28 @@ class ArmApi:
             return [Problem("properties.resources.instanceCount", "must be at least 1, got %d" % n)]
         return []
 
+    def _asset_version(self, ref, kind, assets, what, field):
+        """'<workspace id>/<kind>/<name>/versions/<v>' -> (the registered version, None), or (None, Problem)."""
+        rest, p = self._ws_ref(ref, kind, field)
+        if p:
+            return None, p
+        m = re.match(r"^([^/]+)/versions/([^/]+)$", rest)
+        if not m:
+            return None, Problem(field, "'%s' must name a %s version: %s/%s/<name>/versions/<version>" % (
+                ref, what, self.ws_id(), kind))
+        found = assets.get((m.group(1), m.group(2)))
+        if found is None:
+            return None, Problem(field, "%s %s version %s does not exist in the workspace (register it with PUT "
+                                 "%s/%s/versions/%s first)" % (what, m.group(1), m.group(2), kind, m.group(1),
+                                                              m.group(2)))
+        return found, None
+
     def _check_code(self, props, field="properties.codeId"):
         cid = props.get("codeId")
         if cid is None:
             return [], None
-        rest, p = self._ws_ref(cid, "codes", field)
-        if p:
-            return [p], None
-        m = re.match(r"^([^/]+)/versions/([^/]+)$", rest)
-        if not m:
-            return [Problem(field, "'%s' must name a code version: %s/codes/<name>/versions/<version>" % (
-                cid, self.ws_id()))], None
-        cv = self.codes.get((m.group(1), m.group(2)))
-        if cv is None:
-            return [Problem(field, "code %s version %s does not exist in the workspace (register it with PUT "
-                            "codes/%s/versions/%s first)" % (m.group(1), m.group(2), m.group(1), m.group(2)))], None
-        return [], cv
+        cv, p = self._asset_version(cid, "codes", self.codes, "code", field)
+        return ([p] if p else []), cv
 
     def _check_environment(self, env_id, field="properties.environmentId"):
         c = self.cfg
@@ -887,7 +894,7 @@ class ArmApi:
             props["parameters"] = {}
         props["properties"] = dict(sysprops, **(props.get("properties") or {}))
         for oname, out in (props.get("outputs") or {}).items():
-            out.setdefault("uri", "azureml://datastores/workspaceblobstore/paths/azureml/%s/%s/" % (job.name, oname))
+            out.setdefault("uri", default_output_uri(job.name, oname))
             out.setdefault("mode", "ReadWriteMount")
         services = {"Studio": {"jobServiceType": "Studio", "endpoint": self._studio_url(job.name), "port": None,
                                "status": None, "errorMessage": None, "properties": None, "nodes": None},
@@ -973,20 +980,31 @@ class ArmApi:
                     if not names:
                         runtime.append("the code snapshot %s is empty: nothing was uploaded under %s" % (
                             props["codeId"], code_uri))
-        if self.blob.configured and props["jobType"] == "Command":
-            for k, inp in (props.get("inputs") or {}).items():
-                why = self.missing_input(k, inp)
-                if why:
-                    runtime.append(why)
+        if props["jobType"] == "Command":
+            self._find_missing_inputs(props, runtime)
         with self.lock:
             if name in self.jobs:           # a concurrent PUT of the same name won
                 return self.put_job(req, name)
-            job = Job(name, copy.deepcopy(props), now, self.cfg, runtime, snapshot)
-            job.created_by = req.principal["client_id"]
-            job.snapshot_id = new_id()
-            job.code_uri = code_uri
-            self.jobs[name] = job
+            job = self._add_job(name, props, now, runtime, snapshot, code_uri, req.principal["client_id"])
             return Reply(201, self.job_resource(job))
+
+    def _find_missing_inputs(self, props, runtime):
+        """Inputs whose datastore path holds nothing go to runtime (they fail the job at Preparing)."""
+        if not self.blob.configured:
+            return
+        for k, inp in (props.get("inputs") or {}).items():
+            why = self.missing_input(k, inp)
+            if why:
+                runtime.append(why)
+
+    def _add_job(self, name, props, now, runtime, snapshot, code_uri, created_by):
+        """A new job in the workspace (run under self.lock)."""
+        job = Job(name, copy.deepcopy(props), now, self.cfg, runtime, snapshot)
+        job.created_by = created_by
+        job.snapshot_id = new_id()
+        job.code_uri = code_uri
+        self.jobs[name] = job
+        return job
 
     def create_child_job(self, name, props):
         """A job the double makes itself (a pipeline's child): checked as a PUT is,
@@ -997,17 +1015,9 @@ class ArmApi:
             if problems:
                 return "; ".join(str(p) for p in problems)
             code_uri = code.props.get("codeUri") if code else None
-        if self.blob.configured:
-            for k, inp in (props.get("inputs") or {}).items():
-                why = self.missing_input(k, inp)
-                if why:
-                    runtime.append(why)
+        self._find_missing_inputs(props, runtime)
         with self.lock:
-            job = Job(name, copy.deepcopy(props), time.time(), self.cfg, runtime, None)
-            job.created_by = "pipeline"
-            job.snapshot_id = new_id()
-            job.code_uri = code_uri
-            self.jobs[name] = job
+            self._add_job(name, props, time.time(), runtime, None, code_uri, "pipeline")
         return None
 
     def cancel_job(self, req, name):

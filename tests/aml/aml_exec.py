@@ -123,6 +123,7 @@ class _Run:
         self.arm = arm
         self.job = job
         self.name = job.name
+        self.kind = kind                  # "job" or "pipeline", for messages
         self.home = os.path.join(jobs_dir, job.name)
         os.makedirs(self.home, exist_ok=True)
         self.log_path = os.path.join(self.home, "std_log.txt")
@@ -138,6 +139,10 @@ class _Run:
     def start(self):
         self.thread.start()
 
+    def kill(self):
+        """Ends the run (cancel, timeout, shutdown)."""
+        self.killed.set()
+
     def _main(self):
         """The run's thread: _work, then _end; a RunError is the job's failure."""
         err = None
@@ -148,7 +153,7 @@ class _Run:
         except Exception as e:          # a bug in the double: fail the job, say so
             import traceback
             traceback.print_exc()
-            err = "the AML double failed to run the %s: %r" % (self.thread.name.split("-")[0], e)
+            err = "the AML double failed to run the %s: %r" % (self.kind, e)
         finally:
             self._end(err)
             self.error = err
@@ -375,8 +380,8 @@ class JobRun(_Run):
     # -- stopping --------------------------------------------------------------------
 
     def kill(self):
-        """Ends the run (cancel, timeout, shutdown): SIGTERM to each process group, SIGKILL 2 s later."""
-        self.killed.set()
+        """Ends the run: SIGTERM to each process group, SIGKILL 2 s later."""
+        super().kill()
         self._kill_all()
 
     def _kill_all(self):
@@ -452,9 +457,6 @@ class PipelineRun(_Run):
                 child = self.arm.jobs.get(name)
                 if child is not None:
                     child.cancel(time.time())
-
-    def kill(self):
-        self.killed.set()
 
 
 def _signal_group(p, sig):

@@ -30,6 +30,7 @@ Completed, its bindings resolved to those jobs' output URIs.
 """
 import re
 
+from aml_exec import default_output_uri
 from aml_schema import Problem
 
 COMPONENT_PROPS = {"componentSpec", "description", "isAnonymous", "isArchived", "properties", "tags"}
@@ -120,15 +121,9 @@ def check_component(arm, name, version, props):
 
 
 def _component_of(arm, cid, where, problems):
-    rest, p = arm._ws_ref(cid, "components", where)
+    comp, p = arm._asset_version(cid, "components", arm.components, "component", where)
     if p:
         problems.append(p)
-        return None
-    m = re.match(r"^([^/]+)/versions/([^/]+)$", rest)
-    comp = arm.components.get((m.group(1), m.group(2))) if m else None
-    if comp is None:
-        problems.append(Problem(where, "component version '%s' does not exist in the workspace (register it with "
-                                "PUT components/<name>/versions/<version> first)" % cid))
     return comp
 
 
@@ -285,17 +280,15 @@ def child_name(pipeline, key):
 def output_uri(arm, pipeline, key, output):
     """Where child `key`'s output lands: its uri, or the service's default path."""
     out = (arm.jobs[pipeline].props["jobs"][key].get("outputs") or {}).get(output) or {}
-    return out.get("uri") or "azureml://datastores/workspaceblobstore/paths/azureml/%s/%s/" % (
-        child_name(pipeline, key), output)
+    return out.get("uri") or default_output_uri(child_name(pipeline, key), output)
 
 
 def child_props(arm, pipeline, key):
     """The Command job body (properties) child `key` of pipeline job `pipeline` runs as."""
     p = arm.jobs[pipeline].props
     node = p["jobs"][key]
-    rest, _ = arm._ws_ref(node["componentId"], "components", "componentId")
-    m = re.match(r"^([^/]+)/versions/([^/]+)$", rest)
-    spec = arm.components[(m.group(1), m.group(2))].props["componentSpec"]
+    comp, _ = arm._asset_version(node["componentId"], "components", arm.components, "component", "componentId")
+    spec = comp.props["componentSpec"]
     env = spec["environment"]
     props = {"jobType": "Command", "command": spec["command"], "displayName": node.get("display_name") or key,
              "environmentId": arm_id(env),
