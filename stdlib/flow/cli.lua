@@ -1132,33 +1132,9 @@ local function cmd_cancel(args)
   return code
 end
 
--- What a run's journal says of each step: {order = {names}, steps = {[name]
--- = {state =, elapsed =, job =, studio =, status =}}, start =, code =}.
-local function run_story(events)
-  local story = { order = {}, steps = {}, start = events[1] or {} }
-  local function step(name)
-    if not story.steps[name] then
-      story.order[#story.order + 1] = name
-      story.steps[name] = { state = "running" }
-    end
-    return story.steps[name]
-  end
-  for _, ev in ipairs(events) do
-    if type(ev.step) == "string" then
-      local st = step(ev.step)
-      if ev.event == "step_start" then st.started = ev.time
-      elseif ev.event == "step_end" then
-        st.state, st.elapsed = ev.status, ev.elapsed
-        if type(ev.remote) == "table" then st.job, st.studio, st.status = ev.remote.job, ev.remote.studio, ev.remote.status end
-      elseif ev.event == "remote_job" then st.job, st.status = ev.job, "submitted" end
-    elseif ev.event == "run_end" then story.code = ev.code end
-  end
-  return story
-end
-
 -- What `flow status` prints of a run's journal.
 local function show_status(events)
-  local story = run_story(events)
+  local story = require("flow.runs").story(events)
   local open = M.unfinished_jobs(events)
   if next(open) then                             -- ask Azure ML how those jobs are now
     local ok, aml = pcall(azureml_of, {}, story.start.env)

@@ -290,20 +290,26 @@ local function select_steps(nodes, g, opts, level)
   end
   v = as_list(opts.namespace, "namespace", level + 1)
   if v then                           -- Kedro's --namespace: the steps inside it (nested ones too)
-    local t, found, spaces = {}, {}, {}
+    local t, found, prefixes = {}, {}, {}
+    for k, ns in ipairs(v) do prefixes[k] = ns .. "." end
     for i, n in ipairs(nodes) do
-      for _, ns in ipairs(v) do
-        if n.name:sub(1, #ns + 1) == ns .. "." then t[i], found[ns] = true, true end
-      end
-      local prefix = n.name:match("^(.*)%.[^.]*$")
-      while prefix do
-        spaces[prefix] = true
-        prefix = prefix:match("^(.*)%.[^.]*$")
+      for k, prefix in ipairs(prefixes) do
+        if n.name:sub(1, #prefix) == prefix then t[i], found[v[k]] = true, true end
       end
     end
     local missing = {}
     for _, ns in ipairs(v) do if not found[ns] then missing[#missing + 1] = ns end end
-    if #missing > 0 then unknown_names("--namespace", "no namespace named", missing, util.sorted_keys(spaces)) end
+    if #missing > 0 then                -- the namespaces there are, for the suggestion
+      local spaces = {}
+      for _, n in ipairs(nodes) do
+        local ns = n.name:match("^(.*)%.[^.]*$")
+        while ns do
+          spaces[ns] = true
+          ns = ns:match("^(.*)%.[^.]*$")
+        end
+      end
+      unknown_names("--namespace", "no namespace named", missing, util.sorted_keys(spaces))
+    end
     sets[#sets + 1] = t
   end
   if #sets == 0 then return nil end

@@ -39,18 +39,42 @@ local function from_record(dir)
            counts = counted(states), steps = #states, metrics = r.metrics ~= core.json_null and r.metrics or nil }
 end
 
+-- What a run's journal says of it and of each step (`flow status`, flow viz
+-- --run of a run still going, `flow runs`): {order = {names}, steps = {[name]
+-- = {state = "running" or the step_end's status ("ok", "up to date", "failed",
+-- …), elapsed =, started =, job =, studio =, status =}}, start = the
+-- run_start event, code =, ended = the run_end's time}.
+function M.story(events)
+  local story = { order = {}, steps = {}, start = events[1] or {} }
+  local function step(name)
+    if not story.steps[name] then
+      story.order[#story.order + 1] = name
+      story.steps[name] = { state = "running" }
+    end
+    return story.steps[name]
+  end
+  for _, ev in ipairs(events) do
+    if type(ev.step) == "string" then
+      local st = step(ev.step)
+      if ev.event == "step_start" then st.started = ev.time
+      elseif ev.event == "step_end" then
+        st.state, st.elapsed = ev.status, ev.elapsed
+        if type(ev.remote) == "table" then st.job, st.studio, st.status = ev.remote.job, ev.remote.studio, ev.remote.status end
+      elseif ev.event == "remote_job" then st.job, st.status = ev.job, "submitted" end
+    elseif ev.event == "run_end" then story.code, story.ended = ev.code, ev.time end
+  end
+  return story
+end
+
 -- What the journal says of a run without run.json.
 local function from_journal(path, start)
-  local events = state_mod.read_journal(path) or {}
-  local last, code, ended = {}, nil, nil
-  for _, ev in ipairs(events) do
-    if ev.event == "step_end" and type(ev.step) == "string" then last[ev.step] = ev.status
-    elseif ev.event == "step_start" and type(ev.step) == "string" and not last[ev.step] then
-      last[ev.step] = "running"
-    elseif ev.event == "run_end" then code, ended = ev.code, ev.time end
-  end
+  local story = M.story(state_mod.read_journal(path) or {})
   local states = {}
-  for _, st in pairs(last) do states[#states + 1] = st == "ok" and "done" or st end
+  for i, name in ipairs(story.order) do
+    local st = story.steps[name].state
+    states[i] = st == "ok" and "done" or st
+  end
+  local code, ended = story.code, story.ended
   local status = code == nil and "unfinished" or code == 0 and "ok" or code == 130 and "interrupted" or "failed"
   return { status = status, code = code, started = start and start.time,
            elapsed = ended and start and start.time and ended - start.time, env = start and start.env,
@@ -115,7 +139,7 @@ end
 
 function M.duration(s)
   if type(s) ~= "number" then return "-" end
-  return s < 60 and string.format("%.2fs", s) or util.format_duration(math.floor(s))
+  return util.short_duration(s)
 end
 
 return M

@@ -310,7 +310,7 @@ local function table_cells(order, keys, metric, best)
     for _, k in ipairs(keys) do row[#row + 1] = fmt_value(t.params[k]) end
     row[#row + 1] = t.metric and fmt_value(t.metric) or "-"
     row[#row + 1] = t.status .. (t.status == "ok" and t.metric == nil and " (no metric)" or "")
-    row[#row + 1] = t.elapsed < 60 and string.format("%.2fs", t.elapsed) or util.format_duration(math.floor(t.elapsed))
+    row[#row + 1] = util.short_duration(t.elapsed)
     row[#row + 1] = t.run_id or "-"
     cells[#cells + 1] = row
   end
@@ -356,9 +356,6 @@ local function results_json(id, o, spec, order, best)
                             best = best and best.trial or nil }) .. "\n"
 end
 
--- flow.sweep{...} -> the trials, best first ({trial =, params =, metric =,
--- metrics =, status =, elapsed =, run_id =, error =}), with .best (the best
--- trial, or nil when none succeeded with the metric), .id and .dir.
 -- ---- resuming ---------------------------------------------------------------
 --
 -- A sweep's directory keeps what it was started with (sweep.json: the

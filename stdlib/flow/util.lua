@@ -120,6 +120,11 @@ function M.format_duration(s)
   return table.concat(parts)
 end
 
+-- A run's or a trial's time in a table: "0.42s" under a minute, else "2m3s".
+function M.short_duration(s)
+  return s < 60 and string.format("%.2fs", s) or M.format_duration(math.floor(s))
+end
+
 -- The id in `ids` that `want` names: itself, or the one id it is a prefix
 -- of.  Else nil and the ids it is a prefix of (none, or several).
 function M.find_id(ids, want)

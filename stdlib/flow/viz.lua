@@ -26,8 +26,7 @@ function M.model(plan, where, describe_dist, states)
   local function dataset(name)
     if not dataset_id[name] then
       local e = plan.cat:entry(name)
-      m.datasets[#m.datasets + 1] = { id = "d" .. (#m.datasets + 1), name = name, persisted = catalog.persisted(e),
-                                      type = e.type }
+      m.datasets[#m.datasets + 1] = { id = "d" .. (#m.datasets + 1), name = name, persisted = catalog.persisted(e) }
       dataset_id[name] = m.datasets[#m.datasets].id
     end
     return dataset_id[name]
@@ -274,20 +273,14 @@ function M.tail(path, n)
   return table.concat(lines, "", from)
 end
 
--- The steps' states from a run's journal, for a run still going (or killed)
--- that wrote no run.json: started and not ended is "running".
+-- The steps' states from a run's journal (flow.runs.story), for a run still
+-- going (or killed) that wrote no run.json: started and not ended is "running".
+local JOURNAL_STATE = { ok = "done", ["up to date"] = "up to date", interrupted = "interrupted", running = "running" }
 function M.journal_states(events)
-  local states, started = {}, {}
-  for _, ev in ipairs(events) do
-    if type(ev.step) == "string" then
-      if ev.event == "step_start" then
-        states[ev.step], started[ev.step] = { state = "running" }, ev.time
-      elseif ev.event == "step_end" then
-        local st = ev.status == "ok" and "done" or ev.status == "up to date" and "up to date"
-                   or ev.status == "interrupted" and "interrupted" or "failed"
-        states[ev.step] = { state = st, elapsed = type(ev.elapsed) == "number" and ev.elapsed or nil }
-      end
-    end
+  local story, states = require("flow.runs").story(events), {}
+  for name, st in pairs(story.steps) do
+    states[name] = { state = JOURNAL_STATE[st.state] or "failed",
+                     elapsed = st.state ~= "running" and type(st.elapsed) == "number" and st.elapsed or nil }
   end
   return states
 end

@@ -113,7 +113,7 @@ local function svg_edge(out, e, items)
 end
 
 -- The namespaces as boxes behind their members (drawn first).
-local function svg_spaces(out, m, items)
+local function svg_spaces(out, m)
   local boxes = {}
   for _, list in ipairs({ m.steps, m.datasets }) do
     for _, it in ipairs(list) do
@@ -137,7 +137,6 @@ local function svg_spaces(out, m, items)
       .. '<text x="%d" y="%d">%s</text></g>', b.x1 - pad, b.y1 - pad - 12, b.x2 - b.x1 + 2 * pad,
       b.y2 - b.y1 + 2 * pad + 12, b.x1 - pad + 6, b.y1 - pad, esc(ns))
   end
-  return items
 end
 
 local function json_details(m)
@@ -248,7 +247,7 @@ function M.html(m, info)
   for _, t in ipairs(tags) do out[#out + 1] = string.format('<option value="%s">%s</option>', esc(t), esc(t)) end
   out[#out + 1] = '</select> · <label><input type="checkbox" id="params" checked> parameters</label></header>'
   out[#out + 1] = string.format('<svg id="graph" width="%d" height="%d" viewBox="0 0 %d %d">', w, h, w, h)
-  svg_spaces(out, m, items)
+  svg_spaces(out, m)
   for _, e in ipairs(m.edges) do svg_edge(out, e, items) end
   for _, list in ipairs({ m.params, m.datasets, m.steps }) do
     for _, it in ipairs(list) do svg_node(out, it) end
