@@ -538,15 +538,19 @@ static char *build_body(lua_State *L, struct aml_client *client, int spec)
         .parameter_server_count = int_field(L, spec, "parameter_server_count"),
         .timeout = timeout, .env = vars, .n_env = n_env, .tags = tags, .n_tags = n_tags,
         .inputs = inputs, .n_inputs = n_inputs, .outputs = outputs, .n_outputs = n_outputs,
+        .sweep_json = flow_field_string(L, spec, "sweep"),
     };
-    return aml_job_body(&js);
+    char *body = aml_job_body(&js);
+    if (!body) luaL_error(L, "run_job: sweep must be a JSON object");
+    return body;
 }
 
 /* run_job(spec) -> {name =, status =, ok =, studio =, error =, submitted =, cancelled =, detached =}
  * | nil, why (the job could not be started).  spec.body: the job's body as
  * JSON text, made by the caller (a pipeline job), instead of one built from
- * the spec's fields; spec.label: what the status lines are about (default
- * "step '<display_name>'"). */
+ * the spec's fields; spec.sweep: a Sweep job's own fields as JSON text (the
+ * spec's command job becomes its trial: job_body.h); spec.label: what the
+ * status lines are about (default "step '<display_name>'"). */
 static int l_run_job(lua_State *L)
 {
     struct aml_client *client = connected(L);

@@ -62,8 +62,50 @@ static void add_bindings(cJSON *props, const char *key, const char *type_key, co
     }
 }
 
+/* The command job `props` made a Sweep job: the fields a TrialComponent
+ * has move into "trial", the command's time limit becomes each trial's
+ * (limits.trialTimeout), and the sweep's own fields join.  Takes `sweep`. */
+static void make_sweep(cJSON *props, cJSON *sweep)
+{
+    static const char *const trial_keys[] = { "command", "codeId", "environmentId", "environmentVariables",
+                                              "distribution", "resources" };
+    cJSON *trial = cJSON_CreateObject();
+    for (size_t i = 0; i < sizeof trial_keys / sizeof *trial_keys; i++) {
+        cJSON *item = cJSON_DetachItemFromObjectCaseSensitive(props, trial_keys[i]);
+        if (item) cJSON_AddItemToObject(trial, trial_keys[i], item);
+    }
+    cJSON_ReplaceItemInObjectCaseSensitive(props, "jobType", cJSON_CreateString("Sweep"));
+    cJSON_AddItemToObject(props, "trial", trial);
+    cJSON *command_limits = cJSON_DetachItemFromObjectCaseSensitive(props, "limits");
+    cJSON *limits = cJSON_GetObjectItemCaseSensitive(sweep, "limits");
+    if (!cJSON_IsObject(limits)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(sweep, "limits");
+        limits = cJSON_AddObjectToObject(sweep, "limits");
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(limits, "jobLimitsType");
+    cJSON_AddStringToObject(limits, "jobLimitsType", "Sweep");
+    cJSON *timeout = cJSON_GetObjectItemCaseSensitive(command_limits, "timeout");
+    if (cJSON_IsString(timeout) && !cJSON_HasObjectItem(limits, "trialTimeout"))
+        cJSON_AddStringToObject(limits, "trialTimeout", timeout->valuestring);
+    cJSON_Delete(command_limits);
+    while (sweep->child) {
+        cJSON *item = cJSON_DetachItemViaPointer(sweep, sweep->child);
+        cJSON_DeleteItemFromObjectCaseSensitive(props, item->string);
+        cJSON_AddItemToObject(props, item->string, item);
+    }
+    cJSON_Delete(sweep);
+}
+
 char *aml_job_body(const struct aml_job_spec *spec)
 {
+    cJSON *sweep = NULL;
+    if (spec->sweep_json) {
+        sweep = cJSON_Parse(spec->sweep_json);
+        if (!cJSON_IsObject(sweep)) {
+            cJSON_Delete(sweep);
+            return NULL;
+        }
+    }
     cJSON *props = cJSON_CreateObject();
     cJSON_AddStringToObject(props, "jobType", "Command");
     add_string(props, "displayName", spec->display_name);
@@ -92,6 +134,7 @@ char *aml_job_body(const struct aml_job_spec *spec)
         cJSON *tags = cJSON_AddObjectToObject(props, "tags");
         for (size_t i = 0; i < spec->n_tags; i++) cJSON_AddStringToObject(tags, spec->tags[i].key, spec->tags[i].value);
     }
+    if (sweep) make_sweep(props, sweep);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddItemToObject(root, "properties", props);
     char *text = cJSON_PrintUnformatted(root);

@@ -48,9 +48,15 @@ struct aml_job_spec {
     size_t n_tags;
     const struct aml_data_binding *inputs, *outputs;
     size_t n_inputs, n_outputs;
+    /* NULL, or a Sweep job's own fields as a JSON object (samplingAlgorithm,
+     * searchSpace, objective, limits, earlyTermination: REFERENCE.md §1.8),
+     * made by the caller: the command job becomes the sweep's trial. */
+    const char *sweep_json;
 };
 
-/* {"properties": {"jobType": "Command", …}} as JSON text (malloc'd). */
+/* {"properties": {"jobType": "Command", …}} as JSON text (malloc'd); with
+ * spec->sweep_json, {"properties": {"jobType": "Sweep", "trial": {…}, …}}.
+ * NULL only when sweep_json is not a JSON object. */
 char *aml_job_body(const struct aml_job_spec *spec);
 
 /* A name for attempt `attempt` of a step in a run: deterministic (a resumed

@@ -152,9 +152,16 @@ options:
                      prefix of its id will do): the trials that did not succeed
                      (nor were stopped early) run, with the values, metric and
                      parameters it started with
+  --parallel N       trials at once in an Azure ML sweep job (default: all)
+  --no-sweep-job     a run per trial even when the swept step runs on Azure ML
+
+When the one step that reads the swept parameters is a command that runs on
+Azure ML in ENV, the sweep is one Azure ML sweep job: Azure ML samples and
+runs the trials (docs/azureml.md, "Sweeps on Azure ML").
 
 From Lua: flow.sweep{pipeline =, grid = | space =, sampler =, trials =,
-seed =, metric =, goal =, early_stop =} (docs/pipelines.md, "Sweeps").
+seed =, metric =, goal =, early_stop =, parallel =, sweep_job =}
+(docs/pipelines.md, "Sweeps").
 
 exit status: 0 a trial has the best metric, 1 none succeeded with it, 2 usage,
 script or graph error, 130 interrupted.]],
@@ -402,7 +409,7 @@ local OPTIONS = {
   sweep = with_config { pipeline = "value", grid = "list", metric = "value", goal = "value", random = "value",
                         ["early-stop"] = "value", ["log-format"] = "value",
                         seed = "value", jobs = "value", j = "jobs", force = "flag", quiet = "flag", q = "quiet",
-                        open = "flag", resume = "optional" },
+                        open = "flag", resume = "optional", parallel = "value", ["no-sweep-job"] = "flag" },
   config = with_config { explain = "optional" },
   catalog = with_config { pipeline = "value", format = "value" },
   clean = { ["runs-older-than"] = "value", cache = "flag", ["dry-run"] = "flag", n = "dry-run",
@@ -1334,7 +1341,8 @@ end
 -- What flow sweep's flags ask of flow.sweep (less the pipeline).
 local function sweep_options(opts)
   if opts.resume then           -- the sweep's own trials, metric and parameters
-    for _, flag in ipairs({ "grid", "metric", "goal", "random", "seed", "params", "env", "early-stop" }) do
+    for _, flag in ipairs({ "grid", "metric", "goal", "random", "seed", "params", "env", "early-stop", "parallel",
+                            "no-sweep-job" }) do
       if opts[flag] then
         usage_error("--resume keeps the sweep's trials, metric and parameters: --%s cannot change them", flag)
       end
@@ -1358,7 +1366,9 @@ local function sweep_options(opts)
     if not stop then usage_error("--early-stop: %s (POLICY[,key=value,...], e.g. bandit,slack_factor=0.1,after=2)", why) end
   end
   return { grid = not random and grid or nil, space = random and grid or nil, sampler = random and "random" or "grid",
-           trials = random, seed = seed, metric = opts.metric, goal = opts.goal, early_stop = stop }
+           trials = random, seed = seed, metric = opts.metric, goal = opts.goal, early_stop = stop,
+           parallel = opts.parallel and positive_int(opts.parallel, "--parallel", 1000000),
+           sweep_job = opts["no-sweep-job"] ~= true }
 end
 
 local function cmd_sweep(args)

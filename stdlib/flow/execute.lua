@@ -16,6 +16,7 @@ local failure = require("flow.failure")
 local redact = require("flow.config").redact
 local remote = require("flow.remote")
 local metrics = require("flow.metrics")
+local sweep_job = require("flow.sweep_job")
 
 local step_failure = failure.new
 
@@ -96,10 +97,15 @@ function Run:run_remote(n)
   end
   local info = remote.info(self.aml)
   local attach_only = prior ~= nil and name == prior.job
-  local outputs = self:bind_outputs(n, name, n.output_mode or info.output_mode)
+  local sweep = self.sweep_job and self.sweep_job.step == n.name and self.sweep_job
+  local mode = n.output_mode or info.output_mode
+  local outputs = sweep and sweep_job.bindings(self, n, name, mode) or self:bind_outputs(n, name, mode)
   local inputs = not attach_only and self:bind_inputs(n, n.input_mode or info.input_mode, fail) or nil
   local spec = remote.job_spec(self, n, place, name, fail, inputs, outputs)
   spec.attach_only = attach_only
+  if sweep then
+    spec.command, spec.sweep = sweep_job.trial_command(sweep, spec.command), core.json_encode(sweep.sweep)
+  end
   if not spec.attach_only then
     local id, why = self.aml:code_id(self.root)     -- the project's files, once per run
     if not id then fail(why) end
@@ -112,6 +118,10 @@ function Run:run_remote(n)
   if not r then fail(err) end
   if r.status ~= "" or not spec.attach_only then self:job_log(n, place, spec, r) end
   rec.remote = { backend = "azureml", job = r.name, studio = r.studio, status = r.status }
+  if r.ok and sweep then
+    rec.outputs = self:sweep_outcome(n, r.name, sweep, outputs, place.downloads or {}, fail)
+    return
+  end
   if r.ok then
     rec.outputs = self:fetch_outputs(n, r.name, outputs, place.downloads or {})
     return
@@ -136,6 +146,33 @@ function Run:run_remote(n)
   end
   fail(r.error or string.format("Azure ML job %s ended %s%s", r.name, r.status,
                                 r.studio and (": " .. r.studio) or ""))
+end
+
+-- After the sweep job `job` of step n completed: its trials read back
+-- (self.sweep_trials, for flow.sweep), and the step's outputs those of the
+-- best trial, as a command job's are.
+function Run:sweep_outcome(n, job, sweep, outputs, downloads, fail)
+  local trials = sweep_job.trials(self, n, job, sweep.names, fail)
+  local best
+  for _, t in ipairs(trials) do
+    local v = t.metrics.values[sweep.metric]
+    if v ~= nil and (not best or (sweep.sweep.objective.goal == "Minimize" and v < best.metric)
+                     or (sweep.sweep.objective.goal == "Maximize" and v > best.metric)) then
+      best = { trial = t, metric = v }
+    end
+  end
+  self.sweep_trials = trials
+  if not best then fail(string.format("Azure ML sweep job %s: no trial reported %s", job, sweep.metric)) end
+  local own = {}
+  for _, b in ipairs(outputs) do
+    if b.name ~= "flow_trial" then
+      own[#own + 1] = { name = b.name, dataset = b.dataset, type = b.type, mode = b.mode,
+                        uri = b.uri:gsub("%${{name}}", best.trial.name) }
+    end
+  end
+  core.ui_info(string.format("step '%s': sweep job %s: %d trial%s, best %s (%s %s)", n.name, job, #trials,
+                             #trials == 1 and "" or "s", best.trial.name, sweep.metric, tostring(best.metric)))
+  return self:fetch_outputs(n, job, own, downloads)
 end
 
 -- The flags that give a child `flow` the configuration this run has.

@@ -124,6 +124,7 @@ function Run:decide(i, n)
   local fp = fingerprint.combine(parts)
   self.pending[i] = { fp = fp, parts = parts }
   local rec = self.state.steps[n.name]
+  if self.sweep_job and self.sweep_job.step == n.name then return "its trials run as an Azure ML sweep job" end
   if self.force and not self.completed[n.name] then return "--force" end
   if not rec then return "it has no earlier successful run" end
   if rec.fp ~= fp then
@@ -176,6 +177,7 @@ function Run:engine_check(plan)
         end
       end
       for k, io in ipairs(n.outputs) do outs[k] = io.dataset end
+      if self.sweep_job and self.sweep_job.step == n.name then ok = false end    -- always runs (Run:decide)
       if ok then
         chk:set(i, n.name, parts.code, parts.dist, parts.outputs, parts.params, names or {}, inputs, outs)
         described = true

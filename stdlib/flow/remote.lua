@@ -236,8 +236,10 @@ end
 
 -- The job's command line for a command step: parameters as their values,
 -- outputs as the job's output bindings.  run: {settings =} (a run's, or
--- flow compile's plan's).
+-- flow compile's plan's); for the trial step of a sweep job (run.sweep_job,
+-- flow.sweep_job), a swept parameter is its ${{search_space.<name>}}.
 function M.command_line(run, n, fail)
+  local swept = run.sweep_job and run.sweep_job.step == n.name and run.sweep_job.search_space or {}
   local by_arg = { inputs = {}, outputs = {} }
   for _, io in ipairs(n.inputs) do by_arg.inputs[io.arg] = io end
   for _, io in ipairs(n.outputs) do by_arg.outputs[io.arg] = io end
@@ -246,12 +248,15 @@ function M.command_line(run, n, fail)
       return nil, string.format("${credentials.%s}: a step on Azure ML cannot be given credentials by flow "
         .. "(its command line and environment are visible in Azure ML studio); use the workspace's Key Vault", key)
     end
-    if ns == "params" then return params_mod.command_text(run.settings, n, key) end
+    if ns == "params" then
+      return swept[require("flow.pipeline").command_param(n, key)] or params_mod.command_text(run.settings, n, key)
+    end
     local io = by_arg[ns][key]
     if not io then return nil, string.format("${%s.%s}: the step has no %s named '%s'", ns, key, ns:sub(1, -2), key) end
     if ns == "outputs" then return "${{outputs." .. io.arg .. "}}" end     -- Azure ML puts the path there
     local param = dag.is_param_input(io.dataset)
     if not param then return "${{inputs." .. io.arg .. "}}" end
+    if swept[param] then return swept[param] end
     return params_mod.text(params_mod.of_input(run.settings, param))
   end
   local function expand(s, quote)

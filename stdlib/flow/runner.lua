@@ -179,7 +179,7 @@ local function new_run(plan, opts, run_id, st)
     memo = { code = {}, refs = {},    -- by command text: its code and files; its ${params.} keys
              params = {} },           -- by parameter key: its value's hash
     hc = cache.hashes(state_mod.CACHE .. "/hashes"), hasher = fingerprint.hasher(), root = core.cwd(),
-    force = opts.force, explain = opts.explain, completed = opts.resume and opts.resume.completed or {},
+    force = opts.force, explain = opts.explain, sweep_job = opts.sweep_job, completed = opts.resume and opts.resume.completed or {},
     defaults = M.defaults, run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
   }, Run)
   self.reporting = plan.reporting           -- the steps that report metrics
@@ -247,6 +247,7 @@ function Run:result(graph, code, states, elapsed, env, reported)
                               status = code == 0 and "ok" or code == 130 and "interrupted" or "failed",
                               metrics = metrics.merge(reported) },
                             self.nodes, self.records, states, elapsed)
+  result.sweep_trials = self.sweep_trials        -- a sweep job's trials (flow.sweep_job), when one ran
   for _, d in ipairs(graph:unread_outputs()) do
     local v = self.values[d]
     if v then
@@ -299,6 +300,7 @@ function M.run(p, opts, level)
   self.journal = cache.journal(self.run_dir .. "/journal.jsonl")
   self:log_start(plan, opts)
   core.symlink(run_id, ".flow/runs/latest")
+  if opts.started then opts.started(run_id) end      -- (flow.sweep keeps the id of a sweep job's run)
   local jobs = opts.jobs or core.cpu_count()
   local pools, pool_of = M.pools(plan, jobs)
   if plan.aml then

@@ -23,6 +23,7 @@ local cache = require("flow.cache")
 local metrics = require("flow.metrics")
 local early_stop = require("flow.early_stop")
 local failure = require("flow.failure")
+local sweep_job = require("flow.sweep_job")
 
 local M = {}
 
@@ -142,7 +143,7 @@ end
 
 local fields = { pipeline = true, env = true, grid = true, space = true, sampler = true, trials = true, seed = true,
                  metric = true, goal = true, params = true, jobs = true, force = true, name = true, quiet = true,
-                 resume = true, early_stop = true }
+                 resume = true, early_stop = true, parallel = true, sweep_job = true }
 
 -- The swept keys of grid (lists) or space (distributions or lists), sorted.
 local function check_space(t, what, level)
@@ -203,6 +204,12 @@ local function check_opts(o, level)
   if math.type(seed) ~= "integer" then util.fail(level + 1, "flow.sweep: seed must be a whole number, got %s", tostring(seed)) end
   if o.params ~= nil and type(o.params) ~= "table" then util.fail(level + 1, "flow.sweep: params must be a table") end
   local stop = o.early_stop ~= nil and early_stop.check(o.early_stop, level + 1) or nil
+  if o.parallel ~= nil and (math.type(o.parallel) ~= "integer" or o.parallel < 1) then
+    util.fail(level + 1, "flow.sweep: parallel must be a whole number from 1 (trials at once), got %s", tostring(o.parallel))
+  end
+  if o.sweep_job ~= nil and type(o.sweep_job) ~= "boolean" then
+    util.fail(level + 1, "flow.sweep: sweep_job must be true or false, got %s", tostring(o.sweep_job))
+  end
   return p, { goal = goal, sampler = sampler, keys = keys, trials = n, seed = seed, early_stop = stop }
 end
 
@@ -264,10 +271,15 @@ end
 
 -- One trial: flow.run with its parameters.  A graph error that comes from
 -- the trial's parameters fails that trial, not the sweep.
-local function run_trial(p, o, spec, id, i, n, values, before)
+local function trial_params(o, values)
   local params = {}              -- the sweep's params, then the trial's (dotted keys: flow.run sets them)
   for k, v in pairs(o.params or {}) do params[k] = v end
   for k, v in pairs(values) do params[k] = v end
+  return params
+end
+
+local function run_trial(p, o, spec, id, i, n, values, before)
+  local params = trial_params(o, values)
   local t = { trial = i, params = values }
   local started = core.time()
   metrics.on_log = spec.early_stop and stopper(o, spec, t, before) or nil
@@ -294,6 +306,74 @@ local function run_trial(p, o, spec, id, i, n, values, before)
   t.metric = r.metrics[o.metric]
   t.series = metric_series(r, o.metric)
   return t
+end
+
+-- ---- on Azure ML: one sweep job ---------------------------------------------
+
+-- The sweep job's plan (flow.sweep_job) when the swept step runs on Azure ML
+-- in the sweep's environment, else nil (each trial is a run of its own).
+local function azureml_plan(p, o, spec, values)
+  if o.sweep_job == false then return nil end
+  local ok, plan = pcall(runner.prepare, p, { env = o.env, params = trial_params(o, values[1]) }, 1)
+  if not ok then
+    if not util.is_setup_error(plan) then error(plan, 0) end
+    return nil                                    -- each trial reports it
+  end
+  local n, why = sweep_job.trial_step(plan, spec.keys)
+  if not n then
+    if why then core.ui_info("sweep: a run per trial, not an Azure ML sweep job: " .. why) end
+    return nil
+  end
+  return sweep_job.plan(o, spec, n, #values)
+end
+
+-- The trial number of values `params` (as a trial record has them: text
+-- made numbers) among the sweep's trials, or nil.
+local function trial_number(values, keys, params)
+  for i, v in ipairs(values) do
+    local same = true
+    for _, k in ipairs(keys) do same = same and report.value_text(v[k]) == report.value_text(params[k]) end
+    if same then return i end
+  end
+end
+
+-- The sweep as one run whose swept step is an Azure ML sweep job; its
+-- trials come back from the job.  prior: the run an interrupted sweep
+-- started (its journal names the job, which this run waits for).
+local function run_sweep_job(p, o, spec, id, values, plan, prior, log)
+  local opts = { env = o.env, params = trial_params(o, values[1]), jobs = o.jobs, force = o.force,
+                 name = o.name or ("sweep " .. id), sweep_job = plan,
+                 started = function(run_id)
+                   log:append(core.json_encode({ azureml_run = run_id }))
+                   log:sync()
+                 end }
+  if prior then
+    local events = require("flow.state").read_journal(".flow/runs/" .. prior .. "/journal.jsonl") or {}
+    opts.resume = { run = prior, completed = {}, remote_jobs = require("flow.cli").unfinished_jobs(events) }
+  end
+  core.ui_info(string.format("sweep %s: step '%s' as one Azure ML sweep job (%s, %d trials, %d at once)", id,
+                             plan.step, spec.sampler, plan.sweep.limits.maxTotalTrials,
+                             plan.sweep.limits.maxConcurrentTrials))
+  local ok, r = pcall(runner.run, p, opts)
+  if not ok then
+    if not util.is_setup_error(r) then error(r, 0) end
+    core.ui_error(r.setup_error)
+    return {}, false
+  end
+  local trials, used = {}, {}
+  for k, st in ipairs(r.sweep_trials or {}) do
+    local i = spec.sampler == "grid" and trial_number(values, spec.keys, st.params) or nil
+    if not i or used[i] then i = #values + k end
+    used[i] = true
+    trials[#trials + 1] = { trial = i, params = st.params, status = "ok", metrics = st.metrics.values,
+                            metric = st.metrics.values[plan.metric], series = (st.metrics.series or {})[plan.metric],
+                            elapsed = st.elapsed, run_id = r.run_id, job = st.name }
+  end
+  table.sort(trials, function(a, b) return a.trial < b.trial end)
+  for i, t in ipairs(trials) do
+    if t.trial > #values then t.trial = i end     -- a random sweep's: numbered as they started
+  end
+  return trials, r.code == 130
 end
 
 -- ---- reporting ------------------------------------------------------------
@@ -363,10 +443,10 @@ end
 -- line per trial that ended (trials.jsonl, appended and synced as each ends,
 -- so a kill -9 loses none).  `resume` runs the trials that did not succeed.
 
-local function spec_json(id, o, spec, values)
+local function spec_json(id, o, spec, values, aml)
   return core.json_encode({ id = id, metric = o.metric, goal = spec.goal, sampler = spec.sampler,
                             seed = spec.seed, keys = spec.keys, trials = values, params = o.params,
-                            early_stop = spec.early_stop,
+                            early_stop = spec.early_stop, azureml = aml,
                             env = o.env or runner.defaults.env, params_spec = runner.defaults.params_spec,
                             conf = runner.defaults.conf }) .. "\n"
 end
@@ -407,10 +487,12 @@ local function resumed(o, level)
      or type(saved.keys) ~= "table" then
     util.setup_error(string.format("flow.sweep: resume: %s/sweep.json is missing or damaged: the sweep cannot be resumed", dir))
   end
-  local done = {}
+  local done, prior = {}, nil
   for _, t in ipairs(require("flow.state").read_journal(dir .. "/trials.jsonl") or {}) do
     if math.type(t.trial) == "integer" and (t.status == "ok" or t.status == "stopped") and type(t.params) == "table" then
       done[t.trial] = t
+    elseif type(t.azureml_run) == "string" then
+      prior = t.azureml_run                        -- the run that submitted the sweep job
     end
   end
   local opts = { pipeline = o.pipeline, metric = saved.metric, goal = saved.goal, params = saved.params,
@@ -421,24 +503,27 @@ local function resumed(o, level)
   local spec = { goal = saved.goal == "max" and "max" or "min", sampler = saved.sampler == "random" and "random" or "grid",
                  keys = saved.keys, seed = saved.seed,
                  early_stop = saved.early_stop ~= nil and early_stop.check(saved.early_stop, level + 1) or nil }
-  return opts, spec, saved.trials, id, done
+  local aml = type(saved.azureml) == "table" and saved.azureml or nil
+  return opts, spec, saved.trials, id, done, aml and { plan = aml, run = prior } or nil
 end
 
 -- flow.sweep{...} -> the trials, best first ({trial =, params =, metric =,
 -- metrics =, status =, elapsed =, run_id =, error =}), with .best (the best
 -- trial, or nil when none succeeded with the metric), .id and .dir.
 function M.sweep(o)
-  local p, spec, values, id, done
+  local p, spec, values, id, done, aml
   if type(o) == "table" and o.resume ~= nil then
     p = check_pipeline(o.pipeline, 2)
-    o, spec, values, id, done = resumed(o, 2)
+    o, spec, values, id, done, aml = resumed(o, 2)
   else
     p, spec = check_opts(o, 2)
     local space = o.grid or o.space
     values = spec.sampler == "grid" and grid_trials(space, spec.keys)
              or random_trials(space, spec.keys, spec.trials, spec.seed)
     id, done = core.run_id(M.DIR), {}
-    core.write_atomic(M.DIR .. "/" .. id .. "/sweep.json", spec_json(id, o, spec, values))
+    local plan = azureml_plan(p, o, spec, values)
+    aml = plan and { plan = plan }
+    core.write_atomic(M.DIR .. "/" .. id .. "/sweep.json", spec_json(id, o, spec, values, plan))
   end
   local dir = M.DIR .. "/" .. id
   local n_done = 0
@@ -449,7 +534,16 @@ function M.sweep(o)
   local trials, interrupted = {}, false
   local log <close> = setmetatable({ j = cache.journal(dir .. "/trials.jsonl") },
                                    { __close = function(l) l.j:close() end })
-  for i, v in ipairs(values) do
+  if aml and next(done) then                       -- the sweep job ended: its trials are all there are
+    for _, t in pairs(done) do trials[#trials + 1] = t end
+  elseif aml then
+    trials, interrupted = run_sweep_job(p, o, spec, id, values, aml.plan, aml.run, log.j)
+    for _, t in ipairs(trials) do
+      log.j:append(core.json_encode(t))
+      log.j:sync()
+    end
+  end
+  for i, v in ipairs(aml and {} or values) do
     if done[i] then
       trials[#trials + 1] = done[i]
     elseif not interrupted then        -- after Ctrl-C: the trials done before are still reported

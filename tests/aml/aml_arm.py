@@ -33,6 +33,7 @@ from aml_jobs import TERMINAL, Job, control_value, parse_duration
 from aml_schema import Problem, check_pending_upload
 from aml_exec import default_output_uri
 import aml_pipeline
+import aml_sweep
 
 PROVIDER = "Microsoft.MachineLearningServices"
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9\-_]{0,254}$")
@@ -847,6 +848,9 @@ class ArmApi:
                         b, bm.group(1))))
         elif jt == "Pipeline":
             problems += aml_pipeline.check_pipeline(self, props)
+        elif jt == "Sweep":
+            p, code = aml_sweep.check_sweep(self, props)
+            problems += p
         else:
             problems += self._check_compute(props)
         for io in ("inputs", "outputs"):
@@ -855,7 +859,9 @@ class ArmApi:
                     problems.append(Problem("properties.%s.%s" % (io, k), "a %s name must be an identifier "
                                             "([A-Za-z_][A-Za-z0-9_]*)" % io[:-1]))
                 if v.get("uri"):
-                    problems += self._check_uri(v["uri"], "properties.%s.%s.uri" % (io, k), runtime)
+                    # (a sweep's trials each write under their own name: ${{name}})
+                    uri = v["uri"].replace("${{name}}", "trial") if jt == "Sweep" else v["uri"]
+                    problems += self._check_uri(uri, "properties.%s.%s.uri" % (io, k), runtime)
         outcome = control_value(props, "FLOW_DOUBLE_OUTCOME")
         if outcome is not None and outcome not in ("Failed", "Completed"):
             problems.append(Problem("FLOW_DOUBLE_OUTCOME", "the double knows Failed and Completed, not %r" % outcome))
@@ -892,7 +898,7 @@ class ArmApi:
             res.setdefault("shmSize", "2g")
             res.setdefault("properties", None)
             props["parameters"] = {}
-        props["properties"] = dict(sysprops, **(props.get("properties") or {}))
+        props["properties"] = {**sysprops, **(props.get("properties") or {}), **job.service_properties}
         for oname, out in (props.get("outputs") or {}).items():
             out.setdefault("uri", default_output_uri(job.name, oname))
             out.setdefault("mode", "ReadWriteMount")
@@ -980,7 +986,7 @@ class ArmApi:
                     if not names:
                         runtime.append("the code snapshot %s is empty: nothing was uploaded under %s" % (
                             props["codeId"], code_uri))
-        if props["jobType"] == "Command":
+        if props["jobType"] in ("Command", "Sweep"):
             self._find_missing_inputs(props, runtime)
         with self.lock:
             if name in self.jobs:           # a concurrent PUT of the same name won
@@ -1007,8 +1013,9 @@ class ArmApi:
         return job
 
     def create_child_job(self, name, props):
-        """A job the double makes itself (a pipeline's child): checked as a PUT is,
-        then created.  Returns why it was refused, or None."""
+        """A job the double makes itself (a pipeline's child, a sweep's trial), run by
+        the executor as its parent is: checked as a PUT is, then created.  Returns
+        why it was refused, or None."""
         with self.lock:
             runtime = []
             problems, code = self._check_job_semantics(name, props, runtime)
@@ -1017,7 +1024,8 @@ class ArmApi:
             code_uri = code.props.get("codeUri") if code else None
         self._find_missing_inputs(props, runtime)
         with self.lock:
-            self._add_job(name, props, time.time(), runtime, None, code_uri, "pipeline")
+            job = self._add_job(name, props, time.time(), runtime, None, code_uri, "pipeline")
+            job.execute = True
         return None
 
     def cancel_job(self, req, name):
@@ -1083,7 +1091,7 @@ class ArmApi:
         return {"name": job.name, "status": job.status, "error": job.error, "hold": job.hold, "frozen": job.frozen,
                 "history": [{"status": s, "time": iso(t), "t": t} for s, t in job.history],
                 "runtime_problems": job.runtime_problems, "outcome": job.outcome and job.outcome[0],
-                "execute": job.execute,
+                "execute": job.execute, "service_properties": job.service_properties,
                 "run": job.run and {"dir": job.run.wd, "log": job.run.log_path, "done": job.run.done_at is not None,
                                     "error": job.run.error, "pids": [p.pid for p in job.run.procs]},
                 "snapshot": job.snapshot and {"codeUri": job.snapshot[0], "blobs": job.snapshot[1]},

@@ -63,6 +63,9 @@ BINDING = re.compile(r"\$\{\{\s*(inputs|outputs)\.([A-Za-z0-9_]+)\s*\}\}")
 TAIL_LINES = 20
 
 
+MLFLOW_DOUBLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mlflow_double")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -311,6 +314,10 @@ class JobRun(_Run):
         base = dict(os.environ)
         base.update(self.props.get("environmentVariables") or {})
         base["AZUREML_RUN_ID"] = self.name
+        # MLflow, as a job's environment has it tracked: the stand-in module
+        # writes what the processes log where the run (a sweep) reads it
+        base["PYTHONPATH"] = os.pathsep.join(p for p in (MLFLOW_DOUBLE, base.get("PYTHONPATH")) if p)
+        base["FLOW_DOUBLE_MLFLOW_LOG"] = os.path.join(self.home, "mlflow.jsonl")
         tails = [collections.deque(maxlen=TAIL_LINES) for _ in envs]
         readers = []
         self.log("[flow-aml-double] starting %d process(es): /bin/bash -c <command> in %s" % (
@@ -505,7 +512,8 @@ class Runner:
                 if job.run is None:
                     job.advance(now)
                     if job.status == "Running":
-                        kind = PipelineRun if job.props["jobType"] == "Pipeline" else JobRun
+                        import aml_sweep
+                        kind = {"Pipeline": PipelineRun, "Sweep": aml_sweep.SweepRun}.get(job.props["jobType"], JobRun)
                         job.run = kind(self.arm, job, self.jobs_dir)
                         job.run.start()
                 elif job.run.done_at is None:

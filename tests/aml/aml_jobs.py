@@ -73,8 +73,10 @@ class Job:
         lim = props.get("limits") or {}
         self.timeout = parse_duration(lim.get("timeout")) if lim.get("timeout") else None
         # a run of the command (aml_exec.JobRun), for jobs PUT while execute_jobs is on
-        self.execute = bool(cfg["execute_jobs"]) and props.get("jobType") in ("Command", "Pipeline")
+        self.execute = bool(cfg["execute_jobs"]) and props.get("jobType") in ("Command", "Pipeline", "Sweep")
         self.run = None
+        # what the service adds to properties.properties as the job runs (a sweep's best trial)
+        self.service_properties = {}
 
     # -- the clock ---------------------------------------------------------
 

@@ -51,6 +51,13 @@ class StrictSchema:
         with open(path) as f:
             self.doc = json.load(f)
         self.defs = self.doc["definitions"]
+        # The ARM template schema types Bandit's slacks as integers; the REST
+        # spec (mfe.2024-10-01.definitions.excerpt.json, BanditPolicy) and the
+        # service take floats (slack_factor=0.1 is the documented example).
+        for bandit in [self.defs["BanditPolicy"]] + [s for s in self.defs["EarlyTerminationPolicy"]["oneOf"]
+                                                     if "slackFactor" in s.get("properties", {})]:
+            for k in ("slackAmount", "slackFactor"):
+                bandit["properties"][k]["type"] = "number"
         self._validators = {}
 
     def validator(self, definition):

@@ -1154,6 +1154,80 @@ def pipeline_jobs(d, tok):
     arm_error_is(d.arm("PUT", "/jobs/pipe-bad", b, token=tok), 400, "UserError", what="a camelCase setting")
 
 
+SWEEP_TRAIN_PY = b"""
+import argparse, json, os, time
+import mlflow
+ap = argparse.ArgumentParser()
+ap.add_argument("--lr", type=float)
+ap.add_argument("--out")
+a = ap.parse_args()
+for epoch in range(4):
+    mlflow.log_metric("loss", (a.lr - 0.5) ** 2 + 1.0 / (epoch + 1), step=epoch)
+    time.sleep(0.05 if a.lr != 0.9 else 1.0)
+os.makedirs(a.out, exist_ok=True)
+open(os.path.join(a.out, "lr.txt"), "w").write(str(a.lr))
+"""
+
+
+def _sweep(d, code_id, **over):
+    ws = d.s["workspace_id"]
+    p = {"jobType": "Sweep", "displayName": "sw", "computeId": ws + "/computes/cpu-cluster",
+         "samplingAlgorithm": {"samplingAlgorithmType": "Grid"},
+         "searchSpace": {"lr": ["choice", [[0.1, 0.5, 0.9]]]},
+         "objective": {"primaryMetric": "loss", "goal": "Minimize"},
+         "limits": {"jobLimitsType": "Sweep", "maxTotalTrials": 3, "maxConcurrentTrials": 2,
+                    "trialTimeout": "PT5M"},
+         "trial": {"codeId": code_id, "command": "python3 train.py --lr ${{search_space.lr}} --out ${{outputs.model}}",
+                   "environmentId": "azureml:AzureML-acpt-pytorch-2.2-cuda12.1@latest",
+                   "resources": {"instanceCount": 1}},
+         "outputs": {"model": {"jobOutputType": "uri_folder", "mode": "ReadWriteMount",
+                               "uri": "azureml://datastores/workspaceblobstore/paths/sw/${{name}}/model/"}}}
+    p.update(over)
+    return {"properties": p}
+
+
+@test
+def sweep_jobs(d, tok):
+    _need_azurite(d)
+    code_id = _snapshot(d, tok, "sweep-code", {"train.py": SWEEP_TRAIN_PY})
+    ws = d.s["workspace_id"]
+    trial = _sweep(d, code_id)["properties"]["trial"]
+    for what, body, needle in (
+            ("a grid of a distribution", _sweep(d, code_id, searchSpace={"lr": ["uniform", [0.1, 0.9]]}),
+             "only choice"),
+            ("a binding to no parameter", _sweep(d, code_id, trial=dict(trial, command="x ${{search_space.bs}}")),
+             "search_space.bs"),
+            ("a random sweep without maxTotalTrials", _sweep(d, code_id, samplingAlgorithm={
+                "samplingAlgorithmType": "Random"}, limits={"jobLimitsType": "Sweep"}), "maxTotalTrials"),
+            ("the SDK's choice form missing", _sweep(d, code_id, searchSpace={"lr": ["choice", [0.1, 0.5]]}),
+             "searchSpace.lr"),
+            ("Command limits", _sweep(d, code_id, limits={"jobLimitsType": "Command"}), "jobLimitsType"),
+            ("no objective", _sweep(d, code_id, objective=None), "objective"),
+            ("an unknown compute", _sweep(d, code_id, computeId=ws + "/computes/nope"), "nope")):
+        b = _sweep(d, code_id)
+        b["properties"] = {k: v for k, v in body["properties"].items() if v is not None}
+        r = d.arm("PUT", "/jobs/sweep-bad", b, token=tok)
+        arm_error_is(r, 400, "UserError", what=what)
+        check(needle in r.raw, "%s: the error names %s" % (what, needle), r.raw[:800])
+    # Bandit's slack is a float (the REST spec), though the ARM template schema says integer
+    b = _sweep(d, code_id, earlyTermination={"policyType": "Bandit", "slackFactor": 0.1, "evaluationInterval": 1,
+                                             "delayEvaluation": 1})
+    _put_executed(d, tok, ("sweep-ok", b), what="PUT a sweep job")
+    wait_status(d, tok, "sweep-ok", "Completed", timeout=60)
+    job = d.arm("GET", "/jobs/sweep-ok", token=tok).json["properties"]
+    check(job["properties"].get("best_child_run_id") == "sweep-ok_1", "the best trial (lr 0.5)", job["properties"])
+    check(abs(float(job["properties"]["score"]) - 0.25) < 1e-9, "its score: the last value logged", job["properties"])
+    store, cont = _store(d), _ds_container(d)
+    st, body = store.get_bytes("sw/sweep-ok_1/model/lr.txt", cont)
+    check(st == 200 and body == b"0.5", "the trial's output under its own name", (st, body))
+    t2 = d.arm("GET", "/jobs/sweep-ok_2", token=tok).json["properties"]
+    check(t2["status"] == "Canceled", "bandit canceled the slow, poor trial (lr 0.9)", t2["status"])
+    check(json.loads(t2["tags"]["hyperparameters"]) == {"lr": 0.9}, "a trial's values in its tags", t2["tags"])
+    check("--lr 0.9 " in t2["command"], "the trial's command has its value", t2["command"])
+    log = d.std_log("sweep-ok")
+    check("canceled by the early-termination policy" in log, "the sweep's log says why", log)
+
+
 @test
 def control_api(d, tok):
     check(d.ctl("GET", "health") == "ok\n", "health")

@@ -457,11 +457,8 @@ test_submit_pipeline_failure_detach_cancel_and_resume() {
     contains "$ERR" "--jobs is for runs here"
 }
 
-# A sweep whose training step runs on Azure ML: each trial's job writes
-# ${outputs.metrics} as a file, flow brings it here and ranks the trials by
-# it, as it does a local step's; the data split here goes up once.
-test_sweep_ranks_trials_trained_on_azureml() {
-    start_aml
+# examples/sweep in ./ex with its train step tagged for Azure ML in prod.
+sweep_project() {
     copy_example sweep ex
     cd ex
     printf 'stdout.txt\nstderr.txt\n' >.amlignore
@@ -483,7 +480,16 @@ poll_interval: 0.1
 Y
     sed -i 's/        name = "train" },/        name = "train", tags = { "aml" } },/' pipeline.lua
     grep -q 'tags = { "aml" }' pipeline.lua || { echo "the example's train node changed"; return 1; }
-    run_flow 0 sweep --env prod --grid lr=0.01,0.5 --metric val_loss
+}
+
+# A sweep whose training step runs on Azure ML, a run per trial
+# (--no-sweep-job): each trial's job writes ${outputs.metrics} as a file,
+# flow brings it here and ranks the trials by it, as it does a local step's;
+# the data split here goes up once.
+test_sweep_ranks_trials_trained_on_azureml() {
+    start_aml
+    sweep_project
+    run_flow 0 sweep --env prod --grid lr=0.01,0.5 --metric val_loss --no-sweep-job
     no_crash
     equals "$(count_of jobs.put)" 2 "jobs: one per trial"
     first=$(printf '%s\n' "$OUT" | sed -n 2p)
@@ -495,5 +501,54 @@ Y
     # the series came back too: the report draws it
     dir=$(ls -d .flow/sweeps/*)
     contains "$(cat "$dir/report.html")" '<polyline class="series best" data-trial="2"'
+    no_secrets
+}
+
+# The same sweep as one Azure ML sweep job: flow PUTs one job, Azure ML (the
+# double) samples and runs the trials, each logging its metrics to MLflow;
+# flow reads every trial back, ranks them as a local sweep does, and the
+# run's train step keeps the best trial's model.
+test_sweep_on_azureml_is_one_sweep_job() {
+    start_aml
+    sweep_project
+    run_flow 0 sweep --env prod --grid lr=0.01,0.5,0.3 --metric val_loss --parallel 2 \
+        --early-stop bandit,slack_factor=5,after=3
+    no_crash
+    equals "$(count_of jobs.put)" 1 "jobs PUT by flow: one sweep job"
+    body=$(requests_of jobs.put)
+    contains "$body" '"jobType": "Sweep"'
+    contains "$body" '"searchSpace": {"lr": ["choice", [[0.01, 0.5, 0.3]]]}'
+    contains "$body" '"objective": {"goal": "Minimize", "primaryMetric": "val_loss"}'
+    contains "$body" '"maxConcurrentTrials": 2'
+    contains "$body" '"policyType": "Bandit", "slackFactor": 5}'
+    contains "$body" "--lr '\${{search_space.lr}}'"
+    contains "$body" '/trials/${{name}}/model/model.json'
+    job=$(printf '%s\n' "$ERR" | sed -n "s/.*sweep job \(flow-train-[0-9a-f]*\): 3 trials, best \([^ ]*\) .*/\1 \2/p")
+    set -- $job
+    [ -n "${2:-}" ] || { echo "no sweep job line"; echo "$ERR"; return 1; }
+    equals "$(aml_ctl GET "jobs/$2" | python3 -c 'import json,sys; print(json.load(sys.stdin)["request"]["tags"]["hyperparameters"])')" \
+        '{"lr": 0.5}' "the best trial's values (Azure ML's)"
+    contains "$(aml_ctl GET "jobs/$1")" "\"best_child_run_id\": \"$2\"" "Azure ML's best is flow's"
+    first=$(printf '%s\n' "$OUT" | sed -n 2p)
+    [[ $first == "*  2      0.5"* ]] || { echo "best row: $first"; echo "$OUT"; return 1; }
+    contains "$ERR" "3 of 3 trials ok, best: trial 2 (val_loss 0.030403"
+    # the shared steps ran once, here; the run's model is the best trial's
+    equals "$(printf '%s\n' "$ERR" | grep -c 'done     split' || true)" 1 "split runs"
+    contains "$(cat data/model.json)" '"w"'
+    dir=$(ls -d .flow/sweeps/*)
+    contains "$(cat "$dir/report.html")" '<polyline class="series best" data-trial="2"'
+    contains "$(cat "$dir/results.csv")" "2,0.5,0.0304"
+    # resumed, a finished sweep job is not sent again
+    run_flow 0 sweep --resume
+    equals "$(count_of jobs.put)" 1 "jobs PUT after --resume"
+    contains "$ERR" "best: trial 2"
+    # killed while the sweep job runs, then --resume: it waits for the same job
+    run_flow_bg sweep --env prod --grid lr=0.01,0.5 --metric val_loss -p epochs=2000
+    for i in $(seq 300); do [ "$(count_of jobs.put)" -gt 1 ] && break; sleep 0.05; done
+    kill -9 "$FLOW_PID"
+    wait "$FLOW_PID" 2>/dev/null || true
+    run_flow 0 sweep --resume
+    equals "$(count_of jobs.put)" 2 "jobs PUT: the new sweep's one"
+    contains "$ERR" "2 of 2 trials ok, best: trial 2"
     no_secrets
 }

@@ -109,7 +109,7 @@ test_sweep_errors() {
     contains "$ERR" "unknown option '--grdi' for 'flow sweep' (did you mean '--grid'?)"
     for bad in 'grid = { lr = {} }' 'grid = { lr = 0.1 }' 'space = { lr = { 1 } }, trials = 0' \
                'grid = { lr = { 1 } }, space = { x = { 1 } }' 'grid = { lr = { 1 } }, goal = "best"' \
-               'grid = { lr = { 1, nil, 2 } }' 'grid = { lr = { 1 } }, parallel = 2' 'grid = { [".lr"] = { 1 } }'; do
+               'grid = { lr = { 1, nil, 2 } }' 'grid = { lr = { 1 } }, parallel = 0' 'grid = { [".lr"] = { 1 } }'; do
         write driver.lua <<L
 local p = dofile("pipeline.lua")
 flow.sweep{ pipeline = p, metric = "val_loss", $bad }
