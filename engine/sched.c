@@ -28,6 +28,7 @@ struct sched {
     size_t *pool_of;               /* each step's pool */
     size_t running;                /* in all pools */
     bool stopping, interrupted, failed;
+    bool over;                     /* sched_poll found the run ended */
     int interrupts_seen;
 };
 
@@ -226,28 +227,50 @@ static void seed_ready(struct sched *s)
         if (s->state[i] == STEP_WAITING && s->pending[i] == 0) ready_push(s, i);
 }
 
-int sched_run(struct sched *s)
+void sched_stop(struct sched *s)
+{
+    if (s->stopping) return;
+    s->interrupted = s->stopping = true;
+    cancel_running(s, CANCEL_GRACEFUL);
+}
+
+void sched_begin(struct sched *s)
 {
     seed_ready(s);
-    for (;;) {
+}
+
+bool sched_poll(struct sched *s)
+{
+    if (s->over) return true;
+    handle_interrupts(s);
+    size_t i;
+    while (!s->stopping && next_ready(s, &i)) {
+        if (!skip_up_to_date(s, i)) start_step(s, i);
+        /* A step that blocked the loop (os.execute, io.popen) may have let
+         * Ctrl-C arrive unseen: after it nothing new starts. */
         handle_interrupts(s);
-        size_t i;
-        while (!s->stopping && next_ready(s, &i)) {
-            if (!skip_up_to_date(s, i)) start_step(s, i);
-            /* A step that blocked the loop (os.execute, io.popen) may have let
-             * Ctrl-C arrive unseen: after it nothing new starts. */
-            handle_interrupts(s);
-        }
-        if (!s->running) break;
-        loop_run_once(s->loop, -1);
     }
+    if (s->running) return false;
     handle_interrupts(s);        /* a signal that made the last step fail */
     for (size_t k = 0; k < s->n_pools; k++)
         while (s->pools[k].ready.n) s->state[heap_pop(&s->pools[k].ready)] = STEP_NOT_RUN;
-    for (size_t i = 0; i < s->dag->n_steps; i++)
-        if (s->state[i] == STEP_WAITING) s->state[i] = STEP_NOT_RUN;
+    for (size_t j = 0; j < s->dag->n_steps; j++)
+        if (s->state[j] == STEP_WAITING) s->state[j] = STEP_NOT_RUN;
+    s->over = true;
+    return true;
+}
+
+int sched_code(const struct sched *s)
+{
     if (s->interrupted) return 130;
     return s->failed ? 1 : 0;
+}
+
+int sched_run(struct sched *s)
+{
+    sched_begin(s);
+    while (!sched_poll(s)) loop_run_once(s->loop, -1);
+    return sched_code(s);
 }
 
 const struct dag *sched_dag(const struct sched *s) { return s->dag; }

@@ -76,9 +76,18 @@ struct sched *sched_new(const struct dag *dag, struct loop *loop, const struct s
                         const struct sched_executor *ex, const struct sched_observer *obs);
 void sched_free(struct sched *s);
 
-/* Runs until every step is done, failed or not run; returns 0 if all selected
- * steps succeeded, 1 if any failed, 130 if interrupted. */
+/* Runs until every step is done, failed or not run; returns sched_code. */
 int sched_run(struct sched *s);
+/* The same in steps, for several runs on one loop (flow.spawn): begin, then
+ * after each turn of the loop poll, which starts what is ready and says
+ * whether the run is over (its states are then final). */
+void sched_begin(struct sched *s);
+bool sched_poll(struct sched *s);
+/* Stops the run as a first Ctrl-C does: nothing new starts, the running
+ * steps are cancelled gracefully; the run ends interrupted (130). */
+void sched_stop(struct sched *s);
+/* 0 if all selected steps succeeded, 1 if any failed, 130 if interrupted. */
+int sched_code(const struct sched *s);
 void sched_step_done(struct sched *s, size_t i, bool ok);
 /* Step i still runs, but no longer needs its pool slot (its process is gone
  * and it waits only for the disk to flush what it made): another step of its

@@ -18,19 +18,28 @@
 static enum ui_level level = UI_NORMAL;
 static bool color, live, json;
 
-static struct {
+/* A run's progress.  Several may be under way at once (flow.spawn, a sweep's
+ * concurrent trials): each has its counts, the live region shows them all,
+ * and while more than one runs, a plain line starts with its label. */
+struct ui_run {
     const struct sched *sched;       /* set by the first observer call */
     const struct dag *dag;
-    struct loop *loop;
+    char *label;                     /* or NULL */
     double started;
     size_t done, failed, interrupted, running, queued, skipped, up_to_date;
     size_t *running_steps, n_running, cap_running;
+    struct ui_run *next;             /* the runs under way */
+};
+
+static struct {
+    struct ui_run *runs;             /* under way, newest first */
+    size_t n_runs;
+    struct loop *loop;
     int lines_drawn;                 /* height of the live region on screen */
     bool dirty;                      /* counts changed since the last draw */
     long drawn_second;               /* the elapsed second last drawn */
     unsigned long timer;
-    bool active;
-} run;
+} live_state;
 
 void ui_init(enum ui_level lvl, enum ui_progress progress)
 {
@@ -102,9 +111,9 @@ size_t ui_redact_span(const char *buf, size_t len, bool final, struct strbuf *ou
 
 static void clear_region(void)
 {
-    if (!run.lines_drawn) return;
-    fprintf(stderr, "\r\033[%dA\033[J", run.lines_drawn);
-    run.lines_drawn = 0;
+    if (!live_state.lines_drawn) return;
+    fprintf(stderr, "\r\033[%dA\033[J", live_state.lines_drawn);
+    live_state.lines_drawn = 0;
 }
 
 static void format_clock(char *buf, size_t n, double s)
@@ -114,32 +123,41 @@ static void format_clock(char *buf, size_t n, double s)
     else snprintf(buf, n, "%d:%02d", t / 60, t % 60);
 }
 
-static void draw_region(void)
+/* One run's lines of the live region: its counts, then its running steps. */
+static int draw_run(const struct ui_run *run, double now)
 {
-    if (!live || !run.active) return;
-    double now = monotonic_seconds();
     char clock[32];
-    format_clock(clock, sizeof clock, now - run.started);
-    size_t finished = run.done + run.failed + run.interrupted + run.up_to_date;
-    size_t total = finished + run.running + run.queued;
+    format_clock(clock, sizeof clock, now - run->started);
+    size_t finished = run->done + run->failed + run->interrupted + run->up_to_date;
+    size_t total = finished + run->running + run->queued;
+    if (run->label) fprintf(stderr, "%s%s%s ", BOLD, run->label, RESET);
     fprintf(stderr, "%s[%zu/%zu]%s done %s%zu%s · running %zu · queued %zu", BOLD,
-            finished, total, RESET, GREEN, run.done, RESET, run.running, run.queued);
-    if (run.failed) fprintf(stderr, " · %sfailed %zu%s", RED, run.failed, RESET);
-    if (run.interrupted) fprintf(stderr, " · interrupted %zu", run.interrupted);
-    if (run.up_to_date) fprintf(stderr, " · up to date %zu", run.up_to_date);
-    if (run.skipped) fprintf(stderr, " · skipped %zu", run.skipped);
+            finished, total, RESET, GREEN, run->done, RESET, run->running, run->queued);
+    if (run->failed) fprintf(stderr, " · %sfailed %zu%s", RED, run->failed, RESET);
+    if (run->interrupted) fprintf(stderr, " · interrupted %zu", run->interrupted);
+    if (run->up_to_date) fprintf(stderr, " · up to date %zu", run->up_to_date);
+    if (run->skipped) fprintf(stderr, " · skipped %zu", run->skipped);
     fprintf(stderr, "  %s%s%s\n", DIM, clock, RESET);
     int lines = 1;
-    for (size_t k = 0; k < run.n_running && k < MAX_RUNNING_LINES; k++, lines++) {
-        size_t i = run.running_steps[k];
-        format_clock(clock, sizeof clock, run.sched ? sched_elapsed(run.sched, i) : 0);
-        fprintf(stderr, "  %s▸%s %s %s%s%s\n", CYAN, RESET, run.dag->steps[i].name, DIM, clock, RESET);
+    for (size_t k = 0; k < run->n_running && k < MAX_RUNNING_LINES; k++, lines++) {
+        size_t i = run->running_steps[k];
+        format_clock(clock, sizeof clock, run->sched ? sched_elapsed(run->sched, i) : 0);
+        fprintf(stderr, "  %s▸%s %s %s%s%s\n", CYAN, RESET, run->dag->steps[i].name, DIM, clock, RESET);
     }
-    if (run.n_running > MAX_RUNNING_LINES) {
-        fprintf(stderr, "  %s… and %zu more%s\n", DIM, run.n_running - MAX_RUNNING_LINES, RESET);
+    if (run->n_running > MAX_RUNNING_LINES) {
+        fprintf(stderr, "  %s… and %zu more%s\n", DIM, run->n_running - MAX_RUNNING_LINES, RESET);
         lines++;
     }
-    run.lines_drawn = lines;
+    return lines;
+}
+
+static void draw_region(void)
+{
+    if (!live || !live_state.runs) return;
+    double now = monotonic_seconds();
+    int lines = 0;
+    for (const struct ui_run *r = live_state.runs; r; r = r->next) lines += draw_run(r, now);
+    live_state.lines_drawn = lines;
     fflush(stderr);
 }
 
@@ -153,13 +171,13 @@ static void redraw(void)
 static void tick(void *arg)
 {
     (void)arg;
-    long second = (long)(monotonic_seconds() - run.started);
-    if (run.dirty || second != run.drawn_second) {
-        run.dirty = false;
-        run.drawn_second = second;
+    long second = (long)monotonic_seconds();
+    if (live_state.dirty || second != live_state.drawn_second) {
+        live_state.dirty = false;
+        live_state.drawn_second = second;
         redraw();
     }
-    run.timer = loop_add_timer(run.loop, REDRAW_S, tick, NULL);
+    live_state.timer = loop_add_timer(live_state.loop, REDRAW_S, tick, NULL);
 }
 
 /* ---- messages ----------------------------------------------------------- */
@@ -216,7 +234,7 @@ void ui_stdout(const char *text, size_t len)
 {
     struct strbuf clean = STRBUF_INIT;
     ui_redact_span(text, len, true, &clean);
-    if (run.lines_drawn && isatty(1)) {       /* same screen: write above the display */
+    if (live_state.lines_drawn && isatty(1)) {       /* same screen: write above the display */
         clear_region();
         if (clean.len) fwrite(clean.buf, 1, clean.len, stdout);
         fflush(stdout);
@@ -271,12 +289,13 @@ void ui_step_output(const char *prefix, const char *buf, size_t len)
 /* ---- step events -------------------------------------------------------- */
 
 /* A step's start, or its end with the state the scheduler gives it, as a JSON log line. */
-static void json_step(const struct sched *s, size_t i, bool start)
+static void json_step(const struct ui_run *run, const struct sched *s, size_t i, bool start)
 {
     struct strbuf line = STRBUF_INIT;
     enum step_state st = sched_state(s, i);
     json_begin(&line);
     json_field(&line, "event", start ? "step_start" : "step_end");
+    if (run->label) json_field(&line, "run", run->label);
     json_field(&line, "step", sched_dag(s)->steps[i].name);
     if (!start) {
         json_field(&line, "state", step_state_name(st));
@@ -288,133 +307,169 @@ static void json_step(const struct sched *s, size_t i, bool start)
     json_end(&line);
 }
 
-static void plain_line(const struct sched *s, size_t i, const char *word, bool failure)
+/* "trial 2/4: " for a run with a label (one of several at once), else "". */
+static const char *run_prefix(const struct ui_run *run, char *buf, size_t n)
+{
+    if (!run->label) return "";
+    snprintf(buf, n, "%s: ", run->label);
+    return buf;
+}
+
+static void plain_line(const struct ui_run *run, const struct sched *s, size_t i, const char *word, bool failure)
 {
     const char *wcolor = failure ? RED : strcmp(word, "done") == 0 ? GREEN : DIM;
     if (level == UI_QUIET && !failure) return;
     if (json) {
-        json_step(s, i, strcmp(word, "started") == 0);
+        json_step(run, s, i, strcmp(word, "started") == 0);
         return;
     }
+    char label[256];
+    const char *prefix = run_prefix(run, label, sizeof label);
     fflush(stdout);
     if (strcmp(word, "started") == 0) {
-        fprintf(stderr, "  %s%-7s%s  %s\n", DIM, word, RESET, sched_dag(s)->steps[i].name);
+        fprintf(stderr, "  %s%s%-7s%s  %s\n", prefix, DIM, word, RESET, sched_dag(s)->steps[i].name);
         return;
     }
-    fprintf(stderr, "  %s%-7s%s  %s %s(%.2fs)%s\n", wcolor, word, RESET, sched_dag(s)->steps[i].name,
+    fprintf(stderr, "  %s%s%-7s%s  %s %s(%.2fs)%s\n", prefix, wcolor, word, RESET, sched_dag(s)->steps[i].name,
             DIM, sched_elapsed(s, i), RESET);
 }
 
 static void step_started(void *ctx, const struct sched *s, size_t i)
 {
-    (void)ctx;
-    run.sched = s;
-    run.running++;
-    if (run.queued) run.queued--;
-    ARRAY_GROW(run.running_steps, run.n_running, run.cap_running);
-    run.running_steps[run.n_running++] = i;
-    run.dirty = true;
-    if (!live) plain_line(s, i, "started", false);
+    struct ui_run *run = ctx;
+    run->sched = s;
+    run->running++;
+    if (run->queued) run->queued--;
+    ARRAY_GROW(run->running_steps, run->n_running, run->cap_running);
+    run->running_steps[run->n_running++] = i;
+    live_state.dirty = true;
+    if (!live) plain_line(run, s, i, "started", false);
 }
 
 /* Up to date: counted, and named only in verbose plain mode (a no-op rerun of
  * 10,000 steps should not print 10,000 lines). */
-static void step_up_to_date(const struct sched *s, size_t i)
+static void step_up_to_date(struct ui_run *run, const struct sched *s, size_t i)
 {
-    run.sched = s;
-    run.up_to_date++;
-    if (run.queued) run.queued--;
-    run.dirty = true;
-    if (json && level != UI_QUIET) json_step(s, i, false);
+    run->sched = s;
+    run->up_to_date++;
+    if (run->queued) run->queued--;
+    live_state.dirty = true;
+    if (json && level != UI_QUIET) json_step(run, s, i, false);
     else if (!live && level == UI_VERBOSE) {
+        char label[256];
         fflush(stdout);
-        fprintf(stderr, "  %s%-7s%s  %s\n", DIM, "up to date", RESET, sched_dag(s)->steps[i].name);
+        fprintf(stderr, "  %s%s%-7s%s  %s\n", run_prefix(run, label, sizeof label), DIM, "up to date", RESET,
+                sched_dag(s)->steps[i].name);
     }
 }
 
 static void step_finished(void *ctx, const struct sched *s, size_t i)
 {
-    (void)ctx;
+    struct ui_run *run = ctx;
     enum step_state st = sched_state(s, i);
     if (st == STEP_UP_TO_DATE) {
-        step_up_to_date(s, i);
+        step_up_to_date(run, s, i);
         return;
     }
-    run.running--;
-    run.dirty = true;
-    if (st == STEP_DONE) run.done++;
-    else if (st == STEP_INTERRUPTED) run.interrupted++;
-    else run.failed++;
-    for (size_t k = 0; k < run.n_running; k++)
-        if (run.running_steps[k] == i) {
-            memmove(&run.running_steps[k], &run.running_steps[k + 1], (run.n_running - k - 1) * sizeof(size_t));
-            run.n_running--;
+    run->running--;
+    live_state.dirty = true;
+    if (st == STEP_DONE) run->done++;
+    else if (st == STEP_INTERRUPTED) run->interrupted++;
+    else run->failed++;
+    for (size_t k = 0; k < run->n_running; k++)
+        if (run->running_steps[k] == i) {
+            memmove(&run->running_steps[k], &run->running_steps[k + 1], (run->n_running - k - 1) * sizeof(size_t));
+            run->n_running--;
             break;
         }
     const char *word = st == STEP_DONE ? "done" : st == STEP_INTERRUPTED ? "interrupted" : "FAILED";
-    if (!live) plain_line(s, i, word, st == STEP_FAILED);
+    if (!live) plain_line(run, s, i, word, st == STEP_FAILED);
     else if (st != STEP_DONE) {
         clear_region();
-        plain_line(s, i, word, st == STEP_FAILED);   /* these stay on screen above the display */
+        plain_line(run, s, i, word, st == STEP_FAILED);   /* these stay on screen above the display */
     }
 }
 
-struct sched_observer ui_sched_observer(void)
+struct sched_observer ui_run_observer(struct ui_run *r)
 {
-    return (struct sched_observer){ NULL, step_started, step_finished };
+    return (struct sched_observer){ r, step_started, step_finished };
 }
 
-void ui_run_begin(const struct dag *dag, const bool *selected, struct loop *loop)
+struct ui_run *ui_run_begin(const struct dag *dag, const bool *selected, struct loop *loop, const char *label)
 {
-    free(run.running_steps);
-    memset(&run, 0, sizeof run);
-    run.dag = dag;
-    run.loop = loop;
-    run.started = monotonic_seconds();
+    struct ui_run *run = xcalloc(1, sizeof *run);
+    run->dag = dag;
+    run->label = label ? xstrdup(label) : NULL;
+    run->started = monotonic_seconds();
     for (size_t i = 0; i < dag->n_steps; i++) {
-        if (!selected || selected[i]) run.queued++;
-        else run.skipped++;
+        if (!selected || selected[i]) run->queued++;
+        else run->skipped++;
     }
-    run.active = true;
-    if (live) run.timer = loop_add_timer(loop, REDRAW_S, tick, NULL);
+    clear_region();
+    run->next = live_state.runs;
+    live_state.runs = run;
+    live_state.n_runs++;
+    live_state.dirty = true;
+    if (live && !live_state.timer) {
+        live_state.loop = loop;
+        live_state.timer = loop_add_timer(loop, REDRAW_S, tick, NULL);
+    }
+    return run;
 }
 
-void ui_run_end(const struct sched *s)
+/* The last line of a run: its counts, in JSON or plain text. */
+static void run_summary(const struct ui_run *run, const struct sched *s)
 {
-    if (run.timer) loop_cancel_timer(run.loop, run.timer);
-    clear_region();
-    run.active = false;
     size_t not_run = 0;
     const struct dag *dag = sched_dag(s);
     for (size_t i = 0; i < dag->n_steps; i++) not_run += sched_state(s, i) == STEP_NOT_RUN;
-    free(run.running_steps);
-    run.running_steps = NULL;
-    run.n_running = run.cap_running = 0;
-    if (level == UI_QUIET && !run.failed && !sched_interrupted(s)) return;
+    if (level == UI_QUIET && !run->failed && !sched_interrupted(s)) return;
     if (json) {
         struct strbuf line = STRBUF_INIT;
         json_begin(&line);
         json_field(&line, "event", "run_end");
-        size_t counts[] = { run.done, run.failed, run.interrupted, not_run, run.up_to_date, run.skipped };
+        if (run->label) json_field(&line, "run", run->label);
+        size_t counts[] = { run->done, run->failed, run->interrupted, not_run, run->up_to_date, run->skipped };
         const char *names[] = { "done", "failed", "interrupted", "not_run", "up_to_date", "skipped" };
         sb_adds(&line, ",\"steps\":{");
         for (size_t k = 0; k < sizeof counts / sizeof *counts; k++)
             sb_addf(&line, "%s\"%s\":%zu", k ? "," : "", names[k], counts[k]);
         sb_adds(&line, "},\"elapsed\":");
-        json_number(&line, monotonic_seconds() - run.started);
+        json_number(&line, monotonic_seconds() - run->started);
         sb_addf(&line, ",\"interrupted\":%s", sched_interrupted(s) ? "true" : "false");
         json_end(&line);
         return;
     }
+    char label[256];
     struct strbuf sb = STRBUF_INIT;
-    sb_addf(&sb, "%zu done", run.done);
-    if (run.failed) sb_addf(&sb, ", %s%zu failed%s", RED, run.failed, RESET);
-    if (run.interrupted) sb_addf(&sb, ", %zu interrupted", run.interrupted);
+    sb_addf(&sb, "%zu done", run->done);
+    if (run->failed) sb_addf(&sb, ", %s%zu failed%s", RED, run->failed, RESET);
+    if (run->interrupted) sb_addf(&sb, ", %zu interrupted", run->interrupted);
     if (not_run) sb_addf(&sb, ", %zu not run", not_run);
-    if (run.up_to_date) sb_addf(&sb, ", %zu up to date", run.up_to_date);
-    if (run.skipped) sb_addf(&sb, ", %zu skipped", run.skipped);
+    if (run->up_to_date) sb_addf(&sb, ", %zu up to date", run->up_to_date);
+    if (run->skipped) sb_addf(&sb, ", %zu skipped", run->skipped);
     fflush(stdout);
-    fprintf(stderr, "flow: %s%s%s in %.2fs%s\n", BOLD, sb.buf, RESET,
-            monotonic_seconds() - run.started, sched_interrupted(s) ? " (interrupted)" : "");
+    fprintf(stderr, "flow: %s%s%s%s in %.2fs%s\n", run_prefix(run, label, sizeof label), BOLD, sb.buf, RESET,
+            monotonic_seconds() - run->started, sched_interrupted(s) ? " (interrupted)" : "");
     sb_release(&sb);
+}
+
+void ui_run_end(struct ui_run *run, const struct sched *s)
+{
+    clear_region();
+    run_summary(run, s);
+    for (struct ui_run **p = &live_state.runs; *p; p = &(*p)->next)
+        if (*p == run) {
+            *p = run->next;
+            break;
+        }
+    live_state.n_runs--;
+    if (!live_state.runs && live_state.timer) {
+        loop_cancel_timer(live_state.loop, live_state.timer);
+        live_state.timer = 0;
+    }
+    free(run->running_steps);
+    free(run->label);
+    free(run);
+    draw_region();
 }

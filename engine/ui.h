@@ -44,8 +44,13 @@ void ui_set_redactor(ui_redact_fn redact, void *ctx);
 void *ui_redactor_ctx(void);
 size_t ui_redact_span(const char *buf, size_t len, bool final, struct strbuf *out);
 
-struct sched_observer ui_sched_observer(void);
-void ui_run_begin(const struct dag *dag, const bool *selected, struct loop *loop);
-void ui_run_end(const struct sched *s);
+/* A run's progress: begun before its scheduler is made (the observer is the
+ * scheduler's), ended after it ran (the summary line; frees it).  Several
+ * may be under way at once (concurrent trials): the live region shows each,
+ * and the lines of a run with a label (NULL: none) start with it. */
+struct ui_run;
+struct ui_run *ui_run_begin(const struct dag *dag, const bool *selected, struct loop *loop, const char *label);
+struct sched_observer ui_run_observer(struct ui_run *r);
+void ui_run_end(struct ui_run *r, const struct sched *s);
 
 #endif

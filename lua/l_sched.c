@@ -48,9 +48,13 @@ struct step_run {
 };
 
 struct run {
-    lua_State *L;
+    lua_State *L;                  /* where the callbacks run: the caller's, or the run's own thread (start) */
     struct sched *sched;
     struct step_runner *runner;
+    struct ui_run *ui;             /* its progress on stderr, until it ended */
+    bool over;                     /* the scheduler is done and the journal closed */
+    int code, journal_rc;
+    char journal_error[1024];
     int attempt_fn_ref;            /* the stdlib's attempt(i, k) */
     int check_fn_ref;              /* its up_to_date(i), or LUA_NOREF */
     int fingerprint_fn_ref;        /* its fingerprint(i), or LUA_NOREF */
@@ -475,23 +479,21 @@ static int optional_ref(lua_State *L, int t, const char *key, bool required)
     return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
-/* run(dag, {jobs=, keep_going=, selected=, pools=, pool=, nodes=, journal=, run_id=}, body)
- *   body: {attempt = f(i, k) -> ok, info; up_to_date = f(i) -> bool;
- *          fingerprint = f(i) -> fp, parts_json; finished = f(i, ok, time)}
- *   -> code, {state, ...}, {elapsed, ...}, record, journal_error | nil
- * The record (run.json's, :write_summary) outlives the run. */
-static int l_run(lua_State *L)
+/* The run of sched.run and sched.start: the arguments read, the scheduler and
+ * step runner made.  Leaves the run's userdata on top of the stack, its user
+ * value a table anchoring what the scheduler points into (the DAG, the
+ * options' strings, the arrays read from them, the record, `thread`). */
+static struct run *make_run(lua_State *L, lua_State *thread)
 {
     struct dag *dag = flow_check_dag(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     luaL_checktype(L, 3, LUA_TTABLE);
     lua_getfield(L, 2, "jobs");
     lua_Integer jobs = lua_isnil(L, -1) ? 1 : lua_tointeger(L, -1);
-    if (jobs < 1 || jobs > MAX_JOBS) return luaL_error(L, "jobs must be a whole number from 1 to %d", MAX_JOBS);
+    if (jobs < 1 || jobs > MAX_JOBS) luaL_error(L, "jobs must be a whole number from 1 to %d", MAX_JOBS);
     lua_getfield(L, 2, "keep_going");
     struct sched_options opt = { .jobs = (int)jobs, .keep_going = lua_toboolean(L, -1) };
     lua_pop(L, 2);
-    lua_settop(L, 3);
     /* everything that may raise, before anything is allocated */
     read_pools(L, 2, dag->n_steps, &opt);
     struct step_runner_options ropt = { .specs = read_specs(L, 2, dag->n_steps) };
@@ -500,14 +502,16 @@ static int l_run(lua_State *L)
         ropt.pool = flow_work_pool(L);
     }
     lua_getfield(L, 2, "run_id");
-    ropt.run_id = lua_tostring(L, -1);                  /* kept on the stack */
-    /* The run's C state belongs to a to-be-closed userdata from here on: a
-     * raise anywhere below (out of memory) releases it. */
-    struct run *run = lua_newuserdatauv(L, sizeof *run, 0);
-    *run = (struct run){ .L = L, .attempt_fn_ref = LUA_NOREF, .check_fn_ref = LUA_NOREF,
+    ropt.run_id = lua_tostring(L, -1);                  /* held by opts */
+    lua_getfield(L, 2, "label");
+    const char *label = lua_tostring(L, -1);            /* held by opts; copied by the UI */
+    /* The run's C state belongs to its userdata from here on: a raise anywhere
+     * below (out of memory) releases it. */
+    struct run *run = lua_newuserdatauv(L, sizeof *run, 1);
+    *run = (struct run){ .L = thread, .attempt_fn_ref = LUA_NOREF, .check_fn_ref = LUA_NOREF,
                          .fingerprint_fn_ref = LUA_NOREF, .finished_fn_ref = LUA_NOREF };
     luaL_setmetatable(L, RUN_CLASS);
-    lua_toclose(L, -1);
+    int run_idx = lua_gettop(L);
     run->attempt_fn_ref = optional_ref(L, 3, "attempt", true);
     run->check_fn_ref = optional_ref(L, 3, "up_to_date", false);
     run->fingerprint_fn_ref = optional_ref(L, 3, "fingerprint", false);
@@ -523,18 +527,43 @@ static int l_run(lua_State *L)
     run->steps = lua_newuserdatauv(L, (dag->n_steps + 1) * sizeof(struct step_run), 0);
     for (size_t i = 0; i < dag->n_steps; i++)
         run->steps[i] = (struct step_run){ .run = run, .index = i, .co_ref = LUA_NOREF };
+    /* the anchor: every value on the stack but the run itself */
+    int top = lua_gettop(L);
+    lua_createtable(L, top, 0);
+    for (int k = 1; k <= top; k++) {
+        if (k == run_idx) continue;
+        lua_pushvalue(L, k);
+        lua_rawseti(L, -2, k);
+    }
+    lua_pushvalue(L, record_idx);
+    lua_setfield(L, -2, "record");
+    lua_setiuservalue(L, run_idx, 1);
     struct step_body body = { run, body_attempt, body_cancel, body_up_to_date, body_fingerprint, body_finished };
     *record = run->runner = step_runner_new(dag, flow_state_loop(L), &ropt, &body);
     struct sched_executor ex = step_runner_executor(run->runner);
-    struct sched_observer obs = ui_sched_observer();
+    run->ui = ui_run_begin(dag, opt.selected, flow_state_loop(L), label);
+    struct sched_observer obs = ui_run_observer(run->ui);
     run->sched = sched_new(dag, flow_state_loop(L), &opt, &ex, &obs);
-    ui_run_begin(dag, opt.selected, flow_state_loop(L));
-    int code = sched_run(run->sched);
-    ui_run_end(run->sched);
-    char jerr[1024];
-    int jrc = step_runner_finish(run->runner, run->sched, code, jerr, sizeof jerr);
+    lua_settop(L, run_idx);
+    return run;
+}
 
-    lua_pushinteger(L, code);
+/* The run is over: its summary line, the journal's last lines. */
+static void end_run(struct run *run)
+{
+    run->code = sched_code(run->sched);
+    ui_run_end(run->ui, run->sched);
+    run->ui = NULL;
+    run->journal_rc = step_runner_finish(run->runner, run->sched, run->code, run->journal_error,
+                                         sizeof run->journal_error);
+    run->over = true;
+}
+
+/* code, {state, ...}, {elapsed, ...}, record, journal_error | nil */
+static int push_result(lua_State *L, struct run *run, int run_idx)
+{
+    const struct dag *dag = sched_dag(run->sched);
+    lua_pushinteger(L, run->code);
     lua_createtable(L, (int)dag->n_steps, 0);
     lua_createtable(L, (int)dag->n_steps, 0);
     for (size_t i = 0; i < dag->n_steps; i++) {
@@ -543,10 +572,73 @@ static int l_run(lua_State *L)
         lua_pushnumber(L, sched_elapsed(run->sched, i));
         lua_rawseti(L, -2, (lua_Integer)i + 1);
     }
-    lua_pushvalue(L, record_idx);
-    if (jrc != 0) lua_pushstring(L, jerr);
+    lua_getiuservalue(L, run_idx, 1);
+    lua_getfield(L, -1, "record");
+    lua_remove(L, -2);
+    if (run->journal_rc != 0) lua_pushstring(L, run->journal_error);
     else lua_pushnil(L);
-    return 5;                                           /* closing `run` releases it */
+    return 5;
+}
+
+/* run(dag, {jobs=, keep_going=, selected=, pools=, pool=, nodes=, journal=, run_id=, label=}, body)
+ *   body: {attempt = f(i, k) -> ok, info; up_to_date = f(i) -> bool;
+ *          fingerprint = f(i) -> fp, parts_json; finished = f(i, ok, time)}
+ *   -> code, {state, ...}, {elapsed, ...}, record, journal_error | nil
+ * Runs the loop until the run is over.  The record (run.json's,
+ * :write_summary) outlives the run. */
+static int l_run(lua_State *L)
+{
+    lua_settop(L, 3);
+    struct run *run = make_run(L, L);
+    int run_idx = lua_gettop(L);
+    lua_toclose(L, run_idx);                            /* closing `run` releases it */
+    sched_run(run->sched);
+    end_run(run);
+    return push_result(L, run, run_idx);
+}
+
+/* start(dag, opts, body) -> a run under way, its callbacks on a thread of its
+ * own (the caller, a flow.spawn task, waits suspended meanwhile): the loop is
+ * turned by whoever waits for it (flow.wait_all), and after each turn
+ * h:poll() starts what is ready and says whether it is over; then
+ * h:result() is what run() returns.  A run left unfinished by its owner is
+ * stopped (h:stop(), as by Ctrl-C) and must still be polled to its end. */
+static int l_start(lua_State *L)
+{
+    lua_settop(L, 3);
+    lua_State *thread = lua_newthread(L);               /* anchored with the run's arguments */
+    struct run *run = make_run(L, thread);
+    sched_begin(run->sched);
+    return 1;
+}
+
+static struct run *check_run(lua_State *L)
+{
+    struct run *run = luaL_checkudata(L, 1, RUN_CLASS);
+    if (!run->sched) luaL_error(L, "sched: the run was released");
+    return run;
+}
+
+static int l_run_poll(lua_State *L)
+{
+    struct run *run = check_run(L);
+    if (!run->over && sched_poll(run->sched)) end_run(run);
+    lua_pushboolean(L, run->over);
+    return 1;
+}
+
+static int l_run_stop(lua_State *L)
+{
+    struct run *run = check_run(L);
+    if (!run->over) sched_stop(run->sched);
+    return 0;
+}
+
+static int l_run_result(lua_State *L)
+{
+    struct run *run = check_run(L);
+    if (!run->over) return luaL_error(L, "sched: the run is not over (poll it first)");
+    return push_result(L, run, 1);
 }
 
 /* A run's __close and __gc: its registry references, idle coroutines and
@@ -554,6 +646,10 @@ static int l_run(lua_State *L)
 static int run_release(lua_State *L)
 {
     struct run *run = luaL_checkudata(L, 1, RUN_CLASS);
+    if (run->ui) {                       /* released before it ended (a raise): its display goes */
+        ui_run_end(run->ui, run->sched);
+        run->ui = NULL;
+    }
     int *refs[] = { &run->attempt_fn_ref, &run->check_fn_ref, &run->fingerprint_fn_ref, &run->finished_fn_ref };
     for (size_t k = 0; k < sizeof refs / sizeof *refs; k++) {
         luaL_unref(L, LUA_REGISTRYINDEX, *refs[k]);
@@ -887,8 +983,25 @@ void flow_install_guards(lua_State *L)
     lua_rawsetp(L, LUA_REGISTRYINDEX, &cancelled_key);
 }
 
+/* turn(): one turn of the loop, waiting for whatever comes first (flow.wait_all). */
+static int l_turn(lua_State *L)
+{
+    loop_run_once(flow_state_loop(L), -1);
+    return 0;
+}
+
+/* is_run(v): whether v is a run sched.start made. */
+static int l_is_run(lua_State *L)
+{
+    lua_pushboolean(L, luaL_testudata(L, 1, RUN_CLASS) != NULL);
+    return 1;
+}
+
 static const luaL_Reg sched_funcs[] = {
     { "run", l_run },
+    { "start", l_start },
+    { "turn", l_turn },
+    { "is_run", l_is_run },
     { "guard", l_guard },
     { NULL, NULL }
 };
@@ -896,8 +1009,10 @@ static const luaL_Reg sched_funcs[] = {
 int luaopen_flow_sched(lua_State *L)
 {
     flow_new_class(L, RECORD_CLASS, record_methods, l_record_gc);
-    static const luaL_Reg no_methods[] = { { NULL, NULL } };
-    flow_new_class(L, RUN_CLASS, no_methods, run_release);
+    static const luaL_Reg run_methods[] = {
+        { "poll", l_run_poll }, { "stop", l_run_stop }, { "result", l_run_result }, { NULL, NULL }
+    };
+    flow_new_class(L, RUN_CLASS, run_methods, run_release);
     luaL_getmetatable(L, RUN_CLASS);
     lua_pushcfunction(L, run_release);
     lua_setfield(L, -2, "__close");

@@ -29,6 +29,8 @@ local from = {
   loguniform = { "flow.sweep", "loguniform" },
   randint = { "flow.sweep", "randint" },
   choice = { "flow.sweep", "choice" },
+  spawn = { "flow.tasks", "spawn" },
+  wait_all = { "flow.tasks", "wait_all" },
 }
 
 local function field(t, k)

@@ -90,9 +90,10 @@ M.child = nil
 -- it): for log_metric's message in a step that is not marked.
 M.step_on = function(co) return nil end
 
--- Starts collecting what step n (marked metrics = true), on coroutine co, logs.
-function M.collect(co, n)
-  logs[co] = { step = n.name, series = {} }
+-- Starts collecting what step n (marked metrics = true), on coroutine co,
+-- logs; on_log (or nil): called after each value, as M.on_log is.
+function M.collect(co, n, on_log)
+  logs[co] = { step = n.name, series = {}, on_log = on_log }
 end
 
 function M.stop(co) logs[co] = nil end
@@ -122,13 +123,9 @@ function M.log(name, value)
   local list = e.series[name]
   if not list then list = {}; e.series[name] = list end
   list[#list + 1] = value
-  if M.on_log then M.on_log(step, name, list) end
+  local hook = e and e.on_log
+  if hook then hook(step, name, list) end
 end
-
--- Called after each value flow.log_metric adds, with the step's name, the
--- metric's name and its series so far (flow.sweep's early stopping); what it
--- raises fails the step.  nil: nothing is called.
-M.on_log = nil
 
 -- The run's metrics from its steps' ({{name =, metrics =}, ...} in run
 -- order): a metric one step reports is named as it is; one that several

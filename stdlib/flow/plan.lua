@@ -191,7 +191,8 @@ local run_fields = { jobs = true, keep_going = true, params = true, verbose = tr
                      nodes = true, from_nodes = true, to_nodes = true, tags = true,
                      from_inputs = true, to_outputs = true, namespace = true, distributed = true,
                      force = true, explain = true, resume = true, load_versions = true, detach = true,
-                     name = true, sweep_job = true, started = true }
+                     name = true, sweep_job = true, started = true, label = true,
+                     on_log = true }
 
 local function as_list(v, what, level)
   if v == nil then return nil end

@@ -33,6 +33,7 @@ local execute = require("flow.execute")
 local failure = require("flow.failure")
 local remote = require("flow.remote")
 local metrics = require("flow.metrics")
+local tasks = require("flow.tasks")
 
 local M = {}
 
@@ -105,7 +106,7 @@ function Run:attempt_body(i, k)
   rec.attempts, rec.metrics = k, nil
   local co = coroutine.running()
   printing[co] = { run = self, n = n }
-  if n.metrics then metrics.collect(co, n) end
+  if n.metrics then metrics.collect(co, n, self.on_log) end
   local ok, err = self:attempt(n)
   local logged = n.metrics and metrics.logged(co)
   printing[co] = nil
@@ -178,7 +179,10 @@ local function new_run(plan, opts, run_id, st)
     remote = plan.remote, aml = plan.aml, remote_prior = opts.resume and opts.resume.remote_jobs or {},
     memo = { code = {}, refs = {},    -- by command text: its code and files; its ${params.} keys
              params = {} },           -- by parameter key: its value's hash
-    hc = cache.hashes(state_mod.CACHE .. "/hashes"), hasher = fingerprint.hasher(), root = core.cwd(),
+    hc = tasks.shared("hashes", function() return cache.hashes(state_mod.CACHE .. "/hashes") end),
+    hasher = fingerprint.hasher(), root = core.cwd(), on_log = opts.on_log,
+    -- a run among others at once (flow.spawn) keeps its commands' files apart
+    data_dir = tasks.current() and run_dir .. "/data" or DATA,
     force = opts.force, explain = opts.explain, sweep_job = opts.sweep_job, completed = opts.resume and opts.resume.completed or {},
     defaults = M.defaults, run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
   }, Run)
@@ -289,13 +293,13 @@ function M.run(p, opts, level)
   for _, n in ipairs(plan.nodes) do step_secrets[n] = secrets[n] end
   state_mod.lock()
   local run_id = core.run_id(state_mod.RUNS)
-  local self = new_run(plan, opts, run_id, state_mod.load(run_id))
+  local self = new_run(plan, opts, run_id, tasks.shared("state", function() return state_mod.load(run_id) end))
   -- Every directory the run writes to, made (or found to be a directory, not
   -- a file or a link) before any step runs: a problem here raises a file-system
   -- error naming it, which the CLI reports with exit status 2.
   core.mkdir_p(self.log_dir)
   core.mkdir_p(self.tmp_dir)
-  core.mkdir_p(DATA)
+  core.mkdir_p(self.data_dir)
   core.mkdir_p(state_mod.CACHE)
   self.journal = cache.journal(self.run_dir .. "/journal.jsonl")
   self:log_start(plan, opts)
@@ -316,15 +320,24 @@ function M.run(p, opts, level)
   local code, states, elapsed, run_rec, jerr
   do
     local _ <close> = attached(self.check, plan.graph)     -- detached however sched.run ends
-    code, states, elapsed, run_rec, jerr = sched.run(plan.graph, {
-        jobs = jobs, pools = pools, pool = pool_of, keep_going = opts.keep_going, selected = plan.selected,
-        nodes = plan.nodes, journal = self.journal, run_id = run_id,
-      }, {
-        attempt = function(i, k) return self:attempt_body(i, k) end,
-        up_to_date = function(i) return self:up_to_date(i) end,
-        fingerprint = function(i) return self:take_fingerprint(i) end,
-        finished = function(i, ok, time) return self:step_finished(i, ok, time) end,
-      })
+    local sched_opts = {
+      jobs = jobs, pools = pools, pool = pool_of, keep_going = opts.keep_going, selected = plan.selected,
+      nodes = plan.nodes, journal = self.journal, run_id = run_id,
+      label = tasks.current() and opts.label or nil,     -- one of several at once: its lines say which
+    }
+    local body = {
+      attempt = function(i, k) return self:attempt_body(i, k) end,
+      up_to_date = function(i) return self:up_to_date(i) end,
+      fingerprint = function(i) return self:take_fingerprint(i) end,
+      finished = function(i, ok, time) return self:step_finished(i, ok, time) end,
+    }
+    if tasks.current() then            -- one of several runs at once: flow.wait_all turns the loop
+      local h = sched.start(plan.graph, sched_opts, body)
+      tasks.await(h)
+      code, states, elapsed, run_rec, jerr = h:result()
+    else
+      code, states, elapsed, run_rec, jerr = sched.run(plan.graph, sched_opts, body)
+    end
   end
   if self.check then
     if os.getenv("FLOW_DEBUG_UPTODATE") then
@@ -369,7 +382,10 @@ function M.run(p, opts, level)
   end
   M.runs_started, M.last_code = M.runs_started + 1, result.code
   if result.code == 0 then nothing_ran(states) end
-  if next(result.metrics) then core.ui_info("metrics: " .. metrics.describe(result.metrics)) end
+  if next(result.metrics) then
+    local label = tasks.current() and opts.label
+    core.ui_info((label and label .. ": " or "") .. "metrics: " .. metrics.describe(result.metrics))
+  end
   return result
 end
 

@@ -24,6 +24,7 @@ local metrics = require("flow.metrics")
 local early_stop = require("flow.early_stop")
 local failure = require("flow.failure")
 local sweep_job = require("flow.sweep_job")
+local tasks = require("flow.tasks")
 
 local M = {}
 
@@ -278,14 +279,14 @@ local function trial_params(o, values)
   return params
 end
 
-local function run_trial(p, o, spec, id, i, n, values, before)
+local function run_trial(p, o, spec, id, i, n, values, before, jobs)
   local params = trial_params(o, values)
   local t = { trial = i, params = values }
   local started = core.time()
-  metrics.on_log = spec.early_stop and stopper(o, spec, t, before) or nil
-  local ok, r = pcall(runner.run, p, { env = o.env, params = params, jobs = o.jobs, force = o.force,
-                                       name = string.format("%s trial %d/%d", o.name or ("sweep " .. id), i, n) })
-  metrics.on_log = nil
+  local ok, r = pcall(runner.run, p, { env = o.env, params = params, jobs = jobs or o.jobs, force = o.force,
+                                       name = string.format("%s trial %d/%d", o.name or ("sweep " .. id), i, n),
+                                       label = string.format("trial %d/%d", i, n),
+                                       on_log = spec.early_stop and stopper(o, spec, t, before) or nil })
   t.elapsed = core.time() - started
   if not ok then
     if not util.is_setup_error(r) then error(r, 0) end
@@ -306,6 +307,110 @@ local function run_trial(p, o, spec, id, i, n, values, before)
   t.metric = r.metrics[o.metric]
   t.series = metric_series(r, o.metric)
   return t
+end
+
+-- ---- trials at once ------------------------------------------------------------
+
+-- The steps whose work does not depend on the swept parameters (they read
+-- none, nor anything made from one): {names}, in the pipeline's order.
+local function shared_steps(plan, keys)
+  local swept, changed = {}, true
+  local producer = {}
+  for i, n in ipairs(plan.nodes) do
+    for _, io in ipairs(n.outputs) do producer[io.dataset] = i end
+    local read = pipeline.params_read(n, {})
+    for _, key in ipairs(keys) do swept[i] = swept[i] or sweep_job.reads(read, key) ~= nil end
+  end
+  while changed do
+    changed = false
+    for i, n in ipairs(plan.nodes) do
+      if not swept[i] then
+        for _, io in ipairs(n.inputs) do
+          local from = producer[io.dataset]
+          if from and swept[from] then swept[i], changed = true, true break end
+        end
+      end
+    end
+  end
+  local names = {}
+  for i, n in ipairs(plan.nodes) do
+    if not swept[i] and (not plan.selected or plan.selected[i]) then names[#names + 1] = n.name end
+  end
+  return names, swept
+end
+
+-- Trials that run at once must not write the same file: a dataset the
+-- catalog keeps, made by a step that depends on the swept parameters, is
+-- such a file.  (Memory datasets are each run's own, and what a command
+-- writes outside the catalog goes to its run's data directory.)
+local function check_parallel(plan, swept, parallel)
+  for i, n in ipairs(plan.nodes) do
+    if swept[i] and (not plan.selected or plan.selected[i]) then
+      for _, io in ipairs(n.outputs) do
+        local e = plan.cat and plan.cat:entry(io.dataset)
+        if e and require("flow.catalog").persisted(e) and not e.uri then
+          util.setup_error(string.format("flow.sweep: parallel = %d: the trials would each write '%s' (%s, catalog "
+            .. "entry %s), made by step '%s' from the swept parameters; run them one at a time, or keep '%s' out "
+            .. "of the catalog (then each trial's copy stays in its run)", parallel, io.dataset, e.path or "?",
+            e.origin or "?", n.name, io.dataset))
+        end
+      end
+    end
+  end
+end
+
+-- The trials, `parallel` at once on the one loop (flow.spawn): first the
+-- steps every trial shares, in a run of their own (so they run once, not
+-- once per trial at the same moment), then workers that each take the next
+-- trial until none is left.  Returns the trials that ended (in the order
+-- they ended) and whether the sweep was interrupted.
+local function run_parallel(p, o, spec, id, values, done, parallel, log)
+  local jobs = o.jobs or core.cpu_count()
+  local per_trial = math.max(1, jobs // parallel)
+  local ok, plan = pcall(runner.prepare, p, { env = o.env, params = trial_params(o, values[1]) }, 1)
+  if not ok then
+    if not util.is_setup_error(plan) then error(plan, 0) end
+    plan = nil                                      -- each trial reports it
+  end
+  if plan then
+    local names, swept = shared_steps(plan, spec.keys)
+    check_parallel(plan, swept, parallel)
+    if #names > 0 and #names < #plan.nodes then
+      core.ui_info(string.format("sweep %s: the steps every trial shares first: %s", id, table.concat(names, ", ")))
+      local rok, r = pcall(runner.run, p, { env = o.env, params = trial_params(o, values[1]), jobs = jobs,
+                                            force = o.force, nodes = names,
+                                            name = string.format("%s shared steps", o.name or ("sweep " .. id)) })
+      if not rok and not util.is_setup_error(r) then error(r, 0) end
+      if rok and r.code == 130 then return {}, true end
+    end
+  end
+  core.ui_info(string.format("sweep %s: %d trials at once, %d job%s each", id, parallel, per_trial,
+                             per_trial == 1 and "" or "s"))
+  local trials, next_i, interrupted = {}, 0, false
+  local function worker()
+    while not interrupted do
+      next_i = next_i + 1
+      local i, v = next_i, values[next_i]
+      if not v then return end
+      if not done[i] then
+        core.ui_info(string.format("trial %d/%d: %s", i, #values, M.describe_values(spec.keys, v)))
+        local t = run_trial(p, o, spec, id, i, #values, v, trials, per_trial)
+        if t.status == "stopped" then
+          core.ui_info(string.format("trial %d/%d stopped early: %s", i, #values, t.stopped))
+        end
+        trials[#trials + 1] = t
+        interrupted = interrupted or t.status == "interrupted" or core.interrupted() > 0
+        if t.status ~= "interrupted" then
+          log:append(core.json_encode(t))
+          log:sync()
+        end
+      end
+    end
+  end
+  local workers = {}
+  for w = 1, parallel do workers[w] = tasks.spawn(worker) end
+  tasks.wait_all(workers)
+  return trials, interrupted
 end
 
 -- ---- on Azure ML: one sweep job ---------------------------------------------
@@ -380,6 +485,13 @@ end
 
 local fmt_value = report.value_text
 
+-- "lr=0.1 depth=2": a trial's values for a person.
+function M.describe_values(keys, v)
+  local shown = {}
+  for _, k in ipairs(keys) do shown[#shown + 1] = k .. "=" .. fmt_value(v[k]) end
+  return table.concat(shown, " ")
+end
+
 -- The table's cells: a header and a row per trial, best first.
 local function table_cells(order, keys, metric, best)
   local cells = { { "", "trial" } }
@@ -446,7 +558,7 @@ end
 local function spec_json(id, o, spec, values, aml)
   return core.json_encode({ id = id, metric = o.metric, goal = spec.goal, sampler = spec.sampler,
                             seed = spec.seed, keys = spec.keys, trials = values, params = o.params,
-                            early_stop = spec.early_stop, azureml = aml,
+                            early_stop = spec.early_stop, azureml = aml, parallel = o.parallel,
                             env = o.env or runner.defaults.env, params_spec = runner.defaults.params_spec,
                             conf = runner.defaults.conf }) .. "\n"
 end
@@ -496,7 +608,8 @@ local function resumed(o, level)
     end
   end
   local opts = { pipeline = o.pipeline, metric = saved.metric, goal = saved.goal, params = saved.params,
-                 env = saved.env, jobs = o.jobs, force = o.force, quiet = o.quiet }
+                 env = saved.env, jobs = o.jobs, force = o.force, quiet = o.quiet,
+                 parallel = math.type(saved.parallel) == "integer" and saved.parallel > 0 and saved.parallel or nil }
   -- the command line's --params and --conf of the sweep, for its trials' runs
   runner.defaults.params_spec = type(saved.params_spec) == "string" and saved.params_spec or nil
   runner.defaults.conf = type(saved.conf) == "string" and saved.conf or runner.defaults.conf
@@ -543,13 +656,18 @@ function M.sweep(o)
       log.j:sync()
     end
   end
-  for i, v in ipairs(aml and {} or values) do
+  local parallel = not aml and math.min(o.parallel or 1, #values) or 1
+  if parallel > 1 then
+    for i in pairs(done) do trials[#trials + 1] = done[i] end
+    local ran
+    ran, interrupted = run_parallel(p, o, spec, id, values, done, parallel, log.j)
+    for _, t in ipairs(ran) do trials[#trials + 1] = t end
+  end
+  for i, v in ipairs((aml or parallel > 1) and {} or values) do
     if done[i] then
       trials[#trials + 1] = done[i]
     elseif not interrupted then        -- after Ctrl-C: the trials done before are still reported
-      local shown = {}
-      for _, k in ipairs(spec.keys) do shown[#shown + 1] = k .. "=" .. fmt_value(v[k]) end
-      core.ui_info(string.format("trial %d/%d: %s", i, #values, table.concat(shown, " ")))
+      core.ui_info(string.format("trial %d/%d: %s", i, #values, M.describe_values(spec.keys, v)))
       local t = run_trial(p, o, spec, id, i, #values, v, trials)
       if t.status == "stopped" then core.ui_info(string.format("trial %d/%d stopped early: %s", i, #values,
                                                                 t.stopped)) end

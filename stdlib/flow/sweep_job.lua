@@ -63,7 +63,7 @@ end
 -- The key a step reads (read: pipeline.params_read's) that overlaps
 -- parameter `key`: the key itself, a table holding it, a part of it, or the
 -- whole tree ("parameters"); nil when it reads none of it.
-local function reads(read, key)
+function M.reads(read, key)
   for k in pairs(read) do
     if k == "parameters" or k == key or key:sub(1, #k + 1) == k .. "." or k:sub(1, #key + 1) == key .. "." then
       return k
@@ -82,7 +82,7 @@ function M.trial_step(plan, keys)
     if not plan.selected or plan.selected[i] then
       local read = pipeline.params_read(n, {})
       for _, key in ipairs(keys) do
-        local k = reads(read, key)
+        local k = M.reads(read, key)
         if k and readers[#readers] ~= i then
           readers[#readers + 1], remote = i, remote or plan.remote[i] ~= nil
         end

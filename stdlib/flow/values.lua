@@ -52,9 +52,11 @@ function Run:input_value(n, io)
 end
 
 -- Lua value `value` of dataset d as the file a command reads: JSON in
--- .flow/data/<d>.json, or the text in .flow/data/<d>.txt for a string.
--- Returns its path, or nil and why it cannot be written.
-function M.write_for_command(d, value)
+-- <dir>/<d>.json, or the text in <dir>/<d>.txt for a string (dir: a run's
+-- data directory, default .flow/data).  Returns its path, or nil and why it
+-- cannot be written.
+function M.write_for_command(d, value, dir)
+  dir = dir or DATA
   local data, ext = value, ".txt"
   if type(value) ~= "string" then
     local err
@@ -62,8 +64,8 @@ function M.write_for_command(d, value)
     if not data then return nil, string.format("dataset '%s' cannot be passed to a command as JSON: %s", d, err) end
     data, ext = data .. "\n", ".json"
   end
-  core.mkdir_p(DATA)
-  local path = DATA .. "/" .. core.safe_name(d) .. ext
+  core.mkdir_p(dir)
+  local path = dir .. "/" .. core.safe_name(d) .. ext
   core.write_atomic(path, data)
   return path
 end
@@ -74,7 +76,7 @@ function Run:input_path(d, n)
   if self.aml then self:localize(d, n) end
   local v = self.values[d]
   if v.path then return v.path end
-  local path, err = M.write_for_command(d, self:value_of(d))
+  local path, err = M.write_for_command(d, self:value_of(d), self.data_dir)
   if not path then error(step_failure { message = err }) end
   v.path = path
   return path
@@ -132,11 +134,11 @@ function Run:staging_path(n, d)
   return self.tmp_dir .. "/" .. core.safe_name(n.name) .. "+" .. core.safe_name(d)    -- no name encodes a '+'
 end
 
--- Where a finished output goes: its catalog path, or .flow/data/ for a
--- command's output the catalog does not persist.
+-- Where a finished output goes: its catalog path, or the run's data
+-- directory (.flow/data/) for a command's output the catalog does not persist.
 function Run:final_path(e, d)
   if catalog.persisted(e) then return self.cat:save_path(e) end
-  return DATA .. "/" .. core.safe_name(d)
+  return self.data_dir .. "/" .. core.safe_name(d)
 end
 
 -- Commit an output step n made here; one the catalog keeps on a datastore

@@ -231,6 +231,117 @@ test_ctrl_c_stops_the_sweep_and_resume_finishes_it() {
     equals "$(runs_of score)" "3" "score ran once per trial"
 }
 
+# prep reads no swept parameter; score takes a second, and can be made to
+# take a minute (slow_<x>).
+concurrent_project() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function(n) return n * 2 end, inputs = "params:n", outputs = "data", name = "prep" },
+  node{ command = [[if [ -e slow_${params.x} ]; then sleep 60; fi; sleep 1
+                   printf '{"score": %s}' ${params.x} > ${outputs.metrics}; cat ${inputs.data} > ${outputs.copy}
+                   echo ${params.x} >> ${outputs.copy}]],
+        inputs = { data = "data" }, outputs = { metrics = "scores", copy = "copy" }, name = "score" },
+}
+L
+    mkdir -p conf/base
+    printf 'x: 0\nn: 1\n' >conf/base/parameters.yml
+}
+
+# The latest start of step $1 among the runs, and its earliest end: the
+# trials overlapped when the first is before the second.
+overlap_of() {
+    python3 - "$1" .flow/runs/2*/journal.jsonl <<'P'
+import json, sys
+starts, ends = [], []
+for path in sys.argv[2:]:
+    for line in open(path):
+        e = json.loads(line)
+        if e.get("step") == sys.argv[1] and e["event"] == "step_start":
+            starts.append(e["time"])
+        if e.get("step") == sys.argv[1] and e["event"] == "step_end" and e.get("status") == "ok":
+            ends.append(e["time"])
+print("overlap" if starts and max(starts) < min(ends) else "none: starts %s, ends %s" % (starts, ends))
+P
+}
+
+test_parallel_trials_overlap_and_share_steps_once() {
+    concurrent_project
+    run_flow 0 sweep --grid x=1,2,3 --metric score --goal max --parallel 3 -j 3
+    contains "$OUT" "*  3      3  3      ok"
+    contains "$ERR" "3 trials at once, 1 job each"
+    contains "$ERR" "the steps every trial shares first: prep"
+    contains "$ERR" "  trial 2/3: done     score"
+    equals "$(runs_of prep) $(runs_of score)" "1 3" "runs of prep and score"
+    equals "$(overlap_of score)" "overlap" "the trials' score steps"
+    # each trial's command output is its own (its run's data directory)
+    equals "$(cat .flow/runs/2*/data/copy | sort | tr '\n' ' ')" "1 2 2 2 2 3 " "the trials' copies"
+    # again: prep is up to date; the state keeps one record per step (the
+    # last trial's), so score runs again for the other two trials
+    run_flow 0 sweep --grid x=1,2,3 --metric score --goal max --parallel 3 -j 3
+    equals "$(runs_of prep) $(runs_of score)" "1 5" "runs after the same sweep again"
+    contains "$OUT" "*  3      3  3      ok"
+    # a file the catalog keeps, made from the swept parameters, would be
+    # written by every trial at once: refused, naming it
+    mkdir -p conf/base
+    printf 'copy: {type: text, path: data/copy.txt}\n' >conf/base/catalog.yml
+    run_flow 2 sweep --grid x=1,2 --metric score --parallel 2
+    contains "$ERR" "parallel = 2: the trials would each write 'copy' (data/copy.txt"
+    run_flow 0 sweep --grid x=1,2 --metric score
+}
+
+test_parallel_sweep_ctrl_c_and_resume() {
+    concurrent_project
+    touch slow_2
+    run_flow_bg sweep --grid x=1,2,3 --metric score --goal max --parallel 2 -j 2
+    for _ in $(seq 300); do
+        [ "$(cat .flow/sweeps/*/trials.jsonl 2>/dev/null | grep -c '"trial"')" -ge 2 ] && break
+        sleep 0.1
+    done
+    sleep 0.3
+    kill -INT "$FLOW_PID"
+    set +e; wait "$FLOW_PID"; code=$?; set -e
+    equals "$code" "130" "exit status after Ctrl-C"
+    ERR=$(cat stderr.txt)
+    contains "$ERR" "finish it with: flow sweep --resume"
+    rm slow_2
+    run_flow 0 sweep --resume -q
+    contains "$OUT" "*  3      3  3      ok"
+    equals "$(runs_of score)" "3" "score ran once per trial"
+}
+
+# flow.spawn and flow.wait_all: runs at once from a Lua script, each with its
+# parameters; an error in one task is raised once the others have ended.
+test_spawn_and_wait_all() {
+    concurrent_project
+    write driver.lua <<'L'
+local p = dofile("pipeline.lua")
+local a = flow.spawn(flow.run, p, { params = { x = 5 } })
+local b = flow.spawn(function() return flow.run(p, { params = { x = 7 } }).metrics.score end)
+local r = flow.wait_all{ a, b }
+print(r[1].status, r[1].metrics.score, r[2])
+L
+    run_flow 0 run driver.lua
+    contains "$OUT" "ok	5	7"
+    equals "$(overlap_of score)" "overlap" "the two runs' score steps"
+    equals "$(runs_of score)" "2" "runs of score"
+    write driver.lua <<'L'
+local p = dofile("pipeline.lua")
+local a = flow.spawn(function() error("boom") end)
+local b = flow.spawn(flow.run, p, { params = { x = 9 } })
+flow.wait_all{ a, b }
+L
+    run_flow 2 run driver.lua
+    contains "$ERR" "driver.lua:2: boom"
+    equals "$(runs_of score)" "3" "the other task's run ended first"
+    for bad in 'flow.spawn(42)|flow.spawn: expected a function, got number' \
+               'flow.wait_all{ 1 }|flow.wait_all: item 1 is number, not a task' \
+               'flow.wait_all{ flow.spawn(function() coroutine.yield(1) end) }|a task may wait only in flow.run'; do
+        printf '%s\n' "${bad%%|*}" >driver.lua
+        run_flow 2 run driver.lua
+        contains "$ERR" "${bad#*|}"
+    done
+}
+
 # A dotted key sets one nested parameter and keeps its siblings, as --params does.
 test_dotted_keys_set_one_nested_parameter() {
     write conf/base/parameters.yml <<'Y'
