@@ -196,6 +196,61 @@ static void test_remote_waits_hold_no_local_slot(void)
     dag_free(d);
 }
 
+/* ---- two runs on one loop: begin, then poll after each turn ---------------- */
+
+static void test_two_runs_share_the_loop(void)
+{
+    struct loop *loop = new_loop();
+    struct dag *da = independent_steps(4), *db = independent_steps(4);
+    double secs[4] = { 0.03, 0.03, 0.03, 0.03 };
+    struct fake fa = { .loop = loop, .seconds = secs }, fb = { .loop = loop, .seconds = secs };
+    struct sched_options opt = { .jobs = 2 };
+    struct fake *fs[] = { &fa, &fb };
+    struct dag *ds[] = { da, db };
+    struct sched *s[2];
+    for (int k = 0; k < 2; k++) {
+        fs[k]->wait = xcalloc(4, sizeof *fs[k]->wait);
+        fs[k]->lists = xcalloc(4, sizeof *fs[k]->lists);
+        struct sched_executor ex = { fs[k], fake_start, fake_cancel, NULL };
+        s[k] = fs[k]->s = sched_new(ds[k], loop, &opt, &ex, NULL);
+        sched_begin(s[k]);
+    }
+    bool over[2] = { false, false };
+    size_t both_running = 0;
+    while (!(over[0] && over[1])) {
+        for (int k = 0; k < 2; k++) over[k] = over[k] || sched_poll(s[k]);
+        if (fa.running && fb.running) both_running++;
+        if (!(over[0] && over[1])) loop_run_once(loop, -1);
+    }
+    CHECK(both_running > 0);                  /* their steps interleaved */
+    CHECK(fa.peak == 2 && fb.peak == 2);      /* each within its own -j */
+    CHECK(sched_code(s[0]) == 0 && sched_code(s[1]) == 0);
+    CHECK(sched_poll(s[0]));                  /* over stays over */
+    for (size_t i = 0; i < 4; i++) CHECK(sched_state(s[0], i) == STEP_DONE && sched_state(s[1], i) == STEP_DONE);
+    /* sched_stop ends a run as a first Ctrl-C does: interrupted, nothing new starts */
+    struct dag *dc = independent_steps(3);
+    double slow[3] = { 60, 60, 60 };
+    struct fake fc = { .loop = loop, .seconds = slow };
+    fc.wait = xcalloc(3, sizeof *fc.wait);
+    fc.lists = xcalloc(3, sizeof *fc.lists);
+    struct sched_options one = { .jobs = 1 };
+    struct sched_executor ex = { &fc, fake_start, fake_cancel, NULL };
+    struct sched *sc = fc.s = sched_new(dc, loop, &one, &ex, NULL);
+    sched_begin(sc);
+    CHECK(!sched_poll(sc) && fc.running == 1);
+    sched_stop(sc);
+    while (!sched_poll(sc)) loop_run_once(loop, -1);
+    CHECK(sched_code(sc) == 130 && fc.graceful == 1);
+    CHECK(sched_state(sc, 1) == STEP_NOT_RUN && sched_state(sc, 2) == STEP_NOT_RUN);
+    free_fake(&fa);
+    free_fake(&fb);
+    free_fake(&fc);
+    dag_free(da);
+    dag_free(db);
+    dag_free(dc);
+    loop_free(loop);
+}
+
 /* ---- Ctrl-C: graceful first, forced at the second --------------------------- */
 
 static void send_sigint(void *arg)
@@ -286,5 +341,6 @@ int main(void)
     RUN(test_graceful_cancel_alone_stops_cooperating_steps);
     RUN(test_interrupt_cancels_graceful_then_forced);
     RUN(test_released_slot_lets_another_step_start);
+    RUN(test_two_runs_share_the_loop);
     return CHECK_DONE("sched");
 }
