@@ -92,6 +92,17 @@ function M.version_stamp(t)
   return os.date("!%Y-%m-%dT%H.%M.%S", s) .. string.format(".%03dZ", math.floor((t - s) * 1000))
 end
 
+-- The stamp a run saves its versioned datasets under, from its start time t:
+-- never one an earlier run of this process had (runs at once, flow.spawn,
+-- may start in the same millisecond), so no two runs write one version.
+local last_save_ms = -1
+function M.save_stamp(t)
+  local ms = math.floor(t * 1000)
+  if ms <= last_save_ms then ms = last_save_ms + 1 end
+  last_save_ms = ms
+  return os.date("!%Y-%m-%dT%H.%M.%S", ms // 1000) .. string.format(".%03dZ", ms % 1000)
+end
+
 local function is_version(s)
   return s:match("^%d%d%d%d%-%d%d%-%d%dT%d%d%.%d%d%.%d%d%.%d%d%dZ$") ~= nil
 end

@@ -646,7 +646,7 @@ function M.prepare(p, opts, defaults, level)
   local load_versions = opts.load_versions or defaults.load_versions
   if type(load_versions) ~= "table" then load_versions = catalog.parse_load_versions(load_versions) end
   local started = core.time()
-  local cat = catalog.new(settings, { load_versions = load_versions, save_version = catalog.version_stamp(started) })
+  local cat = catalog.new(settings, { load_versions = load_versions, save_version = catalog.save_stamp(started) })
   local nodes = p.nodes
   local sc = scan(nodes)
   local dists = {}

@@ -311,6 +311,16 @@ end
 
 -- ---- trials at once ------------------------------------------------------------
 
+-- The trials' run prepared (runner.prepare) with the first trial's values,
+-- to see which steps the sweep touches; nil when that fails (each trial then
+-- reports why).
+local function prepared(p, o, values)
+  local ok, plan = pcall(runner.prepare, p, { env = o.env, params = trial_params(o, values[1]) }, 1)
+  if ok then return plan end
+  if not util.is_setup_error(plan) then error(plan, 0) end
+  return nil
+end
+
 -- The steps whose work does not depend on the swept parameters (they read
 -- none, nor anything made from one): {names}, in the pipeline's order.
 local function shared_steps(plan, keys)
@@ -341,14 +351,15 @@ end
 
 -- Trials that run at once must not write the same file: a dataset the
 -- catalog keeps, made by a step that depends on the swept parameters, is
--- such a file.  (Memory datasets are each run's own, and what a command
--- writes outside the catalog goes to its run's data directory.)
+-- such a file.  (Memory datasets are each run's own, what a command writes
+-- outside the catalog goes to its run's data directory, and a versioned
+-- dataset to its run's version.)
 local function check_parallel(plan, swept, parallel)
   for i, n in ipairs(plan.nodes) do
     if swept[i] and (not plan.selected or plan.selected[i]) then
       for _, io in ipairs(n.outputs) do
         local e = plan.cat and plan.cat:entry(io.dataset)
-        if e and require("flow.catalog").persisted(e) and not e.uri then
+        if e and require("flow.catalog").persisted(e) and not e.uri and not e.versioned then
           util.setup_error(string.format("flow.sweep: parallel = %d: the trials would each write '%s' (%s, catalog "
             .. "entry %s), made by step '%s' from the swept parameters; run them one at a time, or keep '%s' out "
             .. "of the catalog (then each trial's copy stays in its run)", parallel, io.dataset, e.path or "?",
@@ -367,11 +378,7 @@ end
 local function run_parallel(p, o, spec, id, values, done, parallel, log)
   local jobs = o.jobs or core.cpu_count()
   local per_trial = math.max(1, jobs // parallel)
-  local ok, plan = pcall(runner.prepare, p, { env = o.env, params = trial_params(o, values[1]) }, 1)
-  if not ok then
-    if not util.is_setup_error(plan) then error(plan, 0) end
-    plan = nil                                      -- each trial reports it
-  end
+  local plan = prepared(p, o, values)
   if plan then
     local names, swept = shared_steps(plan, spec.keys)
     check_parallel(plan, swept, parallel)
@@ -417,13 +424,8 @@ end
 
 -- The sweep job's plan (flow.sweep_job) when the swept step runs on Azure ML
 -- in the sweep's environment, else nil (each trial is a run of its own).
-local function azureml_plan(p, o, spec, values)
-  if o.sweep_job == false then return nil end
-  local ok, plan = pcall(runner.prepare, p, { env = o.env, params = trial_params(o, values[1]) }, 1)
-  if not ok then
-    if not util.is_setup_error(plan) then error(plan, 0) end
-    return nil                                    -- each trial reports it
-  end
+local function azureml_plan(plan, o, spec, values)
+  if o.sweep_job == false or not plan then return nil end
   local n, why = sweep_job.trial_step(plan, spec.keys)
   if not n then
     if why then core.ui_info("sweep: a run per trial, not an Azure ML sweep job: " .. why) end
@@ -634,8 +636,12 @@ function M.sweep(o)
     values = spec.sampler == "grid" and grid_trials(space, spec.keys)
              or random_trials(space, spec.keys, spec.trials, spec.seed)
     id, done = core.run_id(M.DIR), {}
-    local plan = azureml_plan(p, o, spec, values)
+    local trial_plan = prepared(p, o, values)
+    local plan = azureml_plan(trial_plan, o, spec, values)
     aml = plan and { plan = plan }
+    if not plan and trial_plan and (o.parallel or 1) > 1 then       -- refused before the sweep is made
+      check_parallel(trial_plan, select(2, shared_steps(trial_plan, spec.keys)), o.parallel)
+    end
     core.write_atomic(M.DIR .. "/" .. id .. "/sweep.json", spec_json(id, o, spec, values, plan))
   end
   local dir = M.DIR .. "/" .. id

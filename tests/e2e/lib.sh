@@ -79,3 +79,21 @@ page_dom() {
         echo "the page wrote to its console:"; grep ":CONSOLE" chromium.err; return 1
     fi
 }
+
+# The latest start of step $1 among the runs, and its earliest end:
+# "overlap" when the first is before the second (runs at once, flow.spawn).
+overlap_of() {
+    python3 - "$1" .flow/runs/2*/journal.jsonl <<'P'
+import json, sys
+starts, ends = [], []
+for path in sys.argv[2:]:
+    for line in open(path):
+        e = json.loads(line)
+        if e.get("step") == sys.argv[1] and e["event"] == "step_start":
+            starts.append(e["time"])
+        if e.get("step") == sys.argv[1] and e["event"] == "step_end" and e.get("status") == "ok":
+            ends.append(e["time"])
+print("overlap" if starts and max(starts) < min(ends) else "none: starts %s, ends %s" % (starts, ends))
+P
+}
+

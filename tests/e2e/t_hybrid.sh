@@ -483,13 +483,15 @@ Y
 }
 
 # A sweep whose training step runs on Azure ML, a run per trial
-# (--no-sweep-job): each trial's job writes ${outputs.metrics} as a file,
-# flow brings it here and ranks the trials by it, as it does a local step's;
-# the data split here goes up once.
+# (--no-sweep-job), two at once: each trial's job writes ${outputs.metrics}
+# as a file, flow brings it here and ranks the trials by it, as it does a
+# local step's; the data split here goes up once; each trial's model is a
+# version of its own.
 test_sweep_ranks_trials_trained_on_azureml() {
     start_aml
     sweep_project
-    run_flow 0 sweep --env prod --grid lr=0.01,0.5 --metric val_loss --no-sweep-job
+    echo 'model: {type: json, path: data/model.json, versioned: true}' >conf/base/catalog.yml
+    run_flow 0 sweep --env prod --grid lr=0.01,0.5 --metric val_loss --no-sweep-job --parallel 2
     no_crash
     equals "$(count_of jobs.put)" 2 "jobs: one per trial"
     first=$(printf '%s\n' "$OUT" | sed -n 2p)
@@ -501,6 +503,8 @@ test_sweep_ranks_trials_trained_on_azureml() {
     # the series came back too: the report draws it
     dir=$(ls -d .flow/sweeps/*)
     contains "$(cat "$dir/report.html")" '<polyline class="series best" data-trial="2"'
+    equals "$(overlap_of train)" "overlap" "the trials' train steps (their jobs)"
+    equals "$(ls data/model.json | wc -l)" 2 "versions of the model, one per trial"
     no_secrets
 }
 

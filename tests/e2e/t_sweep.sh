@@ -247,23 +247,6 @@ L
     printf 'x: 0\nn: 1\n' >conf/base/parameters.yml
 }
 
-# The latest start of step $1 among the runs, and its earliest end: the
-# trials overlapped when the first is before the second.
-overlap_of() {
-    python3 - "$1" .flow/runs/2*/journal.jsonl <<'P'
-import json, sys
-starts, ends = [], []
-for path in sys.argv[2:]:
-    for line in open(path):
-        e = json.loads(line)
-        if e.get("step") == sys.argv[1] and e["event"] == "step_start":
-            starts.append(e["time"])
-        if e.get("step") == sys.argv[1] and e["event"] == "step_end" and e.get("status") == "ok":
-            ends.append(e["time"])
-print("overlap" if starts and max(starts) < min(ends) else "none: starts %s, ends %s" % (starts, ends))
-P
-}
-
 test_parallel_trials_overlap_and_share_steps_once() {
     concurrent_project
     run_flow 0 sweep --grid x=1,2,3 --metric score --goal max --parallel 3 -j 3
