@@ -53,6 +53,7 @@ struct run {
     struct step_runner *runner;
     struct ui_run *ui;             /* its progress on stderr, until it ended */
     bool over;                     /* the scheduler is done and the journal closed */
+    bool started;                  /* by sched.start: anchored in the registry until over */
     int code, journal_rc;
     char journal_error[1024];
     int attempt_fn_ref;            /* the stdlib's attempt(i, k) */
@@ -548,8 +549,27 @@ static struct run *make_run(lua_State *L, lua_State *thread)
     return run;
 }
 
+/* Runs sched.start made that are not over, by address: the registry holds
+ * them, so a run whose handle its owner dropped is never collected (and its
+ * scheduler freed) while its steps still call back into it. */
+static const char started_key = 'S';
+
+static void anchor_started(lua_State *L, struct run *run, int run_idx, bool on)
+{
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &started_key) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_rawsetp(L, LUA_REGISTRYINDEX, &started_key);
+    }
+    if (on) lua_pushvalue(L, run_idx);
+    else lua_pushnil(L);
+    lua_rawsetp(L, -2, run);
+    lua_pop(L, 1);
+}
+
 /* The run is over: its summary line, the journal's last lines. */
-static void end_run(struct run *run)
+static void end_run(lua_State *L, struct run *run)
 {
     run->code = sched_code(run->sched);
     ui_run_end(run->ui, run->sched);
@@ -557,6 +577,7 @@ static void end_run(struct run *run)
     run->journal_rc = step_runner_finish(run->runner, run->sched, run->code, run->journal_error,
                                          sizeof run->journal_error);
     run->over = true;
+    if (run->started) anchor_started(L, run, 0, false);
 }
 
 /* code, {state, ...}, {elapsed, ...}, record, journal_error | nil */
@@ -593,7 +614,7 @@ static int l_run(lua_State *L)
     int run_idx = lua_gettop(L);
     lua_toclose(L, run_idx);                            /* closing `run` releases it */
     sched_run(run->sched);
-    end_run(run);
+    end_run(L, run);
     return push_result(L, run, run_idx);
 }
 
@@ -608,6 +629,8 @@ static int l_start(lua_State *L)
     lua_settop(L, 3);
     lua_State *thread = lua_newthread(L);               /* anchored with the run's arguments */
     struct run *run = make_run(L, thread);
+    run->started = true;
+    anchor_started(L, run, lua_gettop(L), true);
     sched_begin(run->sched);
     return 1;
 }
@@ -622,7 +645,7 @@ static struct run *check_run(lua_State *L)
 static int l_run_poll(lua_State *L)
 {
     struct run *run = check_run(L);
-    if (!run->over && sched_poll(run->sched)) end_run(run);
+    if (!run->over && sched_poll(run->sched)) end_run(L, run);
     lua_pushboolean(L, run->over);
     return 1;
 }

@@ -43,7 +43,6 @@ WS_RE = re.compile(r"^/subscriptions/([^/]+)/resourceGroups/([^/]+)/providers/Mi
                    r"/workspaces/([^/]+)(/.*)?$", re.I)
 OPS_RE = re.compile(r"^/subscriptions/([^/]+)/providers/Microsoft\.MachineLearningServices/locations/([^/]+)"
                     r"/mfeOperationResults/([^/]+)$", re.I)
-BINDING_RE = aml_pipeline.BINDING
 # resource types of a real workspace the double does not model
 UNMODELLED = {"data", "models", "onlineEndpoints", "batchEndpoints", "schedules",
               "connections", "featuresets", "featurestoreEntities", "marketplaceSubscriptions", "serverlessEndpoints",
@@ -837,15 +836,9 @@ class ArmApi:
             for k in ("processCountPerInstance", "workerCount", "parameterServerCount"):
                 if isinstance(dist.get(k), int) and dist[k] < (0 if k == "parameterServerCount" else 1):
                     problems.append(Problem("properties.distribution." + k, "must be positive, got %d" % dist[k]))
-            inputs, outputs = props.get("inputs") or {}, props.get("outputs") or {}
-            for b in BINDING_RE.findall(props["command"]):
-                bm = re.match(r"^(inputs|outputs)\.([A-Za-z0-9_]+)$", b)
-                if not bm:
-                    problems.append(Problem("properties.command", "${{%s}} is not a binding a Command job "
-                                            "resolves (${{inputs.<name>}} or ${{outputs.<name>}})" % b))
-                elif bm.group(2) not in (inputs if bm.group(1) == "inputs" else outputs):
-                    problems.append(Problem("properties.command", "${{%s}} names no entry of properties.%s" % (
-                        b, bm.group(1))))
+            problems += aml_pipeline.binding_problems(props["command"], "properties.command", {
+                "inputs": (props.get("inputs") or {}, "properties.inputs"),
+                "outputs": (props.get("outputs") or {}, "properties.outputs")}, "a Command job")
         elif jt == "Pipeline":
             problems += aml_pipeline.check_pipeline(self, props)
         elif jt == "Sweep":

@@ -52,6 +52,20 @@ RESOURCES = {"instance_count", "instance_type", "shm_size", "properties", "docke
 LIMITS = {"job_limits_type", "timeout"}
 PARENT_JOB = re.compile(r"^\$\{\{\s*parent\.jobs\.([^.\s}]+)\.outputs\.([^.\s}]+)\s*\}\}$")
 BINDING = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
+
+
+def binding_problems(command, field, scopes, what):
+    """Problems with the ${{scope.name}} bindings of `command`: each must name an
+    entry of one of `scopes` ({scope: (its entries, where they are declared)})."""
+    problems = []
+    for b in BINDING.findall(command):
+        m = re.match(r"^(%s)\.([A-Za-z0-9_]+)$" % "|".join(map(re.escape, scopes)), b)
+        if not m:
+            problems.append(Problem(field, "${{%s}} is not a binding %s resolves (%s)" % (
+                b, what, ", ".join("${{%s.<name>}}" % s for s in scopes))))
+        elif m.group(2) not in scopes[m.group(1)][0]:
+            problems.append(Problem(field, "${{%s}} names no entry of %s" % (b, scopes[m.group(1)][1])))
+    return problems
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 

@@ -35,12 +35,13 @@ import re
 import statistics
 import time
 
+import aml_pipeline
 from aml_exec import RunError, _Run
 from aml_jobs import parse_duration
 from aml_schema import Problem
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-BINDING = re.compile(r"\$\{\{\s*([^}]*?)\s*\}\}")
+BINDING = aml_pipeline.BINDING
 # distribution -> how many numbers it takes
 DISTRIBUTIONS = {"uniform": 2, "loguniform": 2, "quniform": 3, "qloguniform": 3, "normal": 2, "lognormal": 2,
                  "qnormal": 3, "qlognormal": 3, "randint": 1}
@@ -107,15 +108,10 @@ def check_sweep(arm, props):
         if et.get("policyType") == "Bandit" and et.get("slackFactor") and et.get("slackAmount"):
             problems.append(Problem("properties.earlyTermination", "give slackFactor or slackAmount, not both"))
     space = props["searchSpace"] if isinstance(props["searchSpace"], dict) else {}
-    inputs, outputs = props.get("inputs") or {}, props.get("outputs") or {}
-    for b in BINDING.findall(trial["command"]):
-        m = re.match(r"^(inputs|outputs|search_space)\.([A-Za-z0-9_]+)$", b)
-        if not m:
-            problems.append(Problem("properties.trial.command", "${{%s}} is not a binding a sweep's trial resolves "
-                                    "(${{inputs.X}}, ${{outputs.X}}, ${{search_space.X}})" % b))
-        elif m.group(2) not in {"inputs": inputs, "outputs": outputs, "search_space": space}[m.group(1)]:
-            problems.append(Problem("properties.trial.command", "${{%s}} names no entry of %s" % (
-                b, "properties.searchSpace" if m.group(1) == "search_space" else "properties." + m.group(1))))
+    problems += aml_pipeline.binding_problems(trial["command"], "properties.trial.command", {
+        "inputs": (props.get("inputs") or {}, "properties.inputs"),
+        "outputs": (props.get("outputs") or {}, "properties.outputs"),
+        "search_space": (space, "properties.searchSpace")}, "a sweep's trial")
     return problems, code
 
 

@@ -209,6 +209,15 @@ test_resume_after_kill_keeps_the_finished_trials() {
     contains "$OUT" "*  3      3  3      ok"
 }
 
+# Ctrl-C to the sweep in the background: it exits 130, saying how to resume.
+interrupt_sweep() {
+    kill -INT "$FLOW_PID"
+    set +e; wait "$FLOW_PID"; code=$?; set -e
+    equals "$code" "130" "exit status after Ctrl-C"
+    ERR=$(cat stderr.txt)
+    contains "$ERR" "finish it with: flow sweep --resume"
+}
+
 test_ctrl_c_stops_the_sweep_and_resume_finishes_it() {
     resumable_project
     touch slow_2
@@ -218,11 +227,7 @@ test_ctrl_c_stops_the_sweep_and_resume_finishes_it() {
         sleep 0.1
     done
     sleep 0.5
-    kill -INT "$FLOW_PID"
-    set +e; wait "$FLOW_PID"; code=$?; set -e
-    equals "$code" "130" "exit status after Ctrl-C"
-    ERR=$(cat stderr.txt)
-    contains "$ERR" "finish it with: flow sweep --resume"
+    interrupt_sweep
     not_contains "$ERR" "trial 3/3"
     contains "$(cat stdout.txt)" "interrupted"
     rm slow_2
@@ -281,11 +286,7 @@ test_parallel_sweep_ctrl_c_and_resume() {
         sleep 0.1
     done
     sleep 0.3
-    kill -INT "$FLOW_PID"
-    set +e; wait "$FLOW_PID"; code=$?; set -e
-    equals "$code" "130" "exit status after Ctrl-C"
-    ERR=$(cat stderr.txt)
-    contains "$ERR" "finish it with: flow sweep --resume"
+    interrupt_sweep
     rm slow_2
     run_flow 0 sweep --resume -q
     contains "$OUT" "*  3      3  3      ok"
