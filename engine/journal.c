@@ -19,6 +19,7 @@
 
 struct journal {
     char *path;
+    char *new_in;                  /* a new file's directory, not synced yet (the first sync does), or NULL */
     int fd;
     pthread_t syncer;
     pthread_mutex_t mu;
@@ -28,6 +29,8 @@ struct journal {
     off_t size;                    /* the file's length after the last whole line */
     int sync_errno;                /* the first failed fdatasync; sticky, as the page cache may have dropped the data */
     bool stopping;
+    bool durable;                  /* a line that must be durable was appended: every line is synced from now */
+    bool syncer_running;           /* (only the appending thread reads or sets it) */
 };
 
 static void *sync_loop(void *arg)
@@ -38,9 +41,17 @@ static void *sync_loop(void *arg)
         while (j->synced == j->appended && !j->stopping) pthread_cond_wait(&j->wake, &j->mu);
         if (j->synced == j->appended) break;        /* stopping, and all synced */
         unsigned long long upto = j->appended;
+        char *dir = j->new_in;
+        j->new_in = NULL;
         pthread_mutex_unlock(&j->mu);
-        int rc = fdatasync(j->fd);
+        char derr[512];
+        int rc = dir ? fsync_dir(dir, derr, sizeof derr) : 0;    /* the new file's name, once */
         int e = errno;
+        free(dir);
+        if (rc == 0) {
+            rc = fdatasync(j->fd);
+            e = errno;
+        }
         pthread_mutex_lock(&j->mu);
         if (rc != 0 && !j->sync_errno) j->sync_errno = e;
         j->synced = upto;
@@ -73,32 +84,35 @@ struct journal *journal_open(const char *path, char *err, size_t errlen)
         close(fd);
         fd = -1;
     }
-    if (fd >= 0 && created && fsync_dir(parent, err, errlen) != 0) {
-        close(fd);
-        fd = -1;
+    if (fd < 0) {
+        free(parent);
+        return NULL;
     }
-    free(parent);
-    if (fd < 0) return NULL;
 
     struct journal *j = xcalloc(1, sizeof *j);
     j->path = xstrdup(path);
+    if (created) j->new_in = parent;
+    else free(parent);
     j->fd = fd;
     j->size = st.st_size;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->wake, NULL);
     pthread_cond_init(&j->moved, NULL);
+    return j;
+}
+
+/* The syncer starts with the first line that must be durable: a journal
+ * that only ever holds notes (a run in which nothing ran) needs none. */
+static int start_syncer(struct journal *j, char *err, size_t errlen)
+{
+    if (j->syncer_running) return 0;
     int rc = start_quiet_thread(&j->syncer, sync_loop, j);
     if (rc != 0) {
-        errf(err, errlen, "cannot start the syncer for %s: %s", path, strerror(rc));
-        pthread_cond_destroy(&j->moved);
-        pthread_cond_destroy(&j->wake);
-        pthread_mutex_destroy(&j->mu);
-        close(fd);
-        free(j->path);
-        free(j);
-        return NULL;
+        errf(err, errlen, "cannot start the syncer for %s: %s", j->path, strerror(rc));
+        return -1;
     }
-    return j;
+    j->syncer_running = true;
+    return 0;
 }
 
 static int sync_error(struct journal *j, int e, char *err, size_t errlen)
@@ -107,8 +121,9 @@ static int sync_error(struct journal *j, int e, char *err, size_t errlen)
     return -1;
 }
 
-int journal_append(struct journal *j, const char *line, size_t len, char *err, size_t errlen)
+static int append(struct journal *j, const char *line, size_t len, bool durable, char *err, size_t errlen)
 {
+    if ((durable || j->durable) && start_syncer(j, err, errlen) != 0) return -1;
     pthread_mutex_lock(&j->mu);
     int e = j->sync_errno;
     pthread_mutex_unlock(&j->mu);
@@ -136,10 +151,23 @@ int journal_append(struct journal *j, const char *line, size_t len, char *err, s
     }
     j->size += (off_t)total;
     pthread_mutex_lock(&j->mu);
-    j->appended++;
-    pthread_cond_signal(&j->wake);
+    j->durable = j->durable || durable;
+    if (j->durable) {
+        j->appended++;
+        pthread_cond_signal(&j->wake);
+    }
     pthread_mutex_unlock(&j->mu);
     return 0;
+}
+
+int journal_append(struct journal *j, const char *line, size_t len, char *err, size_t errlen)
+{
+    return append(j, line, len, true, err, errlen);
+}
+
+int journal_note(struct journal *j, const char *line, size_t len, char *err, size_t errlen)
+{
+    return append(j, line, len, false, err, errlen);
 }
 
 int journal_sync(struct journal *j, char *err, size_t errlen)
@@ -159,7 +187,7 @@ int journal_close(struct journal *j, char *err, size_t errlen)
     j->stopping = true;
     pthread_cond_signal(&j->wake);
     pthread_mutex_unlock(&j->mu);
-    pthread_join(j->syncer, NULL);
+    if (j->syncer_running) pthread_join(j->syncer, NULL);
     if (close(j->fd) != 0 && rc == 0) {
         errf(err, errlen, "cannot close %s: %s", j->path, strerror(errno));
         rc = -1;
@@ -167,6 +195,7 @@ int journal_close(struct journal *j, char *err, size_t errlen)
     pthread_cond_destroy(&j->moved);
     pthread_cond_destroy(&j->wake);
     pthread_mutex_destroy(&j->mu);
+    free(j->new_in);
     free(j->path);
     free(j);
     return rc;

@@ -11,13 +11,21 @@
 struct journal;
 
 /* Opens (creating it and its parent directories) `path` for appending, and
- * starts the syncer.  NULL with a message naming the path on failure. */
+ * starts the syncer (a new file's directory is synced with its first sync).
+ * NULL with a message naming the path on failure. */
 struct journal *journal_open(const char *path, char *err, size_t errlen);
 
 /* Appends `line` plus a '\n' if it does not end with one, and asks for a
  * sync without waiting for it.  -1 with a message if the write failed or an
  * earlier background sync did. */
 int journal_append(struct journal *j, const char *line, size_t len, char *err, size_t errlen);
+
+/* The same for a line that need not be durable on its own (a run's start,
+ * a step found up to date, the end of a run in which nothing ran): no sync
+ * is asked for until the journal holds a line that must be durable, whose
+ * sync covers it; from then on, as journal_append.  So a run in which
+ * nothing ran syncs nothing, not even the new file's directory. */
+int journal_note(struct journal *j, const char *line, size_t len, char *err, size_t errlen);
 
 /* Waits until everything appended so far is on disk. */
 int journal_sync(struct journal *j, char *err, size_t errlen);

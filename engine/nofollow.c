@@ -190,8 +190,8 @@ int nofollow_write_atomic(const char *path, const void *data, size_t len, char *
     return nofollow_write_atomic_with(path, write_bytes, &(struct bytes){ data, len }, err, errlen);
 }
 
-int nofollow_write_atomic_with(const char *path, int (*write)(int fd, void *ctx), void *ctx, char *err,
-                               size_t errlen)
+static int write_atomic_with(const char *path, int (*write)(int fd, void *ctx), void *ctx, bool durable, char *err,
+                             size_t errlen)
 {
     char *base, *shown;
     int dfd = open_parent(path, "write", &base, &shown, err, errlen);
@@ -202,15 +202,17 @@ int nofollow_write_atomic_with(const char *path, int (*write)(int fd, void *ctx)
     int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) e = errno;
     else {
-        if (write(fd, ctx) != 0 || fsync(fd) != 0) e = errno;
+        if (write(fd, ctx) != 0 || (durable && fsync(fd) != 0)) e = errno;
         if (close(fd) != 0 && !e) e = errno;      /* NFS may report a failed write only here */
     }
     if (!e && renameat(dfd, tmp, dfd, base) != 0) e = errno;
     else if (!e) {
-        renamed = true;                           /* now make the new name durable */
-        int sfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (sfd < 0 || fsync(sfd) != 0) e = errno;
-        if (sfd >= 0) close(sfd);
+        renamed = true;
+        if (durable) {                            /* now make the new name durable */
+            int sfd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            if (sfd < 0 || fsync(sfd) != 0) e = errno;
+            if (sfd >= 0) close(sfd);
+        }
     }
     if (e && !renamed) unlinkat(dfd, tmp, 0);
     if (e == EISDIR || e == ENOTEMPTY || e == EEXIST) {
@@ -225,6 +227,17 @@ int nofollow_write_atomic_with(const char *path, int (*write)(int fd, void *ctx)
     free(base);
     free(shown);
     return e ? -1 : 0;
+}
+
+int nofollow_write_atomic_with(const char *path, int (*write)(int fd, void *ctx), void *ctx, char *err,
+                               size_t errlen)
+{
+    return write_atomic_with(path, write, ctx, true, err, errlen);
+}
+
+int nofollow_replace_with(const char *path, int (*write)(int fd, void *ctx), void *ctx, char *err, size_t errlen)
+{
+    return write_atomic_with(path, write, ctx, false, err, errlen);
 }
 
 int nofollow_symlink(const char *target, const char *path, char *err, size_t errlen)

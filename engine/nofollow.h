@@ -32,6 +32,11 @@ int nofollow_write_atomic(const char *path, const void *data, size_t len, char *
 int nofollow_write_atomic_with(const char *path, int (*write)(int fd, void *ctx), void *ctx, char *err,
                                size_t errlen);
 
+/* The same without the syncs, for what only records that nothing changed (a
+ * no-op run's run.json): a crash leaves the old file or the new one whole; a
+ * power loss may lose the new one. */
+int nofollow_replace_with(const char *path, int (*write)(int fd, void *ctx), void *ctx, char *err, size_t errlen);
+
 /* Points the symbolic link `path` at `target`, replacing it atomically. */
 int nofollow_symlink(const char *target, const char *path, char *err, size_t errlen);
 

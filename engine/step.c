@@ -47,6 +47,7 @@ struct life {
 /* Lines to write, the outputs to flush first, the steps whose end waits for them. */
 struct batch {
     struct strbuf lines;
+    bool durable;                /* a line of it must be durable (journal_append); else journal_note */
     char **paths;
     size_t n_paths, cap_paths;
     size_t *steps;               /* ending steps, completed once the batch is written */
@@ -108,7 +109,7 @@ static void batch_release(struct batch *b)
     for (size_t k = 0; k < b->n_paths; k++) free(b->paths[k]);
     free(b->paths);
     free(b->steps);
-    *b = (struct batch){ STRBUF_INIT, NULL, 0, 0, NULL, 0, 0 };
+    *b = (struct batch){ STRBUF_INIT, false, NULL, 0, 0, NULL, 0, 0 };
 }
 
 static void start_flush(struct step_runner *r);
@@ -123,11 +124,22 @@ static void flush_tick(void *arg)
     if (r->held.lines.len || r->held.n_steps) start_flush(r);
 }
 
-static void hold_line(struct step_runner *r, const char *line, size_t len)
+/* A journal line, held for the next batch; `durable`: it records work (a
+ * step's start or end), so its batch is synced; a line that records only
+ * that nothing ran waits for such a line's sync (journal_note). */
+static void hold_line(struct step_runner *r, const char *line, size_t len, bool durable)
 {
     if (r->held.lines.len) sb_addc(&r->held.lines, '\n');
     sb_add(&r->held.lines, line, len);
+    r->held.durable = r->held.durable || durable;
     if (!r->flush_timer) r->flush_timer = loop_add_timer(r->loop, FLUSH_EVERY, flush_tick, r);
+}
+
+/* A batch's lines, synced when one of them must be durable. */
+static int journal_write(struct journal *j, const struct batch *b, char *err, size_t errlen)
+{
+    return b->durable ? journal_append(j, b->lines.buf, b->lines.len, err, errlen)
+                      : journal_note(j, b->lines.buf, b->lines.len, err, errlen);
 }
 
 static void stop_flush_timer(struct step_runner *r)
@@ -173,7 +185,7 @@ static void flush_written(void *arg)
     char err[1024] = "";
     int rc = job->rc;
     if (rc != 0) snprintf(err, sizeof err, "%s", job->err);
-    else if (job->b.lines.len && journal_append(r->journal, job->b.lines.buf, job->b.lines.len, err, sizeof err) != 0)
+    else if (job->b.lines.len && journal_write(r->journal, &job->b, err, sizeof err) != 0)
         rc = -1;
     if (r->in_flight == job) r->in_flight = NULL;
     for (size_t k = 0; k < job->b.n_steps; k++) end_recorded(r, job->b.steps[k], rc == 0, err);
@@ -193,7 +205,7 @@ static void start_flush(struct step_runner *r)
     struct flush_job *job = xcalloc(1, sizeof *job);
     job->r = r;
     job->b = r->held;
-    r->held = (struct batch){ STRBUF_INIT, NULL, 0, 0, NULL, 0, 0 };
+    r->held = (struct batch){ STRBUF_INIT, false, NULL, 0, 0, NULL, 0, 0 };
     if (job->b.n_paths && r->pool) {
         r->in_flight = job;
         if (work_submit(r->pool, flush_outputs, flush_written, job, NULL, 0) == 0) return;
@@ -287,7 +299,7 @@ static void end_step(struct step_runner *r, size_t i, const struct step_outcome 
     if (!r->journal) { end_recorded(r, i, true, NULL); return; }
     struct strbuf line = STRBUF_INIT;
     step_end_line(r, i, &line, o->ok ? o->outputs_json : NULL, interrupted);
-    hold_line(r, line.buf, line.len);
+    hold_line(r, line.buf, line.len, true);
     sb_release(&line);
     if (o->ok)
         for (size_t k = 0; k < o->n_paths; k++) {
@@ -395,15 +407,15 @@ static int exec_start(void *ctx, struct sched *s, size_t i)
     if (r->journal) {
         struct strbuf line = STRBUF_INIT;
         start_line(r, i, &line);
-        hold_line(r, line.buf, line.len);
+        hold_line(r, line.buf, line.len, true);
         sb_release(&line);
         if (monotonic_seconds() - r->flushed_at >= FLUSH_EVERY && !r->in_flight && !r->held.n_paths) {
             /* a step whose start cannot be recorded does not run */
             struct batch b = r->held;
-            r->held = (struct batch){ STRBUF_INIT, NULL, 0, 0, NULL, 0, 0 };
+            r->held = (struct batch){ STRBUF_INIT, false, NULL, 0, 0, NULL, 0, 0 };
             r->flushed_at = monotonic_seconds();
             char err[1024];
-            int rc = journal_append(r->journal, b.lines.buf, b.lines.len, err, sizeof err);
+            int rc = journal_write(r->journal, &b, err, sizeof err);
             batch_release(&b);
             if (rc != 0) {
                 char *msg = xasprintf("step '%s' did not start: %s", step_name(r, i), err);
@@ -443,7 +455,7 @@ static bool exec_up_to_date(void *ctx, struct sched *s, size_t i)
         sb_adds(&line, "{\"event\":\"step_end\",\"step\":");
         json_redacted(&line, step_name(r, i));
         sb_adds(&line, ",\"status\":\"up to date\"}");
-        hold_line(r, line.buf, line.len);
+        hold_line(r, line.buf, line.len, false);      /* nothing ran */
         sb_release(&line);
     }
     return true;
@@ -533,15 +545,15 @@ int step_runner_finish(struct step_runner *r, const struct sched *s, int code, c
     sb_adds(&line, ",\"event\":\"run_end\",\"time\":");
     json_number(&line, wall_seconds());
     sb_addc(&line, '}');
-    hold_line(r, line.buf, line.len);
+    hold_line(r, line.buf, line.len, false);      /* synced if anything was */
     sb_release(&line);
     stop_flush_timer(r);                                   /* written here, now */
     struct flush_job job = { .r = r, .b = r->held };
-    r->held = (struct batch){ STRBUF_INIT, NULL, 0, 0, NULL, 0, 0 };
+    r->held = (struct batch){ STRBUF_INIT, false, NULL, 0, 0, NULL, 0, 0 };
     flush_outputs(&job);
     int rc = job.rc;
     if (rc != 0) snprintf(err, errlen, "%s", job.err);
-    else rc = journal_append(r->journal, job.b.lines.buf, job.b.lines.len, err, errlen);
+    else rc = journal_write(r->journal, &job.b, err, errlen);
     batch_release(&job.b);
     return rc;
 }
@@ -654,14 +666,28 @@ void step_runner_set_metrics(struct step_runner *r, size_t i, const char *metric
     set_string(&r->lives[i].series, series_json);
 }
 
+struct bytes_out {
+    const char *data;
+    size_t len;
+};
+
+static int write_bytes_out(int fd, void *ctx)
+{
+    struct bytes_out *b = ctx;
+    return write_all(fd, b->data, b->len);
+}
+
 int step_runner_write_summary(const struct step_runner *r, const char *path, const struct step_summary *sum,
                               char *err, size_t errlen)
 {
     size_t n = r->dag->n_steps;
     double finished = wall_seconds();
+    /* a run in which nothing ran changed nothing the summary must survive */
+    int (*write_file)(const char *, int (*)(int, void *), void *, char *, size_t) =
+        r->any_started ? nofollow_write_atomic_with : nofollow_replace_with;
     if (n > PRETTY_MAX) {
         struct summary_stream s = { r, sum, finished };
-        return nofollow_write_atomic_with(path, write_summary_stream, &s, err, errlen);
+        return write_file(path, write_summary_stream, &s, err, errlen);
     }
     /* a small run's is indented, for whoever reads it */
     cJSON *o = summary_head(sum, finished);
@@ -671,7 +697,8 @@ int step_runner_write_summary(const struct step_runner *r, const char *path, con
     size_t len = strlen(text);
     char *line = xasprintf("%s\n", text);
     cJSON_free(text);
-    int rc = nofollow_write_atomic(path, line, len + 1, err, errlen);
+    struct bytes_out b = { line, len + 1 };
+    int rc = write_file(path, write_bytes_out, &b, err, errlen);
     free(line);
     return rc;
 }

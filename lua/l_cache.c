@@ -340,14 +340,17 @@ static int l_journal(lua_State *L)
     return 1;
 }
 
-/* j:append(line): one write, a sync requested but not waited for */
+/* j:append(line [, note]): one write, a sync requested but not waited for;
+ * with note, a line that need not be durable on its own (journal_note) */
 static int l_journal_append(lua_State *L)
 {
     struct journal *j = flow_check_journal(L, 1);
     size_t len;
     const char *line = luaL_checklstring(L, 2, &len);
     char err[1024];
-    if (journal_append(j, line, len, err, sizeof err) != 0) return flow_raise_fs(L, err);
+    int rc = lua_toboolean(L, 3) ? journal_note(j, line, len, err, sizeof err)
+                                 : journal_append(j, line, len, err, sizeof err);
+    if (rc != 0) return flow_raise_fs(L, err);
     return 0;
 }
 

@@ -339,7 +339,14 @@ local function process_failure(n, r, display, log, who, also)
   return step_failure { message = msg .. full_log(log, also), stderr_tail = tail }
 end
 
+-- Step n's log (a rank's): .flow/runs/<id>/logs/<step>.log.  The folder is
+-- made when the run first needs one, so a run in which nothing runs makes
+-- none (an inode fewer per no-op rerun).
 function Run:log_path(n, rank)
+  if not self.log_dir_made then
+    core.mkdir_p(self.log_dir)
+    self.log_dir_made = true
+  end
   return self.log_dir .. "/" .. core.safe_name(n.name) .. (rank and ("+rank" .. rank) or "") .. ".log"
 end
 

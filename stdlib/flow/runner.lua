@@ -200,7 +200,9 @@ function Run:log_start(plan, opts)
                params_hash = self.hasher:value(self.params), resumes = opts.resume and opts.resume.run,
                steps = #plan.nodes, flow_version = require("flow").VERSION, name = opts.name }
   if util.record_json(ev) ~= core.json_encode(ev) then ev.redacted = true end   -- --resume cannot use them
-  self.journal:append(util.record_json(ev))
+  -- synced with the first line that records work: a run in which nothing
+  -- runs syncs nothing (its journal only says so)
+  self.journal:append(util.record_json(ev), true)
 end
 
 -- result.steps, made on first use ({name = {state =, elapsed =, reason =}}):
@@ -297,9 +299,10 @@ function M.run(p, opts, level)
   -- Every directory the run writes to, made (or found to be a directory, not
   -- a file or a link) before any step runs: a problem here raises a file-system
   -- error naming it, which the CLI reports with exit status 2.
-  core.mkdir_p(self.log_dir)
-  core.mkdir_p(self.tmp_dir)
+  -- (The run's own logs/ and .flow/tmp/<id>/ are made when first needed: a
+  -- run in which nothing runs makes neither.)
   core.mkdir_p(self.data_dir)
+  core.mkdir_p(".flow/tmp")
   core.mkdir_p(state_mod.CACHE)
   self.journal = cache.journal(self.run_dir .. "/journal.jsonl")
   self:log_start(plan, opts)

@@ -64,8 +64,8 @@ end
 -- parameter `key`: the key itself, a table holding it, a part of it, or the
 -- whole tree ("parameters"); nil when it reads none of it.
 function M.reads(read, key)
-  for k in pairs(read) do
-    if k == "parameters" or k == key or key:sub(1, #k + 1) == k .. "." or k:sub(1, #key + 1) == key .. "." then
+  for k, input in pairs(read) do
+    if dag.is_param_input(input) == true or k == key or key:sub(1, #k + 1) == k .. "." or k:sub(1, #key + 1) == key .. "." then
       return k
     end
   end

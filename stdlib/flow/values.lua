@@ -129,8 +129,13 @@ function M.returned_values(n, results)
 end
 
 -- Where a step's output is staged while the step runs (in the run's
--- temporary directory; flow.cache.commit moves it into place).
+-- temporary directory, made on first use; flow.cache.commit moves it into
+-- place).
 function Run:staging_path(n, d)
+  if not self.tmp_dir_made then
+    core.mkdir_p(self.tmp_dir)
+    self.tmp_dir_made = true
+  end
   return self.tmp_dir .. "/" .. core.safe_name(n.name) .. "+" .. core.safe_name(d)    -- no name encodes a '+'
 end
 

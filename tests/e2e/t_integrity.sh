@@ -432,8 +432,8 @@ out: {type: json, path: data/out.json}
 Y
     write pipeline.lua <<'L'
 return pipeline{ node{ name = "a", outputs = "out", func = function()
-  local run = io.popen("ls .flow/tmp"):read("l")
-  io.popen("ln -s \"$PWD/victim.txt\" .flow/tmp/" .. run .. "/a+out"):close()
+  local run = io.popen("readlink .flow/runs/latest"):read("l")
+  io.popen("mkdir -p .flow/tmp/" .. run .. " && ln -s \"$PWD/victim.txt\" .flow/tmp/" .. run .. "/a+out"):close()
   return { x = 1 }
 end } }
 L
@@ -450,7 +450,7 @@ test_a_link_planted_at_a_print_log_is_never_written_through() {
     echo precious > victim.txt
     write pipeline.lua <<'L'
 return pipeline{ node{ name = "a", outputs = "x", func = function()
-  local run = io.popen("ls .flow/tmp"):read("l")
+  local run = io.popen("readlink .flow/runs/latest"):read("l")
   io.popen("mkdir -p .flow/runs/" .. run .. "/logs && ln -s \"$PWD/victim.txt\" .flow/runs/" .. run .. "/logs/a.log"):close()
   print("hello")
   return 1

@@ -290,7 +290,8 @@ Y
 test_a_returned_path_in_flows_tmp_is_moved() {
     write pipeline.lua <<'L'
 return pipeline{ node{ name = "make", outputs = "out", func = function()
-  local run = io.popen("ls .flow/tmp"):read("l")
+  local run = io.popen("readlink .flow/runs/latest"):read("l")
+  os.execute("mkdir -p .flow/tmp/" .. run)
   local path = ".flow/tmp/" .. run .. "/scratch.txt"
   local f = assert(io.open(path, "w")) f:write("made\n") f:close()
   SCRATCH = path
