@@ -451,7 +451,9 @@ static int save_locked(struct hashcache *hc, char *err, size_t errlen)
         sb_addf(&sb, "%s %lld %lld %lld %llu %llu %lld %s\n", e->hex, e->st.size, e->st.mtime_ns,
                 e->st.ctime_ns, e->st.ino, e->st.dev, e->hashed_at_ns, e->path);
     }
-    rc = nofollow_write_atomic(hc->file, sb.buf, sb.len, err, errlen);
+    /* a cache: a copy a power loss took is only hashed again (and a torn
+     * line, which does not parse, is skipped) */
+    rc = nofollow_replace(hc->file, sb.buf, sb.len, err, errlen);
     sb_release(&sb);
     if (rc == 0) hc->dirty = false;
     return rc;

@@ -240,6 +240,11 @@ int nofollow_replace_with(const char *path, int (*write)(int fd, void *ctx), voi
     return write_atomic_with(path, write, ctx, false, err, errlen);
 }
 
+int nofollow_replace(const char *path, const void *data, size_t len, char *err, size_t errlen)
+{
+    return nofollow_replace_with(path, write_bytes, &(struct bytes){ data, len }, err, errlen);
+}
+
 int nofollow_symlink(const char *target, const char *path, char *err, size_t errlen)
 {
     char *base, *shown;

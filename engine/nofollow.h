@@ -32,9 +32,10 @@ int nofollow_write_atomic(const char *path, const void *data, size_t len, char *
 int nofollow_write_atomic_with(const char *path, int (*write)(int fd, void *ctx), void *ctx, char *err,
                                size_t errlen);
 
-/* The same without the syncs, for what only records that nothing changed (a
- * no-op run's run.json): a crash leaves the old file or the new one whole; a
+/* The same two without the syncs, for what is worth no fsync (a no-op run's
+ * run.json, a cache): a crash leaves the old file or the new one whole; a
  * power loss may lose the new one. */
+int nofollow_replace(const char *path, const void *data, size_t len, char *err, size_t errlen);
 int nofollow_replace_with(const char *path, int (*write)(int fd, void *ctx), void *ctx, char *err, size_t errlen);
 
 /* Points the symbolic link `path` at `target`, replacing it atomically. */

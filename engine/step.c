@@ -666,28 +666,17 @@ void step_runner_set_metrics(struct step_runner *r, size_t i, const char *metric
     set_string(&r->lives[i].series, series_json);
 }
 
-struct bytes_out {
-    const char *data;
-    size_t len;
-};
-
-static int write_bytes_out(int fd, void *ctx)
-{
-    struct bytes_out *b = ctx;
-    return write_all(fd, b->data, b->len);
-}
-
 int step_runner_write_summary(const struct step_runner *r, const char *path, const struct step_summary *sum,
                               char *err, size_t errlen)
 {
     size_t n = r->dag->n_steps;
     double finished = wall_seconds();
     /* a run in which nothing ran changed nothing the summary must survive */
-    int (*write_file)(const char *, int (*)(int, void *), void *, char *, size_t) =
-        r->any_started ? nofollow_write_atomic_with : nofollow_replace_with;
+    bool durable = r->any_started;
     if (n > PRETTY_MAX) {
         struct summary_stream s = { r, sum, finished };
-        return write_file(path, write_summary_stream, &s, err, errlen);
+        return (durable ? nofollow_write_atomic_with : nofollow_replace_with)(path, write_summary_stream, &s, err,
+                                                                             errlen);
     }
     /* a small run's is indented, for whoever reads it */
     cJSON *o = summary_head(sum, finished);
@@ -697,8 +686,7 @@ int step_runner_write_summary(const struct step_runner *r, const char *path, con
     size_t len = strlen(text);
     char *line = xasprintf("%s\n", text);
     cJSON_free(text);
-    struct bytes_out b = { line, len + 1 };
-    int rc = write_file(path, write_bytes_out, &b, err, errlen);
+    int rc = (durable ? nofollow_write_atomic : nofollow_replace)(path, line, len + 1, err, errlen);
     free(line);
     return rc;
 }
