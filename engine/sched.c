@@ -227,13 +227,6 @@ static void seed_ready(struct sched *s)
         if (s->state[i] == STEP_WAITING && s->pending[i] == 0) ready_push(s, i);
 }
 
-void sched_stop(struct sched *s)
-{
-    if (s->stopping) return;
-    s->interrupted = s->stopping = true;
-    cancel_running(s, CANCEL_GRACEFUL);
-}
-
 void sched_begin(struct sched *s)
 {
     seed_ready(s);

@@ -83,9 +83,6 @@ int sched_run(struct sched *s);
  * whether the run is over (its states are then final). */
 void sched_begin(struct sched *s);
 bool sched_poll(struct sched *s);
-/* Stops the run as a first Ctrl-C does: nothing new starts, the running
- * steps are cancelled gracefully; the run ends interrupted (130). */
-void sched_stop(struct sched *s);
 /* 0 if all selected steps succeeded, 1 if any failed, 130 if interrupted. */
 int sched_code(const struct sched *s);
 void sched_step_done(struct sched *s, size_t i, bool ok);

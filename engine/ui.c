@@ -20,7 +20,7 @@ static bool color, live, json;
 
 /* A run's progress.  Several may be under way at once (flow.spawn, a sweep's
  * concurrent trials): each has its counts, the live region shows them all,
- * and while more than one runs, a plain line starts with its label. */
+ * and a labelled run's lines start with its label. */
 struct ui_run {
     const struct sched *sched;       /* set by the first observer call */
     const struct dag *dag;

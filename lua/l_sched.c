@@ -622,8 +622,8 @@ static int l_run(lua_State *L)
  * own (the caller, a flow.spawn task, waits suspended meanwhile): the loop is
  * turned by whoever waits for it (flow.wait_all), and after each turn
  * h:poll() starts what is ready and says whether it is over; then
- * h:result() is what run() returns.  A run left unfinished by its owner is
- * stopped (h:stop(), as by Ctrl-C) and must still be polled to its end. */
+ * h:result() is what run() returns.  Until it is over the registry holds
+ * it (anchor_started). */
 static int l_start(lua_State *L)
 {
     lua_settop(L, 3);
@@ -648,13 +648,6 @@ static int l_run_poll(lua_State *L)
     if (!run->over && sched_poll(run->sched)) end_run(L, run);
     lua_pushboolean(L, run->over);
     return 1;
-}
-
-static int l_run_stop(lua_State *L)
-{
-    struct run *run = check_run(L);
-    if (!run->over) sched_stop(run->sched);
-    return 0;
 }
 
 static int l_run_result(lua_State *L)
@@ -1033,7 +1026,7 @@ int luaopen_flow_sched(lua_State *L)
 {
     flow_new_class(L, RECORD_CLASS, record_methods, l_record_gc);
     static const luaL_Reg run_methods[] = {
-        { "poll", l_run_poll }, { "stop", l_run_stop }, { "result", l_run_result }, { NULL, NULL }
+        { "poll", l_run_poll }, { "result", l_run_result }, { NULL, NULL }
     };
     flow_new_class(L, RUN_CLASS, run_methods, run_release);
     luaL_getmetatable(L, RUN_CLASS);

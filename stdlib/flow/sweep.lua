@@ -309,6 +309,19 @@ local function run_trial(p, o, spec, id, i, n, values, before, jobs)
   return t
 end
 
+-- Trial i: announced, run, and recorded in the sweep's trials.jsonl (the
+-- line synced) unless it was interrupted, which runs again on resume.
+local function one_trial(p, o, spec, id, values, i, before, log, jobs)
+  core.ui_info(string.format("trial %d/%d: %s", i, #values, M.describe_values(spec.keys, values[i])))
+  local t = run_trial(p, o, spec, id, i, #values, values[i], before, jobs)
+  if t.status == "stopped" then core.ui_info(string.format("trial %d/%d stopped early: %s", i, #values, t.stopped)) end
+  if t.status ~= "interrupted" then
+    log:append(core.json_encode(t))
+    log:sync()
+  end
+  return t
+end
+
 -- ---- trials at once ------------------------------------------------------------
 
 -- The trials' run prepared (runner.prepare) with the first trial's values,
@@ -397,20 +410,12 @@ local function run_parallel(p, o, spec, id, values, done, parallel, log)
   local function worker()
     while not interrupted do
       next_i = next_i + 1
-      local i, v = next_i, values[next_i]
-      if not v then return end
+      local i = next_i
+      if not values[i] then return end
       if not done[i] then
-        core.ui_info(string.format("trial %d/%d: %s", i, #values, M.describe_values(spec.keys, v)))
-        local t = run_trial(p, o, spec, id, i, #values, v, trials, per_trial)
-        if t.status == "stopped" then
-          core.ui_info(string.format("trial %d/%d stopped early: %s", i, #values, t.stopped))
-        end
+        local t = one_trial(p, o, spec, id, values, i, trials, log, per_trial)
         trials[#trials + 1] = t
         interrupted = interrupted or t.status == "interrupted" or core.interrupted() > 0
-        if t.status ~= "interrupted" then
-          log:append(core.json_encode(t))
-          log:sync()
-        end
       end
     end
   end
@@ -669,20 +674,13 @@ function M.sweep(o)
     ran, interrupted = run_parallel(p, o, spec, id, values, done, parallel, log.j)
     for _, t in ipairs(ran) do trials[#trials + 1] = t end
   end
-  for i, v in ipairs((aml or parallel > 1) and {} or values) do
+  for i in ipairs((aml or parallel > 1) and {} or values) do
     if done[i] then
       trials[#trials + 1] = done[i]
     elseif not interrupted then        -- after Ctrl-C: the trials done before are still reported
-      core.ui_info(string.format("trial %d/%d: %s", i, #values, M.describe_values(spec.keys, v)))
-      local t = run_trial(p, o, spec, id, i, #values, v, trials)
-      if t.status == "stopped" then core.ui_info(string.format("trial %d/%d stopped early: %s", i, #values,
-                                                                t.stopped)) end
+      local t = one_trial(p, o, spec, id, values, i, trials, log.j)
       trials[#trials + 1] = t
       interrupted = t.status == "interrupted" or core.interrupted() > 0
-      if not interrupted then         -- an interrupted trial runs again on resume
-        log.j:append(core.json_encode(t))
-        log.j:sync()
-      end
     end
   end
   local order = ranked(trials, spec.goal)

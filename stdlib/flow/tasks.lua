@@ -109,7 +109,8 @@ function M.wait_all(list)
   group = nil
   if not ok then error(err, 0) end
   for _, t in ipairs(list) do
-    if t.status == "failed" then error(t.message, 0) end
+    -- a message with the task's traceback; an error object (a graph error) as it was
+    if t.status == "failed" then error(type(t.message) == "string" and t.error or t.message, 0) end
   end
   return err
 end

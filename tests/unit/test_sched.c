@@ -227,27 +227,10 @@ static void test_two_runs_share_the_loop(void)
     CHECK(sched_code(s[0]) == 0 && sched_code(s[1]) == 0);
     CHECK(sched_poll(s[0]));                  /* over stays over */
     for (size_t i = 0; i < 4; i++) CHECK(sched_state(s[0], i) == STEP_DONE && sched_state(s[1], i) == STEP_DONE);
-    /* sched_stop ends a run as a first Ctrl-C does: interrupted, nothing new starts */
-    struct dag *dc = independent_steps(3);
-    double slow[3] = { 60, 60, 60 };
-    struct fake fc = { .loop = loop, .seconds = slow };
-    fc.wait = xcalloc(3, sizeof *fc.wait);
-    fc.lists = xcalloc(3, sizeof *fc.lists);
-    struct sched_options one = { .jobs = 1 };
-    struct sched_executor ex = { &fc, fake_start, fake_cancel, NULL };
-    struct sched *sc = fc.s = sched_new(dc, loop, &one, &ex, NULL);
-    sched_begin(sc);
-    CHECK(!sched_poll(sc) && fc.running == 1);
-    sched_stop(sc);
-    while (!sched_poll(sc)) loop_run_once(loop, -1);
-    CHECK(sched_code(sc) == 130 && fc.graceful == 1);
-    CHECK(sched_state(sc, 1) == STEP_NOT_RUN && sched_state(sc, 2) == STEP_NOT_RUN);
     free_fake(&fa);
     free_fake(&fb);
-    free_fake(&fc);
     dag_free(da);
     dag_free(db);
-    dag_free(dc);
     loop_free(loop);
 }
 
