@@ -696,9 +696,14 @@ function M.sweep(o)
   for _, t in ipairs(trials) do
     if t.status == "stopped" then stopped = stopped + 1 elseif t.status ~= "ok" then failed = failed + 1 end
   end
-  core.ui_info(string.format("sweep %s: %d of %d trials ok%s%s; results in %s/ (report.html, results.csv, results.json)%s",
+  -- a sweep job's trials that failed, or that its policy stopped, left no
+  -- record; the job is over, so --resume has nothing to finish
+  local unrecorded = aml and not interrupted and math.max(0, #values - #trials) or 0
+  core.ui_info(string.format("sweep %s: %d of %d trials ok%s%s%s; results in %s/ (report.html, results.csv, results.json)%s",
                              id, #trials - failed - stopped, #values,
                              stopped > 0 and string.format(", %d stopped early", stopped) or "",
+                             unrecorded > 0 and string.format(", %d failed or stopped on Azure ML (see the sweep "
+                               .. "job in Azure ML studio)", unrecorded) or "",
                              best and string.format(", best: trial %d (%s %s)", best.trial, o.metric,
                                                     fmt_value(best.metric)) or ", no trial has the metric", dir,
                              (interrupted or failed > 0) and ("; finish it with: flow sweep --resume " .. id) or ""))

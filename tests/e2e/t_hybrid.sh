@@ -556,3 +556,21 @@ test_sweep_on_azureml_is_one_sweep_job() {
     contains "$ERR" "2 of 2 trials ok, best: trial 2"
     no_secrets
 }
+
+# A sweep job whose trial fails on one value: the others are ranked, the
+# failed one is counted; a random sweep job draws its values on Azure ML.
+test_sweep_job_failed_trial_and_random_draw() {
+    start_aml
+    sweep_project
+    run_flow 0 sweep --env prod --grid lr=-1,0.5,0.3 --metric val_loss
+    contains "$ERR" "2 of 3 trials ok, 1 failed or stopped on Azure ML"
+    contains "$ERR" "best: trial 2 (val_loss 0.030403"
+    not_contains "$ERR" "finish it with"
+    equals "$(count_of jobs.put)" 1 "jobs PUT by flow"
+    run_flow 0 sweep --env prod --grid lr=0.5,0.3 --random 2 --seed 1 --metric val_loss
+    body=$(requests_of jobs.put | tail -1)
+    contains "$body" '"samplingAlgorithm": {"samplingAlgorithmType": "Random", "seed": 1}'
+    contains "$body" '"maxTotalTrials": 2'
+    contains "$ERR" "2 of 2 trials ok"
+    no_crash
+}
