@@ -46,7 +46,7 @@ static void *sync_loop(void *arg)
         pthread_mutex_unlock(&j->mu);
         char derr[512];
         int rc = dir ? fsync_dir(dir, derr, sizeof derr) : 0;    /* the new file's name, once */
-        int e = errno;
+        int e = rc != 0 && errno == 0 ? EIO : errno;            /* (reported as the journal's sync) */
         free(dir);
         if (rc == 0) {
             rc = fdatasync(j->fd);

@@ -123,8 +123,9 @@ static void format_clock(char *buf, size_t n, double s)
     else snprintf(buf, n, "%d:%02d", t / 60, t % 60);
 }
 
-/* One run's lines of the live region: its counts, then its running steps. */
-static int draw_run(const struct ui_run *run, double now)
+/* One run's lines of the live region: its counts, then (unless `brief`: one
+ * of several runs, each a line) its running steps. */
+static int draw_run(const struct ui_run *run, double now, bool brief)
 {
     char clock[32];
     format_clock(clock, sizeof clock, now - run->started);
@@ -139,6 +140,7 @@ static int draw_run(const struct ui_run *run, double now)
     if (run->skipped) fprintf(stderr, " · skipped %zu", run->skipped);
     fprintf(stderr, "  %s%s%s\n", DIM, clock, RESET);
     int lines = 1;
+    if (brief) return lines;
     for (size_t k = 0; k < run->n_running && k < MAX_RUNNING_LINES; k++, lines++) {
         size_t i = run->running_steps[k];
         format_clock(clock, sizeof clock, run->sched ? sched_elapsed(run->sched, i) : 0);
@@ -156,7 +158,14 @@ static void draw_region(void)
     if (!live || !live_state.runs) return;
     double now = monotonic_seconds();
     int lines = 0;
-    for (const struct ui_run *r = live_state.runs; r; r = r->next) lines += draw_run(r, now);
+    size_t shown = 0;
+    bool several = live_state.n_runs > 1;     /* a line each, so that the region fits a screen */
+    for (const struct ui_run *r = live_state.runs; r && shown < MAX_RUNNING_LINES; r = r->next, shown++)
+        lines += draw_run(r, now, several);
+    if (live_state.n_runs > shown) {
+        fprintf(stderr, "%s… and %zu more runs%s\n", DIM, live_state.n_runs - shown, RESET);
+        lines++;
+    }
     live_state.lines_drawn = lines;
     fflush(stderr);
 }

@@ -148,9 +148,9 @@ function Run:run_remote(n)
                                 r.studio and (": " .. r.studio) or ""))
 end
 
--- After the sweep job `job` of step n completed: its trials read back
--- (self.sweep_trials, for flow.sweep), and the step's outputs those of the
--- best trial, as a command job's are.
+-- After the sweep job `job` of step n completed: its trials read back and
+-- handed to flow.sweep (opts.sweep_trials, which records them at once), and
+-- the step's outputs those of the best trial, as a command job's are.
 function Run:sweep_outcome(n, job, sweep, outputs, downloads, fail)
   local trials = sweep_job.trials(self, n, job, sweep.names, fail)
   local best
@@ -161,7 +161,7 @@ function Run:sweep_outcome(n, job, sweep, outputs, downloads, fail)
       best = { trial = t, metric = v }
     end
   end
-  self.sweep_trials = trials
+  if self.on_sweep_trials then self.on_sweep_trials(trials, self.run_id) end
   if not best then fail(string.format("Azure ML sweep job %s: no trial reported %s", job, sweep.metric)) end
   local own = {}
   for _, b in ipairs(outputs) do

@@ -192,7 +192,7 @@ local run_fields = { jobs = true, keep_going = true, params = true, verbose = tr
                      from_inputs = true, to_outputs = true, namespace = true, distributed = true,
                      force = true, explain = true, resume = true, load_versions = true, detach = true,
                      name = true, sweep_job = true, started = true, label = true,
-                     on_log = true }
+                     on_log = true, sweep_trials = true }
 
 local function as_list(v, what, level)
   if v == nil then return nil end

@@ -183,7 +183,9 @@ local function new_run(plan, opts, run_id, st)
     hasher = fingerprint.hasher(), root = core.cwd(), on_log = opts.on_log,
     -- a run among others at once (flow.spawn) keeps its commands' files apart
     data_dir = tasks.current() and run_dir .. "/data" or DATA,
-    force = opts.force, explain = opts.explain, sweep_job = opts.sweep_job, completed = opts.resume and opts.resume.completed or {},
+    downloads_dir = tasks.current() and require("flow.transfer").DOWNLOADS .. "/" .. run_id or nil,
+    force = opts.force, explain = opts.explain, completed = opts.resume and opts.resume.completed or {},
+    sweep_job = opts.sweep_job, on_sweep_trials = opts.sweep_trials,     -- (flow.sweep_job)
     defaults = M.defaults, run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
   }, Run)
   self.reporting = plan.reporting           -- the steps that report metrics
@@ -253,7 +255,6 @@ function Run:result(graph, code, states, elapsed, env, reported)
                               status = code == 0 and "ok" or code == 130 and "interrupted" or "failed",
                               metrics = metrics.merge(reported) },
                             self.nodes, self.records, states, elapsed)
-  result.sweep_trials = self.sweep_trials        -- a sweep job's trials (flow.sweep_job), when one ran
   for _, d in ipairs(graph:unread_outputs()) do
     local v = self.values[d]
     if v then
@@ -334,7 +335,9 @@ function M.run(p, opts, level)
       fingerprint = function(i) return self:take_fingerprint(i) end,
       finished = function(i, ok, time) return self:step_finished(i, ok, time) end,
     }
-    if tasks.current() then            -- one of several runs at once: flow.wait_all turns the loop
+    -- one of several runs at once: flow.wait_all turns the loop (a task that
+    -- cannot yield here, inside a C call such as string.gsub's, runs it itself)
+    if tasks.current() and coroutine.isyieldable() then
       local h = sched.start(plan.graph, sched_opts, body)
       tasks.await(h)
       code, states, elapsed, run_rec, jerr = h:result()
@@ -371,6 +374,7 @@ function M.run(p, opts, level)
   record(state_mod.save, self.state, run_id)
   tidy(self.hc.save, self.hc, "the next run hashes those files again")
   tidy(core.remove_tree, self.tmp_dir, "flow clean removes it later")
+  if self.downloads_dir then tidy(core.remove_tree, self.downloads_dir, "flow clean removes it later") end
   local result = self:result(plan.graph, code, states, elapsed, plan.settings.env, self:step_metrics(states, run_rec))
   record(run_rec.write_summary, run_rec, self.run_dir .. "/run.json",
          { run_id = run_id, status = result.status, code = result.code, env = result.env, started = plan.started,

@@ -363,8 +363,8 @@ local function shared_steps(plan, keys)
 end
 
 -- Trials that run at once must not write the same file: a dataset the
--- catalog keeps, made by a step that depends on the swept parameters, is
--- such a file.  (Memory datasets are each run's own, what a command writes
+-- catalog keeps (here or on a datastore), made by a step that depends on the
+-- swept parameters, is such a file.  (Memory datasets are each run's own, what a command writes
 -- outside the catalog goes to its run's data directory, and a versioned
 -- dataset to its run's version.)
 local function check_parallel(plan, swept, parallel)
@@ -372,7 +372,7 @@ local function check_parallel(plan, swept, parallel)
     if swept[i] and (not plan.selected or plan.selected[i]) then
       for _, io in ipairs(n.outputs) do
         local e = plan.cat and plan.cat:entry(io.dataset)
-        if e and require("flow.catalog").persisted(e) and not e.uri and not e.versioned then
+        if e and (require("flow.catalog").persisted(e) or e.uri) and not e.versioned then
           util.setup_error(string.format("flow.sweep: parallel = %d: the trials would each write '%s' (%s, catalog "
             .. "entry %s), made by step '%s' from the swept parameters; run them one at a time, or keep '%s' out "
             .. "of the catalog (then each trial's copy stays in its run)", parallel, io.dataset, e.path or "?",
@@ -387,34 +387,44 @@ end
 -- steps every trial shares, in a run of their own (so they run once, not
 -- once per trial at the same moment), then workers that each take the next
 -- trial until none is left.  Returns the trials that ended (in the order
--- they ended) and whether the sweep was interrupted.
+-- they ended) and whether the sweep was interrupted; nil when the shared
+-- steps failed (the trials then run one at a time, each reporting it).
 local function run_parallel(p, o, spec, id, values, done, parallel, log)
   local jobs = o.jobs or core.cpu_count()
   local per_trial = math.max(1, jobs // parallel)
   local plan = prepared(p, o, values)
-  if plan then
-    local names, swept = shared_steps(plan, spec.keys)
-    check_parallel(plan, swept, parallel)
-    if #names > 0 and #names < #plan.nodes then
-      core.ui_info(string.format("sweep %s: the steps every trial shares first: %s", id, table.concat(names, ", ")))
-      local rok, r = pcall(runner.run, p, { env = o.env, params = trial_params(o, values[1]), jobs = jobs,
-                                            force = o.force, nodes = names,
-                                            name = string.format("%s shared steps", o.name or ("sweep " .. id)) })
-      if not rok and not util.is_setup_error(r) then error(r, 0) end
-      if rok and r.code == 130 then return {}, true end
+  if not plan then return nil end
+  local names, swept = shared_steps(plan, spec.keys)
+  check_parallel(plan, swept, parallel)
+  if #names > 0 and #names < #plan.nodes then
+    core.ui_info(string.format("sweep %s: the steps every trial shares first: %s", id, table.concat(names, ", ")))
+    local rok, r = pcall(runner.run, p, { env = o.env, params = trial_params(o, values[1]), jobs = jobs,
+                                          force = o.force, nodes = names,
+                                          name = string.format("%s shared steps", o.name or ("sweep " .. id)) })
+    if not rok and not util.is_setup_error(r) then error(r, 0) end
+    if rok and r.code == 130 then return {}, true end
+    if not rok or r.code ~= 0 then
+      core.ui_warn(string.format("sweep %s: the shared steps failed: the trials run one at a time", id))
+      return nil
     end
   end
   core.ui_info(string.format("sweep %s: %d trials at once, %d job%s each", id, parallel, per_trial,
                              per_trial == 1 and "" or "s"))
   local trials, next_i, interrupted = {}, 0, false
+  local before = {}                  -- the trials ended so far, earlier ones too (early stopping)
+  for _, t in pairs(done) do before[#before + 1] = t end
   local function worker()
     while not interrupted do
       next_i = next_i + 1
       local i = next_i
       if not values[i] then return end
       if not done[i] then
-        local t = one_trial(p, o, spec, id, values, i, trials, log, per_trial)
-        trials[#trials + 1] = t
+        local ok, t = pcall(one_trial, p, o, spec, id, values, i, before, log, per_trial)
+        if not ok then
+          interrupted = true         -- no new trial starts; the others end, then this raises
+          error(t, 0)
+        end
+        trials[#trials + 1], before[#before + 1] = t, t
         interrupted = interrupted or t.status == "interrupted" or core.interrupted() > 0
       end
     end
@@ -432,11 +442,10 @@ end
 local function azureml_plan(plan, o, spec, values)
   if o.sweep_job == false or not plan then return nil end
   local n, why = sweep_job.trial_step(plan, spec.keys)
-  if not n then
-    if why then core.ui_info("sweep: a run per trial, not an Azure ML sweep job: " .. why) end
-    return nil
-  end
-  return sweep_job.plan(o, spec, n, #values)
+  local job
+  if n then job, why = sweep_job.plan(o, spec, n, #values) end
+  if not job and why then core.ui_info("sweep: a run per trial, not an Azure ML sweep job: " .. why) end
+  return job
 end
 
 -- The trial number of values `params` (as a trial record has them: text
@@ -444,24 +453,65 @@ end
 local function trial_number(values, keys, params)
   for i, v in ipairs(values) do
     local same = true
-    for _, k in ipairs(keys) do same = same and report.value_text(v[k]) == report.value_text(params[k]) end
+    for _, k in ipairs(keys) do same = same and (v[k] == params[k] or tostring(v[k]) == tostring(params[k])) end
     if same then return i end
   end
 end
 
+-- A sweep job's trials (Run:sweep_outcome's records) as a sweep's: a grid
+-- trial numbered as its values are in the grid, any other after the
+-- highest number taken, in the order they started.
+local function job_trials(records, spec, values, plan, run_id)
+  local trials, used, top = {}, {}, 0
+  for _, st in ipairs(records) do
+    local i = spec.sampler == "grid" and trial_number(values, spec.keys, st.params) or nil
+    if i and not used[i] then
+      used[i], top = true, math.max(top, i)
+    else
+      i = false
+    end
+    trials[#trials + 1] = { trial = i, params = st.params, status = "ok", metrics = st.metrics.values,
+                            metric = st.metrics.values[plan.metric], series = (st.metrics.series or {})[plan.metric],
+                            elapsed = st.elapsed, run_id = run_id, job = st.name }
+  end
+  if spec.sampler == "random" then top = 0 end
+  for _, t in ipairs(trials) do
+    if not t.trial then
+      top = top + 1
+      t.trial = top
+    end
+  end
+  table.sort(trials, function(a, b) return a.trial < b.trial end)
+  return trials
+end
+
 -- The sweep as one run whose swept step is an Azure ML sweep job; its
--- trials come back from the job.  prior: the run an interrupted sweep
--- started (its journal names the job, which this run waits for).
+-- trials are recorded (trials.jsonl, synced) as soon as the job's records
+-- are read, before the steps after it run.  prior: the run an interrupted
+-- sweep started, whose sweep job this run adopts (waiting for it, or reading
+-- a finished one's records again) instead of sending another.  Returns the
+-- trials, whether it was interrupted, and whether the run completed.
 local function run_sweep_job(p, o, spec, id, values, plan, prior, log)
+  local trials = {}
   local opts = { env = o.env, params = trial_params(o, values[1]), jobs = o.jobs, force = o.force,
                  name = o.name or ("sweep " .. id), sweep_job = plan,
                  started = function(run_id)
                    log:append(core.json_encode({ azureml_run = run_id }))
                    log:sync()
+                 end,
+                 sweep_trials = function(records, run_id)
+                   trials = job_trials(records, spec, values, plan, run_id)
+                   for _, t in ipairs(trials) do log:append(core.json_encode(t)) end
+                   log:sync()
                  end }
   if prior then
-    local events = require("flow.state").read_journal(".flow/runs/" .. prior .. "/journal.jsonl") or {}
-    opts.resume = { run = prior, completed = {}, remote_jobs = require("flow.cli").unfinished_jobs(events) }
+    local jobs = {}
+    for _, ev in ipairs(require("flow.state").read_journal(".flow/runs/" .. prior .. "/journal.jsonl") or {}) do
+      if ev.event == "remote_job" and ev.step == plan.step and type(ev.job) == "string" then
+        jobs[plan.step] = { job = ev.job, fp = ev.fp or "" }
+      end
+    end
+    opts.resume = { run = prior, completed = {}, remote_jobs = jobs }
   end
   core.ui_info(string.format("sweep %s: step '%s' as one Azure ML sweep job (%s, %d trials, %d at once)", id,
                              plan.step, spec.sampler, plan.sweep.limits.maxTotalTrials,
@@ -470,22 +520,9 @@ local function run_sweep_job(p, o, spec, id, values, plan, prior, log)
   if not ok then
     if not util.is_setup_error(r) then error(r, 0) end
     core.ui_error(r.setup_error)
-    return {}, false
+    return trials, false, false
   end
-  local trials, used = {}, {}
-  for k, st in ipairs(r.sweep_trials or {}) do
-    local i = spec.sampler == "grid" and trial_number(values, spec.keys, st.params) or nil
-    if not i or used[i] then i = #values + k end
-    used[i] = true
-    trials[#trials + 1] = { trial = i, params = st.params, status = "ok", metrics = st.metrics.values,
-                            metric = st.metrics.values[plan.metric], series = (st.metrics.series or {})[plan.metric],
-                            elapsed = st.elapsed, run_id = r.run_id, job = st.name }
-  end
-  table.sort(trials, function(a, b) return a.trial < b.trial end)
-  for i, t in ipairs(trials) do
-    if t.trial > #values then t.trial = i end     -- a random sweep's: numbered as they started
-  end
-  return trials, r.code == 130
+  return trials, r.code == 130, r.code == 0
 end
 
 -- ---- reporting ------------------------------------------------------------
@@ -624,7 +661,11 @@ local function resumed(o, level)
                  keys = saved.keys, seed = saved.seed,
                  early_stop = saved.early_stop ~= nil and early_stop.check(saved.early_stop, level + 1) or nil }
   local aml = type(saved.azureml) == "table" and saved.azureml or nil
-  return opts, spec, saved.trials, id, done, aml and { plan = aml, run = prior } or nil
+  local finished = false           -- the run of its sweep job completed (a later one would start afresh)
+  for _, ev in ipairs(prior and require("flow.state").read_journal(".flow/runs/" .. prior .. "/journal.jsonl") or {}) do
+    if ev.event == "run_end" then finished = ev.code == 0 end
+  end
+  return opts, spec, saved.trials, id, done, aml and { plan = aml, run = prior, finished = finished } or nil
 end
 
 -- flow.sweep{...} -> the trials, best first ({trial =, params =, metric =,
@@ -658,21 +699,23 @@ function M.sweep(o)
   local trials, interrupted = {}, false
   local log <close> = setmetatable({ j = cache.journal(dir .. "/trials.jsonl") },
                                    { __close = function(l) l.j:close() end })
-  if aml and next(done) then                       -- the sweep job ended: its trials are all there are
+  local completed = false
+  if aml and aml.finished then                     -- its run completed: the trials are all there are
     for _, t in pairs(done) do trials[#trials + 1] = t end
+    completed = true
   elseif aml then
-    trials, interrupted = run_sweep_job(p, o, spec, id, values, aml.plan, aml.run, log.j)
-    for _, t in ipairs(trials) do
-      log.j:append(core.json_encode(t))
-      log.j:sync()
-    end
+    trials, interrupted, completed = run_sweep_job(p, o, spec, id, values, aml.plan, aml.run, log.j)
   end
   local parallel = not aml and math.min(o.parallel or 1, #values) or 1
   if parallel > 1 then
-    for i in pairs(done) do trials[#trials + 1] = done[i] end
     local ran
     ran, interrupted = run_parallel(p, o, spec, id, values, done, parallel, log.j)
-    for _, t in ipairs(ran) do trials[#trials + 1] = t end
+    if ran then
+      for i in pairs(done) do trials[#trials + 1] = done[i] end
+      for _, t in ipairs(ran) do trials[#trials + 1] = t end
+    else
+      parallel, interrupted = 1, false
+    end
   end
   for i in ipairs((aml or parallel > 1) and {} or values) do
     if done[i] then
@@ -698,7 +741,7 @@ function M.sweep(o)
   end
   -- a sweep job's trials that failed, or that its policy stopped, left no
   -- record; the job is over, so --resume has nothing to finish
-  local unrecorded = aml and not interrupted and math.max(0, #values - #trials) or 0
+  local unrecorded = aml and completed and math.max(0, #values - #trials) or 0
   core.ui_info(string.format("sweep %s: %d of %d trials ok%s%s%s; results in %s/ (report.html, results.csv, results.json)%s",
                              id, #trials - failed - stopped, #values,
                              stopped > 0 and string.format(", %d stopped early", stopped) or "",
@@ -706,7 +749,8 @@ function M.sweep(o)
                                .. "job in Azure ML studio)", unrecorded) or "",
                              best and string.format(", best: trial %d (%s %s)", best.trial, o.metric,
                                                     fmt_value(best.metric)) or ", no trial has the metric", dir,
-                             (interrupted or failed > 0) and ("; finish it with: flow sweep --resume " .. id) or ""))
+                             (interrupted or failed > 0 or (aml and not completed)) and ("; finish it with: flow "
+                               .. "sweep --resume " .. id) or ""))
   order.best, order.id, order.dir = best, id, dir
   -- `flow run driver.lua` exits as the sweep went: 0 when a trial is best
   runner.last_code = interrupted and 130 or best and 0 or 1

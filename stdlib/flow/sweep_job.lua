@@ -38,6 +38,9 @@ except ValueError:                      # a date without %N
 params = dict(a.split("=", 1) for a in sys.argv[4:])
 with open(path) as f:
     m = json.load(f)
+os.makedirs(folder, exist_ok=True)
+with open(os.path.join(folder, "trial.json"), "w") as f:
+    json.dump({"params": params, "metrics": m, "started": t0, "ended": time.time()}, f)
 try:
     import mlflow
 except ImportError:
@@ -47,9 +50,6 @@ for k, v in m.items():
     for i, x in enumerate(v if isinstance(v, list) else [v]):
         if isinstance(x, (int, float)) and math.isfinite(x):
             mlflow.log_metric(k, x, step=i)
-os.makedirs(folder, exist_ok=True)
-with open(os.path.join(folder, "trial.json"), "w") as f:
-    json.dump({"params": params, "metrics": m, "started": t0, "ended": time.time()}, f)
 ]]
 
 local function ident(key)
@@ -108,6 +108,16 @@ function M.trial_step(plan, keys)
       end
     end
   end
+  for name, v in pairs(n.cmd.env or {}) do
+    for _, ref in ipairs(type(v) == "string" and core.template_refs(v) or {}) do
+      for _, key in ipairs(keys) do
+        if ref[1] == "params" and pipeline.command_param(n, ref[2]) == key then
+          return nil, string.format("step '%s' reads '%s' in its environment (%s), which a sweep job's trials "
+                                    .. "cannot set each their own", n.name, key, name)
+        end
+      end
+    end
+  end
   local has_metrics = false
   for _, io in ipairs(n.outputs) do
     if io.arg == "metrics" then has_metrics = true end
@@ -132,28 +142,31 @@ local function space_entry(d)
   if d.kind == "choice" then return { "choice", { d.values } } end
   if d.kind == "uniform" then return { "uniform", { d.lo, d.hi } } end
   if d.kind == "loguniform" then return { "loguniform", { math.log(d.lo), math.log(d.hi) } } end
-  -- randint lo..hi, both included (Azure ML's randint is 0..upper-1)
-  if d.hi - d.lo < 1000 then
-    local list = {}
-    for v = d.lo, d.hi do list[#list + 1] = v end
-    return { "choice", { list } }
-  end
-  return { "quniform", { d.lo, d.hi, 1 } }
+  -- randint lo..hi, both included (Azure ML's randint is 0..upper-1): a
+  -- choice of each (M.plan refuses a range too large for one)
+  local list = {}
+  for v = d.lo, d.hi do list[#list + 1] = v end
+  return { "choice", { list } }
 end
+
+M.MAX_CHOICES = 10000
 
 -- What flow.sweep gives the run for a sweep job: o (flow.sweep's options),
 -- spec (checked: goal, sampler, keys, trials, seed, early_stop), n (the
--- trial step), the number of trials.
+-- trial step), the number of trials; or nil and why it cannot be one.
 function M.plan(o, spec, n, count)
   local space, names, search = {}, {}, {}
   for _, key in ipairs(spec.keys) do
     local id = ident(key)
     if names[id] then
-      util.setup_error(string.format("flow.sweep: parameters '%s' and '%s' have one name on Azure ML (%s)",
-                                     names[id], key, id))
+      return nil, string.format("parameters '%s' and '%s' would have one name in the sweep job (%s)", names[id], key, id)
     end
     names[id] = key
     local v = (o.grid or o.space)[key]
+    if require("flow.sweep").is_distribution(v) and v.kind == "randint" and v.hi - v.lo >= M.MAX_CHOICES then
+      return nil, string.format("flow.randint(%d, %d) would be a choice of %d values in the sweep job (at most %d)",
+                                v.lo, v.hi, v.hi - v.lo + 1, M.MAX_CHOICES)
+    end
     space[id] = require("flow.sweep").is_distribution(v) and space_entry(v) or { "choice", { v } }
     search[key] = "${{search_space." .. id .. "}}"
   end
@@ -169,7 +182,7 @@ function M.plan(o, spec, n, count)
   local es = spec.early_stop
   if es then
     sweep.earlyTermination = { policyType = es.policy == "bandit" and "Bandit" or "MedianStopping",
-                               evaluationInterval = es.every, delayEvaluation = es.after - 1,
+                               evaluationInterval = es.every, delayEvaluation = es.after,
                                slackFactor = es.slack_factor, slackAmount = es.slack_amount }
   end
   return { step = n.name, search_space = search, names = names, sweep = sweep, metric = own }
@@ -183,7 +196,7 @@ function M.trial_command(plan, line)
   for _, id in ipairs(util.sorted_keys(plan.names)) do
     words[#words + 1] = q(id .. "=${{search_space." .. id .. "}}")
   end
-  return "flow_t0=$(date +%s.%N) && ( " .. line .. " ) && " .. table.concat(words, " ")
+  return "flow_t0=$(date +%s.%N) && ( " .. line .. "\n) && " .. table.concat(words, " ")     -- (a # in line ends there)
 end
 
 -- Output bindings for the sweep job `job`: each trial's under its own
@@ -207,7 +220,7 @@ end
 function M.trials(run, n, job, names, fail)
   local info = require("flow.remote").info(run.aml)
   local datastore, blob = catalog.parse_datastore_uri(M.records_uri(run, info.datastore, job))
-  local dest = string.format("%s/%s/trial_records", require("flow.transfer").DOWNLOADS, job)
+  local dest = string.format("%s/%s/trial_records", run:downloads(), job)
   core.remove_tree(dest)
   local r, why = run.aml:transfer { op = "download", datastore = datastore, blob = blob, path = dest, folder = true,
                                     step = n.name, label = "the sweep's trial records" }

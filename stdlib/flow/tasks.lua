@@ -106,6 +106,14 @@ function M.wait_all(list)
     for i, t in ipairs(list) do results[i] = t.values and t.values[1] end
     return results
   end)
+  if not ok then
+    -- wait_all itself was stopped (Ctrl-C caught in its own code): the runs
+    -- under way see the interrupt too; they end, and record it, before this
+    -- raises
+    for _, t in ipairs(list) do
+      while t.status == "waiting" and not t.run:poll() do sched.turn() end
+    end
+  end
   group = nil
   if not ok then error(err, 0) end
   for _, t in ipairs(list) do

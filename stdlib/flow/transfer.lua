@@ -29,6 +29,13 @@ M.methods = Run
 
 M.DOWNLOADS = ".flow/tmp/azureml"
 
+-- Where this run's downloads wait: .flow/tmp/azureml/, where a resumed run
+-- finds what had finished; a run among others at once (flow.spawn) has a
+-- folder of its own there, as two may fetch the same job's output.
+function Run:downloads()
+  return self.downloads_dir or M.DOWNLOADS
+end
+
 -- The project's name in datastore paths: its directory's, as the code
 -- asset's (letters, digits, - and _).
 function M.project_name(root)
@@ -99,7 +106,7 @@ end
 -- Returns the output record, or raises the step's failure.
 function Run:fetch(n, d, uri, type, job, label)
   local datastore, blob = catalog.parse_datastore_uri(uri)
-  local dest = string.format("%s/%s/%s", M.DOWNLOADS, job, core.safe_name(d))
+  local dest = string.format("%s/%s/%s", self:downloads(), job, core.safe_name(d))
   local r, why = self.aml:transfer { op = "download", datastore = datastore, blob = blob, path = dest,
                                     folder = type == "uri_folder", step = n.name, label = label }
   if not r then error(step_failure { message = string.format("step '%s': %s", n.name, why) }) end
@@ -127,7 +134,7 @@ function Run:localize(d, n)
   local ok, err = pcall(self.fetch, self, n, d, ref.uri, ref.type, ref.job, string.format("dataset '%s'", d))
   self.localizing[d] = nil
   if not ok then error(err, 0) end                   -- what had finished waits for the next try
-  core.remove_tree(M.DOWNLOADS .. "/" .. ref.job)
+  core.remove_tree(self:downloads() .. "/" .. ref.job)
 end
 
 -- Dataset d when only a datastore has it: {uri =, type =, job =} (job: the
@@ -203,7 +210,7 @@ function Run:fetch_outputs(n, job, bindings, downloads)
       if b.name == "metrics" then self:read_metrics(n, b.dataset, outs[b.dataset].path, "job " .. job) end
     end
   end
-  core.remove_tree(M.DOWNLOADS .. "/" .. job)
+  core.remove_tree(self:downloads() .. "/" .. job)
   return outs
 end
 

@@ -262,7 +262,7 @@ class SweepRun(_Run):
                 continue
             mine = self._series(name, metric)
             k = len(mine)
-            if k == 0 or k <= delay or (k - delay) % interval != 0:
+            if k == 0 or k < delay or k % interval != 0:       # every multiple of the interval from the delay on
                 continue
             others = [s for s in (self._series(c, metric) for c, _ in self.children if c != name) if len(s) >= k]
             if not others:

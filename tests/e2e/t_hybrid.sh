@@ -516,7 +516,7 @@ test_sweep_on_azureml_is_one_sweep_job() {
     start_aml
     sweep_project
     run_flow 0 sweep --env prod --grid lr=0.01,0.5,0.3 --metric val_loss --parallel 2 \
-        --early-stop bandit,slack_factor=5,after=3
+        --early-stop bandit,slack_amount=10,after=3
     no_crash
     equals "$(count_of jobs.put)" 1 "jobs PUT by flow: one sweep job"
     body=$(requests_of jobs.put)
@@ -524,7 +524,7 @@ test_sweep_on_azureml_is_one_sweep_job() {
     contains "$body" '"searchSpace": {"lr": ["choice", [[0.01, 0.5, 0.3]]]}'
     contains "$body" '"objective": {"goal": "Minimize", "primaryMetric": "val_loss"}'
     contains "$body" '"maxConcurrentTrials": 2'
-    contains "$body" '"policyType": "Bandit", "slackFactor": 5}'
+    contains "$body" '"policyType": "Bandit", "slackAmount": 10}'
     contains "$body" "--lr '\${{search_space.lr}}'"
     contains "$body" '/trials/${{name}}/model/model.json'
     job=$(printf '%s\n' "$ERR" | sed -n "s/.*sweep job \(flow-train-[0-9a-f]*\): 3 trials, best \([^ ]*\) .*/\1 \2/p")
@@ -562,15 +562,51 @@ test_sweep_on_azureml_is_one_sweep_job() {
 test_sweep_job_failed_trial_and_random_draw() {
     start_aml
     sweep_project
-    run_flow 0 sweep --env prod --grid lr=-1,0.5,0.3 --metric val_loss
-    contains "$ERR" "2 of 3 trials ok, 1 failed or stopped on Azure ML"
+    run_flow 0 sweep --env prod --grid lr=-1,0.5,0.30000001,0.3 --metric val_loss
+    contains "$ERR" "3 of 4 trials ok, 1 failed or stopped on Azure ML"
     contains "$ERR" "best: trial 2 (val_loss 0.030403"
     not_contains "$ERR" "finish it with"
     equals "$(count_of jobs.put)" 1 "jobs PUT by flow"
+    # each trial numbered as its values are in the grid, close values too
+    python3 - .flow/sweeps/*/results.json <<'P'
+import json, sys
+d = json.load(open(sys.argv[1]))
+got = sorted((t["trial"], t["params"]["lr"]) for t in d["trials"])
+assert got == [(2, 0.5), (3, 0.30000001), (4, 0.3)], got
+P
     run_flow 0 sweep --env prod --grid lr=0.5,0.3 --random 2 --seed 1 --metric val_loss
     body=$(requests_of jobs.put | tail -1)
     contains "$body" '"samplingAlgorithm": {"samplingAlgorithmType": "Random", "seed": 1}'
     contains "$body" '"maxTotalTrials": 2'
     contains "$ERR" "2 of 2 trials ok"
     no_crash
+    # a swept parameter in the step's environment: a run per trial, saying why
+    sed -i 's/        name = "train", tags = { "aml" } },/        env = { LR = "${params.lr}" }, name = "train", tags = { "aml" } },/' pipeline.lua
+    run_flow 0 sweep --env prod --grid lr=0.5 --metric val_loss
+    contains "$ERR" "a run per trial, not an Azure ML sweep job: step 'train' reads 'lr' in its environment (LR)"
+}
+
+# Killed after the sweep job ended, while a step after it runs: --resume
+# reads the same job's trials again (no second job) and runs that step.
+test_sweep_job_kill_after_the_job_then_resume() {
+    start_aml
+    sweep_project
+    sed -i 's/^return pipeline{/local P = pipeline{/' pipeline.lua
+    cat >>pipeline.lua <<'L'
+return P + pipeline{ node{ command = "sleep 3; cp ${inputs.model} ${outputs.checked}",
+                           inputs = { model = "model" }, outputs = { checked = "checked" }, name = "check" } }
+L
+    run_flow_bg sweep --env prod --grid lr=0.01,0.5 --metric val_loss
+    for _ in $(seq 600); do
+        [ "$(cat .flow/sweeps/*/trials.jsonl 2>/dev/null | grep -c '"trial"')" = 2 ] && break
+        sleep 0.05
+    done
+    equals "$(cat .flow/sweeps/*/trials.jsonl | grep -c '"trial"')" 2 "trials recorded when the job's records were read"
+    kill -9 "$FLOW_PID"
+    wait "$FLOW_PID" 2>/dev/null || true
+    run_flow 0 sweep --resume
+    equals "$(count_of jobs.put)" 1 "jobs PUT: the one sweep job"
+    contains "$ERR" "2 of 2 trials ok, best: trial 2"
+    contains "$ERR" "done     check"
+    no_secrets
 }

@@ -317,6 +317,19 @@ L
     run_flow 2 run driver.lua
     contains "$ERR" "driver.lua:2: boom"
     equals "$(runs_of score)" "3" "the other task's run ended first"
+    # a task that cannot yield where it calls flow.run (inside string.gsub's
+    # callback) runs that run itself, to its end
+    write driver.lua <<'L'
+local p = dofile("pipeline.lua")
+local a = flow.spawn(function()
+  local r
+  string.gsub("x", "x", function() r = flow.run(p, { params = { x = 11 } }) end)
+  return r.status
+end)
+print(flow.wait_all{ a }[1])
+L
+    run_flow 0 run driver.lua
+    equals "$OUT" "ok" "a run where the task cannot yield"
     for bad in 'flow.spawn(42)|flow.spawn: expected a function, got number' \
                'flow.wait_all{ 1 }|flow.wait_all: item 1 is number, not a task' \
                'flow.wait_all{ flow.spawn(function() coroutine.yield(1) end) }|a task may wait only in flow.run'; do
