@@ -117,8 +117,9 @@ usage: flow sweep [SCRIPT] --grid KEY=V1,V2,... [--grid ...] --metric NAME [opti
 Runs the pipeline SCRIPT returns once per trial: every combination of the
 --grid values (or --random N of them, drawn with --seed), each trial's
 values overriding the parameters of the environment.  Trials run one after
-another and share the incremental cache: a step that reads no swept
-parameter runs once.  A failed trial is reported and the sweep goes on.
+another (or --parallel N at once) and share the incremental cache: a step
+that reads no swept parameter runs once.  A failed trial is reported and the
+sweep goes on.
 The trials are ranked by the metric NAME their steps report (metrics =
 true, flow.log_metric or ${outputs.metrics}); the table is printed, best
 marked *, and written to .flow/sweeps/<id>/results.csv and results.json,
@@ -152,7 +153,9 @@ options:
                      prefix of its id will do): the trials that did not succeed
                      (nor were stopped early) run, with the values, metric and
                      parameters it started with
-  --parallel N       trials at once in an Azure ML sweep job (default: all)
+  --parallel N       N trials at once (default: 1), after the steps they all
+                     share ran once; -j is split among them.  In an Azure ML
+                     sweep job: its trials at once (default: all)
   --no-sweep-job     a run per trial even when the swept step runs on Azure ML
 
 When the one step that reads the swept parameters is a command that runs on
