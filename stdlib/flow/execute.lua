@@ -16,7 +16,6 @@ local failure = require("flow.failure")
 local redact = require("flow.config").redact
 local remote = require("flow.remote")
 local metrics = require("flow.metrics")
-local sweep_job = require("flow.sweep_job")
 
 local step_failure = failure.new
 
@@ -99,6 +98,7 @@ function Run:run_remote(n)
   local attach_only = prior ~= nil and name == prior.job
   local sweep = self.sweep_job and self.sweep_job.step == n.name and self.sweep_job
   local mode = n.output_mode or info.output_mode
+  local sweep_job = sweep and require("flow.sweep_job")      -- (loaded only for a sweep's trial step)
   local outputs = sweep and sweep_job.bindings(self, n, name, mode) or self:bind_outputs(n, name, mode)
   local inputs = not attach_only and self:bind_inputs(n, n.input_mode or info.input_mode, fail) or nil
   local spec = remote.job_spec(self, n, place, name, fail, inputs, outputs)
@@ -149,29 +149,23 @@ function Run:run_remote(n)
 end
 
 -- After the sweep job `job` of step n completed: its trials read back and
--- handed to flow.sweep (opts.sweep_trials, which records them at once), and
--- the step's outputs those of the best trial, as a command job's are.
+-- handed to flow.sweep (opts.sweep_trials), which records and ranks them
+-- and names the best; the step's outputs are that trial's, as a command
+-- job's are.
 function Run:sweep_outcome(n, job, sweep, outputs, downloads, fail)
+  local sweep_job = require("flow.sweep_job")
   local trials = sweep_job.trials(self, n, job, sweep.names, fail)
-  local best
-  for _, t in ipairs(trials) do
-    local v = t.metrics.values[sweep.metric]
-    if v ~= nil and (not best or (sweep.sweep.objective.goal == "Minimize" and v < best.metric)
-                     or (sweep.sweep.objective.goal == "Maximize" and v > best.metric)) then
-      best = { trial = t, metric = v }
-    end
-  end
-  if self.on_sweep_trials then self.on_sweep_trials(trials, self.run_id) end
+  local best, metric = self.on_sweep_trials(trials, self.run_id)
   if not best then fail(string.format("Azure ML sweep job %s: no trial reported %s", job, sweep.metric)) end
   local own = {}
   for _, b in ipairs(outputs) do
     if b.name ~= "flow_trial" then
       own[#own + 1] = { name = b.name, dataset = b.dataset, type = b.type, mode = b.mode,
-                        uri = b.uri:gsub("%${{name}}", best.trial.name) }
+                        uri = b.uri:gsub("%${{name}}", best) }
     end
   end
   core.ui_info(string.format("step '%s': sweep job %s: %d trial%s, best %s (%s %s)", n.name, job, #trials,
-                             #trials == 1 and "" or "s", best.trial.name, sweep.metric, tostring(best.metric)))
+                             #trials == 1 and "" or "s", best, sweep.metric, tostring(metric)))
   return self:fetch_outputs(n, job, own, downloads)
 end
 

@@ -91,7 +91,9 @@ M.child = nil
 M.step_on = function(co) return nil end
 
 -- Starts collecting what step n (marked metrics = true), on coroutine co,
--- logs; on_log (or nil): called after each value, as M.on_log is.
+-- logs; on_log (or nil) is called after each value with the step's name,
+-- the metric's and its series so far (flow.sweep's early stopping); what it
+-- raises fails the step.
 function M.collect(co, n, on_log)
   logs[co] = { step = n.name, series = {}, on_log = on_log }
 end

@@ -181,8 +181,10 @@ local function new_run(plan, opts, run_id, st)
              params = {} },           -- by parameter key: its value's hash
     hc = tasks.shared("hashes", function() return cache.hashes(state_mod.CACHE .. "/hashes") end),
     hasher = fingerprint.hasher(), root = core.cwd(), on_log = opts.on_log,
-    -- a run among others at once (flow.spawn) keeps its commands' files apart
+    -- a run among others at once (flow.spawn) keeps its commands' files apart,
+    -- and its lines say which it is
     data_dir = tasks.current() and run_dir .. "/data" or DATA,
+    label = tasks.current() and opts.label or nil,
     downloads_dir = tasks.current() and require("flow.transfer").DOWNLOADS .. "/" .. run_id or nil,
     force = opts.force, explain = opts.explain, completed = opts.resume and opts.resume.completed or {},
     sweep_job = opts.sweep_job, on_sweep_trials = opts.sweep_trials,     -- (flow.sweep_job)
@@ -326,8 +328,7 @@ function M.run(p, opts, level)
     local _ <close> = attached(self.check, plan.graph)     -- detached however sched.run ends
     local sched_opts = {
       jobs = jobs, pools = pools, pool = pool_of, keep_going = opts.keep_going, selected = plan.selected,
-      nodes = plan.nodes, journal = self.journal, run_id = run_id,
-      label = tasks.current() and opts.label or nil,     -- one of several at once: its lines say which
+      nodes = plan.nodes, journal = self.journal, run_id = run_id, label = self.label,
     }
     local body = {
       attempt = function(i, k) return self:attempt_body(i, k) end,
@@ -390,8 +391,7 @@ function M.run(p, opts, level)
   M.runs_started, M.last_code = M.runs_started + 1, result.code
   if result.code == 0 then nothing_ran(states) end
   if next(result.metrics) then
-    local label = tasks.current() and opts.label
-    core.ui_info((label and label .. ": " or "") .. "metrics: " .. metrics.describe(result.metrics))
+    core.ui_info((self.label and self.label .. ": " or "") .. "metrics: " .. metrics.describe(result.metrics))
   end
   return result
 end

@@ -251,8 +251,8 @@ end
 -- Early stopping while trial t runs: each value its metric gets through
 -- flow.log_metric is shown to the policy (flow.early_stop), with the series
 -- of the trials before it; a trial the policy stops fails its step with a
--- failure the trial records as "stopped".  Returns the hook for
--- flow.metrics.on_log.
+-- failure the trial records as "stopped".  Returns the hook flow.run's
+-- on_log takes (flow.metrics.collect).
 local function stopper(o, spec, t, before)
   local previous = {}
   for _, b in ipairs(before) do
@@ -309,10 +309,17 @@ local function run_trial(p, o, spec, id, i, n, values, before, jobs)
   return t
 end
 
+-- "lr=0.1 depth=2": a trial's values for a person.
+local function describe_values(keys, v)
+  local shown = {}
+  for _, k in ipairs(keys) do shown[#shown + 1] = k .. "=" .. report.value_text(v[k]) end
+  return table.concat(shown, " ")
+end
+
 -- Trial i: announced, run, and recorded in the sweep's trials.jsonl (the
 -- line synced) unless it was interrupted, which runs again on resume.
 local function one_trial(p, o, spec, id, values, i, before, log, jobs)
-  core.ui_info(string.format("trial %d/%d: %s", i, #values, M.describe_values(spec.keys, values[i])))
+  core.ui_info(string.format("trial %d/%d: %s", i, #values, describe_values(spec.keys, values[i])))
   local t = run_trial(p, o, spec, id, i, #values, values[i], before, jobs)
   if t.status == "stopped" then core.ui_info(string.format("trial %d/%d stopped early: %s", i, #values, t.stopped)) end
   if t.status ~= "interrupted" then
@@ -337,22 +344,14 @@ end
 -- The steps whose work does not depend on the swept parameters (they read
 -- none, nor anything made from one): {names}, in the pipeline's order.
 local function shared_steps(plan, keys)
-  local swept, changed = {}, true
-  local producer = {}
-  for i, n in ipairs(plan.nodes) do
-    for _, io in ipairs(n.outputs) do producer[io.dataset] = i end
+  local swept, g = {}, plan.graph
+  for _, i in ipairs(g:order()) do              -- producers first
+    local n = plan.nodes[i]
     local read = pipeline.params_read(n, {})
     for _, key in ipairs(keys) do swept[i] = swept[i] or sweep_job.reads(read, key) ~= nil end
-  end
-  while changed do
-    changed = false
-    for i, n in ipairs(plan.nodes) do
-      if not swept[i] then
-        for _, io in ipairs(n.inputs) do
-          local from = producer[io.dataset]
-          if from and swept[from] then swept[i], changed = true, true break end
-        end
-      end
+    for _, io in ipairs(n.inputs) do
+      local from = g:producer(io.dataset)
+      swept[i] = swept[i] or (from and swept[from]) or false
     end
   end
   local names = {}
@@ -389,10 +388,9 @@ end
 -- trial until none is left.  Returns the trials that ended (in the order
 -- they ended) and whether the sweep was interrupted; nil when the shared
 -- steps failed (the trials then run one at a time, each reporting it).
-local function run_parallel(p, o, spec, id, values, done, parallel, log)
+local function run_parallel(p, o, spec, id, values, done, parallel, log, plan)
   local jobs = o.jobs or core.cpu_count()
   local per_trial = math.max(1, jobs // parallel)
-  local plan = prepared(p, o, values)
   if not plan then return nil end
   local names, swept = shared_steps(plan, spec.keys)
   check_parallel(plan, swept, parallel)
@@ -499,10 +497,12 @@ local function run_sweep_job(p, o, spec, id, values, plan, prior, log)
                    log:append(core.json_encode({ azureml_run = run_id }))
                    log:sync()
                  end,
-                 sweep_trials = function(records, run_id)
+                 sweep_trials = function(records, run_id)       -- -> the best trial's job and metric
                    trials = job_trials(records, spec, values, plan, run_id)
                    for _, t in ipairs(trials) do log:append(core.json_encode(t)) end
                    log:sync()
+                   local best = ranked(trials, spec.goal)[1]
+                   if best and best.metric ~= nil then return best.job, best.metric end
                  end }
   if prior then
     local jobs = {}
@@ -528,13 +528,6 @@ end
 -- ---- reporting ------------------------------------------------------------
 
 local fmt_value = report.value_text
-
--- "lr=0.1 depth=2": a trial's values for a person.
-function M.describe_values(keys, v)
-  local shown = {}
-  for _, k in ipairs(keys) do shown[#shown + 1] = k .. "=" .. fmt_value(v[k]) end
-  return table.concat(shown, " ")
-end
 
 -- The table's cells: a header and a row per trial, best first.
 local function table_cells(order, keys, metric, best)
@@ -672,7 +665,7 @@ end
 -- metrics =, status =, elapsed =, run_id =, error =}), with .best (the best
 -- trial, or nil when none succeeded with the metric), .id and .dir.
 function M.sweep(o)
-  local p, spec, values, id, done, aml
+  local p, spec, values, id, done, aml, trial_plan
   if type(o) == "table" and o.resume ~= nil then
     p = check_pipeline(o.pipeline, 2)
     o, spec, values, id, done, aml = resumed(o, 2)
@@ -682,7 +675,7 @@ function M.sweep(o)
     values = spec.sampler == "grid" and grid_trials(space, spec.keys)
              or random_trials(space, spec.keys, spec.trials, spec.seed)
     id, done = core.run_id(M.DIR), {}
-    local trial_plan = prepared(p, o, values)
+    trial_plan = prepared(p, o, values)
     local plan = azureml_plan(trial_plan, o, spec, values)
     aml = plan and { plan = plan }
     if not plan and trial_plan and (o.parallel or 1) > 1 then       -- refused before the sweep is made
@@ -709,7 +702,8 @@ function M.sweep(o)
   local parallel = not aml and math.min(o.parallel or 1, #values) or 1
   if parallel > 1 then
     local ran
-    ran, interrupted = run_parallel(p, o, spec, id, values, done, parallel, log.j)
+    ran, interrupted = run_parallel(p, o, spec, id, values, done, parallel, log.j,
+                                    trial_plan or prepared(p, o, values))
     if ran then
       for i in pairs(done) do trials[#trials + 1] = done[i] end
       for _, t in ipairs(ran) do trials[#trials + 1] = t end
