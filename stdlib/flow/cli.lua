@@ -1211,9 +1211,7 @@ local function cmd_runs(args)
   local fmt = opts.format or "table"
   if fmt ~= "table" and fmt ~= "json" then usage_error("--format must be table or json, got '%s'", fmt) end
   enter_project(pos[1])
-  local runs = history.list()
-  local shown = {}
-  for i = 1, math.min(#runs, limit) do shown[i] = runs[i] end
+  local shown, total = history.list(limit)
   if fmt == "json" then
     local null = core.json_null
     for _, r in ipairs(shown) do
@@ -1225,7 +1223,7 @@ local function cmd_runs(args)
     print(core.json_encode(core.json_list(shown), true))
     return 0
   end
-  if #runs == 0 then
+  if #shown == 0 then
     core.ui_setup("normal")
     core.ui_info("no runs yet in " .. core.cwd())
     return 0
@@ -1236,8 +1234,8 @@ local function cmd_runs(args)
                           history.counts_text(r.counts), r.env or "", r.command }
   end
   print_table(cells)
-  if #runs > #shown then
-    print(string.format("(%d older run%s: flow runs --all)", #runs - #shown, #runs - #shown == 1 and "" or "s"))
+  if total > #shown then
+    print(string.format("(%d older run%s: flow runs --all)", total - #shown, total - #shown == 1 and "" or "s"))
   end
   return 0
 end

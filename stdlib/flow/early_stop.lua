@@ -82,10 +82,23 @@ local function fmt(v) return string.format("%.6g", v) end
 
 -- For the trial now running: a function of its series so far that returns why
 -- it should stop ("<value> at value 3, worse than …", to follow the metric's
--- name), or nil.  previous: the series of the trials before it.
+-- name), or nil.  previous: the series of the trials before it, which do not
+-- change while it runs: their running sums are made once, and the trial's
+-- best so far is kept, so each value costs one look per earlier trial.
 function M.decider(p, goal, previous)
+  local sums = {}
+  for j, s in ipairs(p.policy == "median" and previous or {}) do
+    local acc, t = 0, {}
+    for i = 1, #s do acc = acc + s[i]; t[i] = acc end
+    sums[j] = t
+  end
+  local best_so_far, seen = nil, 0
   return function(series)
     local k = #series
+    for i = seen + 1, k do
+      if best_so_far == nil or worse(goal, best_so_far, series[i]) then best_so_far = series[i] end
+    end
+    seen = k
     if not due(p, k) then return nil end
     local v = series[k]
     if p.policy == "bandit" then
@@ -105,19 +118,14 @@ function M.decider(p, goal, previous)
       return nil
     end
     local averages = {}
-    for _, s in ipairs(previous) do
-      if #s >= k then
-        local sum = 0
-        for i = 1, k do sum = sum + s[i] end
-        averages[#averages + 1] = sum / k
-      end
+    for _, t in ipairs(sums) do
+      if t[k] then averages[#averages + 1] = t[k] / k end
     end
     if #averages == 0 then return nil end
     table.sort(averages)
     local m = #averages
     local median = m % 2 == 1 and averages[(m + 1) // 2] or (averages[m // 2] + averages[m // 2 + 1]) / 2
-    local best = series[1]
-    for i = 2, k do if worse(goal, best, series[i]) then best = series[i] end end
+    local best = best_so_far
     if worse(goal, best, median) then
       return string.format("best %s by value %d, worse than the median of the earlier trials' running averages "
         .. "there (%s)", fmt(best), k, fmt(median))

@@ -291,24 +291,21 @@ local function select_steps(nodes, g, opts, level)
   end
   v = as_list(opts.namespace, "namespace", level + 1)
   if v then                           -- Kedro's --namespace: the steps inside it (nested ones too)
-    local t, found, prefixes = {}, {}, {}
-    for k, ns in ipairs(v) do prefixes[k] = ns .. "." end
+    -- the namespaces each step is in: its own (n.namespace: "outer.inner") and those around it
+    local t, found, spaces = {}, {}, {}
+    local wanted = {}
+    for _, ns in ipairs(v) do wanted[ns] = true end
     for i, n in ipairs(nodes) do
-      for k, prefix in ipairs(prefixes) do
-        if n.name:sub(1, #prefix) == prefix then t[i], found[v[k]] = true, true end
+      local ns = n.namespace
+      while ns do
+        spaces[ns] = true
+        if wanted[ns] then t[i], found[ns] = true, true end
+        ns = util.parent_name(ns)
       end
     end
     local missing = {}
     for _, ns in ipairs(v) do if not found[ns] then missing[#missing + 1] = ns end end
-    if #missing > 0 then                -- the namespaces there are, for the suggestion
-      local spaces = {}
-      for _, n in ipairs(nodes) do
-        local ns = n.name:match("^(.*)%.[^.]*$")
-        while ns do
-          spaces[ns] = true
-          ns = ns:match("^(.*)%.[^.]*$")
-        end
-      end
+    if #missing > 0 then
       unknown_names("--namespace", "no namespace named", missing, util.sorted_keys(spaces))
     end
     sets[#sets + 1] = t

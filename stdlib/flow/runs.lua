@@ -108,16 +108,20 @@ function M.describe(id)
   return r
 end
 
--- The project's runs, newest first.
-function M.list()
+-- The project's newest `limit` runs (default: all), newest first, and how
+-- many runs it has: only those shown are read (a sweep makes a run a trial).
+function M.list(limit)
   local ids = {}
   for _, name in ipairs(core.list_dir(state_mod.RUNS) or {}) do
     if name ~= "latest" and core.exists(state_mod.RUNS .. "/" .. name) == "directory" then ids[#ids + 1] = name end
   end
   table.sort(ids, function(a, b) return a > b end)
   local runs = {}
-  for _, id in ipairs(ids) do runs[#runs + 1] = M.describe(id) end
-  return runs
+  for _, id in ipairs(ids) do
+    if #runs >= (limit or math.huge) then break end
+    runs[#runs + 1] = M.describe(id)
+  end
+  return runs, #ids
 end
 
 -- "3 done, 2 up to date, 1 failed", in a fixed order.

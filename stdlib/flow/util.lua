@@ -64,6 +64,11 @@ function M.did_you_mean(word, candidates)
   return c and string.format(" (did you mean '%s'?)", c) or ""
 end
 
+-- The name around a dotted name ("outer.inner.step" -> "outer.inner"), or nil.
+function M.parent_name(name)
+  return name:match("^(.*)%.[^.]*$")
+end
+
 function M.sorted_keys(t)
   local keys = {}
   for k in pairs(t) do keys[#keys + 1] = k end

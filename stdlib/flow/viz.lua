@@ -7,14 +7,11 @@ local dag = require("flow.dag")
 local pipeline = require("flow.pipeline")
 local catalog = require("flow.catalog")
 local command = require("flow.command")
+local util = require("flow.util")
 
 local M = {}
 
--- "a.b" for "a.b.c" (the namespace around a name), nil for "c".
-function M.parent(name)
-  return name:match("^(.*)%.[^.]*$")
-end
-local parent = M.parent
+local parent = util.parent_name      -- "a.b" for "a.b.c" (the namespace around a name), nil for "c"
 
 -- What the picture shows: {steps = {...}, datasets = {...}, params = {...},
 -- edges = {{from, to, param = bool}}, spaces = the namespaces' tree}.

@@ -6,7 +6,7 @@
 -- run, its state, time and the tail of its log; pick a tag to pick out its
 -- steps; parameters can be shown or hidden.  The address's #step=NAME opens a
 -- step and #tag=TAG picks a tag on load (what the browser test uses).
-local parent = require("flow.viz").parent
+local parent = require("flow.util").parent_name
 
 local M = {}
 

@@ -162,6 +162,23 @@ class _Run:
             self.error = err
             self.done_at = time.time()
 
+    def job_status(self, name):
+        """The status of job `name` (a child this run made) now, or None."""
+        with self.arm.lock:
+            child = self.arm.jobs.get(name) if name else None
+            if child is None:
+                return None
+            child.advance(time.time())
+            return child.status
+
+    def cancel_jobs(self, names):
+        """Cancels the jobs named (children this run made) that have not ended."""
+        with self.arm.lock:
+            for name in names:
+                child = self.arm.jobs.get(name)
+                if child is not None:
+                    child.cancel(time.time())
+
     def log(self, line):
         with self._log_lock, open(self.log_path, "ab") as f:
             f.write((line.rstrip("\n") + "\n").encode("utf-8", "replace"))
@@ -446,24 +463,11 @@ class PipelineRun(_Run):
         return None
 
     def _end(self, err):
-        self._cancel_children()
+        self.cancel_jobs(self.children.values())
         self.log("[flow-aml-double] pipeline %s" % (err or ("killed" if self.killed.is_set() else "completed")))
 
     def _status(self, key):
-        name = self.children.get(key)
-        with self.arm.lock:
-            child = self.arm.jobs.get(name) if name else None
-            if child is None:
-                return None
-            child.advance(time.time())
-            return child.status
-
-    def _cancel_children(self):
-        with self.arm.lock:
-            for name in self.children.values():
-                child = self.arm.jobs.get(name)
-                if child is not None:
-                    child.cancel(time.time())
+        return self.job_status(self.children.get(key))
 
 
 def _signal_group(p, sig):

@@ -231,7 +231,7 @@ class SweepRun(_Run):
         goal, metric = props["objective"]["goal"], props["objective"]["primaryMetric"]
         self.log("[flow-aml-double] sweep: %d trial(s), %d at once, %s %s" % (len(todo), at_once, goal, metric))
         while not self.killed.is_set():
-            running = [c for c, _ in self.children if self._status(c) not in ("Completed", "Failed", "Canceled")]
+            running = [c for c, _ in self.children if self.job_status(c) not in ("Completed", "Failed", "Canceled")]
             while todo and len(running) < at_once:
                 values = todo.pop(0)
                 name = trial_name(self.name, len(self.children))
@@ -290,20 +290,17 @@ class SweepRun(_Run):
             if why:
                 self.stopped.add(name)
                 self.log("[flow-aml-double] trial %s canceled by the early-termination policy: %s" % (name, why))
-                with self.arm.lock:
-                    child = self.arm.jobs.get(name)
-                    if child is not None:
-                        child.cancel(time.time())
+                self.cancel_jobs([name])
 
     def _finish(self, goal, metric):
         best = None
         for name, _ in self.children:
-            if self._status(name) != "Completed":
+            if self.job_status(name) != "Completed":
                 continue
             s = self._series(name, metric)
             if s and (best is None or (s[-1] < best[1] if goal == "Minimize" else s[-1] > best[1])):
                 best = (name, s[-1])
-        if not any(self._status(n) == "Completed" for n, _ in self.children):
+        if not any(self.job_status(n) == "Completed" for n, _ in self.children):
             raise RunError("no trial completed (%d failed or canceled)" % len(self.children))
         if best:
             self.job.service_properties.update({"best_child_run_id": best[0], "score": repr(best[1]),
@@ -312,17 +309,5 @@ class SweepRun(_Run):
         return None
 
     def _end(self, err):
-        with self.arm.lock:
-            for name, _ in self.children:
-                child = self.arm.jobs.get(name)
-                if child is not None:
-                    child.cancel(time.time())
+        self.cancel_jobs(name for name, _ in self.children)
         self.log("[flow-aml-double] sweep %s" % (err or ("killed" if self.killed.is_set() else "completed")))
-
-    def _status(self, name):
-        with self.arm.lock:
-            child = self.arm.jobs.get(name)
-            if child is None:
-                return None
-            child.advance(time.time())
-            return child.status

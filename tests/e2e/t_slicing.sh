@@ -133,6 +133,7 @@ return pipeline{
   node{ func = function() return 1 end, outputs = "raw", name = "load", tags = "data" },
   pipeline{ pipeline{ inner, namespace = "deep", inputs = { x = "raw" } }, namespace = "model", inputs = "raw" },
   node{ func = f, inputs = "model.deep.y", outputs = "r", name = "report" },
+  node{ func = f, inputs = "r", outputs = "s", name = "model.summary" },     -- a dotted name, in no namespace
 }
 L
     run_flow 0 list --tags ml
