@@ -18,6 +18,7 @@
  * is over.  The Lua side hands plain data; settings, the body and the
  * protocol are C's (engine/azureml/). */
 #include "flowlua.h"
+#include "azureml/amlignore.h"
 #include "azureml/blob.h"
 #include "azureml/code.h"
 #include "azureml/components.h"
@@ -26,6 +27,7 @@
 #include "azureml/job_body.h"
 #include "azureml/jobs.h"
 #include "azureml/settings.h"
+#include "azureml/snapshot.h"
 #include "loop.h"
 #include "ui.h"
 #include "util.h"
@@ -770,8 +772,30 @@ static int l_job_name(lua_State *L)
     return 1;
 }
 
+/* code_ignores(root, rel) -> whether the directory rel (relative to root) is
+ * left out of the code az ml uploads from root (its .amlignore, else its
+ * .gitignore, read as the snapshot reads them) | nil, why */
+static int l_code_ignores(lua_State *L)
+{
+    const char *root = luaL_checkstring(L, 1), *rel = luaL_checkstring(L, 2);
+    struct amlignore *ig = amlignore_new();
+    const char *which;
+    char err[1024];
+    int rc = snapshot_load_ignore_file(root, ig, &which, err, sizeof err);
+    bool excluded = rc == 0 && amlignore_excludes_dir(ig, rel);
+    amlignore_free(ig);                                  /* before anything that may raise */
+    if (rc != 0) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    lua_pushboolean(L, excluded);
+    return 1;
+}
+
 static const luaL_Reg azureml_funcs[] = {
     { "load", l_load },
+    { "code_ignores", l_code_ignores },
     { "job_name", l_job_name },
     { NULL, NULL }
 };

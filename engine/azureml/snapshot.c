@@ -231,18 +231,19 @@ static int walk_dir(struct walk *w, size_t d, const char *real_root)
 
 /* ---- the snapshot ------------------------------------------------------------------ */
 
-static int load_ignore(struct walk *w, struct snapshot *s)
+int snapshot_load_ignore_file(const char *root, struct amlignore *ig, const char **which, char *err, size_t errlen)
 {
     static const char *const names[] = { ".amlignore", ".gitignore" };
-    for (size_t i = 0; i < 2 && !s->ignore_file; i++) {
-        char *path = xasprintf("%s/%s", w->root, names[i]);
+    *which = NULL;
+    for (size_t i = 0; i < 2 && !*which; i++) {
+        char *path = xasprintf("%s/%s", root, names[i]);
         /* As Python's Path.exists(): links followed, and ENOENT, ENOTDIR
          * and ELOOP mean "does not exist"; any other failure is one. */
         struct stat st;
         if (stat(path, &st) != 0) {
             int e = errno;
             if (e != ENOENT && e != ENOTDIR && e != ELOOP) {
-                errf(w->err, w->errlen, "snapshot: cannot examine %s: %s", path, strerror(e));
+                errf(err, errlen, "snapshot: cannot examine %s: %s", path, strerror(e));
                 free(path);
                 return -1;
             }
@@ -253,18 +254,26 @@ static int load_ignore(struct walk *w, struct snapshot *s)
         char *text = read_file_max(path, IGNORE_FILE_MAX, &len);
         if (!text) {
             int e = errno;
-            errf(w->err, w->errlen, "snapshot: cannot read %s: %s", path, strerror(e));
+            errf(err, errlen, "snapshot: cannot read %s: %s", path, strerror(e));
             free(path);
             return -1;
         }
         char why[600];
-        int rc = amlignore_add_text(w->ig, text, len, path, why, sizeof why);
-        if (rc != 0) errf(w->err, w->errlen, "snapshot: %s", why);
+        int rc = amlignore_add_text(ig, text, len, path, why, sizeof why);
+        if (rc != 0) errf(err, errlen, "snapshot: %s", why);
         free(text);
         free(path);
         if (rc != 0) return -1;
-        s->ignore_file = xstrdup(names[i]);
+        *which = names[i];
     }
+    return 0;
+}
+
+static int load_ignore(struct walk *w, struct snapshot *s)
+{
+    const char *which;
+    if (snapshot_load_ignore_file(w->root, w->ig, &which, w->err, w->errlen) != 0) return -1;
+    if (which) s->ignore_file = xstrdup(which);
     for (const char *const *r = w->opt ? w->opt->extra_rules : NULL; r && *r; r++) {
         char why[300];
         if (amlignore_add_rule(w->ig, *r, why, sizeof why) != 0) {

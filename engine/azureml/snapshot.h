@@ -88,6 +88,13 @@ int snapshot_scan(const char *root, const struct snapshot_options *opt, struct s
                   char *err, size_t errlen);
 void snapshot_free(struct snapshot *s);
 
+/* Adds to ig the rules of root's .amlignore, else of its .gitignore: the
+ * file azure-ai-ml and the az ml CLI read.  *which is that file's name, or
+ * NULL when root has neither.  0, or -1 with why (a file that cannot be
+ * read, a rule that cannot be understood). */
+struct amlignore;
+int snapshot_load_ignore_file(const char *root, struct amlignore *ig, const char **which, char *err, size_t errlen);
+
 /* The content hash of a scanned snapshot, reading each file in 64 KiB
  * chunks.  stop (may be NULL) is looked at between chunks: once set, from any
  * thread, it fails with "cancelled"; *done (may be NULL) grows by the bytes

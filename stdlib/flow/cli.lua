@@ -1432,23 +1432,6 @@ local function cmd_viz(args)
   return 0
 end
 
--- Whether the project's .amlignore (else .gitignore: the az ml CLI reads
--- one) has a line for .flow/.
-local function ignores_flow_state()
-  for _, name in ipairs({ ".amlignore", ".gitignore" }) do
-    local f = io.open(name)
-    if f then
-      local text = f:read("a")
-      f:close()
-      for line in text:gmatch("[^\n]+") do
-        if line:match("^%s*/?%.flow/?%s*$") then return true end
-      end
-      return false
-    end
-  end
-  return false
-end
-
 local function cmd_compile(args)
   local opts, pos = parse_args("compile", args)
   if opts.help then print(HELP.compile) return 0 end
@@ -1465,7 +1448,9 @@ local function cmd_compile(args)
   local plan = runner.prepare(p, slicing_options(opts))
   local text = compile.yaml(compile.document(compile.model(plan, runner.defaults), base_dir))
   if out then core.write_atomic(out, text) else io.write(text) end
-  if core.exists(".flow") and not ignores_flow_state() then
+  -- (the rules az ml reads, as the code snapshot reads them; a file that
+  -- cannot be read is for the snapshot to report)
+  if core.exists(".flow") and require("flow.azureml").code_ignores(".", ".flow") == false then
     core.ui_warn("az ml uploads the code directory as .amlignore (else .gitignore) says, and neither leaves out "
       .. ".flow/ (flow's runs and cached data): add a line '.flow/' to .amlignore")
   end

@@ -122,6 +122,15 @@ test_slicing_takes_outside_inputs_from_the_last_run() {
     check_yaml p2.yml --steps eval.report
     # az ml would upload .flow/ with the code: said, until .amlignore leaves it out
     contains "$ERR" "add a line '.flow/' to .amlignore"
+    # the rules as az ml reads them (gitignore patterns, .amlignore first)
+    printf '.flow/\n!.flow/\n' >.amlignore
+    run_flow 0 compile --env prod --from-nodes eval.report -o p2.yml
+    contains "$ERR" "add a line '.flow/' to .amlignore" "with .flow/ put back by !.flow/"
+    rm .amlignore
+    echo '.*' >.gitignore
+    run_flow 0 compile --env prod --from-nodes eval.report -o p2.yml
+    equals "$ERR" "" "stderr with .gitignore's '.*'"
+    rm .gitignore
     echo '.flow/' >.amlignore
     run_flow 0 compile --env prod --from-nodes eval.report -o p2.yml
     equals "$ERR" "" "stderr"
