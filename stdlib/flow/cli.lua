@@ -774,7 +774,7 @@ function run_with(opts, pos, args, resume)
   if opts["submit-pipeline"] then
     local compile = require("flow.compile")
     local m = compile.model(runner.prepare(p, slicing_options(opts)), runner.defaults)
-    return compile.submit_run(m, { detach = opts.detach, args = args, cwd = runner.defaults.cwd, resume = resume })
+    return compile.submit_run(m, { detach = opts.detach, resume = resume })
   end
   if opts["dry-run"] then print_plan(p, opts, resume) return 0 end
   if opts.distributed and not require("flow.launch").MODES[opts.distributed] then

@@ -439,26 +439,24 @@ end
 -- (.flow/runs/<id>/journal.jsonl) names the job as the run's one step,
 -- "pipeline", so `flow status` shows it, `flow cancel` cancels it and
 -- `flow run --resume` waits for it instead of submitting another.
---   o = {detach =, args =, cwd =, resume = {run =, remote_jobs =} | nil}
+--   o = {detach =, resume = {run =, remote_jobs =} | nil}
 -- Returns the exit status: 0 Completed, 1 Failed or Canceled, 130 interrupted.
 function M.submit_run(m, o)
   remote.connect(m.aml, o.detach)
   state_mod.lock()
   local run_id = core.run_id(state_mod.RUNS)
-  local journal = cache.journal(state_mod.RUNS .. "/" .. run_id .. "/journal.jsonl")
-  local started = core.time()
-  journal:append(util.record_json { event = "run_start", run = run_id, time = started, cwd = o.cwd, args = o.args,
-                                    script = m.script, env = m.env, steps = 1, flow_version = require("flow").VERSION,
-                                    resumes = o.resume and o.resume.run, pipeline_job = true })
-  core.symlink(run_id, ".flow/runs/latest")
   local prior = o.resume and o.resume.remote_jobs and o.resume.remote_jobs.pipeline
   local spec = { display_name = m.project, label = "pipeline" }
   if prior then
     spec.name, spec.attach_only = prior.job, true
-  else
+  else                              -- (before the journal: a submission refused here leaves no run)
     spec.name = require("flow.azureml").job_name(run_id, "pipeline-" .. m.project, "", 1)
     spec.body = prepare_submission(m, spec.name)
   end
+  local started = core.time()
+  local journal = require("flow.runner").start_journal(run_id, {
+    time = started, script = m.script, env = m.env, steps = 1, resumes = o.resume and o.resume.run,
+    pipeline_job = true })
   journal:append(util.record_json { event = "step_start", step = "pipeline", time = core.time() })
   journal:append(util.record_json { event = "remote_job", step = "pipeline", attempt = 1, backend = "azureml",
                                     job = spec.name, time = core.time() })
@@ -466,7 +464,11 @@ function M.submit_run(m, o)
   core.ui_info(string.format("pipeline: %d step%s as Azure ML pipeline job %s", #m.jobs, #m.jobs == 1 and "" or "s",
                              spec.name))
   local r, err = m.aml:run_job(spec)
-  if not r then graph_error("Azure ML: " .. err) end
+  if not r then                     -- the job never started: the run ends here, recorded
+    journal:append(util.record_json { event = "run_end", code = 2, time = core.time() })
+    journal:close()
+    graph_error("Azure ML: " .. err)
+  end
   local code = r.ok and 0 or (core.interrupted() > 0 or r.detached) and 130 or 1
   local status = r.ok and "ok" or code == 130 and "interrupted" or "failed"
   if not r.detached then

@@ -196,17 +196,31 @@ local function new_run(plan, opts, run_id, st)
   return self
 end
 
--- What the journal's first line says of the run: enough for --resume to
--- start it again the same way, and no secrets (values are hashed).
-function Run:log_start(plan, opts)
-  local ev = { event = "run_start", run = self.run_id, time = plan.started, cwd = M.defaults.cwd,
-               args = M.defaults.args, script = M.defaults.script, env = plan.settings.env,
-               params_hash = self.hasher:value(self.params), resumes = opts.resume and opts.resume.run,
-               steps = #plan.nodes, flow_version = require("flow").VERSION, name = opts.name }
-  if util.record_json(ev) ~= core.json_encode(ev) then ev.redacted = true end   -- --resume cannot use them
+-- Run run_id's journal, .flow/runs/<id>/journal.jsonl, opened with its
+-- first line: ev's fields and the command line's (enough for --resume to
+-- start the run again the same way, and no secret: a credential among the
+-- arguments is masked, and the line says so, for --resume cannot use them);
+-- .flow/runs/latest then points at the run.  note: the line is synced only
+-- with the first that records work (journal_note).  Used by a run and by
+-- `flow run --submit-pipeline`.
+function M.start_journal(run_id, ev, note)
+  local journal = cache.journal(state_mod.RUNS .. "/" .. run_id .. "/journal.jsonl")
+  ev.event, ev.run, ev.cwd, ev.args = "run_start", run_id, M.defaults.cwd, M.defaults.args
+  ev.script, ev.flow_version = ev.script or M.defaults.script, require("flow").VERSION
+  ev.time = ev.time or core.time()
+  if util.record_json(ev) ~= core.json_encode(ev) then ev.redacted = true end
+  journal:append(util.record_json(ev), note)
+  core.symlink(run_id, ".flow/runs/latest")
+  return journal
+end
+
+-- What the journal's first line says of the run (values are hashed).
+function Run:start_journal(plan, opts)
   -- synced with the first line that records work: a run in which nothing
   -- runs syncs nothing (its journal only says so)
-  self.journal:append(util.record_json(ev), true)
+  self.journal = M.start_journal(self.run_id, {
+    time = plan.started, env = plan.settings.env, params_hash = self.hasher:value(self.params),
+    resumes = opts.resume and opts.resume.run, steps = #plan.nodes, name = opts.name }, true)
 end
 
 -- result.steps, made on first use ({name = {state =, elapsed =, reason =}}):
@@ -307,9 +321,7 @@ function M.run(p, opts, level)
   core.mkdir_p(self.data_dir)
   core.mkdir_p(".flow/tmp")
   core.mkdir_p(state_mod.CACHE)
-  self.journal = cache.journal(self.run_dir .. "/journal.jsonl")
-  self:log_start(plan, opts)
-  core.symlink(run_id, ".flow/runs/latest")
+  self:start_journal(plan, opts)
   if opts.started then opts.started(run_id) end      -- (flow.sweep keeps the id of a sweep job's run)
   local jobs = opts.jobs or core.cpu_count()
   local pools, pool_of = M.pools(plan, jobs)
