@@ -258,8 +258,7 @@ local function yaml_job(m, job, base_dir, code)
   for _, out in ipairs(job.outputs) do
     local path = out.uri
     if not path and out.file then    -- the child job's name: Azure ML's ${{name}}
-      path = catalog.datastore_uri(m.info.datastore, string.format("flow/%s/runs/${{name}}/%s/%s", m.project, out.name,
-                                                              out.file))
+      path = transfer.output_uri(m.info.datastore, m.project, "${{name}}", out.name, out.file)
     end
     outputs:put(out.name, map():put("type", out.type):put("path", path):put("mode", MODES[out.mode]))
   end
@@ -317,8 +316,8 @@ end
 -- The output's datastore path in pipeline job `name`.
 local function output_uri(m, name, job, out)
   if out.uri then return out.uri end
-  local path = string.format("flow/%s/runs/%s/%s/%s", m.project, name, job.key, out.name)
-  return catalog.datastore_uri(m.info.datastore, out.file and path .. "/" .. out.file or path .. "/")
+  local uri = transfer.output_uri(m.info.datastore, m.project, name .. "/" .. job.key, out.name, out.file)
+  return out.file and uri or uri .. "/"
 end
 
 -- The command component's spec for a job (the CLI's component YAML as JSON).

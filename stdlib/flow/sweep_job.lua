@@ -209,9 +209,10 @@ function M.bindings(run, n, job, mode)
   return outputs
 end
 
+-- Where the trials' records go: a folder each, under runs/<job>/trial_records/.
 function M.records_uri(run, datastore, job)
-  return catalog.datastore_uri(datastore, string.format("flow/%s/runs/%s/trial_records/",
-                                                        require("flow.transfer").project_name(run.root), job))
+  local transfer = require("flow.transfer")
+  return transfer.output_uri(datastore, transfer.project_name(run.root), job, "trial_records") .. "/"
 end
 
 -- After sweep job `job` ended: every trial that finished, read from its

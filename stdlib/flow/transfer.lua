@@ -67,6 +67,17 @@ local function settings(self)
   return require("flow.remote").info(self.aml)
 end
 
+-- Where job `job`'s output `output` lands on `datastore` when the catalog
+-- does not say: azureml://datastores/<ds>/paths/flow/<project>/runs/<job>/<output>,
+-- then /<file> for a uri_file output.  `job` may be an expression Azure ML
+-- fills in (${{name}}: a pipeline's child, a sweep's trial) or a path under
+-- the job (<job>/trials/${{name}}).  A run, flow compile and a sweep job
+-- all place outputs so.
+function M.output_uri(datastore, project, job, output, file)
+  local path = string.format("flow/%s/runs/%s/%s", project, job, output)
+  return catalog.datastore_uri(datastore, file and path .. "/" .. file or path)
+end
+
 -- Dataset d, here at path (content hash `hash`), uploaded to the datastore
 -- where unchanged data is never sent twice: flow/<project>/<hash>/<name>.
 -- Returns its binding's type and uri, or nil and why not.
@@ -185,12 +196,8 @@ function Run:bind_outputs(n, job, mode)
   for _, io in ipairs(n.outputs) do
     local e = self.cat:entry(io.dataset)
     local kind, file = self.cat:job_output(e, io)
-    local uri = e.uri                                 -- the catalog keeps it on a datastore: there
-    if not uri then
-      local path = string.format("flow/%s/runs/%s/%s", M.project_name(self.root), job, io.arg)
-      if file then path = path .. "/" .. file end
-      uri = catalog.datastore_uri(info.datastore, path)
-    end
+    -- the catalog keeps it on a datastore: there; else the job's own place
+    local uri = e.uri or M.output_uri(info.datastore, M.project_name(self.root), job, io.arg, file)
     bindings[#bindings + 1] = { name = io.arg, dataset = io.dataset, type = kind, uri = uri, mode = mode }
   end
   return bindings
