@@ -9,6 +9,9 @@
 
 #define FP_VERSION "flow-fingerprint-1"
 
+/* Hex digits of each part a record keeps, for --explain (fingerprint.short). */
+#define FP_SHORT 16
+
 /* A string with its length: the outputs part holds NUL bytes. */
 struct fp_str { const char *s; size_t len; };
 struct fp_kv { struct fp_str key, value; };

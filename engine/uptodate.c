@@ -1,6 +1,7 @@
 /* uptodate.c — the up-to-date check of command steps (see uptodate.h). */
 #include "uptodate.h"
 #include "hashcache.h"
+#include "json_text.h"
 #include "statestore.h"
 #include "util.h"
 
@@ -11,6 +12,7 @@
 struct step {
     bool described, fresh, passed;
     char *name;
+    char *fp, *parts_json;                  /* utd_decide's, for a step without a record */
     struct fp_str code, dist, outputs;
     struct fp_kv *params;
     size_t n_params;
@@ -58,6 +60,9 @@ static void clear_step(struct step *s)
 {
     free(s->name);
     s->name = NULL;
+    free(s->fp);
+    free(s->parts_json);
+    s->fp = s->parts_json = NULL;
     if (!s->described) return;
     free((char *)s->code.s);
     free((char *)s->dist.s);
@@ -195,37 +200,95 @@ static int file_hashes(struct utd *u, const struct step *s, struct fp_kv *kv, ch
     return 0;
 }
 
+/* The parts of a step's fingerprint as they are now: the described ones,
+ * and the files, inputs and parameters found (arrays owned here). */
+struct found {
+    struct fp_parts p;
+    char (*file_hex)[SHA256_HEX_SIZE], (*in_hex)[SHA256_HEX_SIZE];
+};
+
+static void found_release(struct found *f)
+{
+    free(f->p.files);
+    free(f->p.inputs);
+    free(f->p.params);
+    free(f->file_hex);
+    free(f->in_hex);
+}
+
+/* 0 with f filled (release it either way), or 1 when this check cannot tell. */
+static int find_parts(struct utd *u, const struct step *s, struct found *f)
+{
+    *f = (struct found){ .p = { .code = s->code, .dist = s->dist, .outputs = s->outputs } };
+    f->p.files = xcalloc(s->n_files + 1, sizeof *f->p.files);
+    f->file_hex = xcalloc(s->n_files + 1, sizeof *f->file_hex);
+    f->p.inputs = xcalloc(s->n_inputs + 1, sizeof *f->p.inputs);
+    f->in_hex = xcalloc(s->n_inputs + 1, sizeof *f->in_hex);
+    f->p.params = xcalloc(s->n_params + 1, sizeof *f->p.params);
+    if (file_hashes(u, s, f->p.files, f->file_hex, &f->p.n_files) != 0) return 1;
+    for (size_t k = 0; k < s->n_inputs; k++) {
+        const char *h = input_hash(u, &s->inputs[k], f->in_hex[k]);
+        if (!h) return 1;
+        f->p.inputs[f->p.n_inputs++] = (struct fp_kv){ s->inputs[k].dataset, { h, strlen(h) } };
+    }
+    /* fp_combine sorts in place: a copy keeps the description's order */
+    memcpy(f->p.params, s->params, s->n_params * sizeof *f->p.params);
+    f->p.n_params = s->n_params;
+    return 0;
+}
+
 int utd_fingerprint(struct utd *u, size_t i, char hex[SHA256_HEX_SIZE])
 {
     if (i >= u->n_steps || !u->steps[i].described) return 1;
-    struct step *s = &u->steps[i];
-    struct fp_kv *files = xcalloc(s->n_files + 1, sizeof *files);
-    char (*file_hex)[SHA256_HEX_SIZE] = xcalloc(s->n_files + 1, sizeof *file_hex);
-    struct fp_kv *inputs = xcalloc(s->n_inputs + 1, sizeof *inputs);
-    char (*in_hex)[SHA256_HEX_SIZE] = xcalloc(s->n_inputs + 1, sizeof *in_hex);
-    struct fp_kv *params = xcalloc(s->n_params + 1, sizeof *params);
-    int rc = 1;
-    size_t n_files, n_inputs = 0;
-    if (file_hashes(u, s, files, file_hex, &n_files) != 0) goto out;
-    for (size_t k = 0; k < s->n_inputs; k++) {
-        const char *h = input_hash(u, &s->inputs[k], in_hex[k]);
-        if (!h) goto out;
-        inputs[n_inputs++] = (struct fp_kv){ s->inputs[k].dataset, { h, strlen(h) } };
-    }
-    /* fp_combine sorts in place: a copy keeps the description's order */
-    memcpy(params, s->params, s->n_params * sizeof *params);
-    struct fp_parts p = { .code = s->code, .dist = s->dist, .outputs = s->outputs,
-                          .files = files, .n_files = n_files, .params = params, .n_params = s->n_params,
-                          .inputs = inputs, .n_inputs = n_inputs };
-    fp_combine(&p, hex);
-    rc = 0;
-out:
-    free(files);
-    free(file_hex);
-    free(inputs);
-    free(in_hex);
-    free(params);
+    struct found f;
+    int rc = find_parts(u, &u->steps[i], &f);
+    if (rc == 0) fp_combine(&f.p, hex);
+    found_release(&f);
     return rc;
+}
+
+/* "name":"its first FP_SHORT bytes" — a part as fingerprint.short keeps it,
+ * after a comma unless it comes first. */
+static void short_field(struct strbuf *sb, bool first, const char *name, struct fp_str v)
+{
+    char head[FP_SHORT + 1];
+    size_t n = v.len < FP_SHORT ? v.len : FP_SHORT;
+    memcpy(head, v.s, n);
+    head[n] = '\0';
+    if (!first) sb_addc(sb, ',');
+    json_string(sb, name);
+    sb_addc(sb, ':');
+    json_string(sb, head);
+}
+
+static void short_map(struct strbuf *sb, const char *name, const struct fp_kv *kv, size_t n)
+{
+    if (n == 0) return;                     /* an empty map is left out, as fingerprint.short leaves it */
+    sb_addc(sb, ',');
+    json_string(sb, name);
+    sb_adds(sb, ":{");
+    for (size_t k = 0; k < n; k++) short_field(sb, k == 0, kv[k].key.s, kv[k].value);
+    sb_addc(sb, '}');
+}
+
+/* The parts as fingerprint.short and core.json_encode write them (one rule,
+ * checked against the stdlib by tests/e2e/t_uptodate.sh): each hash cut to
+ * FP_SHORT hex digits, the outputs part (names, types, paths) hashed
+ * first.  Keys are dataset, parameter and file names: no NUL in them. */
+static char *short_parts_json(const struct fp_parts *p)
+{
+    struct strbuf sb = STRBUF_INIT;
+    char outputs[SHA256_HEX_SIZE];
+    sha256_hex(p->outputs.s, p->outputs.len, outputs);
+    sb_addc(&sb, '{');
+    short_field(&sb, true, "code", p->code);
+    if (p->dist.s) short_field(&sb, false, "dist", p->dist);
+    short_field(&sb, false, "outputs", (struct fp_str){ outputs, SHA256_HEX_SIZE - 1 });
+    short_map(&sb, "files", p->files, p->n_files);
+    short_map(&sb, "params", p->params, p->n_params);
+    short_map(&sb, "inputs", p->inputs, p->n_inputs);
+    sb_addc(&sb, '}');
+    return sb_detach(&sb);
 }
 
 /* Whether each output is as record r says: a file or folder, or a memory
@@ -246,17 +309,57 @@ static bool outputs_hold(struct utd *u, const struct step *s, const struct state
     return true;
 }
 
-bool utd_check(struct utd *u, size_t i)
+/* A step without a record runs: its fingerprint and parts are kept for
+ * its new record, when this check can work them out. */
+static enum utd_verdict no_record(struct utd *u, struct step *s)
 {
-    if (i >= u->n_steps || !u->steps[i].described) return false;
+    struct found f;
+    enum utd_verdict v = UTD_CANNOT_TELL;
+    if (find_parts(u, s, &f) == 0) {
+        char hex[SHA256_HEX_SIZE];
+        fp_combine(&f.p, hex);                 /* sorts the maps: the JSON is in key order too */
+        free(s->fp);
+        free(s->parts_json);
+        s->fp = xstrdup(hex);
+        s->parts_json = short_parts_json(&f.p);
+        v = UTD_NO_RECORD;
+    }
+    found_release(&f);
+    return v;
+}
+
+enum utd_verdict utd_decide(struct utd *u, size_t i)
+{
+    if (i >= u->n_steps || !u->steps[i].described) return UTD_CANNOT_TELL;
     struct step *s = &u->steps[i];
     const struct state_rec *r = state_store_get(u->store, s->name);
+    enum utd_verdict v = UTD_CANNOT_TELL;
     char hex[SHA256_HEX_SIZE];
-    if (!r || utd_fingerprint(u, i, hex) != 0 || strcmp(hex, r->fp) != 0 || !outputs_hold(u, s, r)) {
+    if (!r) v = no_record(u, s);
+    else if (utd_fingerprint(u, i, hex) == 0 && strcmp(hex, r->fp) == 0 && outputs_hold(u, s, r)) v = UTD_UP_TO_DATE;
+    if (v == UTD_UP_TO_DATE) {
+        s->fresh = s->passed = true;
+        u->stats.passed++;
+    } else if (v == UTD_NO_RECORD) {
+        u->stats.no_record++;
+    } else {
         u->stats.undecided++;
-        return false;
     }
-    s->fresh = s->passed = true;
-    u->stats.passed++;
-    return true;
+    return v;
+}
+
+bool utd_found_fingerprint(const struct utd *u, size_t i, const char **fp, const char **parts_json)
+{
+    bool found = i < u->n_steps && u->steps[i].fp;
+    *fp = found ? u->steps[i].fp : NULL;
+    *parts_json = found ? u->steps[i].parts_json : NULL;
+    return found;
+}
+
+void utd_forget_fingerprint(struct utd *u, size_t i)
+{
+    if (i >= u->n_steps) return;
+    free(u->steps[i].fp);
+    free(u->steps[i].parts_json);
+    u->steps[i].fp = u->steps[i].parts_json = NULL;
 }

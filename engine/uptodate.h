@@ -10,10 +10,13 @@
  * through the hash cache, inputs from the state records of their producers.
  * One fp_combine (fingerprint.h) over them, compared with the step's record.
  *
- * The check only ever says "up to date" when it is sure; "cannot tell"
- * (a producer whose record is not this run's, an input or output that needs
- * a long read, a value that could not be cached, no record) sends the step to the stdlib's
- * full check, which explains why it runs.  Nothing here knows Lua. */
+ * The check only ever says "up to date" when it is sure, and "runs" only
+ * when the step has no record at all (then its fingerprint, computed here,
+ * goes into the step's new record); "cannot tell" (a producer whose record
+ * is not this run's, an input or output that needs a long read, a value
+ * that could not be cached, a record that no longer holds) sends the step
+ * to the stdlib's full check, which explains why it runs.  Nothing here
+ * knows Lua. */
 #ifndef FLOW_UPTODATE_H
 #define FLOW_UPTODATE_H
 
@@ -74,14 +77,29 @@ void utd_mark_fresh(struct utd *u, size_t i);
  * cannot tell (then hex is unset). */
 int utd_fingerprint(struct utd *u, size_t i, char hex[SHA256_HEX_SIZE]);
 
-/* Whether step i is up to date: its fingerprint is its record's and each
- * output is as that record says.  True marks it fresh and passed. */
-bool utd_check(struct utd *u, size_t i);
+enum utd_verdict {
+    UTD_CANNOT_TELL,       /* the stdlib's full check decides, and says why */
+    UTD_UP_TO_DATE,        /* its fingerprint is its record's and each output is as that record says */
+    UTD_NO_RECORD,         /* it has no record, so it runs; its fingerprint is known (utd_take_fingerprint) */
+};
 
-/* Whether utd_check said step i is up to date. */
+/* Whether step i is up to date.  UTD_UP_TO_DATE marks it fresh and passed.
+ * UTD_NO_RECORD (a first run, or a new step) keeps the fingerprint and its
+ * parts, so a step that was never run costs the stdlib nothing either. */
+enum utd_verdict utd_decide(struct utd *u, size_t i);
+
+/* Whether utd_decide said step i is up to date. */
 bool utd_passed(const struct utd *u, size_t i);
 
-struct utd_stats { size_t passed, undecided; };
+/* The fingerprint and its shortened parts (a JSON object, as the stdlib's
+ * fingerprint.short makes them: each hash's first FP_SHORT hex digits, the
+ * outputs part hashed) of a step utd_decide found without a record, still
+ * the check's: false (both NULL) for any other step.  utd_forget_fingerprint
+ * frees them once they are copied. */
+bool utd_found_fingerprint(const struct utd *u, size_t i, const char **fp, const char **parts_json);
+void utd_forget_fingerprint(struct utd *u, size_t i);
+
+struct utd_stats { size_t passed, undecided, no_record; };
 struct utd_stats utd_stats(const struct utd *u);
 
 #endif

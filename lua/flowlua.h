@@ -4,6 +4,8 @@
 #ifndef FLOW_FLOWLUA_H
 #define FLOW_FLOWLUA_H
 
+#include "uptodate.h"
+
 #include <cjson/cJSON.h>
 #include <lua.h>
 #include <stdbool.h>
@@ -135,10 +137,10 @@ struct hashcache;
 struct hashcache *flow_check_hashcache(lua_State *L, int idx);
 
 /* flow.cache.uptodate (l_uptodate.c): adds `uptodate` to the module table on
- * top of the stack.  flow_uptodate_check: whether the checker attached to
- * `dag` (if any) finds step i up to date, without entering Lua. */
+ * top of the stack.  flow_uptodate_check: what the checker attached to `dag`
+ * (if any) finds of step i (uptodate.h's verdicts), without entering Lua. */
 void flow_open_uptodate(lua_State *L);
-bool flow_uptodate_check(lua_State *L, const struct dag *dag, size_t i);
+enum utd_verdict flow_uptodate_check(lua_State *L, const struct dag *dag, size_t i);
 
 int luaopen_flow_core(lua_State *L);
 int luaopen_flow_dag(lua_State *L);

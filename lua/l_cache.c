@@ -588,6 +588,8 @@ int luaopen_flow_cache(lua_State *L)
     flow_new_class(L, POOL_CLASS, no_methods, l_pool_gc);
     flow_new_class(L, SHA256_PREFIX_CLASS, prefix_methods, l_prefix_gc);
     luaL_newlib(L, cache_funcs);
+    lua_pushinteger(L, FP_SHORT);             /* fingerprint.short's length: one constant */
+    lua_setfield(L, -2, "FP_SHORT");
     flow_open_state_store(L);
     flow_open_uptodate(L);
     return 1;

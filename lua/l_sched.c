@@ -366,8 +366,14 @@ static bool call_main(struct run *run, int ref, size_t i, int extra, int nres, c
 static bool body_up_to_date(void *ctx, size_t i)
 {
     struct run *run = ctx;
-    /* a step the engine's check finds up to date never enters Lua (uptodate.h) */
-    if (flow_uptodate_check(run->L, sched_dag(run->sched), i)) return true;
+    /* a step the engine's check finds up to date never enters Lua, nor one it
+     * finds without a record: that one runs, with the fingerprint the check
+     * computed (runner.lua's take_fingerprint asks for it: uptodate.h) */
+    switch (flow_uptodate_check(run->L, sched_dag(run->sched), i)) {
+    case UTD_UP_TO_DATE: return true;
+    case UTD_NO_RECORD: return false;
+    case UTD_CANNOT_TELL: break;
+    }
     if (run->check_fn_ref == LUA_NOREF || !call_main(run, run->check_fn_ref, i, 0, 1, "checking")) return false;
     bool skip = lua_toboolean(run->L, -1);
     lua_pop(run->L, 1);

@@ -10,8 +10,10 @@
  *   chk:fresh(i)         step i's record in the store is this run's
  *   chk:passed(i)        -> whether the check found step i up to date
  *   chk:fingerprint(i)   -> the fingerprint it computes now, or nil (cannot tell)
+ *   chk:taken(i)         -> fingerprint, parts (JSON) of a step it found without a
+ *                           record (it runs), once; nil for any other step
  *   chk:attach(dag) / chk:detach(dag)   the run of `dag` asks it (flow_uptodate_check)
- *   chk:stats()          -> {passed =, undecided =} */
+ *   chk:stats()          -> {passed =, undecided =, no_record =} */
 #include "flowlua.h"
 #include "uptodate.h"
 
@@ -158,6 +160,18 @@ static int l_fingerprint(lua_State *L)
     return 1;
 }
 
+static int l_taken(lua_State *L)
+{
+    struct utd *u = check_utd(L);
+    size_t i = check_step(L, 2);
+    const char *fp, *parts;
+    if (!utd_found_fingerprint(u, i, &fp, &parts)) return 0;
+    lua_pushstring(L, fp);                    /* still the check's if a push raises */
+    lua_pushstring(L, parts);
+    utd_forget_fingerprint(u, i);
+    return 2;
+}
+
 /* registry[dag pointer] = the checker, while the run of that DAG lasts */
 static int l_attach(lua_State *L)
 {
@@ -184,11 +198,13 @@ static int l_detach(lua_State *L)
 static int l_stats(lua_State *L)
 {
     struct utd_stats st = utd_stats(check_utd(L));
-    lua_createtable(L, 0, 2);
+    lua_createtable(L, 0, 3);
     lua_pushinteger(L, (lua_Integer)st.passed);
     lua_setfield(L, -2, "passed");
     lua_pushinteger(L, (lua_Integer)st.undecided);
     lua_setfield(L, -2, "undecided");
+    lua_pushinteger(L, (lua_Integer)st.no_record);
+    lua_setfield(L, -2, "no_record");
     return 1;
 }
 
@@ -200,15 +216,15 @@ static int l_gc(lua_State *L)
     return 0;
 }
 
-bool flow_uptodate_check(lua_State *L, const struct dag *dag, size_t i)
+enum utd_verdict flow_uptodate_check(lua_State *L, const struct dag *dag, size_t i)
 {
-    bool ok = false;
+    enum utd_verdict v = UTD_CANNOT_TELL;
     if (lua_rawgetp(L, LUA_REGISTRYINDEX, dag) == LUA_TUSERDATA) {
         struct utd **box = luaL_testudata(L, -1, UPTODATE_CLASS);
-        ok = box && *box && utd_check(*box, i);
+        if (box && *box) v = utd_decide(*box, i);
     }
     lua_pop(L, 1);
-    return ok;
+    return v;
 }
 
 static const luaL_Reg uptodate_methods[] = {
@@ -217,6 +233,7 @@ static const luaL_Reg uptodate_methods[] = {
     { "fresh", l_fresh },
     { "passed", l_passed },
     { "fingerprint", l_fingerprint },
+    { "taken", l_taken },
     { "attach", l_attach },
     { "detach", l_detach },
     { "stats", l_stats },

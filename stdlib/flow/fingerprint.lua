@@ -13,7 +13,7 @@ local cache = require("flow.cache")
 
 local M = {}
 
-local SHORT = 16          -- hex digits of a part kept for --explain
+local SHORT = cache.FP_SHORT      -- hex digits of a part kept for --explain (engine/fingerprint.h)
 
 -- Globals present before any script ran (the stdlib's) and the ones the CLI
 -- adds for scripts: a function's fingerprint includes only the others.

@@ -24,6 +24,10 @@ local M = {}
 local Run = {}
 M.methods = Run
 
+-- Why a step that was never run (successfully) runs: the Lua check's words,
+-- and the engine's check's, which finds such a step itself.
+M.NO_RECORD = "it has no earlier successful run"
+
 -- The parts of step i's fingerprint fixed for the whole run: its code
 -- (and, for a command, the names of the project files it may name), the
 -- parameters it reads, its distribution and its outputs.  The engine's check
@@ -126,7 +130,7 @@ function Run:decide(i, n)
   local rec = self.state.steps[n.name]
   if self.sweep_job and self.sweep_job.step == n.name then return "its trials run as an Azure ML sweep job" end
   if self.force and not self.completed[n.name] then return "--force" end
-  if not rec then return "it has no earlier successful run" end
+  if not rec then return M.NO_RECORD end
   if rec.fp ~= fp then
     if not rec.parts then return "its fingerprint changed" end
     return fingerprint.explain(rec.parts, fingerprint.short(parts), n.kind == "command")
@@ -147,12 +151,12 @@ end
 -- are now) and where each input's hash comes from.  A step the engine finds
 -- up to date never enters Lua: its recorded outputs stand in lazily
 -- (self.values looks them up in its state record on first use).  A step it
--- cannot decide comes to Run:up_to_date as before.  Not used with --force or
--- --explain (the Lua check says why each step runs).  Returns the checker,
--- or nil: also when the state has no record at all (a first run), as it
--- could pass nothing then.
+-- cannot decide comes to Run:up_to_date as before.  A step without a record
+-- (every step of a first run) runs, and the engine computes its fingerprint
+-- for its record too (Run:take_fingerprint takes it), so it never enters
+-- this file's Lua either.  Not used with --force or --explain (the Lua check
+-- says why each step runs).  Returns the checker, or nil.
 function Run:engine_check(plan)
-  if self.state.store:count() == 0 then return nil end
   local nodes, g, selected = self.nodes, plan.graph, plan.selected
   local chk = cache.uptodate(#nodes, self.hc, self.state.store)
   local described = false

@@ -34,6 +34,7 @@ local failure = require("flow.failure")
 local remote = require("flow.remote")
 local metrics = require("flow.metrics")
 local tasks = require("flow.tasks")
+local incremental = require("flow.incremental")
 
 local M = {}
 
@@ -55,7 +56,7 @@ M.ChildDone = execute.ChildDone
 
 local Run = {}
 Run.__index = Run
-for _, part in ipairs({ values, execute, (require("flow.incremental")), (require("flow.transfer")) }) do
+for _, part in ipairs({ values, execute, incremental, (require("flow.transfer")) }) do
   for name, f in pairs(part.methods) do Run[name] = f end
 end
 
@@ -120,7 +121,8 @@ function Run:attempt_body(i, k)
     end
     local m = metrics.with_logged(rec.metrics, logged)
     rec.metrics = m and next(m.values) and m or nil
-    return true, { outputs = rec.outputs and util.record_json(rec.outputs), paths = paths, exit_code = rec.exit_code,
+    rec.outputs_json = rec.outputs and util.record_json(rec.outputs)     -- the journal's, and the state record's
+    return true, { outputs = rec.outputs_json, paths = paths, exit_code = rec.exit_code,
                    remote = rec.remote and util.record_json(rec.remote),
                    metrics = rec.metrics and core.json_encode(rec.metrics.values),
                    series = rec.metrics and rec.metrics.series and core.json_encode(rec.metrics.series) }
@@ -138,25 +140,35 @@ function Run:attempt_body(i, k)
                   remote = rec.remote and util.record_json(rec.remote) }
 end
 
--- At step i's start: the fingerprint up_to_date computed, and its parts (JSON)
--- for the journal; kept for the step's record in the state.
+-- At step i's start: the fingerprint up_to_date computed, or the engine's
+-- check for a step without a record, and its parts (JSON) for the journal;
+-- kept, as that text, for the step's record in the state.
 function Run:take_fingerprint(i)
   local pending = self.pending[i]
-  self.pending[i] = nil
-  if not pending then return nil end
   local rec = self.records[self.nodes[i].name]
-  rec.fp, rec.parts = pending.fp, fingerprint.short(pending.parts)
-  return rec.fp, core.json_encode(rec.parts)      -- parts are hashes: never masked
+  if pending then
+    self.pending[i] = nil
+    rec.fp, rec.parts_json = pending.fp, core.json_encode(fingerprint.short(pending.parts))   -- hashes: never masked
+  elseif self.check then
+    local fp, parts = self.check:taken(i)
+    if not fp then return nil end
+    rec.fp, rec.parts_json, rec.reason = fp, parts, incremental.NO_RECORD
+  else
+    return nil
+  end
+  return rec.fp, rec.parts_json
 end
 
--- Step i's end is recorded (ok) or it failed.
+-- Step i's end is recorded (ok) or it failed.  Once its record is in the
+-- state, the run keeps of it only what its result reports (reason, metrics):
+-- a run of 100,000 steps would otherwise hold each record twice.
 function Run:step_finished(i, ok, time)
   local n = self.nodes[i]
   local rec = self.records[n.name]
-  rec.finished = time
   if ok and rec.fp then
-    state_mod.put(self.state, n.name, { fp = rec.fp, parts = rec.parts, outputs = rec.outputs, time = time,
-                                        metrics = rec.metrics })
+    state_mod.put(self.state, n.name, { fp = rec.fp, parts_json = rec.parts_json, outputs = rec.outputs,
+                                        outputs_json = rec.outputs_json, time = time, metrics = rec.metrics })
+    rec.fp, rec.parts_json, rec.outputs, rec.outputs_json = nil, nil, nil, nil
     if self.check then self.check:fresh(i) end  -- the engine's check may use its record now
   end
 end
@@ -361,8 +373,9 @@ function M.run(p, opts, level)
   if self.check then
     if os.getenv("FLOW_DEBUG_UPTODATE") then
       local st = self.check:stats()
-      io.stderr:write(string.format("flow: up-to-date check: %d passed in the engine, %d left to Lua\n",
-                                    st.passed, st.undecided))
+      io.stderr:write(string.format("flow: up-to-date check: %d passed in the engine, %d left to Lua%s\n",
+                                    st.passed, st.undecided,
+                                    st.no_record > 0 and string.format(", %d without a record", st.no_record) or ""))
     end
   end
   -- Record what ran: each of these is tried even when one before it failed.

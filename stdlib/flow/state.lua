@@ -205,6 +205,23 @@ function M.load(current)
   return st
 end
 
+-- A record's body, JSON: its fingerprint's parts, its metrics and, when
+-- there is a memory value among them, its output records (output files are
+-- the record's own fields, {path, hash} each).  A run hands the parts and
+-- the output records as the JSON it already wrote for its journal
+-- (parts_json, outputs_json); a record read back has them as tables.
+local function record_body(rec, files_only)
+  local items = {}
+  local parts = rec.parts_json or rec.parts and core.json_encode(rec.parts)     -- hashes: never masked
+  if parts then items[#items + 1] = '"parts":' .. parts end
+  if not files_only then
+    local outputs = rec.outputs_json or rec.outputs and util.record_json(rec.outputs)
+    if outputs then items[#items + 1] = '"outputs":' .. outputs end
+  end
+  if rec.metrics then items[#items + 1] = '"metrics":' .. util.record_json(rec.metrics) end
+  return "{" .. table.concat(items, ",") .. "}"
+end
+
 -- Record step `name`'s successful run.  Its record goes to the store at
 -- once (so the engine's up-to-date check sees it); save() makes it durable.
 function M.put(state, name, rec)
@@ -221,12 +238,8 @@ function M.put(state, name, rec)
     outs[k + 1], outs[k + 2], outs[k + 3], outs[k + 4] = redact(d), kind, redact(path), out.hash or ""
     k = k + 4
   end
-  -- Output files are the record's own fields ({path, hash} each): the body
-  -- repeats the output records only when there is a memory value among them.
-  state.store:put(redact(name), rec.fp, rec.time or 0,
-                  util.record_json({ parts = rec.parts, outputs = not files_only and rec.outputs or nil,
-                                     metrics = rec.metrics }), outs)
-  rawset(state.steps, name, rec)
+  state.store:put(redact(name), rec.fp, rec.time or 0, record_body(rec, files_only), outs)
+  rawset(state.steps, name, nil)      -- read back from the store when asked: no second copy kept
   state.dirty = true
 end
 

@@ -192,6 +192,55 @@ test_lua_step_changes_reach_the_stdlib() {
     equals "$(engine_line)" "flow: up-to-date check: 10 passed in the engine, 2 left to Lua"
 }
 
+# A step without a record (every step of a first run) gets its fingerprint
+# and its record's parts from the engine's check (uptodate.c's
+# short_parts_json), never from flow.incremental; --force makes the stdlib
+# compute both for every step.  Per step, both runs' journals must say the
+# same (the parts as JSON objects): two implementations of one rule, run
+# side by side on steps of every shape.  reads_fn reads a value that cannot
+# be cached, whose hash is the run's own: it is left out.
+fingerprints_of_runs() {
+    python3 - "$@" <<'P'
+import json, sys, glob
+runs = sorted(p for p in glob.glob(".flow/runs/*/journal.jsonl") if "/latest/" not in p)
+assert len(runs) == 2, runs
+def ends(path):
+    out = {}
+    for line in open(path):
+        ev = json.loads(line)
+        if ev.get("event") == "step_end" and ev.get("status") == "ok":
+            out[ev["step"]] = (ev["fingerprint"], ev["parts"])
+    return out
+engine, stdlib = ends(runs[0]), ends(runs[1])
+skip = set(sys.argv[1:])
+steps = sorted(set(engine) - skip)
+assert steps and sorted(set(stdlib) - skip) == steps, (steps, sorted(stdlib))
+for s in steps:
+    assert engine[s] == stdlib[s], (s, engine[s], stdlib[s])
+print(len(steps))
+P
+}
+
+test_a_first_run_fingerprints_in_the_engine_as_the_stdlib_does() {
+    shapes_project
+    FLOW_DEBUG_UPTODATE=1 run_flow 0 run
+    contains "$ERR" "12 done"
+    # the memory input from a Lua step is uncacheable by nothing: every step is the engine's
+    equals "$(engine_line)" "flow: up-to-date check: 0 passed in the engine, 0 left to Lua, 12 without a record"
+    run_flow 0 run --force
+    equals "$(fingerprints_of_runs)" "12" "every step's fingerprint and parts agree"
+}
+
+test_a_first_run_of_lua_steps_fingerprints_in_the_engine_as_the_stdlib_does() {
+    lua_project
+    FLOW_DEBUG_UPTODATE=1 run_flow 0 run
+    contains "$ERR" "12 done"
+    # reads_fn's input is a value that cannot be cached: the stdlib's check says why it runs
+    equals "$(engine_line)" "flow: up-to-date check: 0 passed in the engine, 1 left to Lua, 11 without a record"
+    run_flow 0 run --force
+    equals "$(fingerprints_of_runs reads_fn)" "11" "every cacheable step's fingerprint and parts agree"
+}
+
 # The checker is attached to the run's graph (a registry entry holding both)
 # only while sched.run lasts: it is detached even when sched.run raises, so
 # a driver script that catches the error and runs again leaks nothing.
