@@ -19,6 +19,13 @@ struct loop;
  * err if the event loop or the state cannot be made. */
 lua_State *flow_state_new(char *err, size_t errlen);
 void flow_state_close(lua_State *L);
+
+/* The state's allocator (alloc.c): small blocks from size classes, freed
+ * with the state by flow_alloc_free. */
+struct flow_alloc;
+struct flow_alloc *flow_alloc_new(void);
+lua_Alloc flow_alloc_fn(void);
+void flow_alloc_free(struct flow_alloc *a);
 struct loop *flow_state_loop(lua_State *L);
 
 /* Reads a script, desugars `distributed_job<…>` and pushes the chunk.
