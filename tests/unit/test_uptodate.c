@@ -3,7 +3,8 @@
  * files, inputs and outputs it finds; a step passes only with its record's
  * fingerprint and outputs; an input's hash comes only from a producer whose
  * record is this run's; a changed output or named file fails the check;
- * a memory output passes by where its value is kept. */
+ * a memory output passes by where its value is kept; a step without a
+ * record runs, with the fingerprint and the parts its record will keep. */
 #include "check.h"
 #include "hashcache.h"
 #include "statestore.h"
@@ -72,7 +73,7 @@ static void test_fingerprint_is_the_combine_rule(void)
     CHECK_STR(got, want);
     /* a producer whose record is not this run's: cannot tell */
     CHECK(utd_fingerprint(u, 1, got) == 1);
-    CHECK(!utd_check(u, 1));
+    CHECK(utd_decide(u, 1) == UTD_CANNOT_TELL);
     utd_free(u);
     state_store_free(st);
     hashcache_free(hc);
@@ -88,14 +89,27 @@ static void test_passes_only_with_record_and_outputs(void)
     struct state_store *st = state_store_open("state2.log", NULL, err, sizeof err);
     struct utd *u = utd_new(2, hc, st);
     describe(u);
-    CHECK(!utd_check(u, 0));                       /* no record */
+    /* no record: it runs, with the fingerprint and the parts its record keeps */
+    CHECK(utd_decide(u, 0) == UTD_NO_RECORD && !utd_passed(u, 0));
     char fp0[SHA256_HEX_SIZE], fp1[SHA256_HEX_SIZE];
     CHECK(utd_fingerprint(u, 0, fp0) == 0);
+    const char *fp, *parts;
+    CHECK(utd_found_fingerprint(u, 0, &fp, &parts));
+    CHECK_STR(fp, fp0);
+    char outputs[SHA256_HEX_SIZE], tool[SHA256_HEX_SIZE], want[256];
+    sha256_hex("o\0file\0out.txt", 14, outputs);
+    sha256_hex("echo hi\n", 8, tool);
+    snprintf(want, sizeof want, "{\"code\":\"code0\",\"outputs\":\"%.16s\",\"files\":{\"tool.sh\":\"%.16s\"},"
+             "\"params\":{\"lr\":\"aaaa\"}}", outputs, tool);
+    CHECK_STR(parts, want);
+    utd_forget_fingerprint(u, 0);
+    CHECK(!utd_found_fingerprint(u, 0, &fp, &parts) && !fp && !parts);
+    CHECK(utd_stats(u).no_record == 1);
     record(st, "make", fp0, "o", "out.txt");
-    CHECK(utd_check(u, 0) && utd_passed(u, 0));
+    CHECK(utd_decide(u, 0) == UTD_UP_TO_DATE && utd_passed(u, 0));
     CHECK(utd_fingerprint(u, 1, fp1) == 0);        /* its producer is fresh now */
     record(st, "use", fp1, "p", "p.txt");
-    CHECK(utd_check(u, 1));
+    CHECK(utd_decide(u, 1) == UTD_UP_TO_DATE);
     CHECK(utd_stats(u).passed == 2);
     utd_free(u);
 
@@ -103,15 +117,15 @@ static void test_passes_only_with_record_and_outputs(void)
     u = utd_new(2, hc, st);
     describe(u);
     write_text("out.txt", "changed\n");
-    CHECK(!utd_check(u, 0) && !utd_passed(u, 0));
-    CHECK(!utd_check(u, 1));                       /* its producer did not pass */
+    CHECK(utd_decide(u, 0) == UTD_CANNOT_TELL && !utd_passed(u, 0));
+    CHECK(utd_decide(u, 1) == UTD_CANNOT_TELL);    /* its producer did not pass */
     write_text("out.txt", "made\n");
     write_text("tool.sh", "echo bye\n");
-    CHECK(!utd_check(u, 0));
+    CHECK(utd_decide(u, 0) == UTD_CANNOT_TELL);
     write_text("tool.sh", "echo hi\n");
-    CHECK(utd_check(u, 0));
+    CHECK(utd_decide(u, 0) == UTD_UP_TO_DATE);
     write_text("raw.txt", "new raw\n");
-    CHECK(!utd_check(u, 1));                       /* an outside input changed */
+    CHECK(utd_decide(u, 1) == UTD_CANNOT_TELL);    /* an outside input changed */
     CHECK(utd_stats(u).undecided == 4);
     utd_free(u);
     state_store_free(st);
@@ -135,7 +149,7 @@ static bool passes_with_output(char kind, const char *path, const char *hash)
     struct state_out out = { kind, "v", path, hash };
     CHECK(state_store_put(st, &(struct state_rec){ .name = "lua", .fp = fp, .body = "{}", .body_len = 2, .n_outs = 1,
                                                    .outs = &out }, err, sizeof err) == 0);
-    bool ok = utd_check(u, 0);
+    bool ok = utd_decide(u, 0) == UTD_UP_TO_DATE;
     utd_free(u);
     state_store_free(st);
     hashcache_free(hc);
