@@ -56,13 +56,11 @@ static void free_list(char **v, size_t n)
     free(v);
 }
 
-static void clear_step(struct step *s)
+/* What utd_set_step copied, freed: once a step is decided, only its name
+ * (its consumers' inputs name its record), its flags and a fingerprint not
+ * yet taken stay. */
+static void forget_description(struct step *s)
 {
-    free(s->name);
-    s->name = NULL;
-    free(s->fp);
-    free(s->parts_json);
-    s->fp = s->parts_json = NULL;
     if (!s->described) return;
     free((char *)s->code.s);
     free((char *)s->dist.s);
@@ -80,6 +78,20 @@ static void clear_step(struct step *s)
     }
     free(s->inputs);
     free_list(s->outs, s->n_outs);
+    s->described = false;
+    s->code = s->dist = s->outputs = (struct fp_str){ NULL, 0 };
+    s->params = NULL;
+    s->files = s->outs = NULL;
+    s->inputs = NULL;
+    s->n_params = s->n_files = s->n_inputs = s->n_outs = 0;
+}
+
+static void clear_step(struct step *s)
+{
+    free(s->name);
+    free(s->fp);
+    free(s->parts_json);
+    forget_description(s);
     memset(s, 0, sizeof *s);
 }
 
@@ -345,6 +357,7 @@ enum utd_verdict utd_decide(struct utd *u, size_t i)
     } else {
         u->stats.undecided++;
     }
+    forget_description(s);              /* asked once a run: 100,000 descriptions are not kept to its end */
     return v;
 }
 

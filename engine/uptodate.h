@@ -83,7 +83,8 @@ enum utd_verdict {
     UTD_NO_RECORD,         /* it has no record, so it runs; its fingerprint is known (utd_take_fingerprint) */
 };
 
-/* Whether step i is up to date.  UTD_UP_TO_DATE marks it fresh and passed.
+/* Whether step i is up to date; asked once (its description is freed then:
+ * a second question gets UTD_CANNOT_TELL).  UTD_UP_TO_DATE marks it fresh and passed.
  * UTD_NO_RECORD (a first run, or a new step) keeps the fingerprint and its
  * parts, so a step that was never run costs the stdlib nothing either. */
 enum utd_verdict utd_decide(struct utd *u, size_t i);
