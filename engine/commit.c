@@ -352,6 +352,11 @@ static int commit_steps(const char *staging, const char *final, char *err, size_
     return rc;
 }
 
+bool commit_output_by_rename(const char *staging, const char *final)
+{
+    return rename(staging, final) == 0;      /* install()'s first try, which commit_steps then repeats */
+}
+
 int commit_output_unsynced(const char *staging, const char *final, char *err, size_t errlen)
 {
     char reason[1024] = "";

@@ -6,6 +6,7 @@
 #ifndef FLOW_COMMIT_H
 #define FLOW_COMMIT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* The directory holding `path` ("." when it has no '/'); the caller frees it. */
@@ -37,5 +38,12 @@ int copy_tree(const char *src, const char *dst, char *err, size_t errlen);
  * untouched and err reads "cannot move STAGING to FINAL: reason".  Safe to
  * call from any thread. */
 int commit_output_unsynced(const char *staging, const char *final, char *err, size_t errlen);
+
+/* The part of commit_output_unsynced that is one rename(2), which the loop's
+ * thread may make itself: true when staging is now final; false when that
+ * rename could not do it (final a non-empty directory, another file system,
+ * a missing parent, ...), nothing changed, and commit_output_unsynced (on
+ * the work pool: it may remove or copy a tree) does the rest. */
+bool commit_output_by_rename(const char *staging, const char *final);
 
 #endif

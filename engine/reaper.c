@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -20,6 +21,8 @@ extern char **environ;
 
 #define REAPER_FD 3
 #define GRACE_S 5
+#define BATCH_NS (2 * 1000 * 1000)
+#define SEND_WAIT_MS 100
 
 static const char *reaper_exe;
 static int sock = -1;
@@ -58,8 +61,13 @@ bool reaper_start(void)
             posix_spawn_file_actions_destroy(&fa);
         }
         close(sv[1]);
-        if (rc == 0) sock = sv[0];
-        else close(sv[0]);
+        if (rc == 0) {
+            sock = sv[0];
+            struct timeval wait = { 0, SEND_WAIT_MS * 1000 };
+            (void)setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof wait);
+        } else {
+            close(sv[0]);
+        }
     }
     if (rc != 0) {
         failed = true;
@@ -73,9 +81,11 @@ bool reaper_start(void)
 static void tell(int32_t v)
 {
     if (sock < 0) return;
-    /* Never block or stop a run for this: a reaper that is gone or stuck
-     * costs this one safeguard, nothing else. */
-    (void)send(sock, &v, sizeof v, MSG_NOSIGNAL | MSG_DONTWAIT);
+    /* Never stop a run for this: a reaper that is gone or stuck costs this
+     * one safeguard, nothing else.  A full socket (the reaper takes its
+     * messages in batches) is waited on for at most SEND_WAIT_MS. */
+    if (send(sock, &v, sizeof v, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        (void)send(sock, &v, sizeof v, MSG_NOSIGNAL);   /* bounded by SO_SNDTIMEO */
 }
 
 void reaper_stop(void)
@@ -105,11 +115,23 @@ int reaper_main(void)
     for (size_t i = 0; i < sizeof ignored / sizeof *ignored; i++) signal(ignored[i], SIG_IGN);
     pid_t *groups = NULL;
     size_t n = 0, cap = 0;
-    for (;;) {
+    /* flow sends two messages a step (watch, forget).  Woken for each, the
+     * reaper would cost a run of many short steps two context switches a
+     * step on both sides; so it takes what has gathered, then sleeps a
+     * moment (BATCH_NS) before it waits again.  The socket holds hundreds of
+     * messages; flow's end is seen at most that moment late. */
+    struct timespec batch = { 0, BATCH_NS };
+    for (bool wait = true;;) {
         int32_t v;
-        ssize_t r = recv(REAPER_FD, &v, sizeof v, 0);
+        ssize_t r = recv(REAPER_FD, &v, sizeof v, wait ? 0 : MSG_DONTWAIT);
         if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && !wait && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            nanosleep(&batch, NULL);
+            wait = true;
+            continue;
+        }
         if (r != (ssize_t)sizeof v) break;           /* 0: flow is gone */
+        wait = false;
         if (v > 0) {
             ARRAY_GROW(groups, n, cap);
             groups[n++] = v;

@@ -457,6 +457,8 @@ static int commit_wait(lua_State *L, struct commit_job *job)
 static int commit_or_copy(lua_State *L, bool copy)
 {
     const char *staging = luaL_checkstring(L, 1), *final = luaL_checkstring(L, 2);
+    /* most outputs are one rename: made here, without a pool thread's round trip */
+    if (!copy && commit_output_by_rename(staging, final)) return 0;
     struct commit_job *job = lua_newuserdatauv(L, sizeof *job, 0);
     *job = (struct commit_job){ .staging = staging, .final = final, .copy = copy };
     struct work_pool *pool = flow_step_can_yield(L) ? run_pool(L) : NULL;

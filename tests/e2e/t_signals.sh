@@ -73,6 +73,28 @@ L
     all_gone "$(cat started)" "$(cat child)"
 }
 
+# The reaper takes flow's messages in batches (engine/reaper.c): 60 steps
+# that start in a burst are 60 messages read in a few batches, and a flow
+# killed then leaves every one of their process groups to be stopped.
+test_kill_9_takes_a_burst_of_steps_along() {
+    mkdir started.d
+    write pipeline.lua <<'L'
+local steps = {}
+for i = 1, 60 do
+  steps[i] = node{ command = "echo $$ > started.d/" .. i .. "; exec sleep 1000", name = "s" .. i }
+end
+return pipeline(steps)
+L
+    "$FLOW" run -j 60 >stdout.txt 2>stderr.txt &
+    local pid=$!
+    for _ in $(seq 400); do [ "$(ls started.d | wc -l)" -eq 60 ] && break; sleep 0.05; done
+    [ "$(ls started.d | wc -l)" -eq 60 ] || { echo "the steps never all started"; cat stderr.txt; kill -9 "$pid"; return 1; }
+    sleep 0.5        # each one's group told to the reaper (engine/reaper.h: a kill in between)
+    kill -9 "$pid"
+    set +e; wait "$pid"; set -e
+    all_gone $(cat started.d/*)
+}
+
 test_sighup_ignored_under_nohup() {
     # nohup (SIGHUP ignored before flow starts) keeps its meaning: the run goes on.
     write pipeline.lua <<'L'
