@@ -233,7 +233,10 @@ function Run:save_memory_values(n, by)
     kept[i] = { rec, err }
   end
   local outs = {}
-  for i, o in ipairs(n.outputs) do outs[o.dataset] = self:keep_memory_value(o.dataset, by[o.dataset], kept[i][1], kept[i][2]) end
+  for i, o in ipairs(n.outputs) do
+    local d = o.dataset
+    outs[d] = self:keep_memory_value(d, by[d], kept[i][1], kept[i][2])
+  end
   return outs
 end
 
