@@ -93,6 +93,7 @@ void reaper_stop(void)
     if (sock < 0) return;
     close(sock);
     sock = -1;
+    kill(reaper_pid, SIGUSR1);         /* ends its pause between batches: flow's exit does not wait it out */
     waitpid(reaper_pid, NULL, 0);      /* no zombie left where PID 1 does not reap */
 }
 
@@ -108,18 +109,25 @@ static bool any_alive(const pid_t *groups, size_t n)
     return false;
 }
 
+static void woken(int sig) { (void)sig; }
+
 int reaper_main(void)
 {
     /* It lives exactly as long as flow: the signals that stop a run are for flow. */
     static const int ignored[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU };
     for (size_t i = 0; i < sizeof ignored / sizeof *ignored; i++) signal(ignored[i], SIG_IGN);
+    /* SIGUSR1 (reaper_stop) only interrupts a pause: no SA_RESTART */
+    struct sigaction wake = { .sa_handler = woken };
+    sigemptyset(&wake.sa_mask);
+    sigaction(SIGUSR1, &wake, NULL);
     pid_t *groups = NULL;
     size_t n = 0, cap = 0;
     /* flow sends two messages a step (watch, forget).  Woken for each, the
      * reaper would cost a run of many short steps two context switches a
      * step on both sides; so it takes what has gathered, then sleeps a
      * moment (BATCH_NS) before it waits again.  The socket holds hundreds of
-     * messages; flow's end is seen at most that moment late. */
+     * messages; a killed flow's end is seen at most that moment late (a flow
+     * that ends normally cuts the pause short: reaper_stop). */
     struct timespec batch = { 0, BATCH_NS };
     for (bool wait = true;;) {
         int32_t v;
