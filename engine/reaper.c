@@ -23,6 +23,10 @@ extern char **environ;
 #define GRACE_S 5
 #define BATCH_NS (2 * 1000 * 1000)
 #define SEND_WAIT_MS 100
+/* How reaper_stop wakes the reaper: a signal whose default action is to be
+ * ignored, so that one that comes before the reaper's handler is in place
+ * (a run that ends at once) cannot kill it. */
+#define REAPER_WAKE SIGURG
 
 static const char *reaper_exe;
 static int sock = -1;
@@ -83,9 +87,16 @@ static void tell(int32_t v)
     if (sock < 0) return;
     /* Never stop a run for this: a reaper that is gone or stuck costs this
      * one safeguard, nothing else.  A full socket (the reaper takes its
-     * messages in batches) is waited on for at most SEND_WAIT_MS. */
-    if (send(sock, &v, sizeof v, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        (void)send(sock, &v, sizeof v, MSG_NOSIGNAL);   /* bounded by SO_SNDTIMEO */
+     * messages in batches) is waited on for at most SEND_WAIT_MS, once: a
+     * reaper that lets that pass is not waited for again. */
+    static bool behind;
+    if (send(sock, &v, sizeof v, MSG_NOSIGNAL | MSG_DONTWAIT) >= 0 || behind) return;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return;          /* gone: nothing to wait for */
+    if (send(sock, &v, sizeof v, MSG_NOSIGNAL) < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        behind = true;                 /* SO_SNDTIMEO passed */
+        ui_warn("the process that stops steps if flow is killed is not keeping up; "
+                "if flow is killed, some of its steps may keep running");
+    }
 }
 
 void reaper_stop(void)
@@ -93,7 +104,7 @@ void reaper_stop(void)
     if (sock < 0) return;
     close(sock);
     sock = -1;
-    kill(reaper_pid, SIGUSR1);         /* ends its pause between batches: flow's exit does not wait it out */
+    kill(reaper_pid, REAPER_WAKE);     /* ends its pause between batches: flow's exit does not wait it out */
     waitpid(reaper_pid, NULL, 0);      /* no zombie left where PID 1 does not reap */
 }
 
@@ -116,10 +127,10 @@ int reaper_main(void)
     /* It lives exactly as long as flow: the signals that stop a run are for flow. */
     static const int ignored[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU };
     for (size_t i = 0; i < sizeof ignored / sizeof *ignored; i++) signal(ignored[i], SIG_IGN);
-    /* SIGUSR1 (reaper_stop) only interrupts a pause: no SA_RESTART */
+    /* REAPER_WAKE (reaper_stop) only interrupts a pause: no SA_RESTART */
     struct sigaction wake = { .sa_handler = woken };
     sigemptyset(&wake.sa_mask);
-    sigaction(SIGUSR1, &wake, NULL);
+    sigaction(REAPER_WAKE, &wake, NULL);
     pid_t *groups = NULL;
     size_t n = 0, cap = 0;
     /* flow sends two messages a step (watch, forget).  Woken for each, the

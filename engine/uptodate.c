@@ -11,6 +11,7 @@
 
 struct step {
     bool described, fresh, passed;
+    char fresh_fp[SHA256_HEX_SIZE];         /* the fingerprint of the record that made it fresh */
     char *name;
     char *fp, *parts_json;                  /* utd_decide's, for a step without a record */
     struct fp_str code, dist, outputs;
@@ -145,9 +146,15 @@ void utd_name_step(struct utd *u, size_t i, const char *name)
     u->steps[i].name = xstrdup(name);
 }
 
-void utd_mark_fresh(struct utd *u, size_t i)
+static void mark_fresh(struct step *s, const char *fp)
 {
-    if (i < u->n_steps) u->steps[i].fresh = true;
+    s->fresh = strlen(fp) == SHA256_HEX_SIZE - 1;
+    if (s->fresh) memcpy(s->fresh_fp, fp, SHA256_HEX_SIZE);
+}
+
+void utd_mark_fresh(struct utd *u, size_t i, const char *fp)
+{
+    if (i < u->n_steps) mark_fresh(&u->steps[i], fp);
 }
 
 bool utd_passed(const struct utd *u, size_t i) { return i < u->n_steps && u->steps[i].passed; }
@@ -177,11 +184,15 @@ static const struct state_out *out_named(const struct state_rec *r, const char *
 static const char *input_hash(struct utd *u, const struct utd_input *in, char buf[SHA256_HEX_SIZE])
 {
     if (in->producer != UTD_NO_PRODUCER) {
-        /* only a record this run made or confirmed says what the input is now */
-        if (in->producer >= u->n_steps || !u->steps[in->producer].fresh || !u->steps[in->producer].name)
-            return NULL;
-        const struct state_rec *r = state_store_get(u->store, u->steps[in->producer].name);
-        const struct state_out *o = r ? out_named(r, in->dataset.s, in->dataset.len) : NULL;
+        /* only a record this run made or confirmed says what the input is now:
+         * a run beside this one (flow.spawn: a parallel sweep's trials share
+         * the store) may have put a record of its own since */
+        if (in->producer >= u->n_steps) return NULL;
+        const struct step *p = &u->steps[in->producer];
+        if (!p->fresh || !p->name) return NULL;
+        const struct state_rec *r = state_store_get(u->store, p->name);
+        if (!r || strcmp(r->fp, p->fresh_fp) != 0) return NULL;
+        const struct state_out *o = out_named(r, in->dataset.s, in->dataset.len);
         if (!o || o->kind == 'u' || !o->hash[0]) return NULL;
         return o->hash;
     }
@@ -239,9 +250,14 @@ static int find_parts(struct utd *u, const struct step *s, struct found *f)
     f->p.params = xcalloc(s->n_params + 1, sizeof *f->p.params);
     if (file_hashes(u, s, f->p.files, f->file_hex, &f->p.n_files) != 0) return 1;
     for (size_t k = 0; k < s->n_inputs; k++) {
+        const struct fp_str d = s->inputs[k].dataset;
+        bool seen = false;                    /* read twice: one entry, as in the stdlib's map */
+        for (size_t j = 0; j < f->p.n_inputs && !seen; j++)
+            seen = f->p.inputs[j].key.len == d.len && memcmp(f->p.inputs[j].key.s, d.s, d.len) == 0;
+        if (seen) continue;
         const char *h = input_hash(u, &s->inputs[k], f->in_hex[k]);
         if (!h) return 1;
-        f->p.inputs[f->p.n_inputs++] = (struct fp_kv){ s->inputs[k].dataset, { h, strlen(h) } };
+        f->p.inputs[f->p.n_inputs++] = (struct fp_kv){ d, { h, strlen(h) } };
     }
     /* fp_combine sorts in place: a copy keeps the description's order */
     memcpy(f->p.params, s->params, s->n_params * sizeof *f->p.params);
@@ -283,10 +299,12 @@ static void short_map(struct strbuf *sb, const char *name, const struct fp_kv *k
     sb_addc(sb, '}');
 }
 
-/* The parts as fingerprint.short and core.json_encode write them (one rule,
- * checked against the stdlib by tests/e2e/t_uptodate.sh): each hash cut to
- * FP_SHORT hex digits, the outputs part (names, types, paths) hashed
- * first.  Keys are dataset, parameter and file names: no NUL in them. */
+/* The parts as fingerprint.short makes them, as a JSON object equal to the
+ * one core.json_encode writes of that (its keys sorted, these in this
+ * order; one rule, checked against the stdlib by tests/e2e/t_uptodate.sh):
+ * each hash cut to FP_SHORT hex digits, the outputs part (names, types,
+ * paths) hashed first.  Keys are dataset, parameter and file names: no NUL
+ * in them. */
 static char *short_parts_json(const struct fp_parts *p)
 {
     struct strbuf sb = STRBUF_INIT;
@@ -350,7 +368,8 @@ enum utd_verdict utd_decide(struct utd *u, size_t i)
     if (!r) v = no_record(u, s);
     else if (utd_fingerprint(u, i, hex) == 0 && strcmp(hex, r->fp) == 0 && outputs_hold(u, s, r)) v = UTD_UP_TO_DATE;
     if (v == UTD_UP_TO_DATE) {
-        s->fresh = s->passed = true;
+        mark_fresh(s, r->fp);
+        s->passed = true;
         u->stats.passed++;
     } else if (v == UTD_NO_RECORD) {
         u->stats.no_record++;

@@ -65,13 +65,15 @@ void utd_set_step(struct utd *u, size_t i, const struct utd_step *spec);
  * of a described step's input that this check does not decide itself. */
 void utd_name_step(struct utd *u, size_t i, const char *name);
 
-/* Step i's record in the store is this run's (it ran and was recorded, or
- * was found up to date): its outputs' hashes can stand for its consumers'.
- * The check marks the steps it passes itself; the stdlib calls this (check:
- * fresh(i), lua/l_uptodate.c) for the others: runner.lua's Run:step_finished
- * once a step's record is put, incremental.lua's Run:up_to_date when its Lua
- * check finds a step up to date. */
-void utd_mark_fresh(struct utd *u, size_t i);
+/* Step i's record in the store, with fingerprint fp, is this run's (it ran
+ * and was recorded, or was found up to date): its outputs' hashes can stand
+ * for its consumers' for as long as the store holds that record (another
+ * run at once may replace it).  The check marks the steps it passes itself;
+ * the stdlib calls this (check:fresh(i, fp), lua/l_uptodate.c) for the
+ * others: runner.lua's Run:step_finished once a step's record is put,
+ * incremental.lua's Run:up_to_date when its Lua check finds a step up to
+ * date. */
+void utd_mark_fresh(struct utd *u, size_t i, const char *fp);
 
 /* Step i's fingerprint as it is now, into hex: 0, or 1 when this check
  * cannot tell (then hex is unset). */
@@ -80,7 +82,7 @@ int utd_fingerprint(struct utd *u, size_t i, char hex[SHA256_HEX_SIZE]);
 enum utd_verdict {
     UTD_CANNOT_TELL,       /* the stdlib's full check decides, and says why */
     UTD_UP_TO_DATE,        /* its fingerprint is its record's and each output is as that record says */
-    UTD_NO_RECORD,         /* it has no record, so it runs; its fingerprint is known (utd_take_fingerprint) */
+    UTD_NO_RECORD,         /* it has no record, so it runs; its fingerprint is known (utd_found_fingerprint) */
 };
 
 /* Whether step i is up to date; asked once (its description is freed then:

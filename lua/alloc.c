@@ -8,8 +8,10 @@
  * small blocks need no header and no search: a block of up to
  * ALLOC_SMALL_MAX bytes comes from the free list of its 16-byte size class,
  * or is cut from a slab; a freed one goes back on that list.  Larger blocks
- * (long strings, big tables' arrays) go to malloc as before.  Slabs are
- * freed with the state.  One state, one thread: no locking.
+ * (long strings, big tables' arrays) go to malloc as before.  A freed
+ * small block stays in its class for the next one, and slabs are freed only
+ * with the state: a long session (the REPL, a sweep) keeps the peak of its
+ * small blocks.  One state, one thread: no locking.
  *
  * Under AddressSanitizer every block is malloc's, so that a use after free
  * in the Lua runtime (or a C function's misuse of a Lua string) is still

@@ -7,9 +7,10 @@
  *   chk:set(i, name, code, dist|nil, outputs, {param = hash}, {file, ...},
  *           {dataset, producer|false, hash|false, path|false, ...}, {output, ...})
  *   chk:name(i, name)    names step i, a producer the check does not describe
- *   chk:fresh(i)         step i's record in the store is this run's
+ *   chk:fresh(i, fp)     step i's record in the store, with fingerprint fp, is this run's
  *   chk:passed(i)        -> whether the check found step i up to date
- *   chk:fingerprint(i)   -> the fingerprint it computes now, or nil (cannot tell)
+ *   chk:fingerprint(i)   -> the fingerprint it computes now, or nil (cannot tell;
+ *                           always, once the step is decided: its description is freed)
  *   chk:taken(i)         -> fingerprint, parts (JSON) of a step it found without a
  *                           record (it runs), once; nil for any other step
  *   chk:attach(dag) / chk:detach(dag)   the run of `dag` asks it (flow_uptodate_check)
@@ -142,7 +143,7 @@ static int l_name(lua_State *L)
 
 static int l_fresh(lua_State *L)
 {
-    utd_mark_fresh(check_utd(L), check_step(L, 2));
+    utd_mark_fresh(check_utd(L), check_step(L, 2), luaL_checkstring(L, 3));
     return 0;
 }
 

@@ -126,8 +126,9 @@ end
 function Run:decide(i, n)
   local parts = self:parts(i, n)
   local fp = fingerprint.combine(parts)
-  self.pending[i] = { fp = fp, parts = parts }
   local rec = self.state.steps[n.name]
+  -- the record judged is kept: a run beside this one may put another meanwhile
+  self.pending[i] = { fp = fp, parts = parts, rec = rec }
   if self.sweep_job and self.sweep_job.step == n.name then return "its trials run as an Azure ML sweep job" end
   if self.force and not self.completed[n.name] then return "--force" end
   if not rec then return M.NO_RECORD end
@@ -231,9 +232,10 @@ function Run:up_to_date(i)
     if self.explain then explain_line(n, "runs", why) end
     return false
   end
+  local rec = self.pending[i].rec
   self.pending[i] = nil                       -- its parts are needed only for a run's record
-  self:use_recorded(n, self.state.steps[n.name])
-  if self.check then self.check:fresh(i) end  -- its record stands: consumers may use its hashes
+  self:use_recorded(n, rec)
+  if self.check then self.check:fresh(i, rec.fp) end  -- its record stands: consumers may use its hashes
   if self.explain then explain_line(n, "is up to date") end
   -- its journal line ("up to date") is engine/step.c's
   return true

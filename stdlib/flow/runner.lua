@@ -165,11 +165,12 @@ end
 function Run:step_finished(i, ok, time)
   local n = self.nodes[i]
   local rec = self.records[n.name]
-  if ok and rec.fp then
-    state_mod.put(self.state, n.name, { fp = rec.fp, parts_json = rec.parts_json, outputs = rec.outputs,
+  local fp = rec.fp
+  if ok and fp then
+    state_mod.put(self.state, n.name, { fp = fp, parts_json = rec.parts_json, outputs = rec.outputs,
                                         outputs_json = rec.outputs_json, time = time, metrics = rec.metrics })
     rec.fp, rec.parts_json, rec.outputs, rec.outputs_json = nil, nil, nil, nil
-    if self.check then self.check:fresh(i) end  -- the engine's check may use its record now
+    if self.check then self.check:fresh(i, fp) end  -- the engine's check may use its record now
   end
 end
 

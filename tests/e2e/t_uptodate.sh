@@ -9,7 +9,8 @@
 
 # Command steps of many shapes: argv, shell line, cwd, env, ${params.} in
 # argv and shell, params: and parameters inputs, project files named plainly,
-# as --opt=path and by absolute path, distribution, several outputs, catalog
+# as --opt=path and by absolute path, distribution, several outputs, one
+# dataset read twice (one entry in the fingerprint), catalog
 # types (json, text, file, folder; a raw catalog input), a memory input made
 # by a Lua step, inputs from other command steps.
 shapes_project() {
@@ -41,7 +42,7 @@ S
 return pipeline{
   node{ name = "argv", inputs = { r = "raw" }, outputs = { o = "a1" },
         command = { "sh", "src/tool.sh", "${inputs.r}", "--lr=${params.lr}", "${outputs.o}" } },
-  node{ name = "argv_touch", inputs = { r = "raw" }, outputs = { o = "a2" },
+  node{ name = "argv_touch", inputs = { r = "raw", again = "raw" }, outputs = { o = "a2" },
         command = { "touch", "${outputs.o}" } },
   node{ name = "shell", inputs = { a = "a1", b = "a2" }, outputs = { o = "s1" },
         command = "sh src/tool.sh ${inputs.a} ${inputs.b} --config=conf/x/settings.yaml; echo ${params.model.name} > ${outputs.o}" },
@@ -121,7 +122,8 @@ test_a_changed_output_is_noticed() {
 }
 
 # Lua steps of many shapes: upvalues (a number, a nested table), a script
-# global, a project module, params: and parameters inputs, a value small
+# global, a project module, params: and parameters inputs, one dataset read
+# twice, a value small
 # enough to live in its record and one cached in .flow/cache/values/,
 # several outputs, a catalog json output, inputs from a command step, and a
 # value that cannot be cached (a function), which always reruns.
@@ -146,7 +148,7 @@ return pipeline{
   node{ name = "upv", inputs = "b0", outputs = "u1", func = function(b) return b * scale + cfg.depth end },
   node{ name = "glob", inputs = "u1", outputs = "g1", func = function(u) return u + GLOBAL_K end },
   node{ name = "mod", inputs = "g1", outputs = "m1", func = function(g) return helpers.twice(g) end },
-  node{ name = "params", inputs = { x = "m1", lr = "params:lr", all = "parameters" }, outputs = "p1",
+  node{ name = "params", inputs = { x = "m1", again = "m1", lr = "params:lr", all = "parameters" }, outputs = "p1",
         func = function(t) return t.x + t.lr + t.all.n end },
   node{ name = "big", inputs = "p1", outputs = "big", func = function(p) return string.rep("x", 2000) .. p end },
   node{ name = "many", inputs = "big", outputs = { "m_a", "m_b" }, func = function(b) return #b, { t = b:sub(1, 3) } end },

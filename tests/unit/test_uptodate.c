@@ -148,6 +148,34 @@ static void test_passes_only_with_record_and_outputs(void)
     hashcache_free(hc);
 }
 
+/* Runs at once share the store (a parallel sweep's trials): a producer's
+ * record replaced by another run after this run marked it fresh no longer
+ * speaks for its output here. */
+static void test_a_record_another_run_replaced_is_not_trusted(void)
+{
+    write_text("tool.sh", "echo hi\n");
+    write_text("out.txt", "made\n");
+    write_text("raw.txt", "raw\n");
+    struct hashcache *hc = hashcache_load(".hashes");
+    struct state_store *st = state_store_open("state3.log", NULL, err, sizeof err);
+    struct utd *u = utd_new(2, hc, st);
+    describe(u);
+    char fp0[SHA256_HEX_SIZE], fp1[SHA256_HEX_SIZE];
+    CHECK(utd_fingerprint(u, 0, fp0) == 0);
+    record(st, "make", fp0, "o", "out.txt");
+    utd_mark_fresh(u, 0, fp0);                     /* this run put it */
+    CHECK(utd_fingerprint(u, 1, fp1) == 0);
+    write_text("other.txt", "another run's\n");
+    char other_fp[SHA256_HEX_SIZE];
+    sha256_hex("another run", 11, other_fp);
+    record(st, "make", other_fp, "o", "other.txt");  /* a run beside it put its own */
+    CHECK(utd_fingerprint(u, 1, fp1) == 1);
+    CHECK(utd_decide(u, 1) == UTD_CANNOT_TELL);
+    utd_free(u);
+    state_store_free(st);
+    hashcache_free(hc);
+}
+
 /* A memory output: inline in its record ('v', vouched for by the record's
  * checksum), cached in a file ('c', hashed like a file output), or of a
  * kind this check does not decide ('m' from before values said where they
@@ -196,6 +224,7 @@ int main(void)
     RUN(test_fingerprint_is_the_combine_rule);
     RUN(test_passes_only_with_record_and_outputs);
     RUN(test_memory_outputs);
+    RUN(test_a_record_another_run_replaced_is_not_trusted);
     if (chdir("/") == 0) {
         char *cmd = xasprintf("rm -rf '%s'", root);
         if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
