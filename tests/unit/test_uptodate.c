@@ -95,16 +95,26 @@ static void test_fingerprint_is_the_combine_rule(void)
     hashcache_free(hc);
 }
 
-static void test_passes_only_with_record_and_outputs(void)
+/* The two steps' files as describe() names them, and a check of both on a
+ * state store of its own. */
+static struct utd *two_steps(const char *state_path, struct hashcache **hc, struct state_store **st)
 {
     write_text("tool.sh", "echo hi\n");
     write_text("out.txt", "made\n");
     write_text("p.txt", "used\n");
     write_text("raw.txt", "raw\n");
-    struct hashcache *hc = hashcache_load(".hashes");
-    struct state_store *st = state_store_open("state2.log", NULL, err, sizeof err);
-    struct utd *u = utd_new(2, hc, st);
+    *hc = hashcache_load(".hashes");
+    *st = state_store_open(state_path, NULL, err, sizeof err);
+    struct utd *u = utd_new(2, *hc, *st);
     describe(u);
+    return u;
+}
+
+static void test_passes_only_with_record_and_outputs(void)
+{
+    struct hashcache *hc;
+    struct state_store *st;
+    struct utd *u = two_steps("state2.log", &hc, &st);
     /* no record: it runs, with the fingerprint and the parts its record keeps */
     char fp0[SHA256_HEX_SIZE], fp1[SHA256_HEX_SIZE];
     CHECK(utd_fingerprint(u, 0, fp0) == 0);
@@ -153,13 +163,9 @@ static void test_passes_only_with_record_and_outputs(void)
  * speaks for its output here. */
 static void test_a_record_another_run_replaced_is_not_trusted(void)
 {
-    write_text("tool.sh", "echo hi\n");
-    write_text("out.txt", "made\n");
-    write_text("raw.txt", "raw\n");
-    struct hashcache *hc = hashcache_load(".hashes");
-    struct state_store *st = state_store_open("state3.log", NULL, err, sizeof err);
-    struct utd *u = utd_new(2, hc, st);
-    describe(u);
+    struct hashcache *hc;
+    struct state_store *st;
+    struct utd *u = two_steps("state3.log", &hc, &st);
     char fp0[SHA256_HEX_SIZE], fp1[SHA256_HEX_SIZE];
     CHECK(utd_fingerprint(u, 0, fp0) == 0);
     record(st, "make", fp0, "o", "out.txt");
