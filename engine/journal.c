@@ -121,7 +121,7 @@ static int sync_error(struct journal *j, int e, char *err, size_t errlen)
     return -1;
 }
 
-static int append(struct journal *j, const char *line, size_t len, bool durable, char *err, size_t errlen)
+int journal_append(struct journal *j, const char *line, size_t len, bool durable, char *err, size_t errlen)
 {
     if ((durable || j->durable) && start_syncer(j, err, errlen) != 0) return -1;
     pthread_mutex_lock(&j->mu);
@@ -158,16 +158,6 @@ static int append(struct journal *j, const char *line, size_t len, bool durable,
     }
     pthread_mutex_unlock(&j->mu);
     return 0;
-}
-
-int journal_append(struct journal *j, const char *line, size_t len, char *err, size_t errlen)
-{
-    return append(j, line, len, true, err, errlen);
-}
-
-int journal_note(struct journal *j, const char *line, size_t len, char *err, size_t errlen)
-{
-    return append(j, line, len, false, err, errlen);
 }
 
 int journal_sync(struct journal *j, char *err, size_t errlen)

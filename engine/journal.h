@@ -6,6 +6,7 @@
 #ifndef FLOW_JOURNAL_H
 #define FLOW_JOURNAL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct journal;
@@ -15,17 +16,15 @@ struct journal;
  * NULL with a message naming the path on failure. */
 struct journal *journal_open(const char *path, char *err, size_t errlen);
 
-/* Appends `line` plus a '\n' if it does not end with one, and asks for a
- * sync without waiting for it.  -1 with a message if the write failed or an
+/* Appends `line` plus a '\n' if it does not end with one.  A `durable`
+ * line (one that records work) asks for a sync without waiting for it; one
+ * that need not be durable on its own (a run's start, a step found up to
+ * date, the end of a run in which nothing ran) asks for none until the
+ * journal holds a durable line, whose sync covers it; from then on every
+ * line is synced.  So a run in which nothing ran syncs nothing, not even the
+ * new file's directory.  -1 with a message if the write failed or an
  * earlier background sync did. */
-int journal_append(struct journal *j, const char *line, size_t len, char *err, size_t errlen);
-
-/* The same for a line that need not be durable on its own (a run's start,
- * a step found up to date, the end of a run in which nothing ran): no sync
- * is asked for until the journal holds a line that must be durable, whose
- * sync covers it; from then on, as journal_append.  So a run in which
- * nothing ran syncs nothing, not even the new file's directory. */
-int journal_note(struct journal *j, const char *line, size_t len, char *err, size_t errlen);
+int journal_append(struct journal *j, const char *line, size_t len, bool durable, char *err, size_t errlen);
 
 /* Waits until everything appended so far is on disk. */
 int journal_sync(struct journal *j, char *err, size_t errlen);

@@ -47,7 +47,7 @@ struct life {
 /* Lines to write, the outputs to flush first, the steps whose end waits for them. */
 struct batch {
     struct strbuf lines;
-    bool durable;                /* a line of it must be durable (journal_append); else journal_note */
+    bool durable;                /* a line of it must be durable (journal_append) */
     char **paths;
     size_t n_paths, cap_paths;
     size_t *steps;               /* ending steps, completed once the batch is written */
@@ -109,7 +109,15 @@ static void batch_release(struct batch *b)
     for (size_t k = 0; k < b->n_paths; k++) free(b->paths[k]);
     free(b->paths);
     free(b->steps);
-    *b = (struct batch){ STRBUF_INIT, false, NULL, 0, 0, NULL, 0, 0 };
+    *b = (struct batch){ .lines = STRBUF_INIT };
+}
+
+/* What is held, handed over; the runner holds nothing after. */
+static struct batch take_held(struct step_runner *r)
+{
+    struct batch b = r->held;
+    r->held = (struct batch){ .lines = STRBUF_INIT };
+    return b;
 }
 
 static void start_flush(struct step_runner *r);
@@ -126,20 +134,13 @@ static void flush_tick(void *arg)
 
 /* A journal line, held for the next batch; `durable`: it records work (a
  * step's start or end), so its batch is synced; a line that records only
- * that nothing ran waits for such a line's sync (journal_note). */
+ * that nothing ran waits for such a line's sync (journal_append). */
 static void hold_line(struct step_runner *r, const char *line, size_t len, bool durable)
 {
     if (r->held.lines.len) sb_addc(&r->held.lines, '\n');
     sb_add(&r->held.lines, line, len);
     r->held.durable = r->held.durable || durable;
     if (!r->flush_timer) r->flush_timer = loop_add_timer(r->loop, FLUSH_EVERY, flush_tick, r);
-}
-
-/* A batch's lines, synced when one of them must be durable. */
-static int journal_write(struct journal *j, const struct batch *b, char *err, size_t errlen)
-{
-    return b->durable ? journal_append(j, b->lines.buf, b->lines.len, err, errlen)
-                      : journal_note(j, b->lines.buf, b->lines.len, err, errlen);
 }
 
 static void stop_flush_timer(struct step_runner *r)
@@ -185,7 +186,7 @@ static void flush_written(void *arg)
     char err[1024] = "";
     int rc = job->rc;
     if (rc != 0) snprintf(err, sizeof err, "%s", job->err);
-    else if (job->b.lines.len && journal_write(r->journal, &job->b, err, sizeof err) != 0)
+    else if (job->b.lines.len && journal_append(r->journal, job->b.lines.buf, job->b.lines.len, job->b.durable, err, sizeof err) != 0)
         rc = -1;
     if (r->in_flight == job) r->in_flight = NULL;
     for (size_t k = 0; k < job->b.n_steps; k++) end_recorded(r, job->b.steps[k], rc == 0, err);
@@ -204,8 +205,7 @@ static void start_flush(struct step_runner *r)
     r->flushed_at = monotonic_seconds();
     struct flush_job *job = xcalloc(1, sizeof *job);
     job->r = r;
-    job->b = r->held;
-    r->held = (struct batch){ STRBUF_INIT, false, NULL, 0, 0, NULL, 0, 0 };
+    job->b = take_held(r);
     if (job->b.n_paths && r->pool) {
         r->in_flight = job;
         if (work_submit(r->pool, flush_outputs, flush_written, job, NULL, 0) == 0) return;
@@ -411,11 +411,10 @@ static int exec_start(void *ctx, struct sched *s, size_t i)
         sb_release(&line);
         if (monotonic_seconds() - r->flushed_at >= FLUSH_EVERY && !r->in_flight && !r->held.n_paths) {
             /* a step whose start cannot be recorded does not run */
-            struct batch b = r->held;
-            r->held = (struct batch){ STRBUF_INIT, false, NULL, 0, 0, NULL, 0, 0 };
+            struct batch b = take_held(r);
             r->flushed_at = monotonic_seconds();
             char err[1024];
-            int rc = journal_write(r->journal, &b, err, sizeof err);
+            int rc = journal_append(r->journal, b.lines.buf, b.lines.len, b.durable, err, sizeof err);
             batch_release(&b);
             if (rc != 0) {
                 char *msg = xasprintf("step '%s' did not start: %s", step_name(r, i), err);
@@ -548,12 +547,11 @@ int step_runner_finish(struct step_runner *r, const struct sched *s, int code, c
     hold_line(r, line.buf, line.len, false);      /* synced if anything was */
     sb_release(&line);
     stop_flush_timer(r);                                   /* written here, now */
-    struct flush_job job = { .r = r, .b = r->held };
-    r->held = (struct batch){ STRBUF_INIT, false, NULL, 0, 0, NULL, 0, 0 };
+    struct flush_job job = { .r = r, .b = take_held(r) };
     flush_outputs(&job);
     int rc = job.rc;
     if (rc != 0) snprintf(err, errlen, "%s", job.err);
-    else rc = journal_write(r->journal, &job.b, err, errlen);
+    else rc = journal_append(r->journal, job.b.lines.buf, job.b.lines.len, job.b.durable, err, errlen);
     batch_release(&job.b);
     return rc;
 }

@@ -25,6 +25,7 @@ struct ui_run {
     const struct sched *sched;       /* set by the first observer call */
     const struct dag *dag;
     char *label;                     /* or NULL */
+    char *prefix;                    /* "LABEL: " before its plain lines, or "" */
     double started;
     size_t done, failed, interrupted, running, queued, skipped, up_to_date;
     size_t *running_steps, n_running, cap_running;
@@ -317,13 +318,6 @@ static void json_step(const struct ui_run *run, const struct sched *s, size_t i,
 }
 
 /* "trial 2/4: " for a run with a label (one of several at once), else "". */
-static const char *run_prefix(const struct ui_run *run, char *buf, size_t n)
-{
-    if (!run->label) return "";
-    snprintf(buf, n, "%s: ", run->label);
-    return buf;
-}
-
 static void plain_line(const struct ui_run *run, const struct sched *s, size_t i, const char *word, bool failure)
 {
     const char *wcolor = failure ? RED : strcmp(word, "done") == 0 ? GREEN : DIM;
@@ -332,8 +326,7 @@ static void plain_line(const struct ui_run *run, const struct sched *s, size_t i
         json_step(run, s, i, strcmp(word, "started") == 0);
         return;
     }
-    char label[256];
-    const char *prefix = run_prefix(run, label, sizeof label);
+    const char *prefix = run->prefix;
     fflush(stdout);
     if (strcmp(word, "started") == 0) {
         fprintf(stderr, "  %s%s%-7s%s  %s\n", prefix, DIM, word, RESET, sched_dag(s)->steps[i].name);
@@ -365,9 +358,8 @@ static void step_up_to_date(struct ui_run *run, const struct sched *s, size_t i)
     live_state.dirty = true;
     if (json && level != UI_QUIET) json_step(run, s, i, false);
     else if (!live && level == UI_VERBOSE) {
-        char label[256];
         fflush(stdout);
-        fprintf(stderr, "  %s%s%-7s%s  %s\n", run_prefix(run, label, sizeof label), DIM, "up to date", RESET,
+        fprintf(stderr, "  %s%s%-7s%s  %s\n", run->prefix, DIM, "up to date", RESET,
                 sched_dag(s)->steps[i].name);
     }
 }
@@ -409,6 +401,7 @@ struct ui_run *ui_run_begin(const struct dag *dag, const bool *selected, struct 
     struct ui_run *run = xcalloc(1, sizeof *run);
     run->dag = dag;
     run->label = label ? xstrdup(label) : NULL;
+    run->prefix = label ? xasprintf("%s: ", label) : xstrdup("");
     run->started = monotonic_seconds();
     for (size_t i = 0; i < dag->n_steps; i++) {
         if (!selected || selected[i]) run->queued++;
@@ -449,7 +442,6 @@ static void run_summary(const struct ui_run *run, const struct sched *s)
         json_end(&line);
         return;
     }
-    char label[256];
     struct strbuf sb = STRBUF_INIT;
     sb_addf(&sb, "%zu done", run->done);
     if (run->failed) sb_addf(&sb, ", %s%zu failed%s", RED, run->failed, RESET);
@@ -458,7 +450,7 @@ static void run_summary(const struct ui_run *run, const struct sched *s)
     if (run->up_to_date) sb_addf(&sb, ", %zu up to date", run->up_to_date);
     if (run->skipped) sb_addf(&sb, ", %zu skipped", run->skipped);
     fflush(stdout);
-    fprintf(stderr, "flow: %s%s%s%s in %.2fs%s\n", run_prefix(run, label, sizeof label), BOLD, sb.buf, RESET,
+    fprintf(stderr, "flow: %s%s%s%s in %.2fs%s\n", run->prefix, BOLD, sb.buf, RESET,
             monotonic_seconds() - run->started, sched_interrupted(s) ? " (interrupted)" : "");
     sb_release(&sb);
 }
@@ -479,6 +471,7 @@ void ui_run_end(struct ui_run *run, const struct sched *s)
     }
     free(run->running_steps);
     free(run->label);
+    free(run->prefix);
     free(run);
     draw_region();
 }

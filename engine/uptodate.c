@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 
 struct step {
-    bool described, fresh, passed;
-    char fresh_fp[SHA256_HEX_SIZE];         /* the fingerprint of the record that made it fresh */
+    bool described, passed;
+    char fresh_fp[SHA256_HEX_SIZE];         /* the fingerprint of the record that made it fresh, or "" */
     char *name;
     char *fp, *parts_json;                  /* utd_decide's, for a step without a record */
     struct fp_str code, dist, outputs;
@@ -148,8 +148,8 @@ void utd_name_step(struct utd *u, size_t i, const char *name)
 
 static void mark_fresh(struct step *s, const char *fp)
 {
-    s->fresh = strlen(fp) == SHA256_HEX_SIZE - 1;
-    if (s->fresh) memcpy(s->fresh_fp, fp, SHA256_HEX_SIZE);
+    bool whole = strlen(fp) == SHA256_HEX_SIZE - 1;
+    memcpy(s->fresh_fp, whole ? fp : "", whole ? SHA256_HEX_SIZE : 1);
 }
 
 void utd_mark_fresh(struct utd *u, size_t i, const char *fp)
@@ -189,7 +189,7 @@ static const char *input_hash(struct utd *u, const struct utd_input *in, char bu
          * the store) may have put a record of its own since */
         if (in->producer >= u->n_steps) return NULL;
         const struct step *p = &u->steps[in->producer];
-        if (!p->fresh || !p->name) return NULL;
+        if (!p->fresh_fp[0] || !p->name) return NULL;
         const struct state_rec *r = state_store_get(u->store, p->name);
         if (!r || strcmp(r->fp, p->fresh_fp) != 0) return NULL;
         const struct state_out *o = out_named(r, in->dataset.s, in->dataset.len);
@@ -199,6 +199,14 @@ static const char *input_hash(struct utd *u, const struct utd_input *in, char bu
     if (in->hash) return in->hash;
     if (in->path && hash_now(u, in->path, buf) == 0) return buf;
     return NULL;
+}
+
+/* Whether key is among the first n keys of kv (a step's few files or inputs). */
+static bool kv_has(const struct fp_kv *kv, size_t n, struct fp_str key)
+{
+    for (size_t j = 0; j < n; j++)
+        if (kv[j].key.len == key.len && memcmp(kv[j].key.s, key.s, key.len) == 0) return true;
+    return false;
 }
 
 /* Project files the command names: those that are regular files now, with
@@ -211,13 +219,12 @@ static int file_hashes(struct utd *u, const struct step *s, struct fp_kv *kv, ch
     for (size_t k = 0; k < s->n_files; k++) {
         struct stat st;
         if (stat(s->files[k], &st) != 0 || !S_ISREG(st.st_mode)) continue;
-        bool seen = false;                    /* named twice: one entry, as in a Lua table */
-        for (size_t j = 0; j < *n && !seen; j++) seen = strcmp(kv[j].key.s, s->files[k]) == 0;
-        if (seen) continue;
+        struct fp_str name = { s->files[k], strlen(s->files[k]) };
+        if (kv_has(kv, *n, name)) continue;  /* named twice: one entry, as in a Lua table */
         int rc = hash_now(u, s->files[k], hex[*n]);
         if (rc == 1) return 1;
         if (rc != 0) continue;
-        kv[*n] = (struct fp_kv){ { s->files[k], strlen(s->files[k]) }, { hex[*n], SHA256_HEX_SIZE - 1 } };
+        kv[*n] = (struct fp_kv){ name, { hex[*n], SHA256_HEX_SIZE - 1 } };
         (*n)++;
     }
     return 0;
@@ -251,10 +258,7 @@ static int find_parts(struct utd *u, const struct step *s, struct found *f)
     if (file_hashes(u, s, f->p.files, f->file_hex, &f->p.n_files) != 0) return 1;
     for (size_t k = 0; k < s->n_inputs; k++) {
         const struct fp_str d = s->inputs[k].dataset;
-        bool seen = false;                    /* read twice: one entry, as in the stdlib's map */
-        for (size_t j = 0; j < f->p.n_inputs && !seen; j++)
-            seen = f->p.inputs[j].key.len == d.len && memcmp(f->p.inputs[j].key.s, d.s, d.len) == 0;
-        if (seen) continue;
+        if (kv_has(f->p.inputs, f->p.n_inputs, d)) continue;    /* read twice: one entry, as in a map */
         const char *h = input_hash(u, &s->inputs[k], f->in_hex[k]);
         if (!h) return 1;
         f->p.inputs[f->p.n_inputs++] = (struct fp_kv){ d, { h, strlen(h) } };

@@ -341,15 +341,14 @@ static int l_journal(lua_State *L)
 }
 
 /* j:append(line [, note]): one write, a sync requested but not waited for;
- * with note, a line that need not be durable on its own (journal_note) */
+ * with note, a line that need not be durable on its own (not synced until one that must be) */
 static int l_journal_append(lua_State *L)
 {
     struct journal *j = flow_check_journal(L, 1);
     size_t len;
     const char *line = luaL_checklstring(L, 2, &len);
     char err[1024];
-    int rc = lua_toboolean(L, 3) ? journal_note(j, line, len, err, sizeof err)
-                                 : journal_append(j, line, len, err, sizeof err);
+    int rc = journal_append(j, line, len, !lua_toboolean(L, 3), err, sizeof err);
     if (rc != 0) return flow_raise_fs(L, err);
     return 0;
 }

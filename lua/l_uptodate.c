@@ -9,8 +9,6 @@
  *   chk:name(i, name)    names step i, a producer the check does not describe
  *   chk:fresh(i, fp)     step i's record in the store, with fingerprint fp, is this run's
  *   chk:passed(i)        -> whether the check found step i up to date
- *   chk:fingerprint(i)   -> the fingerprint it computes now, or nil (cannot tell;
- *                           always, once the step is decided: its description is freed)
  *   chk:taken(i)         -> fingerprint, parts (JSON) of a step it found without a
  *                           record (it runs), once; nil for any other step
  *   chk:attach(dag) / chk:detach(dag)   the run of `dag` asks it (flow_uptodate_check)
@@ -153,14 +151,6 @@ static int l_passed(lua_State *L)
     return 1;
 }
 
-static int l_fingerprint(lua_State *L)
-{
-    char hex[SHA256_HEX_SIZE];
-    if (utd_fingerprint(check_utd(L), check_step(L, 2), hex) != 0) return 0;
-    lua_pushstring(L, hex);
-    return 1;
-}
-
 static int l_taken(lua_State *L)
 {
     struct utd *u = check_utd(L);
@@ -233,7 +223,6 @@ static const luaL_Reg uptodate_methods[] = {
     { "name", l_name },
     { "fresh", l_fresh },
     { "passed", l_passed },
-    { "fingerprint", l_fingerprint },
     { "taken", l_taken },
     { "attach", l_attach },
     { "detach", l_detach },

@@ -95,10 +95,12 @@ function M.decider(p, goal, previous)
   local best_so_far, seen = nil, 0
   return function(series)
     local k = #series
-    for i = seen + 1, k do
-      if best_so_far == nil or worse(goal, best_so_far, series[i]) then best_so_far = series[i] end
+    if p.policy ~= "bandit" then                   -- (the bandit policy does not read it)
+      for i = seen + 1, k do
+        if best_so_far == nil or worse(goal, best_so_far, series[i]) then best_so_far = series[i] end
+      end
+      seen = k
     end
-    seen = k
     if not due(p, k) then return nil end
     local v = series[k]
     if p.policy == "bandit" then

@@ -96,7 +96,7 @@ function Run:run_remote(n)
   end
   local info = remote.info(self.aml)
   local attach_only = prior ~= nil and name == prior.job
-  local sweep = self.sweep_job and self.sweep_job.step == n.name and self.sweep_job
+  local sweep = self.sweep_step == n.name and self.sweep_job
   local mode = n.output_mode or info.output_mode
   local sweep_job = sweep and require("flow.sweep_job")      -- (loaded only for a sweep's trial step)
   local outputs = sweep and sweep_job.bindings(self, n, name, mode) or self:bind_outputs(n, name, mode)
@@ -118,12 +118,10 @@ function Run:run_remote(n)
   if not r then fail(err) end
   if r.status ~= "" or not spec.attach_only then self:job_log(n, place, spec, r) end
   rec.remote = { backend = "azureml", job = r.name, studio = r.studio, status = r.status }
-  if r.ok and sweep then
-    rec.outputs = self:sweep_outcome(n, r.name, sweep, outputs, place.downloads or {}, fail)
-    return
-  end
   if r.ok then
-    rec.outputs = self:fetch_outputs(n, r.name, outputs, place.downloads or {})
+    local downloads = place.downloads or {}
+    rec.outputs = sweep and self:sweep_outcome(n, r.name, sweep, outputs, downloads, fail)
+                  or self:fetch_outputs(n, r.name, outputs, downloads)
     return
   end
   if spec.attach_only and not r.cancelled and (r.status == "" or r.status == "Failed" or r.status == "Canceled") then

@@ -129,7 +129,7 @@ function Run:decide(i, n)
   local rec = self.state.steps[n.name]
   -- the record judged is kept: a run beside this one may put another meanwhile
   self.pending[i] = { fp = fp, parts = parts, rec = rec }
-  if self.sweep_job and self.sweep_job.step == n.name then return "its trials run as an Azure ML sweep job" end
+  if n.name == self.sweep_step then return "its trials run as an Azure ML sweep job" end
   if self.force and not self.completed[n.name] then return "--force" end
   if not rec then return M.NO_RECORD end
   if rec.fp ~= fp then
@@ -163,7 +163,8 @@ function Run:engine_check(plan)
   local described = false
   for i, n in ipairs(nodes) do
     if not selected or selected[i] then
-      local ok, parts, names = pcall(self.static_parts, self, i, n)
+      local ok, parts, names = false, nil, nil      -- the sweep job's step always runs (Run:decide)
+      if n.name ~= self.sweep_step then ok, parts, names = pcall(self.static_parts, self, i, n) end
       local inputs, outs = {}, {}
       for _, io in ipairs(n.inputs) do
         local d = io.dataset
@@ -182,7 +183,6 @@ function Run:engine_check(plan)
         end
       end
       for k, io in ipairs(n.outputs) do outs[k] = io.dataset end
-      if self.sweep_job and self.sweep_job.step == n.name then ok = false end    -- always runs (Run:decide)
       if ok then
         chk:set(i, n.name, parts.code, parts.dist, parts.outputs, parts.params, names or {}, inputs, outs)
         described = true

@@ -125,7 +125,7 @@ function M.log(name, value)
   local list = e.series[name]
   if not list then list = {}; e.series[name] = list end
   list[#list + 1] = value
-  local hook = e and e.on_log
+  local hook = e.on_log
   if hook then hook(step, name, list) end
 end
 

@@ -121,6 +121,17 @@ function M.params_read(n, out)
   return out
 end
 
+-- The key in `read` (params_read's) that overlaps parameter `key`: the key
+-- itself, a table holding it, a part of it, or the whole tree
+-- ("parameters"); nil when the step reads none of it.
+function M.param_read(read, key)
+  for k, input in pairs(read) do
+    if dag.is_param_input(input) == true or k == key or key:sub(1, #k + 1) == k .. "." or k:sub(1, #key + 1) == key .. "." then
+      return k
+    end
+  end
+end
+
 -- Kedro's rules for pipeline{}'s mappings, each culprit named: a mapped
 -- name must be one the wrapped pipeline has; `inputs =` names its free
 -- inputs (not a parameter, not what one of its steps makes); `outputs =`

@@ -236,10 +236,10 @@ end
 
 -- The job's command line for a command step: parameters as their values,
 -- outputs as the job's output bindings.  run: {settings =} (a run's, or
--- flow compile's plan's); for the trial step of a sweep job (run.sweep_job,
--- flow.sweep_job), a swept parameter is its ${{search_space.<name>}}.
+-- flow compile's plan's); for the trial step of a sweep job (run.sweep_step,
+-- run.sweep_job: flow.sweep_job), a swept parameter is its ${{search_space.<name>}}.
 function M.command_line(run, n, fail)
-  local swept = run.sweep_job and run.sweep_job.step == n.name and run.sweep_job.search_space or {}
+  local swept = run.sweep_step == n.name and run.sweep_job.search_space or {}
   local by_arg = { inputs = {}, outputs = {} }
   for _, io in ipairs(n.inputs) do by_arg.inputs[io.arg] = io end
   for _, io in ipairs(n.outputs) do by_arg.outputs[io.arg] = io end

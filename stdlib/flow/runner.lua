@@ -186,6 +186,7 @@ end
 
 local function new_run(plan, opts, run_id, st)
   local run_dir = ".flow/runs/" .. run_id
+  local among_others = tasks.current() ~= nil
   local self = setmetatable({
     nodes = plan.nodes, settings = plan.settings, params = plan.settings.params, verbose = opts.verbose, records = {},
     dists = plan.dists, mode = plan.mode, index = {}, cat = plan.cat, state = st, pending = {},
@@ -196,11 +197,12 @@ local function new_run(plan, opts, run_id, st)
     hasher = fingerprint.hasher(), root = core.cwd(), on_log = opts.on_log,
     -- a run among others at once (flow.spawn) keeps its commands' files apart,
     -- and its lines say which it is
-    data_dir = tasks.current() and run_dir .. "/data" or DATA,
-    label = tasks.current() and opts.label or nil,
-    downloads_dir = tasks.current() and require("flow.transfer").DOWNLOADS .. "/" .. run_id or nil,
+    data_dir = among_others and run_dir .. "/data" or DATA,
+    label = among_others and opts.label or nil,
+    downloads_dir = among_others and require("flow.transfer").DOWNLOADS .. "/" .. run_id or nil,
     force = opts.force, explain = opts.explain, completed = opts.resume and opts.resume.completed or {},
     sweep_job = opts.sweep_job, on_sweep_trials = opts.sweep_trials,     -- (flow.sweep_job)
+    sweep_step = opts.sweep_job and opts.sweep_job.step,                  -- the step it runs, or nil
     defaults = M.defaults, run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
   }, Run)
   self.reporting = plan.reporting           -- the steps that report metrics

@@ -23,7 +23,6 @@ local cache = require("flow.cache")
 local metrics = require("flow.metrics")
 local early_stop = require("flow.early_stop")
 local failure = require("flow.failure")
-local sweep_job = require("flow.sweep_job")
 local tasks = require("flow.tasks")
 
 local M = {}
@@ -348,7 +347,7 @@ local function shared_steps(plan, keys)
   for _, i in ipairs(g:order()) do              -- producers first
     local n = plan.nodes[i]
     local read = pipeline.params_read(n, {})
-    for _, key in ipairs(keys) do swept[i] = swept[i] or sweep_job.reads(read, key) ~= nil end
+    for _, key in ipairs(keys) do swept[i] = swept[i] or pipeline.param_read(read, key) ~= nil end
     for _, io in ipairs(n.inputs) do
       local from = g:producer(io.dataset)
       swept[i] = swept[i] or (from and swept[from]) or false
@@ -388,12 +387,16 @@ end
 -- trial until none is left.  Returns the trials that ended (in the order
 -- they ended) and whether the sweep was interrupted; nil when the shared
 -- steps failed (the trials then run one at a time, each reporting it).
-local function run_parallel(p, o, spec, id, values, done, parallel, log, plan)
+local function run_parallel(p, o, spec, id, values, done, parallel, log, plan, shared)
+  if not plan then return nil end
   local jobs = o.jobs or core.cpu_count()
   local per_trial = math.max(1, jobs // parallel)
-  if not plan then return nil end
-  local names, swept = shared_steps(plan, spec.keys)
-  check_parallel(plan, swept, parallel)
+  local names = shared      -- a new sweep's, found and checked before the sweep was made
+  if not names then
+    local swept
+    names, swept = shared_steps(plan, spec.keys)
+    check_parallel(plan, swept, parallel)
+  end
   if #names > 0 and #names < #plan.nodes then
     core.ui_info(string.format("sweep %s: the steps every trial shares first: %s", id, table.concat(names, ", ")))
     local rok, r = pcall(runner.run, p, { env = o.env, params = trial_params(o, values[1]), jobs = jobs,
@@ -439,6 +442,7 @@ end
 -- in the sweep's environment, else nil (each trial is a run of its own).
 local function azureml_plan(plan, o, spec, values)
   if o.sweep_job == false or not plan then return nil end
+  local sweep_job = require("flow.sweep_job")        -- (Azure ML's: loaded only for a sweep that may use it)
   local n, why = sweep_job.trial_step(plan, spec.keys)
   local job
   if n then job, why = sweep_job.plan(o, spec, n, #values) end
@@ -485,12 +489,13 @@ end
 
 -- The sweep as one run whose swept step is an Azure ML sweep job; its
 -- trials are recorded (trials.jsonl, synced) as soon as the job's records
--- are read, before the steps after it run.  prior: the run an interrupted
--- sweep started, whose sweep job this run adopts (waiting for it, or reading
--- a finished one's records again) instead of sending another.  Returns the
+-- are read, before the steps after it run.  aml: {plan = flow.sweep_job's
+-- plan}, and on a resume the run the interrupted sweep started (run) and the
+-- sweep job it submitted (jobs), which this run adopts (waiting for it, or
+-- reading a finished one's records again) instead of sending another.  Returns the
 -- trials, whether it was interrupted, and whether the run completed.
-local function run_sweep_job(p, o, spec, id, values, plan, prior, log)
-  local trials = {}
+local function run_sweep_job(p, o, spec, id, values, aml, log)
+  local plan, trials = aml.plan, {}
   local opts = { env = o.env, params = trial_params(o, values[1]), jobs = o.jobs, force = o.force,
                  name = o.name or ("sweep " .. id), sweep_job = plan,
                  started = function(run_id)
@@ -504,15 +509,7 @@ local function run_sweep_job(p, o, spec, id, values, plan, prior, log)
                    local best = ranked(trials, spec.goal)[1]
                    if best and best.metric ~= nil then return best.job, best.metric end
                  end }
-  if prior then
-    local jobs = {}
-    for _, ev in ipairs(require("flow.state").read_journal(".flow/runs/" .. prior .. "/journal.jsonl") or {}) do
-      if ev.event == "remote_job" and ev.step == plan.step and type(ev.job) == "string" then
-        jobs[plan.step] = { job = ev.job, fp = ev.fp or "" }
-      end
-    end
-    opts.resume = { run = prior, completed = {}, remote_jobs = jobs }
-  end
+  if aml.run then opts.resume = { run = aml.run, completed = {}, remote_jobs = aml.jobs } end
   core.ui_info(string.format("sweep %s: step '%s' as one Azure ML sweep job (%s, %d trials, %d at once)", id,
                              plan.step, spec.sampler, plan.sweep.limits.maxTotalTrials,
                              plan.sweep.limits.maxConcurrentTrials))
@@ -654,18 +651,24 @@ local function resumed(o, level)
                  keys = saved.keys, seed = saved.seed,
                  early_stop = saved.early_stop ~= nil and early_stop.check(saved.early_stop, level + 1) or nil }
   local aml = type(saved.azureml) == "table" and saved.azureml or nil
-  local finished = false           -- the run of its sweep job completed (a later one would start afresh)
-  for _, ev in ipairs(prior and require("flow.state").read_journal(".flow/runs/" .. prior .. "/journal.jsonl") or {}) do
+  -- that run's journal: whether it completed (a later one would start
+  -- afresh), and the sweep job it submitted, to wait for instead of a new one
+  local finished, jobs = false, {}
+  for _, ev in ipairs(aml and prior and require("flow.state").read_journal(".flow/runs/" .. prior .. "/journal.jsonl")
+                      or {}) do
     if ev.event == "run_end" then finished = ev.code == 0 end
+    if ev.event == "remote_job" and ev.step == aml.step and type(ev.job) == "string" then
+      jobs[aml.step] = { job = ev.job, fp = ev.fp or "" }
+    end
   end
-  return opts, spec, saved.trials, id, done, aml and { plan = aml, run = prior, finished = finished } or nil
+  return opts, spec, saved.trials, id, done, aml and { plan = aml, run = prior, jobs = jobs, finished = finished } or nil
 end
 
 -- flow.sweep{...} -> the trials, best first ({trial =, params =, metric =,
 -- metrics =, status =, elapsed =, run_id =, error =}), with .best (the best
 -- trial, or nil when none succeeded with the metric), .id and .dir.
 function M.sweep(o)
-  local p, spec, values, id, done, aml, trial_plan
+  local p, spec, values, id, done, aml, trial_plan, shared
   if type(o) == "table" and o.resume ~= nil then
     p = check_pipeline(o.pipeline, 2)
     o, spec, values, id, done, aml = resumed(o, 2)
@@ -679,7 +682,9 @@ function M.sweep(o)
     local plan = azureml_plan(trial_plan, o, spec, values)
     aml = plan and { plan = plan }
     if not plan and trial_plan and (o.parallel or 1) > 1 then       -- refused before the sweep is made
-      check_parallel(trial_plan, select(2, shared_steps(trial_plan, spec.keys)), o.parallel)
+      local swept
+      shared, swept = shared_steps(trial_plan, spec.keys)
+      check_parallel(trial_plan, swept, o.parallel)
     end
     core.write_atomic(M.DIR .. "/" .. id .. "/sweep.json", spec_json(id, o, spec, values, plan))
   end
@@ -697,13 +702,13 @@ function M.sweep(o)
     for _, t in pairs(done) do trials[#trials + 1] = t end
     completed = true
   elseif aml then
-    trials, interrupted, completed = run_sweep_job(p, o, spec, id, values, aml.plan, aml.run, log.j)
+    trials, interrupted, completed = run_sweep_job(p, o, spec, id, values, aml, log.j)
   end
   local parallel = not aml and math.min(o.parallel or 1, #values) or 1
   if parallel > 1 then
     local ran
     ran, interrupted = run_parallel(p, o, spec, id, values, done, parallel, log.j,
-                                    trial_plan or prepared(p, o, values))
+                                    trial_plan or prepared(p, o, values), shared)
     if ran then
       for i in pairs(done) do trials[#trials + 1] = done[i] end
       for _, t in ipairs(ran) do trials[#trials + 1] = t end
@@ -711,13 +716,15 @@ function M.sweep(o)
       parallel, interrupted = 1, false
     end
   end
-  for i in ipairs((aml or parallel > 1) and {} or values) do
-    if done[i] then
-      trials[#trials + 1] = done[i]
-    elseif not interrupted then        -- after Ctrl-C: the trials done before are still reported
-      local t = one_trial(p, o, spec, id, values, i, trials, log.j)
-      trials[#trials + 1] = t
-      interrupted = t.status == "interrupted" or core.interrupted() > 0
+  if not aml and parallel == 1 then      -- one trial after another
+    for i in ipairs(values) do
+      if done[i] then
+        trials[#trials + 1] = done[i]
+      elseif not interrupted then      -- after Ctrl-C: the trials done before are still reported
+        local t = one_trial(p, o, spec, id, values, i, trials, log.j)
+        trials[#trials + 1] = t
+        interrupted = t.status == "interrupted" or core.interrupted() > 0
+      end
     end
   end
   local order = ranked(trials, spec.goal)

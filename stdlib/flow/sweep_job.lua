@@ -60,17 +60,6 @@ end
 
 -- ---- which sweeps go to Azure ML ---------------------------------------------
 
--- The key a step reads (read: pipeline.params_read's) that overlaps
--- parameter `key`: the key itself, a table holding it, a part of it, or the
--- whole tree ("parameters"); nil when it reads none of it.
-function M.reads(read, key)
-  for k, input in pairs(read) do
-    if dag.is_param_input(input) == true or k == key or key:sub(1, #k + 1) == k .. "." or k:sub(1, #key + 1) == key .. "." then
-      return k
-    end
-  end
-end
-
 -- The step a sweep job would run as its trials, or nil and why a sweep over
 -- `keys` in this plan runs as a run per trial instead (nil when nothing
 -- swept runs on Azure ML: then a run per trial is what anyone expects).
@@ -82,7 +71,7 @@ function M.trial_step(plan, keys)
     if not plan.selected or plan.selected[i] then
       local read = pipeline.params_read(n, {})
       for _, key in ipairs(keys) do
-        local k = M.reads(read, key)
+        local k = pipeline.param_read(read, key)
         if k and readers[#readers] ~= i then
           readers[#readers + 1], remote = i, remote or plan.remote[i] ~= nil
         end
@@ -156,6 +145,7 @@ M.MAX_CHOICES = 10000
 -- trial step), the number of trials; or nil and why it cannot be one.
 function M.plan(o, spec, n, count)
   local space, names, search = {}, {}, {}
+  local is_distribution = require("flow.sweep").is_distribution
   for _, key in ipairs(spec.keys) do
     local id = ident(key)
     if names[id] then
@@ -163,11 +153,12 @@ function M.plan(o, spec, n, count)
     end
     names[id] = key
     local v = (o.grid or o.space)[key]
-    if require("flow.sweep").is_distribution(v) and v.kind == "randint" and v.hi - v.lo >= M.MAX_CHOICES then
+    local dist = is_distribution(v)
+    if dist and v.kind == "randint" and v.hi - v.lo >= M.MAX_CHOICES then
       return nil, string.format("flow.randint(%d, %d) would be a choice of %d values in the sweep job (at most %d)",
                                 v.lo, v.hi, v.hi - v.lo + 1, M.MAX_CHOICES)
     end
-    space[id] = require("flow.sweep").is_distribution(v) and space_entry(v) or { "choice", { v } }
+    space[id] = dist and space_entry(v) or { "choice", { v } }
     search[key] = "${{search_space." .. id .. "}}"
   end
   local own = o.metric

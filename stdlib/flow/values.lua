@@ -206,48 +206,12 @@ function Run:in_tmp(path)
   return real and tmp and real:sub(1, #tmp + 1) == tmp .. "/" or false
 end
 
--- A memory output's value as the run keeps it, and its output record: its
--- cache record, or why it cannot be cached.  A value that cannot be cached
--- has a hash of its own each run (its readers always run); a digest, so
--- that --explain's short parts differ.
-function Run:keep_memory_value(d, v, rec, err)
-  self.values[d] = { value = v, loaded = true,
-                     hash = rec and rec.hash or cache.sha256("uncacheable\0" .. self.run_id .. "\0" .. d) }
-  return rec or { uncacheable = err }
-end
-
--- save_values for a step whose outputs are all memory datasets (most Lua
--- steps): nothing to stage, so nothing to undo; nil if one is not.
-function Run:save_memory_values(n, by)
-  local cat = self.cat
-  for _, o in ipairs(n.outputs) do
-    if cat:entry(o.dataset).type ~= "memory" then return nil end
-  end
-  local kept = {}
-  for i, o in ipairs(n.outputs) do
-    local ok, rec, err = pcall(state_mod.store_value, by[o.dataset])
-    if not ok then
-      error(step_failure { message = string.format("step '%s': cannot cache output '%s': %s", n.name, o.dataset,
-                                                   tostring(rec)) })
-    end
-    kept[i] = { rec, err }
-  end
-  local outs = {}
-  for i, o in ipairs(n.outputs) do
-    local d = o.dataset
-    outs[d] = self:keep_memory_value(d, by[d], kept[i][1], kept[i][2])
-  end
-  return outs
-end
-
 -- Save what a Lua function returned: memory values stay in memory (and in
 -- the cache), persisted ones are written through the catalog.  Every output
 -- is prepared (encoded, written to its staging path) before any is
 -- committed, so a failure commits none.  Returns the output records for the
 -- step's journal entry.
 function Run:save_values(n, by)
-  local memory_only = self:save_memory_values(n, by)
-  if memory_only then return memory_only end
   local ready, staged = {}, {}
   local function fail(fmt, ...)
     M.discard(staged)
@@ -297,7 +261,11 @@ function Run:save_values(n, by)
   for i, o in ipairs(n.outputs) do
     local d, r = o.dataset, ready[i]
     if r.memory then
-      outs[d] = self:keep_memory_value(d, by[d], r.rec, r.err)
+      outs[d] = r.rec or { uncacheable = r.err }
+      -- a value that cannot be cached has a hash of its own each run (its
+      -- readers always run); a digest, so that --explain's short parts differ
+      self.values[d] = { value = by[d], loaded = true,
+                         hash = r.rec and r.rec.hash or cache.sha256("uncacheable\0" .. self.run_id .. "\0" .. d) }
     else
       outs[d] = self:commit_made_here(d, self.cat:entry(d), r.from, n)
       if r.value ~= nil then self.values[d].value, self.values[d].loaded = r.value, true end

@@ -31,7 +31,6 @@ import json
 import math
 import os
 import random
-import re
 import statistics
 import time
 
@@ -40,7 +39,7 @@ from aml_exec import RunError, _Run
 from aml_jobs import parse_duration
 from aml_schema import Problem
 
-IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IDENT = aml_pipeline.IDENT
 BINDING = aml_pipeline.BINDING
 # distribution -> how many numbers it takes
 DISTRIBUTIONS = {"uniform": 2, "loguniform": 2, "quniform": 3, "qloguniform": 3, "normal": 2, "lognormal": 2,
@@ -119,25 +118,17 @@ def check_sweep(arm, props):
 
 
 def _draw(kind, args, rng):
+    """One value of a search-space expression: choice, randint, or [q][log]uniform / [q][log]normal
+    (the draw, exp() of it for log, rounded to a multiple of args[2] for q)."""
     if kind == "choice":
         return rng.choice(args[0])
-    if kind == "uniform":
-        return rng.uniform(args[0], args[1])
-    if kind == "loguniform":
-        return math.exp(rng.uniform(args[0], args[1]))
-    if kind == "quniform":
-        return round(rng.uniform(args[0], args[1]) / args[2]) * args[2]
-    if kind == "qloguniform":
-        return round(math.exp(rng.uniform(args[0], args[1])) / args[2]) * args[2]
-    if kind == "normal":
-        return rng.gauss(args[0], args[1])
-    if kind == "lognormal":
-        return math.exp(rng.gauss(args[0], args[1]))
-    if kind == "qnormal":
-        return round(rng.gauss(args[0], args[1]) / args[2]) * args[2]
-    if kind == "qlognormal":
-        return round(math.exp(rng.gauss(args[0], args[1])) / args[2]) * args[2]
-    return rng.randrange(args[0])                      # randint: 0 .. upper - 1
+    shape = kind[1:] if kind.startswith("q") else kind
+    if shape not in ("uniform", "loguniform", "normal", "lognormal"):
+        return rng.randrange(args[0])                  # randint: 0 .. upper - 1
+    x = rng.gauss(args[0], args[1]) if shape.endswith("normal") else rng.uniform(args[0], args[1])
+    if shape.startswith("log"):
+        x = math.exp(x)
+    return round(x / args[2]) * args[2] if kind != shape else x
 
 
 def trials_of(props):
@@ -257,14 +248,15 @@ class SweepRun(_Run):
             return
         interval, delay = et.get("evaluationInterval") or 1, et.get("delayEvaluation") or 0
         better = min if goal == "Minimize" else max
+        series = {c: self._series(c, metric) for c, _ in self.children}     # each trial's file read once a look
         for name in running:
             if name in self.stopped:
                 continue
-            mine = self._series(name, metric)
+            mine = series[name]
             k = len(mine)
             if k == 0 or k < delay or k % interval != 0:       # every multiple of the interval from the delay on
                 continue
-            others = [s for s in (self._series(c, metric) for c, _ in self.children if c != name) if len(s) >= k]
+            others = [s for c, s in series.items() if c != name and len(s) >= k]
             if not others:
                 continue
             why = None
@@ -294,13 +286,12 @@ class SweepRun(_Run):
 
     def _finish(self, goal, metric):
         best = None
-        for name, _ in self.children:
-            if self.job_status(name) != "Completed":
-                continue
+        completed = [name for name, _ in self.children if self.job_status(name) == "Completed"]
+        for name in completed:
             s = self._series(name, metric)
             if s and (best is None or (s[-1] < best[1] if goal == "Minimize" else s[-1] > best[1])):
                 best = (name, s[-1])
-        if not any(self.job_status(n) == "Completed" for n, _ in self.children):
+        if not completed:
             raise RunError("no trial completed (%d failed or canceled)" % len(self.children))
         if best:
             self.job.service_properties.update({"best_child_run_id": best[0], "score": repr(best[1]),

@@ -429,7 +429,7 @@ static void test_journal(void)
     struct strbuf want = STRBUF_INIT;
     for (int i = 0; i < 500; i++) {
         char *line = xasprintf(i % 2 ? "line %d" : "line %d\n", i);
-        CHECK(journal_append(j, line, strlen(line), err, sizeof err) == 0);
+        CHECK(journal_append(j, line, strlen(line), true, err, sizeof err) == 0);
         sb_addf(&want, "line %d\n", i);
         free(line);
     }
@@ -437,12 +437,12 @@ static void test_journal(void)
     char *big = xmalloc(5000);                             /* longer than the stack buffer */
     memset(big, 'x', 4999);
     big[4999] = '\0';
-    CHECK(journal_append(j, big, strlen(big), err, sizeof err) == 0);
+    CHECK(journal_append(j, big, strlen(big), true, err, sizeof err) == 0);
     sb_addf(&want, "%s\n", big);
     CHECK(journal_close(j, err, sizeof err) == 0);
 
     j = journal_open(path, err, sizeof err);               /* reopening appends */
-    CHECK(j && journal_append(j, "", 0, err, sizeof err) == 0);
+    CHECK(j && journal_append(j, "", 0, true, err, sizeof err) == 0);
     sb_adds(&want, "\n");
     CHECK(j && journal_close(j, err, sizeof err) == 0);
     char *got = read_file(path, NULL);
