@@ -16,6 +16,24 @@ void json_number(struct strbuf *sb, double d)
     sb_adds(sb, buf);
 }
 
+void json_seconds(struct strbuf *sb, double d)
+{
+    if (!(fabs(d) < 9e12)) { json_number(sb, d); return; }      /* NaN, infinite, or past 2^63 µs */
+    long long us = llround(d * 1e6);
+    char buf[32], *p = buf + sizeof buf;
+    unsigned long long u = us < 0 ? (unsigned long long)-us : (unsigned long long)us;
+    unsigned long long whole = u / 1000000, frac = u % 1000000;
+    if (frac) {
+        int digits = 6;
+        while (frac % 10 == 0) frac /= 10, digits--;
+        for (; digits > 0; digits--, frac /= 10) *--p = (char)('0' + frac % 10);
+        *--p = '.';
+    }
+    do *--p = (char)('0' + whole % 10); while ((whole /= 10) > 0);
+    if (us < 0) *--p = '-';
+    sb_add(sb, p, (size_t)(buf + sizeof buf - p));
+}
+
 void json_string(struct strbuf *sb, const char *s)
 {
     sb_addc(sb, '"');

@@ -234,7 +234,7 @@ static void step_end_line(struct step_runner *r, size_t i, struct strbuf *sb, co
     sb_addc(sb, '{');
     if (l->attempt > 0) { sb_adds(sb, "\"attempts\":"); json_number(sb, l->attempt); sb_addc(sb, ','); }
     sb_adds(sb, "\"elapsed\":");
-    json_number(sb, l->finished - l->started);
+    json_seconds(sb, l->finished - l->started);
     if (!l->ok) {
         sb_adds(sb, ",\"error\":");
         json_string(sb, l->error ? l->error : "");
@@ -252,7 +252,7 @@ static void step_end_line(struct step_runner *r, size_t i, struct strbuf *sb, co
     sb_adds(sb, ",\"step\":");
     json_redacted(sb, step_name(r, i));
     sb_adds(sb, ",\"time\":");
-    json_number(sb, l->finished);
+    json_seconds(sb, l->finished);
     sb_addc(sb, '}');
 }
 
@@ -540,9 +540,9 @@ int step_runner_finish(struct step_runner *r, const struct sched *s, int code, c
     if (!r->journal) return 0;
     struct strbuf line = STRBUF_INIT;
     sb_adds(&line, "{\"code\":");
-    json_number(&line, code);
+    sb_addf(&line, "%d", code);
     sb_adds(&line, ",\"event\":\"run_end\",\"time\":");
-    json_number(&line, wall_seconds());
+    json_seconds(&line, wall_seconds());
     sb_addc(&line, '}');
     hold_line(r, line.buf, line.len, false);      /* synced if anything was */
     sb_release(&line);
@@ -559,98 +559,129 @@ int step_runner_finish(struct step_runner *r, const struct sched *s, int code, c
 /* ---- run.json ---- */
 
 /* Keys are added in sorted order: run.json reads as the Lua side's JSON does. */
-static void add_number_or_null(cJSON *o, const char *key, bool present, double d)
+/* run.json is written as text, key by key in the order cJSON sorts them
+ * (alphabetical, as before): a run of 100,000 steps made a cJSON tree per
+ * step, 6 % of its time. */
+static void key(struct strbuf *sb, const char *k, bool first)
 {
-    cJSON_AddItemToObject(o, key, present ? cJSON_CreateNumber(d) : cJSON_CreateNull());
+    if (!first) sb_addc(sb, ',');
+    sb_addc(sb, '"');
+    sb_adds(sb, k);
+    sb_adds(sb, "\":");
 }
 
-static void add_redacted(cJSON *o, const char *key, const char *text)
+static void seconds_or_null(struct strbuf *sb, const char *k, bool present, double d)
 {
-    char *safe = redacted(text);
-    cJSON_AddStringToObject(o, key, safe);
-    free(safe);
+    key(sb, k, false);
+    if (present) json_seconds(sb, d);
+    else sb_adds(sb, "null");
 }
 
-/* o[key] = the JSON text `json` (ours: it parses), or null. */
-static void add_json_or_null(cJSON *o, const char *key, const char *json)
+static void integer_or_null(struct strbuf *sb, const char *k, bool present, long long v)
 {
+    key(sb, k, false);
+    if (present) sb_addf(sb, "%lld", v);
+    else sb_adds(sb, "null");
+}
+
+static void redacted_member(struct strbuf *sb, const char *k, const char *text)
+{
+    key(sb, k, false);
+    json_redacted(sb, text);
+}
+
+/* JSON text flow made itself (metrics, a remote job's record), or null when
+ * it does not parse: a damaged value must not make run.json unreadable. */
+static void json_or_null(struct strbuf *sb, const char *k, const char *json)
+{
+    key(sb, k, false);
     cJSON *v = json ? cJSON_Parse(json) : NULL;
-    if (v) cJSON_AddItemToObject(o, key, v);
-    else cJSON_AddNullToObject(o, key);
+    if (v) sb_adds(sb, json);
+    else sb_adds(sb, "null");
+    cJSON_Delete(v);
 }
 
-static cJSON *summary_step(const struct step_runner *r, size_t i)
+static void summary_step(struct strbuf *sb, const struct step_runner *r, size_t i)
 {
     const struct life *l = &r->lives[i];
     bool ran = l->started > 0, over = ran && l->finished > 0;
-    cJSON *o = cJSON_CreateObject();
-    add_number_or_null(o, "attempts", l->attempt > 0, l->attempt);
-    add_number_or_null(o, "elapsed", over, l->finished - l->started);
-    if (l->error && !l->ok) cJSON_AddStringToObject(o, "error", l->error);    /* redacted when kept */
-    else cJSON_AddNullToObject(o, "error");
-    add_number_or_null(o, "exit_code", l->has_exit_code, l->exit_code);
-    add_number_or_null(o, "finished", l->finished > 0, l->finished);
-    add_json_or_null(o, "metrics", l->metrics);
-    add_redacted(o, "name", step_name(r, i));
-    add_json_or_null(o, "remote", l->remote);
-    if (l->series) add_json_or_null(o, "series", l->series);    /* only a step that logged one has it */
-    add_number_or_null(o, "started", ran, l->started);
-    cJSON_AddStringToObject(o, "state", step_state_name(r->states ? r->states[i] : STEP_NOT_RUN));
-    cJSON_AddBoolToObject(o, "timed_out", l->timed_out && !l->ok);
-    return o;
+    sb_addc(sb, '{');
+    key(sb, "attempts", true);
+    if (l->attempt > 0) sb_addf(sb, "%d", l->attempt);
+    else sb_adds(sb, "null");
+    seconds_or_null(sb, "elapsed", over, l->finished - l->started);
+    key(sb, "error", false);
+    if (l->error && !l->ok) json_string(sb, l->error);     /* redacted when kept */
+    else sb_adds(sb, "null");
+    integer_or_null(sb, "exit_code", l->has_exit_code, l->exit_code);
+    seconds_or_null(sb, "finished", l->finished > 0, l->finished);
+    json_or_null(sb, "metrics", l->metrics);
+    redacted_member(sb, "name", step_name(r, i));
+    json_or_null(sb, "remote", l->remote);
+    if (l->series) json_or_null(sb, "series", l->series);   /* only a step that logged one has it */
+    seconds_or_null(sb, "started", ran, l->started);
+    key(sb, "state", false);
+    json_string(sb, step_state_name(r->states ? r->states[i] : STEP_NOT_RUN));
+    key(sb, "timed_out", false);
+    sb_adds(sb, l->timed_out && !l->ok ? "true" : "false");
+    sb_addc(sb, '}');
 }
 
-/* run.json without its steps ("steps" sorts last among its keys). */
-static cJSON *summary_head(const struct step_summary *sum, double finished)
+/* The run's own members, without the closing brace (its steps follow). */
+static void summary_head(struct strbuf *sb, const struct step_summary *sum, double finished)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "code", sum->code);
-    cJSON_AddNumberToObject(o, "elapsed", finished - sum->started);
-    if (sum->env) add_redacted(o, "env", sum->env);
-    cJSON_AddNumberToObject(o, "finished", finished);
-    add_json_or_null(o, "metrics", sum->metrics_json);
-    if (sum->name) add_redacted(o, "name", sum->name);
-    else cJSON_AddNullToObject(o, "name");
-    add_redacted(o, "run_id", sum->run_id);
-    cJSON_AddNumberToObject(o, "started", sum->started);
-    add_redacted(o, "status", sum->status);
-    return o;
-}
-
-static char *print_json(cJSON *o, bool pretty)
-{
-    char *text = pretty ? cJSON_Print(o) : cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!text) abort();                                  /* out of memory */
-    return text;
+    sb_addc(sb, '{');
+    key(sb, "code", true);
+    sb_addf(sb, "%d", sum->code);
+    seconds_or_null(sb, "elapsed", true, finished - sum->started);
+    if (sum->env) redacted_member(sb, "env", sum->env);
+    seconds_or_null(sb, "finished", true, finished);
+    json_or_null(sb, "metrics", sum->metrics_json);
+    if (sum->name) {
+        redacted_member(sb, "name", sum->name);
+    } else {
+        key(sb, "name", false);
+        sb_adds(sb, "null");
+    }
+    redacted_member(sb, "run_id", sum->run_id);
+    seconds_or_null(sb, "started", true, sum->started);
+    redacted_member(sb, "status", sum->status);
 }
 
 struct summary_stream { const struct step_runner *r; const struct step_summary *sum; double finished; };
 
 #define SUMMARY_CHUNK (1 << 20)
 
-/* A large run's run.json, written as it is made: one step's object at a
- * time, never the whole document in memory (100,000 steps make 16 MB). */
+/* run.json, written as it is made: never the whole document in memory
+ * (100,000 steps make 16 MB).  A small run's is indented, for whoever
+ * reads it: made whole, then printed again by cJSON. */
 static int write_summary_stream(int fd, void *ctx)
 {
     const struct summary_stream *s = ctx;
+    size_t n = s->r->dag->n_steps;
     struct strbuf sb = STRBUF_INIT;
-    char *head = print_json(summary_head(s->sum, s->finished), false);
-    sb_add(&sb, head, strlen(head) - 1);                 /* without its closing brace */
-    cJSON_free(head);
+    summary_head(&sb, s->sum, s->finished);
     sb_adds(&sb, ",\"steps\":[");
     int rc = 0;
-    for (size_t i = 0; i < s->r->dag->n_steps && rc == 0; i++) {
-        char *step = print_json(summary_step(s->r, i), false);
+    for (size_t i = 0; i < n && rc == 0; i++) {
         if (i > 0) sb_addc(&sb, ',');
-        sb_adds(&sb, step);
-        cJSON_free(step);
-        if (sb.len >= SUMMARY_CHUNK) {
+        summary_step(&sb, s->r, i);
+        if (n > PRETTY_MAX && sb.len >= SUMMARY_CHUNK) {
             rc = write_all(fd, sb.buf, sb.len);
             sb_truncate(&sb, 0);
         }
     }
-    sb_adds(&sb, "]}\n");
+    sb_adds(&sb, "]}");
+    if (rc == 0 && n <= PRETTY_MAX) {
+        cJSON *o = cJSON_ParseWithLength(sb.buf, sb.len);
+        char *text = o ? cJSON_Print(o) : NULL;
+        cJSON_Delete(o);
+        if (!text) abort();                              /* out of memory: flow wrote valid JSON */
+        sb_truncate(&sb, 0);
+        sb_adds(&sb, text);
+        cJSON_free(text);
+    }
+    sb_addc(&sb, '\n');
     if (rc == 0) rc = write_all(fd, sb.buf, sb.len);
     int e = errno;
     sb_release(&sb);
@@ -667,24 +698,8 @@ void step_runner_set_metrics(struct step_runner *r, size_t i, const char *metric
 int step_runner_write_summary(const struct step_runner *r, const char *path, const struct step_summary *sum,
                               char *err, size_t errlen)
 {
-    size_t n = r->dag->n_steps;
-    double finished = wall_seconds();
+    struct summary_stream s = { r, sum, wall_seconds() };
     /* a run in which nothing ran changed nothing the summary must survive */
-    bool durable = r->any_started;
-    if (n > PRETTY_MAX) {
-        struct summary_stream s = { r, sum, finished };
-        return (durable ? nofollow_write_atomic_with : nofollow_replace_with)(path, write_summary_stream, &s, err,
-                                                                             errlen);
-    }
-    /* a small run's is indented, for whoever reads it */
-    cJSON *o = summary_head(sum, finished);
-    cJSON *steps = cJSON_AddArrayToObject(o, "steps");
-    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(steps, summary_step(r, i));
-    char *text = print_json(o, true);
-    size_t len = strlen(text);
-    char *line = xasprintf("%s\n", text);
-    cJSON_free(text);
-    int rc = (durable ? nofollow_write_atomic : nofollow_replace)(path, line, len + 1, err, errlen);
-    free(line);
-    return rc;
+    return (r->any_started ? nofollow_write_atomic_with : nofollow_replace_with)(path, write_summary_stream, &s, err,
+                                                                                errlen);
 }

@@ -62,7 +62,7 @@ void ui_set_json(bool on)
 static void json_begin(struct strbuf *sb)
 {
     sb_adds(sb, "{\"time\":");
-    json_number(sb, wall_seconds());
+    json_seconds(sb, wall_seconds());
 }
 
 static void json_field(struct strbuf *sb, const char *key, const char *value)
@@ -311,7 +311,7 @@ static void json_step(const struct ui_run *run, const struct sched *s, size_t i,
         json_field(&line, "state", step_state_name(st));
         if (st != STEP_UP_TO_DATE) {
             sb_adds(&line, ",\"elapsed\":");
-            json_number(&line, sched_elapsed(s, i));
+            json_seconds(&line, sched_elapsed(s, i));
         }
     }
     json_end(&line);
@@ -437,7 +437,7 @@ static void run_summary(const struct ui_run *run, const struct sched *s)
         for (size_t k = 0; k < sizeof counts / sizeof *counts; k++)
             sb_addf(&line, "%s\"%s\":%zu", k ? "," : "", names[k], counts[k]);
         sb_adds(&line, "},\"elapsed\":");
-        json_number(&line, monotonic_seconds() - run->started);
+        json_seconds(&line, monotonic_seconds() - run->started);
         sb_addf(&line, ",\"interrupted\":%s", sched_interrupted(s) ? "true" : "false");
         json_end(&line);
         return;

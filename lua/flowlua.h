@@ -84,8 +84,10 @@ struct work_pool *flow_work_pool(lua_State *L);
 /* Monotonic time by which the step must finish (0: none); the instruction-count
  * hook stops a busy Lua step past it. */
 double flow_step_deadline(lua_State *co);
-/* The instruction-count hook of every thread (l_sched.c): it stops a step's
- * code on Ctrl-C or at its timeout, and a script's top level on Ctrl-C. */
+/* The instruction-count hook (l_sched.c): it stops a step's code on Ctrl-C
+ * or at its timeout, and a script's top level on Ctrl-C.  The main thread has
+ * it, a step's coroutine while its own code runs (sched.guard); sched.run's
+ * callbacks run without it. */
 #define FLOW_HOOK_COUNT 1000000
 void flow_count_hook(lua_State *L, lua_Debug *ar);
 /* Replaces pcall, xpcall, coroutine.create/wrap/resume/close, os.exit and

@@ -24,26 +24,52 @@ local M = {}
 local Run = {}
 M.methods = Run
 
+local NO_PARAMS = setmetatable({}, { __newindex = function() error("flow.incremental: NO_PARAMS is shared", 2) end })
+local NO_NAMES = {}
+
 -- Why a step that was never run (successfully) runs: the Lua check's words,
 -- and the engine's check's, which finds such a step itself.
 M.NO_RECORD = "it has no earlier successful run"
+
+-- The hash of parameter `key`'s value, once per run; parts.params made on
+-- the first parameter a step reads.
+local function add_param(self, parts, key)
+  local ph = self.memo.params[key]
+  if not ph then
+    ph = self.hasher:value(params_mod.get(self.settings, key))
+    self.memo.params[key] = ph
+  end
+  parts.params = rawequal(parts.params, NO_PARAMS) and {} or parts.params
+  parts.params[key] = ph
+end
+
+-- The outputs' part: each output's dataset, type and path (a step that
+-- writes elsewhere is another step).
+local function outputs_part(self, n)
+  local outs = n.outputs
+  if #outs == 1 then
+    local d = outs[1].dataset
+    local e = self.cat:entry(d)
+    return d .. "\0" .. e.type .. "\0" .. (e.path or "") .. (e.versioned and "\0v" or "")
+  end
+  local t = {}
+  for k, io in ipairs(outs) do
+    local e = self.cat:entry(io.dataset)
+    t[k] = io.dataset .. "\0" .. e.type .. "\0" .. (e.path or "") .. (e.versioned and "\0v" or "")
+  end
+  table.sort(t)
+  return table.concat(t, "\n")
+end
 
 -- The parts of step i's fingerprint fixed for the whole run: its code
 -- (and, for a command, the names of the project files it may name), the
 -- parameters it reads, its distribution and its outputs.  The engine's check
 -- of command steps (engine/uptodate.c) gets these once, before the run.
+-- A step that reads no parameter shares one empty, read-only params table.
 function Run:static_parts(i, n)
   local h = self.hasher
-  local parts = { params = {} }
+  local parts = { params = NO_PARAMS }
   local names
-  local function param(key)
-    local ph = self.memo.params[key]
-    if not ph then
-      ph = h:value(params_mod.get(self.settings, key))
-      self.memo.params[key] = ph
-    end
-    parts.params[key] = ph
-  end
   if n.kind == "func" then
     parts.code = h:fn(n.fn)
   else
@@ -57,13 +83,15 @@ function Run:static_parts(i, n)
         end
         self.memo.refs[s] = refs
       end
-      for _, key in ipairs(refs) do param(pipeline.command_param(n, key)) end
+      for _, key in ipairs(refs) do add_param(self, parts, pipeline.command_param(n, key)) end
     end
   end
   for _, io in ipairs(n.inputs) do
     local key = dag.is_param_input(io.dataset)
-    if key == true then parts.params["*"] = h:value(self.params)
-    elseif key then param(key) end
+    if key == true then
+      parts.params = rawequal(parts.params, NO_PARAMS) and {} or parts.params
+      parts.params["*"] = h:value(self.params)
+    elseif key then add_param(self, parts, key) end
   end
   local dist, place = self.dists[i], self.remote[i]
   if place then        -- on Azure ML: where and in what it runs count, not --distributed
@@ -76,13 +104,7 @@ function Run:static_parts(i, n)
     parts.dist = h:value({ dist.framework, dist.num_nodes, dist.processes_per_node,
                            dist.parameter_server_count or false, self.mode })
   end
-  local outs = {}
-  for k, io in ipairs(n.outputs) do
-    local e = self.cat:entry(io.dataset)
-    outs[k] = io.dataset .. "\0" .. e.type .. "\0" .. (e.path or "") .. (e.versioned and "\0v" or "")
-  end
-  if #outs > 1 then table.sort(outs) end
-  parts.outputs = table.concat(outs, "\n")
+  parts.outputs = outputs_part(self, n)
   return parts, names
 end
 
@@ -161,30 +183,40 @@ function Run:engine_check(plan)
   local nodes, g, selected = self.nodes, plan.graph, plan.selected
   local chk = cache.uptodate(#nodes, self.hc, self.state.store)
   local described = false
+  -- chk:set copies what it is given: one pair of tables for every step
+  local inputs, outs, n_in, n_out = {}, {}, 0, 0
   for i, n in ipairs(nodes) do
     if not selected or selected[i] then
       local ok, parts, names = false, nil, nil      -- the sweep job's step always runs (Run:decide)
       if n.name ~= self.sweep_step then ok, parts, names = pcall(self.static_parts, self, i, n) end
-      local inputs, outs = {}, {}
+      local k = 0
       for _, io in ipairs(n.inputs) do
         local d = io.dataset
         if ok and not dag.is_param_input(d) then
           local p = g:producer(d)
-          local v = rawget(self.values, d)
-          inputs[#inputs + 1] = d
+          local v
           if p and (not selected or selected[p]) then
-            inputs[#inputs + 1], inputs[#inputs + 2], inputs[#inputs + 3] = p, false, false
-          elseif v and (v.hash or v.path) then
-            inputs[#inputs + 1], inputs[#inputs + 2], inputs[#inputs + 3] = false, v.hash or false,
-              not v.hash and v.path or false
+            inputs[k + 1], inputs[k + 2], inputs[k + 3], inputs[k + 4] = d, p, false, false
           else
-            ok = false                        -- the Lua check says what is wrong with it
+            v = rawget(self.values, d)
+            if v and (v.hash or v.path) then
+              inputs[k + 1], inputs[k + 2], inputs[k + 3], inputs[k + 4] = d, false, v.hash or false,
+                not v.hash and v.path or false
+            else
+              ok = false                      -- the Lua check says what is wrong with it
+            end
           end
+          k = k + 4
         end
       end
-      for k, io in ipairs(n.outputs) do outs[k] = io.dataset end
+      for j = k + 1, n_in do inputs[j] = nil end
+      n_in = k
+      local m = #n.outputs
+      for j, io in ipairs(n.outputs) do outs[j] = io.dataset end
+      for j = m + 1, n_out do outs[j] = nil end
+      n_out = m
       if ok then
-        chk:set(i, n.name, parts.code, parts.dist, parts.outputs, parts.params, names or {}, inputs, outs)
+        chk:set(i, n.name, parts.code, parts.dist, parts.outputs, parts.params, names or NO_NAMES, inputs, outs)
         described = true
       else
         chk:name(i, n.name)               -- its consumers may still use its record once it is fresh

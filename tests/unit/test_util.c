@@ -1,10 +1,12 @@
 /* test_util.c — the shared infrastructure in util.h and strmap.h that the config loader
  * uses instead of private copies: strbuf truncation, the pointer map, bounded file reads. */
 #include "check.h"
+#include "json_text.h"
 #include "strmap.h"
 #include "util.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -72,10 +74,45 @@ static void test_read_file_max(void)
     CHECK(errno == ENOENT);
 }
 
+static void check_seconds(double d, const char *want)
+{
+    struct strbuf sb = STRBUF_INIT;
+    json_seconds(&sb, d);
+    CHECK_STR(sb.buf, want);
+    sb_release(&sb);
+}
+
+/* Times and durations in the journal and run.json: to the microsecond, read
+ * back within half of one. */
+static void test_json_seconds(void)
+{
+    check_seconds(0, "0");
+    check_seconds(12.5, "12.5");
+    check_seconds(0.000001, "0.000001");
+    check_seconds(0.0000004, "0");
+    check_seconds(-1.25, "-1.25");
+    check_seconds(-0.5, "-0.5");
+    check_seconds(1795735245.588115, "1795735245.588115");
+    check_seconds(1795735245.9999996, "1795735246");
+    check_seconds(NAN, "null");
+    check_seconds(INFINITY, "null");
+    check_seconds(1e20, "1e+20");                 /* beyond a microsecond count: json_number's form */
+    int ok = 1;
+    for (int k = 0; k < 100000; k++) {
+        double d = 1.7e9 + k * 0.0137 + k / 7.0;
+        struct strbuf sb = STRBUF_INIT;
+        json_seconds(&sb, d);
+        ok &= fabs(strtod(sb.buf, NULL) - d) <= 0.5e-6 + 2.5e-7;    /* and the double's own step, 2.4e-7 here */
+        sb_release(&sb);
+    }
+    CHECK(ok);
+}
+
 int main(void)
 {
     RUN(test_strbuf_truncate);
     RUN(test_ptrmap_put_get_grow);
     RUN(test_read_file_max);
+    RUN(test_json_seconds);
     return CHECK_DONE("util");
 }
