@@ -96,7 +96,6 @@ end
 wrap_sum(Run, "up_to_date", "Run:up_to_date (Lua check)")
 wrap_sum(Run, "take_fingerprint", "Run:take_fingerprint")
 wrap_sum(Run, "attempt_body", "Run:attempt_body (the step itself)")
-wrap_sum(Run, "step_finished", "Run:step_finished (state.put)")
 wrap(Journal, "close", "journal:close (last sync)")
 wrap(state, "save", "state.save (state.log)")
 wrap(Run, "result", "Run:result (the result's tables)")

@@ -407,6 +407,8 @@ static int rewrite(struct state_store *s, char *err, size_t errlen)
     return rc;
 }
 
+bool state_store_unsaved(const struct state_store *s) { return s->dirty > 0 || s->rewrite; }
+
 int state_store_save(struct state_store *s, char *err, size_t errlen)
 {
     if (s->dirty == 0 && !s->rewrite) return 0;

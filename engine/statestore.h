@@ -6,12 +6,13 @@
  * (temporary file + rename) when most of it is superseded records.
  *
  * A record holds what the engine itself checks — the step's fingerprint and
- * its outputs (dataset, path, content hash) — and an opaque body (the
- * stdlib's JSON of the fingerprint's parts and the output records) that only
- * the caller decodes.  Nothing here knows Lua. */
+ * its outputs (dataset, path, content hash) — and an opaque body (JSON of
+ * the fingerprint's parts and the output records: step_record.h makes
+ * records) that only the stdlib decodes.  Nothing here knows Lua. */
 #ifndef FLOW_STATESTORE_H
 #define FLOW_STATESTORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define STATE_STORE_MAX_FILE ((size_t)1 << 31)   /* a larger file is not read (every step runs) */
@@ -51,6 +52,8 @@ const struct state_rec *state_store_at(const struct state_store *s, size_t i);
  * empty name, or more than STATE_STORE_MAX_RECORD bytes encoded. */
 int state_store_put(struct state_store *s, const struct state_rec *rec, char *err, size_t errlen);
 
+/* Whether puts (or a rewrite) wait for state_store_save. */
+bool state_store_unsaved(const struct state_store *s);
 /* Makes every put durable: appends them (one write, one fdatasync), or
  * rewrites the file with only live records (temporary file, rename) when
  * superseded or damaged records take more than half of it.  Never follows a

@@ -8,7 +8,9 @@
 #include "json_text.h"
 #include "commit.h"
 #include "nofollow.h"
+#include "step_record.h"
 #include "ui.h"
+#include "uptodate.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
@@ -37,7 +39,8 @@ struct life {
     int exit_code;
     char *error;                 /* the first line of the last failure, redacted */
     char *report;                /* what to print of it, or NULL */
-    char *fp, *parts;            /* from the body at the start */
+    char *fp, *parts;            /* from the body at the start; freed once its record is put */
+    char *outputs;               /* its output records (JSON), from its end to its record */
     char *remote;                /* the remote job the last attempt ran as (JSON), or NULL */
     char *metrics, *series;      /* what the step reported of itself (JSON objects), or NULL */
     struct step_wait *backoff;   /* a retry's timer */
@@ -68,6 +71,9 @@ struct step_runner {
     struct step_body body;
     struct journal *journal;
     struct work_pool *pool;
+    struct state_store *state;
+    struct utd *check;
+    char *values_dir;
     char *run_id;                /* redacted */
     struct step_spec *specs;
     double backoff;
@@ -267,10 +273,47 @@ static void report(struct step_runner *r, size_t i)
     if (l->report && !run_interrupted(r)) ui_error("%s", l->report);
 }
 
+/* The metrics of a step's record: {"values":…,"series":…}, masked. */
+static char *record_metrics(const struct life *l)
+{
+    if (!l->metrics) return NULL;
+    struct strbuf json = STRBUF_INIT, safe = STRBUF_INIT;
+    sb_addf(&json, "{\"values\":%s", l->metrics);
+    if (l->series) sb_addf(&json, ",\"series\":%s", l->series);
+    sb_addc(&json, '}');
+    ui_redact_span(json.buf, json.len, true, &safe);
+    sb_release(&json);
+    return sb_detach(&safe);
+}
+
+/* A step whose end is recorded: its state record (step_record.h) goes into
+ * the store, which makes it the step's last successful run for the next
+ * run's check, and for this run's (its consumers may now use its hashes).
+ * A record the store refuses costs the next run a rerun of the step. */
+static void put_record(struct step_runner *r, size_t i)
+{
+    struct life *l = life_of(r, i);
+    char *name = redacted(step_name(r, i)), *metrics = record_metrics(l);
+    struct step_record rec = { .name = name, .fp = l->fp, .time = l->finished, .parts_json = l->parts,
+                               .outputs_json = l->outputs, .metrics_json = metrics, .values_dir = r->values_dir };
+    char err[512];
+    if (step_record_put(r->state, &rec, err, sizeof err) != 0)
+        ui_warn("%s: its record cannot be kept, so it runs again next time", err);
+    else if (r->check)
+        utd_mark_fresh(r->check, i, l->fp);
+    free(name);
+    free(metrics);
+    free(l->fp);
+    free(l->parts);
+    free(l->outputs);
+    l->fp = l->parts = l->outputs = NULL;
+}
+
 /* The step's end is written (or could not be): it is over. */
 static void end_recorded(struct step_runner *r, size_t i, bool written, const char *why)
 {
     struct life *l = life_of(r, i);
+    if (l->ok && written && l->fp && r->state) put_record(r, i);
     if (l->ok && !written) {
         /* Its outputs are in place, but with no record of them the step is not done. */
         char *msg = xasprintf("step '%s' ran, but its end cannot be recorded: %s", step_name(r, i), why);
@@ -296,6 +339,7 @@ static void end_step(struct step_runner *r, size_t i, const struct step_outcome 
         l->timed_out = o->timed_out;
         report(r, i);
     }
+    if (o->ok && r->state && l->fp) set_string(&l->outputs, o->outputs_json);
     if (!r->journal) { end_recorded(r, i, true, NULL); return; }
     struct strbuf line = STRBUF_INIT;
     step_end_line(r, i, &line, o->ok ? o->outputs_json : NULL, interrupted);
@@ -476,6 +520,9 @@ struct step_runner *step_runner_new(const struct dag *dag, struct loop *loop, co
     r->body = *body;
     r->journal = opt->journal;
     r->pool = opt->pool;
+    r->state = opt->state;
+    r->check = opt->check;
+    r->values_dir = xstrdup(opt->values_dir ? opt->values_dir : "");
     r->run_id = opt->run_id ? redacted(opt->run_id) : NULL;
     size_t n = dag->n_steps;
     r->specs = xcalloc(n + 1, sizeof *r->specs);
@@ -498,6 +545,7 @@ void step_runner_free(struct step_runner *r)
         free(l->report);
         free(l->fp);
         free(l->parts);
+        free(l->outputs);
         free(l->remote);
         free(l->metrics);
         free(l->series);
@@ -507,8 +555,11 @@ void step_runner_free(struct step_runner *r)
     free(r->specs);
     free(r->states);
     free(r->run_id);
+    free(r->values_dir);
     free(r);
 }
+
+const char *step_runner_fingerprint(const struct step_runner *r, size_t i) { return r->lives[i].fp; }
 
 size_t step_runner_n_steps(const struct step_runner *r)
 {

@@ -92,9 +92,17 @@ struct step_body {
     void (*finished)(void *ctx, size_t i, bool ok, double time);
 };
 
+struct state_store;
+struct utd;
 struct step_runner_options {
     struct journal *journal;        /* NULL: nothing is journaled */
     struct work_pool *pool;         /* NULL: outputs are flushed on the loop's thread */
+    /* Where a step's record goes once its end is recorded (NULL: nowhere),
+     * and the up-to-date check told of it (NULL: none): step_record.h.
+     * values_dir: where cached values live. */
+    struct state_store *state;
+    struct utd *check;
+    const char *values_dir;
     const char *run_id;             /* written into each step_end */
     const struct step_spec *specs;  /* one per step of the DAG; copied */
     double backoff;                 /* the first retry's wait, doubled each time; 0: 1 s */
@@ -114,6 +122,8 @@ void step_attempt_done(struct step_runner *r, size_t i, const struct step_outcom
 double step_runner_deadline(const struct step_runner *r, size_t i);
 /* The attempt in flight (or the last one), from 1; 0 before the first. */
 int step_runner_attempt(const struct step_runner *r, size_t i);
+/* Step i's fingerprint (from the body, at its start), until its record is put; or NULL. */
+const char *step_runner_fingerprint(const struct step_runner *r, size_t i);
 /* The number of steps (the DAG's). */
 size_t step_runner_n_steps(const struct step_runner *r);
 /* Whether any step started. */

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 struct step {
-    bool described, passed;
+    bool described, passed, no_record;
     char fresh_fp[SHA256_HEX_SIZE];         /* the fingerprint of the record that made it fresh, or "" */
     char *name;
     char *fp, *parts_json;                  /* utd_decide's, for a step without a record */
@@ -158,6 +158,8 @@ void utd_mark_fresh(struct utd *u, size_t i, const char *fp)
 }
 
 bool utd_passed(const struct utd *u, size_t i) { return i < u->n_steps && u->steps[i].passed; }
+
+bool utd_no_record(const struct utd *u, size_t i) { return i < u->n_steps && u->steps[i].no_record; }
 
 struct utd_stats utd_stats(const struct utd *u) { return u->stats; }
 
@@ -376,6 +378,7 @@ enum utd_verdict utd_decide(struct utd *u, size_t i)
         s->passed = true;
         u->stats.passed++;
     } else if (v == UTD_NO_RECORD) {
+        s->no_record = true;
         u->stats.no_record++;
     } else {
         u->stats.undecided++;

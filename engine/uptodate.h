@@ -69,10 +69,9 @@ void utd_name_step(struct utd *u, size_t i, const char *name);
  * and was recorded, or was found up to date): its outputs' hashes can stand
  * for its consumers' for as long as the store holds that record (another
  * run at once may replace it).  The check marks the steps it passes itself;
- * the stdlib calls this (check:fresh(i, fp), lua/l_uptodate.c) for the
- * others: runner.lua's Run:step_finished once a step's record is put,
- * incremental.lua's Run:up_to_date when its Lua check finds a step up to
- * date. */
+ * step.c marks a step once its record is put, and incremental.lua's
+ * Run:up_to_date (check:fresh(i, fp), lua/l_uptodate.c) one its Lua check
+ * finds up to date. */
 void utd_mark_fresh(struct utd *u, size_t i, const char *fp);
 
 /* Step i's fingerprint as it is now, into hex: 0, or 1 when this check
@@ -91,8 +90,9 @@ enum utd_verdict {
  * parts, so a step that was never run costs the stdlib nothing either. */
 enum utd_verdict utd_decide(struct utd *u, size_t i);
 
-/* Whether utd_decide said step i is up to date. */
+/* Whether utd_decide said step i is up to date; that it has no record. */
 bool utd_passed(const struct utd *u, size_t i);
+bool utd_no_record(const struct utd *u, size_t i);
 
 /* The fingerprint and its shortened parts (a JSON object, as the stdlib's
  * fingerprint.short makes them: each hash's first FP_SHORT hex digits, the

@@ -146,10 +146,11 @@ struct hashcache;
 struct hashcache *flow_check_hashcache(lua_State *L, int idx);
 
 /* flow.cache.uptodate (l_uptodate.c): adds `uptodate` to the module table on
- * top of the stack.  flow_uptodate_check: what the checker attached to `dag`
- * (if any) finds of step i (uptodate.h's verdicts), without entering Lua. */
+ * top of the stack.  flow_check_uptodate: the check at idx (raises if it is
+ * not one, or is closed). */
 void flow_open_uptodate(lua_State *L);
-enum utd_verdict flow_uptodate_check(lua_State *L, const struct dag *dag, size_t i);
+struct utd;
+struct utd *flow_check_uptodate(lua_State *L, int idx);
 
 int luaopen_flow_core(lua_State *L);
 int luaopen_flow_dag(lua_State *L);

@@ -57,6 +57,7 @@ struct run {
     int code, journal_rc;
     char journal_error[1024];
     int attempt_fn_ref;            /* the stdlib's attempt(i, k) */
+    struct utd *check;             /* the engine's up-to-date check (opts.check), or NULL */
     int check_fn_ref;              /* its up_to_date(i), or LUA_NOREF */
     int fingerprint_fn_ref;        /* its fingerprint(i), or LUA_NOREF */
     int finished_fn_ref;           /* its finished(i, ok, time), or LUA_NOREF */
@@ -319,7 +320,6 @@ static int new_coroutine(lua_State *L)
 static void body_attempt(void *ctx, struct step_runner *r, size_t i, int attempt)
 {
     struct run *run = ctx;
-    (void)r;
     struct step_run *st = &run->steps[i];
     if (run->n_idle) {
         run->n_idle--;
@@ -341,7 +341,10 @@ static void body_attempt(void *ctx, struct step_runner *r, size_t i, int attempt
     lua_rawgeti(st->co, LUA_REGISTRYINDEX, run->attempt_fn_ref);
     lua_pushinteger(st->co, (lua_Integer)i + 1);
     lua_pushinteger(st->co, attempt);
-    resume(st, 2);
+    const char *fp = step_runner_fingerprint(r, i);
+    if (fp) lua_pushstring(st->co, fp);
+    else lua_pushnil(st->co);
+    resume(st, 3);
 }
 
 /* Ctrl-C: the step's code is stopped (sched.guard reports it) and whatever it
@@ -376,8 +379,8 @@ static bool body_up_to_date(void *ctx, size_t i)
     struct run *run = ctx;
     /* a step the engine's check finds up to date never enters Lua, nor one it
      * finds without a record: that one runs, with the fingerprint the check
-     * computed (runner.lua's take_fingerprint asks for it: uptodate.h) */
-    switch (flow_uptodate_check(run->L, sched_dag(run->sched), i)) {
+     * computed (body_fingerprint takes it: uptodate.h) */
+    switch (run->check ? utd_decide(run->check, i) : UTD_CANNOT_TELL) {
     case UTD_UP_TO_DATE: return true;
     case UTD_NO_RECORD: return false;
     case UTD_CANNOT_TELL: break;
@@ -391,6 +394,13 @@ static bool body_up_to_date(void *ctx, size_t i)
 static void body_fingerprint(void *ctx, size_t i, char **fp, char **parts)
 {
     struct run *run = ctx;
+    const char *found_fp, *found_parts;
+    if (run->check && utd_found_fingerprint(run->check, i, &found_fp, &found_parts)) {
+        *fp = xstrdup(found_fp);
+        *parts = xstrdup(found_parts);
+        utd_forget_fingerprint(run->check, i);
+        return;
+    }
     *fp = *parts = NULL;
     if (run->fingerprint_fn_ref == LUA_NOREF || !call_main(run, run->fingerprint_fn_ref, i, 0, 2, "starting"))
         return;
@@ -516,6 +526,12 @@ static struct run *make_run(lua_State *L, lua_State *thread)
         ropt.journal = flow_check_journal(L, -1);
         ropt.pool = flow_work_pool(L);
     }
+    /* the state store, the check and the values' directory: held by opts */
+    if (lua_getfield(L, 2, "state") != LUA_TNIL) ropt.state = flow_check_state_store(L, -1);
+    struct utd *check = lua_getfield(L, 2, "check") != LUA_TNIL ? flow_check_uptodate(L, -1) : NULL;
+    ropt.check = check;
+    lua_getfield(L, 2, "values_dir");
+    ropt.values_dir = lua_tostring(L, -1);
     lua_getfield(L, 2, "run_id");
     ropt.run_id = lua_tostring(L, -1);                  /* held by opts */
     lua_getfield(L, 2, "label");
@@ -523,7 +539,7 @@ static struct run *make_run(lua_State *L, lua_State *thread)
     /* The run's C state belongs to its userdata from here on: a raise anywhere
      * below (out of memory) releases it. */
     struct run *run = lua_newuserdatauv(L, sizeof *run, 1);
-    *run = (struct run){ .L = thread, .attempt_fn_ref = LUA_NOREF, .check_fn_ref = LUA_NOREF,
+    *run = (struct run){ .L = thread, .check = check, .attempt_fn_ref = LUA_NOREF, .check_fn_ref = LUA_NOREF,
                          .fingerprint_fn_ref = LUA_NOREF, .finished_fn_ref = LUA_NOREF };
     luaL_setmetatable(L, RUN_CLASS);
     int run_idx = lua_gettop(L);
@@ -615,9 +631,14 @@ static int push_result(lua_State *L, struct run *run, int run_idx)
     return 5;
 }
 
-/* run(dag, {jobs=, keep_going=, selected=, pools=, pool=, nodes=, journal=, run_id=, label=}, body)
- *   body: {attempt = f(i, k) -> ok, info; up_to_date = f(i) -> bool;
- *          fingerprint = f(i) -> fp, parts_json; finished = f(i, ok, time)}
+/* run(dag, {jobs=, keep_going=, selected=, pools=, pool=, nodes=, journal=, run_id=, label=,
+ *           state=, check=, values_dir=}, body)
+ *   state: the state store, where each step's record goes once its end is
+ *   recorded; check: the engine's up-to-date check (flow.cache.uptodate),
+ *   asked first; values_dir: where cached values live (step.h)
+ *   body: {attempt = f(i, k, fingerprint|nil) -> ok, info; up_to_date = f(i) -> bool;
+ *          fingerprint = f(i) -> fp, parts_json; finished = f(i, ok, time)},
+ *   up_to_date and fingerprint asked when the check cannot tell
  *   -> code, {state, ...}, {elapsed, ...}, record, journal_error | nil
  * Runs the loop until the run is over.  The record (run.json's,
  * :write_summary) outlives the run. */

@@ -4,13 +4,17 @@
  *   st = cache.state(path)        -> State, warning-or-nil  (raises a file-system error)
  *   st:get(name)                  -> fp, time, body, files  or nil (files: {dataset = {path =, hash =}}
  *                                    when every output is a file, else nil)
- *   st:put(name, fp, time, body, {dataset, kind, path, hash, ...})
+ *   st:put(name, fp, time, parts_json, outputs_json, metrics_json, values_dir)
+ *                                 step `name`'s successful run (step_record.h: the
+ *                                 engine's rule; JSON texts or nil)
+ *   st:unsaved()                  -> whether puts wait for save()
  *   st:names()                    -> {name, ...}
  *   st:count()                    -> n
  *   st:save()                     raises a file-system error
  *   st:stats()                    -> {records =, damaged =, torn_bytes =, file_bytes =} */
 #include "flowlua.h"
 #include "statestore.h"
+#include "step_record.h"
 
 #include <lauxlib.h>
 #include <string.h>
@@ -59,43 +63,40 @@ static int l_state_get(lua_State *L)
     return 4;
 }
 
+/* Strings only, without NUL bytes: they go into C strings as they are. */
+static const char *opt_text(lua_State *L, int idx, const char *what)
+{
+    if (lua_isnoneornil(L, idx)) return NULL;
+    size_t len;
+    const char *s = luaL_checklstring(L, idx, &len);
+    if (strlen(s) != len) luaL_error(L, "put: %s holds a NUL byte", what);
+    return s;
+}
+
 static int l_state_put(lua_State *L)
 {
     struct state_store *s = flow_check_state_store(L, 1);
-    struct state_rec rec = { 0 };
-    size_t name_len, fp_len;
-    rec.name = luaL_checklstring(L, 2, &name_len);
-    rec.fp = luaL_checklstring(L, 3, &fp_len);
-    if (name_len == 0) return luaL_error(L, "put: a step's name is empty");
-    if (strlen(rec.name) != name_len || strlen(rec.fp) != fp_len)
+    struct step_record rec = {
+        .name = luaL_checkstring(L, 2),
+        .fp = luaL_checkstring(L, 3),
+        .time = luaL_checknumber(L, 4),
+        .parts_json = opt_text(L, 5, "the parts"),
+        .outputs_json = opt_text(L, 6, "the output records"),
+        .metrics_json = opt_text(L, 7, "the metrics"),
+        .values_dir = luaL_checkstring(L, 8),
+    };
+    if (!*rec.name) return luaL_error(L, "put: a step's name is empty");
+    if (strlen(rec.name) != lua_rawlen(L, 2) || strlen(rec.fp) != lua_rawlen(L, 3))
         return luaL_error(L, "put: a step's name or fingerprint holds a NUL byte");
-    rec.time = luaL_checknumber(L, 4);
-    rec.body = luaL_checklstring(L, 5, &rec.body_len);
-    luaL_checktype(L, 6, LUA_TTABLE);
-    lua_Integer n = luaL_len(L, 6);
-    if (n % 4 != 0) return luaL_error(L, "put: outputs come in fours (dataset, kind, path, hash)");
-    rec.n_outs = (size_t)(n / 4);
-    /* Scratch for the outputs as a userdata: a bad field below raises without a leak. */
-    rec.outs = lua_newuserdatauv(L, (rec.n_outs ? rec.n_outs : 1) * sizeof *rec.outs, 0);
-    for (size_t i = 0; i < rec.n_outs; i++) {
-        const char *f[4];
-        for (int k = 0; k < 4; k++) {
-            int at = (int)(i * 4) + k + 1;
-            size_t len;
-            /* Strings only: a number converted here would be a new string
-             * that is not in the table, gone once popped. */
-            if (lua_rawgeti(L, 6, at) != LUA_TSTRING)
-                return luaL_error(L, "put: output field %d is a %s, not a string", at, luaL_typename(L, -1));
-            f[k] = lua_tolstring(L, -1, &len);   /* stays alive in the table */
-            if (strlen(f[k]) != len) return luaL_error(L, "put: output field %d holds a NUL byte", at);
-            lua_pop(L, 1);
-        }
-        if (strlen(f[1]) != 1) return luaL_error(L, "put: an output's kind is one letter");
-        rec.outs[i] = (struct state_out){ f[1][0], f[0], f[2], f[3] };
-    }
-    char err[256];
-    if (state_store_put(s, &rec, err, sizeof err) != 0) return luaL_error(L, "put: %s", err);
+    char err[512];
+    if (step_record_put(s, &rec, err, sizeof err) != 0) return luaL_error(L, "put: %s", err);
     return 0;
+}
+
+static int l_state_unsaved(lua_State *L)
+{
+    lua_pushboolean(L, state_store_unsaved(flow_check_state_store(L, 1)));
+    return 1;
 }
 
 static int l_state_names(lua_State *L)
@@ -145,6 +146,7 @@ static int l_state_gc(lua_State *L)
 static const luaL_Reg state_methods[] = {
     { "get", l_state_get },
     { "put", l_state_put },
+    { "unsaved", l_state_unsaved },
     { "names", l_state_names },
     { "count", l_state_count },
     { "save", l_state_save },

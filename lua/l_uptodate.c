@@ -1,7 +1,8 @@
 /* l_uptodate.c — flow.cache.uptodate: the engine's up-to-date check of
  * steps (engine/uptodate.c) as a userdata that owns it.  The stdlib
- * describes each step once, before the run; the scheduler's
- * up-to-date question then reaches the check without entering Lua.
+ * describes each step once, before the run, and hands the check to
+ * sched.run (opts.check): the scheduler's up-to-date question, a new step's
+ * fingerprint and its record's freshness then never enter Lua.
  *
  *   chk = cache.uptodate(n_steps, hash_cache, state_store)   (keeps both alive)
  *   chk:set(i, name, code, dist|nil, outputs, {param = hash}, {file, ...},
@@ -9,9 +10,7 @@
  *   chk:name(i, name)    names step i, a producer the check does not describe
  *   chk:fresh(i, fp)     step i's record in the store, with fingerprint fp, is this run's
  *   chk:passed(i)        -> whether the check found step i up to date
- *   chk:taken(i)         -> fingerprint, parts (JSON) of a step it found without a
- *                           record (it runs), once; nil for any other step
- *   chk:attach(dag) / chk:detach(dag)   the run of `dag` asks it (flow_uptodate_check)
+ *   chk:no_record(i)     -> whether the check found step i without a record (it ran)
  *   chk:stats()          -> {passed =, undecided =, no_record =} */
 #include "flowlua.h"
 #include "uptodate.h"
@@ -21,12 +20,7 @@
 
 #define UPTODATE_CLASS "flow.UpToDate"
 
-static struct utd *check_utd(lua_State *L)
-{
-    struct utd **box = luaL_checkudata(L, 1, UPTODATE_CLASS);
-    if (!*box) luaL_error(L, "the up-to-date check is closed");
-    return *box;
-}
+static struct utd *check_utd(lua_State *L) { return flow_check_uptodate(L, 1); }
 
 static size_t check_step(lua_State *L, int idx)
 {
@@ -41,7 +35,7 @@ static int l_uptodate(lua_State *L)
     luaL_argcheck(L, n >= 0 && n <= 100000000, 1, "a step count");
     struct hashcache *hc = flow_check_hashcache(L, 2);
     struct state_store *store = flow_check_state_store(L, 3);
-    struct utd **box = lua_newuserdatauv(L, sizeof *box, 3);
+    struct utd **box = lua_newuserdatauv(L, sizeof *box, 2);
     *box = NULL;
     luaL_setmetatable(L, UPTODATE_CLASS);
     lua_pushvalue(L, 2);
@@ -151,39 +145,10 @@ static int l_passed(lua_State *L)
     return 1;
 }
 
-static int l_taken(lua_State *L)
+static int l_no_record(lua_State *L)
 {
-    struct utd *u = check_utd(L);
-    size_t i = check_step(L, 2);
-    const char *fp, *parts;
-    if (!utd_found_fingerprint(u, i, &fp, &parts)) return 0;
-    lua_pushstring(L, fp);                    /* still the check's if a push raises */
-    lua_pushstring(L, parts);
-    utd_forget_fingerprint(u, i);
-    return 2;
-}
-
-/* registry[dag pointer] = the checker, while the run of that DAG lasts */
-static int l_attach(lua_State *L)
-{
-    check_utd(L);
-    struct dag *dag = flow_check_dag(L, 2);
-    lua_pushvalue(L, 2);                 /* held while attached: its address is the key */
-    lua_setiuservalue(L, 1, 3);
-    lua_pushvalue(L, 1);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, dag);
-    return 0;
-}
-
-static int l_detach(lua_State *L)
-{
-    check_utd(L);
-    struct dag *dag = flow_check_dag(L, 2);
-    lua_pushnil(L);
-    lua_rawsetp(L, LUA_REGISTRYINDEX, dag);
-    lua_pushnil(L);
-    lua_setiuservalue(L, 1, 3);
-    return 0;
+    lua_pushboolean(L, utd_no_record(check_utd(L), check_step(L, 2)));
+    return 1;
 }
 
 static int l_stats(lua_State *L)
@@ -207,15 +172,11 @@ static int l_gc(lua_State *L)
     return 0;
 }
 
-enum utd_verdict flow_uptodate_check(lua_State *L, const struct dag *dag, size_t i)
+struct utd *flow_check_uptodate(lua_State *L, int idx)
 {
-    enum utd_verdict v = UTD_CANNOT_TELL;
-    if (lua_rawgetp(L, LUA_REGISTRYINDEX, dag) == LUA_TUSERDATA) {
-        struct utd **box = luaL_testudata(L, -1, UPTODATE_CLASS);
-        if (box && *box) v = utd_decide(*box, i);
-    }
-    lua_pop(L, 1);
-    return v;
+    struct utd **box = luaL_checkudata(L, idx, UPTODATE_CLASS);
+    if (!*box) luaL_error(L, "the up-to-date check is closed");
+    return *box;
 }
 
 static const luaL_Reg uptodate_methods[] = {
@@ -223,9 +184,7 @@ static const luaL_Reg uptodate_methods[] = {
     { "name", l_name },
     { "fresh", l_fresh },
     { "passed", l_passed },
-    { "taken", l_taken },
-    { "attach", l_attach },
-    { "detach", l_detach },
+    { "no_record", l_no_record },
     { "stats", l_stats },
     { NULL, NULL }
 };

@@ -176,9 +176,10 @@ end
 -- (self.values looks them up in its state record on first use).  A step it
 -- cannot decide comes to Run:up_to_date as before.  A step without a record
 -- (every step of a first run) runs, and the engine computes its fingerprint
--- for its record too (Run:take_fingerprint takes it), so it never enters
--- this file's Lua either.  Not used with --force or --explain (the Lua check
--- says why each step runs).  Returns the checker, or nil.
+-- for its record too (the scheduler takes it, and engine/step.c puts the
+-- record), so it never enters this file's Lua either.  Not used with --force
+-- or --explain (the Lua check says why each step runs).  Returns the checker
+-- (sched.run's opts.check), or nil.
 function Run:engine_check(plan)
   local nodes, g, selected = self.nodes, plan.graph, plan.selected
   local chk = cache.uptodate(#nodes, self.hc, self.state.store)

@@ -101,10 +101,11 @@ end
 --          metrics =, series = JSON text (flow.metrics)}
 --   false, {message =, report = what to print (nil: nothing), tail = stderr's last
 --           lines, timed_out =, exit_code =}
-function Run:attempt_body(i, k)
+function Run:attempt_body(i, k, fp)
   local n = self.nodes[i]
   local rec = self.records[n.name]
   rec.attempts, rec.metrics = k, nil
+  if self.remote[i] then rec.fp = fp end      -- its job's name and tags (flow.remote)
   local co = coroutine.running()
   printing[co] = { run = self, n = n }
   if n.metrics then metrics.collect(co, n, self.on_log) end
@@ -121,8 +122,9 @@ function Run:attempt_body(i, k)
     end
     local m = metrics.with_logged(rec.metrics, logged)
     rec.metrics = m and next(m.values) and m or nil
-    rec.outputs_json = rec.outputs and util.record_json(rec.outputs)     -- the journal's, and the state record's
-    return true, { outputs = rec.outputs_json, paths = paths, exit_code = rec.exit_code,
+    local outputs = rec.outputs and util.record_json(rec.outputs)     -- the journal's, and the state record's
+    rec.outputs = nil                 -- engine/step.c records them: a run of 100,000 steps keeps no copy
+    return true, { outputs = outputs, paths = paths, exit_code = rec.exit_code,
                    remote = rec.remote and util.record_json(rec.remote),
                    metrics = rec.metrics and core.json_encode(rec.metrics.values),
                    series = rec.metrics and rec.metrics.series and core.json_encode(rec.metrics.series) }
@@ -140,38 +142,14 @@ function Run:attempt_body(i, k)
                   remote = rec.remote and util.record_json(rec.remote) }
 end
 
--- At step i's start: the fingerprint up_to_date computed, or the engine's
--- check for a step without a record, and its parts (JSON) for the journal;
--- kept, as that text, for the step's record in the state.
+-- At step i's start, when the engine's check did not compute its
+-- fingerprint: the one up_to_date computed, and its parts (JSON) for the
+-- journal and the step's record (engine/step.c keeps both from here).
 function Run:take_fingerprint(i)
   local pending = self.pending[i]
-  local rec = self.records[self.nodes[i].name]
-  if pending then
-    self.pending[i] = nil
-    rec.fp, rec.parts_json = pending.fp, core.json_encode(fingerprint.short(pending.parts))   -- hashes: never masked
-  elseif self.check then
-    local fp, parts = self.check:taken(i)
-    if not fp then return nil end
-    rec.fp, rec.parts_json, rec.reason = fp, parts, incremental.NO_RECORD
-  else
-    return nil
-  end
-  return rec.fp, rec.parts_json
-end
-
--- Step i's end is recorded (ok) or it failed.  Once its record is in the
--- state, the run keeps of it only what its result reports (reason, metrics):
--- a run of 100,000 steps would otherwise hold each record twice.
-function Run:step_finished(i, ok, time)
-  local n = self.nodes[i]
-  local rec = self.records[n.name]
-  local fp = rec.fp
-  if ok and fp then
-    state_mod.put(self.state, n.name, { fp = fp, parts_json = rec.parts_json, outputs = rec.outputs,
-                                        outputs_json = rec.outputs_json, time = time, metrics = rec.metrics })
-    rec.fp, rec.parts_json, rec.outputs, rec.outputs_json = nil, nil, nil, nil
-    if self.check then self.check:fresh(i, fp) end  -- the engine's check may use its record now
-  end
+  if not pending then return nil end
+  self.pending[i] = nil
+  return pending.fp, core.json_encode(fingerprint.short(pending.parts))   -- hashes: never masked
 end
 
 -- What the command line chose ({env =, params_spec =, conf =}); flow.run
@@ -240,14 +218,16 @@ end
 
 -- result.steps, made on first use ({name = {state =, elapsed =, reason =}}):
 -- `flow run` reads it only after a failure, and 100,000 small tables are a
--- tenth of a no-op run of 100,000 steps.
-local function lazy_steps(result, nodes, records, states, elapsed)
+-- tenth of a no-op run of 100,000 steps.  A step the engine's check found
+-- without a record ran for that reason.
+local function lazy_steps(result, nodes, records, states, elapsed, check)
   return setmetatable(result, { __index = function(t, k)
     if k ~= "steps" then return nil end
     local steps = {}
     for i, n in ipairs(nodes) do
       local rec = records[n.name]
-      steps[n.name] = { state = states[i], elapsed = elapsed[i], reason = rec.reason,
+      local reason = rec.reason or check and check:no_record(i) and incremental.NO_RECORD or nil
+      steps[n.name] = { state = states[i], elapsed = elapsed[i], reason = reason,
                         metrics = rec.metrics and rec.metrics.values, series = rec.metrics and rec.metrics.series }
     end
     setmetatable(t, nil)
@@ -285,7 +265,7 @@ function Run:result(graph, code, states, elapsed, env, reported)
   local result = lazy_steps({ code = code, run_id = self.run_id, outputs = {}, env = env,
                               status = code == 0 and "ok" or code == 130 and "interrupted" or "failed",
                               metrics = metrics.merge(reported) },
-                            self.nodes, self.records, states, elapsed)
+                            self.nodes, self.records, states, elapsed, self.check)
   for _, d in ipairs(graph:unread_outputs()) do
     local v = self.values[d]
     if v then
@@ -307,14 +287,6 @@ local function nothing_ran(states)
   if up_to_date == 0 then return end
   core.ui_info("nothing ran: every step is up to date; their outputs are where earlier runs left them "
                .. "('flow catalog list'), their logs in those runs ('flow logs STEP')")
-end
-
--- The engine's check attached to the run's graph (the scheduler finds it
--- there) until the value returned is closed; nil without a check.
-local function attached(check, graph)
-  if not check then return nil end
-  check:attach(graph)
-  return setmetatable({}, { __close = function() check:detach(graph) end })
 end
 
 -- flow.run(p, opts) -> result {status =, code =, outputs =, steps =, run_id =}
@@ -352,16 +324,15 @@ function M.run(p, opts, level)
   if not self.force and not self.explain then self.check = self:engine_check(plan) end
   local code, states, elapsed, run_rec, jerr
   do
-    local _ <close> = attached(self.check, plan.graph)     -- detached however sched.run ends
     local sched_opts = {
       jobs = jobs, pools = pools, pool = pool_of, keep_going = opts.keep_going, selected = plan.selected,
       nodes = plan.nodes, journal = self.journal, run_id = run_id, label = self.label,
+      state = self.state.store, check = self.check, values_dir = state_mod.VALUES,
     }
     local body = {
-      attempt = function(i, k) return self:attempt_body(i, k) end,
+      attempt = function(i, k, fp) return self:attempt_body(i, k, fp) end,
       up_to_date = function(i) return self:up_to_date(i) end,
       fingerprint = function(i) return self:take_fingerprint(i) end,
-      finished = function(i, ok, time) return self:step_finished(i, ok, time) end,
     }
     -- one of several runs at once: flow.wait_all turns the loop (a task that
     -- cannot yield here, inside a C call such as string.gsub's, runs it itself)

@@ -133,7 +133,8 @@ local function decode_body(body)
   return ok and type(b) == "table" and b
 end
 
--- state.steps: a step's record built from the store on first use, and its
+-- state.steps: a step's record built from the store each time it is read
+-- (never kept: the engine puts records meanwhile, engine/step.c), and its
 -- JSON body decoded only when something reads more than the engine keeps
 -- (a no-op run of 10,000 command steps decodes none: the fingerprint and
 -- the outputs' paths and hashes come from the record itself).  pairs()
@@ -156,10 +157,9 @@ local function steps_view(store)
       else
         local b = decode_body(body)
         rec = b and { fp = fp, time = time, parts = b.parts, outputs = b.outputs, metrics = b.metrics }
-        if not (rec and valid(rec)) then rec = false end
+        if not (rec and valid(rec)) then rec = nil end
       end
-      rawset(t, name, rec)
-      return rec or nil
+      return rec
     end,
     __pairs = function(t)
       local names, i = store:names(), 0
@@ -205,47 +205,21 @@ function M.load(current)
   return st
 end
 
--- A record's body, JSON: its fingerprint's parts, its metrics and, when
--- there is a memory value among them, its output records (output files are
--- the record's own fields, {path, hash} each).  A run hands the parts and
--- the output records as the JSON it already wrote for its journal
--- (parts_json, outputs_json); a record read back has them as tables.
-local function record_body(rec, files_only)
-  local items = {}
-  local parts = rec.parts_json or rec.parts and core.json_encode(rec.parts)     -- hashes: never masked
-  if parts then items[#items + 1] = '"parts":' .. parts end
-  if not files_only then
-    local outputs = rec.outputs_json or rec.outputs and util.record_json(rec.outputs)
-    if outputs then items[#items + 1] = '"outputs":' .. outputs end
-  end
-  if rec.metrics then items[#items + 1] = '"metrics":' .. util.record_json(rec.metrics) end
-  return "{" .. table.concat(items, ",") .. "}"
-end
-
--- Record step `name`'s successful run.  Its record goes to the store at
--- once (so the engine's up-to-date check sees it); save() makes it durable.
+-- Record step `name`'s successful run, from an earlier run's journal (or
+-- the old state.json): {fp =, time =, parts =, outputs =, metrics =}, as
+-- tables or as JSON (parts_json, outputs_json).  The record is made as the
+-- engine makes a step's when its end is recorded (engine/step_record.c);
+-- save() makes it durable.
 function M.put(state, name, rec)
-  local outs, k, files_only = {}, 0, true
-  for d, out in pairs(rec.outputs or {}) do
-    -- f: a file or folder at path; v: a memory value inline in the body
-    -- (the record's checksum vouches for it); c: one cached at path; u: uncacheable
-    local kind, path = "f", out.path
-    if not path then
-      kind = out.uncacheable and "u" or out.value ~= nil and "v" or out.cached and "c" or "m"
-      path = kind == "c" and M.VALUES .. "/" .. tostring(out.hash) or ""
-    end
-    files_only = files_only and kind == "f"
-    outs[k + 1], outs[k + 2], outs[k + 3], outs[k + 4] = redact(d), kind, redact(path), out.hash or ""
-    k = k + 4
-  end
-  state.store:put(redact(name), rec.fp, rec.time or 0, record_body(rec, files_only), outs)
-  rawset(state.steps, name, nil)      -- read back from the store when asked: no second copy kept
-  state.dirty = true
+  local parts = rec.parts_json or rec.parts and core.json_encode(rec.parts)     -- hashes: never masked
+  local outputs = rec.outputs_json or rec.outputs and util.record_json(rec.outputs)
+  state.store:put(redact(name), rec.fp, rec.time or 0, parts, outputs, rec.metrics and util.record_json(rec.metrics),
+                  M.VALUES)
 end
 
 -- Make what changed durable (state.log), then list the folded journals merged.
 function M.save(state, run_id)
-  if state.dirty then
+  if state.dirty or state.store:unsaved() then
     core.mkdir_p(M.CACHE)
     state.store:save()
     state.dirty = false

@@ -246,7 +246,7 @@ test_a_first_run_of_lua_steps_fingerprints_in_the_engine_as_the_stdlib_does() {
 # The checker is attached to the run's graph (a registry entry holding both)
 # only while sched.run lasts: it is detached even when sched.run raises, so
 # a driver script that catches the error and runs again leaks nothing.
-test_the_check_is_detached_when_the_run_raises() {
+test_the_check_goes_with_the_run_and_nothing_is_left_when_it_raises() {
     write driver.lua <<'L'
 local flow = require("flow")
 local sched = require("flow.sched")
@@ -259,13 +259,14 @@ local function entries()
 end
 local p = pipeline{ node{ name = "a", outputs = { o = "out" }, command = "echo hi > ${outputs.o}" } }
 assert(flow.run(p).status == "ok")
-local before, during = entries()
+local before, during, check = entries()
 local real = sched.run
-sched.run = function() during = entries(); error("scheduler broke", 0) end
+sched.run = function(_, opts) during, check = entries(), opts.check; error("scheduler broke", 0) end
 local ok, err = pcall(flow.run, p)
 sched.run = real
-print(string.format("ok=%s err=%s attached=%d left=%d", tostring(ok), err, during - before, entries() - before))
+print(string.format("ok=%s err=%s check=%s registered=%d left=%d", tostring(ok), err,
+                    type(check) == "userdata" and type(check.no_record), during - before, entries() - before))
 L
     run_flow 0 run driver.lua
-    contains "$OUT" "ok=false err=scheduler broke attached=1 left=0"
+    contains "$OUT" "ok=false err=scheduler broke check=function registered=0 left=0"
 }

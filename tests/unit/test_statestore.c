@@ -3,13 +3,17 @@
  * mid-append) and a damaged record are dropped without losing the others,
  * and superseded records are compacted away.  A record the file could not
  * hold (no name, too large) is refused by put instead of aborting or
- * hiding the records after it. */
+ * hiding the records after it.  A step's record made by step_record_put (the
+ * engine's and the stdlib's one rule) has the kinds, paths and body the
+ * stdlib reads back. */
 #include "check.h"
 #include "statestore.h"
+#include "step_record.h"
 #include "util.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -251,6 +255,75 @@ static void test_a_record_at_the_limit_is_kept(void)
     state_store_free(s);
 }
 
+static const struct state_out *out_named(const struct state_rec *r, const char *dataset)
+{
+    for (size_t k = 0; r && k < r->n_outs; k++)
+        if (strcmp(r->outs[k].dataset, dataset) == 0) return &r->outs[k];
+    return NULL;
+}
+
+static void test_a_step_record_from_its_json(void)
+{
+    const char *w;
+    struct state_store *s = reopen("steprec.log", &w);
+    struct step_record rec = {
+        .name = "train", .fp = "fp1", .time = 12.25, .parts_json = "{\"code\":\"ab\"}",
+        .outputs_json = "{\"model\":{\"hash\":\"h1\",\"path\":\"out/model.pt\"},"
+                        "\"rows\":{\"hash\":\"h2\",\"value\":\"return 3\"},"
+                        "\"big\":{\"cached\":true,\"hash\":\"h3\"},"
+                        "\"sock\":{\"uncacheable\":\"a userdata\"},"
+                        "\"gone\":{\"hash\":\"h5\"}}",
+        .metrics_json = "{\"values\":{\"loss\":0.5}}", .values_dir = ".flow/cache/values",
+    };
+    CHECK(step_record_put(s, &rec, err, sizeof err) == 0);
+    const struct state_rec *r = state_store_get(s, "train");
+    CHECK(r && r->n_outs == 5 && r->time == 12.25 && strcmp(r->fp, "fp1") == 0);
+    const struct state_out *o = out_named(r, "model");
+    CHECK(o && o->kind == 'f' && strcmp(o->path, "out/model.pt") == 0 && strcmp(o->hash, "h1") == 0);
+    o = out_named(r, "rows");
+    CHECK(o && o->kind == 'v' && strcmp(o->path, "") == 0 && strcmp(o->hash, "h2") == 0);
+    o = out_named(r, "big");
+    CHECK(o && o->kind == 'c' && strcmp(o->path, ".flow/cache/values/h3") == 0);
+    o = out_named(r, "sock");
+    CHECK(o && o->kind == 'u' && strcmp(o->hash, "") == 0);
+    o = out_named(r, "gone");
+    CHECK(o && o->kind == 'm');
+    /* a memory value among them: the output records are in the body */
+    CHECK(r && strncmp(r->body, "{\"parts\":{\"code\":\"ab\"},\"outputs\":{\"model\"", 40) == 0);
+    CHECK(r && strstr(r->body, "},\"metrics\":{\"values\":{\"loss\":0.5}}}") != NULL);
+
+    /* files only: the record's own fields say it all */
+    rec.name = "fit";
+    rec.outputs_json = "{\"model\":{\"hash\":\"h1\",\"path\":\"out/model.pt\"}}";
+    rec.metrics_json = NULL;
+    CHECK(step_record_put(s, &rec, err, sizeof err) == 0);
+    r = state_store_get(s, "fit");
+    CHECK(r && r->body_len == strlen("{\"parts\":{\"code\":\"ab\"}}") &&
+          memcmp(r->body, "{\"parts\":{\"code\":\"ab\"}}", r->body_len) == 0);
+
+    /* no outputs, no parts */
+    rec.name = "noop";
+    rec.outputs_json = rec.parts_json = NULL;
+    CHECK(step_record_put(s, &rec, err, sizeof err) == 0);
+    r = state_store_get(s, "noop");
+    CHECK(r && r->n_outs == 0 && r->body_len == 2 && memcmp(r->body, "{}", 2) == 0);
+
+    /* not a record: refused with a message, the store as it was */
+    size_t before = state_store_count(s);
+    rec.name = "bad";
+    rec.outputs_json = "[1,2]";
+    CHECK(step_record_put(s, &rec, err, sizeof err) == -1 && strstr(err, "step 'bad'") != NULL);
+    rec.outputs_json = "{\"x\":3}";
+    CHECK(step_record_put(s, &rec, err, sizeof err) == -1);
+    rec.outputs_json = "{\"x\":";
+    CHECK(step_record_put(s, &rec, err, sizeof err) == -1);
+    CHECK(state_store_count(s) == before && state_store_get(s, "bad") == NULL);
+    CHECK(state_store_unsaved(s));
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    CHECK(!state_store_unsaved(s));
+    state_store_free(s);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/flow-test-state-XXXXXX");
@@ -264,6 +337,7 @@ int main(void)
     RUN(test_an_empty_name_is_refused);
     RUN(test_an_oversize_record_is_refused);
     RUN(test_a_record_at_the_limit_is_kept);
+    RUN(test_a_step_record_from_its_json);
     if (chdir("/") == 0) {
         char *cmd = xasprintf("rm -rf '%s'", root);
         if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);

@@ -1,0 +1,92 @@
+/* step_record.c — see step_record.h. */
+#include "step_record.h"
+#include "statestore.h"
+#include "util.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static bool truthy(const cJSON *v) { return v && !cJSON_IsNull(v) && !cJSON_IsFalse(v); }
+
+/* One output record: its kind, and its path ("" for most values). */
+static char output_kind(const cJSON *out, const char **path)
+{
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(out, "path");
+    *path = "";
+    if (cJSON_IsString(p)) {
+        *path = p->valuestring;
+        return 'f';
+    }
+    if (truthy(cJSON_GetObjectItemCaseSensitive(out, "uncacheable"))) return 'u';
+    if (cJSON_GetObjectItemCaseSensitive(out, "value")) return 'v';
+    if (truthy(cJSON_GetObjectItemCaseSensitive(out, "cached"))) return 'c';
+    return 'm';
+}
+
+/* The outputs of `outs` (an object of objects) into rec->outs, with the
+ * cached values' paths made in `paths` (one string per output); whether
+ * every one is a file or folder.  -1 when outs is not that shape. */
+static int read_outputs(const cJSON *outs, const char *values_dir, struct state_rec *rec, char **paths,
+                        bool *files_only)
+{
+    size_t k = 0;
+    *files_only = true;
+    for (const cJSON *o = outs ? outs->child : NULL; o; o = o->next, k++) {
+        if (!cJSON_IsObject(o) || !o->string) return -1;
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "hash");
+        const char *hash = cJSON_IsString(h) ? h->valuestring : "";
+        const char *path;
+        char kind = output_kind(o, &path);
+        if (kind == 'c') path = paths[k] = xasprintf("%s/%s", values_dir, hash);
+        *files_only = *files_only && kind == 'f';
+        rec->outs[k] = (struct state_out){ kind, o->string, path, hash };
+    }
+    rec->n_outs = k;
+    return 0;
+}
+
+/* ,"key":json (no comma after the object's opening brace); nothing for NULL. */
+static void add_member(struct strbuf *sb, const char *key, const char *json)
+{
+    if (!json) return;
+    if (sb->buf[sb->len - 1] != '{') sb_addc(sb, ',');
+    sb_addf(sb, "\"%s\":", key);
+    sb_adds(sb, json);
+}
+
+int step_record_put(struct state_store *s, const struct step_record *r, char *err, size_t errlen)
+{
+    cJSON *outs = r->outputs_json ? cJSON_Parse(r->outputs_json) : NULL;
+    if (r->outputs_json && !cJSON_IsObject(outs)) {
+        cJSON_Delete(outs);
+        snprintf(err, errlen, "step '%s': its output records are not a JSON object", r->name);
+        return -1;
+    }
+    size_t n = (size_t)cJSON_GetArraySize(outs);
+    struct state_rec rec = { .name = r->name, .fp = r->fp, .time = r->time,
+                             .outs = xcalloc(n + 1, sizeof *rec.outs) };
+    char **paths = xcalloc(n + 1, sizeof *paths);
+    bool files_only;
+    int rc = read_outputs(outs, r->values_dir, &rec, paths, &files_only);
+    if (rc != 0) {
+        snprintf(err, errlen, "step '%s': an output record is not a JSON object", r->name);
+    } else {
+        struct strbuf body = STRBUF_INIT;
+        sb_addc(&body, '{');
+        add_member(&body, "parts", r->parts_json);
+        if (!files_only) add_member(&body, "outputs", r->outputs_json);
+        add_member(&body, "metrics", r->metrics_json);
+        sb_addc(&body, '}');
+        rec.body = body.buf;
+        rec.body_len = body.len;
+        rc = state_store_put(s, &rec, err, errlen);
+        sb_release(&body);
+    }
+    for (size_t k = 0; k < n; k++) free(paths[k]);
+    free(paths);
+    free(rec.outs);
+    cJSON_Delete(outs);
+    return rc;
+}
