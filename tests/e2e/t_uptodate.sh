@@ -243,9 +243,9 @@ test_a_first_run_of_lua_steps_fingerprints_in_the_engine_as_the_stdlib_does() {
     equals "$(fingerprints_of_runs reads_fn)" "11" "every cacheable step's fingerprint and parts agree"
 }
 
-# The checker is attached to the run's graph (a registry entry holding both)
-# only while sched.run lasts: it is detached even when sched.run raises, so
-# a driver script that catches the error and runs again leaks nothing.
+# The checker goes to sched.run in its options, nowhere else: a run that
+# raises leaves nothing behind in the registry, so a driver script that
+# catches the error and runs again leaks nothing.
 test_the_check_goes_with_the_run_and_nothing_is_left_when_it_raises() {
     write driver.lua <<'L'
 local flow = require("flow")
