@@ -23,6 +23,7 @@ struct step {
     size_t n_inputs;
     char **outs;
     size_t n_outs;
+    void *block;                            /* everything the description points to */
 };
 
 struct utd {
@@ -33,52 +34,14 @@ struct utd {
     struct utd_stats stats;
 };
 
-static struct fp_str copy_str(struct fp_str s)
-{
-    if (!s.s) return s;
-    char *c = xmalloc(s.len + 1);
-    memcpy(c, s.s, s.len);
-    c[s.len] = '\0';
-    return (struct fp_str){ c, s.len };
-}
-
-static char *copy_opt(const char *s) { return s ? xstrdup(s) : NULL; }
-
-static char **copy_list(const char *const *v, size_t n)
-{
-    char **c = xcalloc(n + 1, sizeof *c);
-    for (size_t k = 0; k < n; k++) c[k] = xstrdup(v[k]);
-    return c;
-}
-
-static void free_list(char **v, size_t n)
-{
-    for (size_t k = 0; k < n; k++) free(v[k]);
-    free(v);
-}
-
 /* What utd_set_step copied, freed: once a step is decided, only its name
  * (its consumers' inputs name its record), its flags and a fingerprint not
  * yet taken stay. */
 static void forget_description(struct step *s)
 {
     if (!s->described) return;
-    free((char *)s->code.s);
-    free((char *)s->dist.s);
-    free((char *)s->outputs.s);
-    for (size_t k = 0; k < s->n_params; k++) {
-        free((char *)s->params[k].key.s);
-        free((char *)s->params[k].value.s);
-    }
-    free(s->params);
-    free_list(s->files, s->n_files);
-    for (size_t k = 0; k < s->n_inputs; k++) {
-        free((char *)s->inputs[k].dataset.s);
-        free((char *)s->inputs[k].hash);
-        free((char *)s->inputs[k].path);
-    }
-    free(s->inputs);
-    free_list(s->outs, s->n_outs);
+    free(s->block);
+    s->block = NULL;
     s->described = false;
     s->code = s->dist = s->outputs = (struct fp_str){ NULL, 0 };
     s->params = NULL;
@@ -114,6 +77,42 @@ void utd_free(struct utd *u)
     free(u);
 }
 
+/* A description is copied into one block (its arrays, then its strings):
+ * one allocation a step, not a dozen, for a run of 100,000 steps. */
+struct packer { char *next; };
+
+static size_t str_space(const char *s) { return s ? strlen(s) + 1 : 0; }
+static size_t fp_space(struct fp_str s) { return s.s ? s.len + 1 : 0; }
+
+static struct fp_str pack_fp(struct packer *p, struct fp_str s)
+{
+    if (!s.s) return s;
+    char *c = memcpy(p->next, s.s, s.len);
+    c[s.len] = '\0';
+    p->next += s.len + 1;
+    return (struct fp_str){ c, s.len };
+}
+
+static char *pack_str(struct packer *p, const char *s)
+{
+    return s ? (char *)pack_fp(p, (struct fp_str){ s, strlen(s) }).s : NULL;
+}
+
+static size_t description_space(const struct utd_step *spec)
+{
+    size_t n = spec->n_params * sizeof(struct fp_kv) + spec->n_inputs * sizeof(struct utd_input) +
+               (spec->n_files + spec->n_outputs) * sizeof(char *);
+    n += fp_space(spec->code) + fp_space(spec->dist) + fp_space(spec->outputs);
+    for (size_t k = 0; k < spec->n_params; k++) n += fp_space(spec->params[k].key) + fp_space(spec->params[k].value);
+    for (size_t k = 0; k < spec->n_files; k++) n += str_space(spec->files[k]);
+    for (size_t k = 0; k < spec->n_inputs; k++) {
+        const struct utd_input *in = &spec->inputs[k];
+        n += fp_space(in->dataset) + str_space(in->hash) + str_space(in->path);
+    }
+    for (size_t k = 0; k < spec->n_outputs; k++) n += str_space(spec->outputs_named[k]);
+    return n;
+}
+
 void utd_set_step(struct utd *u, size_t i, const struct utd_step *spec)
 {
     if (i >= u->n_steps) return;
@@ -121,23 +120,29 @@ void utd_set_step(struct utd *u, size_t i, const struct utd_step *spec)
     clear_step(s);
     s->described = true;
     s->name = xstrdup(spec->name);
-    s->code = copy_str(spec->code);
-    s->dist = copy_str(spec->dist);
-    s->outputs = copy_str(spec->outputs);
+    s->block = xmalloc(description_space(spec) + 1);
+    /* the arrays first (pointer-aligned: malloc's alignment, pointer-sized members) */
+    s->params = (struct fp_kv *)s->block;
+    s->inputs = (struct utd_input *)(s->params + spec->n_params);
+    s->files = (char **)(s->inputs + spec->n_inputs);
+    s->outs = s->files + spec->n_files;
+    struct packer p = { (char *)(s->outs + spec->n_outputs) };
+    s->code = pack_fp(&p, spec->code);
+    s->dist = pack_fp(&p, spec->dist);
+    s->outputs = pack_fp(&p, spec->outputs);
     s->n_params = spec->n_params;
-    s->params = xcalloc(spec->n_params + 1, sizeof *s->params);
     for (size_t k = 0; k < spec->n_params; k++)
-        s->params[k] = (struct fp_kv){ copy_str(spec->params[k].key), copy_str(spec->params[k].value) };
+        s->params[k] = (struct fp_kv){ pack_fp(&p, spec->params[k].key), pack_fp(&p, spec->params[k].value) };
     s->n_files = spec->n_files;
-    s->files = copy_list(spec->files, spec->n_files);
+    for (size_t k = 0; k < spec->n_files; k++) s->files[k] = pack_str(&p, spec->files[k]);
     s->n_inputs = spec->n_inputs;
-    s->inputs = xcalloc(spec->n_inputs + 1, sizeof *s->inputs);
     for (size_t k = 0; k < spec->n_inputs; k++) {
         const struct utd_input *in = &spec->inputs[k];
-        s->inputs[k] = (struct utd_input){ copy_str(in->dataset), in->producer, copy_opt(in->hash), copy_opt(in->path) };
+        s->inputs[k] = (struct utd_input){ pack_fp(&p, in->dataset), in->producer, pack_str(&p, in->hash),
+                                           pack_str(&p, in->path) };
     }
     s->n_outs = spec->n_outputs;
-    s->outs = copy_list(spec->outputs_named, spec->n_outputs);
+    for (size_t k = 0; k < spec->n_outputs; k++) s->outs[k] = pack_str(&p, spec->outputs_named[k]);
 }
 
 void utd_name_step(struct utd *u, size_t i, const char *name)

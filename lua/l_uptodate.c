@@ -4,23 +4,29 @@
  * sched.run (opts.check): the scheduler's up-to-date question, a new step's
  * fingerprint and its record's freshness then never enter Lua.
  *
- *   chk = cache.uptodate(n_steps, hash_cache, state_store)   (keeps both alive)
- *   chk:set(i, name, code, dist|nil, outputs, {param = hash}, {file, ...},
- *           {dataset, producer|false, hash|false, path|false, ...}, {output, ...})
- *   chk:name(i, name)    names step i, a producer the check does not describe
+ *   chk = cache.uptodate(graph, hash_cache, state_store, selected|nil, values)
+ *                        (keeps them alive; selected: {[i] = true} for the steps
+ *                        the run selected; values: the run's, for inputs no
+ *                        selected step makes)
+ *   chk:set(i, code, dist|nil, outputs, {param = hash}, {file, ...}) -> described
+ *                        step i's parts fixed for the run; its name, inputs
+ *                        and outputs are the graph's
+ *   chk:name(i)          names step i, a producer the check does not describe
  *   chk:fresh(i, fp)     step i's record in the store, with fingerprint fp, is this run's
  *   chk:passed(i)        -> whether the check found step i up to date
  *   chk:no_record(i)     -> whether the check found step i without a record (it ran)
  *   chk:stats()          -> {passed =, undecided =, no_record =} */
+#include "dag.h"
 #include "flowlua.h"
 #include "uptodate.h"
+#include "util.h"
 
 #include <lauxlib.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define UPTODATE_CLASS "flow.UpToDate"
 
-static struct utd *check_utd(lua_State *L) { return flow_check_uptodate(L, 1); }
 
 static size_t check_step(lua_State *L, int idx)
 {
@@ -29,20 +35,61 @@ static size_t check_step(lua_State *L, int idx)
     return (size_t)(i - 1);
 }
 
+/* The check's userdata: the check, the run's graph and which of its steps
+ * the run selected (NULL: all). */
+struct checker {
+    struct utd *u;
+    const struct dag *dag;
+    bool *selected;
+    /* chk:set's arrays, reused from step to step (utd_set_step copies them) */
+    void *scratch;
+    size_t scratch_size;
+};
+
+static void *scratch(struct checker *c, size_t size)
+{
+    if (size > c->scratch_size) {
+        free(c->scratch);
+        c->scratch_size = size * 2;
+        c->scratch = xmalloc(c->scratch_size);
+    }
+    return c->scratch;
+}
+
+enum { UV_HASHES = 1, UV_STORE, UV_GRAPH, UV_VALUES, UV_SELECTED, N_UV = UV_SELECTED };
+
+static struct checker *check_checker(lua_State *L)
+{
+    struct checker *c = luaL_checkudata(L, 1, UPTODATE_CLASS);
+    if (!c->u) luaL_error(L, "the up-to-date check is closed");
+    return c;
+}
+
 static int l_uptodate(lua_State *L)
 {
-    lua_Integer n = luaL_checkinteger(L, 1);
-    luaL_argcheck(L, n >= 0 && n <= 100000000, 1, "a step count");
+    const struct dag *dag = flow_check_dag(L, 1);
     struct hashcache *hc = flow_check_hashcache(L, 2);
     struct state_store *store = flow_check_state_store(L, 3);
-    struct utd **box = lua_newuserdatauv(L, sizeof *box, 2);
-    *box = NULL;
+    if (!lua_isnil(L, 4)) luaL_checktype(L, 4, LUA_TTABLE);
+    luaL_checktype(L, 5, LUA_TTABLE);
+    struct checker *c = lua_newuserdatauv(L, sizeof *c, N_UV);
+    *c = (struct checker){ .dag = dag };
     luaL_setmetatable(L, UPTODATE_CLASS);
-    lua_pushvalue(L, 2);
-    lua_setiuservalue(L, -2, 1);
-    lua_pushvalue(L, 3);
-    lua_setiuservalue(L, -2, 2);
-    *box = utd_new((size_t)n, hc, store);
+    for (int k = 1; k <= 3; k++) {
+        lua_pushvalue(L, k);
+        lua_setiuservalue(L, -2, k);
+    }
+    lua_pushvalue(L, 5);
+    lua_setiuservalue(L, -2, UV_VALUES);
+    if (lua_istable(L, 4)) {
+        c->selected = lua_newuserdatauv(L, dag->n_steps + 1, 0);
+        for (size_t i = 0; i < dag->n_steps; i++) {
+            c->selected[i] = lua_rawgeti(L, 4, (lua_Integer)i + 1) != LUA_TNIL && lua_toboolean(L, -1);
+            lua_pop(L, 1);
+        }
+        lua_setiuservalue(L, -2, UV_SELECTED);
+    }
+    c->u = utd_new(dag->n_steps, hc, store);
     return 1;
 }
 
@@ -53,47 +100,64 @@ static struct fp_str str_at(lua_State *L, int idx)
     return s;
 }
 
-/* The strings of list t (a table at idx) in a userdata array left on the stack. */
-static const char **string_list(lua_State *L, int idx, size_t *n)
+/* A string field of the table on top of the stack, read raw; NULL if it is
+ * not a string.  (Held by the table.) */
+static const char *raw_string_field(lua_State *L, const char *key)
 {
-    luaL_checktype(L, idx, LUA_TTABLE);
-    *n = (size_t)lua_rawlen(L, idx);
-    const char **v = lua_newuserdatauv(L, (*n + 1) * sizeof *v, 0);
-    for (size_t k = 0; k < *n; k++) {
-        /* Strings only: a number converted here would be a new string that
-         * is not in the table, gone once popped. */
-        if (lua_rawgeti(L, idx, (lua_Integer)k + 1) != LUA_TSTRING)
-            luaL_error(L, "up-to-date check: item %d of a list of strings is a %s", (int)k + 1,
-                       luaL_typename(L, -1));
-        v[k] = lua_tostring(L, -1);                   /* held by the table */
-        lua_pop(L, 1);
-    }
+    lua_pushstring(L, key);
+    lua_rawget(L, -2);
+    const char *v = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    lua_pop(L, 1);
     return v;
 }
 
-static const char *opt_string(lua_State *L, int t, lua_Integer k)
+/* Where input dataset d of a step comes from: a step of this run (its
+ * producer, when the run selected it), or one of the run's values
+ * (values[d]: its hash, or the file or folder at its path; a value is held
+ * by the values table, so its strings outlive this call).  false: neither,
+ * and the stdlib's check says what is wrong. */
+static bool input_source(lua_State *L, const struct checker *c, const char *d, struct utd_input *in)
 {
-    lua_rawgeti(L, t, k);
-    const char *s = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-    lua_pop(L, 1);
-    return s;
+    long ds = dag_find_dataset(c->dag, d);
+    long p = ds >= 0 ? c->dag->datasets[ds].producer : -1;
+    *in = (struct utd_input){ .dataset = { d, strlen(d) }, .producer = UTD_NO_PRODUCER };
+    if (p >= 0 && (!c->selected || c->selected[p])) {
+        in->producer = (size_t)p;
+        return true;
+    }
+    lua_getiuservalue(L, 1, UV_VALUES);
+    lua_pushstring(L, d);
+    if (lua_rawget(L, -2) == LUA_TTABLE) {
+        in->hash = raw_string_field(L, "hash");
+        in->path = in->hash ? NULL : raw_string_field(L, "path");
+    }
+    lua_pop(L, 2);
+    return in->hash || in->path;
 }
 
+/* chk:set(i, code, dist|nil, outputs, {param = hash}, {file, ...}) -> whether step i is described.
+ * Its name, inputs and outputs are the graph's; an input neither made by a
+ * selected step nor a value of the run with a hash or a path leaves it
+ * undescribed (the caller names it). */
 static int l_set(lua_State *L)
 {
-    struct utd *u = check_utd(L);
-    struct utd_step spec = { 0 };
+    struct checker *c = check_checker(L);
     size_t i = check_step(L, 2);
-    spec.name = luaL_checkstring(L, 3);
-    spec.code = str_at(L, 4);
-    if (!lua_isnil(L, 5)) spec.dist = str_at(L, 5);
-    spec.outputs = str_at(L, 6);
+    luaL_argcheck(L, i < c->dag->n_steps, 2, "a step of the graph");
+    const struct dag_step *step = &c->dag->steps[i];
+    struct utd_step spec = { .name = step->name, .code = str_at(L, 3), .outputs = str_at(L, 5) };
+    if (!lua_isnil(L, 4)) spec.dist = str_at(L, 4);
+    luaL_checktype(L, 6, LUA_TTABLE);
     luaL_checktype(L, 7, LUA_TTABLE);
-    size_t np = 0;
-    for (lua_pushnil(L); lua_next(L, 7); lua_pop(L, 1)) np++;
-    struct fp_kv *params = lua_newuserdatauv(L, (np + 1) * sizeof *params, 0);
+    size_t np = 0, nf = (size_t)lua_rawlen(L, 7);
+    for (lua_pushnil(L); lua_next(L, 6); lua_pop(L, 1)) np++;
+    /* the arrays, in the checker's scratch: a raise below leaks nothing */
+    struct fp_kv *params = scratch(c, np * sizeof *params + step->n_inputs * sizeof(struct utd_input) +
+                                          (nf + step->n_outputs) * sizeof(char *) + 1);
+    struct utd_input *in = (struct utd_input *)(params + np);
+    const char **files = (const char **)(in + step->n_inputs), **outs = files + nf;
     np = 0;
-    for (lua_pushnil(L); lua_next(L, 7); lua_pop(L, 1)) {
+    for (lua_pushnil(L); lua_next(L, 6); lua_pop(L, 1)) {
         if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
             return luaL_error(L, "up-to-date check: parameters map keys to hashes");
         params[np].key.s = lua_tolstring(L, -2, &params[np].key.len);        /* held by the table */
@@ -102,58 +166,65 @@ static int l_set(lua_State *L)
     }
     spec.params = params;
     spec.n_params = np;
-    spec.files = string_list(L, 8, &spec.n_files);
-    luaL_checktype(L, 9, LUA_TTABLE);
-    size_t ni = (size_t)lua_rawlen(L, 9) / 4;
-    struct utd_input *in = lua_newuserdatauv(L, (ni + 1) * sizeof *in, 0);
-    for (size_t k = 0; k < ni; k++) {
-        lua_Integer base = (lua_Integer)(4 * k);
-        lua_rawgeti(L, 9, base + 1);
-        if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "up-to-date check: an input is a dataset name");
-        in[k].dataset.s = lua_tolstring(L, -1, &in[k].dataset.len);
+    for (size_t k = 0; k < nf; k++) {
+        /* Strings only: a number converted here would be a new string that
+         * is not in the table, gone once popped. */
+        if (lua_rawgeti(L, 7, (lua_Integer)k + 1) != LUA_TSTRING)
+            return luaL_error(L, "up-to-date check: file %d is a %s, not a name", (int)k + 1, luaL_typename(L, -1));
+        files[k] = lua_tostring(L, -1);                 /* held by the table */
         lua_pop(L, 1);
-        lua_rawgeti(L, 9, base + 2);
-        in[k].producer = lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 1 ? (size_t)(lua_tointeger(L, -1) - 1)
-                                                                           : UTD_NO_PRODUCER;
-        lua_pop(L, 1);
-        in[k].hash = opt_string(L, 9, base + 3);
-        in[k].path = opt_string(L, 9, base + 4);
+    }
+    spec.files = files;
+    spec.n_files = nf;
+    for (size_t k = 0; k < step->n_inputs; k++) {
+        const char *d = step->inputs[k].dataset;
+        if (dag_is_param_input(d)) continue;            /* a parameter: among the params */
+        if (!input_source(L, c, d, &in[spec.n_inputs++])) {
+            lua_pushboolean(L, 0);
+            return 1;
+        }
     }
     spec.inputs = in;
-    spec.n_inputs = ni;
-    spec.outputs_named = string_list(L, 10, &spec.n_outputs);
-    utd_set_step(u, i, &spec);
-    return 0;
+    for (size_t k = 0; k < step->n_outputs; k++) outs[k] = step->outputs[k].dataset;
+    spec.outputs_named = outs;
+    spec.n_outputs = step->n_outputs;
+    utd_set_step(c->u, i, &spec);
+    lua_pushboolean(L, 1);
+    return 1;
 }
 
+/* chk:name(i): step i, undescribed, known by name (a producer whose record
+ * its consumers may still use once it is fresh). */
 static int l_name(lua_State *L)
 {
-    struct utd *u = check_utd(L);
-    utd_name_step(u, check_step(L, 2), luaL_checkstring(L, 3));
+    struct checker *c = check_checker(L);
+    size_t i = check_step(L, 2);
+    luaL_argcheck(L, i < c->dag->n_steps, 2, "a step of the graph");
+    utd_name_step(c->u, i, c->dag->steps[i].name);
     return 0;
 }
 
 static int l_fresh(lua_State *L)
 {
-    utd_mark_fresh(check_utd(L), check_step(L, 2), luaL_checkstring(L, 3));
+    utd_mark_fresh(check_checker(L)->u, check_step(L, 2), luaL_checkstring(L, 3));
     return 0;
 }
 
 static int l_passed(lua_State *L)
 {
-    lua_pushboolean(L, utd_passed(check_utd(L), check_step(L, 2)));
+    lua_pushboolean(L, utd_passed(check_checker(L)->u, check_step(L, 2)));
     return 1;
 }
 
 static int l_no_record(lua_State *L)
 {
-    lua_pushboolean(L, utd_no_record(check_utd(L), check_step(L, 2)));
+    lua_pushboolean(L, utd_no_record(check_checker(L)->u, check_step(L, 2)));
     return 1;
 }
 
 static int l_stats(lua_State *L)
 {
-    struct utd_stats st = utd_stats(check_utd(L));
+    struct utd_stats st = utd_stats(check_checker(L)->u);
     lua_createtable(L, 0, 3);
     lua_pushinteger(L, (lua_Integer)st.passed);
     lua_setfield(L, -2, "passed");
@@ -166,17 +237,19 @@ static int l_stats(lua_State *L)
 
 static int l_gc(lua_State *L)
 {
-    struct utd **box = luaL_checkudata(L, 1, UPTODATE_CLASS);
-    utd_free(*box);
-    *box = NULL;
+    struct checker *c = luaL_checkudata(L, 1, UPTODATE_CLASS);
+    utd_free(c->u);
+    free(c->scratch);
+    c->u = NULL;
+    c->scratch = NULL;
     return 0;
 }
 
 struct utd *flow_check_uptodate(lua_State *L, int idx)
 {
-    struct utd **box = luaL_checkudata(L, idx, UPTODATE_CLASS);
-    if (!*box) luaL_error(L, "the up-to-date check is closed");
-    return *box;
+    struct checker *c = luaL_checkudata(L, idx, UPTODATE_CLASS);
+    if (!c->u) luaL_error(L, "the up-to-date check is closed");
+    return c->u;
 }
 
 static const luaL_Reg uptodate_methods[] = {

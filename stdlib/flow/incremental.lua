@@ -182,45 +182,16 @@ end
 -- (sched.run's opts.check), or nil.
 function Run:engine_check(plan)
   local nodes, g, selected = self.nodes, plan.graph, plan.selected
-  local chk = cache.uptodate(#nodes, self.hc, self.state.store)
+  local chk = cache.uptodate(g, self.hc, self.state.store, selected, self.values)
   local described = false
-  -- chk:set copies what it is given: one pair of tables for every step
-  local inputs, outs, n_in, n_out = {}, {}, 0, 0
   for i, n in ipairs(nodes) do
     if not selected or selected[i] then
       local ok, parts, names = false, nil, nil      -- the sweep job's step always runs (Run:decide)
       if n.name ~= self.sweep_step then ok, parts, names = pcall(self.static_parts, self, i, n) end
-      local k = 0
-      for _, io in ipairs(n.inputs) do
-        local d = io.dataset
-        if ok and not dag.is_param_input(d) then
-          local p = g:producer(d)
-          local v
-          if p and (not selected or selected[p]) then
-            inputs[k + 1], inputs[k + 2], inputs[k + 3], inputs[k + 4] = d, p, false, false
-          else
-            v = rawget(self.values, d)
-            if v and (v.hash or v.path) then
-              inputs[k + 1], inputs[k + 2], inputs[k + 3], inputs[k + 4] = d, false, v.hash or false,
-                not v.hash and v.path or false
-            else
-              ok = false                      -- the Lua check says what is wrong with it
-            end
-          end
-          k = k + 4
-        end
-      end
-      for j = k + 1, n_in do inputs[j] = nil end
-      n_in = k
-      local m = #n.outputs
-      for j, io in ipairs(n.outputs) do outs[j] = io.dataset end
-      for j = m + 1, n_out do outs[j] = nil end
-      n_out = m
-      if ok then
-        chk:set(i, n.name, parts.code, parts.dist, parts.outputs, parts.params, names or NO_NAMES, inputs, outs)
+      if ok and chk:set(i, parts.code, parts.dist, parts.outputs, parts.params, names or NO_NAMES) then
         described = true
       else
-        chk:name(i, n.name)               -- its consumers may still use its record once it is fresh
+        chk:name(i)                       -- its consumers may still use its record once it is fresh
       end
     end
   end
