@@ -37,7 +37,12 @@ void json_seconds(struct strbuf *sb, double d)
 void json_string(struct strbuf *sb, const char *s)
 {
     sb_addc(sb, '"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s;;) {
+        /* the run of bytes that need no escape, added at once */
+        const unsigned char *run = p;
+        while (*p >= 32 && *p != '"' && *p != '\\') p++;
+        sb_add(sb, (const char *)run, (size_t)(p - run));
+        if (!*p) break;
         switch (*p) {
         case '"': sb_adds(sb, "\\\""); break;
         case '\\': sb_adds(sb, "\\\\"); break;
@@ -46,10 +51,9 @@ void json_string(struct strbuf *sb, const char *s)
         case '\n': sb_adds(sb, "\\n"); break;
         case '\r': sb_adds(sb, "\\r"); break;
         case '\t': sb_adds(sb, "\\t"); break;
-        default:
-            if (*p < 32) sb_addf(sb, "\\u%04x", *p);
-            else sb_addc(sb, (char)*p);
+        default: sb_addf(sb, "\\u%04x", *p);
         }
+        p++;
     }
     sb_addc(sb, '"');
 }

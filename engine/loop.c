@@ -30,6 +30,7 @@ struct loop {
     unsigned long next_timer_id;
     int interrupts;
     int first_signal;               /* the signal of the first interrupt, 0 before */
+    double looked_at;               /* monotonic: loop_interrupts_recent's last read of sigfd */
     sigset_t saved_mask;
 };
 
@@ -198,6 +199,16 @@ void loop_run_once(struct loop *loop, double max_wait_s)
 int loop_interrupts(struct loop *loop)
 {
     drain_signals(loop);         /* also count those not yet seen by a wait */
+    return loop->interrupts;
+}
+
+int loop_interrupts_recent(struct loop *loop)
+{
+    double now = monotonic_seconds();
+    if (now - loop->looked_at >= LOOP_LOOK_EVERY) {
+        drain_signals(loop);
+        loop->looked_at = now;
+    }
     return loop->interrupts;
 }
 

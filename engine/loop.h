@@ -34,6 +34,13 @@ void loop_run_once(struct loop *loop, double max_wait_s);
  * nohup) are blocked and delivered through the loop: this returns how many
  * arrived since the loop was made (so a second Ctrl-C can escalate). */
 int loop_interrupts(struct loop *loop);
+/* The same without a system call when the last look is less than
+ * LOOP_LOOK_EVERY old: for a step's own code, which looks as it enters and
+ * leaves sched.guard (a run of 100,000 Lua steps read the signal descriptor
+ * 200,000 times for it).  A signal is seen at most that late; a wait sees it
+ * at once, and the scheduler looks exactly before it starts a step. */
+#define LOOP_LOOK_EVERY 0.005
+int loop_interrupts_recent(struct loop *loop);
 /* Forgets the interrupts so far (flow repl: a Ctrl-C ends what it stopped,
  * not the session). */
 void loop_reset_interrupts(struct loop *loop);

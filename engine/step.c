@@ -432,7 +432,8 @@ static void start_line(struct step_runner *r, size_t i, struct strbuf *sb)
     struct life *l = life_of(r, i);
     sb_adds(sb, "{\"event\":\"step_start\",\"step\":");
     json_redacted(sb, step_name(r, i));
-    sb_addf(sb, ",\"time\":%.6f", l->started);
+    sb_adds(sb, ",\"time\":");
+    json_seconds(sb, l->started);
     if (l->fp) {
         sb_adds(sb, ",\"fingerprint\":");
         json_string(sb, l->fp);

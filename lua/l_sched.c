@@ -104,7 +104,7 @@ static bool cancel_due(lua_State *L, struct step_run *st, bool deadline)
 {
     if (st->cancel == CANCEL_NONE) {
         double d = deadline ? deadline_of(st) : 0;
-        if (loop_interrupts(flow_state_loop(L)) > 0) st->cancel = CANCEL_INTERRUPT;
+        if (loop_interrupts_recent(flow_state_loop(L)) > 0) st->cancel = CANCEL_INTERRUPT;
         else if (d > 0 && monotonic_seconds() > d) st->cancel = CANCEL_TIMEOUT;
     }
     return st->cancel != CANCEL_NONE;

@@ -49,9 +49,9 @@ local function returned_metrics(n, results, rec)
   rec.metrics = m
 end
 
-function Run:run_function(n)
+function Run:run_function(n, i)
   local args, count = self:function_args(n)
-  local dist = self.mode == "local" and self.dists[self.index[n]]
+  local dist = self.mode == "local" and self.dists[i]
   local results
   if dist then results = self:run_function_ranks(n, dist, args, count)
   else results = table.pack(n.fn(table.unpack(args, 1, count))) end
@@ -82,9 +82,9 @@ end
 -- for, and its outputs recorded as references to the job's outputs.  The
 -- job's name is journaled, and synced, before it is submitted: a run killed
 -- at any moment is resumed without a second job.
-function Run:run_remote(n)
+function Run:run_remote(n, i)
   local rec = self.records[n.name]
-  local place = self.remote[self.index[n]]
+  local place = self.remote[i]
   local function fail(msg) error(step_failure { message = string.format("step '%s': %s", n.name, msg) }) end
   local prior = self.remote_prior[n.name]
   local name
@@ -125,7 +125,7 @@ function Run:run_remote(n)
     return
   end
   if spec.attach_only and not r.cancelled and (r.status == "" or r.status == "Failed" or r.status == "Canceled") then
-    return self:run_remote(n)                 -- never submitted, or it ended badly: this run submits its own
+    return self:run_remote(n, i)              -- never submitted, or it ended badly: this run submits its own
   end
   if r.detached then
     local msg = string.format("step '%s': Azure ML job %s left running (--detach): `flow run --resume` "
@@ -360,16 +360,16 @@ end
 -- print() in a Lua step: into the step's log like a command's output, and
 -- shown as the pipeline's output: on stdout, prefixed with the step's name
 -- under -v, not at all under -q.  Anywhere else it is a plain print.
-local printing = setmetatable({}, { __mode = "k" })     -- step coroutine -> { run =, n = }
+local printing = setmetatable({}, { __mode = "k" })     -- step coroutine -> { run =, n = } (n: nil between steps)
 M.printing = printing
 metrics.step_on = function(co)
   local p = printing[co]
-  return p and p.n.name
+  return p and p.n and p.n.name
 end
 
 function M.print(text)
   local to = printing[coroutine.running()]
-  if to then to.run:step_print(to.n, text) else core.ui_print(text) end
+  if to and to.n then to.run:step_print(to.n, text) else core.ui_print(text) end
 end
 
 function Run:step_print(n, text)
@@ -407,10 +407,10 @@ local function command_env(n, cmd_env, extra)
   return launch.env_list(env)
 end
 
-function Run:run_command(n)
+function Run:run_command(n, i)
   local staging = self:staging(n)
   local argv, display, env = self:expand_command(n, staging)
-  local dist = self.mode == "local" and self.dists[self.index[n]]
+  local dist = self.mode == "local" and self.dists[i]
   local ok, err
   if dist then ok, err = pcall(self.launch_ranks, self, n, dist, argv, display, env)
   else ok, err = pcall(self.launch_once, self, n, argv, display, env) end

@@ -82,12 +82,11 @@ local function cancelled_failure(n, c)
   return step_failure { message = string.format("step '%s' stopped (interrupted)", n.name), quiet = true }
 end
 
--- One attempt of step n; returns ok, err.  (Its deadline is engine/step.c's,
--- which the guard and a process's wait read.)
-function Run:attempt(n)
-  local body = self.remote[self.index[n]] and self.run_remote or n.kind == "func" and self.run_function
-               or self.run_command
-  local ok, err = sched.guard(on_step_error, body, self, n)
+-- One attempt of step n (the graph's step i); returns ok, err.  (Its
+-- deadline is engine/step.c's, which the guard and a process's wait read.)
+function Run:attempt(n, i)
+  local body = self.remote[i] and self.run_remote or n.kind == "func" and self.run_function or self.run_command
+  local ok, err = sched.guard(on_step_error, body, self, n, i)
   if not ok and err.on_disk then err.message = string.format("step '%s': %s", n.name, err.message) end
   if ok or is_failure(err) then return ok, err end
   if err.cancelled then return false, cancelled_failure(n, err) end
@@ -107,11 +106,13 @@ function Run:attempt_body(i, k, fp)
   rec.attempts, rec.metrics = k, nil
   if self.remote[i] then rec.fp = fp end      -- its job's name and tags (flow.remote)
   local co = coroutine.running()
-  printing[co] = { run = self, n = n }
+  local to = printing[co]           -- the coroutine's, kept for the next step it runs
+  if to then to.run, to.n = self, n else printing[co] = { run = self, n = n } end
   if n.metrics then metrics.collect(co, n, self.on_log) end
-  local ok, err = self:attempt(n)
+  local ok, err = self:attempt(n, i)
   local logged = n.metrics and metrics.logged(co)
-  printing[co] = nil
+  to = printing[co]
+  to.run, to.n = nil, nil
   if n.metrics then metrics.stop(co) end
   if rec.print_log then rec.print_log:close(); rec.print_log = nil end
   if ok then
@@ -167,7 +168,7 @@ local function new_run(plan, opts, run_id, st)
   local among_others = tasks.current() ~= nil
   local self = setmetatable({
     nodes = plan.nodes, settings = plan.settings, params = plan.settings.params, verbose = opts.verbose, records = {},
-    dists = plan.dists, mode = plan.mode, index = {}, cat = plan.cat, state = st, pending = {},
+    dists = plan.dists, mode = plan.mode, cat = plan.cat, state = st, pending = {},
     remote = plan.remote, aml = plan.aml, remote_prior = opts.resume and opts.resume.remote_jobs or {},
     memo = { code = {}, refs = {},    -- by command text: its code and files; its ${params.} keys
              params = {} },           -- by parameter key: its value's hash
@@ -184,7 +185,12 @@ local function new_run(plan, opts, run_id, st)
     defaults = M.defaults, run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
   }, Run)
   self.reporting = plan.reporting           -- the steps that report metrics
-  for i, n in ipairs(plan.nodes) do self.records[n.name] = {}; self.index[n] = i end
+  -- a step's record, made when it is first used: a no-op run uses none
+  setmetatable(self.records, { __index = function(records, name)
+    local rec = {}
+    records[name] = rec
+    return rec
+  end })
   self.values = values.outside_inputs(plan, st)
   return self
 end

@@ -211,29 +211,34 @@ end
 -- is prepared (encoded, written to its staging path) before any is
 -- committed, so a failure commits none.  Returns the output records for the
 -- step's journal entry.
+-- (A failure removes what was staged so far.)
+local function save_failed(staged, fmt, ...)
+  M.discard(staged)
+  error(step_failure { message = string.format(fmt, ...) })
+end
+
 function Run:save_values(n, by)
+  -- ready[i]: a memory value's output record, or {from =, value =} for a
+  -- file to put in place; staged: the staging paths written so far
   local ready, staged = {}, {}
-  local function fail(fmt, ...)
-    M.discard(staged)
-    error(step_failure { message = string.format(fmt, ...) })
-  end
   for i, o in ipairs(n.outputs) do
     local d, v = o.dataset, by[o.dataset]
     local e = self.cat:entry(d)
     if e.type == "memory" then
       local ok, rec, err = pcall(state_mod.store_value, v)
-      if not ok then fail("step '%s': cannot cache output '%s': %s", n.name, d, tostring(rec)) end
-      ready[i] = { memory = true, rec = rec, err = err }
+      if not ok then save_failed(staged, "step '%s': cannot cache output '%s': %s", n.name, d, tostring(rec)) end
+      ready[i] = rec or { uncacheable = err }
     elseif e.type == "file" or e.type == "folder" then
       if type(v) ~= "string" or not core.exists(v) then
-        fail("step '%s': output '%s' is a %s dataset (%s): the function returns the path of the %s it wrote, got %s",
-             n.name, d, e.type, e.origin, e.type,
-             type(v) == "string" and ("'" .. v .. "', which does not exist") or type(v))
+        save_failed(staged, "step '%s': output '%s' is a %s dataset (%s): the function returns the path of the %s "
+                    .. "it wrote, got %s", n.name, d, e.type, e.origin, e.type,
+                    type(v) == "string" and ("'" .. v .. "', which does not exist") or type(v))
       end
       local input = self:input_at(n, v)
       if input then
-        fail("step '%s': output '%s' is the path of its input '%s' (%s): flow refuses an input as an output "
-             .. "(it is neither moved nor copied); write a new %s and return its path", n.name, d, input, v, e.type)
+        save_failed(staged, "step '%s': output '%s' is the path of its input '%s' (%s): flow refuses an input as "
+                    .. "an output (it is neither moved nor copied); write a new %s and return its path",
+                    n.name, d, input, v, e.type)
       end
       if self:in_tmp(v) then
         ready[i] = { from = v }                   -- flow's own scratch space: moved into place
@@ -244,28 +249,32 @@ function Run:save_values(n, by)
         core.remove_tree(staging)
         staged[d] = staging
         local ok, cerr = pcall(cache.copy, cache.realpath(v) or v, staging)
-        if not ok then fail("step '%s': cannot copy output '%s' from %s: %s", n.name, d, v, tostring(cerr)) end
+        if not ok then
+          save_failed(staged, "step '%s': cannot copy output '%s' from %s: %s", n.name, d, v, tostring(cerr))
+        end
         ready[i] = { from = staging }
       end
     else
       local bytes, err = catalog.encode(e, v)
-      if not bytes then fail("step '%s': output '%s' is a %s dataset (%s), but %s", n.name, d, e.type, e.origin, err) end
+      if not bytes then
+        save_failed(staged, "step '%s': output '%s' is a %s dataset (%s), but %s", n.name, d, e.type, e.origin, err)
+      end
       local staging = self:staging_path(n, d)
       staged[d] = staging
       local ok, werr = write_checked(staging, bytes)
-      if not ok then fail("step '%s': cannot save output '%s': %s", n.name, d, werr) end
+      if not ok then save_failed(staged, "step '%s': cannot save output '%s': %s", n.name, d, werr) end
       ready[i] = { from = staging, value = v }
     end
   end
   local outs = {}
   for i, o in ipairs(n.outputs) do
     local d, r = o.dataset, ready[i]
-    if r.memory then
-      outs[d] = r.rec or { uncacheable = r.err }
+    if not r.from then
+      outs[d] = r
       -- a value that cannot be cached has a hash of its own each run (its
       -- readers always run); a digest, so that --explain's short parts differ
       self.values[d] = { value = by[d], loaded = true,
-                         hash = r.rec and r.rec.hash or cache.sha256("uncacheable\0" .. self.run_id .. "\0" .. d) }
+                         hash = r.hash or cache.sha256("uncacheable\0" .. self.run_id .. "\0" .. d) }
     else
       outs[d] = self:commit_made_here(d, self.cat:entry(d), r.from, n)
       if r.value ~= nil then self.values[d].value, self.values[d].loaded = r.value, true end

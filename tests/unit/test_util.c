@@ -108,11 +108,30 @@ static void test_json_seconds(void)
     CHECK(ok);
 }
 
+static void check_string(const char *s, const char *want)
+{
+    struct strbuf sb = STRBUF_INIT;
+    json_string(&sb, s);
+    CHECK_STR(sb.buf, want);
+    sb_release(&sb);
+}
+
+static void test_json_string(void)
+{
+    check_string("", "\"\"");
+    check_string("plain text", "\"plain text\"");
+    check_string("a\"b\\c", "\"a\\\"b\\\\c\"");
+    check_string("\n\r\t\b\f", "\"\\n\\r\\t\\b\\f\"");
+    check_string("x\001y\037", "\"x\\u0001y\\u001f\"");
+    check_string("caf\xc3\xa9 \x7f", "\"caf\xc3\xa9 \x7f\"");     /* bytes of 127 and above as they are */
+}
+
 int main(void)
 {
     RUN(test_strbuf_truncate);
     RUN(test_ptrmap_put_get_grow);
     RUN(test_read_file_max);
     RUN(test_json_seconds);
+    RUN(test_json_string);
     return CHECK_DONE("util");
 }
