@@ -116,10 +116,13 @@ function Run:attempt_body(i, k, fp)
   if n.metrics then metrics.stop(co) end
   if rec.print_log then rec.print_log:close(); rec.print_log = nil end
   if ok then
-    local paths = {}
+    local paths                       -- (nil: none, as for most Lua steps)
     for _, io in ipairs(n.outputs) do
       local out = rec.outputs and rec.outputs[io.dataset]
-      if out and out.path then paths[#paths + 1] = out.path end
+      if out and out.path then
+        paths = paths or {}
+        paths[#paths + 1] = out.path
+      end
     end
     local m = metrics.with_logged(rec.metrics, logged)
     rec.metrics = m and next(m.values) and m or nil

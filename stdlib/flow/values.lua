@@ -170,7 +170,7 @@ function Run:commit(d, e, from, n)
 end
 
 function M.discard(staging)
-  for _, path in pairs(staging) do core.remove_tree(path) end
+  for _, path in pairs(staging or {}) do core.remove_tree(path) end
 end
 
 -- Write `bytes` to `path`, checking open, write, flush and close: a full
@@ -220,7 +220,7 @@ end
 function Run:save_values(n, by)
   -- ready[i]: a memory value's output record, or {from =, value =} for a
   -- file to put in place; staged: the staging paths written so far
-  local ready, staged = {}, {}
+  local ready, staged = {}, nil
   for i, o in ipairs(n.outputs) do
     local d, v = o.dataset, by[o.dataset]
     local e = self.cat:entry(d)
@@ -247,6 +247,7 @@ function Run:save_values(n, by)
         -- project): copied into place, the returned path left as it was.
         local staging = self:staging_path(n, d)
         core.remove_tree(staging)
+        staged = staged or {}
         staged[d] = staging
         local ok, cerr = pcall(cache.copy, cache.realpath(v) or v, staging)
         if not ok then
@@ -260,6 +261,7 @@ function Run:save_values(n, by)
         save_failed(staged, "step '%s': output '%s' is a %s dataset (%s), but %s", n.name, d, e.type, e.origin, err)
       end
       local staging = self:staging_path(n, d)
+      staged = staged or {}
       staged[d] = staging
       local ok, werr = write_checked(staging, bytes)
       if not ok then save_failed(staged, "step '%s': cannot save output '%s': %s", n.name, d, werr) end
