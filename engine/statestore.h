@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define STATE_STORE_MAX_FILE ((size_t)1 << 31)   /* a larger file is not read (every step runs) */
 #define STATE_STORE_MAX_RECORD ((size_t)1 << 26)
@@ -60,6 +61,8 @@ bool state_store_unsaved(const struct state_store *s);
  * link under .flow.  -1 with a message naming the file. */
 int state_store_save(struct state_store *s, char *err, size_t errlen);
 
+/* The CRC-32 (IEEE, as zlib's crc32) each record's frame carries. */
+uint32_t state_store_crc32(const void *data, size_t n);
 /* What opening found, for tests and --explain of the store itself. */
 struct state_store_stats { size_t records, damaged, torn_bytes, file_bytes; };
 struct state_store_stats state_store_stats(const struct state_store *s);

@@ -324,10 +324,31 @@ static void test_a_step_record_from_its_json(void)
     state_store_free(s);
 }
 
+/* The frame's checksum is the standard CRC-32 (zlib's crc32): the check
+ * value, and every length across the eight-byte steps. */
+static void test_crc32(void)
+{
+    CHECK(state_store_crc32("123456789", 9) == 0xCBF43926u);
+    CHECK(state_store_crc32("", 0) == 0);
+    unsigned char buf[64];
+    for (size_t k = 0; k < sizeof buf; k++) buf[k] = (unsigned char)(k * 37 + 11);
+    int ok = 1;
+    for (size_t n = 0; n <= sizeof buf; n++) {           /* against the bitwise definition */
+        uint32_t c = 0xFFFFFFFFu;
+        for (size_t k = 0; k < n; k++) {
+            c ^= buf[k];
+            for (int b = 0; b < 8; b++) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        }
+        ok &= state_store_crc32(buf, n) == (c ^ 0xFFFFFFFFu);
+    }
+    CHECK(ok);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/flow-test-state-XXXXXX");
     if (!mkdtemp(root) || chdir(root) != 0) { perror("mkdtemp"); return 1; }
+    RUN(test_crc32);
     RUN(test_round_trip);
     RUN(test_torn_tail_is_ignored);
     RUN(test_damaged_record_is_dropped);
