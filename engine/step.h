@@ -19,7 +19,11 @@
  * - group commit: before a batch is written, the outputs its steps made are
  *   flushed (data of each file or tree, then its directory) in one job on the
  *   work pool; the journal then appends the batch and syncs it.  So after a
- *   power loss a step_end line on disk always names outputs that are on disk.
+ *   power loss a step_end line on disk always names outputs that are on disk;
+ * - once a step's end is recorded, its state record (step_record.h: its
+ *   fingerprint, parts and output records, as its step_end line has them)
+ *   goes into the state store, and the up-to-date check may use it for the
+ *   step's consumers; the store is saved at the run's end.
  *
  * Every string written (step names, errors) goes through the UI's redactor
  * (ui.h); the outputs record comes from the body as JSON text already

@@ -1,12 +1,14 @@
 /* test_step.c — a step's life (step.h) through a fake body whose attempts
  * wait on real timers: retries after a back-off, a fresh deadline for each
- * attempt, cancel during an attempt and during a back-off, and the journal
- * lines written, in their order, with the run's end last. */
+ * attempt, cancel during an attempt and during a back-off, the journal
+ * lines written, in their order, with the run's end last, and a step's
+ * state record put once its end is recorded. */
 #include "check.h"
 #include "dag.h"
 #include "journal.h"
 #include "loop.h"
 #include "sched.h"
+#include "statestore.h"
 #include "step.h"
 #include "step_wait.h"
 #include "util.h"
@@ -134,6 +136,8 @@ struct run_result {
     char *journal;          /* its text */
 };
 
+static struct state_store *run_state;     /* where run() has steps' records put, or NULL */
+
 static struct run_result run(struct fake *f, struct dag *d, const struct step_spec *specs, bool with_journal)
 {
     char err[512], dir[] = "/tmp/flow-test-step-XXXXXX";
@@ -143,7 +147,8 @@ static struct run_result run(struct fake *f, struct dag *d, const struct step_sp
     struct journal *j = with_journal ? journal_open(path, err, sizeof err) : NULL;
     if (with_journal && !j) { fprintf(stderr, "%s\n", err); exit(2); }
     struct step_body body = { f, fake_attempt, fake_cancel, NULL, fake_fingerprint, fake_finished };
-    struct step_runner_options opt = { .journal = j, .run_id = "r1", .specs = specs, .backoff = 0.01 };
+    struct step_runner_options opt = { .journal = j, .run_id = "r1", .specs = specs, .backoff = 0.01,
+                                       .state = run_state, .values_dir = ".flow/cache/values" };
     f->r = step_runner_new(d, f->loop, &opt, &body);
     struct sched_executor ex = step_runner_executor(f->r);
     struct sched_options so = { .jobs = 2 };
@@ -311,6 +316,39 @@ static void test_a_step_with_outputs_waits_for_their_flush(void)
     dag_free(d);
 }
 
+/* A step with a fingerprint gets its record once its end is recorded: the
+ * fingerprint, its output (a file, so the body holds only the parts), the
+ * time of its step_end.  One without a fingerprint gets none. */
+static void test_a_recorded_step_gets_its_state_record(void)
+{
+    char err[256], dir[] = "/tmp/flow-test-step-state-XXXXXX";
+    if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
+    char *path = xasprintf("%s/state.log", dir);
+    run_state = state_store_open(path, NULL, err, sizeof err);
+    CHECK(run_state != NULL);
+    struct dag *d = chain(2);
+    struct fake f = { .loop = new_loop(), .wait = { 0.001, 0.001 } };
+    struct step_spec specs[2] = { { .retries = 0 }, { .retries = 0 } };
+    struct run_result res = run(&f, d, specs, true);
+    CHECK(res.code == 0);
+    const struct state_rec *r = state_store_get(run_state, "s0");
+    CHECK(r && strcmp(r->fp, "f00d") == 0 && r->time > 0);
+    CHECK(r && r->n_outs == 1 && r->outs[0].kind == 'f' && strcmp(r->outs[0].dataset, "d") == 0 &&
+          strcmp(r->outs[0].path, "out") == 0 && strcmp(r->outs[0].hash, "ab") == 0);
+    CHECK(r && r->body_len == strlen("{\"parts\":{\"code\":\"c0de\"}}") &&
+          memcmp(r->body, "{\"parts\":{\"code\":\"c0de\"}}", r->body_len) == 0);
+    CHECK(state_store_get(run_state, "s1") == NULL);           /* no fingerprint: no record */
+    CHECK(state_store_unsaved(run_state));
+    state_store_free(run_state);
+    run_state = NULL;
+    free(res.journal);
+    dag_free(d);
+    loop_free(f.loop);
+    unlink(path);
+    rmdir(dir);
+    free(path);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -320,5 +358,6 @@ int main(void)
     RUN(test_cancel_during_an_attempt);
     RUN(test_cancel_during_a_back_off);
     RUN(test_a_step_with_outputs_waits_for_their_flush);
+    RUN(test_a_recorded_step_gets_its_state_record);
     return CHECK_DONE("step");
 }
