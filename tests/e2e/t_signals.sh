@@ -135,6 +135,18 @@ L
     interrupt_when_started
 }
 
+# sched.run turns the instruction hook off while it runs (its callbacks are
+# flow's own): a driver script that computes after a run must still stop.
+test_sigint_during_a_driver_script_after_a_run() {
+    write pipeline.lua <<'L'
+local flow = require("flow")
+assert(flow.run(pipeline{ node{ func = function() return 1 end, outputs = "x", name = "a" } }).status == "ok")
+io.open("started", "w"):close()
+while true do end
+L
+    interrupt_when_started
+}
+
 test_sigint_during_blocking_flow_sh() {
     write pipeline.lua <<'L'
 flow.sh("echo $$ > child; touch started; exec sleep 60")
