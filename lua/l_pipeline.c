@@ -23,7 +23,7 @@
 
 /* Upvalues of the closures bind() returns, then node's cache of its last
  * where() string. */
-enum { UP_NODE = 1, UP_COMMAND, UP_DISTRIBUTED, UP_UTIL, N_UP = UP_UTIL, UP_WHERE_KEY, UP_WHERE };
+enum { UP_NODE = 1, UP_COMMAND, UP_DISTRIBUTED, UP_UTIL, N_UP = UP_UTIL, UP_WHERE_KEY, UP_WHERE, UP_NO_TAGS };
 
 /* What the cached where() string was made of: a loop of node{} calls asks
  * for the same line again and again, and formatting it is a snprintf. */
@@ -404,7 +404,8 @@ static bool nonempty_string(lua_State *L, int idx)
 /* inputs/outputs as a list: each entry a dataset name. */
 static void push_io_list(lua_State *L, int v, const char *what, int level)
 {
-    lua_newtable(L);
+    lua_Integer n = (lua_Integer)lua_rawlen(L, v);
+    lua_createtable(L, (int)(n > 64 ? 0 : n), 0);
     int out = lua_gettop(L);
     for (lua_Integer i = 1;; i++) {    /* ipairs */
         if (lua_geti(L, v, i) == LUA_TNIL) break;
@@ -496,7 +497,7 @@ static void push_io_map(lua_State *L, int v, const char *what, int level)
 /* inputs/outputs: sets the node's <what> and <what>_style. */
 static void set_io(lua_State *L, int v, const char *what, const char *style_field, int level)
 {
-    const char *style = "list";
+    bool map = false;                   /* a name or a list (positional, the default: no field) or a map */
     lua_Integer hole;
     int t = lua_type(L, v);
     if (t == LUA_TNIL) {
@@ -506,7 +507,6 @@ static void set_io(lua_State *L, int v, const char *what, const char *style_fiel
         lua_createtable(L, 1, 0);
         push_io(L, v, v);
         lua_rawseti(L, -2, 1);
-        style = "single";
     } else if (t != LUA_TTABLE) {
         fail(L, level, "node: %s must be a dataset name, a list of names or a map, got %s", what, lua_typename(L, t));
     } else if ((hole = first_hole(L, v)) != 0) {
@@ -515,10 +515,11 @@ static void set_io(lua_State *L, int v, const char *what, const char *style_fiel
         push_io_list(L, v, what, level);
     } else {
         push_io_map(L, v, what, level);
-        style = "map";
+        map = true;
     }
     lua_setfield(L, S_NODE, what);
-    lua_pushstring(L, style);
+    if (!map) return;
+    lua_pushliteral(L, "map");
     lua_setfield(L, S_NODE, style_field);
 }
 
@@ -711,10 +712,14 @@ static void set_limits(lua_State *L, int level)
         lua_pushvalue(L, S_POOL);
         lua_setfield(L, S_NODE, "pool");
     }
-    if (lua_isnil(L, S_RETRIES)) lua_pushinteger(L, 0);
-    else if (lua_isinteger(L, S_RETRIES) && lua_tointeger(L, S_RETRIES) >= 0) lua_pushvalue(L, S_RETRIES);
-    else fail(L, level, "node: retries must be a non-negative integer");
-    lua_setfield(L, S_NODE, "retries");
+    if (!lua_isnil(L, S_RETRIES)) {
+        if (!lua_isinteger(L, S_RETRIES) || lua_tointeger(L, S_RETRIES) < 0)
+            fail(L, level, "node: retries must be a non-negative integer");
+        if (lua_tointeger(L, S_RETRIES) > 0) {        /* 0, the default, is left out */
+            lua_pushvalue(L, S_RETRIES);
+            lua_setfield(L, S_NODE, "retries");
+        }
+    }
     if (lua_isnil(L, S_TIMEOUT)) return;
     lua_getfield(L, lua_upvalueindex(UP_UTIL), "parse_duration");
     lua_pushvalue(L, S_TIMEOUT);
@@ -782,7 +787,7 @@ static int l_node(lua_State *L)
     if (lua_type(L, 1) != LUA_TTABLE || has_class(L, 1, UP_NODE))
         fail(L, level, "node: expected node{func = ..., inputs = ..., outputs = ...}, got %s", luaL_typename(L, 1));
     read_spec(L, level);
-    lua_createtable(L, 0, 14);          /* S_NODE */
+    lua_createtable(L, 0, 8);           /* S_NODE: a plain step's fields, defaults left out */
     lua_pushnil(L);                     /* S_BODY */
     lua_Debug ar;
     bool have_frame = user_frame(L, level, &ar);
@@ -791,7 +796,8 @@ static int l_node(lua_State *L)
     set_env(L, level);
     set_io(L, S_INPUTS, "inputs", "input_style", level);
     set_io(L, S_OUTPUTS, "outputs", "output_style", level);
-    push_tags(L, S_TAGS, "node", level);
+    if (lua_isnil(L, S_TAGS)) lua_pushvalue(L, lua_upvalueindex(UP_NO_TAGS));
+    else push_tags(L, S_TAGS, "node", level);
     lua_setfield(L, S_NODE, "tags");
     set_name(L, &ar, have_frame, level);
     set_limits(L, level);
@@ -807,6 +813,11 @@ static int l_node(lua_State *L)
 
 /* bind(Node, Command, Distributed, util) -> node: the classes live in Lua;
  * the closure keeps them as upvalues. */
+static int no_tags_newindex(lua_State *L)
+{
+    return luaL_error(L, "a node's tags are read-only (pipeline{ ..., tags = ... } adds tags)");
+}
+
 static int l_bind(lua_State *L)
 {
     for (int i = 1; i <= N_UP; i++) luaL_checktype(L, i, LUA_TTABLE);
@@ -815,7 +826,13 @@ static int l_bind(lua_State *L)
     key->line = -1;                    /* matches no line */
     key->src[0] = '\0';
     lua_pushliteral(L, "?");
-    lua_pushcclosure(L, l_node, UP_WHERE);
+    /* the tags of every node given none: one read-only empty list */
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushcfunction(L, no_tags_newindex);
+    lua_setfield(L, -2, "__newindex");
+    lua_setmetatable(L, -2);
+    lua_pushcclosure(L, l_node, UP_NO_TAGS);
     return 1;
 }
 

@@ -351,9 +351,10 @@ M.step_secrets = step_secrets
 -- retry adds to it, each under a header of its own.  Returns the header and
 -- whether to append.
 function Run:attempt_header(n)
-  if n.retries == 0 then return "", false end
+  local retries = n.retries or 0
+  if retries == 0 then return "", false end
   local attempt = self.records[n.name].attempts or 1
-  return string.format("%s--- attempt %d of %d ---\n", attempt > 1 and "\n" or "", attempt, n.retries + 1),
+  return string.format("%s--- attempt %d of %d ---\n", attempt > 1 and "\n" or "", attempt, retries + 1),
          attempt > 1
 end
 
