@@ -58,6 +58,9 @@ struct run {
     char journal_error[1024];
     int attempt_fn_ref;            /* the stdlib's attempt(i, k) */
     struct utd *check;             /* the engine's up-to-date check (opts.check), or NULL */
+    lua_State *hooked;             /* sched.run's caller, whose hook is off while it runs */
+    lua_Hook hook;
+    int hook_mask, hook_count;
     int check_fn_ref;              /* its up_to_date(i), or LUA_NOREF */
     int fingerprint_fn_ref;        /* its fingerprint(i), or LUA_NOREF */
     int finished_fn_ref;           /* its finished(i, ok, time), or LUA_NOREF */
@@ -320,6 +323,7 @@ static int new_coroutine(lua_State *L)
 static void body_attempt(void *ctx, struct step_runner *r, size_t i, int attempt)
 {
     struct run *run = ctx;
+    (void)r;
     struct step_run *st = &run->steps[i];
     if (run->n_idle) {
         run->n_idle--;
@@ -341,10 +345,7 @@ static void body_attempt(void *ctx, struct step_runner *r, size_t i, int attempt
     lua_rawgeti(st->co, LUA_REGISTRYINDEX, run->attempt_fn_ref);
     lua_pushinteger(st->co, (lua_Integer)i + 1);
     lua_pushinteger(st->co, attempt);
-    const char *fp = step_runner_fingerprint(r, i);
-    if (fp) lua_pushstring(st->co, fp);
-    else lua_pushnil(st->co);
-    resume(st, 3);
+    resume(st, 2);
 }
 
 /* Ctrl-C: the step's code is stopped (sched.guard reports it) and whatever it
@@ -528,6 +529,8 @@ static struct run *make_run(lua_State *L, lua_State *thread)
     }
     /* the state store, the check and the values' directory: held by opts */
     if (lua_getfield(L, 2, "state") != LUA_TNIL) ropt.state = flow_check_state_store(L, -1);
+    if (ropt.state && lua_getfield(L, 2, "values_dir") != LUA_TSTRING)
+        luaL_error(L, "sched.run: opts.state needs opts.values_dir");
     struct utd *check = lua_getfield(L, 2, "check") != LUA_TNIL ? flow_check_uptodate(L, -1) : NULL;
     ropt.check = check;
     lua_getfield(L, 2, "values_dir");
@@ -631,12 +634,20 @@ static int push_result(lua_State *L, struct run *run, int run_idx)
     return 5;
 }
 
+/* The hook sched.run took off its caller's thread, back. */
+static void give_hook_back(struct run *run)
+{
+    if (!run->hooked) return;
+    lua_sethook(run->hooked, run->hook, run->hook_mask, run->hook_count);
+    run->hooked = NULL;
+}
+
 /* run(dag, {jobs=, keep_going=, selected=, pools=, pool=, nodes=, journal=, run_id=, label=,
  *           state=, check=, values_dir=}, body)
  *   state: the state store, where each step's record goes once its end is
  *   recorded; check: the engine's up-to-date check (flow.cache.uptodate),
  *   asked first; values_dir: where cached values live (step.h)
- *   body: {attempt = f(i, k, fingerprint|nil) -> ok, info; up_to_date = f(i) -> bool;
+ *   body: {attempt = f(i, k) -> ok, info; up_to_date = f(i) -> bool;
  *          fingerprint = f(i) -> fp, parts_json; finished = f(i, ok, time)},
  *   up_to_date and fingerprint asked when the check cannot tell
  *   -> code, {state, ...}, {elapsed, ...}, record, journal_error | nil
@@ -648,13 +659,16 @@ static int l_run(lua_State *L)
     struct run *run = make_run(L, L);
     int run_idx = lua_gettop(L);
     lua_toclose(L, run_idx);                            /* closing `run` releases it */
-    /* the loop answers Ctrl-C meanwhile: the callbacks are the engine's own */
-    lua_Hook hook = lua_gethook(L);
-    int mask = lua_gethookmask(L), count = lua_gethookcount(L);
+    /* the loop answers Ctrl-C meanwhile: the callbacks are the engine's own
+     * (the hook comes back when the run ends, or is released by a raise) */
+    run->hooked = L;
+    run->hook = lua_gethook(L);
+    run->hook_mask = lua_gethookmask(L);
+    run->hook_count = lua_gethookcount(L);
     hook_off(L);
     sched_run(run->sched);
     end_run(L, run);
-    lua_sethook(L, hook, mask, count);
+    give_hook_back(run);
     return push_result(L, run, run_idx);
 }
 
@@ -703,6 +717,7 @@ static int l_run_result(lua_State *L)
 static int run_release(lua_State *L)
 {
     struct run *run = luaL_checkudata(L, 1, RUN_CLASS);
+    give_hook_back(run);
     if (run->ui) {                       /* released before it ended (a raise): its display goes */
         ui_run_end(run->ui, run->sched);
         run->ui = NULL;
@@ -1040,6 +1055,17 @@ void flow_install_guards(lua_State *L)
     lua_rawsetp(L, LUA_REGISTRYINDEX, &cancelled_key);
 }
 
+/* fingerprint() -> the fingerprint of the step whose code calls it (from
+ * its start: the up-to-date check's or the stdlib's), or nil. */
+static int l_fingerprint(lua_State *L)
+{
+    struct step_run *st = current_step(L);
+    const char *fp = st ? step_runner_fingerprint(st->run->runner, st->index) : NULL;
+    if (fp) lua_pushstring(L, fp);
+    else lua_pushnil(L);
+    return 1;
+}
+
 /* turn(): one turn of the loop, waiting for whatever comes first (flow.wait_all). */
 static int l_turn(lua_State *L)
 {
@@ -1060,6 +1086,7 @@ static const luaL_Reg sched_funcs[] = {
     { "turn", l_turn },
     { "is_run", l_is_run },
     { "guard", l_guard },
+    { "fingerprint", l_fingerprint },
     { NULL, NULL }
 };
 

@@ -195,7 +195,7 @@ local function bind(env, project)
     local ins, outs = {}, {}
     for i, io in ipairs(n.inputs) do ins[i] = io.dataset end
     for i, io in ipairs(n.outputs) do outs[i] = io.dataset end
-    return { name = n.name, kind = n.kind, where = n.where, inputs = ins, outputs = outs, tags = n.tags,
+    return { name = n.name, kind = n.kind, where = n.where, inputs = ins, outputs = outs, tags = { table.unpack(n.tags) },
              command = n.cmd and (n.cmd.shell or table.concat(n.cmd.argv, " ")) or nil,
              func = n.func, distributed = n.dist and true or nil,
              last_run = rec and { time = os.date("%Y-%m-%d %H:%M:%S", math.floor(rec.time or 0)),

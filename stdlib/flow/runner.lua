@@ -100,11 +100,11 @@ end
 --          metrics =, series = JSON text (flow.metrics)}
 --   false, {message =, report = what to print (nil: nothing), tail = stderr's last
 --           lines, timed_out =, exit_code =}
-function Run:attempt_body(i, k, fp)
+function Run:attempt_body(i, k)
   local n = self.nodes[i]
   local rec = self.records[n.name]
   rec.attempts, rec.metrics = k, nil
-  if self.remote[i] then rec.fp = fp end      -- its job's name and tags (flow.remote)
+  if self.remote[i] then rec.fp = sched.fingerprint() end     -- its job's name and tags (flow.remote)
   local co = coroutine.running()
   local to = printing[co]           -- the coroutine's, kept for the next step it runs
   if to then to.run, to.n = self, n else printing[co] = { run = self, n = n } end
@@ -130,8 +130,8 @@ function Run:attempt_body(i, k, fp)
     rec.outputs = nil                 -- engine/step.c records them: a run of 100,000 steps keeps no copy
     return true, { outputs = outputs, paths = paths, exit_code = rec.exit_code,
                    remote = rec.remote and util.record_json(rec.remote),
-                   metrics = rec.metrics and core.json_encode(rec.metrics.values),
-                   series = rec.metrics and rec.metrics.series and core.json_encode(rec.metrics.series) }
+                   metrics = rec.metrics and util.record_json(rec.metrics.values),
+                   series = rec.metrics and rec.metrics.series and util.record_json(rec.metrics.series) }
   end
   local f = is_failure(err)
   local text = f and err.message or tostring(err)
@@ -339,7 +339,7 @@ function M.run(p, opts, level)
       state = self.state.store, check = self.check, values_dir = state_mod.VALUES,
     }
     local body = {
-      attempt = function(i, k, fp) return self:attempt_body(i, k, fp) end,
+      attempt = function(i, k) return self:attempt_body(i, k) end,
       up_to_date = function(i) return self:up_to_date(i) end,
       fingerprint = function(i) return self:take_fingerprint(i) end,
     }

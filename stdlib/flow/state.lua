@@ -47,8 +47,17 @@ end
 
 -- Whether a step record (from state.log or a journal) has fields of the
 -- types the runner reads; a damaged one is dropped, so that step runs again.
+-- Output records keyed by dataset name, each a table.
+local function valid_outputs(outputs)
+  if type(outputs) ~= "table" then return false end
+  for d, out in pairs(outputs) do
+    if type(d) ~= "string" or type(out) ~= "table" then return false end
+  end
+  return true
+end
+
 local function valid(rec)
-  return type(rec) == "table" and type(rec.fp) == "string" and type(rec.outputs) == "table"
+  return type(rec) == "table" and type(rec.fp) == "string" and valid_outputs(rec.outputs)
      and (rec.parts == nil or type(rec.parts) == "table") and (rec.time == nil or type(rec.time) == "number")
      and (rec.metrics == nil or type(rec.metrics) == "table" and type(rec.metrics.values) == "table")
 end

@@ -143,7 +143,7 @@ local function json_details(m)
   local core = require("flow.core")
   local steps = {}
   for _, s in ipairs(m.steps) do
-    steps[s.id] = { name = s.name, namespace = s.namespace, tags = core.json_list(s.tags), kind = s.kind,
+    steps[s.id] = { name = s.name, namespace = s.namespace, tags = core.json_list({ table.unpack(s.tags) }), kind = s.kind,
                     inputs = core.json_list(s.inputs), outputs = core.json_list(s.outputs),
                     params = core.json_list(s.params), command = s.command, where = s.where, runs = s.runs,
                     dist = s.dist, state = s.state, elapsed = s.elapsed, log = s.log }
