@@ -189,6 +189,11 @@ static void flush_written(void *arg)
 {
     struct flush_job *job = arg;
     struct step_runner *r = job->r;
+    if (!r) {                              /* its runner was freed meanwhile (step_runner_free) */
+        batch_release(&job->b);
+        free(job);
+        return;
+    }
     char err[1024] = "";
     int rc = job->rc;
     if (rc != 0) snprintf(err, sizeof err, "%s", job->err);
@@ -538,6 +543,9 @@ void step_runner_free(struct step_runner *r)
 {
     if (!r) return;
     stop_flush_timer(r);
+    /* a flush still on the pool (a run released before step_runner_finish)
+     * completes on its own: its lines are not written, its steps not ended */
+    if (r->in_flight) r->in_flight->r = NULL;
     for (size_t i = 0; i < r->dag->n_steps; i++) {
         struct life *l = &r->lives[i];
         step_wait_free(l->backoff);

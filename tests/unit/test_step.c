@@ -11,6 +11,7 @@
 #include "statestore.h"
 #include "step.h"
 #include "step_wait.h"
+#include "work.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
@@ -349,6 +350,48 @@ static void test_a_recorded_step_gets_its_state_record(void)
     free(path);
 }
 
+/* A runner freed while a flush of its outputs is still on the work pool (a
+ * run released before step_runner_finish): the flush completes on its own,
+ * touching nothing of the runner (ASan would see it), and ends no step. */
+static void test_a_flush_outlives_its_freed_runner(void)
+{
+    char err[512], dir[] = "/tmp/flow-test-step-orphan-XXXXXX";
+    if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
+    char *jpath = xasprintf("%s/journal.jsonl", dir), *out = xasprintf("%s/out", dir);
+    FILE *fh = fopen(out, "w");
+    CHECK(fh && fputs("x", fh) >= 0 && fclose(fh) == 0);
+    struct loop *loop = new_loop();
+    struct work_pool *pool = work_pool_new(loop, 1, err, sizeof err);
+    struct journal *j = journal_open(jpath, err, sizeof err);
+    CHECK(pool && j);
+    struct dag *d = chain(1);
+    struct fake f = { .loop = loop, .wait = { 0.001 }, .path = { out } };
+    struct step_spec specs[1] = { { .retries = 0 } };
+    struct step_body body = { &f, fake_attempt, fake_cancel, NULL, fake_fingerprint, fake_finished };
+    struct step_runner_options opt = { .journal = j, .pool = pool, .run_id = "r1", .specs = specs };
+    f.r = step_runner_new(d, loop, &opt, &body);
+    struct sched_executor ex = step_runner_executor(f.r);
+    struct sched_options so = { .jobs = 1 };
+    struct sched *s = sched_new(d, loop, &so, &ex, NULL);
+    sched_begin(s);
+    sched_poll(s);                                    /* s0 starts: its attempt waits on a timer */
+    while (f.attempts[0] == 0 || f.waiting[0]) loop_run_once(loop, 0.01);
+    /* its attempt is over and its output's flush is on the pool */
+    sched_free(s);
+    step_runner_free(f.r);
+    for (int k = 0; k < 20; k++) loop_run_once(loop, 0.01);   /* the flush's completion arrives */
+    CHECK(f.finished_ok == 0 && f.finished_failed == 0);
+    work_pool_free(pool);
+    CHECK(journal_close(j, err, sizeof err) == 0);
+    dag_free(d);
+    loop_free(loop);
+    unlink(out);
+    unlink(jpath);
+    rmdir(dir);
+    free(out);
+    free(jpath);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -359,5 +402,6 @@ int main(void)
     RUN(test_cancel_during_a_back_off);
     RUN(test_a_step_with_outputs_waits_for_their_flush);
     RUN(test_a_recorded_step_gets_its_state_record);
+    RUN(test_a_flush_outlives_its_freed_runner);
     return CHECK_DONE("step");
 }
