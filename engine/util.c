@@ -307,3 +307,36 @@ char **dir_list(const char *dir, size_t *count)
     *count = n;
     return names ? names : xcalloc(1, sizeof *names);
 }
+
+#define LISTED_MAX ((size_t)64 << 20)
+
+char **dir_list_unlisted(const char *dir, const char *listed, size_t *count)
+{
+    size_t n;
+    char **names = dir_list(dir, &n);
+    if (!names) return NULL;
+    char *text = read_file_max(listed, LISTED_MAX, NULL);
+    char **lines = NULL;
+    size_t n_lines = 0, cap = 0;
+    for (char *p = text; p && *p;) {            /* the lines, in place */
+        char *end = strchr(p, '\n');
+        if (end) *end = '\0';
+        if (*p) {
+            ARRAY_GROW(lines, n_lines, cap);
+            lines[n_lines++] = p;
+        }
+        if (!end) break;
+        p = end + 1;
+    }
+    if (n_lines > 1) qsort(lines, n_lines, sizeof *lines, compare_names);
+    size_t kept = 0, j = 0;                      /* both sorted: one walk */
+    for (size_t i = 0; i < n; i++) {
+        while (j < n_lines && strcmp(lines[j], names[i]) < 0) j++;
+        if (j < n_lines && strcmp(lines[j], names[i]) == 0) free(names[i]);
+        else names[kept++] = names[i];
+    }
+    free(lines);
+    free(text);
+    *count = kept;
+    return names;
+}

@@ -57,6 +57,11 @@ int write_all(int fd, const void *buf, size_t len);
 /* The entries of dir but "." and "..", sorted bytewise; NULL with errno on
  * failure.  The directory is closed on return, so a walk holds no fds. */
 char **dir_list(const char *dir, size_t *count);
+/* The same, less the names the file `listed` holds (a name a line; a missing
+ * or unreadable file holds none): the runs a project keeps that its
+ * merged_runs does not account for, found at each run's start without a Lua
+ * string for each of the thousands it may keep. */
+char **dir_list_unlisted(const char *dir, const char *listed, size_t *count);
 void dir_list_free(char **names, size_t n);
 /* A file name made from a dataset or step name, a different one for every
  * name: bytes other than [A-Za-z0-9._-] and those of UTF-8 (>= 0x80) are

@@ -439,6 +439,20 @@ static int l_list_dir(lua_State *L)
     return 1;
 }
 
+/* list_dir_unlisted(dir, listed_file) -> {name, ...} as list_dir, less the
+ * names listed_file holds (a name a line), or nil, message. */
+static int l_list_dir_unlisted(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1), *listed = luaL_checkstring(L, 2);
+    size_t n;
+    char **names = dir_list_unlisted(path, listed, &n);
+    if (!names) { lua_pushnil(L); lua_pushfstring(L, "%s: %s", path, strerror(errno)); return 2; }
+    int rc = flow_push_string_list(L, names, n);
+    dir_list_free(names, n);
+    if (rc != LUA_OK) return lua_error(L);
+    return 1;
+}
+
 /* lock(path) -> true | false, holder text.  An exclusive flock on path, held
  * until the process exits (the kernel drops it even after kill -9); the file
  * holds the holder's pid for the message another process shows. */
@@ -594,6 +608,7 @@ static const luaL_Reg core_funcs[] = {
     { "free_port", l_free_port },
     { "chdir", l_chdir },
     { "list_dir", l_list_dir },
+    { "list_dir_unlisted", l_list_dir_unlisted },
     { "lock", l_lock },
     { "readlink", l_readlink },
     { "code", l_code },

@@ -88,22 +88,16 @@ end
 
 -- The ids merged_runs lists, as a set.  A line torn by a kill names no run:
 -- that run's journal is simply folded in again.
-local function merged_runs()
-  local set = {}
-  for id in (core.read_file(M.MERGED) or ""):gmatch("[^\n]+") do set[id] = true end
-  return set
-end
-
 -- Fold the journals of runs not yet merged into `steps`; returns the ids
 -- to list in merged_runs once state.log holds them (those folded, and those
 -- an earlier flow marked with a file in the run's directory).  One read of
--- merged_runs, not a look into each of a project's hundreds of runs.
+-- merged_runs, not a look into each of a project's hundreds of runs, and in
+-- C (core.list_dir_unlisted): only the runs it does not list come to Lua.
 local function fold_journals(steps, current)
   local folded = {}
-  local merged = merged_runs()
-  for _, id in ipairs(core.list_dir(M.RUNS) or {}) do
+  for _, id in ipairs(core.list_dir_unlisted(M.RUNS, M.MERGED) or {}) do
     local dir = M.RUNS .. "/" .. id
-    if id ~= "latest" and id ~= current and not merged[id] then
+    if id ~= "latest" and id ~= current then
       if core.readlink(dir) then          -- its journal would come from outside .flow/
         error({ fs_error = string.format("cannot read the run %s: it is a symbolic link, and flow never follows "
           .. "one inside its .flow/ directory: remove it", dir) }, 0)

@@ -9,6 +9,9 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void test_strbuf_truncate(void)
@@ -126,6 +129,39 @@ static void test_json_string(void)
     check_string("caf\xc3\xa9 \x7f", "\"caf\xc3\xa9 \x7f\"");     /* bytes of 127 and above as they are */
 }
 
+/* The runs merged_runs does not list: the directory's entries less the
+ * file's lines (blank lines, names not there and a missing file alike). */
+static void test_dir_list_unlisted(void)
+{
+    char dir[] = "/tmp/flow-test-unlisted-XXXXXX";
+    if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
+    const char *entries[] = { "r3", "r1", "latest", "r2", "r4" };
+    char path[256];
+    for (size_t k = 0; k < sizeof entries / sizeof *entries; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, entries[k]);
+        CHECK(mkdir(path, 0755) == 0);
+    }
+    char listed[256];
+    snprintf(listed, sizeof listed, "%s.merged", dir);
+    size_t n;
+    char **names = dir_list_unlisted(dir, listed, &n);            /* no list: every entry */
+    CHECK(names && n == 5 && strcmp(names[0], "latest") == 0 && strcmp(names[4], "r4") == 0);
+    dir_list_free(names, n);
+    FILE *f = fopen(listed, "w");
+    CHECK(f && fputs("r4\n\nr1\nr9\nr2", f) >= 0 && fclose(f) == 0);   /* unsorted, a blank line, no last newline */
+    names = dir_list_unlisted(dir, listed, &n);
+    CHECK(names && n == 2 && strcmp(names[0], "latest") == 0 && strcmp(names[1], "r3") == 0);
+    dir_list_free(names, n);
+    snprintf(path, sizeof path, "%s/none", dir);
+    CHECK(dir_list_unlisted(path, listed, &n) == NULL && errno == ENOENT);
+    unlink(listed);
+    for (size_t k = 0; k < sizeof entries / sizeof *entries; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, entries[k]);
+        rmdir(path);
+    }
+    rmdir(dir);
+}
+
 int main(void)
 {
     RUN(test_strbuf_truncate);
@@ -133,5 +169,6 @@ int main(void)
     RUN(test_read_file_max);
     RUN(test_json_seconds);
     RUN(test_json_string);
+    RUN(test_dir_list_unlisted);
     return CHECK_DONE("util");
 }
