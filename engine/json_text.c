@@ -34,6 +34,14 @@ void json_seconds(struct strbuf *sb, double d)
     sb_add(sb, p, (size_t)(buf + sizeof buf - p));
 }
 
+void json_key(struct strbuf *sb, const char *key)
+{
+    if (sb->len && sb->buf[sb->len - 1] != '{') sb_addc(sb, ',');
+    sb_addc(sb, '"');
+    sb_adds(sb, key);
+    sb_adds(sb, "\":");
+}
+
 void json_string(struct strbuf *sb, const char *s)
 {
     sb_addc(sb, '"');

@@ -14,6 +14,9 @@ void json_number(struct strbuf *sb, double d);
  * read-back json_number needs) was 5 % of its time.  json_number beyond
  * what a microsecond count can hold. */
 void json_seconds(struct strbuf *sb, double d);
+/* An object member's key and colon, after a comma unless the member opens
+ * its object (sb's last byte is '{'); key needs no escape. */
+void json_key(struct strbuf *sb, const char *key);
 /* A string, quoted and escaped (bytes of 128 and above as they are). */
 void json_string(struct strbuf *sb, const char *s);
 

@@ -617,43 +617,36 @@ int step_runner_finish(struct step_runner *r, const struct sched *s, int code, c
 
 /* ---- run.json ---- */
 
-/* Keys are added in sorted order: run.json reads as the Lua side's JSON does. */
-/* run.json is written as text, key by key in the order cJSON sorts them
- * (alphabetical, as before): a run of 100,000 steps made a cJSON tree per
- * step, 6 % of its time. */
-static void key(struct strbuf *sb, const char *k, bool first)
-{
-    if (!first) sb_addc(sb, ',');
-    sb_addc(sb, '"');
-    sb_adds(sb, k);
-    sb_adds(sb, "\":");
-}
-
+/* run.json is written as text, its keys in sorted order (as the Lua side's
+ * JSON has them): a run of 100,000 steps made a cJSON tree per step, 6 % of
+ * its time. */
 static void seconds_or_null(struct strbuf *sb, const char *k, bool present, double d)
 {
-    key(sb, k, false);
+    json_key(sb, k);
     if (present) json_seconds(sb, d);
     else sb_adds(sb, "null");
 }
 
 static void integer_or_null(struct strbuf *sb, const char *k, bool present, long long v)
 {
-    key(sb, k, false);
+    json_key(sb, k);
     if (present) sb_addf(sb, "%lld", v);
     else sb_adds(sb, "null");
 }
 
-static void redacted_member(struct strbuf *sb, const char *k, const char *text)
+/* text, masked, or null for NULL */
+static void redacted_or_null(struct strbuf *sb, const char *k, const char *text)
 {
-    key(sb, k, false);
-    json_redacted(sb, text);
+    json_key(sb, k);
+    if (text) json_redacted(sb, text);
+    else sb_adds(sb, "null");
 }
 
 /* JSON text flow made itself (metrics, a remote job's record), or null when
  * it does not parse: a damaged value must not make run.json unreadable. */
 static void json_or_null(struct strbuf *sb, const char *k, const char *json)
 {
-    key(sb, k, false);
+    json_key(sb, k);
     cJSON *v = json ? cJSON_ParseWithOpts(json, NULL, true) : NULL;     /* nothing after the value */
     if (v) sb_adds(sb, json);
     else sb_adds(sb, "null");
@@ -665,23 +658,21 @@ static void summary_step(struct strbuf *sb, const struct step_runner *r, size_t 
     const struct life *l = &r->lives[i];
     bool ran = l->started > 0, over = ran && l->finished > 0;
     sb_addc(sb, '{');
-    key(sb, "attempts", true);
-    if (l->attempt > 0) sb_addf(sb, "%d", l->attempt);
-    else sb_adds(sb, "null");
+    integer_or_null(sb, "attempts", l->attempt > 0, l->attempt);
     seconds_or_null(sb, "elapsed", over, l->finished - l->started);
-    key(sb, "error", false);
+    json_key(sb, "error");
     if (l->error && !l->ok) json_string(sb, l->error);     /* redacted when kept */
     else sb_adds(sb, "null");
     integer_or_null(sb, "exit_code", l->has_exit_code, l->exit_code);
     seconds_or_null(sb, "finished", l->finished > 0, l->finished);
     json_or_null(sb, "metrics", l->metrics);
-    redacted_member(sb, "name", step_name(r, i));
+    redacted_or_null(sb, "name", step_name(r, i));
     json_or_null(sb, "remote", l->remote);
     if (l->series) json_or_null(sb, "series", l->series);   /* only a step that logged one has it */
     seconds_or_null(sb, "started", ran, l->started);
-    key(sb, "state", false);
+    json_key(sb, "state");
     json_string(sb, step_state_name(r->states ? r->states[i] : STEP_NOT_RUN));
-    key(sb, "timed_out", false);
+    json_key(sb, "timed_out");
     sb_adds(sb, l->timed_out && !l->ok ? "true" : "false");
     sb_addc(sb, '}');
 }
@@ -690,21 +681,15 @@ static void summary_step(struct strbuf *sb, const struct step_runner *r, size_t 
 static void summary_head(struct strbuf *sb, const struct step_summary *sum, double finished)
 {
     sb_addc(sb, '{');
-    key(sb, "code", true);
-    sb_addf(sb, "%d", sum->code);
+    integer_or_null(sb, "code", true, sum->code);
     seconds_or_null(sb, "elapsed", true, finished - sum->started);
-    if (sum->env) redacted_member(sb, "env", sum->env);
+    if (sum->env) redacted_or_null(sb, "env", sum->env);
     seconds_or_null(sb, "finished", true, finished);
     json_or_null(sb, "metrics", sum->metrics_json);
-    if (sum->name) {
-        redacted_member(sb, "name", sum->name);
-    } else {
-        key(sb, "name", false);
-        sb_adds(sb, "null");
-    }
-    redacted_member(sb, "run_id", sum->run_id);
+    redacted_or_null(sb, "name", sum->name);
+    redacted_or_null(sb, "run_id", sum->run_id);
     seconds_or_null(sb, "started", true, sum->started);
-    redacted_member(sb, "status", sum->status);
+    redacted_or_null(sb, "status", sum->status);
 }
 
 struct summary_stream { const struct step_runner *r; const struct step_summary *sum; double finished; };

@@ -1,5 +1,6 @@
 /* step_record.c — see step_record.h. */
 #include "step_record.h"
+#include "json_text.h"
 #include "statestore.h"
 #include "util.h"
 
@@ -47,12 +48,11 @@ static int read_outputs(const cJSON *outs, const char *values_dir, struct state_
     return 0;
 }
 
-/* ,"key":json (no comma after the object's opening brace); nothing for NULL. */
+/* "key":json, nothing for NULL. */
 static void add_member(struct strbuf *sb, const char *key, const char *json)
 {
     if (!json) return;
-    if (sb->buf[sb->len - 1] != '{') sb_addc(sb, ',');
-    sb_addf(sb, "\"%s\":", key);
+    json_key(sb, key);
     sb_adds(sb, json);
 }
 

@@ -392,18 +392,12 @@ enum utd_verdict utd_decide(struct utd *u, size_t i)
     return v;
 }
 
-bool utd_found_fingerprint(const struct utd *u, size_t i, const char **fp, const char **parts_json)
+bool utd_take_fingerprint(struct utd *u, size_t i, char **fp, char **parts_json)
 {
-    bool found = i < u->n_steps && u->steps[i].fp;
-    *fp = found ? u->steps[i].fp : NULL;
-    *parts_json = found ? u->steps[i].parts_json : NULL;
-    return found;
-}
-
-void utd_forget_fingerprint(struct utd *u, size_t i)
-{
-    if (i >= u->n_steps) return;
-    free(u->steps[i].fp);
-    free(u->steps[i].parts_json);
+    *fp = *parts_json = NULL;
+    if (i >= u->n_steps || !u->steps[i].fp) return false;
+    *fp = u->steps[i].fp;
+    *parts_json = u->steps[i].parts_json;
     u->steps[i].fp = u->steps[i].parts_json = NULL;
+    return true;
 }

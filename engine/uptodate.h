@@ -81,7 +81,7 @@ int utd_fingerprint(struct utd *u, size_t i, char hex[SHA256_HEX_SIZE]);
 enum utd_verdict {
     UTD_CANNOT_TELL,       /* the stdlib's full check decides, and says why */
     UTD_UP_TO_DATE,        /* its fingerprint is its record's and each output is as that record says */
-    UTD_NO_RECORD,         /* it has no record, so it runs; its fingerprint is known (utd_found_fingerprint) */
+    UTD_NO_RECORD,         /* it has no record, so it runs; its fingerprint is known (utd_take_fingerprint) */
 };
 
 /* Whether step i is up to date; asked once (its description is freed then:
@@ -96,11 +96,9 @@ bool utd_no_record(const struct utd *u, size_t i);
 
 /* The fingerprint and its shortened parts (a JSON object, as the stdlib's
  * fingerprint.short makes them: each hash's first FP_SHORT hex digits, the
- * outputs part hashed) of a step utd_decide found without a record, still
- * the check's: false (both NULL) for any other step.  utd_forget_fingerprint
- * frees them once they are copied. */
-bool utd_found_fingerprint(const struct utd *u, size_t i, const char **fp, const char **parts_json);
-void utd_forget_fingerprint(struct utd *u, size_t i);
+ * outputs part hashed) of a step utd_decide found without a record, handed
+ * over once (the caller frees both): false (both NULL) for any other step. */
+bool utd_take_fingerprint(struct utd *u, size_t i, char **fp, char **parts_json);
 
 struct utd_stats { size_t passed, undecided, no_record; };
 struct utd_stats utd_stats(const struct utd *u);

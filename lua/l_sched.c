@@ -63,7 +63,6 @@ struct run {
     int hook_mask, hook_count;
     int check_fn_ref;              /* its up_to_date(i), or LUA_NOREF */
     int fingerprint_fn_ref;        /* its fingerprint(i), or LUA_NOREF */
-    int finished_fn_ref;           /* its finished(i, ok, time), or LUA_NOREF */
     struct step_run *steps;
     /* Finished coroutines, ready for the next step: a new thread per step
      * would be most of the cost of 100,000 tiny Lua steps. */
@@ -395,13 +394,7 @@ static bool body_up_to_date(void *ctx, size_t i)
 static void body_fingerprint(void *ctx, size_t i, char **fp, char **parts)
 {
     struct run *run = ctx;
-    const char *found_fp, *found_parts;
-    if (run->check && utd_found_fingerprint(run->check, i, &found_fp, &found_parts)) {
-        *fp = xstrdup(found_fp);
-        *parts = xstrdup(found_parts);
-        utd_forget_fingerprint(run->check, i);
-        return;
-    }
+    if (run->check && utd_take_fingerprint(run->check, i, fp, parts)) return;
     *fp = *parts = NULL;
     if (run->fingerprint_fn_ref == LUA_NOREF || !call_main(run, run->fingerprint_fn_ref, i, 0, 2, "starting"))
         return;
@@ -409,15 +402,6 @@ static void body_fingerprint(void *ctx, size_t i, char **fp, char **parts)
     if (lua_type(L, -2) == LUA_TSTRING) *fp = xstrdup(lua_tostring(L, -2));
     if (lua_type(L, -1) == LUA_TSTRING) *parts = xstrdup(lua_tostring(L, -1));
     lua_pop(L, 2);
-}
-
-static void body_finished(void *ctx, size_t i, bool ok, double time)
-{
-    struct run *run = ctx;
-    if (run->finished_fn_ref == LUA_NOREF) return;
-    lua_pushboolean(run->L, ok);
-    lua_pushnumber(run->L, time);
-    call_main(run, run->finished_fn_ref, i, 2, 0, "ending");
 }
 
 /* opts.selected ({[i] = bool}) as flags in a userdata left on the stack (a
@@ -529,12 +513,11 @@ static struct run *make_run(lua_State *L, lua_State *thread)
     }
     /* the state store, the check and the values' directory: held by opts */
     if (lua_getfield(L, 2, "state") != LUA_TNIL) ropt.state = flow_check_state_store(L, -1);
-    if (ropt.state && lua_getfield(L, 2, "values_dir") != LUA_TSTRING)
-        luaL_error(L, "sched.run: opts.state needs opts.values_dir");
-    struct utd *check = lua_getfield(L, 2, "check") != LUA_TNIL ? flow_check_uptodate(L, -1) : NULL;
-    ropt.check = check;
     lua_getfield(L, 2, "values_dir");
     ropt.values_dir = lua_tostring(L, -1);
+    if (ropt.state && !ropt.values_dir) luaL_error(L, "sched.run: opts.state needs opts.values_dir");
+    struct utd *check = lua_getfield(L, 2, "check") != LUA_TNIL ? flow_check_uptodate(L, -1) : NULL;
+    ropt.check = check;
     lua_getfield(L, 2, "run_id");
     ropt.run_id = lua_tostring(L, -1);                  /* held by opts */
     lua_getfield(L, 2, "label");
@@ -543,13 +526,12 @@ static struct run *make_run(lua_State *L, lua_State *thread)
      * below (out of memory) releases it. */
     struct run *run = lua_newuserdatauv(L, sizeof *run, 1);
     *run = (struct run){ .L = thread, .check = check, .attempt_fn_ref = LUA_NOREF, .check_fn_ref = LUA_NOREF,
-                         .fingerprint_fn_ref = LUA_NOREF, .finished_fn_ref = LUA_NOREF };
+                         .fingerprint_fn_ref = LUA_NOREF };
     luaL_setmetatable(L, RUN_CLASS);
     int run_idx = lua_gettop(L);
     run->attempt_fn_ref = optional_ref(L, 3, "attempt", true);
     run->check_fn_ref = optional_ref(L, 3, "up_to_date", false);
     run->fingerprint_fn_ref = optional_ref(L, 3, "fingerprint", false);
-    run->finished_fn_ref = optional_ref(L, 3, "finished", false);
     struct step_runner **record = lua_newuserdatauv(L, sizeof *record, 1);
     *record = NULL;
     luaL_setmetatable(L, RECORD_CLASS);
@@ -572,7 +554,7 @@ static struct run *make_run(lua_State *L, lua_State *thread)
     lua_pushvalue(L, record_idx);
     lua_setfield(L, -2, "record");
     lua_setiuservalue(L, run_idx, 1);
-    struct step_body body = { run, body_attempt, body_cancel, body_up_to_date, body_fingerprint, body_finished };
+    struct step_body body = { run, body_attempt, body_cancel, body_up_to_date, body_fingerprint, NULL };
     *record = run->runner = step_runner_new(dag, flow_state_loop(L), &ropt, &body);
     struct sched_executor ex = step_runner_executor(run->runner);
     run->ui = ui_run_begin(dag, opt.selected, flow_state_loop(L), label);
@@ -648,7 +630,7 @@ static void give_hook_back(struct run *run)
  *   recorded; check: the engine's up-to-date check (flow.cache.uptodate),
  *   asked first; values_dir: where cached values live (step.h)
  *   body: {attempt = f(i, k) -> ok, info; up_to_date = f(i) -> bool;
- *          fingerprint = f(i) -> fp, parts_json; finished = f(i, ok, time)},
+ *          fingerprint = f(i) -> fp, parts_json},
  *   up_to_date and fingerprint asked when the check cannot tell
  *   -> code, {state, ...}, {elapsed, ...}, record, journal_error | nil
  * Runs the loop until the run is over.  The record (run.json's,
@@ -722,7 +704,7 @@ static int run_release(lua_State *L)
         ui_run_end(run->ui, run->sched);
         run->ui = NULL;
     }
-    int *refs[] = { &run->attempt_fn_ref, &run->check_fn_ref, &run->fingerprint_fn_ref, &run->finished_fn_ref };
+    int *refs[] = { &run->attempt_fn_ref, &run->check_fn_ref, &run->fingerprint_fn_ref };
     for (size_t k = 0; k < sizeof refs / sizeof *refs; k++) {
         luaL_unref(L, LUA_REGISTRYINDEX, *refs[k]);
         *refs[k] = LUA_NOREF;

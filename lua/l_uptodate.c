@@ -58,12 +58,14 @@ static void *scratch(struct checker *c, size_t size)
 
 enum { UV_HASHES = 1, UV_STORE, UV_GRAPH, UV_VALUES, UV_SELECTED, N_UV = UV_SELECTED };
 
-static struct checker *check_checker(lua_State *L)
+static struct checker *checker_at(lua_State *L, int idx)
 {
-    struct checker *c = luaL_checkudata(L, 1, UPTODATE_CLASS);
+    struct checker *c = luaL_checkudata(L, idx, UPTODATE_CLASS);
     if (!c->u) luaL_error(L, "the up-to-date check is closed");
     return c;
 }
+
+static struct checker *check_checker(lua_State *L) { return checker_at(L, 1); }
 
 static int l_uptodate(lua_State *L)
 {
@@ -111,6 +113,14 @@ static const char *raw_string_field(lua_State *L, const char *key)
     return v;
 }
 
+/* Argument 2: a step of the check's graph. */
+static size_t graph_step(lua_State *L, const struct checker *c)
+{
+    size_t i = check_step(L, 2);
+    luaL_argcheck(L, i < c->dag->n_steps, 2, "a step of the graph");
+    return i;
+}
+
 /* Where input dataset d of a step comes from: a step of this run (its
  * producer, when the run selected it), or one of the run's values
  * (values[d]: its hash, or the file or folder at its path; a value is held
@@ -142,8 +152,7 @@ static bool input_source(lua_State *L, const struct checker *c, const char *d, s
 static int l_set(lua_State *L)
 {
     struct checker *c = check_checker(L);
-    size_t i = check_step(L, 2);
-    luaL_argcheck(L, i < c->dag->n_steps, 2, "a step of the graph");
+    size_t i = graph_step(L, c);
     const struct dag_step *step = &c->dag->steps[i];
     struct utd_step spec = { .name = step->name, .code = str_at(L, 3), .outputs = str_at(L, 5) };
     if (!lua_isnil(L, 4)) spec.dist = str_at(L, 4);
@@ -198,8 +207,7 @@ static int l_set(lua_State *L)
 static int l_name(lua_State *L)
 {
     struct checker *c = check_checker(L);
-    size_t i = check_step(L, 2);
-    luaL_argcheck(L, i < c->dag->n_steps, 2, "a step of the graph");
+    size_t i = graph_step(L, c);
     utd_name_step(c->u, i, c->dag->steps[i].name);
     return 0;
 }
@@ -245,12 +253,7 @@ static int l_gc(lua_State *L)
     return 0;
 }
 
-struct utd *flow_check_uptodate(lua_State *L, int idx)
-{
-    struct checker *c = luaL_checkudata(L, idx, UPTODATE_CLASS);
-    if (!c->u) luaL_error(L, "the up-to-date check is closed");
-    return c->u;
-}
+struct utd *flow_check_uptodate(lua_State *L, int idx) { return checker_at(L, idx)->u; }
 
 static const luaL_Reg uptodate_methods[] = {
     { "set", l_set },

@@ -31,32 +31,35 @@ local NO_NAMES = {}
 -- and the engine's check's, which finds such a step itself.
 M.NO_RECORD = "it has no earlier successful run"
 
--- The hash of parameter `key`'s value, once per run; parts.params made on
--- the first parameter a step reads.
-local function add_param(self, parts, key)
+-- parts.params[key] = hash; the table made on the first parameter a step reads.
+local function set_param(parts, key, hash)
+  if rawequal(parts.params, NO_PARAMS) then parts.params = {} end
+  parts.params[key] = hash
+end
+
+-- The hash of parameter `key`'s value, once per run.
+local function param_hash(self, key)
   local ph = self.memo.params[key]
   if not ph then
     ph = self.hasher:value(params_mod.get(self.settings, key))
     self.memo.params[key] = ph
   end
-  parts.params = rawequal(parts.params, NO_PARAMS) and {} or parts.params
-  parts.params[key] = ph
+  return ph
 end
 
--- The outputs' part: each output's dataset, type and path (a step that
--- writes elsewhere is another step).
+-- An output's part: its dataset, type and path (a step that writes
+-- elsewhere is another step).
+local function output_part(self, d)
+  local e = self.cat:entry(d)
+  return d .. "\0" .. e.type .. "\0" .. (e.path or "") .. (e.versioned and "\0v" or "")
+end
+
+-- The outputs' part: one string for the usual single output.
 local function outputs_part(self, n)
   local outs = n.outputs
-  if #outs == 1 then
-    local d = outs[1].dataset
-    local e = self.cat:entry(d)
-    return d .. "\0" .. e.type .. "\0" .. (e.path or "") .. (e.versioned and "\0v" or "")
-  end
+  if #outs == 1 then return output_part(self, outs[1].dataset) end
   local t = {}
-  for k, io in ipairs(outs) do
-    local e = self.cat:entry(io.dataset)
-    t[k] = io.dataset .. "\0" .. e.type .. "\0" .. (e.path or "") .. (e.versioned and "\0v" or "")
-  end
+  for k, io in ipairs(outs) do t[k] = output_part(self, io.dataset) end
   table.sort(t)
   return table.concat(t, "\n")
 end
@@ -83,15 +86,16 @@ function Run:static_parts(i, n)
         end
         self.memo.refs[s] = refs
       end
-      for _, key in ipairs(refs) do add_param(self, parts, pipeline.command_param(n, key)) end
+      for _, key in ipairs(refs) do
+        key = pipeline.command_param(n, key)
+        set_param(parts, key, param_hash(self, key))
+      end
     end
   end
   for _, io in ipairs(n.inputs) do
     local key = dag.is_param_input(io.dataset)
-    if key == true then
-      parts.params = rawequal(parts.params, NO_PARAMS) and {} or parts.params
-      parts.params["*"] = h:value(self.params)
-    elseif key then add_param(self, parts, key) end
+    if key == true then set_param(parts, "*", h:value(self.params))
+    elseif key then set_param(parts, key, param_hash(self, key)) end
   end
   local dist, place = self.dists[i], self.remote[i]
   if place then        -- on Azure ML: where and in what it runs count, not --distributed

@@ -332,34 +332,30 @@ function M.run(p, opts, level)
   end
   if not self.force and not self.explain then self.check = self:engine_check(plan) end
   local code, states, elapsed, run_rec, jerr
-  do
-    local sched_opts = {
-      jobs = jobs, pools = pools, pool = pool_of, keep_going = opts.keep_going, selected = plan.selected,
-      nodes = plan.nodes, journal = self.journal, run_id = run_id, label = self.label,
-      state = self.state.store, check = self.check, values_dir = state_mod.VALUES,
-    }
-    local body = {
-      attempt = function(i, k) return self:attempt_body(i, k) end,
-      up_to_date = function(i) return self:up_to_date(i) end,
-      fingerprint = function(i) return self:take_fingerprint(i) end,
-    }
-    -- one of several runs at once: flow.wait_all turns the loop (a task that
-    -- cannot yield here, inside a C call such as string.gsub's, runs it itself)
-    if tasks.current() and coroutine.isyieldable() then
-      local h = sched.start(plan.graph, sched_opts, body)
-      tasks.await(h)
-      code, states, elapsed, run_rec, jerr = h:result()
-    else
-      code, states, elapsed, run_rec, jerr = sched.run(plan.graph, sched_opts, body)
-    end
+  local sched_opts = {
+    jobs = jobs, pools = pools, pool = pool_of, keep_going = opts.keep_going, selected = plan.selected,
+    nodes = plan.nodes, journal = self.journal, run_id = run_id, label = self.label,
+    state = self.state.store, check = self.check, values_dir = state_mod.VALUES,
+  }
+  local body = {
+    attempt = function(i, k) return self:attempt_body(i, k) end,
+    up_to_date = function(i) return self:up_to_date(i) end,
+    fingerprint = function(i) return self:take_fingerprint(i) end,
+  }
+  -- one of several runs at once: flow.wait_all turns the loop (a task that
+  -- cannot yield here, inside a C call such as string.gsub's, runs it itself)
+  if tasks.current() and coroutine.isyieldable() then
+    local h = sched.start(plan.graph, sched_opts, body)
+    tasks.await(h)
+    code, states, elapsed, run_rec, jerr = h:result()
+  else
+    code, states, elapsed, run_rec, jerr = sched.run(plan.graph, sched_opts, body)
   end
-  if self.check then
-    if os.getenv("FLOW_DEBUG_UPTODATE") then
-      local st = self.check:stats()
-      io.stderr:write(string.format("flow: up-to-date check: %d passed in the engine, %d left to Lua%s\n",
-                                    st.passed, st.undecided,
-                                    st.no_record > 0 and string.format(", %d without a record", st.no_record) or ""))
-    end
+  if self.check and os.getenv("FLOW_DEBUG_UPTODATE") then
+    local st = self.check:stats()
+    io.stderr:write(string.format("flow: up-to-date check: %d passed in the engine, %d left to Lua%s\n",
+                                  st.passed, st.undecided,
+                                  st.no_record > 0 and string.format(", %d without a record", st.no_record) or ""))
   end
   -- Record what ran: each of these is tried even when one before it failed.
   local problems, seen = {}, {}

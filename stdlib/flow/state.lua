@@ -179,7 +179,7 @@ local function steps_view(store)
   })
 end
 
--- load(current_run_id) -> state {steps = {name = record}, store =, dirty =, folded = {ids}}
+-- load(current_run_id) -> state {steps = {name = record}, store =, folded = {ids}}
 function M.load(current)
   local store, warning = cache.state(M.STATE)
   if warning then
@@ -191,7 +191,7 @@ function M.load(current)
       damaged == 1 and "" or "s", M.STATE, damaged == 1 and "was" or "were", damaged == 1 and "it fails" or "they fail",
       damaged == 1 and "its" or "their", damaged == 1 and "" or "s", damaged == 1 and "s" or ""))
   end
-  local st = { store = store, steps = steps_view(store), dirty = damaged > 0 }
+  local st = { store = store, steps = steps_view(store) }
   if store:count() == 0 then
     local old = {}
     if read_old_state(old) then
@@ -204,7 +204,6 @@ function M.load(current)
   for name, rec in pairs(journal) do
     if newer(rec, st.steps[name]) then M.put(st, name, rec) end
   end
-  st.dirty = st.dirty or #st.folded > 0
   return st
 end
 
@@ -222,12 +221,11 @@ end
 
 -- Make what changed durable (state.log), then list the folded journals merged.
 function M.save(state, run_id)
-  if state.dirty or state.store:unsaved() then
+  if state.store:unsaved() then          -- the store knows what was put (by the engine too)
     core.mkdir_p(M.CACHE)
     state.store:save()
-    state.dirty = false
-    if state.migrated then os.remove(M.OLD_STATE); state.migrated = nil end
   end
+  if state.migrated then os.remove(M.OLD_STATE); state.migrated = nil end
   local ids = state.folded
   if run_id then ids[#ids + 1] = run_id end
   -- Appended in one write, with no sync: a line lost to a power failure, or
