@@ -10,41 +10,21 @@
 
 struct dag *dag_new(void)
 {
-    return xcalloc(1, sizeof(struct dag));
-}
-
-static void free_io(struct dag_io *io, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        free(io[i].arg);
-        free(io[i].dataset);
-    }
-    free(io);
-}
-
-static void free_step(struct dag_step *s)
-{
-    free(s->name);
-    free_io(s->inputs, s->n_inputs);
-    free_io(s->outputs, s->n_outputs);
-    for (size_t i = 0; i < s->n_tags; i++) free(s->tags[i]);
-    free(s->tags);
-    free(s->dist.num_nodes_ref);
-    free(s->dist.processes_per_node_ref);
-    free(s->deps);
-    free(s->dependents);
+    struct dag *dag = xcalloc(1, sizeof(struct dag));
+    dag->step_index.borrowed_keys = dag->dataset_index.borrowed_keys = true;
+    return dag;
 }
 
 void dag_free(struct dag *dag)
 {
     if (!dag) return;
-    for (size_t i = 0; i < dag->n_steps; i++) free_step(&dag->steps[i]);
-    for (size_t i = 0; i < dag->n_datasets; i++) free(dag->datasets[i].name);
     free(dag->steps);
     free(dag->datasets);
+    free(dag->edges);
     free(dag->order);
     strmap_free(&dag->step_index);
     strmap_free(&dag->dataset_index);
+    arena_free(&dag->mem);
     free(dag);
 }
 
@@ -58,23 +38,26 @@ bool dag_is_param_input(const char *dataset)
     return dag_param_key(dataset) || strcmp(dataset, "parameters") == 0;
 }
 
-static struct dag_io *copy_io(const struct dag_io *io, size_t n)
+/* An input's or output's arg is its dataset's name unless the step names it
+ * otherwise: one string for both. */
+static struct dag_io *copy_io(struct arena *mem, const struct dag_io *io, size_t n)
 {
-    struct dag_io *c = xcalloc(n, sizeof *c);
+    struct dag_io *c = arena_calloc(mem, n, sizeof *c);
     for (size_t i = 0; i < n; i++) {
-        c[i].dataset = xstrdup(io[i].dataset);
-        c[i].arg = xstrdup(io[i].arg ? io[i].arg : io[i].dataset);
+        c[i].dataset = arena_strdup(mem, io[i].dataset);
+        c[i].arg = io[i].arg && strcmp(io[i].arg, io[i].dataset) != 0 ? arena_strdup(mem, io[i].arg) : c[i].dataset;
     }
     return c;
 }
 
-static size_t intern_dataset(struct dag *dag, const char *name)
+/* `name` lives as long as the graph (in its arena): the dataset keeps it. */
+static size_t intern_dataset(struct dag *dag, char *name)
 {
     size_t idx;
     if (strmap_get(&dag->dataset_index, name, &idx)) return idx;
     ARRAY_GROW(dag->datasets, dag->n_datasets, dag->cap_datasets);
     idx = dag->n_datasets++;
-    dag->datasets[idx] = (struct dag_dataset){ xstrdup(name), -1, false };
+    dag->datasets[idx] = (struct dag_dataset){ name, -1, false };
     strmap_put(&dag->dataset_index, name, idx);
     return idx;
 }
@@ -86,17 +69,17 @@ long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_
              "(give one of them name = \"...\")", spec->name);
         return -1;
     }
+    struct arena *mem = &dag->mem;
     ARRAY_GROW(dag->steps, dag->n_steps, dag->cap_steps);
     struct dag_step *s = &dag->steps[dag->n_steps];
     *s = *spec;
-    s->name = xstrdup(spec->name);
-    s->inputs = copy_io(spec->inputs, spec->n_inputs);
-    s->outputs = copy_io(spec->outputs, spec->n_outputs);
-    s->tags = xcalloc(spec->n_tags, sizeof *s->tags);
-    for (size_t i = 0; i < spec->n_tags; i++) s->tags[i] = xstrdup(spec->tags[i]);
-    s->dist.num_nodes_ref = spec->dist.num_nodes_ref ? xstrdup(spec->dist.num_nodes_ref) : NULL;
-    s->dist.processes_per_node_ref =
-        spec->dist.processes_per_node_ref ? xstrdup(spec->dist.processes_per_node_ref) : NULL;
+    s->name = arena_strdup(mem, spec->name);
+    s->inputs = copy_io(mem, spec->inputs, spec->n_inputs);
+    s->outputs = copy_io(mem, spec->outputs, spec->n_outputs);
+    s->tags = arena_calloc(mem, spec->n_tags, sizeof *s->tags);
+    for (size_t i = 0; i < spec->n_tags; i++) s->tags[i] = arena_strdup(mem, spec->tags[i]);
+    s->dist.num_nodes_ref = arena_strdup(mem, spec->dist.num_nodes_ref);
+    s->dist.processes_per_node_ref = arena_strdup(mem, spec->dist.processes_per_node_ref);
     s->deps = s->dependents = NULL;
     s->n_deps = s->n_dependents = 0;
     strmap_put(&dag->step_index, s->name, dag->n_steps);
@@ -105,7 +88,8 @@ long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_
 
 void dag_declare_dataset(struct dag *dag, const char *name)
 {
-    size_t di = intern_dataset(dag, name);
+    long known = dag_find_dataset(dag, name);
+    size_t di = known >= 0 ? (size_t)known : intern_dataset(dag, arena_strdup(&dag->mem, name));
     dag->datasets[di].declared = true;
 }
 
@@ -263,33 +247,44 @@ static int check_missing_inputs(struct dag *dag, char *err, size_t errlen)
     return missing ? -1 : 0;
 }
 
-static void add_unique(size_t **arr, size_t *n, size_t *cap, size_t v)
-{
-    for (size_t i = 0; i < *n; i++) if ((*arr)[i] == v) return;
-    ARRAY_GROW(*arr, *n, *cap);
-    (*arr)[(*n)++] = v;
-}
-
+/* Every step's deps (its inputs' producers, each once, in input order) and
+ * dependents (in step order), as slices of one array: two allocations for
+ * the whole graph, not two a step.  No step has more deps than inputs. */
 static void build_edges(struct dag *dag)
 {
-    size_t *caps = xcalloc(dag->n_steps, sizeof *caps);
+    size_t max_deps = 0;
+    for (size_t i = 0; i < dag->n_steps; i++) {
+        max_deps += dag->steps[i].n_inputs;
+        dag->steps[i].n_deps = dag->steps[i].n_dependents = 0;      /* (a finalize that failed before) */
+    }
+    free(dag->edges);
+    size_t *edges = xmalloc((2 * max_deps + 1) * sizeof *edges), n_edges = 0;
+    size_t *fill = xcalloc(dag->n_steps + 1, sizeof *fill);         /* dependents placed so far */
     for (size_t i = 0; i < dag->n_steps; i++) {
         struct dag_step *s = &dag->steps[i];
-        size_t cap = 0;
+        s->deps = edges + n_edges;
         for (size_t k = 0; k < s->n_inputs; k++) {
             if (dag_is_param_input(s->inputs[k].dataset)) continue;
             long p = dag->datasets[dag_find_dataset(dag, s->inputs[k].dataset)].producer;
-            if (p < 0) continue;
-            add_unique(&s->deps, &s->n_deps, &cap, (size_t)p);
+            bool seen = p < 0;
+            for (size_t m = 0; m < s->n_deps && !seen; m++) seen = s->deps[m] == (size_t)p;
+            if (seen) continue;
+            s->deps[s->n_deps++] = (size_t)p;
+            dag->steps[p].n_dependents++;
         }
+        n_edges += s->n_deps;
+    }
+    for (size_t i = 0; i < dag->n_steps; i++) {
+        dag->steps[i].dependents = edges + n_edges;
+        n_edges += dag->steps[i].n_dependents;
     }
     for (size_t i = 0; i < dag->n_steps; i++)
         for (size_t k = 0; k < dag->steps[i].n_deps; k++) {
-            struct dag_step *up = &dag->steps[dag->steps[i].deps[k]];
-            ARRAY_GROW(up->dependents, up->n_dependents, caps[dag->steps[i].deps[k]]);
-            up->dependents[up->n_dependents++] = i;
+            size_t up = dag->steps[i].deps[k];
+            dag->steps[up].dependents[fill[up]++] = i;
         }
-    free(caps);
+    free(fill);
+    dag->edges = edges;
 }
 
 /* Walk dependencies among the unordered steps until one repeats: that is a cycle.

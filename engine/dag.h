@@ -4,6 +4,7 @@
 #ifndef FLOW_DAG_H
 #define FLOW_DAG_H
 
+#include "arena.h"
 #include "strmap.h"
 #include <stdbool.h>
 #include <stddef.h>
@@ -32,7 +33,8 @@ struct dag_step {
     size_t n_tags;
     struct dag_dist dist;
     int udata;                      /* the owner's handle for this step */
-    /* Filled by dag_finalize: unique upstream and downstream step indices. */
+    /* Filled by dag_finalize: unique upstream and downstream step indices
+     * (slices of struct dag's edges). */
     size_t *deps, *dependents;
     size_t n_deps, n_dependents;
 };
@@ -48,15 +50,18 @@ struct dag {
     size_t n_steps, cap_steps;
     struct dag_dataset *datasets;
     size_t n_datasets, cap_datasets;
-    struct strmap step_index, dataset_index;
+    struct strmap step_index, dataset_index;     /* keys: the names in `mem` */
+    struct arena mem;               /* every step's and dataset's strings and lists */
+    size_t *edges;                  /* every step's deps, then every step's dependents */
     size_t *order;                  /* topological order, after dag_finalize */
 };
 
 struct dag *dag_new(void);
 void dag_free(struct dag *dag);
 
-/* Deep-copies `spec` (its deps/dependents are ignored).  Returns the new
- * step's index, or -1 with a message when the name is already taken. */
+/* Deep-copies `spec` into the graph's arena (its deps/dependents are
+ * ignored).  Returns the new step's index, or -1 with a message when the name
+ * is already taken. */
 long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_t errlen);
 /* A dataset that exists without a producer: declared in the catalog, say. */
 void dag_declare_dataset(struct dag *dag, const char *name);

@@ -16,7 +16,8 @@ static unsigned hash_str(const char *s)
 
 void strmap_free(struct strmap *m)
 {
-    for (size_t i = 0; i < m->cap; i++) free(m->slots[i].key);
+    if (!m->borrowed_keys)
+        for (size_t i = 0; i < m->cap; i++) free(m->slots[i].key);
     free(m->slots);
     m->slots = NULL;
     m->count = m->cap = 0;
@@ -49,7 +50,7 @@ void strmap_put(struct strmap *m, const char *key, size_t value)
     unsigned h = hash_str(key);
     struct strmap_slot *s = find_slot(m, key, h);
     if (!s->key) {
-        s->key = xstrdup(key);
+        s->key = m->borrowed_keys ? (char *)key : xstrdup(key);
         s->hash = h;
         m->count++;
     }

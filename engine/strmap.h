@@ -1,5 +1,5 @@
 /* strmap.h — the engine's open-addressing hash maps: strings to indices (the DAG keys
- * 100,000s of step and dataset names with it; keys are copied) and pointers to pointers
+ * 100,000s of step and dataset names with it; keys are copied unless borrowed) and pointers to pointers
  * (the config loader maps parsed nodes to their line numbers). */
 #ifndef FLOW_STRMAP_H
 #define FLOW_STRMAP_H
@@ -9,6 +9,8 @@
 struct strmap {
     struct strmap_slot { char *key; size_t value; unsigned hash; } *slots;
     size_t count, cap;       /* cap is 0 or a power of two */
+    bool borrowed_keys;      /* set before the first put: keys are the caller's, neither copied nor
+                                freed, and must outlive the map (the DAG's live in its arena) */
 };
 
 void strmap_free(struct strmap *m);

@@ -12,7 +12,7 @@
 struct step {
     bool described, passed, no_record;
     char fresh_fp[SHA256_HEX_SIZE];         /* the fingerprint of the record that made it fresh, or "" */
-    char *name;
+    const char *name;                       /* the graph's (not copied) */
     char *fp, *parts_json;                  /* utd_decide's, for a step without a record */
     struct fp_str code, dist, outputs;
     struct fp_kv *params;
@@ -52,7 +52,6 @@ static void forget_description(struct step *s)
 
 static void clear_step(struct step *s)
 {
-    free(s->name);
     free(s->fp);
     free(s->parts_json);
     forget_description(s);
@@ -119,7 +118,7 @@ void utd_set_step(struct utd *u, size_t i, const struct utd_step *spec)
     struct step *s = &u->steps[i];
     clear_step(s);
     s->described = true;
-    s->name = xstrdup(spec->name);
+    s->name = spec->name;
     s->block = xmalloc(description_space(spec) + 1);
     /* the arrays first (pointer-aligned: malloc's alignment, pointer-sized members) */
     s->params = (struct fp_kv *)s->block;
@@ -148,7 +147,7 @@ void utd_set_step(struct utd *u, size_t i, const struct utd_step *spec)
 void utd_name_step(struct utd *u, size_t i, const char *name)
 {
     if (i >= u->n_steps || u->steps[i].name) return;
-    u->steps[i].name = xstrdup(name);
+    u->steps[i].name = name;
 }
 
 static void mark_fresh(struct step *s, const char *fp)

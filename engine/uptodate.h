@@ -58,11 +58,14 @@ struct utd;
 struct utd *utd_new(size_t n_steps, struct hashcache *hc, struct state_store *store);
 void utd_free(struct utd *u);
 
-/* Describes step i (everything copied); a step never described is never up to date here. */
+/* Describes step i (everything copied but its name, which is the run's graph's
+ * and must outlive the check, as utd_name_step's); a step never described is
+ * never up to date here. */
 void utd_set_step(struct utd *u, size_t i, const struct utd_step *spec);
 
 /* Names step i (its state record's key) without describing it: a producer
- * of a described step's input that this check does not decide itself. */
+ * of a described step's input that this check does not decide itself.  The
+ * name is not copied: a run of 100,000 steps has its names once, in its graph. */
 void utd_name_step(struct utd *u, size_t i, const char *name);
 
 /* Step i's record in the store, with fingerprint fp, is this run's (it ran

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static void out_of_memory(size_t n)
+void out_of_memory(size_t n)
 {
     fprintf(stderr, "flow: out of memory (allocating %zu bytes)\n", n);
     abort();

@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 /* Out of memory is not a condition the engine can recover from: print and abort. */
+void out_of_memory(size_t n) __attribute__((noreturn));
 void *xmalloc(size_t n);
 void *xcalloc(size_t count, size_t size);
 void *xrealloc(void *p, size_t n);

@@ -25,31 +25,52 @@ static lua_Integer opt_integer(lua_State *L, int idx, const char *key, lua_Integ
     return v;
 }
 
-/* A zeroed scratch array of n + 1 items, a userdata pushed below the top
- * value: the collector frees it, so a field read that raises (a step table's
- * __index, out of memory) leaks nothing.  add_step's caller pops it. */
-static void *scratch(lua_State *L, size_t n, size_t size)
+/* The arrays a step is read into before dag_add_step copies it: userdata
+ * at fixed stack slots of l_build, reused from step to step and replaced by
+ * a larger one when a step needs more.  The collector owns them, so a field
+ * read that raises (a step table's __index, out of memory) leaks nothing. */
+enum { SCRATCH_INPUTS, SCRATCH_OUTPUTS, SCRATCH_TAGS, N_SCRATCH };
+struct scratch { int base; size_t cap[N_SCRATCH]; void *p[N_SCRATCH]; };
+
+static void *scratch(lua_State *L, struct scratch *sc, int which, size_t n, size_t size)
 {
-    void *p = lua_newuserdatauv(L, (n + 1) * size, 0);
-    memset(p, 0, (n + 1) * size);
-    lua_insert(L, -2);
-    return p;
+    if (!sc->p[which] || n + 1 > sc->cap[which]) {
+        size_t cap = sc->cap[which] ? sc->cap[which] : 16;
+        while (cap < n + 1) cap *= 2;
+        sc->p[which] = lua_newuserdatauv(L, cap * size, 0);
+        sc->cap[which] = cap;
+        lua_replace(L, sc->base + which);
+    }
+    return memset(sc->p[which], 0, (n + 1) * size);
+}
+
+/* Field `key` of the table at idx when it is a string (a number's text would
+ * be a new string nothing keeps alive); *nul is set if it holds a NUL byte:
+ * the graph keys names by C string, so "a\0b" and "a\0c" would be one.
+ * node{} refuses such names; this holds for any other caller. */
+static const char *name_field(lua_State *L, int idx, const char *key, bool *nul)
+{
+    size_t len = 0;
+    const char *s = lua_getfield(L, idx, key) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+    lua_pop(L, 1);                  /* the table keeps the string alive */
+    if (s && strlen(s) != len) *nul = true;
+    return s;
 }
 
 /* Reads {{arg=, dataset=}, ...} at field `key` into a scratch array that
  * points into the Lua strings (dag_add_step copies them).  An entry without
  * a dataset is left NULL for add_step to report. */
-static struct dag_io *read_io(lua_State *L, int idx, const char *key, size_t *n)
+static struct dag_io *read_io(lua_State *L, struct scratch *sc, int which, int idx, const char *key, size_t *n,
+                              bool *nul)
 {
     lua_getfield(L, idx, key);
     *n = lua_istable(L, -1) ? lua_rawlen(L, -1) : 0;
-    struct dag_io *io = scratch(L, *n, sizeof *io);
+    struct dag_io *io = scratch(L, sc, which, *n, sizeof *io);
+    int list = lua_gettop(L);
     for (size_t i = 0; i < *n; i++) {
-        lua_rawgeti(L, -1, (lua_Integer)i + 1);
-        int t = lua_gettop(L);
-        if (lua_istable(L, t)) {
-            io[i].dataset = (char *)flow_field_string(L, t, "dataset");
-            io[i].arg = (char *)flow_field_string(L, t, "arg");
+        if (lua_rawgeti(L, list, (lua_Integer)i + 1) == LUA_TTABLE) {
+            io[i].dataset = (char *)name_field(L, list + 1, "dataset", nul);
+            io[i].arg = (char *)flow_field_string(L, list + 1, "arg");
         }
         lua_pop(L, 1);
     }
@@ -65,11 +86,11 @@ static bool every_dataset_named(const struct dag_io *io, size_t n)
 }
 
 /* Strings only (a number's text would be a new string nothing keeps alive). */
-static char **read_strings(lua_State *L, int idx, const char *key, size_t *n)
+static char **read_strings(lua_State *L, struct scratch *sc, int which, int idx, const char *key, size_t *n)
 {
     lua_getfield(L, idx, key);
     *n = lua_istable(L, -1) ? lua_rawlen(L, -1) : 0;
-    char **v = scratch(L, *n, sizeof *v);
+    char **v = scratch(L, sc, which, *n, sizeof *v);
     size_t k = 0;
     for (size_t i = 0; i < *n; i++) {
         if (lua_rawgeti(L, -1, (lua_Integer)i + 1) == LUA_TSTRING) v[k++] = (char *)lua_tostring(L, -1);
@@ -101,58 +122,26 @@ static void read_dist(lua_State *L, int t, struct dag_dist *dist)
     }
 }
 
-/* Whether field `key` of the table at idx is a string with a NUL inside. */
-static bool has_nul(lua_State *L, int idx, const char *key)
-{
-    size_t len;
-    lua_getfield(L, idx, key);
-    const char *s = lua_tolstring(L, -1, &len);
-    bool nul = s && strlen(s) != len;
-    lua_pop(L, 1);
-    return nul;
-}
-
-/* The graph keys datasets by C string: "a\0b" and "a\0c" would be one
- * dataset.  node{} refuses such names; this holds for any other caller. */
-static bool names_have_nul(lua_State *L, int idx)
-{
-    if (has_nul(L, idx, "name")) return true;
-    static const char *const lists[] = { "inputs", "outputs" };
-    for (size_t k = 0; k < 2; k++) {
-        lua_getfield(L, idx, lists[k]);
-        size_t n = lua_istable(L, -1) ? lua_rawlen(L, -1) : 0;
-        bool nul = false;
-        for (size_t i = 0; i < n && !nul; i++) {
-            lua_rawgeti(L, -1, (lua_Integer)i + 1);
-            nul = lua_istable(L, -1) && has_nul(L, lua_gettop(L), "dataset");
-            lua_pop(L, 1);
-        }
-        lua_pop(L, 1);
-        if (nul) return true;
-    }
-    return false;
-}
-
 /* Adds the step table at `idx`, whose distribution is the value at `dist`;
- * on error leaves a message in err.  Leaves its scratch arrays on the stack. */
-static long add_step(lua_State *L, struct dag *dag, int idx, int dist, int udata, char *err, size_t errlen)
+ * on error leaves a message in err. */
+static long add_step(lua_State *L, struct scratch *sc, struct dag *dag, int idx, int dist, int udata, char *err,
+                     size_t errlen)
 {
     struct dag_step spec = { 0 };
-    spec.name = (char *)flow_field_string(L, idx, "name");
+    bool nul = false;
+    spec.name = (char *)name_field(L, idx, "name", &nul);
     if (!spec.name) { errf(err, errlen, "a step without a name"); return -1; }
-    if (names_have_nul(L, idx)) {
-        errf(err, errlen, "step '%s': a step or dataset name contains a NUL byte", spec.name);
-        return -1;
-    }
     const char *kind = flow_field_string(L, idx, "kind");
     spec.kind = kind && strcmp(kind, "command") == 0 ? STEP_COMMAND : STEP_FUNC;
-    spec.inputs = read_io(L, idx, "inputs", &spec.n_inputs);
-    spec.outputs = read_io(L, idx, "outputs", &spec.n_outputs);
-    spec.tags = read_strings(L, idx, "tags", &spec.n_tags);
+    spec.inputs = read_io(L, sc, SCRATCH_INPUTS, idx, "inputs", &spec.n_inputs, &nul);
+    spec.outputs = read_io(L, sc, SCRATCH_OUTPUTS, idx, "outputs", &spec.n_outputs, &nul);
+    spec.tags = read_strings(L, sc, SCRATCH_TAGS, idx, "tags", &spec.n_tags);
     read_dist(L, dist, &spec.dist);
     spec.udata = udata;
     long rc = -1;
-    if (!every_dataset_named(spec.inputs, spec.n_inputs))
+    if (nul)
+        errf(err, errlen, "step '%s': a step or dataset name contains a NUL byte", spec.name);
+    else if (!every_dataset_named(spec.inputs, spec.n_inputs))
         errf(err, errlen, "step %s: an input without dataset", spec.name);
     else if (!every_dataset_named(spec.outputs, spec.n_outputs))
         errf(err, errlen, "step %s: an output without dataset", spec.name);
@@ -174,15 +163,18 @@ static int l_build(lua_State *L)
     char err[4096];
     size_t n = lua_rawlen(L, 1);
     bool dists = lua_istable(L, 3);
+    struct scratch sc = { .base = lua_gettop(L) + 1 };
+    for (int k = 0; k < N_SCRATCH; k++) lua_pushnil(L);
     for (size_t i = 1; i <= n; i++) {
         lua_rawgeti(L, 1, (lua_Integer)i);
         int step = lua_gettop(L);
         if (dists) lua_rawgeti(L, 3, (lua_Integer)i);
         else lua_getfield(L, step, "dist");
-        long rc = add_step(L, *ud, step, step + 1, (int)i, err, sizeof err);
+        long rc = add_step(L, &sc, *ud, step, step + 1, (int)i, err, sizeof err);
         lua_settop(L, step - 1);
         if (rc < 0) return flow_raise(L, err);
     }
+    lua_settop(L, sc.base - 1);     /* the graph on top */
     if (lua_istable(L, 2))
         for (lua_Integer i = 1; i <= (lua_Integer)lua_rawlen(L, 2); i++) {
             lua_rawgeti(L, 2, i);

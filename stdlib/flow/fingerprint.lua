@@ -205,7 +205,9 @@ function Hasher:proto(f)
       end
     end
   end
-  if #p.upvalues == 0 then p.hash = p.prefix:sha256() end
+  -- no upvalue but _ENV, and no script global named: every closure of it
+  -- hashes alike (Hasher:fn would join no part)
+  if #p.upvalues == 0 or #p.upvalues == 1 and p.globals and #p.globals == 0 then p.hash = p.prefix:sha256() end
   if id then self.protos[id] = p end
   return p
 end

@@ -128,6 +128,8 @@ function Run:attempt_body(i, k)
     rec.metrics = m and next(m.values) and m or nil
     local outputs = rec.outputs and util.record_json(rec.outputs)     -- the journal's, and the state record's
     rec.outputs = nil                 -- engine/step.c records them: a run of 100,000 steps keeps no copy
+    -- nor the record itself, unless the result needs it (why it ran, what it reported)
+    if not rec.reason and not rec.metrics then self.records[n.name] = nil end
     return true, { outputs = outputs, paths = paths, exit_code = rec.exit_code,
                    remote = rec.remote and util.record_json(rec.remote),
                    metrics = rec.metrics and util.record_json(rec.metrics.values),

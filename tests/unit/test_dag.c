@@ -73,6 +73,48 @@ static void test_diamond_deps_unique(void)
     dag_free(d);
 }
 
+/* Deps keep input order, dependents step order, each a slice of the graph's
+ * one edge array; the graph's names are its own copies (the caller's buffers
+ * change after dag_add_step) and an arg not given is the dataset's name.  A
+ * graph whose finalize failed on a cycle keeps its edges (for the message)
+ * and is freed whole. */
+static void test_edges_and_copies(void)
+{
+    struct dag *d = dag_new();
+    char name[16], ds[16];
+    strcpy(name, "p");
+    strcpy(ds, "x");
+    add(d, name, NULL, L(ds), err, sizeof err);
+    strcpy(name, "q");
+    strcpy(ds, "y");
+    add(d, name, NULL, L(ds), err, sizeof err);
+    strcpy(name, "zzzz");
+    strcpy(ds, "zzzz");
+    add(d, "use1", L("y", "x", "parameters", "params:a", "y"), L("u1"), err, sizeof err);
+    add(d, "use2", L("x"), L("u2"), err, sizeof err);
+    add(d, "use3", L("u1", "u2", "y"), L("u3"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) == 0);
+    CHECK_STR(d->steps[0].name, "p");
+    CHECK_STR(d->steps[1].outputs[0].dataset, "y");
+    CHECK(d->steps[1].outputs[0].arg == d->steps[1].outputs[0].dataset);
+    CHECK(d->steps[2].n_deps == 2 && d->steps[2].deps[0] == 1 && d->steps[2].deps[1] == 0);
+    CHECK(d->steps[4].n_deps == 3 && d->steps[4].deps[0] == 2 && d->steps[4].deps[1] == 3 &&
+          d->steps[4].deps[2] == 1);
+    CHECK(d->steps[0].n_dependents == 2 && d->steps[0].dependents[0] == 2 && d->steps[0].dependents[1] == 3);
+    CHECK(d->steps[1].n_dependents == 2 && d->steps[1].dependents[0] == 2 && d->steps[1].dependents[1] == 4);
+    CHECK(d->steps[4].n_dependents == 0);
+    CHECK(dag_find_step(d, "q") == 1 && dag_find_dataset(d, "u3") >= 0 && dag_find_step(d, "zzzz") < 0);
+    dag_free(d);
+
+    d = dag_new();
+    add(d, "a", L("b_out"), L("a_out"), err, sizeof err);
+    add(d, "b", L("a_out"), L("b_out"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "cycle");
+    CHECK(d->steps[0].n_deps == 1 && d->steps[0].n_dependents == 1);
+    dag_free(d);
+}
+
 static void test_cycle_path(void)
 {
     struct dag *d = dag_new();
@@ -279,6 +321,7 @@ int main(void)
     RUN(test_linear_order);
     RUN(test_stable_order);
     RUN(test_diamond_deps_unique);
+    RUN(test_edges_and_copies);
     RUN(test_cycle_path);
     RUN(test_self_cycle);
     RUN(test_produced_twice);

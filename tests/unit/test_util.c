@@ -1,5 +1,7 @@
-/* test_util.c — the shared infrastructure in util.h and strmap.h that the config loader
- * uses instead of private copies: strbuf truncation, the pointer map, bounded file reads. */
+/* test_util.c — the shared infrastructure in util.h, strmap.h and arena.h that the config
+ * loader and the graph use instead of private copies: strbuf truncation, the maps, the
+ * arena, bounded file reads. */
+#include "arena.h"
 #include "check.h"
 #include "json_text.h"
 #include "strmap.h"
@@ -162,6 +164,69 @@ static void test_dir_list_unlisted(void)
     rmdir(dir);
 }
 
+
+/* Strings packed byte to byte, other blocks aligned for any object and
+ * zeroed, a block larger than a chunk in a chunk of its own; every byte
+ * stays as written until arena_free (ASan checks the bounds). */
+static void test_arena(void)
+{
+    struct arena a = ARENA_INIT;
+    char *names[3000];
+    for (int i = 0; i < 3000; i++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "d_%d", i);
+        names[i] = arena_strdup(&a, buf);
+        if (i % 7 == 0) {
+            double *d = arena_calloc(&a, 3, sizeof *d);
+            CHECK((uintptr_t)d % _Alignof(max_align_t) == 0);
+            CHECK(d[0] == 0 && d[1] == 0 && d[2] == 0);
+            d[2] = i;
+        }
+    }
+    CHECK(arena_strdup(&a, NULL) == NULL);
+    CHECK(arena_calloc(&a, 0, 8) != NULL);
+    size_t big = 3 * 1024 * 1024;
+    unsigned char *b = arena_alloc(&a, big);
+    CHECK(b[0] == 0 && b[big - 1] == 0);
+    memset(b, 0xab, big);
+    char *after = arena_strdup(&a, "after the big block");
+    int wrong = 0;
+    for (int i = 0; i < 3000; i++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "d_%d", i);
+        wrong += strcmp(names[i], buf) != 0;
+    }
+    CHECK(wrong == 0);
+    CHECK_STR(after, "after the big block");
+    CHECK(b[big - 1] == 0xab);
+    arena_free(&a);
+    CHECK(a.chunks == NULL);
+    arena_free(&a);                             /* twice: fine */
+}
+
+/* A map with borrowed keys keeps the caller's pointers and frees none. */
+static void test_strmap_borrowed_keys(void)
+{
+    struct arena a = ARENA_INIT;
+    struct strmap m = { .borrowed_keys = true };
+    char *keys[100];
+    for (int i = 0; i < 100; i++) {
+        char buf[16];
+        snprintf(buf, sizeof buf, "k%d", i);
+        keys[i] = arena_strdup(&a, buf);
+        strmap_put(&m, keys[i], (size_t)i);
+    }
+    size_t v = 0, found = 0;
+    for (int i = 0; i < 100; i++) found += strmap_get(&m, keys[i], &v) && v == (size_t)i;
+    CHECK(found == 100);
+    bool same = false;
+    for (size_t i = 0; i < m.cap; i++) same = same || m.slots[i].key == keys[42];
+    CHECK(same);
+    CHECK(!strmap_get(&m, "k100", NULL));
+    strmap_free(&m);                            /* the keys are the arena's */
+    arena_free(&a);
+}
+
 int main(void)
 {
     RUN(test_strbuf_truncate);
@@ -170,5 +235,7 @@ int main(void)
     RUN(test_json_seconds);
     RUN(test_json_string);
     RUN(test_dir_list_unlisted);
+    RUN(test_arena);
+    RUN(test_strmap_borrowed_keys);
     return CHECK_DONE("util");
 }
