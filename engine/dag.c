@@ -248,16 +248,13 @@ static int check_missing_inputs(struct dag *dag, char *err, size_t errlen)
 }
 
 /* Every step's deps (its inputs' producers, each once, in input order) and
- * dependents (in step order), as slices of one array: two allocations for
- * the whole graph, not two a step.  No step has more deps than inputs. */
+ * dependents (in step order), as slices of one array for the whole graph,
+ * not two arrays a step.  No step has more deps than inputs.  (Built once:
+ * a second dag_finalize after a failed one fails before it gets here.) */
 static void build_edges(struct dag *dag)
 {
     size_t max_deps = 0;
-    for (size_t i = 0; i < dag->n_steps; i++) {
-        max_deps += dag->steps[i].n_inputs;
-        dag->steps[i].n_deps = dag->steps[i].n_dependents = 0;      /* (a finalize that failed before) */
-    }
-    free(dag->edges);
+    for (size_t i = 0; i < dag->n_steps; i++) max_deps += dag->steps[i].n_inputs;
     size_t *edges = xmalloc((2 * max_deps + 1) * sizeof *edges), n_edges = 0;
     size_t *fill = xcalloc(dag->n_steps + 1, sizeof *fill);         /* dependents placed so far */
     for (size_t i = 0; i < dag->n_steps; i++) {
@@ -341,11 +338,22 @@ static int topo_sort(struct dag *dag, char *err, size_t errlen)
     return rc;
 }
 
+/* The step and dataset arrays without the room doubling left for more
+ * (a quarter of 100,000 steps' array, say): none are added after this. */
+static void fit_arrays(struct dag *dag)
+{
+    dag->cap_steps = dag->n_steps + 1;
+    dag->steps = xrealloc(dag->steps, dag->cap_steps * sizeof *dag->steps);
+    dag->cap_datasets = dag->n_datasets + 1;
+    dag->datasets = xrealloc(dag->datasets, dag->cap_datasets * sizeof *dag->datasets);
+}
+
 int dag_finalize(struct dag *dag, char *err, size_t errlen)
 {
     if (dag->order) return 0;
     if (assign_producers(dag, err, errlen) != 0) return -1;
     if (check_missing_inputs(dag, err, errlen) != 0) return -1;
+    fit_arrays(dag);
     build_edges(dag);
     if (topo_sort(dag, err, errlen) != 0) {
         free(dag->order);

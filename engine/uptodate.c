@@ -9,21 +9,30 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* What utd_set_step copied, in one block: this, then its arrays, then its
+ * strings.  A step keeps it until it is decided. */
+struct description {
+    struct fp_str code, dist, outputs;
+    struct fp_kv *params;
+    char **files;
+    struct utd_input *inputs;
+    char **outs;
+    size_t n_params, n_files, n_inputs, n_outs;
+};
+
 struct step {
-    bool described, passed, no_record;
+    bool passed, no_record;
     char fresh_fp[SHA256_HEX_SIZE];         /* the fingerprint of the record that made it fresh, or "" */
     const char *name;                       /* the graph's (not copied) */
     char *fp, *parts_json;                  /* utd_decide's, for a step without a record */
-    struct fp_str code, dist, outputs;
-    struct fp_kv *params;
-    size_t n_params;
-    char **files;
-    size_t n_files;
-    struct utd_input *inputs;
-    size_t n_inputs;
-    char **outs;
-    size_t n_outs;
-    void *block;                            /* everything the description points to */
+    struct description *d;                  /* NULL: never described, or decided */
+};
+
+/* find_parts's arrays, reused from decision to decision (grown, never shrunk). */
+struct found_space {
+    struct fp_kv *files, *inputs, *params;
+    char (*file_hex)[SHA256_HEX_SIZE], (*in_hex)[SHA256_HEX_SIZE];
+    size_t cap_files, cap_inputs, cap_params;
 };
 
 struct utd {
@@ -32,6 +41,7 @@ struct utd {
     struct step *steps;
     size_t n_steps;
     struct utd_stats stats;
+    struct found_space space;
 };
 
 /* What utd_set_step copied, freed: once a step is decided, only its name
@@ -39,15 +49,8 @@ struct utd {
  * yet taken stay. */
 static void forget_description(struct step *s)
 {
-    if (!s->described) return;
-    free(s->block);
-    s->block = NULL;
-    s->described = false;
-    s->code = s->dist = s->outputs = (struct fp_str){ NULL, 0 };
-    s->params = NULL;
-    s->files = s->outs = NULL;
-    s->inputs = NULL;
-    s->n_params = s->n_files = s->n_inputs = s->n_outs = 0;
+    free(s->d);
+    s->d = NULL;
 }
 
 static void clear_step(struct step *s)
@@ -73,6 +76,11 @@ void utd_free(struct utd *u)
     if (!u) return;
     for (size_t i = 0; i < u->n_steps; i++) clear_step(&u->steps[i]);
     free(u->steps);
+    free(u->space.files);
+    free(u->space.inputs);
+    free(u->space.params);
+    free(u->space.file_hex);
+    free(u->space.in_hex);
     free(u);
 }
 
@@ -117,31 +125,31 @@ void utd_set_step(struct utd *u, size_t i, const struct utd_step *spec)
     if (i >= u->n_steps) return;
     struct step *s = &u->steps[i];
     clear_step(s);
-    s->described = true;
     s->name = spec->name;
-    s->block = xmalloc(description_space(spec) + 1);
-    /* the arrays first (pointer-aligned: malloc's alignment, pointer-sized members) */
-    s->params = (struct fp_kv *)s->block;
-    s->inputs = (struct utd_input *)(s->params + spec->n_params);
-    s->files = (char **)(s->inputs + spec->n_inputs);
-    s->outs = s->files + spec->n_files;
-    struct packer p = { (char *)(s->outs + spec->n_outputs) };
-    s->code = pack_fp(&p, spec->code);
-    s->dist = pack_fp(&p, spec->dist);
-    s->outputs = pack_fp(&p, spec->outputs);
-    s->n_params = spec->n_params;
+    struct description *d = s->d = xmalloc(sizeof *d + description_space(spec) + 1);
+    /* the arrays first (pointer-aligned: the struct's size is, and every
+     * member of theirs is pointer-sized) */
+    d->params = (struct fp_kv *)(d + 1);
+    d->inputs = (struct utd_input *)(d->params + spec->n_params);
+    d->files = (char **)(d->inputs + spec->n_inputs);
+    d->outs = d->files + spec->n_files;
+    struct packer p = { (char *)(d->outs + spec->n_outputs) };
+    d->code = pack_fp(&p, spec->code);
+    d->dist = pack_fp(&p, spec->dist);
+    d->outputs = pack_fp(&p, spec->outputs);
+    d->n_params = spec->n_params;
     for (size_t k = 0; k < spec->n_params; k++)
-        s->params[k] = (struct fp_kv){ pack_fp(&p, spec->params[k].key), pack_fp(&p, spec->params[k].value) };
-    s->n_files = spec->n_files;
-    for (size_t k = 0; k < spec->n_files; k++) s->files[k] = pack_str(&p, spec->files[k]);
-    s->n_inputs = spec->n_inputs;
+        d->params[k] = (struct fp_kv){ pack_fp(&p, spec->params[k].key), pack_fp(&p, spec->params[k].value) };
+    d->n_files = spec->n_files;
+    for (size_t k = 0; k < spec->n_files; k++) d->files[k] = pack_str(&p, spec->files[k]);
+    d->n_inputs = spec->n_inputs;
     for (size_t k = 0; k < spec->n_inputs; k++) {
         const struct utd_input *in = &spec->inputs[k];
-        s->inputs[k] = (struct utd_input){ pack_fp(&p, in->dataset), in->producer, pack_str(&p, in->hash),
+        d->inputs[k] = (struct utd_input){ pack_fp(&p, in->dataset), in->producer, pack_str(&p, in->hash),
                                            pack_str(&p, in->path) };
     }
-    s->n_outs = spec->n_outputs;
-    for (size_t k = 0; k < spec->n_outputs; k++) s->outs[k] = pack_str(&p, spec->outputs_named[k]);
+    d->n_outs = spec->n_outputs;
+    for (size_t k = 0; k < spec->n_outputs; k++) d->outs[k] = pack_str(&p, spec->outputs_named[k]);
 }
 
 void utd_name_step(struct utd *u, size_t i, const char *name)
@@ -218,16 +226,16 @@ static bool kv_has(const struct fp_kv *kv, size_t n, struct fp_str key)
 /* Project files the command names: those that are regular files now, with
  * their content hashes (a file that cannot be read is left out, as the
  * stdlib leaves it out). */
-static int file_hashes(struct utd *u, const struct step *s, struct fp_kv *kv, char (*hex)[SHA256_HEX_SIZE],
-                       size_t *n)
+static int file_hashes(struct utd *u, const struct description *d, struct fp_kv *kv,
+                       char (*hex)[SHA256_HEX_SIZE], size_t *n)
 {
     *n = 0;
-    for (size_t k = 0; k < s->n_files; k++) {
+    for (size_t k = 0; k < d->n_files; k++) {
         struct stat st;
-        if (stat(s->files[k], &st) != 0 || !S_ISREG(st.st_mode)) continue;
-        struct fp_str name = { s->files[k], strlen(s->files[k]) };
+        if (stat(d->files[k], &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        struct fp_str name = { d->files[k], strlen(d->files[k]) };
         if (kv_has(kv, *n, name)) continue;  /* named twice: one entry, as in a Lua table */
-        int rc = hash_now(u, s->files[k], hex[*n]);
+        int rc = hash_now(u, d->files[k], hex[*n]);
         if (rc == 1) return 1;
         if (rc != 0) continue;
         kv[*n] = (struct fp_kv){ name, { hex[*n], SHA256_HEX_SIZE - 1 } };
@@ -237,54 +245,62 @@ static int file_hashes(struct utd *u, const struct step *s, struct fp_kv *kv, ch
 }
 
 /* The parts of a step's fingerprint as they are now: the described ones,
- * and the files, inputs and parameters found (arrays owned here). */
+ * and the files, inputs and parameters found (in the check's found_space). */
 struct found {
     struct fp_parts p;
     char (*file_hex)[SHA256_HEX_SIZE], (*in_hex)[SHA256_HEX_SIZE];
 };
 
-static void found_release(struct found *f)
+/* The space's arrays hold at least files, inputs and params items (and one more). */
+static void found_space_fit(struct found_space *fs, size_t files, size_t inputs, size_t params)
 {
-    free(f->p.files);
-    free(f->p.inputs);
-    free(f->p.params);
-    free(f->file_hex);
-    free(f->in_hex);
+    if (files >= fs->cap_files) {
+        fs->cap_files = 2 * files + 1;
+        fs->files = xrealloc(fs->files, fs->cap_files * sizeof *fs->files);
+        fs->file_hex = xrealloc(fs->file_hex, fs->cap_files * sizeof *fs->file_hex);
+    }
+    if (inputs >= fs->cap_inputs) {
+        fs->cap_inputs = 2 * inputs + 1;
+        fs->inputs = xrealloc(fs->inputs, fs->cap_inputs * sizeof *fs->inputs);
+        fs->in_hex = xrealloc(fs->in_hex, fs->cap_inputs * sizeof *fs->in_hex);
+    }
+    if (params >= fs->cap_params) {
+        fs->cap_params = 2 * params + 1;
+        fs->params = xrealloc(fs->params, fs->cap_params * sizeof *fs->params);
+    }
 }
 
-/* 0 with f filled (release it either way), or 1 when this check cannot tell. */
-static int find_parts(struct utd *u, const struct step *s, struct found *f)
+/* 0 with f filled (its arrays are the check's, good until the next call),
+ * or 1 when this check cannot tell. */
+static int find_parts(struct utd *u, const struct description *d, struct found *f)
 {
-    *f = (struct found){ .p = { .code = s->code, .dist = s->dist, .outputs = s->outputs } };
-    f->p.files = xcalloc(s->n_files + 1, sizeof *f->p.files);
-    f->file_hex = xcalloc(s->n_files + 1, sizeof *f->file_hex);
-    f->p.inputs = xcalloc(s->n_inputs + 1, sizeof *f->p.inputs);
-    f->in_hex = xcalloc(s->n_inputs + 1, sizeof *f->in_hex);
-    f->p.params = xcalloc(s->n_params + 1, sizeof *f->p.params);
-    if (file_hashes(u, s, f->p.files, f->file_hex, &f->p.n_files) != 0) return 1;
-    for (size_t k = 0; k < s->n_inputs; k++) {
-        const struct fp_str d = s->inputs[k].dataset;
-        if (kv_has(f->p.inputs, f->p.n_inputs, d)) continue;    /* read twice: one entry, as in a map */
-        const char *h = input_hash(u, &s->inputs[k], f->in_hex[k]);
+    struct found_space *fs = &u->space;
+    found_space_fit(fs, d->n_files, d->n_inputs, d->n_params);
+    *f = (struct found){ .p = { .code = d->code, .dist = d->dist, .outputs = d->outputs, .files = fs->files,
+                                .inputs = fs->inputs, .params = fs->params },
+                         .file_hex = fs->file_hex, .in_hex = fs->in_hex };
+    if (file_hashes(u, d, f->p.files, f->file_hex, &f->p.n_files) != 0) return 1;
+    for (size_t k = 0; k < d->n_inputs; k++) {
+        const struct fp_str ds = d->inputs[k].dataset;
+        if (kv_has(f->p.inputs, f->p.n_inputs, ds)) continue;    /* read twice: one entry, as in a map */
+        const char *h = input_hash(u, &d->inputs[k], f->in_hex[k]);
         if (!h) return 1;
-        f->p.inputs[f->p.n_inputs++] = (struct fp_kv){ d, { h, strlen(h) } };
+        f->p.inputs[f->p.n_inputs++] = (struct fp_kv){ ds, { h, strlen(h) } };
     }
     /* fp_combine sorts in place: a copy keeps the description's order */
-    memcpy(f->p.params, s->params, s->n_params * sizeof *f->p.params);
-    f->p.n_params = s->n_params;
+    memcpy(f->p.params, d->params, d->n_params * sizeof *f->p.params);
+    f->p.n_params = d->n_params;
     return 0;
 }
 
 int utd_fingerprint(struct utd *u, size_t i, char hex[SHA256_HEX_SIZE])
 {
-    if (i >= u->n_steps || !u->steps[i].described) return 1;
+    if (i >= u->n_steps || !u->steps[i].d) return 1;
     struct found f;
-    int rc = find_parts(u, &u->steps[i], &f);
+    int rc = find_parts(u, u->steps[i].d, &f);
     if (rc == 0) fp_combine(&f.p, hex);
-    found_release(&f);
     return rc;
 }
-
 /* "name":"its first FP_SHORT bytes" — a part as fingerprint.short keeps it,
  * after a comma unless it comes first. */
 static void short_field(struct strbuf *sb, bool first, const char *name, struct fp_str v)
@@ -336,10 +352,10 @@ static char *short_parts_json(const struct fp_parts *p)
  * record, which the record's checksum vouches for.  Anything else (a value
  * that could not be cached, a record from before values said where they
  * are, a damaged file) is the stdlib's to explain. */
-static bool outputs_hold(struct utd *u, const struct step *s, const struct state_rec *r)
+static bool outputs_hold(struct utd *u, const struct description *d, const struct state_rec *r)
 {
-    for (size_t k = 0; k < s->n_outs; k++) {
-        const struct state_out *o = out_named(r, s->outs[k], strlen(s->outs[k]));
+    for (size_t k = 0; k < d->n_outs; k++) {
+        const struct state_out *o = out_named(r, d->outs[k], strlen(d->outs[k]));
         if (!o || !o->hash[0]) return false;
         if (o->kind == 'v') continue;
         if ((o->kind != 'f' && o->kind != 'c') || !o->path[0]) return false;
@@ -355,7 +371,7 @@ static enum utd_verdict no_record(struct utd *u, struct step *s)
 {
     struct found f;
     enum utd_verdict v = UTD_CANNOT_TELL;
-    if (find_parts(u, s, &f) == 0) {
+    if (find_parts(u, s->d, &f) == 0) {
         char hex[SHA256_HEX_SIZE];
         fp_combine(&f.p, hex);                 /* sorts the maps: the JSON is in key order too */
         free(s->fp);
@@ -364,19 +380,18 @@ static enum utd_verdict no_record(struct utd *u, struct step *s)
         s->parts_json = short_parts_json(&f.p);
         v = UTD_NO_RECORD;
     }
-    found_release(&f);
     return v;
 }
 
 enum utd_verdict utd_decide(struct utd *u, size_t i)
 {
-    if (i >= u->n_steps || !u->steps[i].described) return UTD_CANNOT_TELL;
+    if (i >= u->n_steps || !u->steps[i].d) return UTD_CANNOT_TELL;
     struct step *s = &u->steps[i];
     const struct state_rec *r = state_store_get(u->store, s->name);
     enum utd_verdict v = UTD_CANNOT_TELL;
     char hex[SHA256_HEX_SIZE];
     if (!r) v = no_record(u, s);
-    else if (utd_fingerprint(u, i, hex) == 0 && strcmp(hex, r->fp) == 0 && outputs_hold(u, s, r)) v = UTD_UP_TO_DATE;
+    else if (utd_fingerprint(u, i, hex) == 0 && strcmp(hex, r->fp) == 0 && outputs_hold(u, s->d, r)) v = UTD_UP_TO_DATE;
     if (v == UTD_UP_TO_DATE) {
         mark_fresh(s, r->fp);
         s->passed = true;

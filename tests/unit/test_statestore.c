@@ -326,6 +326,44 @@ static void test_a_step_record_from_its_json(void)
 
 /* The frame's checksum is the standard CRC-32 (zlib's crc32): the check
  * value, and every length across the eight-byte steps. */
+/* A save larger than the writer's chunk (256 KiB) — written new, then
+ * appended to — keeps every record, each exactly once, in a file of the
+ * records' frames and nothing else. */
+static void test_a_large_save_is_written_in_chunks(void)
+{
+    struct state_store *s = reopen("chunks.log", NULL);
+    char name[32], fp[80];
+    for (int i = 0; i < 4000; i++) {
+        snprintf(name, sizeof name, "step_%d", i);
+        snprintf(fp, sizeof fp, "%064d", i);
+        put_step(s, name, fp, i);
+    }
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    off_t whole = file_size("chunks.log");
+    CHECK(whole > 2 * 256 * 1024);
+    for (int i = 0; i < 4000; i += 2) {          /* half of them again: appended */
+        snprintf(name, sizeof name, "step_%d", i);
+        snprintf(fp, sizeof fp, "%064d", i + 1000000);
+        put_step(s, name, fp, i + 1);
+    }
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    CHECK(file_size("chunks.log") > whole + whole / 2 - 4096 && file_size("chunks.log") < 2 * whole);
+    state_store_free(s);
+    const char *w = NULL;
+    s = reopen("chunks.log", &w);
+    CHECK(w == NULL);
+    CHECK(state_store_count(s) == 4000);
+    int wrong = 0;
+    for (int i = 0; i < 4000; i++) {
+        snprintf(name, sizeof name, "step_%d", i);
+        snprintf(fp, sizeof fp, "%064d", i % 2 ? i : i + 1000000);
+        const struct state_rec *r = state_store_get(s, name);
+        wrong += !r || strcmp(r->fp, fp) != 0;
+    }
+    CHECK(wrong == 0);
+    state_store_free(s);
+}
+
 static void test_crc32(void)
 {
     CHECK(state_store_crc32("123456789", 9) == 0xCBF43926u);
@@ -359,6 +397,7 @@ int main(void)
     RUN(test_an_oversize_record_is_refused);
     RUN(test_a_record_at_the_limit_is_kept);
     RUN(test_a_step_record_from_its_json);
+    RUN(test_a_large_save_is_written_in_chunks);
     if (chdir("/") == 0) {
         char *cmd = xasprintf("rm -rf '%s'", root);
         if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
