@@ -23,7 +23,7 @@
 
 /* Upvalues of the closures bind() returns, then node's cache of its last
  * where() string. */
-enum { UP_NODE = 1, UP_COMMAND, UP_DISTRIBUTED, UP_UTIL, N_UP = UP_UTIL, UP_WHERE_KEY, UP_WHERE, UP_NO_TAGS };
+enum { UP_NODE = 1, UP_COMMAND, UP_DISTRIBUTED, UP_UTIL, N_UP = UP_UTIL, UP_WHERE_KEY, UP_WHERE, UP_NO_TAGS, UP_IO };
 
 /* What the cached where() string was made of: a loop of node{} calls asks
  * for the same line again and again, and formatting it is a snprintf. */
@@ -390,6 +390,23 @@ static void push_io(lua_State *L, int arg, int dataset)
     lua_setfield(L, -2, "dataset");
 }
 
+/* The entry of a dataset a step names by itself ({arg = d, dataset = d}: a
+ * list's or a lone name's), one table for every step that names it: a
+ * dataset is an output of one step and an input of others, and a pipeline of
+ * 100,000 steps holds 300,000 such entries otherwise.  The cache (upvalue
+ * UP_IO of node) holds them weakly.  Nothing changes an entry once made. */
+static void push_named_io(lua_State *L, int name)
+{
+    int cache = lua_upvalueindex(UP_IO);
+    lua_pushvalue(L, name);
+    if (lua_rawget(L, cache) == LUA_TTABLE) return;
+    lua_pop(L, 1);
+    push_io(L, name, name);
+    lua_pushvalue(L, name);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, cache);
+}
+
 /* '""' for an empty string, else the type's name: how a bad entry is shown. */
 static const char *shown_kind(lua_State *L, int idx)
 {
@@ -414,7 +431,7 @@ static void push_io_list(lua_State *L, int v, const char *what, int level)
             fail(L, level, "node: %s[%d] must be a dataset name (a non-empty string), got %s", what, (int)i,
                  shown_kind(L, name));
         check_name(L, name, "node: ", what, level);
-        push_io(L, name, name);
+        push_named_io(L, name);
         lua_rawseti(L, out, i);
         lua_pop(L, 1);
     }
@@ -505,7 +522,7 @@ static void set_io(lua_State *L, int v, const char *what, const char *style_fiel
     } else if (t == LUA_TSTRING) {
         check_name(L, v, "node: ", what, level);
         lua_createtable(L, 1, 0);
-        push_io(L, v, v);
+        push_named_io(L, v);
         lua_rawseti(L, -2, 1);
     } else if (t != LUA_TTABLE) {
         fail(L, level, "node: %s must be a dataset name, a list of names or a map, got %s", what, lua_typename(L, t));
@@ -832,7 +849,13 @@ static int l_bind(lua_State *L)
     lua_pushcfunction(L, no_tags_newindex);
     lua_setfield(L, -2, "__newindex");
     lua_setmetatable(L, -2);
-    lua_pushcclosure(L, l_node, UP_NO_TAGS);
+    /* the entries of datasets named by themselves (push_named_io), weakly */
+    lua_newtable(L);
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "v");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushcclosure(L, l_node, UP_IO);
     return 1;
 }
 

@@ -11,6 +11,9 @@
  *   chk:set(i, code, dist|nil, outputs, {param = hash}, {file, ...}) -> described
  *                        step i's parts fixed for the run; its name, inputs
  *                        and outputs are the graph's
+ *   chk:describe(ctx)    -> whether any was described, how many in C: every selected step, the
+ *                        Lua steps the stdlib's tables say enough of in C,
+ *                        the others through ctx.fallback(i) (see l_describe)
  *   chk:name(i)          names step i, a producer the check does not describe
  *   chk:fresh(i, fp)     step i's record in the store, with fingerprint fp, is this run's
  *   chk:passed(i)        -> whether the check found step i up to date
@@ -41,9 +44,11 @@ struct checker {
     struct utd *u;
     const struct dag *dag;
     bool *selected;
-    /* chk:set's arrays, reused from step to step (utd_set_step copies them) */
+    /* chk:set's and chk:describe's arrays, and the outputs part
+     * chk:describe makes, reused from step to step (utd_set_step copies them) */
     void *scratch;
     size_t scratch_size;
+    struct strbuf part;
 };
 
 static void *scratch(struct checker *c, size_t size)
@@ -145,6 +150,44 @@ static bool input_source(lua_State *L, const struct checker *c, const char *d, s
     return in->hash || in->path;
 }
 
+/* A step's description's arrays, in the checker's scratch (a raise while
+ * they are filled leaks nothing): np parameters and nf files the caller
+ * fills, the graph step's inputs and outputs describe() fills. */
+struct arrays { struct fp_kv *params; const char **files; struct utd_input *in; const char **outs; };
+
+static struct arrays scratch_arrays(struct checker *c, const struct dag_step *step, size_t np, size_t nf)
+{
+    struct arrays a;
+    a.params = scratch(c, np * sizeof *a.params + step->n_inputs * sizeof *a.in +
+                          (nf + step->n_outputs) * sizeof(char *) + 1);
+    a.in = (struct utd_input *)(a.params + np);
+    a.files = (const char **)(a.in + step->n_inputs);
+    a.outs = a.files + nf;
+    return a;
+}
+
+/* Describes step i: spec's code, dist, outputs, params and files given; its
+ * name, inputs and outputs the graph's.  false (and not described): an input
+ * neither made by a selected step nor a value of the run with a hash or a
+ * path — the stdlib's check says what is wrong.  The checker is argument 1. */
+static bool describe(lua_State *L, struct checker *c, size_t i, struct utd_step *spec, struct arrays *a)
+{
+    const struct dag_step *step = &c->dag->steps[i];
+    spec->name = step->name;
+    spec->n_inputs = 0;
+    for (size_t k = 0; k < step->n_inputs; k++) {
+        const char *d = step->inputs[k].dataset;
+        if (dag_is_param_input(d)) continue;            /* a parameter: among the params */
+        if (!input_source(L, c, d, &a->in[spec->n_inputs++])) return false;
+    }
+    spec->inputs = a->in;
+    for (size_t k = 0; k < step->n_outputs; k++) a->outs[k] = step->outputs[k].dataset;
+    spec->outputs_named = a->outs;
+    spec->n_outputs = step->n_outputs;
+    utd_set_step(c->u, i, spec);
+    return true;
+}
+
 /* chk:set(i, code, dist|nil, outputs, {param = hash}, {file, ...}) -> whether step i is described.
  * Its name, inputs and outputs are the graph's; an input neither made by a
  * selected step nor a value of the run with a hash or a path leaves it
@@ -153,53 +196,188 @@ static int l_set(lua_State *L)
 {
     struct checker *c = check_checker(L);
     size_t i = graph_step(L, c);
-    const struct dag_step *step = &c->dag->steps[i];
-    struct utd_step spec = { .name = step->name, .code = str_at(L, 3), .outputs = str_at(L, 5) };
+    struct utd_step spec = { .code = str_at(L, 3), .outputs = str_at(L, 5) };
     if (!lua_isnil(L, 4)) spec.dist = str_at(L, 4);
     luaL_checktype(L, 6, LUA_TTABLE);
     luaL_checktype(L, 7, LUA_TTABLE);
     size_t np = 0, nf = (size_t)lua_rawlen(L, 7);
     for (lua_pushnil(L); lua_next(L, 6); lua_pop(L, 1)) np++;
-    /* the arrays, in the checker's scratch: a raise below leaks nothing */
-    struct fp_kv *params = scratch(c, np * sizeof *params + step->n_inputs * sizeof(struct utd_input) +
-                                          (nf + step->n_outputs) * sizeof(char *) + 1);
-    struct utd_input *in = (struct utd_input *)(params + np);
-    const char **files = (const char **)(in + step->n_inputs), **outs = files + nf;
+    struct arrays a = scratch_arrays(c, &c->dag->steps[i], np, nf);
     np = 0;
     for (lua_pushnil(L); lua_next(L, 6); lua_pop(L, 1)) {
         if (lua_type(L, -2) != LUA_TSTRING || lua_type(L, -1) != LUA_TSTRING)
             return luaL_error(L, "up-to-date check: parameters map keys to hashes");
-        params[np].key.s = lua_tolstring(L, -2, &params[np].key.len);        /* held by the table */
-        params[np].value.s = lua_tolstring(L, -1, &params[np].value.len);
+        a.params[np].key.s = lua_tolstring(L, -2, &a.params[np].key.len);        /* held by the table */
+        a.params[np].value.s = lua_tolstring(L, -1, &a.params[np].value.len);
         np++;
     }
-    spec.params = params;
+    spec.params = a.params;
     spec.n_params = np;
     for (size_t k = 0; k < nf; k++) {
         /* Strings only: a number converted here would be a new string that
          * is not in the table, gone once popped. */
         if (lua_rawgeti(L, 7, (lua_Integer)k + 1) != LUA_TSTRING)
             return luaL_error(L, "up-to-date check: file %d is a %s, not a name", (int)k + 1, luaL_typename(L, -1));
-        files[k] = lua_tostring(L, -1);                 /* held by the table */
+        a.files[k] = lua_tostring(L, -1);                 /* held by the table */
         lua_pop(L, 1);
     }
-    spec.files = files;
+    spec.files = a.files;
     spec.n_files = nf;
-    for (size_t k = 0; k < step->n_inputs; k++) {
-        const char *d = step->inputs[k].dataset;
-        if (dag_is_param_input(d)) continue;            /* a parameter: among the params */
-        if (!input_source(L, c, d, &in[spec.n_inputs++])) {
-            lua_pushboolean(L, 0);
-            return 1;
-        }
-    }
-    spec.inputs = in;
-    for (size_t k = 0; k < step->n_outputs; k++) outs[k] = step->outputs[k].dataset;
-    spec.outputs_named = outs;
-    spec.n_outputs = step->n_outputs;
-    utd_set_step(c->u, i, &spec);
-    lua_pushboolean(L, 1);
+    lua_pushboolean(L, describe(L, c, i, &spec, &a));
     return 1;
+}
+
+/* ---- chk:describe: the Lua steps the run's tables already say enough of ----
+ *
+ * The parts of a Lua step's fingerprint fixed for the run (flow.incremental's
+ * Run:static_parts) for the steps whose every part is already in a table the
+ * stdlib keeps, with no Lua code run a step: a no-op rerun of 100,000 steps
+ * describes them in C.  The rule is Run:static_parts's; t_uptodate.sh checks
+ * that the engine's fingerprints and parts (made from these) equal the
+ * stdlib's.  Anything else is the stdlib's (ctx.fallback(i)): a command, a
+ * distributed or remote step, the sweep job's step, a function whose hash
+ * the hasher has not made yet (the first closure of each prototype; one with
+ * upvalues), a parameter not yet hashed, "parameters", an output a catalog
+ * pattern may match, a step with several outputs. */
+
+/* ctx's fields, at fixed stack slots of l_describe. */
+enum { X_NODES = 3, X_FN_MEMO, X_PROTOS, X_PARAMS, X_CAT_MEMO, X_CAT_EXACT, X_DISTS, X_REMOTE, X_FALLBACK,
+       X_SWEEP, X_PATTERNS, X_TOP = X_PATTERNS };
+static const char *const ctx_fields[] = { "nodes", "fn_memo", "protos", "params", "cat_memo", "cat_exact", "dists",
+                                          "remote", "fallback", "sweep_step", "patterns" };
+
+/* Field key of the value at idx (through its metatable, as `t.key`); true
+ * when it is a string, left on the stack either way. */
+static bool field_string(lua_State *L, int idx, const char *key)
+{
+    return lua_getfield(L, idx, key) == LUA_TSTRING;
+}
+
+/* The hash of the function at idx that Hasher:fn would give without running
+ * Lua: its closure's memo, or its prototype's hash (a function without
+ * upvalues but _ENV and no script global).  NULL: the hasher's to make. */
+static const char *known_fn_hash(lua_State *L, int fn, size_t *len)
+{
+    lua_pushvalue(L, fn);
+    if (lua_rawget(L, X_FN_MEMO) == LUA_TSTRING) return lua_tolstring(L, -1, len);
+    const void *id = flow_proto_id(L, fn);
+    if (!id) return NULL;
+    lua_pushlightuserdata(L, (void *)id);
+    if (lua_rawget(L, X_PROTOS) != LUA_TTABLE) return NULL;
+    lua_pushliteral(L, "hash");
+    return lua_rawget(L, -2) == LUA_TSTRING ? lua_tolstring(L, -1, len) : NULL;
+}
+
+/* Output d's part, as Run:static_parts's output_part makes it from d's
+ * catalog entry (d \0 type \0 path, then \0v when versioned), into c->part;
+ * false when only cat:entry can tell the entry (a pattern may match d). */
+static bool output_part(lua_State *L, struct checker *c, const char *d)
+{
+    const char *type = "memory", *path = "";
+    bool versioned = false;
+    lua_pushstring(L, d);
+    if (lua_rawget(L, X_CAT_MEMO) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_pushstring(L, d);
+        if (lua_rawget(L, X_CAT_EXACT) != LUA_TTABLE && lua_toboolean(L, X_PATTERNS)) return false;
+    }
+    int e = lua_gettop(L);
+    if (lua_istable(L, e)) {
+        if (!field_string(L, e, "type")) return false;
+        type = lua_tostring(L, -1);
+        int t = lua_getfield(L, e, "path");
+        if (t == LUA_TSTRING) path = lua_tostring(L, -1);
+        else if (t != LUA_TNIL && !(t == LUA_TBOOLEAN && !lua_toboolean(L, -1))) return false;
+        lua_getfield(L, e, "versioned");
+        versioned = lua_toboolean(L, -1);
+    }
+    sb_truncate(&c->part, 0);
+    sb_add(&c->part, d, strlen(d) + 1);          /* the NULs between the fields */
+    sb_add(&c->part, type, strlen(type) + 1);
+    sb_adds(&c->part, path);
+    if (versioned) sb_add(&c->part, "\0v", 2);
+    return true;
+}
+
+/* Describes step i (0-based) if its parts are all known here: 1 described,
+ * 0 not describable (an input without a source: named only), -1 the
+ * stdlib's.  Leaves what it pushed on the stack (the caller resets it). */
+static int describe_known(lua_State *L, struct checker *c, size_t i)
+{
+    const struct dag_step *step = &c->dag->steps[i];
+    if (step->n_outputs > 1) return -1;
+    if (lua_rawgeti(L, X_DISTS, (lua_Integer)i + 1) != LUA_TNIL) return -1;
+    if (lua_rawgeti(L, X_REMOTE, (lua_Integer)i + 1) != LUA_TNIL) return -1;
+    lua_rawgeti(L, X_NODES, (lua_Integer)i + 1);
+    int n = lua_gettop(L);
+    if (!field_string(L, n, "kind") || strcmp(lua_tostring(L, -1), "func") != 0) return -1;
+    if (lua_type(L, X_SWEEP) == LUA_TSTRING && field_string(L, n, "name") && lua_rawequal(L, -1, X_SWEEP))
+        return -1;
+    if (lua_getfield(L, n, "fn") != LUA_TFUNCTION) return -1;
+    struct utd_step spec = { 0 };
+    spec.code.s = known_fn_hash(L, lua_gettop(L), &spec.code.len);
+    if (!spec.code.s) return -1;
+    size_t np = 0;
+    for (size_t k = 0; k < step->n_inputs; k++) np += dag_is_param_input(step->inputs[k].dataset);
+    struct arrays a = scratch_arrays(c, step, np, 0);
+    np = 0;
+    for (size_t k = 0; k < step->n_inputs; k++) {
+        const char *d = step->inputs[k].dataset, *key = dag_param_key(d);
+        if (!dag_is_param_input(d)) continue;
+        if (!key) return -1;                            /* "parameters": all of them */
+        struct fp_str ks = { key, strlen(key) };
+        bool twice = false;                             /* read twice: one entry, as in a map */
+        for (size_t j = 0; j < np && !twice; j++) twice = a.params[j].key.len == ks.len && !memcmp(a.params[j].key.s, key, ks.len);
+        if (twice) continue;
+        lua_pushstring(L, key);
+        if (lua_rawget(L, X_PARAMS) != LUA_TSTRING) return -1;
+        a.params[np++] = (struct fp_kv){ ks, { lua_tostring(L, -1), lua_rawlen(L, -1) } };   /* held by the memo */
+    }
+    if (step->n_outputs == 1 && !output_part(L, c, step->outputs[0].dataset)) return -1;
+    spec.outputs = step->n_outputs ? (struct fp_str){ c->part.buf, c->part.len } : (struct fp_str){ "", 0 };
+    spec.params = a.params;
+    spec.n_params = np;
+    return describe(L, c, i, &spec, &a) ? 1 : 0;
+}
+
+/* chk:describe(ctx) -> whether any step was described, and how many were
+ * described here (without ctx.fallback).  Describes every
+ * selected step: those describe_known can, in C; the others through
+ * ctx.fallback(i) -> described (which names a step it cannot describe).
+ * ctx = {nodes =, fn_memo = hasher.memo, protos = hasher.protos, params =
+ * {key = hash}, cat_memo =, cat_exact =, patterns = whether the catalog has
+ * patterns, dists =, remote =, sweep_step = name|nil, fallback =}. */
+static int l_describe(lua_State *L)
+{
+    struct checker *c = check_checker(L);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_settop(L, 2);
+    for (int k = X_NODES; k <= X_TOP; k++) {
+        int t = lua_getfield(L, 2, ctx_fields[k - X_NODES]);
+        if (k < X_FALLBACK) luaL_argexpected(L, t == LUA_TTABLE, 2, ctx_fields[k - X_NODES]);
+        if (k == X_FALLBACK) luaL_argexpected(L, t == LUA_TFUNCTION, 2, "fallback");
+    }
+    bool described = false;
+    lua_Integer here = 0;
+    for (size_t i = 0; i < c->dag->n_steps; i++) {
+        if (c->selected && !c->selected[i]) continue;
+        int r = describe_known(L, c, i);
+        lua_settop(L, X_TOP);
+        if (r == 0) utd_name_step(c->u, i, c->dag->steps[i].name);
+        if (r >= 0) {
+            described = described || r > 0;
+            here += r > 0;
+            continue;
+        }
+        lua_pushvalue(L, X_FALLBACK);
+        lua_pushinteger(L, (lua_Integer)i + 1);
+        lua_call(L, 1, 1);
+        described = described || lua_toboolean(L, -1);
+        lua_settop(L, X_TOP);
+    }
+    lua_pushboolean(L, described);
+    lua_pushinteger(L, here);
+    return 2;
 }
 
 /* chk:name(i): step i, undescribed, known by name (a producer whose record
@@ -248,6 +426,7 @@ static int l_gc(lua_State *L)
     struct checker *c = luaL_checkudata(L, 1, UPTODATE_CLASS);
     utd_free(c->u);
     free(c->scratch);
+    sb_release(&c->part);
     c->u = NULL;
     c->scratch = NULL;
     return 0;
@@ -257,6 +436,7 @@ struct utd *flow_check_uptodate(lua_State *L, int idx) { return checker_at(L, id
 
 static const luaL_Reg uptodate_methods[] = {
     { "set", l_set },
+    { "describe", l_describe },
     { "name", l_name },
     { "fresh", l_fresh },
     { "passed", l_passed },

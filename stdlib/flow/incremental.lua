@@ -187,18 +187,22 @@ end
 function Run:engine_check(plan)
   local nodes, g, selected = self.nodes, plan.graph, plan.selected
   local chk = cache.uptodate(g, self.hc, self.state.store, selected, self.values)
-  local described = false
-  for i, n in ipairs(nodes) do
-    if not selected or selected[i] then
-      local ok, parts, names = false, nil, nil      -- the sweep job's step always runs (Run:decide)
-      if n.name ~= self.sweep_step then ok, parts, names = pcall(self.static_parts, self, i, n) end
-      if ok and chk:set(i, parts.code, parts.dist, parts.outputs, parts.params, names or NO_NAMES) then
-        described = true
-      else
-        chk:name(i)                       -- its consumers may still use its record once it is fresh
-      end
-    end
+  -- step i described here: the steps the check cannot make out of the
+  -- tables below by itself (a command, the first closure of each function,
+  -- ...: see lua/l_uptodate.c)
+  local function describe(i)
+    local n = nodes[i]
+    local ok, parts, names = false, nil, nil        -- the sweep job's step always runs (Run:decide)
+    if n.name ~= self.sweep_step then ok, parts, names = pcall(self.static_parts, self, i, n) end
+    if ok and chk:set(i, parts.code, parts.dist, parts.outputs, parts.params, names or NO_NAMES) then return true end
+    chk:name(i)                           -- its consumers may still use its record once it is fresh
+    return false
   end
+  local described, in_c = chk:describe { nodes = nodes, fn_memo = self.hasher.memo, protos = self.hasher.protos,
+                                   params = self.memo.params, cat_memo = self.cat.memo, cat_exact = self.cat.exact,
+                                   patterns = #self.cat.patterns > 0, dists = self.dists, remote = self.remote,
+                                   sweep_step = self.sweep_step, fallback = describe }
+  if os.getenv("FLOW_DEBUG_UPTODATE") then io.stderr:write(string.format("flow: described in C: %d steps\n", in_c)) end
   if not described then return nil end
   local state = self.state
   setmetatable(self.values, { __index = function(values, d)

@@ -203,6 +203,29 @@ L
     contains "$ERR" "two steps are named 'a'"
 }
 
+# A dataset named by itself (a lone name, or in a list) has one entry table
+# for every step that names it (a pipeline of 100,000 steps keeps a third of
+# the entries); a map's entry, which carries the step's own name for it, is
+# the step's.  Namespacing gives new entries and leaves the shared ones alone.
+test_steps_share_the_entry_of_a_dataset_they_name_by_itself() {
+    write pipeline.lua <<'L'
+local function f(x) return x end
+local a = node{ func = f, name = "a", outputs = "x" }
+local b = node{ func = f, name = "b", inputs = { "x" }, outputs = { "y" } }
+local c = node{ func = f, name = "c", inputs = "x", outputs = { z = "z" } }
+local d = node{ command = "cat ${inputs.i} > ${outputs.o}", name = "d", inputs = { i = "x" }, outputs = { o = "w" } }
+local ns = pipeline{ pipeline{ b }, namespace = "ns", inputs = { "x" } }
+print("shared", rawequal(a.outputs[1], b.inputs[1]), rawequal(b.inputs[1], c.inputs[1]))
+print("own", rawequal(d.inputs[1], a.outputs[1]), d.inputs[1].arg, d.inputs[1].dataset, c.outputs[1].arg)
+print("namespaced", ns.nodes[1].outputs[1].dataset, b.outputs[1].dataset, ns.nodes[1].inputs[1].dataset)
+return pipeline{ a, b, c, d }
+L
+    run_flow 0 list
+    contains "$OUT" "shared	true	true"
+    contains "$OUT" "own	false	i	x	z"
+    contains "$OUT" "namespaced	ns.y	y	x"
+}
+
 test_errors_name_every_culprit() {
     write pipeline.lua <<'L'
 local function f(x) return 1 end

@@ -243,6 +243,62 @@ test_a_first_run_of_lua_steps_fingerprints_in_the_engine_as_the_stdlib_does() {
     equals "$(fingerprints_of_runs reads_fn)" "11" "every cacheable step's fingerprint and parts agree"
 }
 
+# Steps made by one function expression in a loop: the first closure of it
+# goes through the stdlib (which hashes its prototype), every other one is
+# described in C (lua/l_uptodate.c, chk:describe) from the hasher's, the
+# parameters' and the catalog's tables.  Shapes: no upvalue, only _ENV
+# (math), a parameter read twice and another, outputs declared in the
+# catalog (json, versioned) and matched by a pattern, no output, several
+# outputs (the stdlib's), an upvalue (the stdlib's).  The engine's
+# fingerprints and parts must be the stdlib's (--force), and a rerun passes
+# every cacheable step in the engine.
+loop_project() {
+    write conf/base/parameters.yml <<'Y'
+lr: 0.5
+n: 2
+Y
+    write conf/base/catalog.yml <<'Y'
+j2: {type: json, path: data/j2.json}
+v3: {type: json, path: data/v3.json, versioned: true}
+"{name}_pat": {type: json, path: "data/{name}.json"}
+Y
+    write pipeline.lua <<'L'
+local steps = {}
+local function add(t) steps[#steps + 1] = node(t) end
+for k = 1, 3 do
+  add{ name = "plain" .. k, outputs = k == 2 and "j2" or k == 3 and "v3" or "p1", func = function() return 1 end }
+  add{ name = "env" .. k, inputs = k == 1 and "p1" or k == 2 and "j2" or "v3", outputs = "e" .. k,
+       func = function(x) return math.floor(x * 2) end }
+  add{ name = "par" .. k, inputs = { "e" .. k, "params:lr", "params:lr", "params:n" }, outputs = "q" .. k .. "_pat",
+       func = function(x, a, b, n) return x + a + b + n end }
+  add{ name = "sink" .. k, inputs = "q" .. k .. "_pat", func = function(x) end }
+  add{ name = "two" .. k, inputs = "e" .. k, outputs = { "ta" .. k, "tb" .. k }, func = function(x) return x, x end }
+  add{ name = "upv" .. k, inputs = "ta" .. k, outputs = "u" .. k, func = function(x) return x + k end }
+end
+return pipeline(steps)
+L
+}
+
+test_steps_of_one_function_are_described_in_c_as_the_stdlib_would() {
+    loop_project
+    FLOW_DEBUG_UPTODATE=1 run_flow 0 run
+    contains "$ERR" "18 done"
+    # plain2, plain3, env2, env3, par2, par3, sink2, sink3: the first of each
+    # function, the steps with two outputs and those with an upvalue are the stdlib's
+    contains "$ERR" "flow: described in C: 8 steps"
+    run_flow 0 run --force
+    equals "$(fingerprints_of_runs)" "18" "every step's fingerprint and parts agree"
+    FLOW_DEBUG_UPTODATE=1 run_flow 0 run
+    contains "$ERR" "18 up to date"
+    contains "$ERR" "flow: described in C: 8 steps"
+    equals "$(engine_line)" "flow: up-to-date check: 18 passed in the engine, 0 left to Lua"
+    # a parameter's new value reaches the steps described in C
+    sed -i 's/^lr: 0.5/lr: 0.25/' conf/base/parameters.yml
+    FLOW_DEBUG_UPTODATE=1 run_flow 0 run --explain
+    contains "$ERR" "explain: par2 runs: parameter 'lr' changed"
+    contains "$ERR" "explain: sink3 runs: input 'q3_pat' changed"
+}
+
 # The checker goes to sched.run in its options, nowhere else: a run that
 # raises leaves nothing behind in the registry, so a driver script that
 # catches the error and runs again leaks nothing.
