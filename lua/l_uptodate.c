@@ -241,10 +241,10 @@ static int l_set(lua_State *L)
  * pattern may match, a step with several outputs. */
 
 /* ctx's fields, at fixed stack slots of l_describe. */
-enum { X_NODES = 3, X_FN_MEMO, X_PROTOS, X_PARAMS, X_CAT_MEMO, X_CAT_EXACT, X_DISTS, X_REMOTE, X_FALLBACK,
-       X_SWEEP, X_PATTERNS, X_TOP = X_PATTERNS };
-static const char *const ctx_fields[] = { "nodes", "fn_memo", "protos", "params", "cat_memo", "cat_exact", "dists",
-                                          "remote", "fallback", "sweep_step", "patterns" };
+enum { X_NODES = 3, X_FN_MEMO, X_PROTOS, X_PARAMS, X_CODE_MEMO, X_REFS, X_CAT_MEMO, X_CAT_EXACT, X_DISTS, X_REMOTE,
+       X_FALLBACK, X_SWEEP, X_PATTERNS, X_TOP = X_PATTERNS };
+static const char *const ctx_fields[] = { "nodes", "fn_memo", "protos", "params", "code_memo", "refs", "cat_memo",
+                                          "cat_exact", "dists", "remote", "fallback", "sweep_step", "patterns" };
 
 /* Field key of the value at idx (through its metatable, as `t.key`); true
  * when it is a string, left on the stack either way. */
@@ -299,6 +299,88 @@ static bool output_part(lua_State *L, struct checker *c, const char *d)
     return true;
 }
 
+/* A command's code and project file names, as fingerprint.command_code
+ * memoised them by the command's text (a command with a cwd or env is never
+ * memoised): pushes the memo's {code, names} entry and returns its code, or
+ * NULL.  The text key is built in c->part. */
+static const char *known_command_code(lua_State *L, struct checker *c, int cmd, size_t *len)
+{
+    if (lua_getfield(L, cmd, "cwd") != LUA_TNIL || lua_getfield(L, cmd, "env") != LUA_TNIL) return NULL;
+    sb_truncate(&c->part, 0);
+    if (field_string(L, cmd, "shell")) {
+        sb_add(&c->part, "sh\1", 3);
+        sb_add(&c->part, lua_tostring(L, -1), lua_rawlen(L, -1));
+    } else {
+        if (lua_getfield(L, cmd, "argv") != LUA_TTABLE) return NULL;
+        int argv = lua_gettop(L);
+        for (lua_Integer k = 1; k <= (lua_Integer)lua_rawlen(L, argv); k++) {
+            if (lua_rawgeti(L, argv, k) != LUA_TSTRING) return NULL;
+            if (k > 1) sb_addc(&c->part, '\0');
+            sb_add(&c->part, lua_tostring(L, -1), lua_rawlen(L, -1));
+            lua_pop(L, 1);
+        }
+    }
+    lua_pushlstring(L, c->part.buf ? c->part.buf : "", c->part.len);
+    if (lua_rawget(L, X_CODE_MEMO) != LUA_TTABLE) return NULL;
+    if (lua_rawgeti(L, -1, 1) != LUA_TSTRING) return NULL;
+    const char *code = lua_tolstring(L, -1, len);
+    lua_pop(L, 1);                                   /* held by the memo's entry, left on the stack */
+    return code;
+}
+
+/* The ${params.} keys each of a command's template strings names
+ * (memo.refs, by string), as the step reads them after namespacing
+ * (n.cmd_params), with the parameters read as inputs: their hashes into
+ * params (at most max), each key once.  Returns how many, or -1 when a
+ * string's keys or a key's hash is not in the memos yet. */
+static long known_params(lua_State *L, const struct dag_step *step, int n, int templates, struct fp_kv *params,
+                         size_t max)
+{
+    size_t np = 0;
+    int renames = lua_getfield(L, n, "cmd_params") == LUA_TTABLE ? lua_gettop(L) : 0;
+    size_t n_templates = templates ? (size_t)lua_rawlen(L, templates) : 0;
+    size_t n_inputs = step->n_inputs;
+    for (size_t t = 0; t < n_templates + n_inputs; t++) {
+        const char *key = NULL;
+        size_t keys = 1;
+        int refs = 0;
+        if (t < n_templates) {
+            lua_rawgeti(L, templates, (lua_Integer)t + 1);
+            if (lua_rawget(L, X_REFS) != LUA_TTABLE) return -1;
+            refs = lua_gettop(L);
+            keys = (size_t)lua_rawlen(L, refs);
+        } else {
+            const char *d = step->inputs[t - n_templates].dataset;
+            if (!dag_is_param_input(d)) continue;
+            if (!(key = dag_param_key(d))) return -1;   /* "parameters": all of them */
+        }
+        for (size_t k = 0; k < keys; k++) {
+            if (refs) {
+                if (lua_rawgeti(L, refs, (lua_Integer)k + 1) != LUA_TSTRING) return -1;
+                if (renames) {                           /* pipeline.command_param */
+                    lua_pushvalue(L, -1);
+                    if (lua_rawget(L, renames) == LUA_TSTRING) lua_replace(L, -2);
+                    else lua_pop(L, 1);
+                }
+                key = lua_tostring(L, -1);               /* held by the memo or the renames */
+                lua_pop(L, 1);
+            }
+            struct fp_str ks = { key, strlen(key) };
+            bool twice = false;                          /* read twice: one entry, as in a map */
+            for (size_t j = 0; j < np && !twice; j++)
+                twice = params[j].key.len == ks.len && memcmp(params[j].key.s, key, ks.len) == 0;
+            if (twice) continue;
+            if (np == max) return -1;
+            lua_pushstring(L, key);
+            if (lua_rawget(L, X_PARAMS) != LUA_TSTRING) return -1;
+            params[np++] = (struct fp_kv){ ks, { lua_tostring(L, -1), lua_rawlen(L, -1) } };   /* held by the memo */
+            lua_pop(L, 1);
+        }
+        if (refs) lua_settop(L, refs - 1);
+    }
+    return (long)np;
+}
+
 /* Describes step i (0-based) if its parts are all known here: 1 described,
  * 0 not describable (an input without a source: named only), -1 the
  * stdlib's.  Leaves what it pushed on the stack (the caller resets it). */
@@ -310,33 +392,56 @@ static int describe_known(lua_State *L, struct checker *c, size_t i)
     if (lua_rawgeti(L, X_REMOTE, (lua_Integer)i + 1) != LUA_TNIL) return -1;
     lua_rawgeti(L, X_NODES, (lua_Integer)i + 1);
     int n = lua_gettop(L);
-    if (!field_string(L, n, "kind") || strcmp(lua_tostring(L, -1), "func") != 0) return -1;
+    if (!field_string(L, n, "kind")) return -1;
+    bool command = strcmp(lua_tostring(L, -1), "command") == 0;
+    if (!command && strcmp(lua_tostring(L, -1), "func") != 0) return -1;
     if (lua_type(L, X_SWEEP) == LUA_TSTRING && field_string(L, n, "name") && lua_rawequal(L, -1, X_SWEEP))
         return -1;
-    if (lua_getfield(L, n, "fn") != LUA_TFUNCTION) return -1;
     struct utd_step spec = { 0 };
-    spec.code.s = known_fn_hash(L, lua_gettop(L), &spec.code.len);
-    if (!spec.code.s) return -1;
-    size_t np = 0;
-    for (size_t k = 0; k < step->n_inputs; k++) np += dag_is_param_input(step->inputs[k].dataset);
-    struct arrays a = scratch_arrays(c, step, np, 0);
-    np = 0;
-    for (size_t k = 0; k < step->n_inputs; k++) {
-        const char *d = step->inputs[k].dataset, *key = dag_param_key(d);
-        if (!dag_is_param_input(d)) continue;
-        if (!key) return -1;                            /* "parameters": all of them */
-        struct fp_str ks = { key, strlen(key) };
-        bool twice = false;                             /* read twice: one entry, as in a map */
-        for (size_t j = 0; j < np && !twice; j++) twice = a.params[j].key.len == ks.len && !memcmp(a.params[j].key.s, key, ks.len);
-        if (twice) continue;
-        lua_pushstring(L, key);
-        if (lua_rawget(L, X_PARAMS) != LUA_TSTRING) return -1;
-        a.params[np++] = (struct fp_kv){ ks, { lua_tostring(L, -1), lua_rawlen(L, -1) } };   /* held by the memo */
+    int templates = 0, names = 0;
+    if (command) {
+        if (lua_getfield(L, n, "cmd") != LUA_TTABLE) return -1;
+        int cmd = lua_gettop(L);
+        if (!(spec.code.s = known_command_code(L, c, cmd, &spec.code.len))) return -1;
+        int entry = lua_gettop(L);
+        int t = lua_rawgeti(L, entry, 2);
+        if (t == LUA_TTABLE) names = lua_gettop(L);
+        else if (t != LUA_TNIL) return -1;
+        /* command.template_strings: argv (no env here), or the shell line */
+        if (lua_getfield(L, cmd, "argv") == LUA_TTABLE) {
+            templates = lua_gettop(L);
+        } else {
+            lua_createtable(L, 1, 0);
+            templates = lua_gettop(L);
+            lua_getfield(L, cmd, "shell");
+            lua_rawseti(L, templates, 1);
+        }
+    } else {
+        if (lua_getfield(L, n, "fn") != LUA_TFUNCTION) return -1;
+        if (!(spec.code.s = known_fn_hash(L, lua_gettop(L), &spec.code.len))) return -1;
+    }
+    size_t nf = names ? (size_t)lua_rawlen(L, names) : 0;
+    size_t max = step->n_inputs;
+    for (size_t t = 0; templates && t < (size_t)lua_rawlen(L, templates); t++) {
+        lua_rawgeti(L, templates, (lua_Integer)t + 1);
+        if (lua_rawget(L, X_REFS) != LUA_TTABLE) return -1;
+        max += (size_t)lua_rawlen(L, -1);
+        lua_pop(L, 1);
+    }
+    struct arrays a = scratch_arrays(c, step, max, nf);
+    long np = known_params(L, step, n, templates, a.params, max);
+    if (np < 0) return -1;
+    for (size_t k = 0; k < nf; k++) {
+        if (lua_rawgeti(L, names, (lua_Integer)k + 1) != LUA_TSTRING) return -1;
+        a.files[k] = lua_tostring(L, -1);               /* held by the memo */
+        lua_pop(L, 1);
     }
     if (step->n_outputs == 1 && !output_part(L, c, step->outputs[0].dataset)) return -1;
     spec.outputs = step->n_outputs ? (struct fp_str){ c->part.buf, c->part.len } : (struct fp_str){ "", 0 };
     spec.params = a.params;
-    spec.n_params = np;
+    spec.n_params = (size_t)np;
+    spec.files = a.files;
+    spec.n_files = nf;
     return describe(L, c, i, &spec, &a) ? 1 : 0;
 }
 

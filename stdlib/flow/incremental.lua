@@ -199,7 +199,8 @@ function Run:engine_check(plan)
     return false
   end
   local described, in_c = chk:describe { nodes = nodes, fn_memo = self.hasher.memo, protos = self.hasher.protos,
-                                   params = self.memo.params, cat_memo = self.cat.memo, cat_exact = self.cat.exact,
+                                   params = self.memo.params, code_memo = self.memo.code, refs = self.memo.refs,
+                                   cat_memo = self.cat.memo, cat_exact = self.cat.exact,
                                    patterns = #self.cat.patterns > 0, dists = self.dists, remote = self.remote,
                                    sweep_step = self.sweep_step, fallback = describe }
   if os.getenv("FLOW_DEBUG_UPTODATE") then io.stderr:write(string.format("flow: described in C: %d steps\n", in_c)) end

@@ -243,19 +243,23 @@ test_a_first_run_of_lua_steps_fingerprints_in_the_engine_as_the_stdlib_does() {
     equals "$(fingerprints_of_runs reads_fn)" "11" "every cacheable step's fingerprint and parts agree"
 }
 
-# Steps made by one function expression in a loop: the first closure of it
-# goes through the stdlib (which hashes its prototype), every other one is
-# described in C (lua/l_uptodate.c, chk:describe) from the hasher's, the
-# parameters' and the catalog's tables.  Shapes: no upvalue, only _ENV
-# (math), a parameter read twice and another, outputs declared in the
-# catalog (json, versioned) and matched by a pattern, no output, several
-# outputs (the stdlib's), an upvalue (the stdlib's).  The engine's
-# fingerprints and parts must be the stdlib's (--force), and a rerun passes
-# every cacheable step in the engine.
+# Steps made by one function expression in a loop, and commands of one
+# command line: the first of each goes through the stdlib (which hashes the
+# prototype, or the command's text, and finds its parameters), every other
+# one is described in C (lua/l_uptodate.c, chk:describe) from the hasher's,
+# the command memo's, the parameters' and the catalog's tables.  Shapes: no
+# upvalue, only _ENV (math), a parameter read twice and another, outputs
+# declared in the catalog (json, versioned) and matched by a pattern, no
+# output; an argv command naming a project file, a shell line, ${params.}
+# keys renamed by a namespace and by `parameters =`.  The stdlib's: several
+# outputs, an upvalue, a command with env.  The engine's fingerprints and
+# parts must be the stdlib's (--force), and a rerun passes every step in
+# the engine.
 loop_project() {
     write conf/base/parameters.yml <<'Y'
 lr: 0.5
 n: 2
+nt: { k: 5 }
 Y
     write conf/base/catalog.yml <<'Y'
 j2: {type: json, path: data/j2.json}
@@ -274,29 +278,48 @@ for k = 1, 3 do
   add{ name = "sink" .. k, inputs = "q" .. k .. "_pat", func = function(x) end }
   add{ name = "two" .. k, inputs = "e" .. k, outputs = { "ta" .. k, "tb" .. k }, func = function(x) return x, x end }
   add{ name = "upv" .. k, inputs = "ta" .. k, outputs = "u" .. k, func = function(x) return x + k end }
+  add{ name = "cmd" .. k, inputs = { i = "e" .. k }, outputs = { o = "c" .. k },
+       command = { "sh", "tool.sh", "${inputs.i}", "${outputs.o}", "${params.n}" } }
+  add{ name = "shl" .. k, inputs = { i = "c" .. k, lr = "params:lr" }, outputs = { o = "s" .. k },
+       command = "cat ${inputs.i} > ${outputs.o}; echo ${params.lr} ${params.n} >> ${outputs.o}" }
+  add{ name = "env" .. k .. "c", inputs = { i = "s" .. k }, outputs = { o = "x" .. k }, env = { K = "1" },
+       command = "cp ${inputs.i} ${outputs.o}" }
 end
+local inner = pipeline{
+  node{ name = "nsc1", outputs = { o = "n1" }, command = { "sh", "-c", "echo $0 > $1", "${params.k}", "${outputs.o}" } },
+  node{ name = "nsc2", outputs = { o = "n2" }, command = { "sh", "-c", "echo $0 > $1", "${params.k}", "${outputs.o}" } } }
+steps[#steps + 1] = pipeline{ inner, namespace = "ns", parameters = { k = "n" } }
+steps[#steps + 1] = pipeline{ inner, namespace = "nt" }
 return pipeline(steps)
 L
+    write tool.sh <<'S'
+cat "$1" > "$2"; echo "$3" >> "$2"
+S
 }
 
 test_steps_of_one_function_are_described_in_c_as_the_stdlib_would() {
     loop_project
     FLOW_DEBUG_UPTODATE=1 run_flow 0 run
-    contains "$ERR" "18 done"
-    # plain2, plain3, env2, env3, par2, par3, sink2, sink3: the first of each
-    # function, the steps with two outputs and those with an upvalue are the stdlib's
-    contains "$ERR" "flow: described in C: 8 steps"
+    contains "$ERR" "31 done"
+    # plain, env, par and sink 2 and 3 (8), cmd and shl 2 and 3 (4), ns.nsc2
+    # and nt.nsc2 (nt.nsc1 reads nt.k, not hashed before it)
+    contains "$ERR" "flow: described in C: 14 steps"
     run_flow 0 run --force
-    equals "$(fingerprints_of_runs)" "18" "every step's fingerprint and parts agree"
+    equals "$(fingerprints_of_runs)" "31" "every step's fingerprint and parts agree"
     FLOW_DEBUG_UPTODATE=1 run_flow 0 run
-    contains "$ERR" "18 up to date"
-    contains "$ERR" "flow: described in C: 8 steps"
-    equals "$(engine_line)" "flow: up-to-date check: 18 passed in the engine, 0 left to Lua"
-    # a parameter's new value reaches the steps described in C
+    contains "$ERR" "31 up to date"
+    contains "$ERR" "flow: described in C: 14 steps"
+    equals "$(engine_line)" "flow: up-to-date check: 31 passed in the engine, 0 left to Lua"
+    # what the described steps read reaches them: a parameter, a project file
     sed -i 's/^lr: 0.5/lr: 0.25/' conf/base/parameters.yml
+    echo '# changed' >> tool.sh
     FLOW_DEBUG_UPTODATE=1 run_flow 0 run --explain
     contains "$ERR" "explain: par2 runs: parameter 'lr' changed"
+    contains "$ERR" "explain: shl3 runs: parameter 'lr' changed"
+    contains "$ERR" "explain: cmd3 runs: file 'tool.sh' changed"
     contains "$ERR" "explain: sink3 runs: input 'q3_pat' changed"
+    FLOW_DEBUG_UPTODATE=1 run_flow 0 run
+    equals "$(engine_line)" "flow: up-to-date check: 31 passed in the engine, 0 left to Lua"
 }
 
 # The checker goes to sched.run in its options, nowhere else: a run that
