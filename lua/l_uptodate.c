@@ -48,7 +48,9 @@ struct checker {
      * chk:describe makes, reused from step to step (utd_set_step copies them) */
     void *scratch;
     size_t scratch_size;
-    struct strbuf part;
+    struct strbuf part, joined;
+    struct span { size_t at, len; const char *s; } *spans;   /* each output's part in `part` */
+    size_t cap_spans;
 };
 
 static void *scratch(struct checker *c, size_t size)
@@ -227,18 +229,19 @@ static int l_set(lua_State *L)
     return 1;
 }
 
-/* ---- chk:describe: the Lua steps the run's tables already say enough of ----
+/* ---- chk:describe: the steps the run's tables already say enough of ------
  *
- * The parts of a Lua step's fingerprint fixed for the run (flow.incremental's
+ * The parts of a step's fingerprint fixed for the run (flow.incremental's
  * Run:static_parts) for the steps whose every part is already in a table the
  * stdlib keeps, with no Lua code run a step: a no-op rerun of 100,000 steps
  * describes them in C.  The rule is Run:static_parts's; t_uptodate.sh checks
  * that the engine's fingerprints and parts (made from these) equal the
- * stdlib's.  Anything else is the stdlib's (ctx.fallback(i)): a command, a
- * distributed or remote step, the sweep job's step, a function whose hash
- * the hasher has not made yet (the first closure of each prototype; one with
- * upvalues), a parameter not yet hashed, "parameters", an output a catalog
- * pattern may match, a step with several outputs. */
+ * stdlib's.  Anything else is the stdlib's (ctx.fallback(i)): a distributed
+ * or remote step, the sweep job's step, a function whose hash the hasher has
+ * not made yet (the first closure of each prototype; one with upvalues), a
+ * command not in the command memo yet (the first of each command line; one
+ * with cwd or env), a parameter not yet hashed, "parameters", an output a
+ * catalog pattern may match that the catalog has not resolved. */
 
 /* ctx's fields, at fixed stack slots of l_describe. */
 enum { X_NODES = 3, X_FN_MEMO, X_PROTOS, X_PARAMS, X_CODE_MEMO, X_REFS, X_CAT_MEMO, X_CAT_EXACT, X_DISTS, X_REMOTE,
@@ -269,9 +272,10 @@ static const char *known_fn_hash(lua_State *L, int fn, size_t *len)
 }
 
 /* Output d's part, as Run:static_parts's output_part makes it from d's
- * catalog entry (d \0 type \0 path, then \0v when versioned), into c->part;
- * false when only cat:entry can tell the entry (a pattern may match d). */
-static bool output_part(lua_State *L, struct checker *c, const char *d)
+ * catalog entry (d \0 type \0 path, then \0v when versioned), added to
+ * c->part; false when only cat:entry can tell the entry (a pattern may
+ * match d). */
+static bool add_output_part(lua_State *L, struct checker *c, const char *d)
 {
     const char *type = "memory", *path = "";
     bool versioned = false;
@@ -291,11 +295,50 @@ static bool output_part(lua_State *L, struct checker *c, const char *d)
         lua_getfield(L, e, "versioned");
         versioned = lua_toboolean(L, -1);
     }
-    sb_truncate(&c->part, 0);
     sb_add(&c->part, d, strlen(d) + 1);          /* the NULs between the fields */
     sb_add(&c->part, type, strlen(type) + 1);
     sb_adds(&c->part, path);
     if (versioned) sb_add(&c->part, "\0v", 2);
+    lua_settop(L, e - 1);
+    return true;
+}
+
+/* Lua's string order in the C locale (flow never sets another): bytes,
+ * then length — what table.sort gives the parts, NUL bytes and all. */
+static int compare_spans(const void *a, const void *b)
+{
+    const struct span *x = a, *y = b;
+    int d = memcmp(x->s, y->s, x->len < y->len ? x->len : y->len);
+    return d ? d : (x->len > y->len) - (x->len < y->len);
+}
+
+/* The outputs' part (Run:static_parts's outputs_part): the one output's
+ * part, or each output's sorted and joined with "\n"; "" for none.  false
+ * as add_output_part. */
+static bool outputs_part(lua_State *L, struct checker *c, const struct dag_step *step, struct fp_str *out)
+{
+    sb_truncate(&c->part, 0);
+    if (step->n_outputs > c->cap_spans) {
+        c->cap_spans = 2 * step->n_outputs;
+        c->spans = xrealloc(c->spans, c->cap_spans * sizeof *c->spans);
+    }
+    for (size_t k = 0; k < step->n_outputs; k++) {
+        size_t at = c->part.len;
+        if (!add_output_part(L, c, step->outputs[k].dataset)) return false;
+        c->spans[k] = (struct span){ at, c->part.len - at, NULL };
+    }
+    if (step->n_outputs < 2) {
+        *out = (struct fp_str){ c->part.len ? c->part.buf : "", c->part.len };
+        return true;
+    }
+    for (size_t k = 0; k < step->n_outputs; k++) c->spans[k].s = c->part.buf + c->spans[k].at;
+    qsort(c->spans, step->n_outputs, sizeof *c->spans, compare_spans);
+    sb_truncate(&c->joined, 0);
+    for (size_t k = 0; k < step->n_outputs; k++) {
+        if (k) sb_addc(&c->joined, '\n');
+        sb_add(&c->joined, c->spans[k].s, c->spans[k].len);
+    }
+    *out = (struct fp_str){ c->joined.buf, c->joined.len };
     return true;
 }
 
@@ -387,7 +430,6 @@ static long known_params(lua_State *L, const struct dag_step *step, int n, int t
 static int describe_known(lua_State *L, struct checker *c, size_t i)
 {
     const struct dag_step *step = &c->dag->steps[i];
-    if (step->n_outputs > 1) return -1;
     if (lua_rawgeti(L, X_DISTS, (lua_Integer)i + 1) != LUA_TNIL) return -1;
     if (lua_rawgeti(L, X_REMOTE, (lua_Integer)i + 1) != LUA_TNIL) return -1;
     lua_rawgeti(L, X_NODES, (lua_Integer)i + 1);
@@ -436,8 +478,7 @@ static int describe_known(lua_State *L, struct checker *c, size_t i)
         a.files[k] = lua_tostring(L, -1);               /* held by the memo */
         lua_pop(L, 1);
     }
-    if (step->n_outputs == 1 && !output_part(L, c, step->outputs[0].dataset)) return -1;
-    spec.outputs = step->n_outputs ? (struct fp_str){ c->part.buf, c->part.len } : (struct fp_str){ "", 0 };
+    if (!outputs_part(L, c, step, &spec.outputs)) return -1;
     spec.params = a.params;
     spec.n_params = (size_t)np;
     spec.files = a.files;
@@ -462,6 +503,7 @@ static int l_describe(lua_State *L)
         if (k < X_FALLBACK) luaL_argexpected(L, t == LUA_TTABLE, 2, ctx_fields[k - X_NODES]);
         if (k == X_FALLBACK) luaL_argexpected(L, t == LUA_TFUNCTION, 2, "fallback");
     }
+    luaL_checkstack(L, 48, "the up-to-date check");    /* describe_known pushes about 25 at most */
     bool described = false;
     lua_Integer here = 0;
     for (size_t i = 0; i < c->dag->n_steps; i++) {
@@ -532,6 +574,9 @@ static int l_gc(lua_State *L)
     utd_free(c->u);
     free(c->scratch);
     sb_release(&c->part);
+    sb_release(&c->joined);
+    free(c->spans);
+    c->spans = NULL;
     c->u = NULL;
     c->scratch = NULL;
     return 0;

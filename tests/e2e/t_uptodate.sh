@@ -250,9 +250,9 @@ test_a_first_run_of_lua_steps_fingerprints_in_the_engine_as_the_stdlib_does() {
 # the command memo's, the parameters' and the catalog's tables.  Shapes: no
 # upvalue, only _ENV (math), a parameter read twice and another, outputs
 # declared in the catalog (json, versioned) and matched by a pattern, no
-# output; an argv command naming a project file, a shell line, ${params.}
-# keys renamed by a namespace and by `parameters =`.  The stdlib's: several
-# outputs, an upvalue, a command with env.  The engine's fingerprints and
+# output, several (their parts sorted); an argv command naming a project
+# file, a shell line, ${params.} keys renamed by a namespace and by
+# `parameters =`.  The stdlib's: an upvalue, a command with env.  The engine's fingerprints and
 # parts must be the stdlib's (--force), and a rerun passes every step in
 # the engine.
 loop_project() {
@@ -276,7 +276,8 @@ for k = 1, 3 do
   add{ name = "par" .. k, inputs = { "e" .. k, "params:lr", "params:lr", "params:n" }, outputs = "q" .. k .. "_pat",
        func = function(x, a, b, n) return x + a + b + n end }
   add{ name = "sink" .. k, inputs = "q" .. k .. "_pat", func = function(x) end }
-  add{ name = "two" .. k, inputs = "e" .. k, outputs = { "ta" .. k, "tb" .. k }, func = function(x) return x, x end }
+  add{ name = "two" .. k, inputs = "e" .. k, outputs = { "tb" .. k, "ta" .. k, "t" .. k .. "_pat" },
+       func = function(x) return x, x, x end }
   add{ name = "upv" .. k, inputs = "ta" .. k, outputs = "u" .. k, func = function(x) return x + k end }
   add{ name = "cmd" .. k, inputs = { i = "e" .. k }, outputs = { o = "c" .. k },
        command = { "sh", "tool.sh", "${inputs.i}", "${outputs.o}", "${params.n}" } }
@@ -301,14 +302,14 @@ test_steps_of_one_function_are_described_in_c_as_the_stdlib_would() {
     loop_project
     FLOW_DEBUG_UPTODATE=1 run_flow 0 run
     contains "$ERR" "31 done"
-    # plain, env, par and sink 2 and 3 (8), cmd and shl 2 and 3 (4), ns.nsc2
-    # and nt.nsc2 (nt.nsc1 reads nt.k, not hashed before it)
-    contains "$ERR" "flow: described in C: 14 steps"
+    # plain, env, par, sink and two 2 and 3 (10), cmd and shl 2 and 3 (4),
+    # ns.nsc2 and nt.nsc2 (nt.nsc1 reads nt.k, not hashed before it)
+    contains "$ERR" "flow: described in C: 16 steps"
     run_flow 0 run --force
     equals "$(fingerprints_of_runs)" "31" "every step's fingerprint and parts agree"
     FLOW_DEBUG_UPTODATE=1 run_flow 0 run
     contains "$ERR" "31 up to date"
-    contains "$ERR" "flow: described in C: 14 steps"
+    contains "$ERR" "flow: described in C: 16 steps"
     equals "$(engine_line)" "flow: up-to-date check: 31 passed in the engine, 0 left to Lua"
     # what the described steps read reaches them: a parameter, a project file
     sed -i 's/^lr: 0.5/lr: 0.25/' conf/base/parameters.yml
