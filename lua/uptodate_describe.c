@@ -1,0 +1,307 @@
+/* uptodate_describe.c — chk:describe: the steps the run's tables already
+ * say enough of, described to the engine's up-to-date check without running
+ * Lua a step (see the section below and lua/l_uptodate.c for the check). */
+#include "uptodate_checker.h"
+
+#include <lauxlib.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- chk:describe: the steps the run's tables already say enough of ------
+ *
+ * The parts of a step's fingerprint fixed for the run (flow.incremental's
+ * Run:static_parts) for the steps whose every part is already in a table the
+ * stdlib keeps, with no Lua code run a step: a no-op rerun of 100,000 steps
+ * describes them in C.  The rule is Run:static_parts's; t_uptodate.sh checks
+ * that the engine's fingerprints and parts (made from these) equal the
+ * stdlib's.  Anything else is the stdlib's (ctx.fallback(i)): a distributed
+ * or remote step, the sweep job's step, a function whose hash the hasher has
+ * not made yet (the first closure of each prototype; one with upvalues), a
+ * command not in the command memo yet (the first of each command line; one
+ * with cwd or env), a parameter not yet hashed, "parameters", an output a
+ * catalog pattern may match that the catalog has not resolved. */
+
+/* ctx's fields, at fixed stack slots of flow_uptodate_describe. */
+enum { X_NODES = 3, X_FN_MEMO, X_PROTOS, X_PARAMS, X_CODE_MEMO, X_REFS, X_CAT_MEMO, X_CAT_EXACT, X_DISTS, X_REMOTE,
+       X_FALLBACK, X_SWEEP, X_PATTERNS, X_TOP = X_PATTERNS };
+static const char *const ctx_fields[] = { "nodes", "fn_memo", "protos", "params", "code_memo", "refs", "cat_memo",
+                                          "cat_exact", "dists", "remote", "fallback", "sweep_step", "patterns" };
+
+/* Field key of the value at idx (through its metatable, as `t.key`); true
+ * when it is a string, left on the stack either way. */
+static bool field_string(lua_State *L, int idx, const char *key)
+{
+    return lua_getfield(L, idx, key) == LUA_TSTRING;
+}
+
+/* The hash of the function at idx that Hasher:fn would give without running
+ * Lua: its closure's memo, or its prototype's hash (a function without
+ * upvalues but _ENV and no script global).  NULL: the hasher's to make. */
+static const char *known_fn_hash(lua_State *L, int fn, size_t *len)
+{
+    lua_pushvalue(L, fn);
+    if (lua_rawget(L, X_FN_MEMO) == LUA_TSTRING) return lua_tolstring(L, -1, len);
+    const void *id = flow_proto_id(L, fn);
+    if (!id) return NULL;
+    lua_pushlightuserdata(L, (void *)id);
+    if (lua_rawget(L, X_PROTOS) != LUA_TTABLE) return NULL;
+    lua_pushliteral(L, "hash");
+    return lua_rawget(L, -2) == LUA_TSTRING ? lua_tolstring(L, -1, len) : NULL;
+}
+
+/* Output d's part, as Run:static_parts's output_part makes it from d's
+ * catalog entry (d \0 type \0 path, then \0v when versioned), added to
+ * c->part; false when only cat:entry can tell the entry (a pattern may
+ * match d). */
+static bool add_output_part(lua_State *L, struct checker *c, const char *d)
+{
+    const char *type = "memory", *path = "";
+    bool versioned = false;
+    lua_pushstring(L, d);
+    if (lua_rawget(L, X_CAT_MEMO) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_pushstring(L, d);
+        if (lua_rawget(L, X_CAT_EXACT) != LUA_TTABLE && lua_toboolean(L, X_PATTERNS)) return false;
+    }
+    int e = lua_gettop(L);
+    if (lua_istable(L, e)) {
+        if (!field_string(L, e, "type")) return false;
+        type = lua_tostring(L, -1);
+        int t = lua_getfield(L, e, "path");
+        if (t == LUA_TSTRING) path = lua_tostring(L, -1);
+        else if (t != LUA_TNIL && !(t == LUA_TBOOLEAN && !lua_toboolean(L, -1))) return false;
+        lua_getfield(L, e, "versioned");
+        versioned = lua_toboolean(L, -1);
+    }
+    sb_add(&c->part, d, strlen(d) + 1);          /* the NULs between the fields */
+    sb_add(&c->part, type, strlen(type) + 1);
+    sb_adds(&c->part, path);
+    if (versioned) sb_add(&c->part, "\0v", 2);
+    lua_settop(L, e - 1);
+    return true;
+}
+
+/* Lua's string order in the C locale (flow never sets another): bytes,
+ * then length — what table.sort gives the parts, NUL bytes and all. */
+static int compare_spans(const void *a, const void *b)
+{
+    const struct span *x = a, *y = b;
+    int d = memcmp(x->s, y->s, x->len < y->len ? x->len : y->len);
+    return d ? d : (x->len > y->len) - (x->len < y->len);
+}
+
+/* The outputs' part (Run:static_parts's outputs_part): the one output's
+ * part, or each output's sorted and joined with "\n"; "" for none.  false
+ * as add_output_part. */
+static bool outputs_part(lua_State *L, struct checker *c, const struct dag_step *step, struct fp_str *out)
+{
+    sb_truncate(&c->part, 0);
+    if (step->n_outputs > c->cap_spans) {
+        c->cap_spans = 2 * step->n_outputs;
+        c->spans = xrealloc(c->spans, c->cap_spans * sizeof *c->spans);
+    }
+    for (size_t k = 0; k < step->n_outputs; k++) {
+        size_t at = c->part.len;
+        if (!add_output_part(L, c, step->outputs[k].dataset)) return false;
+        c->spans[k] = (struct span){ at, c->part.len - at, NULL };
+    }
+    if (step->n_outputs < 2) {
+        *out = (struct fp_str){ c->part.len ? c->part.buf : "", c->part.len };
+        return true;
+    }
+    for (size_t k = 0; k < step->n_outputs; k++) c->spans[k].s = c->part.buf + c->spans[k].at;
+    qsort(c->spans, step->n_outputs, sizeof *c->spans, compare_spans);
+    sb_truncate(&c->joined, 0);
+    for (size_t k = 0; k < step->n_outputs; k++) {
+        if (k) sb_addc(&c->joined, '\n');
+        sb_add(&c->joined, c->spans[k].s, c->spans[k].len);
+    }
+    *out = (struct fp_str){ c->joined.buf, c->joined.len };
+    return true;
+}
+
+/* A command's code and project file names, as fingerprint.command_code
+ * memoised them by the command's text (a command with a cwd or env is never
+ * memoised): pushes the memo's {code, names} entry and returns its code, or
+ * NULL.  The text key is built in c->part. */
+static const char *known_command_code(lua_State *L, struct checker *c, int cmd, size_t *len)
+{
+    if (lua_getfield(L, cmd, "cwd") != LUA_TNIL || lua_getfield(L, cmd, "env") != LUA_TNIL) return NULL;
+    sb_truncate(&c->part, 0);
+    if (field_string(L, cmd, "shell")) {
+        sb_add(&c->part, "sh\1", 3);
+        sb_add(&c->part, lua_tostring(L, -1), lua_rawlen(L, -1));
+    } else {
+        if (lua_getfield(L, cmd, "argv") != LUA_TTABLE) return NULL;
+        int argv = lua_gettop(L);
+        for (lua_Integer k = 1; k <= (lua_Integer)lua_rawlen(L, argv); k++) {
+            if (lua_rawgeti(L, argv, k) != LUA_TSTRING) return NULL;
+            if (k > 1) sb_addc(&c->part, '\0');
+            sb_add(&c->part, lua_tostring(L, -1), lua_rawlen(L, -1));
+            lua_pop(L, 1);
+        }
+    }
+    lua_pushlstring(L, c->part.buf ? c->part.buf : "", c->part.len);
+    if (lua_rawget(L, X_CODE_MEMO) != LUA_TTABLE) return NULL;
+    if (lua_rawgeti(L, -1, 1) != LUA_TSTRING) return NULL;
+    const char *code = lua_tolstring(L, -1, len);
+    lua_pop(L, 1);                                   /* held by the memo's entry, left on the stack */
+    return code;
+}
+
+/* The ${params.} keys each of a command's template strings names
+ * (memo.refs, by string), as the step reads them after namespacing
+ * (n.cmd_params), with the parameters read as inputs: their hashes into
+ * params (at most max), each key once.  Returns how many, or -1 when a
+ * string's keys or a key's hash is not in the memos yet. */
+static long known_params(lua_State *L, const struct dag_step *step, int n, int templates, struct fp_kv *params,
+                         size_t max)
+{
+    size_t np = 0;
+    int renames = lua_getfield(L, n, "cmd_params") == LUA_TTABLE ? lua_gettop(L) : 0;
+    size_t n_templates = templates ? (size_t)lua_rawlen(L, templates) : 0;
+    size_t n_inputs = step->n_inputs;
+    for (size_t t = 0; t < n_templates + n_inputs; t++) {
+        const char *key = NULL;
+        size_t keys = 1;
+        int refs = 0;
+        if (t < n_templates) {
+            lua_rawgeti(L, templates, (lua_Integer)t + 1);
+            if (lua_rawget(L, X_REFS) != LUA_TTABLE) return -1;
+            refs = lua_gettop(L);
+            keys = (size_t)lua_rawlen(L, refs);
+        } else {
+            const char *d = step->inputs[t - n_templates].dataset;
+            if (!dag_is_param_input(d)) continue;
+            if (!(key = dag_param_key(d))) return -1;   /* "parameters": all of them */
+        }
+        for (size_t k = 0; k < keys; k++) {
+            if (refs) {
+                if (lua_rawgeti(L, refs, (lua_Integer)k + 1) != LUA_TSTRING) return -1;
+                if (renames) {                           /* pipeline.command_param */
+                    lua_pushvalue(L, -1);
+                    if (lua_rawget(L, renames) == LUA_TSTRING) lua_replace(L, -2);
+                    else lua_pop(L, 1);
+                }
+                key = lua_tostring(L, -1);               /* held by the memo or the renames */
+                lua_pop(L, 1);
+            }
+            struct fp_str ks = { key, strlen(key) };
+            bool twice = false;                          /* read twice: one entry, as in a map */
+            for (size_t j = 0; j < np && !twice; j++)
+                twice = params[j].key.len == ks.len && memcmp(params[j].key.s, key, ks.len) == 0;
+            if (twice) continue;
+            if (np == max) return -1;
+            lua_pushstring(L, key);
+            if (lua_rawget(L, X_PARAMS) != LUA_TSTRING) return -1;
+            params[np++] = (struct fp_kv){ ks, { lua_tostring(L, -1), lua_rawlen(L, -1) } };   /* held by the memo */
+            lua_pop(L, 1);
+        }
+        if (refs) lua_settop(L, refs - 1);
+    }
+    return (long)np;
+}
+
+/* Describes step i (0-based) if its parts are all known here: 1 described,
+ * 0 not describable (an input without a source: named only), -1 the
+ * stdlib's.  Leaves what it pushed on the stack (the caller resets it). */
+static int describe_known(lua_State *L, struct checker *c, size_t i)
+{
+    const struct dag_step *step = &c->dag->steps[i];
+    if (lua_rawgeti(L, X_DISTS, (lua_Integer)i + 1) != LUA_TNIL) return -1;
+    if (lua_rawgeti(L, X_REMOTE, (lua_Integer)i + 1) != LUA_TNIL) return -1;
+    lua_rawgeti(L, X_NODES, (lua_Integer)i + 1);
+    int n = lua_gettop(L);
+    if (!field_string(L, n, "kind")) return -1;
+    bool command = strcmp(lua_tostring(L, -1), "command") == 0;
+    if (!command && strcmp(lua_tostring(L, -1), "func") != 0) return -1;
+    if (lua_type(L, X_SWEEP) == LUA_TSTRING && field_string(L, n, "name") && lua_rawequal(L, -1, X_SWEEP))
+        return -1;
+    struct utd_step spec = { 0 };
+    int templates = 0, names = 0;
+    if (command) {
+        if (lua_getfield(L, n, "cmd") != LUA_TTABLE) return -1;
+        int cmd = lua_gettop(L);
+        if (!(spec.code.s = known_command_code(L, c, cmd, &spec.code.len))) return -1;
+        int entry = lua_gettop(L);
+        int t = lua_rawgeti(L, entry, 2);
+        if (t == LUA_TTABLE) names = lua_gettop(L);
+        else if (t != LUA_TNIL) return -1;
+        /* command.template_strings: argv (no env here), or the shell line */
+        if (lua_getfield(L, cmd, "argv") == LUA_TTABLE) {
+            templates = lua_gettop(L);
+        } else {
+            lua_createtable(L, 1, 0);
+            templates = lua_gettop(L);
+            lua_getfield(L, cmd, "shell");
+            lua_rawseti(L, templates, 1);
+        }
+    } else {
+        if (lua_getfield(L, n, "fn") != LUA_TFUNCTION) return -1;
+        if (!(spec.code.s = known_fn_hash(L, lua_gettop(L), &spec.code.len))) return -1;
+    }
+    size_t nf = names ? (size_t)lua_rawlen(L, names) : 0;
+    size_t max = step->n_inputs;
+    for (size_t t = 0; templates && t < (size_t)lua_rawlen(L, templates); t++) {
+        lua_rawgeti(L, templates, (lua_Integer)t + 1);
+        if (lua_rawget(L, X_REFS) != LUA_TTABLE) return -1;
+        max += (size_t)lua_rawlen(L, -1);
+        lua_pop(L, 1);
+    }
+    struct arrays a = flow_uptodate_arrays(c, step, max, nf);
+    long np = known_params(L, step, n, templates, a.params, max);
+    if (np < 0) return -1;
+    for (size_t k = 0; k < nf; k++) {
+        if (lua_rawgeti(L, names, (lua_Integer)k + 1) != LUA_TSTRING) return -1;
+        a.files[k] = lua_tostring(L, -1);               /* held by the memo */
+        lua_pop(L, 1);
+    }
+    if (!outputs_part(L, c, step, &spec.outputs)) return -1;
+    spec.params = a.params;
+    spec.n_params = (size_t)np;
+    spec.files = a.files;
+    spec.n_files = nf;
+    return flow_uptodate_describe_step(L, c, i, &spec, &a) ? 1 : 0;
+}
+
+/* chk:describe(ctx) -> whether any step was described, and how many were
+ * described here (without ctx.fallback).  Describes every
+ * selected step: those describe_known can, in C; the others through
+ * ctx.fallback(i) -> described (which names a step it cannot describe).
+ * ctx = {nodes =, fn_memo = hasher.memo, protos = hasher.protos, params =
+ * {key = hash}, cat_memo =, cat_exact =, patterns = whether the catalog has
+ * patterns, dists =, remote =, sweep_step = name|nil, fallback =}. */
+int flow_uptodate_describe(lua_State *L)
+{
+    struct checker *c = flow_uptodate_checker(L);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_settop(L, 2);
+    for (int k = X_NODES; k <= X_TOP; k++) {
+        int t = lua_getfield(L, 2, ctx_fields[k - X_NODES]);
+        if (k < X_FALLBACK) luaL_argexpected(L, t == LUA_TTABLE, 2, ctx_fields[k - X_NODES]);
+        if (k == X_FALLBACK) luaL_argexpected(L, t == LUA_TFUNCTION, 2, "fallback");
+    }
+    luaL_checkstack(L, 48, "the up-to-date check");    /* describe_known pushes about 25 at most */
+    bool described = false;
+    lua_Integer here = 0;
+    for (size_t i = 0; i < c->dag->n_steps; i++) {
+        if (c->selected && !c->selected[i]) continue;
+        int r = describe_known(L, c, i);
+        lua_settop(L, X_TOP);
+        if (r == 0) utd_name_step(c->u, i, c->dag->steps[i].name);
+        if (r >= 0) {
+            described = described || r > 0;
+            here += r > 0;
+            continue;
+        }
+        lua_pushvalue(L, X_FALLBACK);
+        lua_pushinteger(L, (lua_Integer)i + 1);
+        lua_call(L, 1, 1);
+        described = described || lua_toboolean(L, -1);
+        lua_settop(L, X_TOP);
+    }
+    lua_pushboolean(L, described);
+    lua_pushinteger(L, here);
+    return 2;
+}
+
