@@ -451,7 +451,13 @@ int state_store_save(struct state_store *s, char *err, size_t errlen)
     size_t after = s->file_records + s->dirty;
     bool compact = s->rewrite || (after >= COMPACT_MIN_RECORDS && after > 2 * s->n);
     int rc = compact ? rewrite(s, err, errlen) : append(s, err, errlen);
-    if (rc != 0) return -1;
+    if (rc != 0) {
+        /* an append that failed part-way left whole records and a torn one
+         * at the end: the next save must not append after it, or the next
+         * open would stop at the torn record and lose what follows */
+        s->rewrite = true;
+        return -1;
+    }
     for (size_t i = 0; i < s->n; i++) s->slots[i].dirty = false;
     s->file_records = compact ? s->n : after;
     s->dirty = 0;

@@ -24,6 +24,9 @@ local M = {}
 local Run = {}
 M.methods = Run
 
+-- The collations in which Lua's string order is bytewise (table.sort of a
+-- step's output parts: the engine sorts them by bytes).
+local BYTEWISE = { C = true, POSIX = true }
 local NO_PARAMS = setmetatable({}, { __newindex = function() error("flow.incremental: NO_PARAMS is shared", 2) end })
 local NO_NAMES = {}
 
@@ -201,7 +204,8 @@ function Run:engine_check(plan)
   local described, in_c = chk:describe { nodes = nodes, fn_memo = self.hasher.memo, protos = self.hasher.protos,
                                    params = self.memo.params, code_memo = self.memo.code, refs = self.memo.refs,
                                    cat_memo = self.cat.memo, cat_exact = self.cat.exact,
-                                   patterns = #self.cat.patterns > 0, dists = self.dists, remote = self.remote,
+                                   patterns = #self.cat.patterns > 0, bytewise = BYTEWISE[os.setlocale(nil, "collate")],
+                                   dists = self.dists, remote = self.remote,
                                    sweep_step = self.sweep_step, fallback = describe }
   if os.getenv("FLOW_DEBUG_UPTODATE") then io.stderr:write(string.format("flow: described in C: %d steps\n", in_c)) end
   if not described then return nil end

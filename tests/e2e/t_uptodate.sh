@@ -323,6 +323,19 @@ test_steps_of_one_function_are_described_in_c_as_the_stdlib_would() {
     equals "$(engine_line)" "flow: up-to-date check: 31 passed in the engine, 0 left to Lua"
 }
 
+# A script that sets a collation other than C's makes Lua sort strings its
+# way: the steps with several outputs (whose parts Lua sorts) are then the
+# stdlib's, and the engine's fingerprints still agree with it.
+test_a_collation_of_the_script_leaves_steps_with_several_outputs_to_the_stdlib() {
+    loop_project
+    sed -i '1i assert(os.setlocale("C.UTF-8", "collate"), "no C.UTF-8 locale")' pipeline.lua
+    FLOW_DEBUG_UPTODATE=1 run_flow 0 run
+    contains "$ERR" "31 done"
+    contains "$ERR" "flow: described in C: 14 steps"
+    run_flow 0 run --force
+    equals "$(fingerprints_of_runs)" "31" "every step's fingerprint and parts agree"
+}
+
 # The checker goes to sched.run in its options, nowhere else: a run that
 # raises leaves nothing behind in the registry, so a driver script that
 # catches the error and runs again leaks nothing.
