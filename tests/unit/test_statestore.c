@@ -5,15 +5,18 @@
  * hold (no name, too large) is refused by put instead of aborting or
  * hiding the records after it.  A step's record made by step_record_put (the
  * engine's and the stdlib's one rule) has the kinds, paths and body the
- * stdlib reads back. */
+ * stdlib reads back.  A save cut short (a full disk) leaves the next save to
+ * rewrite the file, never to append after the torn record. */
 #include "check.h"
 #include "statestore.h"
 #include "step_record.h"
 #include "util.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -364,6 +367,45 @@ static void test_a_large_save_is_written_in_chunks(void)
     state_store_free(s);
 }
 
+/* An append cut short (here by RLIMIT_FSIZE, as a full disk would) leaves
+ * whole records and a torn one at the end of the file; the next save
+ * rewrites the file instead of appending after the torn bytes, so that a
+ * reopen finds every record. */
+static void test_a_failed_append_makes_the_next_save_rewrite(void)
+{
+    struct state_store *s = reopen("cut.log", NULL);
+    char name[32], fp[80];
+    for (int i = 0; i < 100; i++) {
+        snprintf(name, sizeof name, "first_%d", i);
+        put_step(s, name, "fp", i);
+    }
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    for (int i = 0; i < 4000; i++) {
+        snprintf(name, sizeof name, "step_%d", i);
+        snprintf(fp, sizeof fp, "%064d", i);
+        put_step(s, name, fp, i);
+    }
+    struct rlimit old;
+    CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    struct rlimit cut = old;
+    cut.rlim_cur = (rlim_t)file_size("cut.log") + 300 * 1024;      /* inside the second chunk */
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &cut) == 0);
+    CHECK(state_store_save(s, err, sizeof err) != 0);
+    CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+    signal(SIGXFSZ, was);
+    CHECK(file_size("cut.log") == (off_t)cut.rlim_cur);              /* whole records, then a torn one */
+    CHECK(state_store_unsaved(s));
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    const char *w = NULL;
+    s = reopen("cut.log", &w);
+    CHECK(w == NULL);
+    CHECK(state_store_count(s) == 4100);
+    CHECK(state_store_get(s, "step_3999") != NULL && state_store_get(s, "first_0") != NULL);
+    state_store_free(s);
+}
+
 static void test_crc32(void)
 {
     CHECK(state_store_crc32("123456789", 9) == 0xCBF43926u);
@@ -398,6 +440,7 @@ int main(void)
     RUN(test_a_record_at_the_limit_is_kept);
     RUN(test_a_step_record_from_its_json);
     RUN(test_a_large_save_is_written_in_chunks);
+    RUN(test_a_failed_append_makes_the_next_save_rewrite);
     if (chdir("/") == 0) {
         char *cmd = xasprintf("rm -rf '%s'", root);
         if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
