@@ -178,7 +178,10 @@ end
 -- The engine's up-to-date check (engine/uptodate.c): each selected step
 -- described once, with the parts fixed for the run (a Lua function's hash
 -- is its prototype's, found once per run, with its upvalues' values as they
--- are now) and where each input's hash comes from.  A step the engine finds
+-- are now) and where each input's hash comes from.  chk:describe describes
+-- in C every step whose parts the tables it is given already hold (the
+-- steps of one function expression or one command line after the first);
+-- Run:static_parts the others.  A step the engine finds
 -- up to date never enters Lua: its recorded outputs stand in lazily
 -- (self.values looks them up in its state record on first use).  A step it
 -- cannot decide comes to Run:up_to_date as before.  A step without a record
@@ -190,9 +193,9 @@ end
 function Run:engine_check(plan)
   local nodes, g, selected = self.nodes, plan.graph, plan.selected
   local chk = cache.uptodate(g, self.hc, self.state.store, selected, self.values)
-  -- step i described here: the steps the check cannot make out of the
-  -- tables below by itself (a command, the first closure of each function,
-  -- ...: see lua/l_uptodate.c)
+  -- step i described here: a step the check cannot describe from the
+  -- tables below by itself (the first closure of each function expression,
+  -- the first command of each command line, ...: lua/uptodate_describe.c)
   local function describe(i)
     local n = nodes[i]
     local ok, parts, names = false, nil, nil        -- the sweep job's step always runs (Run:decide)
@@ -201,12 +204,11 @@ function Run:engine_check(plan)
     chk:name(i)                           -- its consumers may still use its record once it is fresh
     return false
   end
-  local described, in_c = chk:describe { nodes = nodes, fn_memo = self.hasher.memo, protos = self.hasher.protos,
-                                   params = self.memo.params, code_memo = self.memo.code, refs = self.memo.refs,
-                                   cat_memo = self.cat.memo, cat_exact = self.cat.exact,
-                                   patterns = #self.cat.patterns > 0, bytewise = BYTEWISE[os.setlocale(nil, "collate")],
-                                   dists = self.dists, remote = self.remote,
-                                   sweep_step = self.sweep_step, fallback = describe }
+  local described, in_c = chk:describe {
+    nodes = nodes, fn_memo = self.hasher.memo, protos = self.hasher.protos, params = self.memo.params,
+    code_memo = self.memo.code, refs = self.memo.refs, cat_memo = self.cat.memo, cat_exact = self.cat.exact,
+    patterns = #self.cat.patterns > 0, bytewise = BYTEWISE[os.setlocale(nil, "collate")] or false,
+    dists = self.dists, remote = self.remote, sweep_step = self.sweep_step, fallback = describe }
   if os.getenv("FLOW_DEBUG_UPTODATE") then io.stderr:write(string.format("flow: described in C: %d steps\n", in_c)) end
   if not described then return nil end
   local state = self.state
