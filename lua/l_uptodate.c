@@ -252,7 +252,9 @@ static int l_gc(lua_State *L)
     sb_release(&c->part);
     sb_release(&c->joined);
     free(c->spans);
+    free(c->params);
     c->spans = NULL;
+    c->params = NULL;
     c->u = NULL;
     c->scratch = NULL;
     return 0;

@@ -21,6 +21,8 @@ struct checker {
     struct strbuf part, joined;
     struct span { size_t at, len; const char *s; } *spans;   /* each output's part in `part` */
     size_t cap_spans;
+    struct fp_kv *params;                        /* chk:describe's parameters of a step */
+    size_t cap_params;
 };
 
 /* The check at argument 1, raising if it is closed. */

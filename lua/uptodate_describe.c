@@ -154,23 +154,24 @@ static const char *known_command_code(lua_State *L, struct checker *c, int cmd, 
 }
 
 /* The ${params.} keys each of a command's template strings names
- * (memo.refs, by string), as the step reads them after namespacing
- * (n.cmd_params), with the parameters read as inputs: their hashes into
- * params (at most max), each key once.  Returns how many, or -1 when a
+ * (memo.refs, by string; `templates` is the argv list, or the shell line
+ * itself, or 0 for a function step), as the step reads them after
+ * namespacing (n.cmd_params), with the parameters read as inputs: their
+ * hashes into c->params, each key once.  Returns how many, or -1 when a
  * string's keys or a key's hash is not in the memos yet. */
-static long known_params(lua_State *L, const struct dag_step *step, int n, int templates, struct fp_kv *params,
-                         size_t max)
+static long known_params(lua_State *L, struct checker *c, const struct dag_step *step, int n, int templates)
 {
     size_t np = 0;
     int renames = lua_getfield(L, n, "cmd_params") == LUA_TTABLE ? lua_gettop(L) : 0;
-    size_t n_templates = templates ? (size_t)lua_rawlen(L, templates) : 0;
-    size_t n_inputs = step->n_inputs;
-    for (size_t t = 0; t < n_templates + n_inputs; t++) {
+    bool line = templates && lua_type(L, templates) == LUA_TSTRING;
+    size_t n_templates = !templates ? 0 : line ? 1 : (size_t)lua_rawlen(L, templates);
+    for (size_t t = 0; t < n_templates + step->n_inputs; t++) {
         const char *key = NULL;
         size_t keys = 1;
         int refs = 0;
         if (t < n_templates) {
-            lua_rawgeti(L, templates, (lua_Integer)t + 1);
+            if (line) lua_pushvalue(L, templates);
+            else lua_rawgeti(L, templates, (lua_Integer)t + 1);
             if (lua_rawget(L, X_REFS) != LUA_TTABLE) return -1;
             refs = lua_gettop(L);
             keys = (size_t)lua_rawlen(L, refs);
@@ -193,12 +194,12 @@ static long known_params(lua_State *L, const struct dag_step *step, int n, int t
             struct fp_str ks = { key, strlen(key) };
             bool twice = false;                          /* read twice: one entry, as in a map */
             for (size_t j = 0; j < np && !twice; j++)
-                twice = params[j].key.len == ks.len && memcmp(params[j].key.s, key, ks.len) == 0;
+                twice = c->params[j].key.len == ks.len && memcmp(c->params[j].key.s, key, ks.len) == 0;
             if (twice) continue;
-            if (np == max) return -1;
             lua_pushstring(L, key);
             if (lua_rawget(L, X_PARAMS) != LUA_TSTRING) return -1;
-            params[np++] = (struct fp_kv){ ks, { lua_tostring(L, -1), lua_rawlen(L, -1) } };   /* held by the memo */
+            ARRAY_GROW(c->params, np, c->cap_params);
+            c->params[np++] = (struct fp_kv){ ks, { lua_tostring(L, -1), lua_rawlen(L, -1) } };   /* held by the memo */
             lua_pop(L, 1);
         }
         if (refs) lua_settop(L, refs - 1);
@@ -232,36 +233,26 @@ static int describe_known(lua_State *L, struct checker *c, size_t i)
         if (t == LUA_TTABLE) names = lua_gettop(L);
         else if (t != LUA_TNIL) return -1;
         /* command.template_strings: argv (no env here), or the shell line */
-        if (lua_getfield(L, cmd, "argv") == LUA_TTABLE) {
-            templates = lua_gettop(L);
-        } else {
-            lua_createtable(L, 1, 0);
-            templates = lua_gettop(L);
-            lua_getfield(L, cmd, "shell");
-            lua_rawseti(L, templates, 1);
+        if (lua_getfield(L, cmd, "argv") != LUA_TTABLE) {
+            lua_pop(L, 1);
+            if (!field_string(L, cmd, "shell")) return -1;
         }
+        templates = lua_gettop(L);
     } else {
         if (lua_getfield(L, n, "fn") != LUA_TFUNCTION) return -1;
         if (!(spec.code.s = known_fn_hash(L, lua_gettop(L), &spec.code.len))) return -1;
     }
-    size_t nf = names ? (size_t)lua_rawlen(L, names) : 0;
-    size_t max = step->n_inputs;
-    for (size_t t = 0; templates && t < (size_t)lua_rawlen(L, templates); t++) {
-        lua_rawgeti(L, templates, (lua_Integer)t + 1);
-        if (lua_rawget(L, X_REFS) != LUA_TTABLE) return -1;
-        max += (size_t)lua_rawlen(L, -1);
-        lua_pop(L, 1);
-    }
-    struct arrays a = flow_uptodate_arrays(c, step, max, nf);
-    long np = known_params(L, step, n, templates, a.params, max);
+    long np = known_params(L, c, step, n, templates);
     if (np < 0) return -1;
+    size_t nf = names ? (size_t)lua_rawlen(L, names) : 0;
+    struct arrays a = flow_uptodate_arrays(c, step, 0, nf);
     for (size_t k = 0; k < nf; k++) {
         if (lua_rawgeti(L, names, (lua_Integer)k + 1) != LUA_TSTRING) return -1;
         a.files[k] = lua_tostring(L, -1);               /* held by the memo */
         lua_pop(L, 1);
     }
     if (!outputs_part(L, c, step, &spec.outputs)) return -1;
-    spec.params = a.params;
+    spec.params = c->params;
     spec.n_params = (size_t)np;
     spec.files = a.files;
     spec.n_files = nf;

@@ -209,7 +209,7 @@ function Run:engine_check(plan)
     code_memo = self.memo.code, refs = self.memo.refs, cat_memo = self.cat.memo, cat_exact = self.cat.exact,
     patterns = #self.cat.patterns > 0, bytewise = BYTEWISE[os.setlocale(nil, "collate")] or false,
     dists = self.dists, remote = self.remote, sweep_step = self.sweep_step, fallback = describe }
-  if os.getenv("FLOW_DEBUG_UPTODATE") then io.stderr:write(string.format("flow: described in C: %d steps\n", in_c)) end
+  self.described_in_c = in_c          -- (FLOW_DEBUG_UPTODATE's line, runner.lua)
   if not described then return nil end
   local state = self.state
   setmetatable(self.values, { __index = function(values, d)

@@ -353,11 +353,16 @@ function M.run(p, opts, level)
   else
     code, states, elapsed, run_rec, jerr = sched.run(plan.graph, sched_opts, body)
   end
-  if self.check and os.getenv("FLOW_DEBUG_UPTODATE") then
-    local st = self.check:stats()
-    io.stderr:write(string.format("flow: up-to-date check: %d passed in the engine, %d left to Lua%s\n",
-                                  st.passed, st.undecided,
-                                  st.no_record > 0 and string.format(", %d without a record", st.no_record) or ""))
+  if os.getenv("FLOW_DEBUG_UPTODATE") then     -- what the engine's check did (t_uptodate.sh)
+    if self.described_in_c then
+      io.stderr:write(string.format("flow: described in C: %d steps\n", self.described_in_c))
+    end
+    if self.check then
+      local st = self.check:stats()
+      io.stderr:write(string.format("flow: up-to-date check: %d passed in the engine, %d left to Lua%s\n",
+                                    st.passed, st.undecided,
+                                    st.no_record > 0 and string.format(", %d without a record", st.no_record) or ""))
+    end
   end
   -- Record what ran: each of these is tried even when one before it failed.
   local problems, seen = {}, {}

@@ -327,28 +327,29 @@ static void test_a_step_record_from_its_json(void)
     state_store_free(s);
 }
 
-/* The frame's checksum is the standard CRC-32 (zlib's crc32): the check
- * value, and every length across the eight-byte steps. */
+/* Puts step_<i> for i = 0, every, 2 * every, ... below n, each with the
+ * 64-digit fingerprint i + fp_offset and the time i + time_offset. */
+static void put_numbered(struct state_store *s, int n, int every, int fp_offset, int time_offset)
+{
+    char name[32], fp[80];
+    for (int i = 0; i < n; i += every) {
+        snprintf(name, sizeof name, "step_%d", i);
+        snprintf(fp, sizeof fp, "%064d", i + fp_offset);
+        put_step(s, name, fp, i + time_offset);
+    }
+}
+
 /* A save larger than the writer's chunk (256 KiB) — written new, then
  * appended to — keeps every record, each exactly once, in a file of the
  * records' frames and nothing else. */
 static void test_a_large_save_is_written_in_chunks(void)
 {
     struct state_store *s = reopen("chunks.log", NULL);
-    char name[32], fp[80];
-    for (int i = 0; i < 4000; i++) {
-        snprintf(name, sizeof name, "step_%d", i);
-        snprintf(fp, sizeof fp, "%064d", i);
-        put_step(s, name, fp, i);
-    }
+    put_numbered(s, 4000, 1, 0, 0);
     CHECK(state_store_save(s, err, sizeof err) == 0);
     off_t whole = file_size("chunks.log");
     CHECK(whole > 2 * 256 * 1024);
-    for (int i = 0; i < 4000; i += 2) {          /* half of them again: appended */
-        snprintf(name, sizeof name, "step_%d", i);
-        snprintf(fp, sizeof fp, "%064d", i + 1000000);
-        put_step(s, name, fp, i + 1);
-    }
+    put_numbered(s, 4000, 2, 1000000, 1);       /* half of them again: appended */
     CHECK(state_store_save(s, err, sizeof err) == 0);
     CHECK(file_size("chunks.log") > whole + whole / 2 - 4096 && file_size("chunks.log") < 2 * whole);
     state_store_free(s);
@@ -357,6 +358,7 @@ static void test_a_large_save_is_written_in_chunks(void)
     CHECK(w == NULL);
     CHECK(state_store_count(s) == 4000);
     int wrong = 0;
+    char name[32], fp[80];
     for (int i = 0; i < 4000; i++) {
         snprintf(name, sizeof name, "step_%d", i);
         snprintf(fp, sizeof fp, "%064d", i % 2 ? i : i + 1000000);
@@ -374,17 +376,13 @@ static void test_a_large_save_is_written_in_chunks(void)
 static void test_a_failed_append_makes_the_next_save_rewrite(void)
 {
     struct state_store *s = reopen("cut.log", NULL);
-    char name[32], fp[80];
+    char name[32];
     for (int i = 0; i < 100; i++) {
         snprintf(name, sizeof name, "first_%d", i);
         put_step(s, name, "fp", i);
     }
     CHECK(state_store_save(s, err, sizeof err) == 0);
-    for (int i = 0; i < 4000; i++) {
-        snprintf(name, sizeof name, "step_%d", i);
-        snprintf(fp, sizeof fp, "%064d", i);
-        put_step(s, name, fp, i);
-    }
+    put_numbered(s, 4000, 1, 0, 0);
     struct rlimit old;
     CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
     struct rlimit cut = old;
@@ -406,6 +404,8 @@ static void test_a_failed_append_makes_the_next_save_rewrite(void)
     state_store_free(s);
 }
 
+/* The frame's checksum is the standard CRC-32 (zlib's crc32): the check
+ * value, and every length across the eight-byte steps. */
 static void test_crc32(void)
 {
     CHECK(state_store_crc32("123456789", 9) == 0xCBF43926u);
