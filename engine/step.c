@@ -328,7 +328,6 @@ static void end_recorded(struct step_runner *r, size_t i, bool written, const ch
         report(r, i);
     }
     l->phase = PHASE_OVER;
-    if (r->body.finished) r->body.finished(r->body.ctx, i, l->ok, l->finished);
     sched_step_done(r->sched, i, l->ok);
 }
 

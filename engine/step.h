@@ -92,8 +92,6 @@ struct step_body {
     /* At its start: step i's fingerprint and its parts as JSON (malloc'd,
      * the runner frees them), or NULLs. */
     void (*fingerprint)(void *ctx, size_t i, char **fp, char **parts_json);
-    /* Its end is recorded (ok) or it failed; `time` is its step_end's. */
-    void (*finished)(void *ctx, size_t i, bool ok, double time);
 };
 
 struct state_store;

@@ -554,7 +554,7 @@ static struct run *make_run(lua_State *L, lua_State *thread)
     lua_pushvalue(L, record_idx);
     lua_setfield(L, -2, "record");
     lua_setiuservalue(L, run_idx, 1);
-    struct step_body body = { run, body_attempt, body_cancel, body_up_to_date, body_fingerprint, NULL };
+    struct step_body body = { run, body_attempt, body_cancel, body_up_to_date, body_fingerprint };
     *record = run->runner = step_runner_new(dag, flow_state_loop(L), &ropt, &body);
     struct sched_executor ex = step_runner_executor(run->runner);
     run->ui = ui_run_begin(dag, opt.selected, flow_state_loop(L), label);
