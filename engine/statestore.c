@@ -446,7 +446,7 @@ bool state_store_unsaved(const struct state_store *s) { return s->dirty > 0 || s
 
 int state_store_save(struct state_store *s, char *err, size_t errlen)
 {
-    if (s->dirty == 0 && !s->rewrite) return 0;
+    if (!state_store_unsaved(s)) return 0;
     if (s->dirty == 0 && s->n == 0 && s->stats.file_bytes == 0) return 0;   /* nothing to write, nothing there */
     size_t after = s->file_records + s->dirty;
     bool compact = s->rewrite || (after >= COMPACT_MIN_RECORDS && after > 2 * s->n);

@@ -315,7 +315,7 @@ char **dir_list_unlisted(const char *dir, const char *listed, size_t *count)
     size_t n;
     char **names = dir_list(dir, &n);
     if (!names) return NULL;
-    char *text = read_file_max(listed, LISTED_MAX, NULL);
+    char *text = listed ? read_file_max(listed, LISTED_MAX, NULL) : NULL;
     char **lines = NULL;
     size_t n_lines = 0, cap = 0;
     for (char *p = text; p && *p;) {            /* the lines, in place */

@@ -59,7 +59,7 @@ int write_all(int fd, const void *buf, size_t len);
  * failure.  The directory is closed on return, so a walk holds no fds. */
 char **dir_list(const char *dir, size_t *count);
 /* The same, less the names the file `listed` holds (a name a line; a missing
- * or unreadable file holds none): the runs a project keeps that its
+ * or unreadable file, or NULL, holds none): the runs a project keeps that its
  * merged_runs does not account for, found at each run's start without a Lua
  * string for each of the thousands it may keep. */
 char **dir_list_unlisted(const char *dir, const char *listed, size_t *count);

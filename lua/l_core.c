@@ -426,24 +426,11 @@ static int l_exe_path(lua_State *L)
     return 1;
 }
 
-/* list_dir(path) -> sorted names (no "." or ".."), or nil, message */
+/* list_dir(path [, listed_file]) -> sorted names (no "." or ".."), less
+ * those listed_file holds (a name a line), or nil, message */
 static int l_list_dir(lua_State *L)
 {
-    const char *path = luaL_checkstring(L, 1);
-    size_t n;
-    char **names = dir_list(path, &n);
-    if (!names) { lua_pushnil(L); lua_pushfstring(L, "%s: %s", path, strerror(errno)); return 2; }
-    int rc = flow_push_string_list(L, names, n);
-    dir_list_free(names, n);
-    if (rc != LUA_OK) return lua_error(L);
-    return 1;
-}
-
-/* list_dir_unlisted(dir, listed_file) -> {name, ...} as list_dir, less the
- * names listed_file holds (a name a line), or nil, message. */
-static int l_list_dir_unlisted(lua_State *L)
-{
-    const char *path = luaL_checkstring(L, 1), *listed = luaL_checkstring(L, 2);
+    const char *path = luaL_checkstring(L, 1), *listed = luaL_optstring(L, 2, NULL);
     size_t n;
     char **names = dir_list_unlisted(path, listed, &n);
     if (!names) { lua_pushnil(L); lua_pushfstring(L, "%s: %s", path, strerror(errno)); return 2; }
@@ -608,7 +595,6 @@ static const luaL_Reg core_funcs[] = {
     { "free_port", l_free_port },
     { "chdir", l_chdir },
     { "list_dir", l_list_dir },
-    { "list_dir_unlisted", l_list_dir_unlisted },
     { "lock", l_lock },
     { "readlink", l_readlink },
     { "code", l_code },

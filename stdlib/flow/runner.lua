@@ -227,6 +227,8 @@ function Run:start_journal(plan, opts)
     resumes = opts.resume and opts.resume.run, steps = #plan.nodes, name = opts.name }, true)
 end
 
+local EMPTY_RECORD = {}      -- a step whose record the run did not keep
+
 -- result.steps, made on first use ({name = {state =, elapsed =, reason =}}):
 -- `flow run` reads it only after a failure, and 100,000 small tables are a
 -- tenth of a no-op run of 100,000 steps.  A step the engine's check found
@@ -236,7 +238,7 @@ local function lazy_steps(result, nodes, records, states, elapsed, check)
     if k ~= "steps" then return nil end
     local steps = {}
     for i, n in ipairs(nodes) do
-      local rec = records[n.name]
+      local rec = rawget(records, n.name) or EMPTY_RECORD     -- (records[] would make one a step)
       local reason = rec.reason or check and check:no_record(i) and incremental.NO_RECORD or nil
       steps[n.name] = { state = states[i], elapsed = elapsed[i], reason = reason,
                         metrics = rec.metrics and rec.metrics.values, series = rec.metrics and rec.metrics.series }
@@ -426,7 +428,7 @@ function M.dry_run(p, opts)
       else
         local ok, w = pcall(self.decide, self, i, n)
         if ok then why = w else why = first_line(w) end
-        if not why then self:use_recorded(n, self.state.steps[n.name]) end
+        if not why then self:use_recorded(n, self.pending[i].rec) end     -- the record decide judged
       end
       runs[i] = why ~= nil
       rows[#rows + 1] = { name = n.name, runs = why ~= nil, why = why }

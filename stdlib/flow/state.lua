@@ -45,8 +45,6 @@ function M.lock()
   locked = true
 end
 
--- Whether a step record (from state.log or a journal) has fields of the
--- types the runner reads; a damaged one is dropped, so that step runs again.
 -- Output records keyed by dataset name, each a table.
 local function valid_outputs(outputs)
   if type(outputs) ~= "table" then return false end
@@ -56,6 +54,8 @@ local function valid_outputs(outputs)
   return true
 end
 
+-- Whether a step record (from state.log or a journal) has fields of the
+-- types the runner reads; a damaged one is dropped, so that step runs again.
 local function valid(rec)
   return type(rec) == "table" and type(rec.fp) == "string" and valid_outputs(rec.outputs)
      and (rec.parts == nil or type(rec.parts) == "table") and (rec.time == nil or type(rec.time) == "number")
@@ -86,16 +86,15 @@ local function newer(rec, old)
   return not old or (rec.time or 0) >= (old.time or 0)
 end
 
--- The ids merged_runs lists, as a set.  A line torn by a kill names no run:
--- that run's journal is simply folded in again.
 -- Fold the journals of runs not yet merged into `steps`; returns the ids
 -- to list in merged_runs once state.log holds them (those folded, and those
 -- an earlier flow marked with a file in the run's directory).  One read of
 -- merged_runs, not a look into each of a project's hundreds of runs, and in
--- C (core.list_dir_unlisted): only the runs it does not list come to Lua.
+-- C (core.list_dir with merged_runs): only the runs it does not list come
+-- to Lua.  A line torn by a kill names no run: that run is folded again.
 local function fold_journals(steps, current)
   local folded = {}
-  for _, id in ipairs(core.list_dir_unlisted(M.RUNS, M.MERGED) or {}) do
+  for _, id in ipairs(core.list_dir(M.RUNS, M.MERGED) or {}) do
     local dir = M.RUNS .. "/" .. id
     if id ~= "latest" and id ~= current then
       if core.readlink(dir) then          -- its journal would come from outside .flow/
@@ -208,13 +207,12 @@ function M.load(current)
 end
 
 -- Record step `name`'s successful run, from an earlier run's journal (or
--- the old state.json): {fp =, time =, parts =, outputs =, metrics =}, as
--- tables or as JSON (parts_json, outputs_json).  The record is made as the
--- engine makes a step's when its end is recorded (engine/step_record.c);
--- save() makes it durable.
+-- the old state.json): {fp =, time =, parts =, outputs =, metrics =}.  The
+-- record is made as the engine makes a step's when its end is recorded
+-- (engine/step_record.c); save() makes it durable.
 function M.put(state, name, rec)
-  local parts = rec.parts_json or rec.parts and core.json_encode(rec.parts)     -- hashes: never masked
-  local outputs = rec.outputs_json or rec.outputs and util.record_json(rec.outputs)
+  local parts = rec.parts and core.json_encode(rec.parts)     -- hashes: never masked
+  local outputs = rec.outputs and util.record_json(rec.outputs)
   state.store:put(redact(name), rec.fp, rec.time or 0, parts, outputs, rec.metrics and util.record_json(rec.metrics),
                   M.VALUES)
 end
