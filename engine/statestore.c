@@ -11,6 +11,7 @@
  * length runs past the end of the file, or that does not start with the
  * marker, is the torn tail of an interrupted append and ends the scan. */
 #include "statestore.h"
+#include "commit.h"
 #include "nofollow.h"
 #include "strmap.h"
 #include "util.h"
@@ -41,6 +42,7 @@ struct slot {
 
 struct state_store {
     char *path;
+    char *values_dir;                   /* values/ beside the file */
     unsigned char *map;                 /* the file as read, or NULL */
     size_t map_len;
     struct slot *slots;
@@ -250,6 +252,9 @@ struct state_store *state_store_open(const char *path, const char **warning, cha
     if (warning) *warning = NULL;
     struct state_store *s = xcalloc(1, sizeof *s);
     s->path = xstrdup(path);
+    char *dir = path_parent(path);
+    s->values_dir = xasprintf("%s/values", dir);
+    free(dir);
     char oerr[512];
     int fd = nofollow_open(path, O_RDONLY, 0, oerr, sizeof oerr);
     if (fd < 0) {
@@ -314,6 +319,7 @@ void state_store_free(struct state_store *s)
     strmap_free(&s->index);
     if (s->map) munmap(s->map, s->map_len);
     free(s->path);
+    free(s->values_dir);
     free(s);
 }
 
@@ -324,6 +330,8 @@ const struct state_rec *state_store_get(const struct state_store *s, const char 
 }
 
 size_t state_store_count(const struct state_store *s) { return s->n; }
+
+const char *state_store_values_dir(const struct state_store *s) { return s->values_dir; }
 
 const struct state_rec *state_store_at(const struct state_store *s, size_t i)
 {

@@ -41,6 +41,9 @@ struct state_store;
  * NULL) is set to a message when the file could not be used at all.  Returns
  * NULL with err set only when the file exists and cannot be opened or read. */
 struct state_store *state_store_open(const char *path, const char **warning, char *err, size_t errlen);
+/* Where the values too large for a record are cached: values/ beside the
+ * file (.flow/cache/values for .flow/cache/state.log). */
+const char *state_store_values_dir(const struct state_store *s);
 void state_store_free(struct state_store *s);
 
 const struct state_rec *state_store_get(const struct state_store *s, const char *name);

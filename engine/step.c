@@ -73,7 +73,6 @@ struct step_runner {
     struct work_pool *pool;
     struct state_store *state;
     struct utd *check;
-    char *values_dir;
     char *run_id;                /* redacted */
     struct step_spec *specs;
     double backoff;
@@ -299,7 +298,7 @@ static void put_record(struct step_runner *r, size_t i)
     struct life *l = life_of(r, i);
     char *name = redacted(step_name(r, i)), *metrics = record_metrics(l);
     struct step_record rec = { .name = name, .fp = l->fp, .time = l->finished, .parts_json = l->parts,
-                               .outputs_json = l->outputs, .metrics_json = metrics, .values_dir = r->values_dir };
+                               .outputs_json = l->outputs, .metrics_json = metrics };
     char err[512];
     if (step_record_put(r->state, &rec, err, sizeof err) != 0)
         ui_warn("%s: its record cannot be kept, so it runs again next time", err);
@@ -526,7 +525,6 @@ struct step_runner *step_runner_new(const struct dag *dag, struct loop *loop, co
     r->pool = opt->pool;
     r->state = opt->state;
     r->check = opt->check;
-    r->values_dir = xstrdup(opt->values_dir ? opt->values_dir : "");
     r->run_id = opt->run_id ? redacted(opt->run_id) : NULL;
     size_t n = dag->n_steps;
     r->specs = xcalloc(n + 1, sizeof *r->specs);
@@ -562,7 +560,6 @@ void step_runner_free(struct step_runner *r)
     free(r->specs);
     free(r->states);
     free(r->run_id);
-    free(r->values_dir);
     free(r);
 }
 

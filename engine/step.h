@@ -100,11 +100,9 @@ struct step_runner_options {
     struct journal *journal;        /* NULL: nothing is journaled */
     struct work_pool *pool;         /* NULL: outputs are flushed on the loop's thread */
     /* Where a step's record goes once its end is recorded (NULL: nowhere),
-     * and the up-to-date check told of it (NULL: none): step_record.h.
-     * values_dir: where cached values live. */
+     * and the up-to-date check told of it (NULL: none): step_record.h. */
     struct state_store *state;
     struct utd *check;
-    const char *values_dir;
     const char *run_id;             /* written into each step_end */
     const struct step_spec *specs;  /* one per step of the DAG; copied */
     double backoff;                 /* the first retry's wait, doubled each time; 0: 1 s */

@@ -69,7 +69,7 @@ int step_record_put(struct state_store *s, const struct step_record *r, char *er
                              .outs = xcalloc(n + 1, sizeof *rec.outs) };
     char **paths = xcalloc(n + 1, sizeof *paths);
     bool files_only;
-    int rc = read_outputs(outs, r->values_dir, &rec, paths, &files_only);
+    int rc = read_outputs(outs, state_store_values_dir(s), &rec, paths, &files_only);
     if (rc != 0) {
         snprintf(err, errlen, "step '%s': an output record is not a JSON object", r->name);
     } else {

@@ -10,7 +10,7 @@
  * Each output record of `outputs_json` ({dataset: {path =, hash =, value =,
  * cached =, uncacheable =}}) gives the record an output: 'f' a file or folder
  * at its path, 'v' a value inline in the body, 'c' a value cached at
- * <values_dir>/<hash>, 'u' a value that could not be cached, 'm' any other.
+ * <the store's values dir>/<hash>, 'u' a value that could not be cached, 'm' any other.
  * Nothing here knows Lua. */
 #ifndef FLOW_STEP_RECORD_H
 #define FLOW_STEP_RECORD_H
@@ -25,7 +25,6 @@ struct step_record {
     double time;                 /* its step_end's */
     /* JSON texts, masked by whoever made them; NULL: none */
     const char *parts_json, *outputs_json, *metrics_json;
-    const char *values_dir;      /* where cached values live (.flow/cache/values) */
 };
 
 /* Puts the record into the store (state_store_put).  -1 with a message when

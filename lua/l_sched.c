@@ -511,11 +511,8 @@ static struct run *make_run(lua_State *L, lua_State *thread)
         ropt.journal = flow_check_journal(L, -1);
         ropt.pool = flow_work_pool(L);
     }
-    /* the state store, the check and the values' directory: held by opts */
+    /* the state store and the check: held by opts */
     if (lua_getfield(L, 2, "state") != LUA_TNIL) ropt.state = flow_check_state_store(L, -1);
-    lua_getfield(L, 2, "values_dir");
-    ropt.values_dir = lua_tostring(L, -1);
-    if (ropt.state && !ropt.values_dir) luaL_error(L, "sched.run: opts.state needs opts.values_dir");
     struct utd *check = lua_getfield(L, 2, "check") != LUA_TNIL ? flow_check_uptodate(L, -1) : NULL;
     ropt.check = check;
     lua_getfield(L, 2, "run_id");
@@ -625,10 +622,10 @@ static void give_hook_back(struct run *run)
 }
 
 /* run(dag, {jobs=, keep_going=, selected=, pools=, pool=, nodes=, journal=, run_id=, label=,
- *           state=, check=, values_dir=}, body)
+ *           state=, check=}, body)
  *   state: the state store, where each step's record goes once its end is
  *   recorded; check: the engine's up-to-date check (flow.cache.uptodate),
- *   asked first; values_dir: where cached values live (step.h)
+ *   asked first
  *   body: {attempt = f(i, k) -> ok, info; up_to_date = f(i) -> bool;
  *          fingerprint = f(i) -> fp, parts_json},
  *   up_to_date and fingerprint asked when the check cannot tell

@@ -4,9 +4,10 @@
  *   st = cache.state(path)        -> State, warning-or-nil  (raises a file-system error)
  *   st:get(name)                  -> fp, time, body, files  or nil (files: {dataset = {path =, hash =}}
  *                                    when every output is a file, else nil)
- *   st:put(name, fp, time, parts_json, outputs_json, metrics_json, values_dir)
+ *   st:put(name, fp, time, parts_json, outputs_json, metrics_json)
  *                                 step `name`'s successful run (step_record.h: the
- *                                 engine's rule; JSON texts or nil)
+ *                                 engine's rule; JSON texts or nil; a cached value
+ *                                 is in values/ beside the file)
  *   st:unsaved()                  -> whether puts wait for save()
  *   st:names()                    -> {name, ...}
  *   st:count()                    -> n
@@ -83,7 +84,6 @@ static int l_state_put(lua_State *L)
         .parts_json = opt_text(L, 5, "the parts"),
         .outputs_json = opt_text(L, 6, "the output records"),
         .metrics_json = opt_text(L, 7, "the metrics"),
-        .values_dir = luaL_checkstring(L, 8),
     };
     if (!*rec.name) return luaL_error(L, "put: a step's name is empty");
     if (strlen(rec.name) != lua_rawlen(L, 2) || strlen(rec.fp) != lua_rawlen(L, 3))

@@ -339,7 +339,7 @@ function M.run(p, opts, level)
   local sched_opts = {
     jobs = jobs, pools = pools, pool = pool_of, keep_going = opts.keep_going, selected = plan.selected,
     nodes = plan.nodes, journal = self.journal, run_id = run_id, label = self.label,
-    state = self.state.store, check = self.check, values_dir = state_mod.VALUES,
+    state = self.state.store, check = self.check,
   }
   local body = {
     attempt = function(i, k) return self:attempt_body(i, k) end,

@@ -26,7 +26,7 @@ M.RUNS = ".flow/runs"
 M.CACHE = ".flow/cache"
 M.STATE = M.CACHE .. "/state.log"
 M.OLD_STATE = M.CACHE .. "/state.json"   -- before state.log: read once, then removed
-M.VALUES = M.CACHE .. "/values"
+M.VALUES = M.CACHE .. "/values"      -- beside state.log, where the store looks too (statestore.h)
 M.MERGED = M.CACHE .. "/merged_runs"
 M.INLINE_MAX = 512      -- serialised values up to this size live in the step's record
 
@@ -213,8 +213,7 @@ end
 function M.put(state, name, rec)
   local parts = rec.parts and core.json_encode(rec.parts)     -- hashes: never masked
   local outputs = rec.outputs and util.record_json(rec.outputs)
-  state.store:put(redact(name), rec.fp, rec.time or 0, parts, outputs, rec.metrics and util.record_json(rec.metrics),
-                  M.VALUES)
+  state.store:put(redact(name), rec.fp, rec.time or 0, parts, outputs, rec.metrics and util.record_json(rec.metrics))
 end
 
 -- Make what changed durable (state.log), then list the folded journals merged.

@@ -268,7 +268,8 @@ static const struct state_out *out_named(const struct state_rec *r, const char *
 static void test_a_step_record_from_its_json(void)
 {
     const char *w;
-    struct state_store *s = reopen("steprec.log", &w);
+    CHECK(mkdir_p(".flow/cache", 0755) == 0);             /* cached values: values/ beside the file */
+    struct state_store *s = reopen(".flow/cache/steprec.log", &w);
     struct step_record rec = {
         .name = "train", .fp = "fp1", .time = 12.25, .parts_json = "{\"code\":\"ab\"}",
         .outputs_json = "{\"model\":{\"hash\":\"h1\",\"path\":\"out/model.pt\"},"
@@ -276,7 +277,7 @@ static void test_a_step_record_from_its_json(void)
                         "\"big\":{\"cached\":true,\"hash\":\"h3\"},"
                         "\"sock\":{\"uncacheable\":\"a userdata\"},"
                         "\"gone\":{\"hash\":\"h5\"}}",
-        .metrics_json = "{\"values\":{\"loss\":0.5}}", .values_dir = ".flow/cache/values",
+        .metrics_json = "{\"values\":{\"loss\":0.5}}",
     };
     CHECK(step_record_put(s, &rec, err, sizeof err) == 0);
     const struct state_rec *r = state_store_get(s, "train");

@@ -140,7 +140,7 @@ static struct run_result run(struct fake *f, struct dag *d, const struct step_sp
     if (with_journal && !j) { fprintf(stderr, "%s\n", err); exit(2); }
     struct step_body body = { f, fake_attempt, fake_cancel, NULL, fake_fingerprint };
     struct step_runner_options opt = { .journal = j, .run_id = "r1", .specs = specs, .backoff = 0.01,
-                                       .state = run_state, .values_dir = ".flow/cache/values" };
+                                       .state = run_state };
     f->r = step_runner_new(d, f->loop, &opt, &body);
     struct sched_executor ex = step_runner_executor(f->r);
     struct sched_options so = { .jobs = 2 };
