@@ -276,6 +276,12 @@ double wall_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+int bytes_compare(const char *a, size_t alen, const char *b, size_t blen)
+{
+    int d = memcmp(a, b, alen < blen ? alen : blen);
+    return d ? d : (alen > blen) - (alen < blen);
+}
+
 static int compare_names(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);     /* bytewise: strcmp compares unsigned */

@@ -64,6 +64,9 @@ char **dir_list(const char *dir, size_t *count);
  * string for each of the thousands it may keep. */
 char **dir_list_unlisted(const char *dir, const char *listed, size_t *count);
 void dir_list_free(char **names, size_t n);
+/* Byte strings in bytewise order, a prefix first (NUL bytes compare as bytes):
+ * the order of a step's output parts in its fingerprint, whatever the locale. */
+int bytes_compare(const char *a, size_t alen, const char *b, size_t blen);
 /* A file name made from a dataset or step name, a different one for every
  * name: bytes other than [A-Za-z0-9._-] and those of UTF-8 (>= 0x80) are
  * percent-encoded ("m/n" is "m%2Fn", '%' is "%25"), as is a leading '.' (never

@@ -440,6 +440,39 @@ static int l_list_dir(lua_State *L)
     return 1;
 }
 
+/* sort_bytes(list): sorts a list of strings in place, bytewise (NUL bytes
+ * and all; a prefix first), whatever collation os.setlocale set: the order
+ * of a step's output parts in its fingerprint, which the engine's check
+ * (lua/uptodate_describe.c) sorts the same way. */
+struct sort_item { const char *s; size_t len; int at; };
+
+static int compare_sort_items(const void *a, const void *b)
+{
+    const struct sort_item *x = a, *y = b;
+    return bytes_compare(x->s, x->len, y->s, y->len);
+}
+
+static int l_sort_bytes(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_Integer n = luaL_len(L, 1);
+    luaL_argcheck(L, n >= 0 && n < 1000000, 1, "too many strings");
+    luaL_checkstack(L, (int)n + 1, "sort_bytes");
+    struct sort_item *v = lua_newuserdatauv(L, ((size_t)n + 1) * sizeof *v, 0);     /* collected: nothing leaks */
+    int base = lua_gettop(L);
+    for (lua_Integer i = 1; i <= n; i++) {
+        if (lua_rawgeti(L, 1, i) != LUA_TSTRING) return luaL_error(L, "sort_bytes: item %d is not a string", (int)i);
+        v[i - 1].s = lua_tolstring(L, -1, &v[i - 1].len);    /* held on the stack */
+        v[i - 1].at = base + (int)i;
+    }
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, compare_sort_items);
+    for (lua_Integer i = 1; i <= n; i++) {
+        lua_pushvalue(L, v[i - 1].at);
+        lua_rawseti(L, 1, i);
+    }
+    return 0;
+}
+
 /* lock(path) -> true | false, holder text.  An exclusive flock on path, held
  * until the process exits (the kernel drops it even after kill -9); the file
  * holds the holder's pid for the message another process shows. */
@@ -595,6 +628,7 @@ static const luaL_Reg core_funcs[] = {
     { "free_port", l_free_port },
     { "chdir", l_chdir },
     { "list_dir", l_list_dir },
+    { "sort_bytes", l_sort_bytes },
     { "lock", l_lock },
     { "readlink", l_readlink },
     { "code", l_code },

@@ -23,10 +23,9 @@
 
 /* ctx's fields, at fixed stack slots of flow_uptodate_describe. */
 enum { X_NODES = 3, X_FN_MEMO, X_PROTOS, X_PARAMS, X_CODE_MEMO, X_REFS, X_CAT_MEMO, X_CAT_EXACT, X_DISTS, X_REMOTE,
-       X_FALLBACK, X_SWEEP, X_PATTERNS, X_BYTEWISE, X_TOP = X_BYTEWISE };
+       X_FALLBACK, X_SWEEP, X_PATTERNS, X_TOP = X_PATTERNS };
 static const char *const ctx_fields[] = { "nodes", "fn_memo", "protos", "params", "code_memo", "refs", "cat_memo",
-                                          "cat_exact", "dists", "remote", "fallback", "sweep_step", "patterns",
-                                          "bytewise" };
+                                          "cat_exact", "dists", "remote", "fallback", "sweep_step", "patterns" };
 
 /* Field key of the value at idx (through its metatable, as `t.key`); true
  * when it is a string, left on the stack either way. */
@@ -82,15 +81,11 @@ static bool add_output_part(lua_State *L, struct checker *c, const char *d)
     return true;
 }
 
-/* Lua's string order in the C locale: bytes, then length — what
- * table.sort gives the parts, NUL bytes and all.  (flow never sets another
- * locale; a script that does, os.setlocale, makes ctx.bytewise false, and
- * steps with several outputs are the stdlib's.) */
+/* Bytewise, as core.sort_bytes sorts the parts for Run:static_parts. */
 static int compare_spans(const void *a, const void *b)
 {
     const struct span *x = a, *y = b;
-    int d = memcmp(x->s, y->s, x->len < y->len ? x->len : y->len);
-    return d ? d : (x->len > y->len) - (x->len < y->len);
+    return bytes_compare(x->s, x->len, y->s, y->len);
 }
 
 /* The outputs' part (Run:static_parts's outputs_part): the one output's
@@ -98,7 +93,6 @@ static int compare_spans(const void *a, const void *b)
  * as add_output_part. */
 static bool outputs_part(lua_State *L, struct checker *c, const struct dag_step *step, struct fp_str *out)
 {
-    if (step->n_outputs > 1 && !lua_toboolean(L, X_BYTEWISE)) return false;
     sb_truncate(&c->part, 0);
     if (step->n_outputs > c->cap_spans) {
         c->cap_spans = 2 * step->n_outputs;
@@ -265,9 +259,8 @@ static int describe_known(lua_State *L, struct checker *c, size_t i)
  * ctx.fallback(i) -> described (which names a step it cannot describe).
  * ctx = {nodes =, fn_memo = hasher.memo, protos = hasher.protos, params =
  * {key = hash}, code_memo =, refs =, cat_memo =, cat_exact =, patterns =
- * whether the catalog has patterns, bytewise = whether Lua compares strings
- * byte by byte (the C collation), dists =, remote =, sweep_step = name|nil,
- * fallback =}. */
+ * whether the catalog has patterns, dists =, remote =, sweep_step =
+ * name|nil, fallback =}. */
 int flow_uptodate_describe(lua_State *L)
 {
     struct checker *c = flow_uptodate_checker(L);

@@ -24,9 +24,6 @@ local M = {}
 local Run = {}
 M.methods = Run
 
--- The collations in which Lua's string order is bytewise (table.sort of a
--- step's output parts: the engine sorts them by bytes).
-local BYTEWISE = { C = true, POSIX = true }
 local NO_PARAMS = setmetatable({}, { __newindex = function() error("flow.incremental: NO_PARAMS is shared", 2) end })
 local NO_NAMES = {}
 
@@ -57,13 +54,15 @@ local function output_part(self, d)
   return d .. "\0" .. e.type .. "\0" .. (e.path or "") .. (e.versioned and "\0v" or "")
 end
 
--- The outputs' part: one string for the usual single output.
+-- The outputs' part: one string for the usual single output; several sorted
+-- by their bytes (not table.sort's collation, which a script may set), as the
+-- engine sorts them (lua/uptodate_describe.c).
 local function outputs_part(self, n)
   local outs = n.outputs
   if #outs == 1 then return output_part(self, outs[1].dataset) end
   local t = {}
   for k, io in ipairs(outs) do t[k] = output_part(self, io.dataset) end
-  table.sort(t)
+  core.sort_bytes(t)
   return table.concat(t, "\n")
 end
 
@@ -207,7 +206,7 @@ function Run:engine_check(plan)
   local described, in_c = chk:describe {
     nodes = nodes, fn_memo = self.hasher.memo, protos = self.hasher.protos, params = self.memo.params,
     code_memo = self.memo.code, refs = self.memo.refs, cat_memo = self.cat.memo, cat_exact = self.cat.exact,
-    patterns = #self.cat.patterns > 0, bytewise = BYTEWISE[os.setlocale(nil, "collate")] or false,
+    patterns = #self.cat.patterns > 0,
     dists = self.dists, remote = self.remote, sweep_step = self.sweep_step, fallback = describe }
   self.described_in_c = in_c          -- (FLOW_DEBUG_UPTODATE's line, runner.lua)
   if not described then return nil end
