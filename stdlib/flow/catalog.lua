@@ -251,18 +251,19 @@ local function from_pattern(name, pat, captures)
 end
 
 -- The entry for dataset `name`: declared, matched by a pattern, or memory.
+-- `memo` keeps what took a search of the patterns; without patterns a memory
+-- entry is made afresh on each call (a table kept for each of 100,000
+-- datasets was a fifth of such a run's Lua heap).
 function Catalog:entry(name)
-  local e = self.memo[name]
+  local e = self.exact[name] or self.memo[name]
   if e then return e end
-  e = self.exact[name]
-  if not e then
-    for _, pat in ipairs(self.patterns) do
-      local captures = { name:match(pat.lua) }
-      if captures[1] ~= nil then e = from_pattern(name, pat, captures) break end
-    end
+  local patterns = self.patterns
+  for _, pat in ipairs(patterns) do
+    local captures = { name:match(pat.lua) }
+    if captures[1] ~= nil then e = from_pattern(name, pat, captures) break end
   end
   e = e or { name = name, type = "memory", versioned = false, declared = false }
-  self.memo[name] = e
+  if patterns[1] then self.memo[name] = e end
   return e
 end
 

@@ -536,11 +536,23 @@ local function check_paths(nodes, commands, cat)
   -- is placed once per kind: placed[d] is 1 (for a Lua step) or 2 (a command).
   -- A name the catalog neither declares nor can match is memory: MEMORY
   -- stands for its entry here, as cat:entry's would (no table per dataset).
-  -- core.safe_name never has a '/' nor a leading '.', so the key of
-  -- DATA/<safe name> is the key of DATA's directory, "/" and the name.
+  -- The datasets flow keeps in .flow/data are claimed by their file name
+  -- there (no path built for each); they can meet the keys above only where
+  -- a catalog path lies in .flow/data or a folder may hold it, and are then
+  -- claimed as keys too.  core.safe_name never has a '/' nor a leading '.',
+  -- so the key of DATA/<safe name> is the key of DATA's directory, "/" and
+  -- the name.
   local patterns = #cat.patterns > 0
   local MEMORY = { type = "memory", declared = false }
-  local data_dir = key_of(DATA .. "/x"):sub(1, -3)
+  local data_owner, data_entry = {}, {}     -- by file name in .flow/data
+  local function claim_data(file, d, e)
+    local o = data_owner[file]
+    if o and o ~= d then
+      graph_error(string.format("%s and %s are both stored at %s: each dataset needs a path of its own",
+                                who(o, data_entry[file]), who(d, e), DATA .. "/" .. file))
+    end
+    data_owner[file], data_entry[file] = d, e
+  end
   local placed = {}
   local function place(d, command)
     local want = command and 2 or 1
@@ -551,12 +563,11 @@ local function check_paths(nodes, commands, cat)
     if catalog.persisted(e) then
       if not cat.exact[d] then claim(key_of(e.path), e.path, d, e) end
     elseif by_command[d] then
-      local safe = core.safe_name(d)
-      claim(data_dir .. "/" .. safe, DATA .. "/" .. safe, d, e)
+      claim_data(core.safe_name(d), d, e)
     elseif command then
       local safe = core.safe_name(d)
-      claim(data_dir .. "/" .. safe .. ".json", DATA .. "/" .. safe .. ".json", d, e)
-      claim(data_dir .. "/" .. safe .. ".txt", DATA .. "/" .. safe .. ".txt", d, e)
+      claim_data(safe .. ".json", d, e)
+      claim_data(safe .. ".txt", d, e)
     end
   end
   local function place_all(n, command)
@@ -567,6 +578,17 @@ local function check_paths(nodes, commands, cat)
     for _, n in ipairs(nodes) do place_all(n, n.kind == "command") end
   else
     for _, i in ipairs(commands) do place_all(nodes[i], true) end
+  end
+  local data_dir = key_of(DATA .. "/x"):sub(1, -3)
+  local meet = folders
+  for key in pairs(owner_d) do
+    if meet then break end
+    meet = key:sub(1, #data_dir + 1) == data_dir .. "/"
+  end
+  if meet then
+    for _, file in ipairs(util.sorted_keys(data_owner)) do
+      claim(data_dir .. "/" .. file, DATA .. "/" .. file, data_owner[file], data_entry[file])
+    end
   end
   -- A dataset inside a folder dataset: committing the folder (a rename over
   -- it) would delete the other one.  (Only a folder dataset can hold another.)

@@ -223,6 +223,21 @@ L
     contains "$ERR" "dataset 'a' and dataset 'a.json' are both stored at .flow/data/a.json"
 }
 
+# A catalog path inside .flow/data meets the files flow keeps there.
+test_a_catalog_path_in_flows_data_and_a_value_file_are_an_error() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return { 1 } end, outputs = "a", name = "value" },
+  node{ command = "cat ${inputs.a} > ${outputs.o}", inputs = { a = "a" }, outputs = { o = "kept" }, name = "cmd" },
+}
+L
+    write conf/base/catalog.yml <<'Y'
+kept: {type: json, path: .flow/data/a.json}
+Y
+    run_flow 2 run
+    contains "$ERR" "catalog entry 'kept' (conf/base/catalog.yml:1) and dataset 'a' are both stored at .flow/data/a.json"
+}
+
 # ---- an output never takes an input away --------------------------------
 
 test_a_lua_step_returning_its_input_path_is_refused() {
