@@ -42,26 +42,36 @@ void json_key(struct strbuf *sb, const char *key)
     sb_adds(sb, "\":");
 }
 
-void json_string(struct strbuf *sb, const char *s)
+void json_escape(const char *s, void (*put)(void *ctx, const char *p, size_t n), void *ctx)
 {
-    sb_addc(sb, '"');
     for (const unsigned char *p = (const unsigned char *)s;;) {
-        /* the run of bytes that need no escape, added at once */
+        /* the run of bytes that need no escape, handed over at once */
         const unsigned char *run = p;
         while (*p >= 32 && *p != '"' && *p != '\\') p++;
-        sb_add(sb, (const char *)run, (size_t)(p - run));
-        if (!*p) break;
+        if (p > run) put(ctx, (const char *)run, (size_t)(p - run));
+        if (!*p) return;
+        char esc[8];
         switch (*p) {
-        case '"': sb_adds(sb, "\\\""); break;
-        case '\\': sb_adds(sb, "\\\\"); break;
-        case '\b': sb_adds(sb, "\\b"); break;
-        case '\f': sb_adds(sb, "\\f"); break;
-        case '\n': sb_adds(sb, "\\n"); break;
-        case '\r': sb_adds(sb, "\\r"); break;
-        case '\t': sb_adds(sb, "\\t"); break;
-        default: sb_addf(sb, "\\u%04x", *p);
+        case '"': put(ctx, "\\\"", 2); break;
+        case '\\': put(ctx, "\\\\", 2); break;
+        case '\b': put(ctx, "\\b", 2); break;
+        case '\f': put(ctx, "\\f", 2); break;
+        case '\n': put(ctx, "\\n", 2); break;
+        case '\r': put(ctx, "\\r", 2); break;
+        case '\t': put(ctx, "\\t", 2); break;
+        default:
+            snprintf(esc, sizeof esc, "\\u%04x", *p);
+            put(ctx, esc, 6);
         }
         p++;
     }
+}
+
+static void put_sb(void *sb, const char *p, size_t n) { sb_add(sb, p, n); }
+
+void json_string(struct strbuf *sb, const char *s)
+{
+    sb_addc(sb, '"');
+    json_escape(s, put_sb, sb);
     sb_addc(sb, '"');
 }

@@ -3,6 +3,8 @@
 #ifndef FLOW_JSON_TEXT_H
 #define FLOW_JSON_TEXT_H
 
+#include <stddef.h>
+
 struct strbuf;
 
 /* A number: an integer when it is one (within int's range), else %.15g, or
@@ -19,5 +21,8 @@ void json_seconds(struct strbuf *sb, double d);
 void json_key(struct strbuf *sb, const char *key);
 /* A string, quoted and escaped (bytes of 128 and above as they are). */
 void json_string(struct strbuf *sb, const char *s);
+/* The same escaped text without the quotes, handed to put a piece at a time
+ * (cJSON escapes alike: what util.record_json writes). */
+void json_escape(const char *s, void (*put)(void *ctx, const char *p, size_t n), void *ctx);
 
 #endif

@@ -159,10 +159,14 @@ int luaopen_flow_sched(lua_State *L);
 int luaopen_flow_config(lua_State *L);
 int luaopen_flow_cache(lua_State *L);
 int luaopen_flow_pipeline_c(lua_State *L);
+int luaopen_flow_values_c(lua_State *L);
 int luaopen_flow_azureml(lua_State *L);
 int luaopen_flow_repl_c(lua_State *L);
 /* The configuration userdata at idx (flow.config), raising if freed. */
 struct config;
 struct config *flow_check_config(lua_State *L, int idx);
+/* Whether the active configuration (flow.config's activate) has a secret to
+ * mask: config.has_secrets() of the stdlib. */
+bool flow_active_has_secrets(lua_State *L);
 
 #endif

@@ -210,10 +210,12 @@ static int l_record_json(lua_State *L)
     return 1;
 }
 
+bool flow_active_has_secrets(lua_State *L) { return config_has_secrets(active_config(L)); }
+
 /* has_secrets() -> whether the active configuration has any secret to mask */
 static int l_has_secrets(lua_State *L)
 {
-    lua_pushboolean(L, config_has_secrets(active_config(L)));
+    lua_pushboolean(L, flow_active_has_secrets(L));
     return 1;
 }
 

@@ -190,7 +190,8 @@ static void push_command(lua_State *L, int spec, int level, int cls)
     if (hole) fail(L, level, "flow.command: argument %d is nil (a misspelt or unset variable?)", (int)hole);
     lua_createtable(L, 0, 3);
     int cmd = lua_gettop(L);
-    lua_newtable(L);
+    size_t hint = lua_rawlen(L, spec);          /* (a table that grows as it is filled is rebuilt each doubling) */
+    lua_createtable(L, hint < 64 ? (int)hint : 0, 0);
     int argv = lua_gettop(L);
     lua_Integer n = 0;
     for (;;) {                         /* ipairs: through __index, to the first nil */

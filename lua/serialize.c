@@ -371,6 +371,15 @@ static int write_value(lua_State *L, struct ser *s, int idx)
 int flow_serialize(lua_State *L, int idx)
 {
     idx = lua_absindex(L, idx);
+    /* A number or a boolean needs neither buffers nor a walk (most of the
+     * values of a run of many small Lua steps): the same bytes at once. */
+    int t = lua_type(L, idx);
+    if (t == LUA_TNUMBER || t == LUA_TBOOLEAN) {
+        char num[64];
+        if (t == LUA_TNUMBER) format_number(L, idx, num, sizeof num);
+        lua_pushfstring(L, "return %s", t == LUA_TNUMBER ? num : lua_toboolean(L, idx) ? "true" : "false");
+        return 1;
+    }
     struct ser *s = lua_newuserdatauv(L, sizeof *s, 0);
     memset(s, 0, sizeof *s);
     if (luaL_newmetatable(L, SERIALIZER_CLASS)) {

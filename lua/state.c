@@ -91,12 +91,15 @@ lua_State *flow_state_new(char *err, size_t errlen)
         luaL_requiref(L, m->name, m->func, 0);
         lua_pop(L, 1);
     }
-    /* Loaded when first required: most runs never talk to Azure, nor read a terminal. */
+    /* Loaded when first required: most runs never talk to Azure, nor read a
+     * terminal; flow.values_c goes with flow.execute. */
     luaL_getsubtable(L, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);
     lua_pushcfunction(L, luaopen_flow_azureml);
     lua_setfield(L, -2, "flow.azureml");
     lua_pushcfunction(L, luaopen_flow_repl_c);
     lua_setfield(L, -2, "flow.repl_c");
+    lua_pushcfunction(L, luaopen_flow_values_c);
+    lua_setfield(L, -2, "flow.values_c");
     lua_pop(L, 1);
     flow_proto_check(L);
     flow_open_project_loaders(L);

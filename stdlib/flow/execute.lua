@@ -18,6 +18,8 @@ local remote = require("flow.remote")
 local metrics = require("flow.metrics")
 
 local step_failure = failure.new
+local INLINE_MAX = require("flow.state").INLINE_MAX
+local values_c = require("flow.values_c")
 
 local M = {}
 local Run = {}
@@ -49,13 +51,29 @@ local function returned_metrics(n, results, rec)
   rec.metrics = m
 end
 
+-- The common case, a step of memory values in and out, is called and
+-- recorded in C (lua/l_values.c); it hands back what it does not do itself:
+-- the whole step before the call, the results after it.
+local lua_bodies = os.getenv("FLOW_DEBUG_LUA_BODIES") ~= nil     -- (t_outputs.sh compares the two)
+
 function Run:run_function(n, i)
-  local args, count = self:function_args(n)
   local dist = self.mode == "local" and self.dists[i]
-  local results
-  if dist then results = self:run_function_ranks(n, dist, args, count)
-  else results = table.pack(n.fn(table.unpack(args, 1, count))) end
   local rec = self.records[n.name]
+  local results
+  if not dist and not n.metrics and not lua_bodies then
+    local json
+    json, results = values_c.call(self.values, n, self.cat, INLINE_MAX)
+    if json then
+      self.bodies_in_c = (self.bodies_in_c or 0) + 1
+      rec.outputs_json = json
+      return
+    end
+  end
+  if not results then
+    local args, count = self:function_args(n)
+    if dist then results = self:run_function_ranks(n, dist, args, count)
+    else results = table.pack(n.fn(table.unpack(args, 1, count))) end
+  end
   returned_metrics(n, results, rec)
   rec.outputs = self:save_values(n, values.returned_values(n, results))
 end

@@ -103,7 +103,7 @@ end
 function Run:attempt_body(i, k)
   local n = self.nodes[i]
   local rec = self.records[n.name]
-  rec.attempts, rec.metrics = k, nil
+  rec.attempts, rec.metrics, rec.outputs, rec.outputs_json = k, nil, nil, nil     -- (this attempt's own)
   if self.remote[i] then rec.fp = sched.fingerprint() end     -- its job's name and tags (flow.remote)
   local co = coroutine.running()
   local to = printing[co]           -- the coroutine's, kept for the next step it runs
@@ -126,8 +126,9 @@ function Run:attempt_body(i, k)
     end
     local m = metrics.with_logged(rec.metrics, logged)
     rec.metrics = m and next(m.values) and m or nil
-    local outputs = rec.outputs and util.record_json(rec.outputs)     -- the journal's, and the state record's
-    rec.outputs = nil                 -- engine/step.c records them: a run of 100,000 steps keeps no copy
+    -- the journal's, and the state record's (as text already from a step run in C)
+    local outputs = rec.outputs_json or rec.outputs and util.record_json(rec.outputs)
+    rec.outputs, rec.outputs_json = nil, nil    -- engine/step.c records them: a run of 100,000 steps keeps no copy
     -- nor the record itself, unless the result needs it (why it ran, what it reported)
     if not rec.reason and not rec.metrics then self.records[n.name] = nil end
     return true, { outputs = outputs, paths = paths, exit_code = rec.exit_code,
@@ -358,6 +359,9 @@ function M.run(p, opts, level)
   if os.getenv("FLOW_DEBUG_UPTODATE") then     -- what the engine's check did (t_uptodate.sh)
     if self.described_in_c then
       io.stderr:write(string.format("flow: described in C: %d steps\n", self.described_in_c))
+    end
+    if self.bodies_in_c then         -- (flow.execute's run_function; t_outputs.sh)
+      io.stderr:write(string.format("flow: Lua step bodies in C: %d\n", self.bodies_in_c))
     end
     if self.check then
       local st = self.check:stats()

@@ -357,3 +357,83 @@ L
         [ ! -e data/a.txt ] || { echo "the consumer did not run"; return 1; }
     done
 }
+
+# ---- a Lua step's body in C and in the stdlib ----------------------------
+
+# A step of memory values in and out is called and recorded in C
+# (lua/l_values.c); anything else, and everything under
+# FLOW_DEBUG_LUA_BODIES=1, the stdlib does (flow.execute, flow.values).
+# Both must record the same: the journal's step_end lines (fingerprints,
+# parts, output records) byte for byte, on a first run and on a rerun whose
+# steps read values restored from the records the first one made.
+bodies_project() {
+    write conf/base/parameters.yml <<'Y'
+k: 3
+Y
+    write conf/base/catalog.yml <<'Y'
+kept: {type: json, path: data/kept.json}
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "one", outputs = "a", func = function() return 1 end },
+  node{ name = "float", outputs = "f", func = function() return 0.1 end },
+  node{ name = "flag", outputs = "b", func = function() return false end },
+  node{ name = "text", inputs = "a", outputs = "t",
+        func = function(a) return "quote \" back \\ nl \n tab \t \1 é " .. a end },
+  node{ name = "table", inputs = { "t", "f" }, outputs = "tb",
+        func = function(t, f) return { t = t, f = f, list = { 1, 2, { x = "y" } } } end },
+  node{ name = "two", inputs = { x = "tb", y = "b" }, outputs = { "q", "p" },
+        func = function(m) return not m.y, m.x.list end },
+  node{ name = "map_out", inputs = "p", outputs = { z_last = "zz", a_first = "aa" },
+        func = function(p) return { z_last = #p, a_first = p[3] } end },
+  node{ name = "yields", inputs = "zz", outputs = "y",
+        func = function(zz) return zz + tonumber(flow.sh("echo 4")) end },
+  -- the stdlib's: a parameter input, a value over the inline size, a dataset
+  -- the catalog keeps; then one that reads them in memory (in C), and on the
+  -- rerun from the state (the stdlib's)
+  node{ name = "param", inputs = { "params:k", "aa" }, outputs = "pk", func = function(k, aa) return k * #aa.x end },
+  node{ name = "big", outputs = "big", func = function() return string.rep("x", 600) end },
+  node{ name = "persist", inputs = "q", outputs = "kept", func = function(q) return { q = q } end },
+  node{ name = "last", inputs = { "y", "pk", "big", "kept" }, outputs = "e",
+        func = function(y, pk, big, kept) return y + pk + #big + (kept.q and 1 or 0) end },
+}
+L
+}
+
+# The journal's step_end lines as written, without what differs from run to
+# run (its id, times), sorted
+step_ends() {
+    grep '"event":"step_end"' .flow/runs/latest/journal.jsonl |
+        sed -E 's/"(elapsed|time)":[0-9.e+-]+,?//g; s/"run":"[^"]*",?//' | sort
+}
+
+bodies_runs() {
+    run_flow 0 run
+    FIRST=$(step_ends)
+    BODIES=$(printf '%s\n' "$ERR" | grep "Lua step bodies in C" || true)
+    sed -i 's/echo 4/echo 6/' pipeline.lua
+    run_flow 0 run
+    SECOND=$(step_ends)
+    run_flow 0 run driver.lua
+    VALUE=$OUT
+    sed -i 's/echo 6/echo 4/' pipeline.lua
+    rm -rf .flow data
+}
+
+test_lua_step_bodies_in_c_record_what_the_stdlib_records() {
+    bodies_project
+    write driver.lua <<'L'
+print(flow.run(dofile("pipeline.lua")).outputs.e)
+L
+    export FLOW_DEBUG_UPTODATE=1
+    bodies_runs
+    local first=$FIRST second=$SECOND value=$VALUE
+    equals "$BODIES" "flow: Lua step bodies in C: 9" "the steps the C path took"
+    FLOW_DEBUG_LUA_BODIES=1 bodies_runs
+    equals "$BODIES" "" "no step in C under FLOW_DEBUG_LUA_BODIES"
+    equals "$FIRST" "$first" "first run's records"
+    equals "$SECOND" "$second" "rerun's records"
+    equals "$VALUE" "$value" "the value"
+    equals "$value" "613" "the value"
+    contains "$second" '"status":"ok","step":"yields"'
+}

@@ -1,0 +1,286 @@
+/* l_values.c — module flow.values_c: the body of a plain Lua function step
+ * in C, the common case of Run:run_function (flow.execute).  A run of
+ * 100,000 such steps spent about 4 µs a step in the stdlib's Lua around the
+ * call (its arguments gathered, its results sorted by output, each value
+ * serialised, hashed and recorded): a handful of tables a step, and the
+ * collector's work on them.
+ *
+ * call(values, n, cat, inline_max) takes a step whose inputs are all in
+ * memory (values[d].loaded) and whose outputs are all memory datasets, calls
+ * n.fn on the inputs' values, and when the results are what the outputs ask
+ * for and each serialises to at most inline_max bytes, records them as the
+ * stdlib would: values[d] = {value =, loaded = true, hash =}, and returns
+ * the output records {d = {hash =, value = text}} as util.record_json's
+ * text, the journal's and the state record's.  Anything else is the
+ * stdlib's, decided so that nothing is done twice:
+ *   - before the call (an input to restore or to read from a file, an output
+ *     the catalog keeps, a pattern that may match an output): nothing
+ *     returned, nothing called;
+ *   - after it (results the outputs do not match, a value that cannot be
+ *     cached, a large one that goes to a file, a credential registered, for
+ *     a value may hold it): nil and the results as table.pack makes them,
+ *     from which the stdlib goes on (values.returned_values, save_values)
+ *     with its own checks and messages.
+ * FLOW_DEBUG_LUA_BODIES=1 sends every step the stdlib's way; t_outputs.sh
+ * runs both and compares what they record. */
+#include "flowlua.h"
+#include "hash.h"
+#include "json_text.h"
+#include "serialize.h"
+
+#include <lauxlib.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_OUTPUTS 64
+
+enum { A_VALUES = 1, A_NODE, A_CAT, A_INLINE_MAX, S_INPUTS, S_OUTPUTS, S_EXACT, S_MEMO };
+
+/* Whether field `key` of the table at idx is the string `want`. */
+static bool field_is(lua_State *L, int idx, const char *key, const char *want)
+{
+    bool is = lua_getfield(L, idx, key) == LUA_TSTRING && strcmp(lua_tostring(L, -1), want) == 0;
+    lua_pop(L, 1);
+    return is;
+}
+
+/* Pushes entry k of the io list at `list` and its dataset name (a string,
+ * else false is returned with both popped). */
+static bool push_io(lua_State *L, int list, lua_Integer k)
+{
+    if (lua_rawgeti(L, list, k) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        return false;
+    }
+    if (lua_getfield(L, -1, "dataset") != LUA_TSTRING) {
+        lua_pop(L, 2);
+        return false;
+    }
+    return true;
+}
+
+/* Whether dataset d (a string at idx) is a memory dataset by what the
+ * catalog knows without searching its patterns (Catalog:entry's order:
+ * declared, then resolved; a name neither knows is memory unless a pattern
+ * may match it). */
+static bool is_memory(lua_State *L, int d, bool patterns)
+{
+    lua_pushvalue(L, d);
+    if (lua_rawget(L, S_EXACT) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_pushvalue(L, d);
+        if (lua_rawget(L, S_MEMO) != LUA_TTABLE) {
+            lua_pop(L, 1);
+            return !patterns;
+        }
+    }
+    bool memory = field_is(L, -1, "type", "memory");
+    lua_pop(L, 1);
+    return memory;
+}
+
+/* Every output a memory dataset. */
+static bool outputs_in_memory(lua_State *L, lua_Integer n_out)
+{
+    lua_getfield(L, A_CAT, "patterns");
+    bool patterns = lua_istable(L, -1) && lua_rawlen(L, -1) > 0;
+    lua_pop(L, 1);
+    for (lua_Integer k = 1; k <= n_out; k++) {
+        if (!push_io(L, S_OUTPUTS, k)) return false;
+        bool memory = is_memory(L, lua_gettop(L), patterns);
+        lua_pop(L, 2);
+        if (!memory) return false;
+    }
+    return true;
+}
+
+/* Pushes the value of every input (a table of them by argument name when
+ * the step takes a map): false, with nothing left pushed, when one is not
+ * loaded in memory yet.  Returns the number of arguments in *nargs. */
+static bool push_inputs(lua_State *L, int *nargs)
+{
+    int top = lua_gettop(L);
+    lua_Integer n_in = (lua_Integer)lua_rawlen(L, S_INPUTS);
+    bool map = field_is(L, A_NODE, "input_style", "map");
+    luaL_checkstack(L, (int)(n_in > 1000000 ? 1000000 : n_in) + 8, "too many inputs");
+    if (map) lua_createtable(L, 0, (int)(n_in > 64 ? 64 : n_in));
+    for (lua_Integer k = 1; k <= n_in; k++) {
+        if (!push_io(L, S_INPUTS, k) || lua_rawget(L, A_VALUES) != LUA_TTABLE ||
+            lua_getfield(L, -1, "loaded") != LUA_TBOOLEAN || !lua_toboolean(L, -1)) {
+            lua_settop(L, top);                  /* (an io entry without a dataset: the stdlib's) */
+            return false;
+        }
+        lua_pop(L, 1);
+        lua_getfield(L, -1, "value");            /* io, entry, value */
+        if (map) {
+            lua_getfield(L, -3, "arg");
+            lua_insert(L, -2);
+            lua_rawset(L, -5);                   /* t[io.arg] = value */
+            lua_pop(L, 2);
+        } else {
+            lua_replace(L, -3);
+            lua_pop(L, 1);
+        }
+    }
+    *nargs = lua_gettop(L) - top;
+    return true;
+}
+
+/* The result that output k gets (pushed), or false with nothing pushed
+ * when the results do not give it: results base+1 .. base+nres. */
+static bool push_result(lua_State *L, int base, int nres, bool map, lua_Integer k)
+{
+    if (map) {
+        if (nres < 1 || !lua_istable(L, base + 1)) return false;
+        lua_rawgeti(L, S_OUTPUTS, k);
+        lua_getfield(L, -1, "arg");
+        lua_gettable(L, base + 1);               /* t[io.arg], as the stdlib indexes it */
+        lua_remove(L, -2);
+    } else {
+        if (k > nres) return false;
+        lua_pushvalue(L, base + (int)k);
+    }
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        return false;
+    }
+    return true;
+}
+
+/* The results, packed as table.pack packs them, after nil: the stdlib's turn. */
+static int hand_over(lua_State *L, int base, int nres)
+{
+    lua_pushnil(L);
+    lua_createtable(L, nres, 1);
+    for (int i = 1; i <= nres; i++) {
+        lua_pushvalue(L, base + i);
+        lua_rawseti(L, -2, i);
+    }
+    lua_pushinteger(L, nres);
+    lua_setfield(L, -2, "n");
+    return 2;
+}
+
+/* An output ready to be recorded: its dataset, its serialised value and
+ * that text's hash (the strings are held by the step's node and the stack). */
+struct ready { const char *d, *text; char hash[SHA256_HEX_SIZE]; };
+
+static int by_dataset(const void *a, const void *b)
+{
+    return strcmp(((const struct ready *)a)->d, ((const struct ready *)b)->d);
+}
+
+static void put_buffer(void *b, const char *p, size_t n) { luaL_addlstring(b, p, n); }
+
+static void add_json_string(luaL_Buffer *b, const char *s)
+{
+    luaL_addchar(b, '"');
+    json_escape(s, put_buffer, b);
+    luaL_addchar(b, '"');
+}
+
+/* Pushes the output records as util.record_json writes them: {"d":{"hash":
+ * "…","value":"…"},…}, keys in byte order.  No secret is registered (the
+ * caller checked), so there is nothing to mask. */
+static void push_records_json(lua_State *L, struct ready *r, size_t n)
+{
+    qsort(r, n, sizeof *r, by_dataset);
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    luaL_addchar(&b, '{');
+    for (size_t k = 0; k < n; k++) {
+        if (k) luaL_addchar(&b, ',');
+        add_json_string(&b, r[k].d);
+        luaL_addstring(&b, ":{\"hash\":");
+        add_json_string(&b, r[k].hash);
+        luaL_addstring(&b, ",\"value\":");
+        add_json_string(&b, r[k].text);
+        luaL_addchar(&b, '}');
+    }
+    luaL_addchar(&b, '}');
+    luaL_pushresult(&b);
+}
+
+/* After n.fn returned (directly, or resumed after it yielded): its results
+ * are above `base`. */
+static int finish(lua_State *L, int status, lua_KContext ctx)
+{
+    (void)status;
+    int base = (int)ctx, nres = lua_gettop(L) - base;
+    lua_Integer n_out = (lua_Integer)lua_rawlen(L, S_OUTPUTS);
+    lua_Integer inline_max = lua_tointeger(L, A_INLINE_MAX);
+    bool map = field_is(L, A_NODE, "output_style", "map");
+    /* util.holds_secret is the stdlib's; more outputs than this, rare, too */
+    if (flow_active_has_secrets(L) || n_out > MAX_OUTPUTS) return hand_over(L, base, nres);
+    luaL_checkstack(L, 2 * MAX_OUTPUTS + 8, "too many outputs");
+    int vals = lua_gettop(L);
+    for (lua_Integer k = 1; k <= n_out; k++) {           /* value k at vals + 2k - 1, its text above it */
+        if (!push_result(L, base, nres, map, k)) {
+            lua_settop(L, vals);
+            return hand_over(L, base, nres);
+        }
+        size_t len;
+        if (!flow_serialize(L, -1) || (lua_tolstring(L, -1, &len), len > (size_t)inline_max)) {
+            lua_settop(L, vals);
+            return hand_over(L, base, nres);
+        }
+    }
+    /* Every output is ready: recorded now, in order, as save_values does:
+     * values[d] = {value =, loaded = true, hash =}. */
+    struct ready r[MAX_OUTPUTS];
+    for (lua_Integer k = 1; k <= n_out; k++) {
+        int v = vals + 2 * (int)k - 1;
+        size_t len;
+        struct ready *o = &r[k - 1];
+        o->text = lua_tolstring(L, v + 1, &len);
+        sha256_hex(o->text, len, o->hash);
+        if (!push_io(L, S_OUTPUTS, k))                      /* io, d; checked before the call */
+            return luaL_error(L, "internal error: the outputs of a step changed while it ran");
+        o->d = lua_tostring(L, -1);
+        lua_createtable(L, 0, 3);
+        lua_pushstring(L, o->hash);
+        lua_setfield(L, -2, "hash");
+        lua_pushvalue(L, v);
+        lua_setfield(L, -2, "value");
+        lua_pushboolean(L, 1);
+        lua_setfield(L, -2, "loaded");
+        lua_rawset(L, A_VALUES);
+        lua_pop(L, 1);
+    }
+    push_records_json(L, r, (size_t)n_out);
+    return 1;
+}
+
+/* call(values, n, cat, inline_max) -> records JSON | nil, results | nothing (see above) */
+static int l_call(lua_State *L)
+{
+    lua_settop(L, A_INLINE_MAX);
+    luaL_checktype(L, A_VALUES, LUA_TTABLE);
+    luaL_checktype(L, A_NODE, LUA_TTABLE);
+    luaL_checktype(L, A_CAT, LUA_TTABLE);
+    luaL_checkinteger(L, A_INLINE_MAX);
+    lua_getfield(L, A_NODE, "inputs");
+    lua_getfield(L, A_NODE, "outputs");
+    lua_getfield(L, A_CAT, "exact");
+    lua_getfield(L, A_CAT, "memo");
+    for (int i = S_INPUTS; i <= S_MEMO; i++)
+        if (!lua_istable(L, i)) return 0;
+    if (!outputs_in_memory(L, (lua_Integer)lua_rawlen(L, S_OUTPUTS))) return 0;
+    if (lua_getfield(L, A_NODE, "fn") != LUA_TFUNCTION) return 0;
+    int base = lua_gettop(L) - 1, nargs;                   /* the results replace fn and its arguments */
+    if (!push_inputs(L, &nargs)) return 0;
+    lua_callk(L, nargs, LUA_MULTRET, base, finish);
+    return finish(L, LUA_OK, base);
+}
+
+static const luaL_Reg values_funcs[] = {
+    { "call", l_call },
+    { NULL, NULL }
+};
+
+int luaopen_flow_values_c(lua_State *L)
+{
+    luaL_newlib(L, values_funcs);
+    return 1;
+}
