@@ -387,7 +387,7 @@ int state_store_put(struct state_store *s, const struct state_rec *rec, char *er
         return -1;
     }
     /* Sized to fit: a record kept for each of 100,000 steps, in a buffer
-     * grown by doubling, held 50 MB where its bytes take 33. */
+     * grown by doubling, held 51 MB where its bytes take 44. */
     struct strbuf sb = { xmalloc(size + 1), 0, size + 1 };
     encode(&sb, rec);
     size_t len = sb.len;

@@ -253,7 +253,7 @@ end
 -- The entry for dataset `name`: declared, matched by a pattern, or memory.
 -- `memo` keeps what took a search of the patterns; without patterns a memory
 -- entry is made afresh on each call (a table kept for each of 100,000
--- datasets was a fifth of such a run's Lua heap).
+-- datasets was 17 MB, 15 % of what such a run's Lua heap held at its end).
 function Catalog:entry(name)
   local e = self.exact[name] or self.memo[name]
   if e then return e end
