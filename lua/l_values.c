@@ -16,11 +16,16 @@
  *   - before the call (an input to restore or to read from a file, an output
  *     the catalog keeps, a pattern that may match an output): nothing
  *     returned, nothing called;
- *   - after it (results the outputs do not match, a value that cannot be
- *     cached, a large one that goes to a file, a credential registered, for
- *     a value may hold it): nil and the results as table.pack makes them,
- *     from which the stdlib goes on (values.returned_values, save_values)
- *     with its own checks and messages.
+ *   - after it (results the outputs do not match, a map of results with a
+ *     metatable, a value that cannot be cached, a large one that goes to a
+ *     file, a credential registered, for a value may hold it): nil and the
+ *     results as table.pack makes them, from which the stdlib goes on
+ *     (values.returned_values, save_values) with its own checks and messages.
+ * The function is called with lua_callk: a step that waits (flow.sh) yields
+ * its coroutine, and finish() takes the results when it is resumed.  Where
+ * the step's code sees a difference: error(msg, 2) names no position (its
+ * caller is C, not the stdlib's run_function), and a traceback shows the
+ * function as "function <file:line>" rather than "field 'fn'".
  * FLOW_DEBUG_LUA_BODIES=1 sends every step the stdlib's way; t_outputs.sh
  * runs both and compares what they record. */
 #include "flowlua.h"
@@ -103,7 +108,7 @@ static bool push_inputs(lua_State *L, int *nargs)
     int top = lua_gettop(L);
     lua_Integer n_in = (lua_Integer)lua_rawlen(L, S_INPUTS);
     bool map = field_is(L, A_NODE, "input_style", "map");
-    luaL_checkstack(L, (int)(n_in > 1000000 ? 1000000 : n_in) + 8, "too many inputs");
+    if (n_in > 1000000 || !lua_checkstack(L, (int)n_in + 8)) return false;    /* the stdlib says why */
     if (map) lua_createtable(L, 0, (int)(n_in > 64 ? 64 : n_in));
     for (lua_Integer k = 1; k <= n_in; k++) {
         if (!push_io(L, S_INPUTS, k) || lua_rawget(L, A_VALUES) != LUA_TTABLE ||
@@ -132,10 +137,16 @@ static bool push_inputs(lua_State *L, int *nargs)
 static bool push_result(lua_State *L, int base, int nres, bool map, lua_Integer k)
 {
     if (map) {
+        /* a table with a metatable is the stdlib's: its __index may wait
+         * (flow.sh), which it cannot do under a C function */
         if (nres < 1 || !lua_istable(L, base + 1)) return false;
+        if (lua_getmetatable(L, base + 1)) {
+            lua_pop(L, 1);
+            return false;
+        }
         lua_rawgeti(L, S_OUTPUTS, k);
         lua_getfield(L, -1, "arg");
-        lua_gettable(L, base + 1);               /* t[io.arg], as the stdlib indexes it */
+        lua_rawget(L, base + 1);
         lua_remove(L, -2);
     } else {
         if (k > nres) return false;
@@ -208,12 +219,15 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
     int base = (int)ctx, nres = lua_gettop(L) - base;
+    /* a call with LUA_MULTRET leaves no room above its results: made here
+     * (what hand_over needs first, then the values and their texts) */
+    luaL_checkstack(L, 8, "too many results");
     lua_Integer n_out = (lua_Integer)lua_rawlen(L, S_OUTPUTS);
     lua_Integer inline_max = lua_tointeger(L, A_INLINE_MAX);
     bool map = field_is(L, A_NODE, "output_style", "map");
     /* util.holds_secret is the stdlib's; more outputs than this, rare, too */
-    if (flow_active_has_secrets(L) || n_out > MAX_OUTPUTS) return hand_over(L, base, nres);
-    luaL_checkstack(L, 2 * MAX_OUTPUTS + 8, "too many outputs");
+    if (flow_active_has_secrets(L) || n_out > MAX_OUTPUTS || !lua_checkstack(L, 2 * (int)n_out + 8))
+        return hand_over(L, base, nres);
     int vals = lua_gettop(L);
     for (lua_Integer k = 1; k <= n_out; k++) {           /* value k at vals + 2k - 1, its text above it */
         if (!push_result(L, base, nres, map, k)) {

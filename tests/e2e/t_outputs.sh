@@ -223,19 +223,32 @@ L
     contains "$ERR" "dataset 'a' and dataset 'a.json' are both stored at .flow/data/a.json"
 }
 
-# A catalog path inside .flow/data meets the files flow keeps there.
-test_a_catalog_path_in_flows_data_and_a_value_file_are_an_error() {
-    write pipeline.lua <<'L'
+# A Lua value 'a' that a command reads (flow writes it to .flow/data/a.json
+# for the command), the catalog $1 and one more step $2.
+value_for_a_command() {
+    write pipeline.lua <<L
 return pipeline{
   node{ func = function() return { 1 } end, outputs = "a", name = "value" },
-  node{ command = "cat ${inputs.a} > ${outputs.o}", inputs = { a = "a" }, outputs = { o = "kept" }, name = "cmd" },
+  node{ command = "cat \${inputs.a} > \${outputs.o}", inputs = { a = "a" }, outputs = { o = "kept" }, name = "cmd" },
+  ${2:-}
 }
 L
-    write conf/base/catalog.yml <<'Y'
-kept: {type: json, path: .flow/data/a.json}
-Y
+    printf '%s\n' "$1" | write conf/base/catalog.yml
+}
+
+# A catalog path inside .flow/data meets the files flow keeps there...
+test_a_catalog_path_in_flows_data_and_a_value_file_are_an_error() {
+    value_for_a_command "kept: {type: json, path: .flow/data/a.json}"
     run_flow 2 run
     contains "$ERR" "catalog entry 'kept' (conf/base/catalog.yml:1) and dataset 'a' are both stored at .flow/data/a.json"
+}
+
+# ... and so does a folder dataset that holds .flow/data.
+test_a_folder_dataset_holding_flows_data_is_an_error() {
+    value_for_a_command "dir: {type: folder, path: .flow/data}" \
+        'node{ func = function() local d = os.tmpname() os.remove(d) os.execute("mkdir " .. d) return d end, outputs = "dir", name = "folder" },'
+    run_flow 2 run
+    contains "$ERR" "dataset 'a' is stored at .flow/data/a.json, inside the folder of catalog entry 'dir' (conf/base/catalog.yml:1) (.flow/data)"
 }
 
 # ---- an output never takes an input away --------------------------------
@@ -436,4 +449,28 @@ L
     equals "$VALUE" "$value" "the value"
     equals "$value" "613" "the value"
     contains "$second" '"status":"ok","step":"yields"'
+}
+
+# Steps called in C wait as the stdlib's do: two that each wait in flow.sh
+# for the other to have started both run at once (a call that could not
+# yield would hold the thread, and the first would wait in vain).
+test_lua_steps_called_in_c_wait_for_each_other() {
+    write pipeline.lua <<'L'
+local function meet(me, other)
+  return flow.sh(string.format("touch %s; i=0; while [ ! -e %s ] && [ $i -lt 500 ]; do sleep 0.01; i=$((i+1)); done; " ..
+                               "[ -e %s ] && echo met", me, other, other))
+end
+return pipeline{
+  node{ name = "one", outputs = "a", func = function() return meet("one", "two") end },
+  node{ name = "two", outputs = "b", func = function() return meet("two", "one") end },
+}
+L
+    FLOW_DEBUG_UPTODATE=1 run_flow 0 run -j 2
+    contains "$ERR" "flow: Lua step bodies in C: 2"
+    write driver.lua <<'L'
+local r = flow.run(dofile("pipeline.lua"))
+print(r.outputs.a, r.outputs.b)
+L
+    run_flow 0 run driver.lua
+    equals "$OUT" "$(printf 'met\n\tmet\n')" "what each step's wait saw"
 }
