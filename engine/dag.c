@@ -20,7 +20,6 @@ void dag_free(struct dag *dag)
     if (!dag) return;
     free(dag->steps);
     free(dag->datasets);
-    free(dag->edges);
     free(dag->order);
     strmap_free(&dag->step_index);
     strmap_free(&dag->dataset_index);
@@ -255,8 +254,7 @@ static void build_edges(struct dag *dag)
 {
     size_t max_deps = 0;
     for (size_t i = 0; i < dag->n_steps; i++) max_deps += dag->steps[i].n_inputs;
-    size_t *edges = xmalloc((2 * max_deps + 1) * sizeof *edges), n_edges = 0;
-    size_t *fill = xcalloc(dag->n_steps + 1, sizeof *fill);         /* dependents placed so far */
+    size_t *edges = arena_calloc(&dag->mem, 2 * max_deps, sizeof *edges), n_edges = 0;
     for (size_t i = 0; i < dag->n_steps; i++) {
         struct dag_step *s = &dag->steps[i];
         s->deps = edges + n_edges;
@@ -274,14 +272,13 @@ static void build_edges(struct dag *dag)
     for (size_t i = 0; i < dag->n_steps; i++) {
         dag->steps[i].dependents = edges + n_edges;
         n_edges += dag->steps[i].n_dependents;
+        dag->steps[i].n_dependents = 0;            /* counted again as they are placed */
     }
     for (size_t i = 0; i < dag->n_steps; i++)
         for (size_t k = 0; k < dag->steps[i].n_deps; k++) {
-            size_t up = dag->steps[i].deps[k];
-            dag->steps[up].dependents[fill[up]++] = i;
+            struct dag_step *up = &dag->steps[dag->steps[i].deps[k]];
+            up->dependents[up->n_dependents++] = i;
         }
-    free(fill);
-    dag->edges = edges;
 }
 
 /* Walk dependencies among the unordered steps until one repeats: that is a cycle.

@@ -34,7 +34,7 @@ struct dag_step {
     struct dag_dist dist;
     int udata;                      /* the owner's handle for this step */
     /* Filled by dag_finalize: unique upstream and downstream step indices
-     * (slices of struct dag's edges). */
+     * (slices of one array in the graph's arena). */
     size_t *deps, *dependents;
     size_t n_deps, n_dependents;
 };
@@ -52,7 +52,6 @@ struct dag {
     size_t n_datasets, cap_datasets;
     struct strmap step_index, dataset_index;     /* keys: the names in `mem` */
     struct arena mem;               /* every step's and dataset's strings and lists */
-    size_t *edges;                  /* every step's deps, then every step's dependents */
     size_t *order;                  /* topological order, after dag_finalize */
 };
 

@@ -1,5 +1,6 @@
 /* fingerprint.c — a step's fingerprint from its parts (see fingerprint.h). */
 #include "fingerprint.h"
+#include "util.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -8,8 +9,7 @@
 static int by_key(const void *a, const void *b)
 {
     const struct fp_str *x = &((const struct fp_kv *)a)->key, *y = &((const struct fp_kv *)b)->key;
-    int c = memcmp(x->s, y->s, x->len < y->len ? x->len : y->len);
-    return c != 0 ? c : (x->len > y->len) - (x->len < y->len);
+    return bytes_compare(x->s, x->len, y->s, y->len);
 }
 
 static void add(struct hasher *h, struct fp_str s, bool *first)

@@ -404,22 +404,22 @@ int state_store_put(struct state_store *s, const struct state_rec *rec, char *er
 
 struct state_store_stats state_store_stats(const struct state_store *s) { return s->stats; }
 
-/* The frames of the store's records (only those not yet in the file, with
- * `only_dirty`), after the file's magic (with `magic`), written to fd a
- * chunk at a time: a save of 100,000 records holds a chunk, not a second
- * copy of the file.  0, or -1 with errno set. */
+/* The frames of the store's records, written to fd a chunk at a time (a
+ * save of 100,000 records holds a chunk, not a second copy of the file):
+ * the whole file, its magic and every record, or (an append) only the
+ * records not in the file yet.  0, or -1 with errno set. */
 #define WRITE_CHUNK (256 * 1024)
-struct frames { const struct state_store *s; bool only_dirty, magic; };
+struct frames { const struct state_store *s; bool whole; };
 
 static int write_frames(int fd, void *ctx)
 {
     const struct frames *w = ctx;
     struct strbuf out = { 0 };
-    if (w->magic) sb_add(&out, MAGIC, MAGIC_LEN);
+    if (w->whole) sb_add(&out, MAGIC, MAGIC_LEN);
     int rc = 0;
     for (size_t i = 0; i < w->s->n && rc == 0; i++) {
         const struct slot *sl = &w->s->slots[i];
-        if (w->only_dirty && !sl->dirty) continue;
+        if (!w->whole && !sl->dirty) continue;
         frame(&out, sl->blob, sl->blob_len);
         if (out.len >= WRITE_CHUNK) {
             rc = write_all(fd, out.buf, out.len);
@@ -441,7 +441,7 @@ static int append(struct state_store *s, char *err, size_t errlen)
     /* Whole records, in order: a crash leaves them and at most one torn
      * record at the end, which the next open ignores and the next save
      * rewrites away. */
-    int rc = write_frames(fd, &(struct frames){ s, true, false }) == 0 && fdatasync(fd) == 0 ? 0 : -1;
+    int rc = write_frames(fd, &(struct frames){ s, false }) == 0 && fdatasync(fd) == 0 ? 0 : -1;
     int e = errno;
     if (close(fd) != 0 && rc == 0) { rc = -1; e = errno; }
     if (rc != 0) errf(err, errlen, "cannot write %s: %s", s->path, strerror(e));
@@ -450,7 +450,7 @@ static int append(struct state_store *s, char *err, size_t errlen)
 
 static int rewrite(struct state_store *s, char *err, size_t errlen)
 {
-    return nofollow_write_atomic_with(s->path, write_frames, &(struct frames){ s, false, true }, err, errlen);
+    return nofollow_write_atomic_with(s->path, write_frames, &(struct frames){ s, true }, err, errlen);
 }
 
 bool state_store_unsaved(const struct state_store *s) { return s->dirty > 0 || s->rewrite; }

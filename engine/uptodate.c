@@ -244,13 +244,6 @@ static int file_hashes(struct utd *u, const struct description *d, struct fp_kv 
     return 0;
 }
 
-/* The parts of a step's fingerprint as they are now: the described ones,
- * and the files, inputs and parameters found (in the check's found_space). */
-struct found {
-    struct fp_parts p;
-    char (*file_hex)[SHA256_HEX_SIZE], (*in_hex)[SHA256_HEX_SIZE];
-};
-
 /* The space's arrays hold at least files, inputs and params items (and one more). */
 static void found_space_fit(struct found_space *fs, size_t files, size_t inputs, size_t params)
 {
@@ -270,35 +263,36 @@ static void found_space_fit(struct found_space *fs, size_t files, size_t inputs,
     }
 }
 
-/* 0 with f filled (its arrays are the check's, good until the next call),
- * or 1 when this check cannot tell. */
-static int find_parts(struct utd *u, const struct description *d, struct found *f)
+/* The parts of a step's fingerprint as they are now, in p: the described
+ * ones, and the files, inputs and parameters found (the check's
+ * found_space holds them, good until the next call).  0, or 1 when this
+ * check cannot tell. */
+static int find_parts(struct utd *u, const struct description *d, struct fp_parts *p)
 {
     struct found_space *fs = &u->space;
     found_space_fit(fs, d->n_files, d->n_inputs, d->n_params);
-    *f = (struct found){ .p = { .code = d->code, .dist = d->dist, .outputs = d->outputs, .files = fs->files,
-                                .inputs = fs->inputs, .params = fs->params },
-                         .file_hex = fs->file_hex, .in_hex = fs->in_hex };
-    if (file_hashes(u, d, f->p.files, f->file_hex, &f->p.n_files) != 0) return 1;
+    *p = (struct fp_parts){ .code = d->code, .dist = d->dist, .outputs = d->outputs, .files = fs->files,
+                            .inputs = fs->inputs, .params = fs->params };
+    if (file_hashes(u, d, p->files, fs->file_hex, &p->n_files) != 0) return 1;
     for (size_t k = 0; k < d->n_inputs; k++) {
         const struct fp_str ds = d->inputs[k].dataset;
-        if (kv_has(f->p.inputs, f->p.n_inputs, ds)) continue;    /* read twice: one entry, as in a map */
-        const char *h = input_hash(u, &d->inputs[k], f->in_hex[k]);
+        if (kv_has(p->inputs, p->n_inputs, ds)) continue;    /* read twice: one entry, as in a map */
+        const char *h = input_hash(u, &d->inputs[k], fs->in_hex[k]);
         if (!h) return 1;
-        f->p.inputs[f->p.n_inputs++] = (struct fp_kv){ ds, { h, strlen(h) } };
+        p->inputs[p->n_inputs++] = (struct fp_kv){ ds, { h, strlen(h) } };
     }
     /* fp_combine sorts in place: a copy keeps the description's order */
-    memcpy(f->p.params, d->params, d->n_params * sizeof *f->p.params);
-    f->p.n_params = d->n_params;
+    memcpy(p->params, d->params, d->n_params * sizeof *p->params);
+    p->n_params = d->n_params;
     return 0;
 }
 
 int utd_fingerprint(struct utd *u, size_t i, char hex[SHA256_HEX_SIZE])
 {
     if (i >= u->n_steps || !u->steps[i].d) return 1;
-    struct found f;
-    int rc = find_parts(u, u->steps[i].d, &f);
-    if (rc == 0) fp_combine(&f.p, hex);
+    struct fp_parts p;
+    int rc = find_parts(u, u->steps[i].d, &p);
+    if (rc == 0) fp_combine(&p, hex);
     return rc;
 }
 /* "name":"its first FP_SHORT bytes" — a part as fingerprint.short keeps it,
@@ -369,15 +363,15 @@ static bool outputs_hold(struct utd *u, const struct description *d, const struc
  * its new record, when this check can work them out. */
 static enum utd_verdict no_record(struct utd *u, struct step *s)
 {
-    struct found f;
+    struct fp_parts p;
     enum utd_verdict v = UTD_CANNOT_TELL;
-    if (find_parts(u, s->d, &f) == 0) {
+    if (find_parts(u, s->d, &p) == 0) {
         char hex[SHA256_HEX_SIZE];
-        fp_combine(&f.p, hex);                 /* sorts the maps: the JSON is in key order too */
+        fp_combine(&p, hex);                   /* sorts the maps: the JSON is in key order too */
         free(s->fp);
         free(s->parts_json);
         s->fp = xstrdup(hex);
-        s->parts_json = short_parts_json(&f.p);
+        s->parts_json = short_parts_json(&p);
         v = UTD_NO_RECORD;
     }
     return v;

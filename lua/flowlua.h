@@ -133,6 +133,12 @@ int flow_raise(lua_State *L, const char *msg);
 int flow_raise_fs(lua_State *L, const char *msg);
 /* Field `key` of the table at idx as a string (it stays alive in the table), or NULL. */
 const char *flow_field_string(lua_State *L, int idx, const char *key);
+/* The catalog entry of dataset d (a string at index d) as Catalog:entry
+ * finds it without searching the patterns (flow.catalog): pushes exact[d]
+ * or, when the catalog has patterns, memo[d] (the tables at exact and memo),
+ * or nil for a memory dataset no pattern can match; false, with nothing
+ * pushed, when only a search of the patterns can tell. */
+bool flow_push_known_entry(lua_State *L, int exact, int memo, int d, bool patterns);
 /* A userdata metatable `name` with `methods` as __index and `gc` as __gc. */
 void flow_new_class(lua_State *L, const char *name, const struct luaL_Reg *methods, lua_CFunction gc);
 

@@ -10,7 +10,7 @@
  *                        selected step makes)
  *   chk:set(i, code, dist|nil, outputs, {param = hash}, {file, ...}) -> described
  *                        step i's parts fixed for the run; its name, inputs
- *                        and outputs are the graph's
+ *                        and outputs are the graph's (named only, when not)
  *   chk:describe(ctx)    -> whether any step was described, how many in C:
  *                        every selected step, those the stdlib's tables say
  *                        enough of in C, the others through ctx.fallback(i)
@@ -48,14 +48,12 @@ static void *scratch(struct checker *c, size_t size)
 
 enum { UV_HASHES = 1, UV_STORE, UV_GRAPH, UV_VALUES, UV_SELECTED, N_UV = UV_SELECTED };
 
-static struct checker *checker_at(lua_State *L, int idx)
+struct checker *flow_uptodate_checker(lua_State *L, int idx)
 {
     struct checker *c = luaL_checkudata(L, idx, UPTODATE_CLASS);
     if (!c->u) luaL_error(L, "the up-to-date check is closed");
     return c;
 }
-
-struct checker *flow_uptodate_checker(lua_State *L) { return checker_at(L, 1); }
 
 static int l_uptodate(lua_State *L)
 {
@@ -154,7 +152,10 @@ bool flow_uptodate_describe_step(lua_State *L, struct checker *c, size_t i, stru
     for (size_t k = 0; k < step->n_inputs; k++) {
         const char *d = step->inputs[k].dataset;
         if (dag_is_param_input(d)) continue;            /* a parameter: among the params */
-        if (!input_source(L, c, d, &a->in[spec->n_inputs++])) return false;
+        if (!input_source(L, c, d, &a->in[spec->n_inputs++])) {
+            utd_name_step(c->u, i, step->name);
+            return false;
+        }
     }
     spec->inputs = a->in;
     for (size_t k = 0; k < step->n_outputs; k++) a->outs[k] = step->outputs[k].dataset;
@@ -167,10 +168,10 @@ bool flow_uptodate_describe_step(lua_State *L, struct checker *c, size_t i, stru
 /* chk:set(i, code, dist|nil, outputs, {param = hash}, {file, ...}) -> whether step i is described.
  * Its name, inputs and outputs are the graph's; an input neither made by a
  * selected step nor a value of the run with a hash or a path leaves it
- * undescribed (the caller names it). */
+ * undescribed, only named. */
 static int l_set(lua_State *L)
 {
-    struct checker *c = flow_uptodate_checker(L);
+    struct checker *c = flow_uptodate_checker(L, 1);
     size_t i = graph_step(L, c);
     struct utd_step spec = { .code = str_at(L, 3), .outputs = str_at(L, 5) };
     if (!lua_isnil(L, 4)) spec.dist = str_at(L, 4);
@@ -207,7 +208,7 @@ static int l_set(lua_State *L)
  * its consumers may still use once it is fresh). */
 static int l_name(lua_State *L)
 {
-    struct checker *c = flow_uptodate_checker(L);
+    struct checker *c = flow_uptodate_checker(L, 1);
     size_t i = graph_step(L, c);
     utd_name_step(c->u, i, c->dag->steps[i].name);
     return 0;
@@ -215,25 +216,25 @@ static int l_name(lua_State *L)
 
 static int l_fresh(lua_State *L)
 {
-    utd_mark_fresh(flow_uptodate_checker(L)->u, check_step(L, 2), luaL_checkstring(L, 3));
+    utd_mark_fresh(flow_uptodate_checker(L, 1)->u, check_step(L, 2), luaL_checkstring(L, 3));
     return 0;
 }
 
 static int l_passed(lua_State *L)
 {
-    lua_pushboolean(L, utd_passed(flow_uptodate_checker(L)->u, check_step(L, 2)));
+    lua_pushboolean(L, utd_passed(flow_uptodate_checker(L, 1)->u, check_step(L, 2)));
     return 1;
 }
 
 static int l_no_record(lua_State *L)
 {
-    lua_pushboolean(L, utd_no_record(flow_uptodate_checker(L)->u, check_step(L, 2)));
+    lua_pushboolean(L, utd_no_record(flow_uptodate_checker(L, 1)->u, check_step(L, 2)));
     return 1;
 }
 
 static int l_stats(lua_State *L)
 {
-    struct utd_stats st = utd_stats(flow_uptodate_checker(L)->u);
+    struct utd_stats st = utd_stats(flow_uptodate_checker(L, 1)->u);
     lua_createtable(L, 0, 3);
     lua_pushinteger(L, (lua_Integer)st.passed);
     lua_setfield(L, -2, "passed");
@@ -260,7 +261,7 @@ static int l_gc(lua_State *L)
     return 0;
 }
 
-struct utd *flow_check_uptodate(lua_State *L, int idx) { return checker_at(L, idx)->u; }
+struct utd *flow_check_uptodate(lua_State *L, int idx) { return flow_uptodate_checker(L, idx)->u; }
 
 static const luaL_Reg uptodate_methods[] = {
     { "set", l_set },

@@ -45,9 +45,8 @@ enum { A_VALUES = 1, A_NODE, A_CAT, A_INLINE_MAX, S_INPUTS, S_OUTPUTS, S_EXACT, 
 /* Whether field `key` of the table at idx is the string `want`. */
 static bool field_is(lua_State *L, int idx, const char *key, const char *want)
 {
-    bool is = lua_getfield(L, idx, key) == LUA_TSTRING && strcmp(lua_tostring(L, -1), want) == 0;
-    lua_pop(L, 1);
-    return is;
+    const char *s = flow_field_string(L, idx, key);
+    return s && strcmp(s, want) == 0;
 }
 
 /* Pushes entry k of the io list at `list` and its dataset name (a string,
@@ -65,26 +64,6 @@ static bool push_io(lua_State *L, int list, lua_Integer k)
     return true;
 }
 
-/* Whether dataset d (a string at idx) is a memory dataset by what the
- * catalog knows without searching its patterns (Catalog:entry's order:
- * declared, then resolved; a name neither knows is memory unless a pattern
- * may match it). */
-static bool is_memory(lua_State *L, int d, bool patterns)
-{
-    lua_pushvalue(L, d);
-    if (lua_rawget(L, S_EXACT) != LUA_TTABLE) {
-        lua_pop(L, 1);
-        lua_pushvalue(L, d);
-        if (lua_rawget(L, S_MEMO) != LUA_TTABLE) {
-            lua_pop(L, 1);
-            return !patterns;
-        }
-    }
-    bool memory = field_is(L, -1, "type", "memory");
-    lua_pop(L, 1);
-    return memory;
-}
-
 /* Every output a memory dataset. */
 static bool outputs_in_memory(lua_State *L, lua_Integer n_out)
 {
@@ -93,8 +72,12 @@ static bool outputs_in_memory(lua_State *L, lua_Integer n_out)
     lua_pop(L, 1);
     for (lua_Integer k = 1; k <= n_out; k++) {
         if (!push_io(L, S_OUTPUTS, k)) return false;
-        bool memory = is_memory(L, lua_gettop(L), patterns);
-        lua_pop(L, 2);
+        if (!flow_push_known_entry(L, S_EXACT, S_MEMO, -1, patterns)) {
+            lua_pop(L, 2);
+            return false;
+        }
+        bool memory = lua_isnil(L, -1) || field_is(L, -1, "type", "memory");
+        lua_pop(L, 3);
         if (!memory) return false;
     }
     return true;

@@ -165,10 +165,8 @@ static int compare_keys(const void *pa, const void *pb)
         if (a->is_int && b->is_int) return (a->i > b->i) - (a->i < b->i);
         if (!a->is_int && !b->is_int) return (a->n > b->n) - (a->n < b->n);
         return a->is_int ? compare_int_float(a->i, b->n) : -compare_int_float(b->i, a->n);
-    case RANK_STRING: {
-        int c = memcmp(a->s, b->s, a->len < b->len ? a->len : b->len);
-        return c ? c : (a->len > b->len) - (a->len < b->len);
-    }
+    case RANK_STRING:
+        return bytes_compare(a->s, a->len, b->s, b->len);
     }
     return 0;
 }
@@ -341,20 +339,26 @@ static int write_table(lua_State *L, struct ser *s, int t)
     return 0;
 }
 
+/* The literal of nil, a boolean or a number (made in buf), else NULL. */
+static const char *scalar_literal(lua_State *L, int idx, char *buf, size_t size)
+{
+    switch (lua_type(L, idx)) {
+    case LUA_TNIL: return "nil";
+    case LUA_TBOOLEAN: return lua_toboolean(L, idx) ? "true" : "false";
+    case LUA_TNUMBER: format_number(L, idx, buf, size); return buf;
+    default: return NULL;
+    }
+}
+
 static int write_value(lua_State *L, struct ser *s, int idx)
 {
     char num[64];
+    const char *literal = scalar_literal(L, idx, num, sizeof num);
+    if (literal) {
+        sb_adds(&s->out, literal);
+        return 0;
+    }
     switch (lua_type(L, idx)) {
-    case LUA_TNIL:
-        sb_adds(&s->out, "nil");
-        return 0;
-    case LUA_TBOOLEAN:
-        sb_adds(&s->out, lua_toboolean(L, idx) ? "true" : "false");
-        return 0;
-    case LUA_TNUMBER:
-        format_number(L, idx, num, sizeof num);
-        sb_adds(&s->out, num);
-        return 0;
     case LUA_TSTRING: {
         size_t len;
         const char *str = lua_tolstring(L, idx, &len);
@@ -373,11 +377,10 @@ int flow_serialize(lua_State *L, int idx)
     idx = lua_absindex(L, idx);
     /* A number or a boolean needs neither buffers nor a walk (most of the
      * values of a run of many small Lua steps): the same bytes at once. */
-    int t = lua_type(L, idx);
-    if (t == LUA_TNUMBER || t == LUA_TBOOLEAN) {
-        char num[64];
-        if (t == LUA_TNUMBER) format_number(L, idx, num, sizeof num);
-        lua_pushfstring(L, "return %s", t == LUA_TNUMBER ? num : lua_toboolean(L, idx) ? "true" : "false");
+    char num[64];
+    const char *literal = scalar_literal(L, idx, num, sizeof num);
+    if (literal) {
+        lua_pushfstring(L, "return %s", literal);
         return 1;
     }
     struct ser *s = lua_newuserdatauv(L, sizeof *s, 0);

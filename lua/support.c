@@ -82,6 +82,22 @@ const char *flow_field_string(lua_State *L, int idx, const char *key)
     return s;
 }
 
+bool flow_push_known_entry(lua_State *L, int exact, int memo, int d, bool patterns)
+{
+    d = lua_absindex(L, d);
+    lua_pushvalue(L, d);
+    if (lua_rawget(L, exact) == LUA_TTABLE) return true;
+    lua_pop(L, 1);
+    if (!patterns) {                  /* the memo keeps only what a search of them found */
+        lua_pushnil(L);
+        return true;
+    }
+    lua_pushvalue(L, d);
+    if (lua_rawget(L, memo) == LUA_TTABLE) return true;
+    lua_pop(L, 1);
+    return false;
+}
+
 void flow_new_class(lua_State *L, const char *name, const luaL_Reg *methods, lua_CFunction gc)
 {
     luaL_newmetatable(L, name);

@@ -25,8 +25,8 @@ struct checker {
     size_t cap_params;
 };
 
-/* The check at argument 1, raising if it is closed. */
-struct checker *flow_uptodate_checker(lua_State *L);
+/* The check at idx, raising if it is not one or is closed. */
+struct checker *flow_uptodate_checker(lua_State *L, int idx);
 
 /* A step's description's arrays, in the checker's scratch (a raise while
  * they are filled leaks nothing): np parameters and nf files the caller
@@ -36,9 +36,10 @@ struct arrays { struct fp_kv *params; const char **files; struct utd_input *in; 
 struct arrays flow_uptodate_arrays(struct checker *c, const struct dag_step *step, size_t np, size_t nf);
 
 /* Describes step i: spec's code, dist, outputs, params and files given; its
- * name, inputs and outputs the graph's.  false (and not described): an input
- * neither made by a selected step nor a value of the run with a hash or a
- * path — the stdlib's check says what is wrong.  The checker is argument 1. */
+ * name, inputs and outputs the graph's.  false (and only named, so that its
+ * consumers may use its record once it is fresh): an input neither made by
+ * a selected step nor a value of the run with a hash or a path — the
+ * stdlib's check says what is wrong.  The checker is argument 1. */
 bool flow_uptodate_describe_step(lua_State *L, struct checker *c, size_t i, struct utd_step *spec, struct arrays *a);
 
 /* chk:describe(ctx) (lua/uptodate_describe.c). */

@@ -58,15 +58,10 @@ static bool add_output_part(lua_State *L, struct checker *c, const char *d)
     const char *type = "memory", *path = "";
     bool versioned = false;
     lua_pushstring(L, d);
-    if (lua_rawget(L, X_CAT_MEMO) != LUA_TTABLE) {
-        lua_pop(L, 1);
-        lua_pushstring(L, d);
-        if (lua_rawget(L, X_CAT_EXACT) != LUA_TTABLE && lua_toboolean(L, X_PATTERNS)) return false;
-    }
+    if (!flow_push_known_entry(L, X_CAT_EXACT, X_CAT_MEMO, -1, lua_toboolean(L, X_PATTERNS))) return false;
     int e = lua_gettop(L);
     if (lua_istable(L, e)) {
-        if (!field_string(L, e, "type")) return false;
-        type = lua_tostring(L, -1);
+        if (!(type = flow_field_string(L, e, "type"))) return false;
         int t = lua_getfield(L, e, "path");
         if (t == LUA_TSTRING) path = lua_tostring(L, -1);
         else if (t != LUA_TNIL && !(t == LUA_TBOOLEAN && !lua_toboolean(L, -1))) return false;
@@ -77,7 +72,7 @@ static bool add_output_part(lua_State *L, struct checker *c, const char *d)
     sb_add(&c->part, type, strlen(type) + 1);
     sb_adds(&c->part, path);
     if (versioned) sb_add(&c->part, "\0v", 2);
-    lua_settop(L, e - 1);
+    lua_settop(L, e - 2);                        /* and d */
     return true;
 }
 
@@ -211,11 +206,11 @@ static int describe_known(lua_State *L, struct checker *c, size_t i)
     if (lua_rawgeti(L, X_REMOTE, (lua_Integer)i + 1) != LUA_TNIL) return -1;
     lua_rawgeti(L, X_NODES, (lua_Integer)i + 1);
     int n = lua_gettop(L);
-    if (!field_string(L, n, "kind")) return -1;
-    bool command = strcmp(lua_tostring(L, -1), "command") == 0;
-    if (!command && strcmp(lua_tostring(L, -1), "func") != 0) return -1;
-    if (lua_type(L, X_SWEEP) == LUA_TSTRING && field_string(L, n, "name") && lua_rawequal(L, -1, X_SWEEP))
-        return -1;
+    const char *kind = flow_field_string(L, n, "kind");
+    if (!kind) return -1;
+    bool command = strcmp(kind, "command") == 0;
+    if (!command && strcmp(kind, "func") != 0) return -1;
+    if (lua_type(L, X_SWEEP) == LUA_TSTRING && strcmp(step->name, lua_tostring(L, X_SWEEP)) == 0) return -1;
     struct utd_step spec = { 0 };
     int templates = 0, names = 0;
     if (command) {
@@ -263,7 +258,7 @@ static int describe_known(lua_State *L, struct checker *c, size_t i)
  * name|nil, fallback =}. */
 int flow_uptodate_describe(lua_State *L)
 {
-    struct checker *c = flow_uptodate_checker(L);
+    struct checker *c = flow_uptodate_checker(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_settop(L, 2);
     for (int k = X_NODES; k <= X_TOP; k++) {
@@ -278,7 +273,6 @@ int flow_uptodate_describe(lua_State *L)
         if (c->selected && !c->selected[i]) continue;
         int r = describe_known(L, c, i);
         lua_settop(L, X_TOP);
-        if (r == 0) utd_name_step(c->u, i, c->dag->steps[i].name);
         if (r >= 0) {
             described = described || r > 0;
             here += r > 0;

@@ -199,8 +199,10 @@ function Run:engine_check(plan)
     local n = nodes[i]
     local ok, parts, names = false, nil, nil        -- the sweep job's step always runs (Run:decide)
     if n.name ~= self.sweep_step then ok, parts, names = pcall(self.static_parts, self, i, n) end
-    if ok and chk:set(i, parts.code, parts.dist, parts.outputs, parts.params, names or NO_NAMES) then return true end
-    chk:name(i)                           -- its consumers may still use its record once it is fresh
+    -- (chk:set names a step it cannot describe: its consumers may still use
+    -- its record once it is fresh)
+    if ok then return chk:set(i, parts.code, parts.dist, parts.outputs, parts.params, names or NO_NAMES) end
+    chk:name(i)
     return false
   end
   local described, in_c = chk:describe {

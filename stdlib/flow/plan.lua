@@ -512,12 +512,13 @@ local function check_paths(nodes, commands, cat)
     return e.declared and string.format("catalog entry '%s' (%s)", d, e.origin)
            or string.format("dataset '%s'", d)
   end
+  local function clash(o, oe, d, e, path)
+    graph_error(string.format("%s and %s are both stored at %s: each dataset needs a path of its own",
+                              who(o, oe), who(d, e), path))
+  end
   local function claim(key, path, d, e)
     local o = owner_d[key]
-    if o and o ~= d then
-      graph_error(string.format("%s and %s are both stored at %s: each dataset needs a path of its own",
-                                who(o, owner_e[key]), who(d, e), path))
-    end
+    if o and o ~= d then clash(o, owner_e[key], d, e, path) end
     owner_d[key], owner_e[key], owner_path[key] = d, e, path
     if e.type == "folder" then folders = true end
   end
@@ -547,10 +548,7 @@ local function check_paths(nodes, commands, cat)
   local data_owner, data_entry = {}, {}     -- by file name in .flow/data
   local function claim_data(file, d, e)
     local o = data_owner[file]
-    if o and o ~= d then
-      graph_error(string.format("%s and %s are both stored at %s: each dataset needs a path of its own",
-                                who(o, data_entry[file]), who(d, e), DATA .. "/" .. file))
-    end
+    if o and o ~= d then clash(o, data_entry[file], d, e, DATA .. "/" .. file) end
     data_owner[file], data_entry[file] = d, e
   end
   local placed = {}
