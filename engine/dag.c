@@ -37,6 +37,20 @@ bool dag_is_param_input(const char *dataset)
     return dag_param_key(dataset) || strcmp(dataset, "parameters") == 0;
 }
 
+void dag_reserve(struct dag *dag, size_t n_steps)
+{
+    if (n_steps > dag->cap_steps) {
+        dag->steps = xrealloc(dag->steps, n_steps * sizeof *dag->steps);
+        dag->cap_steps = n_steps;
+    }
+    if (n_steps > dag->cap_datasets) {
+        dag->datasets = xrealloc(dag->datasets, n_steps * sizeof *dag->datasets);
+        dag->cap_datasets = n_steps;
+    }
+    strmap_reserve(&dag->step_index, n_steps);
+    strmap_reserve(&dag->dataset_index, n_steps);
+}
+
 /* An input's or output's arg is its dataset's name unless the step names it
  * otherwise: one string for both. */
 static struct dag_io *copy_io(struct arena *mem, const struct dag_io *io, size_t n)

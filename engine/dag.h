@@ -57,6 +57,8 @@ struct dag {
 
 struct dag *dag_new(void);
 void dag_free(struct dag *dag);
+/* Room for n_steps steps (and as many datasets) before any is added. */
+void dag_reserve(struct dag *dag, size_t n_steps);
 
 /* Deep-copies `spec` into the graph's arena (its deps/dependents are
  * ignored).  Returns the new step's index, or -1 with a message when the name

@@ -37,8 +37,9 @@ int loop_interrupts(struct loop *loop);
 /* The same without a system call when the last look is less than
  * LOOP_LOOK_EVERY old: for a step's own code, which looks as it enters and
  * leaves sched.guard (a run of 100,000 Lua steps read the signal descriptor
- * 200,000 times for it).  A signal is seen at most that late; a wait sees it
- * at once, and the scheduler looks exactly before it starts a step. */
+ * 200,000 times for it), and for the scheduler between two steps it starts.
+ * A signal is seen at most that late; a wait sees it at once, and the
+ * scheduler looks exactly each time the loop hands it control. */
 #define LOOP_LOOK_EVERY 0.005
 int loop_interrupts_recent(struct loop *loop);
 /* Forgets the interrupts so far (flow repl: a Ctrl-C ends what it stopped,

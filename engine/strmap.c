@@ -32,10 +32,10 @@ static struct strmap_slot *find_slot(const struct strmap *m, const char *key, un
     }
 }
 
-static void grow(struct strmap *m)
+static void rehash(struct strmap *m, size_t cap)
 {
     struct strmap old = *m;
-    m->cap = old.cap ? old.cap * 2 : 16;
+    m->cap = cap;
     m->slots = xcalloc(m->cap, sizeof *m->slots);
     for (size_t i = 0; i < old.cap; i++) {
         if (!old.slots[i].key) continue;
@@ -44,9 +44,18 @@ static void grow(struct strmap *m)
     free(old.slots);
 }
 
+static bool fits(size_t count, size_t cap) { return count * 10 <= cap * 7; }
+
+void strmap_reserve(struct strmap *m, size_t n)
+{
+    size_t cap = m->cap ? m->cap : 16;
+    while (!fits(n, cap)) cap *= 2;
+    if (cap != m->cap) rehash(m, cap);
+}
+
 void strmap_put(struct strmap *m, const char *key, size_t value)
 {
-    if ((m->count + 1) * 10 > m->cap * 7) grow(m);
+    if (!fits(m->count + 1, m->cap)) rehash(m, m->cap ? m->cap * 2 : 16);
     unsigned h = hash_str(key);
     struct strmap_slot *s = find_slot(m, key, h);
     if (!s->key) {

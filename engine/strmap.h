@@ -17,6 +17,9 @@ void strmap_free(struct strmap *m);
 /* Insert or overwrite. */
 void strmap_put(struct strmap *m, const char *key, size_t value);
 bool strmap_get(const struct strmap *m, const char *key, size_t *value);
+/* Room for n keys without growing (a map filled in a known count is not
+ * rehashed at every doubling). */
+void strmap_reserve(struct strmap *m, size_t n);
 
 /* Pointer -> pointer.  Keys and values must be non-NULL (a NULL value reads as absent);
  * keys are not owned, and entries are never removed. */

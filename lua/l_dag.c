@@ -162,6 +162,7 @@ static int l_build(lua_State *L)
     luaL_setmetatable(L, DAG_MT);
     char err[4096];
     size_t n = lua_rawlen(L, 1);
+    dag_reserve(*ud, n);
     bool dists = lua_istable(L, 3);
     struct scratch sc = { .base = lua_gettop(L) + 1 };
     for (int k = 0; k < N_SCRATCH; k++) lua_pushnil(L);

@@ -254,6 +254,7 @@ static int l_gc(lua_State *L)
     sb_release(&c->joined);
     free(c->spans);
     free(c->params);
+    strmap_free(&c->cat_names);
     c->spans = NULL;
     c->params = NULL;
     c->u = NULL;

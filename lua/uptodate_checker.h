@@ -4,6 +4,7 @@
 #define FLOW_UPTODATE_CHECKER_H
 
 #include "dag.h"
+#include "strmap.h"
 #include "flowlua.h"
 #include "uptodate.h"
 #include "util.h"
@@ -23,6 +24,10 @@ struct checker {
     size_t cap_spans;
     struct fp_kv *params;                        /* chk:describe's parameters of a step */
     size_t cap_params;
+    /* chk:describe's copy of the names the catalog lists (ctx.cat_exact's
+     * keys): a dataset not among them, with no patterns, has no entry, and
+     * is found so without making its name a Lua string */
+    struct strmap cat_names;
 };
 
 /* The check at idx, raising if it is not one or is closed. */

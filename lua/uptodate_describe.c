@@ -57,10 +57,13 @@ static bool add_output_part(lua_State *L, struct checker *c, const char *d)
 {
     const char *type = "memory", *path = "";
     bool versioned = false;
-    lua_pushstring(L, d);
-    if (!flow_push_known_entry(L, X_CAT_EXACT, X_CAT_MEMO, -1, lua_toboolean(L, X_PATTERNS))) return false;
+    int top = lua_gettop(L);
+    if (lua_toboolean(L, X_PATTERNS) || strmap_get(&c->cat_names, d, NULL)) {
+        lua_pushstring(L, d);
+        if (!flow_push_known_entry(L, X_CAT_EXACT, X_CAT_MEMO, -1, lua_toboolean(L, X_PATTERNS))) return false;
+    }
     int e = lua_gettop(L);
-    if (lua_istable(L, e)) {
+    if (e > top && lua_istable(L, e)) {
         if (!(type = flow_field_string(L, e, "type"))) return false;
         int t = lua_getfield(L, e, "path");
         if (t == LUA_TSTRING) path = lua_tostring(L, -1);
@@ -72,7 +75,7 @@ static bool add_output_part(lua_State *L, struct checker *c, const char *d)
     sb_add(&c->part, type, strlen(type) + 1);
     sb_adds(&c->part, path);
     if (versioned) sb_add(&c->part, "\0v", 2);
-    lua_settop(L, e - 2);                        /* and d */
+    lua_settop(L, top);
     return true;
 }
 
@@ -248,6 +251,18 @@ static int describe_known(lua_State *L, struct checker *c, size_t i)
     return flow_uptodate_describe_step(L, c, i, &spec, &a) ? 1 : 0;
 }
 
+/* c->cat_names: the string keys of ctx.cat_exact, copied (a fallback runs
+ * Lua between two steps). */
+static void list_catalog_names(lua_State *L, struct checker *c)
+{
+    strmap_free(&c->cat_names);
+    lua_pushnil(L);
+    while (lua_next(L, X_CAT_EXACT)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) == LUA_TSTRING) strmap_put(&c->cat_names, lua_tostring(L, -1), 0);
+    }
+}
+
 /* chk:describe(ctx) -> whether any step was described, and how many were
  * described here (without ctx.fallback).  Describes every
  * selected step: those describe_known can, in C; the others through
@@ -267,6 +282,7 @@ int flow_uptodate_describe(lua_State *L)
         if (k == X_FALLBACK) luaL_argexpected(L, t == LUA_TFUNCTION, 2, "fallback");
     }
     luaL_checkstack(L, 48, "the up-to-date check");    /* describe_known pushes about 25 at most */
+    list_catalog_names(L, c);
     bool described = false;
     lua_Integer here = 0;
     for (size_t i = 0; i < c->dag->n_steps; i++) {
