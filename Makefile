@@ -58,7 +58,7 @@ all: flow
 # manual page (`man -l`), and zsh, which checks its completion.  Azurite (npm) is installed
 # by tools/azurite.sh.
 TEST_PKGS := python3-torch openmpi-bin python3-mpi4py strace python3 python3-jsonschema python3-cryptography python3-yaml chromium graphviz \
-             openssl curl python3-azure man-db zsh
+             openssl curl python3-azure man-db zsh locales
 
 deps:
 	@tools/deps.sh

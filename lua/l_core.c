@@ -441,7 +441,7 @@ static int l_list_dir(lua_State *L)
 }
 
 /* sort_bytes(list): sorts a list of strings in place, bytewise (NUL bytes
- * and all; a prefix first), whatever collation os.setlocale set: the order
+ * and all; a prefix first), whatever the C library's collation: the order
  * of a step's output parts in its fingerprint, which the engine's check
  * (lua/uptodate_describe.c) sorts the same way. */
 struct sort_item { const char *s; size_t len; int at; };

@@ -72,7 +72,8 @@ static void format_integer(lua_Integer i, char *buf, size_t size)
 }
 
 /* The shortest of %.15g..%.17g that reads back as the same double (%.17g
- * always does).  The engine never calls setlocale, so the point is '.'. */
+ * always does).  The point is '.': os.setlocale keeps LC_NUMERIC at C
+ * (lua/state.c). */
 static void format_float(lua_Number x, char *buf, size_t size)
 {
     if (isnan(x)) { snprintf(buf, size, "(0/0)"); return; }

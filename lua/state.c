@@ -5,6 +5,7 @@
 #include "util.h"
 
 #include <lauxlib.h>
+#include <locale.h>
 #include <lualib.h>
 #include <stdio.h>
 #include <string.h>
@@ -56,6 +57,47 @@ static void warn_off(void *ud, const char *msg, int tocont)
     warn_control(ud, msg, tocont);
 }
 
+/* os.setlocale as Lua's, except that LC_NUMERIC and LC_COLLATE stay "C".
+ * flow writes numbers with the C library (the values it keeps as Lua
+ * literals, JSON, the journal, the UI) and reads them back: under a locale
+ * with a decimal comma 0.5 was kept as "return 0,5" (two values; the next
+ * run that restored it read 0).  And Lua compares strings with strcoll:
+ * under another collation table.sort ordered what flow hashes (a table's
+ * items, a command's env) and the catalog's patterns otherwise, so a
+ * fingerprint or the pattern a dataset matches depended on the machine's
+ * locale.  "all" sets the other categories and says what the locale now is;
+ * "numeric" or "collate" to anything but C is an error that says why. */
+static int setlocale_keeping_c(lua_State *L)
+{
+    const char *name = luaL_optstring(L, 1, NULL);
+    const char *category = luaL_optstring(L, 2, "all");
+    bool kept = strcmp(category, "numeric") == 0 || strcmp(category, "collate") == 0;
+    if (name && kept && strcmp(name, "C") != 0 && strcmp(name, "POSIX") != 0)
+        return luaL_error(L, "os.setlocale: flow keeps the \"%s\" category at \"C\" (numbers are written with a "
+                          "'.', strings compare by their bytes, on every machine), so it cannot be set to \"%s\"; "
+                          "\"ctype\", \"monetary\" and \"time\" can", category, name);
+    bool sets = name != NULL, all = strcmp(category, "all") == 0;   /* (the call pops both strings) */
+    int n = lua_gettop(L);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    lua_call(L, n, 1);
+    if (sets && lua_isstring(L, -1)) {                 /* it set something */
+        setlocale(LC_NUMERIC, "C");
+        setlocale(LC_COLLATE, "C");
+        if (all) lua_pushstring(L, setlocale(LC_ALL, NULL));
+    }
+    return 1;
+}
+
+static void keep_c_locale(lua_State *L)
+{
+    lua_getglobal(L, LUA_OSLIBNAME);
+    lua_getfield(L, -1, "setlocale");
+    lua_pushcclosure(L, setlocale_keeping_c, 1);
+    lua_setfield(L, -2, "setlocale");
+    lua_pop(L, 1);
+}
+
 lua_State *flow_state_new(char *err, size_t errlen)
 {
     struct loop *loop = loop_new(err, errlen);
@@ -74,6 +116,7 @@ lua_State *flow_state_new(char *err, size_t errlen)
      * there means "not a step coroutine". */
     memset(lua_getextraspace(L), 0, LUA_EXTRASPACE);
     luaL_openlibs(L);
+    keep_c_locale(L);
     lua_sethook(L, flow_count_hook, LUA_MASKCOUNT, FLOW_HOOK_COUNT);
     lua_pushlightuserdata(L, loop);
     lua_rawsetp(L, LUA_REGISTRYINDEX, &loop_key);

@@ -55,8 +55,9 @@ local function output_part(self, d)
 end
 
 -- The outputs' part: one string for the usual single output; several sorted
--- by their bytes (not table.sort's collation, which a script may set), as the
--- engine sorts them (lua/uptodate_describe.c).
+-- by their bytes, as the engine sorts them (lua/uptodate_describe.c), not by
+-- table.sort's strcoll (which os.setlocale keeps at C's, lua/state.c, but a
+-- C module a script loads could change).
 local function outputs_part(self, n)
   local outs = n.outputs
   if #outs == 1 then return output_part(self, outs[1].dataset) end

@@ -55,6 +55,17 @@ no_crash() {   # stderr of the last run shows no C-level crash or sanitizer repo
 
 skip() { echo "$*"; exit 77; }
 
+# de_locale: builds de_DE.UTF-8 (a decimal comma, and a collation unlike the
+# bytes' order) into ./loc, for LOCPATH=$PWD/loc; skips the test on a machine
+# without locale sources (Debian's locales package: make check installs it).
+de_locale() {
+    [ -e /usr/share/i18n/locales/de_DE ] && command -v localedef >/dev/null ||
+        skip "no locale sources (Debian's locales package) to build de_DE.UTF-8 from"
+    mkdir -p loc
+    localedef -i de_DE -f UTF-8 "$PWD/loc/de_DE.UTF-8" >/dev/null 2>&1 || true   # (1: warnings only)
+    [ -e loc/de_DE.UTF-8 ] || { echo "localedef made no de_DE.UTF-8"; return 1; }
+}
+
 # copy_example NAME DEST — a fresh copy of examples/NAME: without the .flow/ a demo
 # or an earlier run left there, so a test never depends on what ran before it.
 copy_example() {

@@ -474,3 +474,47 @@ L
     run_flow 0 run driver.lua
     equals "$OUT" "$(printf 'met\n\tmet\n')" "what each step's wait saw"
 }
+
+# A script may set a locale whose decimal point is a comma (os.setlocale):
+# the numbers flow keeps and writes still use a '.', so a value restored on
+# the next run is the value the step returned (it was kept as "return 0,5",
+# which reads back as 0).  The numeric category alone cannot be set (nor the
+# collation: t_uptodate.sh).
+test_a_locale_with_a_decimal_comma_changes_no_kept_value() {
+    de_locale || return 1
+    write pipeline.lua <<'L'
+local set = os.setlocale("de_DE.UTF-8")
+assert(set and set:find("LC_NUMERIC=C", 1, true), tostring(set))
+assert(os.setlocale(nil, "time") == "de_DE.UTF-8" and os.setlocale(nil, "numeric") == "C")
+assert(os.setlocale(nil, "collate") == "C")
+assert(string.format("%.2f", 1.5) == "1.50")
+local ok, err = pcall(function() return os.setlocale("de_DE.UTF-8", "numeric") end)
+assert(not ok and err:find("pipeline.lua:6: os.setlocale: flow keeps the \"numeric\" category at \"C\"", 1, true), err)
+assert(os.setlocale("C", "numeric") == "C")
+return pipeline{
+  node{ func = function() return 0.5 end, outputs = "half", name = "a" },
+  node{ func = function(h) return { h = h, x = 2.25, l = { 1.5, -0.125 } } end, inputs = "half", outputs = "t", name = "b" },
+  node{ func = function(t)
+          local f = assert(io.open("seen", "w"))
+          f:write(string.format("%s %s %s %s\n", t.h, t.x, t.l[1], t.l[2]))
+          f:close()
+          return t.h * 2
+        end, inputs = "t", outputs = "one", name = "c" },
+  node{ command = "cat ${inputs.t} > ${outputs.o}", inputs = "t", outputs = "o", name = "d" },
+}
+L
+    LOCPATH=$PWD/loc run_flow 0 run
+    equals "$(cat seen)" "0.5 2.25 1.5 -0.125" "what step c read"
+    python3 -c 'import json, sys
+t = json.load(open(".flow/data/o"))
+assert t == {"h": 0.5, "x": 2.25, "l": [1.5, -0.125]}, t
+for line in open(".flow/runs/latest/journal.jsonl"): json.loads(line)
+json.load(open(".flow/runs/latest/run.json"))' || return 1
+    contains "$ERR" "4 done in 0." "the summary"
+    # c changes: it reads t restored from the first run's record
+    sed -i 's/return t.h \* 2$/return t.h * 2 + 0/' pipeline.lua
+    rm seen
+    LOCPATH=$PWD/loc run_flow 0 run
+    contains "$ERR" "1 done, 3 up to date" "the rerun"
+    equals "$(cat seen)" "0.5 2.25 1.5 -0.125" "what step c read from the kept value"
+}

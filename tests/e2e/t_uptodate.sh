@@ -323,14 +323,18 @@ test_steps_of_one_function_are_described_in_c_as_the_stdlib_would() {
     equals "$(engine_line)" "flow: up-to-date check: 31 passed in the engine, 0 left to Lua"
 }
 
-# A script that sets a collation other than C's makes Lua's table.sort order
-# strings its way; a step's output parts are sorted by their bytes all the
-# same (core.sort_bytes, and the engine in C): the stdlib under that
-# collation (--force) gives every step the fingerprint and parts the engine
-# gave it under C's, and a rerun under it is a no-op described in C as before.
-# (This machine's only other collation, C.UTF-8, orders as bytes do; the
-# order itself is checked first, NUL bytes, prefixes and high bytes included.)
-test_a_collation_of_the_script_changes_no_fingerprint() {
+# A script that sets its locale leaves the collation at C's: Lua compares
+# strings with strcoll, and under de_DE.UTF-8's collation table.sort ordered
+# what the stdlib hashes (a table's items, a command's env) and the
+# catalog's patterns otherwise than under C's.  The step `cased` reads a
+# parameter table and has outputs whose names that collation orders
+# otherwise than the bytes (a _b B b_x against B _b a b_x).  The stdlib under os.setlocale("de_DE.UTF-8") (--force) gives
+# every step the fingerprint and parts the engine gave it without, and a
+# rerun under it is a no-op described in C as before.  The output parts are
+# sorted by their bytes in any case (core.sort_bytes, and the engine in C):
+# that order is checked first, NUL bytes, prefixes and high bytes included.
+test_a_locale_of_the_script_changes_no_fingerprint() {
+    de_locale || return 1
     write order.lua <<'L'
 local t = { "b", "a\0z", "a", "ab", "\255", "A", "a\0" }
 require("flow.core").sort_bytes(t)
@@ -344,14 +348,21 @@ L
     contains "$OUT" "refused	false"
     rm -rf .flow order.lua
     loop_project
+    sed -i 's/^return pipeline(steps)$/add{ name = "cased", inputs = { "e1", "params:mixed" }, outputs = { "b_x", "B", "a", "_b" },\n     func = function(x) return x, x, x, x end }\n&/' pipeline.lua
+    echo 'mixed: { B: 1, a: 2, _b: 3, b_x: 4 }' >> conf/base/parameters.yml
     FLOW_DEBUG_UPTODATE=1 run_flow 0 run
-    contains "$ERR" "31 done"
-    sed -i '1i assert(os.setlocale("C.UTF-8", "collate"), "no C.UTF-8 locale")' pipeline.lua
-    run_flow 0 run --force
-    equals "$(fingerprints_of_runs)" "31" "every step's fingerprint and parts agree"
-    FLOW_DEBUG_UPTODATE=1 run_flow 0 run
-    contains "$ERR" "31 up to date"
+    contains "$ERR" "32 done"
+    sed -i '1i assert(os.setlocale("de_DE.UTF-8"), "no de_DE.UTF-8 locale") do local t = { "b_x", "B", "a", "_b" }; table.sort(t); assert(table.concat(t, " ") == "B _b a b_x" and os.setlocale(nil, "collate") == "C" and os.setlocale(nil, "time") == "de_DE.UTF-8", "table.sort under de_DE.UTF-8: " .. table.concat(t, " ")) end' pipeline.lua
+    LOCPATH=$PWD/loc run_flow 0 run --force
+    equals "$(fingerprints_of_runs)" "32" "every step's fingerprint and parts agree"
+    LOCPATH=$PWD/loc FLOW_DEBUG_UPTODATE=1 run_flow 0 run
+    contains "$ERR" "32 up to date"
     contains "$ERR" "flow: described in C: 16 steps"
+    write set.lua <<'L'
+os.setlocale("de_DE.UTF-8", "collate")
+L
+    LOCPATH=$PWD/loc run_flow 2 run set.lua
+    contains "$ERR" 'set.lua:1: os.setlocale: flow keeps the "collate" category at "C"'
 }
 
 # The checker goes to sched.run in its options, nowhere else: a run that
