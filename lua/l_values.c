@@ -83,6 +83,84 @@ static bool outputs_in_memory(lua_State *L, lua_Integer n_out)
     return true;
 }
 
+/* ---- each step its own copy of a table input ------------------------------
+ *
+ * A table a step returns is the value of its output for every step that
+ * reads it in this run, but a later run restores it from its record, as it
+ * was when it was returned.  A step that changed its input in place was seen
+ * by the steps that read it after it only when the producer ran in the same
+ * run: c read 101 on a first run and 1 on a rerun of c alone.  So a Lua step
+ * gets a copy of each table input, as Kedro's MemoryDataset gives a deep
+ * copy: what it changes, no other step sees.  Only plain data is copied
+ * (tables of strings, numbers and booleans, shared parts and cycles kept as
+ * they are); a value holding a function, a userdata or a metatable is never
+ * kept nor restored (its producer runs again each run), so it is handed on
+ * as it is. */
+
+#define COPY_MAX_DEPTH 200
+
+/* Pushes a copy of the table at t (memo: original -> copy), or returns false
+ * with nothing pushed at anything that is not plain data. */
+static bool push_table_copy(lua_State *L, int t, int memo, int depth)
+{
+    if (depth > COPY_MAX_DEPTH || !lua_checkstack(L, 6)) return false;
+    lua_pushvalue(L, t);
+    if (lua_rawget(L, memo) == LUA_TTABLE) return true;        /* a shared part, or a cycle */
+    lua_pop(L, 1);
+    if (lua_getmetatable(L, t)) {
+        lua_pop(L, 1);
+        return false;
+    }
+    lua_createtable(L, (int)(lua_rawlen(L, t) < 1000000 ? lua_rawlen(L, t) : 0), 0);
+    int copy = lua_gettop(L);
+    lua_pushvalue(L, t);
+    lua_pushvalue(L, copy);
+    lua_rawset(L, memo);
+    lua_pushnil(L);
+    while (lua_next(L, t)) {                       /* copy, key, value */
+        int kt = lua_type(L, -2), vt = lua_type(L, -1);
+        if (kt == LUA_TTABLE || kt == LUA_TFUNCTION || kt == LUA_TUSERDATA || kt == LUA_TTHREAD ||
+            kt == LUA_TLIGHTUSERDATA) {
+            lua_settop(L, copy - 1);
+            return false;
+        }
+        if (vt == LUA_TTABLE) {
+            if (!push_table_copy(L, lua_gettop(L), memo, depth + 1)) {
+                lua_settop(L, copy - 1);
+                return false;
+            }
+            lua_replace(L, -2);
+        } else if (vt != LUA_TSTRING && vt != LUA_TNUMBER && vt != LUA_TBOOLEAN) {
+            lua_settop(L, copy - 1);
+            return false;
+        }
+        lua_pushvalue(L, -2);
+        lua_insert(L, -2);
+        lua_rawset(L, copy);                       /* copy[key] = value */
+    }
+    return true;
+}
+
+/* Replaces the value at idx by its copy when it is a table of plain data. */
+static void own_copy(lua_State *L, int idx)
+{
+    if (lua_type(L, idx) != LUA_TTABLE) return;
+    idx = lua_absindex(L, idx);
+    lua_newtable(L);
+    int memo = lua_gettop(L);
+    if (push_table_copy(L, idx, memo, 0)) lua_replace(L, idx);
+    lua_settop(L, memo - 1);
+}
+
+/* copy(v) -> v's own copy when it is a table of plain data, else v */
+static int l_copy(lua_State *L)
+{
+    luaL_checkany(L, 1);
+    lua_settop(L, 1);
+    own_copy(L, 1);
+    return 1;
+}
+
 /* Pushes the value of every input (a table of them by argument name when
  * the step takes a map): false, with nothing left pushed, when one is not
  * loaded in memory yet.  Returns the number of arguments in *nargs. */
@@ -101,6 +179,7 @@ static bool push_inputs(lua_State *L, int *nargs)
         }
         lua_pop(L, 1);
         lua_getfield(L, -1, "value");            /* io, entry, value */
+        own_copy(L, -1);
         if (map) {
             lua_getfield(L, -3, "arg");
             lua_insert(L, -2);
@@ -273,6 +352,7 @@ static int l_call(lua_State *L)
 
 static const luaL_Reg values_funcs[] = {
     { "call", l_call },
+    { "copy", l_copy },
     { NULL, NULL }
 };
 

@@ -9,8 +9,13 @@
  * math.mininteger, which has no decimal literal, is the wrapping hex literal
  * 0x8000000000000000.  Strings are quoted with \\ \" \n \r escaped and every
  * other control byte as \ddd (three digits, so a following digit cannot join
- * it); bytes >= 0x80 stay as they are.  A table reached twice without a cycle
- * is simply written twice; metatables are not kept. */
+ * it); bytes >= 0x80 stay as they are.
+ *
+ * What would not read back as it was is refused, as a function or a cycle
+ * is: a table reached twice (written twice, it would come back as two
+ * tables, and a value of tables that share halves doubles a level), a table
+ * with a metatable (it would come back without its methods), and text that
+ * Lua cannot compile (nested list constructors run out of registers). */
 #include "serialize.h"
 #include "util.h"
 
@@ -22,6 +27,11 @@
 #include <string.h>
 
 #define MAX_DEPTH 100
+/* Lua compiles a table constructor with up to 49 list items pending in
+ * registers, plus the table and a key: at most 51 of its 255 registers a
+ * level, so text up to this deep always compiles; deeper text is compiled
+ * once to be sure (a chain of 4-item lists runs out at 64 levels). */
+#define ALWAYS_COMPILES_DEPTH 4
 #define SERIALIZER_CLASS "flow.Serializer"
 
 /* Lives in a userdata so a Lua error (out of memory) in the middle frees it. */
@@ -29,8 +39,9 @@ struct ser {
     struct strbuf out;
     struct strbuf path;            /* where the value being written sits: value.a[3] */
     struct strbuf err;
-    int visiting;                  /* stack index of a table: table being written -> length of its path */
-    int depth;
+    int visiting;                  /* stack index of a table: table being written -> length of its path,
+                                      table written -> true */
+    int depth, max_depth;
 };
 
 enum key_rank { RANK_BOOLEAN, RANK_NUMBER, RANK_STRING };
@@ -320,22 +331,31 @@ static int write_table(lua_State *L, struct ser *s, int t)
     if (s->depth >= MAX_DEPTH) return fail(s, "nested deeper than %d levels", MAX_DEPTH);
     luaL_checkstack(L, 8, "serializing a value");
     lua_pushvalue(L, t);
-    if (lua_rawget(L, s->visiting) != LUA_TNIL) {
+    int seen = lua_rawget(L, s->visiting);
+    if (seen == LUA_TNUMBER) {
         size_t len = (size_t)lua_tointeger(L, -1);
         lua_pop(L, 1);
         return fail(s, "%s refers back to %.*s (a cycle)", s->path.buf, (int)len, s->path.buf);
     }
     lua_pop(L, 1);
+    if (seen != LUA_TNIL)
+        return fail(s, "%s is a table the value holds twice (read back, it would be two tables: give each "
+                    "place a table of its own)", s->path.buf);
+    if (lua_getmetatable(L, t)) {
+        lua_pop(L, 1);
+        return fail(s, "%s has a metatable (read back, it would be a plain table, without its methods)",
+                    s->path.buf);
+    }
     lua_pushvalue(L, t);
     lua_pushinteger(L, (lua_Integer)s->path.len);    /* its path is a prefix of every path below */
     lua_rawset(L, s->visiting);
-    s->depth++;
+    if (++s->depth > s->max_depth) s->max_depth = s->depth;
     sb_addc(&s->out, '{');
     if (write_entries(L, s, t) != 0) return -1;
     sb_addc(&s->out, '}');
     s->depth--;
     lua_pushvalue(L, t);
-    lua_pushnil(L);
+    lua_pushboolean(L, 1);
     lua_rawset(L, s->visiting);
     return 0;
 }
@@ -398,6 +418,11 @@ int flow_serialize(lua_State *L, int idx)
     sb_adds(&s->out, "return ");
     int rc = write_value(L, s, idx);
     lua_settop(L, box);
+    if (rc == 0 && s->max_depth > ALWAYS_COMPILES_DEPTH) {
+        if (luaL_loadbufferx(L, s->out.buf, s->out.len, "=value", "t") != LUA_OK)
+            rc = fail(s, "value is nested too deeply to be read back (%s)", lua_tostring(L, -1));
+        lua_settop(L, box);
+    }
     if (rc == 0) lua_pushlstring(L, s->out.buf, s->out.len);
     else lua_pushstring(L, s->err.buf);
     lua_remove(L, box);               /* the buffers go with the next collection */

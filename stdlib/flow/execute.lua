@@ -28,7 +28,7 @@ M.methods = Run
 -- The arguments a Lua function step is called with, and their count.
 function Run:function_args(n)
   local args = {}
-  for i, io in ipairs(n.inputs) do args[i] = self:input_value(n, io) end
+  for i, io in ipairs(n.inputs) do args[i] = values_c.copy(self:input_value(n, io)) end
   if n.input_style == "map" then
     local t = {}
     for i, io in ipairs(n.inputs) do t[io.arg] = args[i] end

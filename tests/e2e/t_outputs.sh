@@ -518,3 +518,51 @@ json.load(open(".flow/runs/latest/run.json"))' || return 1
     contains "$ERR" "1 done, 3 up to date" "the rerun"
     equals "$(cat seen)" "0.5 2.25 1.5 -0.125" "what step c read from the kept value"
 }
+
+# What a step reads is the same on a rerun, when the values it reads are
+# restored from their records, as on the run that made them: a step gets its
+# own copy of a table input (b's change to v is not c's), and a value that
+# would not read back as it was (a table with a metatable, a table held
+# twice, a list too deep for Lua to compile back) is not kept: its producer
+# runs again, and --explain says why.  The stdlib's path
+# (FLOW_DEBUG_LUA_BODIES) reads what the C path reads.
+test_a_step_reads_on_a_rerun_what_it_read_on_the_first_run() {
+    write pipeline.lua <<'L'
+local Point = {}; Point.__index = Point
+function Point:norm() return math.sqrt(self.x ^ 2 + self.y ^ 2) end
+local function seen(name, text)
+  local f = assert(io.open("seen_" .. name, "w")); f:write(text, "\n"); f:close()
+end
+return pipeline{
+  node{ func = function() return { n = 1, l = { 1, 2 } } end, outputs = "v", name = "a" },
+  node{ func = function(v) v.n = v.n + 100; v.l[1] = 99; return 1 end, inputs = "v", outputs = "o", name = "b" },
+  node{ func = function(v, o) seen("c", v.n .. " " .. v.l[1]) return 1 end, -- reader
+        inputs = { "v", "o" }, outputs = "p", name = "c" },
+  node{ func = function() return setmetatable({ x = 3, y = 4 }, Point) end, outputs = "pt", name = "m" },
+  node{ func = function(pt) seen("mm", pt:norm()) return 1 end, -- reader
+        inputs = "pt", outputs = "q", name = "mm" },
+  node{ func = function() local s = { 1 } return { s, s } end, outputs = "sh", name = "s" },
+  node{ func = function(sh) seen("ss", tostring(rawequal(sh[1], sh[2]))) return 1 end, -- reader
+        inputs = "sh", outputs = "r", name = "ss" },
+  node{ func = function() local t = {} for _ = 1, 64 do t = { 0, 0, 0, t } end return t end,
+        outputs = "deep", name = "d" },
+  node{ func = function(t) local n = 0 while t do n, t = n + 1, t[4] end seen("dd", n) return 1 end, -- reader
+        inputs = "deep", outputs = "u", name = "dd" },
+}
+L
+    run_flow 0 run
+    local first
+    first=$(cat seen_c seen_mm seen_ss seen_dd)
+    equals "$first" "$(printf '1 1\n5\ntrue\n65')" "what the readers read"
+    sed -i 's/return 1 end, -- reader/return 2 end, -- reader/' pipeline.lua
+    rm seen_*
+    run_flow 0 run --explain
+    equals "$(cat seen_c seen_mm seen_ss seen_dd)" "$first" "what the readers read on the rerun"
+    contains "$ERR" "explain: a is up to date"
+    contains "$ERR" "explain: m runs: its output 'pt' cannot be cached (value has a metatable"
+    contains "$ERR" "explain: s runs: its output 'sh' cannot be cached (value[2] is a table the value holds twice"
+    contains "$ERR" "explain: d runs: its output 'deep' cannot be cached (value is nested too deeply to be read back"
+    rm -rf .flow seen_*
+    FLOW_DEBUG_LUA_BODIES=1 run_flow 0 run
+    equals "$(cat seen_c seen_mm seen_ss seen_dd)" "$first" "what the readers read through the stdlib"
+}
