@@ -91,7 +91,7 @@ static void echo_lines(struct proc *p, struct strbuf *line, const char *text, si
     if (!line->len) return;
     const char *nl = memrchr(line->buf, '\n', line->len);
     size_t upto = nl ? (size_t)(nl - line->buf) + 1 : 0;
-    if (final || line->len >= ECHO_LINE_MAX) upto = line->len;
+    if (final || line->len - upto >= ECHO_LINE_MAX) upto = line->len;   /* the unended line is that long */
     if (!upto) return;
     ui_step_output(p->echo_prefix ? p->echo_prefix : "", line->buf, upto);
     memmove(line->buf, line->buf + upto, line->len - upto);
@@ -126,11 +126,15 @@ static void take_output(struct proc *p, int which, const char *buf, size_t n, bo
     sb_release(&clean);
 }
 
-/* Reads what is available from one output pipe; returns false at EOF. */
+/* Reads what is available from one output pipe, at most PUMP_READS reads a
+ * call: the loop calls again while more is waiting (the pipe is watched
+ * level-triggered), so a step that writes as fast as flow reads does not keep
+ * the loop from signals, timers and the other steps.  Returns false at EOF. */
+#define PUMP_READS 64
 static bool pump(struct proc *p, int fd)
 {
     char buf[16384];
-    for (;;) {
+    for (int reads = 0; reads < PUMP_READS; reads++) {
         ssize_t n = read(fd, buf, sizeof buf);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) return errno == EAGAIN;
@@ -138,6 +142,7 @@ static bool pump(struct proc *p, int fd)
         if (fd == p->out_fd && p->capture_stdout) sb_add(&p->captured, buf, (size_t)n);
         else take_output(p, fd == p->err_fd ? ERR : OUT, buf, (size_t)n, false);
     }
+    return true;
 }
 
 static void close_pipe(struct proc *p, int *fd)

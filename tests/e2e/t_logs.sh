@@ -24,6 +24,40 @@ L
     done
 }
 
+# Lines that arrive many to a pipe read: -v cut one wherever a 16 KiB read
+# left a line's start with the 16 KiB behind it, and wrote its lines a byte
+# at a time (2 MB/s).  And a step writing faster than flow passes its output
+# on kept the loop reading, so Ctrl-C was acted on only when it caught up
+# (20 s for 40 MB): now it stops the run at once.
+test_verbose_shows_a_flood_of_lines_whole_and_ctrl_c_stops_it() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "head -c 2000000 /dev/zero | tr '\\0' x | fold -w 100", name = "lines" },
+}
+L
+    run_flow 0 run -v
+    equals "$(grep -c '^\[lines\] x' stderr.txt)" 20000 "lines shown"
+    equals "$(grep '^\[lines\] ' stderr.txt | awk 'length($0) != 108' | wc -l)" 0 "lines cut"
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "touch started; yes yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy | head -c 300000000; sleep 60",
+        name = "flood" },
+}
+L
+    "$FLOW" run -v >/dev/null 2>/dev/null &
+    local pid=$!
+    for _ in $(seq 200); do [ -e started ] && break; sleep 0.05; done
+    sleep 0.3
+    kill -INT "$pid"
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -9 "$pid"; wait "$pid" || true
+        echo "flow -v went on for 10 s after Ctrl-C"; return 1
+    fi
+    set +e; wait "$pid"; STATUS=$?; set -e
+    equals "$STATUS" 130 "exit status"
+}
+
 test_lua_print_goes_to_the_step_log() {
     write pipeline.lua <<'L'
 return pipeline{ node{ func = function() print("hello", "from-lua") return 1 end, outputs = "x", name = "talker" } }
