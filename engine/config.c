@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define CFG_MAX_FILE_SIZE (64L << 20)
 #define CFG_MAX_DIR_DEPTH 8
@@ -462,6 +463,37 @@ static void warn_unmatched(struct config *cfg, const char *full)
         "parameters, catalog, azureml, credentials, globals or flow", full);
 }
 
+static const char *file_kind(mode_t mode)
+{
+    return S_ISFIFO(mode) ? "a FIFO" : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
+         : S_ISSOCK(mode) ? "a socket" : "something else";
+}
+
+/* The error for an entry named like a config file that cannot be read as one: a dangling
+ * or looping link, a FIFO, a device (stat gave `stat_errno`, or `st`).  Skipping it would
+ * surface later as "parameter 'x' is not defined", never naming the file.  Decided from
+ * stat alone: opening a FIFO would block until something writes to it. */
+static int bad_entry(struct config *cfg, const char *full, int stat_errno, const struct stat *st,
+                     char *err, size_t errlen)
+{
+    struct stat lst;
+    char target[1024] = "";
+    if (lstat(full, &lst) == 0 && S_ISLNK(lst.st_mode)) {
+        ssize_t n = readlink(full, target, sizeof target - 1);
+        target[n > 0 ? n : 0] = '\0';
+    }
+    if (stat_errno == ENOENT && *target)
+        cfg_errorf(cfg, err, errlen, "%s: a symbolic link to '%s', which does not exist", full, target);
+    else if (stat_errno)
+        cfg_errorf(cfg, err, errlen, "%s: cannot read: %s", full, strerror(stat_errno));
+    else if (*target)
+        cfg_errorf(cfg, err, errlen, "%s: not a regular file: a symbolic link to '%s', which is %s", full,
+                   target, file_kind(st->st_mode));
+    else
+        cfg_errorf(cfg, err, errlen, "%s: not a regular file but %s", full, file_kind(st->st_mode));
+    return -1;
+}
+
 /* Collects config files under envdir/rel.  A file's name prefix picks its section, except
  * inside a directory named like a section (parameters/, catalog_extra/), where every
  * config file belongs to that section, recursively. */
@@ -483,13 +515,16 @@ static int scan_dir(struct config *cfg, const char *envdir, const char *rel, int
         char *full = join(envdir, child_rel);
         struct stat st;
         int sec = section >= 0 ? section : section_of(de->d_name);
+        bool named_config = config_ext(de->d_name) && sec >= 0;
         if (stat(full, &st) != 0)
-            ;                          /* a dangling link is not config */
+            rc = named_config ? bad_entry(cfg, full, errno, NULL, err, errlen) : 0;
         else if (S_ISDIR(st.st_mode) && depth < CFG_MAX_DIR_DEPTH)
             rc = scan_dir(cfg, envdir, child_rel, sec, depth + 1, out, err, errlen);
-        else if (S_ISREG(st.st_mode) && config_ext(de->d_name) && sec >= 0) {
+        else if (S_ISREG(st.st_mode) && named_config) {
             add_file(out, child_rel, sec);
             child_rel = NULL;
+        } else if (named_config && !S_ISDIR(st.st_mode)) {
+            rc = bad_entry(cfg, full, 0, &st, err, errlen);
         } else if (S_ISREG(st.st_mode) && config_ext(de->d_name) && depth == 0) {
             warn_unmatched(cfg, full);
         }

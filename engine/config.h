@@ -34,7 +34,8 @@
 struct config;
 
 /* Loads conf_dir/base (optional) and then conf_dir/env on top.  env NULL, "" or "base"
- * loads base only.  A missing env directory is an error listing the ones that exist. */
+ * loads base only.  A missing env directory is an error listing the ones that exist; so is
+ * an entry named like a config file that is no regular file (a dangling link, a FIFO). */
 struct config *config_load(const char *conf_dir, const char *env, char *err, size_t errlen);
 void config_free(struct config *cfg);
 

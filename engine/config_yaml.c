@@ -341,6 +341,7 @@ static int yattach(struct yload *y, cJSON *node, const yaml_mark_t *m)
             cJSON_free(f->key);
             f->key = NULL;
             f->merge_key = f->have_key = 0;
+            line = f->key_line;        /* the line of `<<`, for ymerge_from's errors */
         } else {
             node->string = f->key;
             f->key = NULL;
@@ -445,10 +446,17 @@ static int check_dup_keys(const cJSON *obj, const char *file, const struct ptrma
     return rc;
 }
 
+/* Merges one `<<:` source into map, at the mapping's end (m).  A source that is no mapping
+ * is reported at its own line, that of its `<<` key or of its list entry, not at m. */
 static int ymerge_from(struct yload *y, cJSON *map, const cJSON *src, const yaml_mark_t *m)
 {
-    if (!cJSON_IsObject(src))
-        return yfail(y, m, "`<<` merges a mapping or a list of mappings");
+    if (!cJSON_IsObject(src)) {
+        long line = (long)(intptr_t)ptrmap_get(y->lines, src);
+        if (!line)
+            return yfail(y, m, "`<<` merges a mapping or a list of mappings");
+        snprintf(y->err, y->errlen, "%s:%ld: `<<` merges a mapping or a list of mappings", y->file, line);
+        return -1;
+    }
     for (const cJSON *c = src->child; c; c = c->next) {
         if (cJSON_GetObjectItemCaseSensitive(map, c->string))
             continue;                  /* keys written in the mapping win */

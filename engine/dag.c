@@ -87,6 +87,7 @@ long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_
     struct dag_step *s = &dag->steps[dag->n_steps];
     *s = *spec;
     s->name = arena_strdup(mem, spec->name);
+    s->where = arena_strdup(mem, spec->where);
     s->inputs = copy_io(mem, spec->inputs, spec->n_inputs);
     s->outputs = copy_io(mem, spec->outputs, spec->n_outputs);
     s->tags = arena_calloc(mem, spec->n_tags, sizeof *s->tags);
@@ -141,18 +142,39 @@ const char *dag_framework_name(enum dist_framework f)
 
 #define MAX_LISTED 20   /* culprits an error lists one by one; the rest are counted */
 
-/* Appends "'a', 'b' and 'c'": the steps that make `dataset`; returns how many. */
+/* Appends "'a' (pipeline.lua:3)", or "a (pipeline.lua:3)" unquoted: a step as
+ * every graph error names it, with where it was declared when that is known. */
+static void add_step_ref(struct strbuf *sb, const struct dag_step *s, bool quoted)
+{
+    sb_addf(sb, quoted ? "'%s'" : "%s", s->name);
+    if (s->where) sb_addf(sb, " (%s)", s->where);
+}
+
+/* "'a' (pipeline.lua:3)" in sb (emptied first), for a message about one step. */
+static const char *step_ref(struct strbuf *sb, const struct dag_step *s)
+{
+    sb_truncate(sb, 0);
+    add_step_ref(sb, s, true);
+    return sb->buf;
+}
+
+/* Appends "'a', 'b' and 'c'" (each with its position): the steps that make
+ * `dataset`; returns how many. */
 static size_t add_producer_names(struct strbuf *sb, const struct dag *dag, const char *dataset)
 {
     size_t n = 0, last = 0;
     for (size_t i = 0; i < dag->n_steps; i++)
         for (size_t o = 0; o < dag->steps[i].n_outputs; o++)
             if (strcmp(dag->steps[i].outputs[o].dataset, dataset) == 0) {
-                if (n++) sb_addf(sb, "%s'%s'", n > 2 ? ", " : "", dag->steps[last].name);
+                if (n++) {
+                    sb_adds(sb, n > 2 ? ", " : "");
+                    add_step_ref(sb, &dag->steps[last], true);
+                }
                 last = i;
                 break;
             }
-    sb_addf(sb, "%s'%s'", n > 1 ? " and " : "", dag->steps[last].name);
+    sb_adds(sb, n > 1 ? " and " : "");
+    add_step_ref(sb, &dag->steps[last], true);
     return n;
 }
 
@@ -185,21 +207,20 @@ static void report_producer_clashes(const struct dag *dag, const size_t *clash, 
 static int assign_producers(struct dag *dag, char *err, size_t errlen)
 {
     size_t *clash = NULL, n_clash = 0, cap_clash = 0;
+    struct strbuf who = STRBUF_INIT;
     for (size_t i = 0; i < dag->n_steps; i++) {
         struct dag_step *s = &dag->steps[i];
         for (size_t o = 0; o < s->n_outputs; o++) {
             if (dag_is_param_input(s->outputs[o].dataset)) {
-                errf(err, errlen, "step '%s' declares '%s' as an output: parameters are "
-                     "read-only", s->name, s->outputs[o].dataset);
-                free(clash);
-                return -1;
+                errf(err, errlen, "step %s declares '%s' as an output: parameters are read-only",
+                     step_ref(&who, s), s->outputs[o].dataset);
+                goto fail;
             }
             size_t di = intern_dataset(dag, s->outputs[o].dataset);   /* may realloc */
             struct dag_dataset *d = &dag->datasets[di];
             if (d->producer == (long)i) {
-                errf(err, errlen, "step '%s' lists output '%s' twice", s->name, d->name);
-                free(clash);
-                return -1;
+                errf(err, errlen, "step %s lists output '%s' twice", step_ref(&who, s), d->name);
+                goto fail;
             }
             if (d->producer < 0) {
                 d->producer = (long)i;
@@ -215,6 +236,10 @@ static int assign_producers(struct dag *dag, char *err, size_t errlen)
     if (n_clash) report_producer_clashes(dag, clash, n_clash, err, errlen);
     free(clash);
     return n_clash ? -1 : 0;
+fail:
+    sb_release(&who);
+    free(clash);
+    return -1;
 }
 
 /* Inputs that nothing produces and nothing declares, each with the steps that need it. */
@@ -242,7 +267,8 @@ static int check_missing_inputs(struct dag *dag, char *err, size_t errlen)
                 for (size_t j = i; j < dag->n_steps; j++)
                     for (size_t m = 0; m < dag->steps[j].n_inputs; m++)
                         if (strcmp(dag->steps[j].inputs[m].dataset, name) == 0) {
-                            sb_addf(&sb, "%s'%s'", sep, dag->steps[j].name);
+                            sb_adds(&sb, sep);
+                            add_step_ref(&sb, &dag->steps[j], true);
                             sep = ", ";
                             break;
                         }
@@ -296,7 +322,8 @@ static void build_edges(struct dag *dag)
 }
 
 /* Walk dependencies among the unordered steps until one repeats: that is a cycle.
- * Report it in data-flow order: "a -> b -> c -> a". */
+ * Report it in data-flow order, each step with its position once:
+ * "a (pipeline.lua:3) -> b (pipeline.lua:4) -> a". */
 static void describe_cycle(const struct dag *dag, const size_t *pending, char *err, size_t errlen)
 {
     size_t start = 0;
@@ -313,9 +340,12 @@ static void describe_cycle(const struct dag *dag, const size_t *pending, char *e
             if (pending[s->deps[k]]) { cur = s->deps[k]; break; }
     }
     struct strbuf sb = STRBUF_INIT;
-    sb_adds(&sb, dag->steps[cur].name);          /* path is upstream-walking: print reversed */
-    for (long i = (long)len - 1; i >= seen_at[cur]; i--)
-        sb_addf(&sb, " -> %s", dag->steps[path[i]].name);
+    add_step_ref(&sb, &dag->steps[cur], false);  /* path is upstream-walking: print reversed */
+    for (long i = (long)len - 1; i >= seen_at[cur]; i--) {
+        sb_adds(&sb, " -> ");
+        if (i > seen_at[cur]) add_step_ref(&sb, &dag->steps[path[i]], false);
+        else sb_adds(&sb, dag->steps[path[i]].name);    /* back where it started */
+    }
     errf(err, errlen, "the pipeline has a cycle: %s\n(a step cannot depend, even indirectly, "
          "on its own output)", sb.buf);
     sb_release(&sb);

@@ -26,6 +26,8 @@ struct dag_dist {
 
 struct dag_step {
     char *name;
+    char *where;                    /* where the owner declared it ("pipeline.lua:12"), or
+                                     * NULL: every error that names the step says where */
     enum step_kind kind;
     struct dag_io *inputs, *outputs;
     size_t n_inputs, n_outputs;

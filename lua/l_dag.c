@@ -131,6 +131,7 @@ static long add_step(lua_State *L, struct scratch *sc, struct dag *dag, int idx,
     bool nul = false;
     spec.name = (char *)name_field(L, idx, "name", &nul);
     if (!spec.name) { errf(err, errlen, "a step without a name"); return -1; }
+    spec.where = (char *)flow_field_string(L, idx, "where");
     const char *kind = flow_field_string(L, idx, "kind");
     spec.kind = kind && strcmp(kind, "command") == 0 ? STEP_COMMAND : STEP_FUNC;
     spec.inputs = read_io(L, sc, SCRATCH_INPUTS, idx, "inputs", &spec.n_inputs, &nul);
@@ -150,10 +151,11 @@ static long add_step(lua_State *L, struct scratch *sc, struct dag *dag, int idx,
     return rc;
 }
 
-/* build(steps, declared_datasets [, dists]) -> dag | raises "message" (no
- * position).  A step is any table with name, kind, inputs, outputs, tags (a
- * node{} as it is: no copy per step); dists[i], when dists is given, is
- * step i's distribution in place of the step's own dist field. */
+/* build(steps, declared_datasets [, dists]) -> dag | raises "message".  A step
+ * is any table with name, kind, inputs, outputs, tags and optionally where (a
+ * node{} as it is: no copy per step); the messages name each step with its
+ * where ("'a' (pipeline.lua:3)").  dists[i], when dists is given, is step i's
+ * distribution in place of the step's own dist field. */
 static int l_build(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);

@@ -146,6 +146,40 @@ Y
     not_contains "$OUT" "lr="
 }
 
+# A bad `<<` is reported at its own line, not where its mapping ends.
+test_bad_merge_key_names_its_line() {
+    project
+    printf 'min_count: 2\n<<: 5\na: 1\nb: 2\nc: 3\n' >conf/local/parameters.yml
+    run_flow 2 run
+    contains "$ERR" "conf/local/parameters.yml:2: \`<<\` merges a mapping or a list of mappings"
+}
+
+# A config file that is a dangling link, a device or a FIFO stops the run
+# naming the file and what it is, instead of being skipped (then a parameter
+# it defines was "not defined", the file never named).  A FIFO is not opened:
+# the loader does not wait for a writer (timeout: a hang fails the test).
+test_config_file_that_is_not_a_file_is_named() {
+    project
+    printf '#!/bin/sh\nexec timeout 20 "%s" "$@"\n' "$FLOW" >flow_with_timeout
+    chmod +x flow_with_timeout
+    local p=conf/base/parameters.yml
+    rm $p
+    ln -s ../shared/parameters.yml $p
+    run_flow 2 run
+    contains "$ERR" "$p: a symbolic link to '../shared/parameters.yml', which does not exist"
+    not_contains "$ERR" "reads parameter"
+    rm $p
+    ln -s /dev/zero $p
+    run_flow 2 run
+    contains "$ERR" "$p: not a regular file: a symbolic link to '/dev/zero', which is a character device"
+    rm $p
+    mkfifo $p
+    FLOW=$PWD/flow_with_timeout run_flow 2 run
+    contains "$ERR" "$p: not a regular file but a FIFO"
+    FLOW=$PWD/flow_with_timeout run_flow 2 config --env prod
+    contains "$ERR" "$p: not a regular file but a FIFO"
+}
+
 test_duplicate_key_in_one_env_names_both_files() {
     project
     write conf/base/parameters_extra.yml <<'Y'

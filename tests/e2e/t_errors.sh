@@ -129,7 +129,7 @@ return pipeline{
 }
 L
     run_flow 2 run
-    contains "$ERR" "cycle: step_a -> step_b -> step_c -> step_a"
+    contains "$ERR" "cycle: step_a (pipeline.lua:3) -> step_b (pipeline.lua:4) -> step_c (pipeline.lua:5) -> step_a"
 }
 
 test_dataset_produced_twice() {
@@ -140,7 +140,43 @@ return pipeline{
 }
 L
     run_flow 2 run
-    contains "$ERR" "dataset 'model' is produced by two steps, 'one' and 'two'"
+    contains "$ERR" "dataset 'model' is produced by two steps, 'one' (pipeline.lua:2) and 'two' (pipeline.lua:3)"
+}
+
+# Every graph error names the steps it blames with their file:line, as a
+# duplicate step name does: in a namespaced pipeline, for every clash.
+test_graph_errors_name_each_steps_line() {
+    write pipeline.lua <<'L'
+local p = pipeline{
+  node{ func = function() return 1, 2 end, outputs = { "x", "y" }, name = "a" },
+  node{ func = function() return 1, 2 end, outputs = { "x", "y" }, name = "b" },
+  node{ func = function() return 1 end, outputs = "x", name = "c" },
+}
+return pipeline{ p, namespace = "ns" }
+L
+    run_flow 2 run
+    contains "$ERR" "2 datasets are produced by more than one step"
+    contains "$ERR" "'ns.x', by 'ns.a' (pipeline.lua:2), 'ns.b' (pipeline.lua:3) and 'ns.c' (pipeline.lua:4)"
+    contains "$ERR" "'ns.y', by 'ns.a' (pipeline.lua:2) and 'ns.b' (pipeline.lua:3)"
+
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return 1 end, outputs = "a", name = "first" },
+  node{ func = function() return 1, 2 end, outputs = { "x", "x" }, name = "s" },
+}
+L
+    run_flow 2 run
+    contains "$ERR" "step 's' (pipeline.lua:3) lists output 'x' twice"
+
+    write pipeline.lua <<'L'
+local function f(x) return x end
+return pipeline{
+  node{ func = f, inputs = "b", outputs = "a", name = "a" },
+  node{ func = f, inputs = "a", outputs = "b", name = "b" },
+}
+L
+    run_flow 2 list
+    contains "$ERR" "the pipeline has a cycle: a (pipeline.lua:3) -> b (pipeline.lua:4) -> a"
 }
 
 test_missing_input_lists_steps() {

@@ -254,8 +254,8 @@ return pipeline{
 L
     run_flow 2 run
     contains "$ERR" "2 datasets are produced by more than one step (a dataset has exactly one producer):"
-    contains "$ERR" "'x', by 'a', 'b' and 'c'"
-    contains "$ERR" "'y', by 'a' and 'b'"
+    contains "$ERR" "'x', by 'a' (pipeline.lua:3), 'b' (pipeline.lua:4) and 'c' (pipeline.lua:5)"
+    contains "$ERR" "'y', by 'a' (pipeline.lua:3) and 'b' (pipeline.lua:4)"
     write pipeline.lua <<'L'
 local function f(x) return 1 end
 return pipeline{

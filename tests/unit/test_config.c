@@ -451,6 +451,48 @@ static void test_parameters_subdirectory(void)
     project_done();
 }
 
+/* An entry named like a config file that is no regular file is an error naming it and
+ * what it is, never skipped (which surfaced later as "parameter not defined"); a FIFO is
+ * not opened, so the load does not wait for a writer (alarm: a hang fails the test). */
+static void expect_bad_entry(const char *rel, const char *needle)
+{
+    char err[1024];
+    struct config *cfg = load(NULL, err, sizeof err);
+    CHECK(cfg == NULL);
+    CHECK_CONTAINS(err, needle);
+    config_free(cfg);
+    CHECK(unlink(rel) == 0);
+}
+
+static void test_config_names_that_are_not_files(void)
+{
+    project_new();
+    put("conf/base/catalog.yml", "{}\n");
+    alarm(20);
+    CHECK(symlink("missing.yml", "conf/base/parameters.yml") == 0);
+    expect_bad_entry("conf/base/parameters.yml",
+                     "conf/base/parameters.yml: a symbolic link to 'missing.yml', which does not exist");
+    CHECK(symlink("/dev/zero", "conf/base/parameters.yml") == 0);
+    expect_bad_entry("conf/base/parameters.yml", "conf/base/parameters.yml: not a regular file: a symbolic "
+                     "link to '/dev/zero', which is a character device");
+    CHECK(mkfifo("conf/base/parameters.yml", 0644) == 0);
+    expect_bad_entry("conf/base/parameters.yml", "conf/base/parameters.yml: not a regular file but a FIFO");
+    CHECK(symlink("globals.json", "conf/base/globals.json") == 0);
+    expect_bad_entry("conf/base/globals.json", "conf/base/globals.json: cannot read: Too many levels");
+    mkdirs("conf/base/parameters");
+    CHECK(symlink("../../gone.yml", "conf/base/parameters/model.yml") == 0);
+    expect_bad_entry("conf/base/parameters/model.yml", "conf/base/parameters/model.yml: a symbolic link to "
+                     "'../../gone.yml', which does not exist");
+    /* named like no config file: not config, as before */
+    CHECK(mkfifo("conf/base/notes.yml", 0644) == 0);
+    CHECK(symlink("missing", "conf/base/parameters_notes.txt") == 0);
+    struct config *cfg = load_ok(NULL);
+    CHECK(cfg != NULL);
+    config_free(cfg);
+    alarm(0);
+    project_done();
+}
+
 /* ---- interpolation ------------------------------------------------------------------ */
 
 static void test_interpolation_env(void)
@@ -1002,7 +1044,11 @@ static void test_hostile_input(void)
     expect_load_error("conf/base/parameters.yml", "? [a, b]\n: 1\n", "mapping keys must be scalars");
     expect_load_error("conf/base/parameters.yml", "a: \"\xff\xfe\"\n", "conf/base/parameters.yml:");
     expect_load_error("conf/base/parameters.yml", "a:\tb\n\t- c\n", "conf/base/parameters.yml:");
-    expect_load_error("conf/base/parameters.yml", "<<: 5\n", "merges a mapping");
+    /* a bad `<<` is reported at its own line, not where its mapping ends */
+    expect_load_error("conf/base/parameters.yml", "min_count: 2\n<<: 5\na: 1\nb: 2\nc: 3\n",
+                      "conf/base/parameters.yml:2: `<<` merges a mapping");
+    expect_load_error("conf/base/parameters.yml", "m:\n  <<:\n    - {a: 1}\n    - 7\n  z: 1\nn: 2\n",
+                      "conf/base/parameters.yml:4: `<<` merges a mapping");
     expect_load_error("conf/base/parameters.json", "[1, 2]", "must be an object");
     {
         char err[1024];
@@ -1145,6 +1191,7 @@ int main(void)
     RUN(test_anchors_aliases_merge_keys);
     RUN(test_anchor_on_merge_value);
     RUN(test_parameters_subdirectory);
+    RUN(test_config_names_that_are_not_files);
     RUN(test_interpolation_env);
     RUN(test_interpolation_missing_env);
     RUN(test_interpolation_globals);

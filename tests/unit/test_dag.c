@@ -7,18 +7,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Adds a step: ins and outs are NULL-terminated dataset lists. */
-static long add(struct dag *d, const char *name, const char *const *ins, const char *const *outs,
-                char *err, size_t errlen)
+/* Adds a step declared at `where` (NULL: unknown): ins and outs are
+ * NULL-terminated dataset lists. */
+static long add_at(struct dag *d, const char *name, const char *where, const char *const *ins,
+                   const char *const *outs, char *err, size_t errlen)
 {
     struct dag_io in[16] = { { 0 } }, out[16] = { { 0 } };
     struct dag_step s = { 0 };
     s.name = (char *)name;
+    s.where = (char *)where;
     for (; ins && ins[s.n_inputs]; s.n_inputs++) in[s.n_inputs].dataset = (char *)ins[s.n_inputs];
     for (; outs && outs[s.n_outputs]; s.n_outputs++) out[s.n_outputs].dataset = (char *)outs[s.n_outputs];
     s.inputs = in;
     s.outputs = out;
     return dag_add_step(d, &s, err, errlen);
+}
+
+static long add(struct dag *d, const char *name, const char *const *ins, const char *const *outs,
+                char *err, size_t errlen)
+{
+    return add_at(d, name, NULL, ins, outs, err, errlen);
 }
 
 #define L(...) ((const char *const[]){ __VA_ARGS__, NULL })
@@ -194,6 +202,50 @@ static void test_output_twice_in_one_step(void)
     dag_free(d);
 }
 
+/* Every graph error names each step it blames with where the step was declared. */
+static void test_errors_name_where_steps_are(void)
+{
+    struct dag *d = dag_new();
+    add_at(d, "a", "p.lua:3", L("y"), L("x"), err, sizeof err);
+    add_at(d, "b", "p.lua:4", L("x"), L("y"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "the pipeline has a cycle: a (p.lua:3) -> b (p.lua:4) -> a\n");
+    dag_free(d);
+
+    d = dag_new();
+    add_at(d, "a", "p.lua:3", NULL, L("x"), err, sizeof err);
+    add_at(d, "b", "p.lua:4", NULL, L("x"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "dataset 'x' is produced by two steps, 'a' (p.lua:3) and 'b' (p.lua:4):");
+    dag_free(d);
+
+    d = dag_new();
+    add_at(d, "a", "p.lua:3", NULL, L("x", "y"), err, sizeof err);
+    add_at(d, "b", "p.lua:4", NULL, L("x", "y"), err, sizeof err);
+    add_at(d, "c", "p.lua:5", NULL, L("x"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "'x', by 'a' (p.lua:3), 'b' (p.lua:4) and 'c' (p.lua:5)");
+    dag_free(d);
+
+    d = dag_new();
+    add_at(d, "s", "p.lua:7", NULL, L("m", "m"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_STR(err, "step 's' (p.lua:7) lists output 'm' twice");
+    dag_free(d);
+
+    d = dag_new();
+    add_at(d, "s", "p.lua:8", NULL, L("params:x"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "step 's' (p.lua:8) declares 'params:x' as an output");
+    dag_free(d);
+
+    d = dag_new();
+    add_at(d, "a", "p.lua:9", L("raw"), L("x"), err, sizeof err);
+    CHECK(dag_finalize(d, err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "'raw', needed by 'a' (p.lua:9)");
+    dag_free(d);
+}
+
 static void test_missing_inputs(void)
 {
     struct dag *d = dag_new();
@@ -327,6 +379,7 @@ int main(void)
     RUN(test_produced_twice);
     RUN(test_produced_twice_lists_every_clash);
     RUN(test_output_twice_in_one_step);
+    RUN(test_errors_name_where_steps_are);
     RUN(test_missing_inputs);
     RUN(test_declared_input_ok);
     RUN(test_duplicate_name);
