@@ -87,7 +87,10 @@ long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_
     struct dag_step *s = &dag->steps[dag->n_steps];
     *s = *spec;
     s->name = arena_strdup(mem, spec->name);
-    s->where = arena_strdup(mem, spec->where);
+    /* the steps a loop makes share one line: one copy for a run of them */
+    const struct dag_step *prev = dag->n_steps ? &dag->steps[dag->n_steps - 1] : NULL;
+    s->where = prev && prev->where && spec->where && strcmp(prev->where, spec->where) == 0
+               ? prev->where : arena_strdup(mem, spec->where);
     s->inputs = copy_io(mem, spec->inputs, spec->n_inputs);
     s->outputs = copy_io(mem, spec->outputs, spec->n_outputs);
     s->tags = arena_calloc(mem, spec->n_tags, sizeof *s->tags);
