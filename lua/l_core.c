@@ -14,6 +14,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <lauxlib.h>
 #include <stdbool.h>
@@ -257,11 +258,13 @@ static int l_mkdir_p(lua_State *L)
     return 0;
 }
 
+/* exists(path) -> "directory", "file" (a regular one), "other" (a FIFO, a
+ * device, a socket) or nil; links followed */
 static int l_exists(lua_State *L)
 {
     struct stat st;
     if (stat(luaL_checkstring(L, 1), &st) != 0) lua_pushnil(L);
-    else lua_pushstring(L, S_ISDIR(st.st_mode) ? "directory" : "file");
+    else lua_pushstring(L, S_ISDIR(st.st_mode) ? "directory" : S_ISREG(st.st_mode) ? "file" : "other");
     return 1;
 }
 
@@ -413,6 +416,24 @@ static int l_readlink(lua_State *L)
     ssize_t n = readlink(luaL_checkstring(L, 1), buf, sizeof buf);
     if (n < 0 || n == (ssize_t)sizeof buf) { lua_pushnil(L); return 1; }
     lua_pushlstring(L, buf, (size_t)n);
+    return 1;
+}
+
+/* open_files(want) -> how many files this process may have open: the soft
+ * limit, raised towards `want` as far as the hard limit allows.  Raised
+ * only as far as asked, since the children inherit it. */
+static int l_open_files(lua_State *L)
+{
+    lua_Integer want = luaL_checkinteger(L, 1);
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return luaL_error(L, "getrlimit: %s", strerror(errno));
+    if (want > 0 && (rlim_t)want > rl.rlim_cur && rl.rlim_cur != RLIM_INFINITY) {
+        struct rlimit raised = rl;
+        raised.rlim_cur = rl.rlim_max == RLIM_INFINITY || (rlim_t)want < rl.rlim_max ? (rlim_t)want : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+    }
+    lua_pushinteger(L, rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (rlim_t)LUA_MAXINTEGER
+                       ? LUA_MAXINTEGER : (lua_Integer)rl.rlim_cur);
     return 1;
 }
 
@@ -631,6 +652,7 @@ static const luaL_Reg core_funcs[] = {
     { "sort_bytes", l_sort_bytes },
     { "lock", l_lock },
     { "readlink", l_readlink },
+    { "open_files", l_open_files },
     { "code", l_code },
     { "proto_id", l_proto_id },
     { "closest", l_closest },

@@ -6,15 +6,49 @@
 #include "reaper.h"
 #include "ui.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <lauxlib.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+static bool stdout_was_closed;
+
+/* Descriptors 0, 1 and 2 open before anything else is: started with one
+ * closed (`flow list >&-`), flow's first open file would take its number,
+ * and what it prints would go into that file (a lock, a journal).  A closed
+ * stdout becomes /dev/full, so that printing fails and says so; the others
+ * /dev/null. */
+static void open_standard_fds(void)
+{
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+        int got = open(fd == 1 ? "/dev/full" : "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+        if (got >= 0 && got != fd) close(got);            /* (cannot be: fd is the lowest free) */
+        if (fd == 1) stdout_was_closed = true;
+    }
+}
+
+/* What flow printed that could not be written (a full disk, a closed
+ * descriptor: `flow viz > /dev/full`) is an error, as it is for coreutils,
+ * not a silent exit 0; a reader that went away (`flow runs | head`) is not. */
+static int check_stdout(int code)
+{
+    errno = 0;
+    bool failed = fflush(stdout) != 0 || ferror(stdout);
+    if (!failed || errno == EPIPE) return code;
+    ui_error("cannot write to standard output: %s", stdout_was_closed ? "it is closed"
+             : errno ? strerror(errno) : "a write failed");
+    return code == 0 ? 2 : code;
+}
+
 int main(int argc, char **argv)
 {
+    open_standard_fds();
     if (argc == 2 && strcmp(argv[1], REAPER_ARG) == 0) return reaper_main();
     if (access("/proc/self/exe", X_OK) == 0) reaper_init("/proc/self/exe");
     char err[256];
@@ -38,6 +72,7 @@ int main(int argc, char **argv)
     }
     /* Interrupted by a closed terminal: 128 + SIGHUP, as a shell reports it. */
     if (code == 130 && loop_first_signal(flow_state_loop(L)) == SIGHUP) code = 129;
+    code = check_stdout(code);
 #if defined(__SANITIZE_ADDRESS__) || defined(FLOW_FREE_AT_EXIT)
     flow_state_close(L);          /* every object freed, so that a leak shows */
     reaper_stop();

@@ -1390,6 +1390,29 @@ local function cmd_sweep(args)
   return runner.last_code
 end
 
+-- -o FILE: text written to FILE.  A regular file (or none yet) is replaced
+-- at once (a temporary file renamed over it); through a symbolic link, the
+-- file the link names is, and the link stays; a FIFO or a device
+-- (/dev/stdout) is written to, as a shell redirection would, never replaced.
+local function write_output(out, text)
+  for _ = 1, 40 do                     -- (as many links as the kernel follows)
+    local target = core.readlink(out)
+    if not target then break end
+    out = target:sub(1, 1) == "/" and target or ((out:match("^(.*)/") or ".") .. "/" .. target)
+  end
+  local kind = core.exists(out)
+  if kind == "directory" then usage_error("--output %s is a directory", out) end
+  if kind ~= "other" then return core.write_atomic(out, text) end
+  local f, err = io.open(out, "w")       -- (its message names the file)
+  if f then
+    local ok, werr = f:write(text)
+    local closed, cerr = f:close()
+    err = not ok and werr or not closed and cerr or nil
+    if err then err = out .. ": " .. err end
+  end
+  if err then script_error("cannot write " .. err) end
+end
+
 local function cmd_viz(args)
   local opts, pos = parse_args("viz", args)
   if opts.help then print(HELP.viz) return 0 end
@@ -1428,7 +1451,7 @@ local function cmd_viz(args)
   else
     text = fmt == "dot" and viz.dot(m) or viz.mermaid(m)
   end
-  if out then core.write_atomic(out, text) else io.write(text) end
+  if out then write_output(out, text) else io.write(text) end
   return 0
 end
 
@@ -1447,7 +1470,7 @@ local function cmd_compile(args)
   local compile = require("flow.compile")
   local plan = runner.prepare(p, slicing_options(opts))
   local text = compile.yaml(compile.document(compile.model(plan, runner.defaults), base_dir))
-  if out then core.write_atomic(out, text) else io.write(text) end
+  if out then write_output(out, text) else io.write(text) end
   -- (the rules az ml reads, as the code snapshot reads them; a file that
   -- cannot be read is for the snapshot to report)
   if core.exists(".flow") and require("flow.azureml").code_ignores(".", ".flow") == false then

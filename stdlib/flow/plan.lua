@@ -633,12 +633,33 @@ end
 -- wait for command steps' slots nor take them.  `remote` (unbounded unless
 -- flow.yml sizes it) is for steps a remote backend runs: their waits never
 -- hold a local slot.
+--
+-- A running process holds about FILES_A_STEP descriptors (its output pipes,
+-- its pidfd, its log): the sizes are kept to what `ulimit -n` allows, raised
+-- as far as they need, so that -j 100000 lowers -j (and says so) rather than
+-- failing a step with "Too many open files".
+local FILES_A_STEP, FILES_KEPT = 4, 64
 function M.pools(plan, jobs)
   local sizes = { ["local"] = jobs, lua = jobs, remote = 0 }
   for name, size in pairs(plan.settings.pools or {}) do sizes[name] = size end
-  local of = {}
+  local of, steps = {}, {}
   for i, n in ipairs(plan.nodes) do
-    of[i] = n.pool or (plan.remote[i] and "remote") or (n.kind == "func" and "lua" or "local")
+    local pool = n.pool or (plan.remote[i] and "remote") or (n.kind == "func" and "lua" or "local")
+    of[i], steps[pool] = pool, (steps[pool] or 0) + 1
+  end
+  local at_once, total = {}, 0             -- how many steps each local pool may run at once
+  for name, count in pairs(steps) do
+    if name ~= "remote" and sizes[name] then
+      at_once[name] = math.min(sizes[name], count)
+      total = total + at_once[name]
+    end
+  end
+  local limit = core.open_files(total * FILES_A_STEP + FILES_KEPT)
+  local most = math.max(1, (limit - FILES_KEPT) // FILES_A_STEP)
+  if total > most then
+    core.ui_warn(string.format("ulimit -n allows %d open files, enough for %d steps running at once: -j (and "
+      .. "any pool of flow.yml) is lowered to fit", limit, most))
+    for name, n in pairs(at_once) do sizes[name] = math.max(1, n * most // total) end
   end
   return sizes, of
 end

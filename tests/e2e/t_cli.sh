@@ -316,3 +316,41 @@ the:	4" "the report"
     run_flow 0 new empty/
     test -f empty/pipeline.lua
 }
+
+# -o writes where a shell redirection would: through a symbolic link (the
+# link stays), into a FIFO or a device (never replaced by a file: a run as
+# root once turned /dev/full into a regular file).  And what flow prints is
+# checked: stdout full or closed is an error, exit 2, not a silent 0.
+test_output_goes_through_links_and_devices_and_write_errors_are_errors() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "a" } }
+L
+    ln -s real.dot link.dot
+    run_flow 0 viz -o link.dot
+    [ -L link.dot ] || { echo "the link was replaced"; return 1; }
+    contains "$(cat real.dot)" "digraph"
+    mkfifo fifo
+    cat fifo > from_fifo &
+    local reader=$!
+    run_flow 0 viz -o fifo
+    wait "$reader"
+    [ -p fifo ] || { echo "the FIFO was replaced"; return 1; }
+    contains "$(cat from_fifo)" "digraph"
+    if mknod full c 1 7 2>/dev/null; then          # a /dev/full of our own (as root)
+        run_flow 2 viz -o full
+        contains "$ERR" "cannot write $PWD/full: No space left on device"
+        [ -c full ] || { echo "the device was replaced"; return 1; }
+    fi
+    set +e
+    "$FLOW" list >/dev/full 2>stderr.txt; STATUS=$?
+    set -e
+    equals "$STATUS" 2 "exit status, stdout full"
+    contains "$(cat stderr.txt)" "cannot write to standard output: No space left on device"
+    set +e
+    "$FLOW" list >&- 2>stderr.txt; STATUS=$?
+    set -e
+    equals "$STATUS" 2 "exit status, stdout closed"
+    contains "$(cat stderr.txt)" "cannot write to standard output: it is closed"
+    run_flow 2 viz -o .
+    contains "$ERR" "is a directory"
+}

@@ -207,3 +207,21 @@ L
     run_flow 0 list
     not_contains "$OUT" "pool" "a listing without pools"
 }
+
+# A step's process holds a few descriptors (its pipes, pidfd and log): a -j
+# larger than `ulimit -n` allows is lowered to fit, and says so, where each
+# step past the limit failed with "pipe: Too many open files" (exit 1).
+test_a_j_beyond_ulimit_n_is_lowered_not_a_failure() {
+    write pipeline.lua <<'L'
+local steps = {}
+for i = 1, 60 do steps[i] = node{ command = "sleep 0.2", name = "s" .. i } end
+return pipeline(steps)
+L
+    set +e
+    (ulimit -n 128 && exec "$FLOW" run -j 100000) >stdout.txt 2>stderr.txt
+    STATUS=$?
+    set -e
+    equals "$STATUS" 0 "exit status"
+    contains "$(cat stderr.txt)" "ulimit -n allows 128 open files, enough for 16 steps running at once"
+    contains "$(cat stderr.txt)" "60 done"
+}
