@@ -37,6 +37,26 @@ bool dag_is_param_input(const char *dataset)
     return dag_param_key(dataset) || strcmp(dataset, "parameters") == 0;
 }
 
+long dag_count_max(enum dist_count c)
+{
+    switch (c) {
+    case DIST_NUM_NODES: return DIST_MAX_NODES;
+    case DIST_PROCESSES_PER_NODE: return DIST_MAX_PROCESSES_PER_NODE;
+    case DIST_PARAMETER_SERVERS: return DIST_MAX_NODES;
+    }
+    return 0;
+}
+
+bool dag_count_ok(enum dist_count c, long long v)
+{
+    return v >= 1 && v <= dag_count_max(c);
+}
+
+long long dag_local_processes(long num_nodes, long processes_per_node, long parameter_servers)
+{
+    return (long long)num_nodes * processes_per_node + parameter_servers;
+}
+
 void dag_reserve(struct dag *dag, size_t n_steps)
 {
     if (n_steps > dag->cap_steps) {
@@ -81,6 +101,18 @@ long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_
         errf(err, errlen, "two steps are named '%s': step names must be unique "
              "(give one of them name = \"...\")", spec->name);
         return -1;
+    }
+    if (spec->dist.framework != DIST_NONE) {
+        if (!dag_count_ok(DIST_NUM_NODES, spec->dist.num_nodes)) {
+            errf(err, errlen, "step '%s': num_nodes must be a whole number from 1 to %ld", spec->name,
+                 dag_count_max(DIST_NUM_NODES));
+            return -1;
+        }
+        if (!dag_count_ok(DIST_PROCESSES_PER_NODE, spec->dist.processes_per_node)) {
+            errf(err, errlen, "step '%s': processes_per_node must be a whole number from 1 to %ld", spec->name,
+                 dag_count_max(DIST_PROCESSES_PER_NODE));
+            return -1;
+        }
     }
     struct arena *mem = &dag->mem;
     ARRAY_GROW(dag->steps, dag->n_steps, dag->cap_steps);

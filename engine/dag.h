@@ -16,8 +16,31 @@ enum dist_framework { DIST_NONE, DIST_PYTORCH, DIST_TENSORFLOW, DIST_MPI };
  * `${inputs.arg}`), `dataset` the name in the graph (namespaced). */
 struct dag_io { char *arg, *dataset; };
 
+/* The counts of a distributed_job step, one rule for a literal count (at
+ * node{} and distributed_job{} time), a "params:" count (when a run is
+ * planned) and the graph.  A count is a whole number from 1 to its maximum.
+ * Azure ML clusters are at most a few thousand nodes and a VM has at most a
+ * few hundred cores, so 10000 nodes of 1024 processes is past any real job
+ * while a typo (1e300, 2^63) is refused; their product, 10,240,000 ranks,
+ * cannot overflow and fits the int of a job's body.  Parameter servers run
+ * on the cluster's nodes: no more of them than nodes. */
+enum dist_count { DIST_NUM_NODES, DIST_PROCESSES_PER_NODE, DIST_PARAMETER_SERVERS };
+#define DIST_MAX_NODES 10000
+#define DIST_MAX_PROCESSES_PER_NODE 1024
+/* --distributed=local starts every rank (and parameter server) on this
+ * machine: past some hundreds of processes that is a production count or a
+ * forgotten override, not a test, and would exhaust the machine. */
+#define DIST_MAX_LOCAL_PROCESSES 1024
+
+long dag_count_max(enum dist_count c);
+bool dag_count_ok(enum dist_count c, long long v);
+/* How many processes --distributed=local starts for counts that are each
+ * dag_count_ok: workers, plus parameter servers (TensorFlow; else 0). */
+long long dag_local_processes(long num_nodes, long processes_per_node, long parameter_servers);
+
 /* Distribution settings of a distributed_job step.  A count given as
- * "params:…" keeps its reference until the parameters are resolved. */
+ * "params:…" keeps its reference until the parameters are resolved (its
+ * value is then 1); dag_add_step refuses a count that is not dag_count_ok. */
 struct dag_dist {
     enum dist_framework framework;
     long num_nodes, processes_per_node;
@@ -64,7 +87,7 @@ void dag_reserve(struct dag *dag, size_t n_steps);
 
 /* Deep-copies `spec` into the graph's arena (its deps/dependents are
  * ignored).  Returns the new step's index, or -1 with a message when the name
- * is already taken. */
+ * is already taken or a distributed step's count is out of range. */
 long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_t errlen);
 /* A dataset that exists without a producer: declared in the catalog, say. */
 void dag_declare_dataset(struct dag *dag, const char *name);

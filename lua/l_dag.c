@@ -5,6 +5,7 @@
 #include "util.h"
 
 #include <lauxlib.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,12 +18,14 @@ static struct dag **check_dag(lua_State *L, int idx)
     return d;
 }
 
-static lua_Integer opt_integer(lua_State *L, int idx, const char *key, lua_Integer dflt)
+/* A distributed step's count at field `key`: 1 when absent; anything but an
+ * integer a long holds reads as 0, which dag_add_step refuses. */
+static long read_count(lua_State *L, int idx, const char *key)
 {
     lua_getfield(L, idx, key);
-    lua_Integer v = lua_isinteger(L, -1) ? lua_tointeger(L, -1) : dflt;
+    lua_Integer v = lua_isnil(L, -1) ? 1 : lua_isinteger(L, -1) ? lua_tointeger(L, -1) : 0;
     lua_pop(L, 1);
-    return v;
+    return v >= 0 && v <= LONG_MAX ? (long)v : 0;
 }
 
 /* The arrays a step is read into before dag_add_step copies it: userdata
@@ -115,8 +118,8 @@ static void read_dist(lua_State *L, int t, struct dag_dist *dist)
 {
     if (lua_istable(L, t)) {
         dist->framework = framework_of(flow_field_string(L, t, "framework"));
-        dist->num_nodes = (long)opt_integer(L, t, "num_nodes", 1);
-        dist->processes_per_node = (long)opt_integer(L, t, "processes_per_node", 1);
+        dist->num_nodes = read_count(L, t, "num_nodes");
+        dist->processes_per_node = read_count(L, t, "processes_per_node");
         dist->num_nodes_ref = (char *)flow_field_string(L, t, "num_nodes_ref");
         dist->processes_per_node_ref = (char *)flow_field_string(L, t, "processes_per_node_ref");
     }
@@ -332,9 +335,57 @@ static int l_is_param_input(lua_State *L)
     return 1;
 }
 
+/* The counts of a distributed_job, in enum dist_count's order. */
+static const char *const COUNT_NAMES[] = { "num_nodes", "processes_per_node", "parameter_server_count", NULL };
+
+/* dist_count(what, v) -> v as an integer when it is a valid `what` (one of
+ * COUNT_NAMES): a number with a whole value (2.0 reads as 2, as
+ * math.tointeger has it; 1e300, inf, nan and 2^63 have none an integer
+ * holds) within dag_count_ok's bounds; else nil and the rule, "a whole number
+ * from 1 to N".  The graph's rule (engine/dag.c), asked by distributed_job{}
+ * for a literal count and by the planner for a "params:" one. */
+static int l_dist_count(lua_State *L)
+{
+    enum dist_count c = (enum dist_count)luaL_checkoption(L, 1, NULL, COUNT_NAMES);
+    int exact = 0;
+    lua_Integer v = lua_type(L, 2) == LUA_TNUMBER ? lua_tointegerx(L, 2, &exact) : 0;
+    if (exact && dag_count_ok(c, v)) {
+        lua_pushinteger(L, v);
+        return 1;
+    }
+    lua_pushnil(L);
+    lua_pushfstring(L, "a whole number from 1 to %I", (lua_Integer)dag_count_max(c));
+    return 2;
+}
+
+/* check_local(num_nodes, processes_per_node [, parameter_server_count]) ->
+ * nil when --distributed=local may start that job's processes on this
+ * machine, else why not.  The counts are valid (dag.dist_count's). */
+static int l_check_local(lua_State *L)
+{
+    lua_Integer n = luaL_checkinteger(L, 1), p = luaL_checkinteger(L, 2), ps = luaL_optinteger(L, 3, 0);
+    luaL_argcheck(L, dag_count_ok(DIST_NUM_NODES, n), 1, "not a valid num_nodes");
+    luaL_argcheck(L, dag_count_ok(DIST_PROCESSES_PER_NODE, p), 2, "not a valid processes_per_node");
+    luaL_argcheck(L, ps == 0 || dag_count_ok(DIST_PARAMETER_SERVERS, ps), 3, "not a valid parameter_server_count");
+    long long total = dag_local_processes((long)n, (long)p, (long)ps);
+    if (total <= DIST_MAX_LOCAL_PROCESSES) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_pushfstring(L, "num_nodes %I x processes_per_node %I", n, p);
+    if (ps > 0) lua_pushfstring(L, " + %I parameter server%s", ps, ps == 1 ? "" : "s");
+    else lua_pushliteral(L, "");
+    lua_pushfstring(L, "%s%s is %I processes, more than --distributed=local starts on one machine (at most %d); "
+                    "test it with smaller counts, or run it once (--distributed=once)",
+                    lua_tostring(L, -2), lua_tostring(L, -1), (lua_Integer)total, DIST_MAX_LOCAL_PROCESSES);
+    return 1;
+}
+
 static const luaL_Reg dag_funcs[] = {
     { "build", l_build },
     { "is_param_input", l_is_param_input },
+    { "dist_count", l_dist_count },
+    { "check_local", l_check_local },
     { NULL, NULL }
 };
 

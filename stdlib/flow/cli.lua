@@ -97,7 +97,7 @@ options:
                      (default: number of CPUs; named pools: flow.yml pools:)
   --distributed MODE once (default): a distributed_job step runs once, normally;
                      local: it runs as num_nodes x processes_per_node local
-                     processes with the variables Azure ML sets (also
+                     processes (at most 1024) with the variables Azure ML sets (also
                      `distributed: local` in conf/<env>/flow.yml)
   -k, --keep-going   after a failure, still run every step that does not depend on it
   -n, --dry-run      print the selected steps in order, whether each would run and

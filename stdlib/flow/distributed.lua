@@ -19,14 +19,16 @@ function M.is_distributed(v)
   return getmetatable(v) == Distributed
 end
 
--- A count: a positive integer, or "params:key" resolved per environment later.
-local function check_count(v, what, level)
-  local key = type(v) == "string" and dag.is_param_input(v)
+-- A count: a whole number within the graph's bounds (dag.dist_count: the rule a
+-- "params:" count meets when the run is planned), or, where `refs`,
+-- "params:key" resolved per environment later.
+local function check_count(v, what, level, refs)
+  local key = refs and type(v) == "string" and dag.is_param_input(v)
   if type(key) == "string" and key ~= "" then return nil, v end
-  if math.type(v) == "integer" and v >= 1 then return v, nil end
-  if type(v) == "number" and v >= 1 and v == math.floor(v) then return math.tointeger(v), nil end
-  util.fail(level + 1, "distributed_job: %s must be a positive integer or \"params:KEY\", got %s",
-            what, type(v) == "string" and string.format("%q", v) or tostring(v))
+  local n, rule = dag.dist_count(what, v)
+  if n then return n, nil end
+  util.fail(level + 1, "distributed_job: %s must be %s%s, got %s", what, rule, refs and ' or "params:KEY"' or "",
+            type(v) == "string" and string.format("%q", v) or tostring(v))
 end
 
 local fields = { framework = true, num_nodes = true, nodes = true, processes_per_node = true,
@@ -52,14 +54,15 @@ function M.distributed_job(opts, level)
     util.fail(level, "distributed_job: num_nodes and nodes are the same setting; give one")
   end
   local spec = { framework = parse_framework(opts.framework, level) }
-  spec.num_nodes, spec.num_nodes_ref = check_count(opts.num_nodes or opts.nodes or 1, "num_nodes", level)
+  spec.num_nodes, spec.num_nodes_ref = check_count(opts.num_nodes or opts.nodes or 1, "num_nodes", level, true)
   spec.processes_per_node, spec.processes_per_node_ref =
-    check_count(opts.processes_per_node or 1, "processes_per_node", level)
+    check_count(opts.processes_per_node or 1, "processes_per_node", level, true)
   if opts.parameter_server_count ~= nil then
     if spec.framework ~= "tensorflow" then
       util.fail(level, "distributed_job: parameter_server_count applies to TensorFlow only")
     end
-    spec.parameter_server_count = check_count(opts.parameter_server_count, "parameter_server_count", level)
+    -- (a literal only: nothing resolves a "params:" server count later)
+    spec.parameter_server_count = check_count(opts.parameter_server_count, "parameter_server_count", level, false)
   end
   return setmetatable({ spec = spec }, Decorator)
 end

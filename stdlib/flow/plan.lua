@@ -23,7 +23,8 @@ local DATA = require("flow.values").DATA
 local graph_error = util.setup_error
 
 -- A distributed step's counts for this run: "params:" references resolved
--- in the run's environment and checked to be positive integers.
+-- in the run's environment and checked by the rule distributed_job{} checks
+-- a literal count by (dag.dist_count).
 local function resolve_count(n, what, value, ref, settings)
   if not ref then return value end
   local key = dag.is_param_input(ref)
@@ -33,11 +34,14 @@ local function resolve_count(n, what, value, ref, settings)
     graph_error(string.format("step '%s' (%s): %s = \"%s\" but parameter '%s' is not defined in environment '%s'%s",
       n.name, n.where, what, ref, key, settings.env, near and (" (did you mean '" .. near .. "'?)") or ""))
   end
-  if math.type(v) ~= "integer" or v < 1 then
-    graph_error(string.format("step '%s' (%s): %s = \"%s\" is %s in environment '%s'; it must be a positive integer",
-      n.name, n.where, what, ref, type(v) == "string" and string.format("%q", v) or tostring(v), settings.env))
+  local count, rule = dag.dist_count(what, v)
+  if not count then
+    local origin = settings.cfg:origin("parameters", key)
+    graph_error(string.format("step '%s' (%s): %s = \"%s\" is %s in environment '%s'%s; it must be %s",
+      n.name, n.where, what, ref, type(v) == "string" and string.format("%q", v) or params_mod.text(v), settings.env,
+      origin and (" (set in " .. origin .. ")") or "", rule))
   end
-  return v
+  return count
 end
 
 function M.resolve_dist(n, settings)
@@ -51,6 +55,19 @@ function M.resolve_dist(n, settings)
     parameter_server_count = d.parameter_server_count,
     num_nodes_ref = d.num_nodes_ref, processes_per_node_ref = d.processes_per_node_ref,
   }
+end
+
+-- --distributed=local starts every rank of a selected distributed step that
+-- runs here (not on Azure ML) on this machine: a count fit for a cluster may
+-- be too many processes for one machine (dag.check_local says).
+local function check_local_ranks(nodes, distributed, dists, selected, remote)
+  for _, i in ipairs(distributed) do
+    local d = dists[i]
+    if (not selected or selected[i]) and not remote[i] then
+      local err = dag.check_local(d.num_nodes, d.processes_per_node, d.parameter_server_count)
+      if err then graph_error(string.format("step '%s' (%s): %s", nodes[i].name, nodes[i].where, err)) end
+    end
+  end
 end
 
 -- joined({"'a'", "'b'", "'c'"}, "and") -> "'a', 'b' and 'c'"
@@ -711,6 +728,7 @@ function M.prepare(p, opts, defaults, level)
   end
   warn_unused_entries(p.nodes, cat, params_of)
   local remote, aml, on_datastore = remote_mod.plan(nodes, settings, dists, cat, defaults)
+  if mode == "local" then check_local_ranks(nodes, sc.distributed, dists, selected, remote) end
   return { nodes = p.nodes, settings = settings, dists = dists, graph = g, selected = selected,
            mode = mode, cat = cat, started = started, free_readers = free_readers, remote = remote, aml = aml,
            on_datastore = on_datastore, reporting = sc.reporting }

@@ -82,7 +82,7 @@ test_num_nodes_resolved_per_env() {
     run_flow 0 list --env prod
     contains "$OUT" "PyTorch 4 nodes x 1 process"
     run_flow 2 list --params num_training_nodes=0
-    contains "$ERR" "num_nodes = \"params:num_training_nodes\" is 0 in environment 'local'; it must be a positive integer"
+    contains "$ERR" "num_nodes = \"params:num_training_nodes\" is 0 in environment 'local' (set in --params); it must be a whole number from 1 to 10000"
     run_flow 2 list --params num_training_nodes=two
     contains "$ERR" "is \"two\" in environment 'local'"
 }

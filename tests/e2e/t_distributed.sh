@@ -64,6 +64,109 @@ Y
     contains "$ERR" "--distributed must be once or local"
 }
 
+# A count is a whole number from 1 to 10000 nodes, 1024 processes per node:
+# anything else (1e300, inf, 2^63 read as a float, a fraction) is refused at
+# the script's line before anything runs, not taken as nil or wrapped.
+test_counts_out_of_range_name_the_script_line() {
+    for v in 1e300 math.huge '-math.huge' '2^63' 0x7fffffffffffffff 10001 0 -1 2.5 '0/0'; do
+        write pipeline.lua <<L
+local cmd = flow.command{ "sh", "-c", "touch ran" }
+local train = distributed_job{ framework = "pytorch", nodes = $v }(cmd)
+return pipeline{ node{ func = train, name = "train" } }
+L
+        run_flow 2 run --distributed=local
+        contains "$ERR" "pipeline.lua:2: distributed_job: num_nodes must be a whole number from 1 to 10000 or \"params:KEY\", got" "nodes = $v"
+        run_flow 2 list
+        contains "$ERR" "pipeline.lua:2: distributed_job: num_nodes must be a whole number" "flow list, nodes = $v"
+    done
+    contains "$ERR" "nan" "the error for 0/0"
+    [ ! -e ran ] || { echo "a step ran"; return 1; }
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = distributed_job<framework = "mpi", processes_per_node = 1025>(flow.command{ "true" }),
+                       name = "m" } }
+L
+    run_flow 2 list
+    contains "$ERR" "pipeline.lua:1: distributed_job: processes_per_node must be a whole number from 1 to 1024"
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = distributed_job<framework = "pytorch", nodes = math.huge>(flow.command{ "true" }),
+                       name = "t" } }
+L
+    run_flow 2 list
+    contains "$ERR" "pipeline.lua:1: distributed_job: num_nodes must be a whole number from 1 to 10000 or \"params:KEY\", got inf"
+}
+
+# num_nodes x processes_per_node once wrapped (2^62 x 4 started 2 ranks and
+# reported done); with both bounded it cannot, and past 1024 processes
+# --distributed=local refuses to start the job on one machine.
+test_rank_total_is_bounded() {
+    write pipeline.lua <<'L'
+local cmd = flow.command{ "sh", "-c", "touch ran.$OMPI_COMM_WORLD_RANK" }
+return pipeline{ node{ func = distributed_job{ framework = "mpi", nodes = 0x4000000000000000, processes_per_node = 4 }(cmd),
+                       name = "m" } }
+L
+    run_flow 2 run --distributed=local
+    contains "$ERR" "pipeline.lua:2: distributed_job: num_nodes must be a whole number from 1 to 10000"
+    write pipeline.lua <<'L'
+local cmd = flow.command{ "sh", "-c", "touch ran" }
+return pipeline{ node{ func = distributed_job{ framework = "pytorch", num_nodes = 33, processes_per_node = 32 }(cmd),
+                       name = "train" } }
+L
+    run_flow 0 list                                     # fine for Azure ML ...
+    contains "$OUT" "PyTorch 33 nodes x 32 processes"
+    run_flow 2 run --distributed=local                  # ... too many processes for this machine
+    contains "$ERR" "step 'train' (pipeline.lua:2): num_nodes 33 x processes_per_node 32 is 1056 processes, more than --distributed=local starts on one machine (at most 1024)"
+    [ ! -e ran ] || { echo "the step ran"; return 1; }
+    run_flow 0 run                                      # the default runs it once
+    [ -e ran ] || { echo "the step did not run once"; return 1; }
+    write pipeline.lua <<'L'
+local cmd = flow.command{ "true" }
+return pipeline{ node{ func = distributed_job{ framework = "tensorflow", num_nodes = 1024, parameter_server_count = 1 }(cmd),
+                       name = "tf" } }
+L
+    run_flow 2 run --distributed=local
+    contains "$ERR" "num_nodes 1024 x processes_per_node 1 + 1 parameter server is 1025 processes"
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = distributed_job{ framework = "tensorflow", parameter_server_count = "params:ps" }(flow.command{ "true" }),
+                       name = "tf" } }
+L
+    run_flow 2 list
+    contains "$ERR" "pipeline.lua:1: distributed_job: parameter_server_count must be a whole number from 1 to 10000, got \"params:ps\""
+}
+
+# A "params:" count meets the same rule when the run is planned: the error
+# names the step, the parameter and the file that set it; nothing starts.
+test_params_counts_are_bounded() {
+    write conf/base/parameters.yml <<'Y'
+n: 100000000
+ppn: 2
+Y
+    write pipeline.lua <<'L'
+local cmd = flow.command{ "sh", "-c", "touch rank.$RANK" }
+return pipeline{ node{ func = distributed_job{ framework = "pytorch", nodes = "params:n", processes_per_node = "params:ppn" }(cmd),
+                       name = "train" } }
+L
+    run_flow 2 run --distributed=local
+    contains "$ERR" "step 'train' (pipeline.lua:2): num_nodes = \"params:n\" is 100000000 in environment 'local' (set in conf/base/parameters.yml:1); it must be a whole number from 1 to 10000"
+    run_flow 2 list --params n=1e300
+    contains "$ERR" "num_nodes = \"params:n\" is 1e+300 in environment 'local' (set in --params)"
+    run_flow 2 list --params n=2,ppn=2.5
+    contains "$ERR" "processes_per_node = \"params:ppn\" is 2.5 in environment 'local' (set in --params); it must be a whole number from 1 to 1024"
+    run_flow 2 run --distributed=local --params n=2,ppn=1000
+    contains "$ERR" "step 'train' (pipeline.lua:2): num_nodes 2 x processes_per_node 1000 is 2000 processes"
+    ! ls rank.* >/dev/null 2>&1 || { echo "a rank ran"; return 1; }
+    # a valid 2 x 2 (2.0 is the whole number 2, as math.tointeger has it) still runs its four ranks
+    run_flow 0 run --distributed=local --params n=2.0
+    equals "$(ls rank.* | sort | tr '\n' ' ')" "rank.0 rank.1 rank.2 rank.3 " "ranks"
+    write pipeline.lua <<'L'
+local cmd = flow.command{ "sh", "-c", "touch literal.$RANK" }
+return pipeline{ node{ func = distributed_job{ framework = "pytorch", nodes = 2.0, processes_per_node = 2 }(cmd), name = "train" } }
+L
+    run_flow 0 list
+    contains "$OUT" "PyTorch 2 nodes x 2 processes"
+    run_flow 0 run --distributed=local
+    equals "$(ls literal.* | sort | tr '\n' ' ')" "literal.0 literal.1 literal.2 literal.3 " "ranks"
+}
+
 test_tensorflow_config_per_process() {
     py=$(python_with json)
     [ -n "$py" ] || skip "no python3"

@@ -100,13 +100,13 @@ test_bad_num_nodes() {
 local a = distributed_job{ framework = "mpi", num_nodes = 0 }
 L
     run_flow 2 run
-    contains "$ERR" "pipeline.lua:1: distributed_job: num_nodes must be a positive integer"
+    contains "$ERR" "pipeline.lua:1: distributed_job: num_nodes must be a whole number from 1 to 10000"
     write pipeline.lua <<'L'
 
 local a = distributed_job<framework = "mpi", nodes = 1.5>(function() end)
 L
     run_flow 2 run
-    contains "$ERR" "pipeline.lua:2: distributed_job: num_nodes must be a positive integer or \"params:KEY\", got 1.5"
+    contains "$ERR" "pipeline.lua:2: distributed_job: num_nodes must be a whole number from 1 to 10000 or \"params:KEY\", got 1.5"
 }
 
 test_unterminated_annotation() {

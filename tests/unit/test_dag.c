@@ -368,6 +368,34 @@ static void test_framework_names(void)
     CHECK(dag_param_key("raw") == NULL);
 }
 
+/* The bounds of a distributed step's counts, and a graph that refuses a
+ * step whose count is out of them whoever builds it. */
+static void test_dist_counts_bounded(void)
+{
+    CHECK(dag_count_ok(DIST_NUM_NODES, 1) && dag_count_ok(DIST_NUM_NODES, DIST_MAX_NODES));
+    CHECK(!dag_count_ok(DIST_NUM_NODES, 0) && !dag_count_ok(DIST_NUM_NODES, -1));
+    CHECK(!dag_count_ok(DIST_NUM_NODES, DIST_MAX_NODES + 1) && !dag_count_ok(DIST_NUM_NODES, 0x4000000000000000LL));
+    CHECK(dag_count_ok(DIST_PROCESSES_PER_NODE, DIST_MAX_PROCESSES_PER_NODE));
+    CHECK(!dag_count_ok(DIST_PROCESSES_PER_NODE, DIST_MAX_PROCESSES_PER_NODE + 1));
+    CHECK(dag_count_max(DIST_PARAMETER_SERVERS) == DIST_MAX_NODES);
+    CHECK(dag_local_processes(DIST_MAX_NODES, DIST_MAX_PROCESSES_PER_NODE, DIST_MAX_NODES)
+          == 10000LL * 1024 + 10000);
+    CHECK(dag_local_processes(2, 2, 1) == 5);
+
+    struct dag *d = dag_new();
+    struct dag_step s = { .name = "ok", .dist = { .framework = DIST_MPI, .num_nodes = 2, .processes_per_node = 4 } };
+    CHECK(dag_add_step(d, &s, err, sizeof err) == 0);
+    s.name = "wide", s.dist.processes_per_node = DIST_MAX_PROCESSES_PER_NODE + 1;
+    CHECK(dag_add_step(d, &s, err, sizeof err) < 0);
+    CHECK_CONTAINS(err, "step 'wide': processes_per_node must be a whole number from 1 to 1024");
+    s.name = "none", s.dist.num_nodes = 0, s.dist.processes_per_node = 1;
+    CHECK(dag_add_step(d, &s, err, sizeof err) < 0);
+    CHECK_CONTAINS(err, "step 'none': num_nodes must be a whole number from 1 to 10000");
+    s.name = "plain", s.dist = (struct dag_dist){ 0 };          /* not distributed: no counts */
+    CHECK(dag_add_step(d, &s, err, sizeof err) == 1);
+    dag_free(d);
+}
+
 int main(void)
 {
     RUN(test_linear_order);
@@ -388,5 +416,6 @@ int main(void)
     RUN(test_slicing_downstream);
     RUN(test_slicing_upstream);
     RUN(test_framework_names);
+    RUN(test_dist_counts_bounded);
     return CHECK_DONE("dag");
 }
