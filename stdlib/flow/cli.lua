@@ -336,7 +336,7 @@ so the next run still does not rerun what is up to date.
 options:
   --runs-older-than AGE  remove runs that started more than AGE ago (default 30d;
                          units ms, s, m, h, d, combined as in 1h30m; 0s: all but
-                         the latest)
+                         the latest; at most 36500d)
   --cache                also remove unused cache entries
   -n, --dry-run          say what would be removed, remove nothing]],
   help = [[
@@ -640,8 +640,10 @@ local RESUME_OK = { resume = true, quiet = true, verbose = true, progress = true
                     explain = true, help = true, detach = true, ["dry-run"] = true, ["log-format"] = true }
 
 -- The journal of run `id` ("latest", an id, or a unique prefix of one) in
--- project `dir`: its events and path.  `what` names the option in errors.
-local function run_events(dir, id, what)
+-- project `dir`: its events and path, then what state.read_journal says of its
+-- lines (the first that is not JSON, and whether it is a torn last line).
+-- `what` names the option in errors.
+local function run_journal(dir, id, what)
   local runs = {}
   for _, r in ipairs(core.list_dir(dir .. "/.flow/runs") or {}) do
     if r ~= "latest" then runs[#runs + 1] = r end
@@ -659,8 +661,29 @@ local function run_events(dir, id, what)
     id = found
   end
   local path = dir .. "/.flow/runs/" .. id .. "/journal.jsonl"
-  local events = require("flow.state").read_journal(path)
+  local events, bad, torn = require("flow.state").read_journal(path)
   if not events then usage_error("%s: no run '%s' in %s/.flow/runs%s", what, id, dir, recent()) end
+  return events, path, bad, torn
+end
+
+-- The journal of a run to show (flow status, runs show, cancel, viz --run):
+-- its events and path.  One that does not start with the run's start, or has
+-- a line that is not JSON, is damaged, and the error names the file and the
+-- line, rather than show a run as still going that is not.  A torn last line
+-- is only damage once the run is over (run.json): before, flow may be writing
+-- it.  (--resume reads run_journal: a lost step record there only makes that
+-- step run again.)
+local function run_events(dir, id, what)
+  local events, path, bad, torn = run_journal(dir, id, what)
+  local over = core.exists((path:gsub("journal%.jsonl$", "run.json"))) ~= nil
+  if bad and (over or not torn) then
+    util.setup_error(string.format("%s: %s is damaged: line %d is %s", what, path, bad,
+                                   torn and "cut short" or "not a JSON object"))
+  end
+  if not require("flow.runs").start_of(events[1]) then
+    util.setup_error(string.format("%s: %s is damaged: %s", what, path,
+                                   #events == 0 and "it is empty" or "its first line is not the run's start"))
+  end
   return events, path
 end
 
@@ -677,7 +700,7 @@ local function resume_args(opts, pos)
   if pos[1] then
     dir = core.exists(pos[1]) == "directory" and pos[1] or (pos[1]:match("^(.*)/[^/]*$") or ".")
   end
-  local events, path = run_events(dir, opts.resume == true and "latest" or opts.resume, "--resume")
+  local events, path = run_journal(dir, opts.resume == true and "latest" or opts.resume, "--resume")
   local start = events[1]
   if not start or start.event ~= "run_start" or type(start.args) ~= "table" then
     usage_error("--resume: %s does not start with the run's arguments", path)
@@ -923,6 +946,8 @@ local function cmd_catalog(args)
   return 0
 end
 
+local MAX_RUN_AGE = 36500 * 86400
+
 local function cmd_clean(args)
   local opts, pos = parse_args("clean", args)
   if opts.help then print(HELP.clean) return 0 end
@@ -931,6 +956,9 @@ local function cmd_clean(args)
   local older = util.parse_duration(opts["runs-older-than"] or "30d", true)
   if not older then
     usage_error("--runs-older-than needs a duration like 30d, 12h, 1h30m or 0s, got '%s'", opts["runs-older-than"])
+  end
+  if older > MAX_RUN_AGE then            -- (no run is that old; a larger age is a typo)
+    usage_error("--runs-older-than must be at most 36500d (100 years), got '%s'", opts["runs-older-than"])
   end
   core.ui_setup("normal")
   local kind = core.exists(".flow")
@@ -1118,11 +1146,11 @@ end
 local function cmd_cancel(args)
   local events = run_command_events("cancel", args)
   if not events then return 0 end
-  local start = events[1] or {}
+  local start = require("flow.runs").start_of(events[1])
   local jobs = M.unfinished_jobs(events)
   local steps = util.sorted_keys(jobs)
   if #steps == 0 then
-    core.ui_info(string.format("run %s left no Azure ML job running", tostring(start.run)))
+    core.ui_info(string.format("run %s left no Azure ML job running", start.run or "?"))
     return 0
   end
   local aml = azureml_of({}, start.env)
@@ -1142,9 +1170,10 @@ local function cmd_cancel(args)
   return code
 end
 
--- What `flow status` prints of a run's journal.
-local function show_status(events)
-  local story = require("flow.runs").story(events)
+-- What `flow status` prints of a run's journal (events, from run_events).
+local function show_status(events, journal)
+  local runs = require("flow.runs")
+  local story = runs.story(events)
   local open = M.unfinished_jobs(events)
   if next(open) then                             -- ask Azure ML how those jobs are now
     local ok, aml = pcall(azureml_of, {}, story.start.env)
@@ -1158,9 +1187,18 @@ local function show_status(events)
       end
     end
   end
-  local how = story.code == nil and "running, or stopped without a word (killed)"
-              or story.code == 0 and "succeeded" or story.code == 130 and "interrupted" or "failed"
-  print(string.format("run %s%s: %s", tostring(story.start.run),
+  local code = story.code
+  if code == nil then            -- no run_end: going, killed, or the journal lost its last lines
+    local rec = runs.record((journal:gsub("/journal%.jsonl$", "")))
+    if rec and rec.code then
+      core.ui_warn(string.format("%s is damaged: it ends before the run's end, which run.json records "
+                                 .. "(steps it has lost the end of show as running)", journal))
+      code = rec.code
+    end
+  end
+  local how = code == nil and "running, or stopped without a word (killed)"
+              or code == 0 and "succeeded" or code == 130 and "interrupted" or "failed"
+  print(string.format("run %s%s: %s", story.start.run or "?",
                       story.start.env and (" (env " .. story.start.env .. ")") or "", how))
   local cells = { { "step", "state", "time", "azure ml job" } }
   for _, name in ipairs(story.order) do
@@ -1174,9 +1212,9 @@ end
 
 -- flow status [RUN_ID] [DIR]
 local function cmd_status(args)
-  local events = run_command_events("status", args)
+  local events, journal = run_command_events("status", args)
   if not events then return 0 end
-  return show_status(events)
+  return show_status(events, journal)
 end
 
 -- flow runs [DIR] / flow runs show [RUN_ID] [DIR]
@@ -1203,7 +1241,7 @@ local function cmd_runs(args)
       if r.metrics then print("metrics  " .. require("flow.metrics").describe(r.metrics)) end
       print()
     end
-    return show_status(events)
+    return show_status(events, journal)
   end
   if #pos > 1 then usage_error("'flow runs' takes a project directory (or: flow runs show [RUN_ID] [DIR])") end
   if opts.n and opts.all then usage_error("-n and --all contradict each other") end

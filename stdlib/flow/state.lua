@@ -70,16 +70,24 @@ local function record_of(ev)
   if valid(rec) then return ev.step, rec end
 end
 
--- The events of a journal; a torn last line (a kill mid-write) is skipped.
+-- The events of a journal, or nil when it cannot be read; then the number of
+-- its first line that is not a JSON object (skipped: a run folds in what it
+-- can, and `flow status` says the file is damaged), and whether that line is
+-- the last, without its newline: a line a running flow is writing, or one
+-- torn by a power loss or a truncated file.
 function M.read_journal(path)
   local text = core.read_file(path)
   if not text then return nil end
-  local events = {}
-  for line in text:gmatch("[^\n]+") do
-    local ok, ev = pcall(core.json_decode, line)
-    if ok and type(ev) == "table" then events[#events + 1] = ev end
+  local events, bad, torn, n = {}, nil, false, 0
+  for line, nl in text:gmatch("([^\n]*)(\n?)") do
+    n = n + 1
+    if line ~= "" then
+      local ok, ev = pcall(core.json_decode, line)
+      if ok and type(ev) == "table" then events[#events + 1] = ev
+      elseif not bad then bad, torn = n, nl == "" end
+    end
   end
-  return events
+  return events, bad, torn
 end
 
 local function newer(rec, old)

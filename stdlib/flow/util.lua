@@ -110,8 +110,13 @@ function M.parse_duration(v, allow_zero)
 end
 
 -- Seconds as the shortest duration text that parses back: "1h30m", "500ms".
+-- Durations read from a file may be anything: NaN and infinities are "?", a
+-- negative one "0s", and past 2^53 s, where no count of days is exact, days
+-- as %g ("1.2e+295d": an edited file's, no run takes that long).
 function M.format_duration(s)
+  if s ~= s or s == math.huge or s == -math.huge then return "?" end
   if s <= 0 then return "0s" end
+  if s >= 2^53 then return string.format("%gd", s / 86400) end
   if s < 1 then return string.format("%gms", s * 1000) end
   local parts, rest = {}, s
   for _, u in ipairs({ { "d", 86400 }, { "h", 3600 }, { "m", 60 } }) do
@@ -125,9 +130,11 @@ function M.format_duration(s)
   return table.concat(parts)
 end
 
--- A run's or a trial's time in a table: "0.42s" under a minute, else "2m3s".
+-- A run's or a trial's time in a table: "0.42s" under a minute, else "2m3s"
+-- (NaN and infinities "?", a negative time "0.00s", as format_duration).
 function M.short_duration(s)
-  return s < 60 and string.format("%.2fs", s) or M.format_duration(math.floor(s))
+  if s ~= s or s == math.huge or s == -math.huge then return "?" end
+  return s < 60 and string.format("%.2fs", math.max(s, 0)) or M.format_duration(math.floor(s))
 end
 
 -- The id in `ids` that `want` names: itself, or the one id it is a prefix

@@ -151,6 +151,12 @@ L
     equals "$(ls .flow/runs | grep -vc latest)" 1 "runs left (the latest)"
     run_flow 2 clean --runs-older-than 1h30
     contains "$ERR" "--runs-older-than needs a duration"
+    # an age past any run's is out of range, named as the flag (1e20 days has no whole number to print)
+    run_flow 0 clean -n --runs-older-than 36500d
+    contains "$ERR" "would remove 0 runs older than 36500d"
+    run_flow 2 clean --runs-older-than 99999999999999999999d
+    contains "$ERR" "--runs-older-than must be at most 36500d (100 years), got '99999999999999999999d'"
+    not_contains "$ERR" "internal error" stderr
     write pipeline.lua <<'L'
 return pipeline{ node{ command = "true", name = "a", timeout = "0s" } }
 L

@@ -321,6 +321,106 @@ open(p, "wb").write(re.sub(rb"[0-9a-f]{64}", b"7" * 64, d))
     equals "$(ran)" "a b c " "steps whose records were damaged"
 }
 
+# run.json and the journal are read, never trusted: a value of the wrong type
+# or range (an edited file's) is shown as unknown, never crashes flow runs or
+# flow status, and no time or duration, however large, breaks its formatting.
+test_damaged_run_json_values_are_shown_as_unknown() {
+    small_project
+    run_flow 0 run
+    j=.flow/runs/latest
+    cp "$j/run.json" run.json.good
+    # no status: run.json tells nothing, the journal tells the run
+    echo '{"started":1e300}' > "$j/run.json"
+    for args in runs "runs --format json" "runs show"; do
+        run_flow 0 $args
+        clean_failure
+    done
+    run_flow 0 runs
+    contains "$(printf '%s\n' "$OUT" | tail -1)" "  ok  "
+    # each field of the wrong type or range is absent
+    echo '{"status":"ok","started":1e300,"elapsed":-1,"code":1.5,"env":{},"steps":[5,{"state":3},{"state":"done"}],
+           "metrics":{"loss":"low","acc":0.5}}' > "$j/run.json"
+    run_flow 0 runs
+    clean_failure
+    contains "$OUT" "?        ok      -     1 done"
+    run_flow 0 runs show
+    clean_failure
+    contains "$OUT" "status   ok
+time     -
+steps    1 done
+metrics  acc 0.5"
+    run_flow 0 runs --format json
+    printf '%s' "$OUT" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)[0]
+assert r["started"] is None and r["elapsed"] is None and r["code"] is None and r["env"] is None, r
+assert r["steps"] == 3 and r["counts"] == {"done": 1} and r["metrics"] == {"acc": 0.5}, r
+'
+    cp run.json.good "$j/run.json"
+    # a step's end with an elapsed time that is not a number, or too large to print
+    echo '{"event":"step_end","step":"a","status":"ok","elapsed":"x"}' >> "$j/journal.jsonl"
+    run_flow 0 status
+    clean_failure
+    contains "$OUT" "run $(readlink $j) (env local): succeeded"
+    equals "$(printf '%s\n' "$OUT" | grep '^a ')" "a     ok" "step a's row"
+    echo '{"event":"step_end","step":"a","status":"ok","elapsed":1e300}' >> "$j/journal.jsonl"
+    run_flow 0 status
+    clean_failure
+    contains "$OUT" "1.15741e+295d"
+    echo '{"event":"step_end","step":"a","status":7,"elapsed":1e999,"remote":{"job":[]}}' >> "$j/journal.jsonl"
+    run_flow 0 runs show
+    clean_failure
+    contains "$OUT" "a     ?"
+}
+
+# A journal that cannot be read whole is damaged, and flow status says which
+# file and line, rather than call a finished run "running".
+test_damaged_journal_is_reported_not_shown_as_running() {
+    small_project
+    run_flow 0 run
+    j=.flow/runs/latest
+    cp "$j/journal.jsonl" journal.good
+    : > "$j/journal.jsonl"                              # emptied
+    run_flow 2 status
+    contains "$ERR" "flow status: ./.flow/runs/latest/journal.jsonl is damaged: it is empty"
+    clean_failure
+    not_contains "$OUT" "running" stdout
+    head -c 300 journal.good > "$j/journal.jsonl"       # truncated in its second line
+    run_flow 2 status
+    contains "$ERR" "journal.jsonl is damaged: line 2 is cut short"
+    clean_failure
+    sed '3s/.*/{"event": garbled/' journal.good > "$j/journal.jsonl"
+    run_flow 2 runs show
+    contains "$ERR" "flow runs show: ./.flow/runs/latest/journal.jsonl is damaged: line 3 is not a JSON object"
+    clean_failure
+    run_flow 2 viz --run
+    contains "$ERR" "--run: ./.flow/runs/latest/journal.jsonl is damaged: line 3"
+    sed 1d journal.good > "$j/journal.jsonl"            # no run_start
+    run_flow 2 status
+    contains "$ERR" "journal.jsonl is damaged: its first line is not the run's start"
+    clean_failure
+    # flow runs lists it from run.json; without one, its status is "damaged"
+    run_flow 0 runs
+    contains "$OUT" "  ok  "
+    rm "$j/run.json"
+    run_flow 0 runs
+    contains "$OUT" "  damaged  "
+    # lines lost at a line's end: run.json says how the run ended, and the journal is damaged
+    cp journal.good "$j/journal.jsonl"
+    run_flow 0 run --force
+    head -n 2 "$j/journal.jsonl" > short && cat short > "$j/journal.jsonl"
+    run_flow 0 status
+    contains "$ERR" "journal.jsonl is damaged: it ends before the run's end, which run.json records"
+    contains "$OUT" ": succeeded"
+    clean_failure
+    # a run's own last line, torn while it is written (no run.json yet), is not damage
+    rm "$j/run.json"
+    printf '{"event":"step_st' >> "$j/journal.jsonl"
+    run_flow 0 status
+    contains "$OUT" "running, or stopped without a word (killed)"
+    clean_failure
+}
+
 # ---- failed writes ------------------------------------------------------------
 
 # Outputs are renamed into place unsynced and flushed in one batch before the
