@@ -6,6 +6,7 @@
 #include "util.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,11 +97,13 @@ static int get_duration(struct load *l, const char *key, double *out)
     const cJSON *v = config_get(l->cfg, "azureml", key);
     if (!v || cJSON_IsNull(v)) return 0;
     if (!(v = deref(l, key, v))) return -1;
-    bool ok = cJSON_IsNumber(v) ? v->valuedouble > 0 && (*out = v->valuedouble, true)
+    bool ok = cJSON_IsNumber(v) ? isfinite(v->valuedouble) && v->valuedouble > 0 && (*out = v->valuedouble, true)
               : cJSON_IsString(v) && duration_parse(v->valuestring, false, out);
     if (ok) return 0;
-    errf(l->err, l->errlen, "%s: %s must be a duration like 90 (seconds), \"30m\" or \"2h\", got %s",
-         where(l, key), key, cJSON_IsString(v) ? v->valuestring : type_name(v));
+    char num[64] = "";
+    if (cJSON_IsNumber(v)) snprintf(num, sizeof num, "%g", v->valuedouble);   /* (-1, 0, nan, inf) */
+    errf(l->err, l->errlen, "%s: %s must be a positive duration like 90 (seconds), \"30m\" or \"2h\", got %s",
+         where(l, key), key, cJSON_IsString(v) ? v->valuestring : *num ? num : type_name(v));
     return -1;
 }
 

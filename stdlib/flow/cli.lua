@@ -538,7 +538,9 @@ end
 local function load_pipeline(path, name)
   local dir, base = path:match("^(.*)/([^/]*)$")
   local chunk, err = core.load_script(path, path)
-  if not chunk then script_error(err) end
+  if not chunk then
+    script_error(err:sub(1, #path + 1) == path .. ":" and err or path .. ": " .. err)
+  end
   if dir and dir ~= "" then core.chdir(dir) end
   runner.defaults.script = base or path
   local flow = require("flow")
@@ -548,7 +550,7 @@ local function load_pipeline(path, name)
   local runs_before = runner.runs_started
   local ok, ret = xpcall(chunk, function(e)
     if util.is_fs_error(e) then return e end   -- a driver's flow.run met the disk, not a bug
-    return debug.traceback(tostring(e), 2)
+    return debug.traceback(util.error_message(e), 2)
   end)
   if not ok and util.is_fs_error(ret) then error(ret, 0) end
   if not ok then script_error(util.user_traceback(ret)) end

@@ -108,6 +108,12 @@ To run steps on Azure ML, add `conf/prod/azureml.yml` (see flow's docs/azureml.m
 -- Why `name` cannot be a new project's directory, or nil.
 local function problem(path)
   if path == "" then return "flow new needs a project name (a directory to create)" end
+  -- (the name goes into the files made: a newline would end pipeline.lua's comment)
+  local bad = path:find("[%z\1-\31\127]")
+  if bad then
+    return string.format("flow new: the project name cannot contain a control character (byte %d at %d)",
+                         path:byte(bad), bad)
+  end
   local kind = core.exists(path)
   if kind == "file" or (kind and kind ~= "directory") then return string.format("'%s' exists and is not a directory", path) end
   if kind == "directory" and #(core.list_dir(path) or {}) > 0 then

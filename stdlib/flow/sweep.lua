@@ -333,6 +333,22 @@ end
 -- The trials' run prepared (runner.prepare) with the first trial's values,
 -- to see which steps the sweep touches; nil when that fails (each trial then
 -- reports why).
+-- The configuration with trial 1's parameters set, before any trial runs: a
+-- swept key that cannot be set (`min_count.x` where min_count is a number),
+-- or a configuration that does not load, would fail every trial alike, each
+-- with the message only in results.json; it is the sweep's error instead
+-- (exit 2).  A value that breaks the graph is still that trial's failure.
+local function check_settable(o, values)
+  if #values == 0 then return end
+  local d = runner.defaults
+  local ok, err = pcall(require("flow.settings").load, { conf = d.conf, env = o.env or d.env,
+                                                          params_spec = d.params_spec,
+                                                          params = trial_params(o, values[1]) })
+  if ok then return end
+  if not util.is_setup_error(err) then error(err, 0) end
+  util.setup_error("flow sweep: the swept parameters cannot be set: " .. err.setup_error:gsub("^flow%.run: ", ""))
+end
+
 local function prepared(p, o, values)
   local ok, plan = pcall(runner.prepare, p, { env = o.env, params = trial_params(o, values[1]) }, 1)
   if ok then return plan end
@@ -677,6 +693,7 @@ function M.sweep(o)
     local space = o.grid or o.space
     values = spec.sampler == "grid" and grid_trials(space, spec.keys)
              or random_trials(space, spec.keys, spec.trials, spec.seed)
+    check_settable(o, values)
     id, done = core.run_id(M.DIR), {}
     trial_plan = prepared(p, o, values)
     local plan = azureml_plan(trial_plan, o, spec, values)

@@ -170,10 +170,32 @@ function M.print_table(cells)
   end
 end
 
+-- The message of an error value `e` raised by a script, for a message
+-- handler: a string or a number as it is; a value with __tostring as that
+-- says; any other value (error({}), error(nil)) named by its type at the
+-- position of the script's code that raised it, rather than shown as
+-- "table: 0x55…" or "nil".
+function M.error_message(e)
+  if type(e) == "string" or type(e) == "number" then return tostring(e) end
+  local mt = getmetatable(e)
+  if type(mt) == "table" and mt.__tostring then return tostring(e) end
+  local where = ""
+  for level = 3, 30 do                  -- 1: here, 2: the handler
+    local info = debug.getinfo(level, "Sl")
+    if not info then break end
+    if info.what ~= "C" and info.currentline > 0 and info.short_src:sub(1, 7) ~= "<flow>/" then
+      where = info.short_src .. ":" .. info.currentline .. ": "
+      break
+    end
+  end
+  return where .. "error raised " .. (e == nil and "nil" or "a " .. type(e)) .. ", not a message"
+end
+
 -- Keep the user's frames of a traceback, drop the engine's own and C's (a
 -- C function's frame, node or error or pcall, names no line).  A traceback
 -- of a single frame says nothing the message's "file:line:" does not.
 local noise = { "<flow>/", "[C]: in ", "(...tail calls...)" }
+
 function M.user_traceback(tb)
   local msg, rest = tb:match("^(.-)\nstack traceback:\n(.*)$")
   if not msg then return tb end

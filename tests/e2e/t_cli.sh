@@ -360,3 +360,13 @@ L
     run_flow 2 viz -o .
     contains "$ERR" "is a directory"
 }
+
+# The project name goes into the files flow new writes: a newline in it
+# would have ended pipeline.lua's first comment and run the rest as code.
+test_new_refuses_a_name_with_a_control_character() {
+    run_flow 2 new "$(printf 'p\nos.exit(7)--')"
+    contains "$ERR" "the project name cannot contain a control character (byte 10 at 2)"
+    local made
+    made=$(ls | grep -v -e '^stdout.txt$' -e '^stderr.txt$' || true)
+    [ -z "$made" ] || { echo "flow new made something: $made"; return 1; }
+}

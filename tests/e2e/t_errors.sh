@@ -339,3 +339,21 @@ L
     contains "$ERR" "\${outputs.nope}: the step has no output named 'nope' (its outputs: out)"
     [ ! -e load-ran ] || { echo "a step ran before the template was checked"; return 1; }
 }
+
+# An error value that is not a message (error({}), error(nil)) is named by
+# its type at the script's line, not shown as "table: 0x55…" or "nil"; a
+# precompiled script is refused naming the file.
+test_error_values_that_are_not_messages_name_the_line() {
+    printf 'local x = 1\nerror({})\n' > pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "flow: error: pipeline.lua:2: error raised a table, not a message"
+    printf 'local function f() error(nil) end\nf()\n' > pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "flow: error: pipeline.lua:1: error raised nil, not a message"
+    printf 'error(setmetatable({}, {__tostring = function() return "my error" end}))\n' > pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "flow: error: my error"
+    printf '\033Lua' > pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "flow: error: pipeline.lua: attempt to load a binary chunk"
+}

@@ -441,3 +441,14 @@ L
     run_flow 2 sweep --grid lr=0.5 --metric val_loss --early-stop bandit,after=x
     contains "$ERR" "flow.sweep: early_stop: after must be a whole number from 1"
 }
+
+# A swept key that cannot be set (a key under a number) would fail every
+# trial alike, the reason only in results.json: it is the sweep's error,
+# exit 2, before any trial runs.  A value that breaks one trial still fails
+# only that trial (test_a_failed_trial_does_not_stop_the_sweep).
+test_a_swept_key_that_cannot_be_set_is_the_sweeps_error() {
+    sweep_project
+    run_flow 2 sweep --grid lr.x=1,2 --metric val_loss
+    contains "$ERR" "flow sweep: the swept parameters cannot be set: cannot set parameter 'lr.x': 'lr' is a number"
+    [ ! -d .flow/sweeps ] || [ -z "$(ls .flow/sweeps)" ] || { echo "a sweep was made: $(ls .flow/sweeps)"; return 1; }
+}

@@ -113,7 +113,14 @@ static void test_errors(void)
         { BASE "compute: c\nenvironment: e:1\nshm_size: lots\n",
           "conf/prod/azureml.yml:7: shm_size must be a size like \"16g\"" },
         { BASE "compute: c\nenvironment: e:1\ntimeout: soon\n",
-          "conf/prod/azureml.yml:7: timeout must be a duration like 90 (seconds), \"30m\" or \"2h\", got soon" },
+          "conf/prod/azureml.yml:7: timeout must be a positive duration like 90 (seconds), \"30m\" or \"2h\", "
+          "got soon" },
+        { BASE "compute: c\nenvironment: e:1\npoll_interval: -1\n",
+          "conf/prod/azureml.yml:7: poll_interval must be a positive duration like 90 (seconds), \"30m\" or "
+          "\"2h\", got -1" },
+        { BASE "compute: c\nenvironment: e:1\npoll_interval: .inf\n",
+          "conf/prod/azureml.yml:7: poll_interval must be a positive duration like 90 (seconds), \"30m\" or "
+          "\"2h\", got inf" },
         { BASE "compute: c\nenvironment: e:1\ndispatch: some\n",
           "conf/prod/azureml.yml:7: dispatch must be distributed, tagged, all or none, got \"some\"" },
         { BASE "compute: c\nenvironment: e:1\narm_endpoint: http://x\n",
