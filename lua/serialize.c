@@ -5,7 +5,8 @@
  * then the other keys sorted (booleans, then numbers by value, then strings
  * bytewise) as `name=v` for identifiers that are not keywords and `[k]=v`
  * otherwise; no whitespace.  Numbers keep their subtype: a float always
- * carries a '.' or an exponent (or is 1e9999, -1e9999, (0/0)), and
+ * carries a '.' or an exponent (or is 1e9999, -1e9999, (0/0) or -(0/0): NaN
+ * keeps its sign), and
  * math.mininteger, which has no decimal literal, is the wrapping hex literal
  * 0x8000000000000000.  Strings are quoted with \\ \" \n \r escaped and every
  * other control byte as \ddd (three digits, so a following digit cannot join
@@ -87,7 +88,12 @@ static void format_integer(lua_Integer i, char *buf, size_t size)
  * (lua/state.c). */
 static void format_float(lua_Number x, char *buf, size_t size)
 {
-    if (isnan(x)) { snprintf(buf, size, "(0/0)"); return; }
+    if (isnan(x)) {                 /* the NaN 0/0 makes here (-nan on x86), or its negation */
+        volatile double zero = 0.0;
+        bool plain = !signbit(x) == !signbit(zero / zero);
+        snprintf(buf, size, plain ? "(0/0)" : "-(0/0)");
+        return;
+    }
     if (isinf(x)) { snprintf(buf, size, x > 0 ? "1e9999" : "-1e9999"); return; }
     for (int prec = 15; prec <= 17; prec++) {
         snprintf(buf, size, "%.*g", prec, (double)x);

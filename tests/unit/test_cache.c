@@ -727,7 +727,13 @@ static void test_serialize_numbers(void)
            "assert(cache.deserialize(cache.serialize(math.mininteger), 'x') == math.mininteger)\n"
            "local s = cache.serialize({[2^63] = 1, [math.maxinteger] = 2, [-2^63 - 2^11] = 3})\n"
            "assert(s == 'return {[-9.223372036854778e+18]=3,[9223372036854775807]=2,[9.223372036854776e+18]=1}', s)\n"
-           "roundtrip({[1/0] = 'inf', [-1/0] = '-inf', [0.5] = 'half'})");
+           "roundtrip({[1/0] = 'inf', [-1/0] = '-inf', [0.5] = 'half'})\n"
+           "local nan, other = 0/0, -(0/0)\n"
+           "assert(cache.serialize(nan) ~= cache.serialize(other))\n"
+           "for _, v in ipairs({nan, other}) do\n"
+           "  local back = cache.deserialize(cache.serialize(v), 'x')\n"
+           "  assert(back ~= back and string.format('%f', back) == string.format('%f', v), cache.serialize(v))\n"
+           "end");
 }
 
 static void test_serialize_strings(void)
