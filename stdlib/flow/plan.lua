@@ -605,17 +605,25 @@ local function check_paths(nodes, commands, cat)
       claim(data_dir .. "/" .. file, DATA .. "/" .. file, data_owner[file], data_entry[file])
     end
   end
-  -- A dataset inside a folder dataset: committing the folder (a rename over
-  -- it) would delete the other one.  (Only a folder dataset can hold another.)
-  if not folders then return end
+  -- A dataset inside another's path: committing the outer one (a rename
+  -- over its path) would delete it.  A folder dataset holds it; a path of any
+  -- other type names a directory by mistake (a text dataset at data/01_raw).
+  -- And .flow/ is flow's own, but for the datasets it keeps in .flow/data.
+  local flow_dir = key_of(".flow/x"):sub(1, -3)
   for _, key in ipairs(util.sorted_keys(owner_d)) do
+    if key == flow_dir or (key:sub(1, #flow_dir + 1) == flow_dir .. "/" and key:sub(1, #data_dir + 1) ~= data_dir .. "/") then
+      graph_error(string.format("%s is stored at %s, inside .flow/, where flow keeps its own state; give it a "
+        .. "path outside .flow/", who(owner_d[key], owner_e[key]), owner_path[key]))
+    end
     local dir = key:match("^(.+)/[^/]*$")
     while dir do
       local outer = owner_d[dir]
-      if outer and outer ~= owner_d[key] and owner_e[dir].type == "folder" then
-        graph_error(string.format("%s is stored at %s, inside the folder of %s (%s): committing the folder "
-          .. "would replace it; give each dataset a path outside the other's", who(owner_d[key], owner_e[key]),
-          owner_path[key], who(outer, owner_e[dir]), owner_path[dir]))
+      if outer and outer ~= owner_d[key] then
+        local folder = owner_e[dir].type == "folder"
+        graph_error(string.format("%s is stored at %s, inside the %s of %s (%s): committing %s would replace it; "
+          .. "give each dataset a path outside the other's", who(owner_d[key], owner_e[key]), owner_path[key],
+          folder and "folder" or "path", who(outer, owner_e[dir]), owner_path[dir],
+          folder and "the folder" or "that " .. owner_e[dir].type .. " dataset"))
       end
       dir = dir:match("^(.+)/[^/]*$")
     end

@@ -156,9 +156,27 @@ function Run:commit_made_here(d, e, from, n)
   return rec
 end
 
+-- Whether a file (or folder) committed at `final` may replace what is there
+-- now, a folder (or a file): only when that is the dataset's own output of
+-- its step's last run (its type changed since).  Anything else there (a data
+-- directory the catalog path names by mistake, holding other files, inputs
+-- among them) the commit would delete: the step fails naming it instead.
+function Run:check_replaced(d, e, from, final, n)
+  local there, made = core.exists(final), core.exists(from)
+  if not there or there == made then return end
+  local old = self.state.steps[n.name]
+  local was = old and old.outputs and old.outputs[d]
+  local same = was and was.path and cache.realpath(was.path) == cache.realpath(final)
+  if same and self.hc:file(final) == was.hash then return end
+  error(step_failure { message = string.format("step '%s': output '%s' is stored at %s, which is a %s that "
+    .. "this step did not make: committing its %s there would delete it (give '%s' a path of its own)",
+    n.name, d, final, there == "directory" and "directory" or "file", made == "directory" and "folder" or "file", d) })
+end
+
 -- Move a finished file or folder into place; record where and its hash.
 function Run:commit(d, e, from, n)
   local final = self:final_path(e, d)
+  self:check_replaced(d, e, from, final, n)
   local ok, err = pcall(cache.commit, from, final)
   if not ok then
     error(step_failure { message = string.format("step '%s': cannot save output '%s': %s", n.name, d, tostring(err)) })

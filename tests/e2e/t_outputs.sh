@@ -566,3 +566,55 @@ L
     FLOW_DEBUG_LUA_BODIES=1 run_flow 0 run
     equals "$(cat seen_c seen_mm seen_ss seen_dd)" "$first" "what the readers read through the stdlib"
 }
+
+# A catalog path of a file dataset that names a directory by mistake: the
+# commit (a rename over the path) deleted the directory, the step's own input
+# and the other files in it with it, exit 0.  A path holding another
+# dataset's is refused before the run, as a folder's is; a directory the
+# step did not make fails the step, left as it was; a path inside .flow/
+# (state.log) is refused.  A dataset whose type changed from folder to file
+# still replaces its own old folder.
+test_a_file_dataset_never_replaces_a_directory_it_did_not_make() {
+    mkdir -p conf/base data/01_raw data/other
+    echo "hello world" > data/01_raw/words.txt
+    echo "a,b" > data/other/keep.csv
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function(r) return r:upper() end, inputs = "raw", outputs = "report", name = "A" } }
+L
+    write conf/base/catalog.yml <<'Y'
+raw: {type: text, path: data/01_raw/words.txt}
+report: {type: text, path: data/01_raw}
+Y
+    run_flow 2 run
+    contains "$ERR" "catalog entry 'raw' (conf/base/catalog.yml:1) is stored at data/01_raw/words.txt, inside the path of catalog entry 'report' (conf/base/catalog.yml:2) (data/01_raw)"
+    write conf/base/catalog.yml <<'Y'
+raw: {type: text, path: data/01_raw/words.txt}
+report: {type: text, path: data/other}
+Y
+    run_flow 1 run
+    contains "$ERR" "step 'A': output 'report' is stored at data/other, which is a directory that this step did not make"
+    equals "$(cat data/other/keep.csv)" "a,b" "the directory's file"
+    write conf/base/catalog.yml <<'Y'
+raw: {type: text, path: data/01_raw/words.txt}
+report: {type: text, path: .flow/cache/state.log}
+Y
+    run_flow 2 run
+    contains "$ERR" "is stored at .flow/cache/state.log, inside .flow/, where flow keeps its own state"
+    # folder, then file: the dataset's own old folder is replaced
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "mkdir -p ${outputs.o} && echo x > ${outputs.o}/f", outputs = { o = "out" }, name = "B" } }
+L
+    write conf/base/catalog.yml <<'Y'
+out: {type: folder, path: data/out}
+Y
+    run_flow 0 run
+    [ -d data/out ] || { echo "no folder"; return 1; }
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "echo y > ${outputs.o}", outputs = { o = "out" }, name = "B" } }
+L
+    write conf/base/catalog.yml <<'Y'
+out: {type: file, path: data/out}
+Y
+    run_flow 0 run
+    equals "$(cat data/out)" "y" "the file that replaced the step's own folder"
+}
