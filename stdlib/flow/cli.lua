@@ -1491,6 +1491,7 @@ local function cmd_viz(args)
   else
     text = fmt == "dot" and viz.dot(m) or viz.mermaid(m)
   end
+  text = require("flow.config").redact(text)   -- (a command's text may embed a credential)
   if out then write_output(out, text) else io.write(text) end
   return 0
 end

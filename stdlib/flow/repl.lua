@@ -15,6 +15,9 @@ local core = require("flow.core")
 local util = require("flow.util")
 local repl_c = require("flow.repl_c")
 local pipeline_mod = require("flow.pipeline")
+-- What the session shows (a result, an error) is masked as flow's own
+-- messages are: a parameter that embeds a credential prints as ***.
+local redact = require("flow.config").redact
 
 local M = {}
 
@@ -297,13 +300,13 @@ local function evaluate(f, out)
   local r = table.pack(xpcall(f, traceback))
   repl_c.reset_interrupts()                  -- a Ctrl-C ended what it stopped, not the session
   if not r[1] then
-    io.stderr:write("error: ", tostring(r[2]), "\n")
+    io.stderr:write("error: ", redact(tostring(r[2])), "\n")
     return false
   end
   if r.n > 1 then
     local parts = {}
     for i = 2, r.n do parts[#parts + 1] = M.show(r[i]) end
-    out:write(table.concat(parts, "\t"), "\n")
+    out:write(redact(table.concat(parts, "\t")), "\n")
   end
   out:flush()
   return true
@@ -344,7 +347,7 @@ function M.main(project)
         failed = not evaluate(f, io.stdout) or failed
         buf = nil
       elseif err ~= "incomplete" then
-        io.stderr:write("error: ", err, "\n")
+        io.stderr:write("error: ", redact(err), "\n")
         failed, buf = true, nil
       end
     end
@@ -373,7 +376,7 @@ function M.main(project)
       local f, err = compile(buf, env)
       if f or err ~= "incomplete" then
         ed:remember(buf)
-        if f then evaluate(f, io.stdout) else io.stderr:write("error: ", err, "\n") end
+        if f then evaluate(f, io.stdout) else io.stderr:write("error: ", redact(err), "\n") end
         buf = nil
       end
     end

@@ -88,7 +88,7 @@ function M.load(opts)
   for _, w in ipairs(cfg:warnings()) do core.ui_warn(w) end
   if opts.params_spec then
     local okp, err = pcall(cfg.override, cfg, opts.params_spec)
-    if not okp then M.fail("%s", tostring(err)) end
+    if not okp then M.fail("%s", cfg:redact(tostring(err))) end     -- (before activate: masked here)
   end
   if opts.params then
     -- a dotted key ("model.depth") is set by the configuration's own rule for
@@ -103,7 +103,7 @@ function M.load(opts)
     for _, k in ipairs(dotted) do
       if okp then okp, err = pcall(cfg.set, cfg, k, opts.params[k], "flow.run") end
     end
-    if not okp then M.fail("%s", tostring(err)) end
+    if not okp then M.fail("%s", cfg:redact(tostring(err))) end
   end
   cfg:activate()                   -- from here on, engine messages mask its secrets
   local okr, err = pcall(cfg.resolve, cfg)

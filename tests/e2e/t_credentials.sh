@@ -291,3 +291,33 @@ L
     equals "$(cat .flow/data/o)" "$SECRET|u:app@db.local" "the credential, and the whole env value"
     no_secret_in_flow_dir
 }
+
+# Where a credential was shown in clear: the message of a --params value that
+# does not parse (the parse error quoted it before the credentials were
+# masked), the REPL's echo of a result and of an error, and flow viz.
+test_a_credential_is_masked_in_params_errors_the_repl_and_viz() {
+    creds
+    export DB_PW=Sup3rSecretPw
+    write conf/local/credentials.yml <<Y
+db:
+  password: "$SECRET"
+pw: \${env:DB_PW}
+Y
+    write conf/base/parameters.yml <<'Y'
+dsn: "postgres://u:${env:DB_PW}@h/db"
+Y
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "echo ${params.dsn} > ${outputs.o}", outputs = { o = "o" }, name = "a" } }
+L
+    run_flow 2 run --params "msg=\"$SECRET"
+    contains "$ERR" "unterminated quoted string"
+    not_contains "$ERR" "$SECRET" "the --params error"
+    printf 'params.dsn\nerror(params.dsn)\n' | "$FLOW" repl >stdout.txt 2>stderr.txt || true
+    contains "$(cat stdout.txt)" '"postgres://u:***@h/db"'
+    contains "$(cat stderr.txt)" "postgres://u:***@h/db"
+    not_contains "$(cat stdout.txt stderr.txt)" "Sup3rSecretPw" "the REPL"
+    run_flow 0 viz --format html -o viz.html
+    run_flow 0 viz
+    not_contains "$(cat viz.html) $OUT" "Sup3rSecretPw" "flow viz"
+    unset DB_PW
+}
