@@ -85,10 +85,16 @@ static long long coarse_now_ns(void)
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+/* A file system that keeps whole seconds (ext4 with 128-byte inodes, FAT,
+ * some network file systems) rounds a time down: a file rewritten later in
+ * the second it was hashed in keeps the stamp it had.  A stamp without
+ * nanoseconds is trusted only once the hash is a whole second younger. */
+static long long stamp_grain(long long ns) { return ns % 1000000000LL == 0 ? 1000000000LL : 0; }
+
 static bool entry_trusted(const struct entry *e, const struct stamp *now)
 {
-    return stamp_equal(&e->st, now) && e->st.mtime_ns < e->hashed_at_ns &&
-           e->st.ctime_ns < e->hashed_at_ns;
+    return stamp_equal(&e->st, now) && e->st.mtime_ns + stamp_grain(e->st.mtime_ns) < e->hashed_at_ns &&
+           e->st.ctime_ns + stamp_grain(e->st.ctime_ns) < e->hashed_at_ns;
 }
 
 static void remember(struct hashcache *hc, const char *path, const char *hex,

@@ -321,6 +321,38 @@ static void test_racy_entry_rehashed(void)
     free(p);
 }
 
+/* On a file system of whole seconds a rewrite in the second of the hash
+ * keeps the stamp: an entry whose mtime has no nanoseconds is trusted only a
+ * second after it (here the cached hash is a stale one, zeros). */
+static void test_whole_second_stamp_is_rehashed_within_its_second(void)
+{
+    put("sec/f", "new!");
+    char *p = at("sec/f"), *cache = at("sec-cache");
+    struct stat st;
+    for (int tries = 0; tries < 5; tries++) {       /* mtime the second ctime is in */
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        struct timespec times[2] = { { now.tv_sec, 0 }, { now.tv_sec, 0 } };
+        CHECK(utimensat(AT_FDCWD, p, times, 0) == 0);
+        CHECK(stat(p, &st) == 0);
+        if (st.st_ctim.tv_sec == st.st_mtim.tv_sec) break;
+    }
+    long long mt = (long long)st.st_mtim.tv_sec * 1000000000LL;
+    long long ct = (long long)st.st_ctim.tv_sec * 1000000000LL + st.st_ctim.tv_nsec;
+    char *line = xasprintf("%064d %lld %lld %lld %llu %llu %lld %s\n", 0, (long long)st.st_size, mt, ct,
+                           (unsigned long long)st.st_ino, (unsigned long long)st.st_dev, ct + 1, p);
+    CHECK(nofollow_write_atomic(cache, line, strlen(line), err, sizeof err) == 0);
+    struct hashcache *hc = hashcache_load(cache);
+    char hex[SHA256_HEX_SIZE], want[SHA256_HEX_SIZE];
+    hash_of(hc, "sec/f", hex);
+    sha256_hex("new!", 4, want);
+    CHECK_STR(hex, want);
+    hashcache_free(hc);
+    free(line);
+    free(cache);
+    free(p);
+}
+
 static void test_save_load_round_trip(void)
 {
     put("rt/a", "a");
@@ -921,6 +953,7 @@ int main(void)
     RUN(test_missing_path);
     RUN(test_cache_hit_reads_nothing);
     RUN(test_racy_entry_rehashed);
+    RUN(test_whole_second_stamp_is_rehashed_within_its_second);
     RUN(test_save_load_round_trip);
     RUN(test_corrupt_lines_ignored);
     RUN(test_prune);
