@@ -173,10 +173,33 @@ function Run:check_replaced(d, e, from, final, n)
     n.name, d, final, there == "directory" and "directory" or "file", made == "directory" and "folder" or "file", d) })
 end
 
+-- Before the first of step n's outputs is committed, each of them must be
+-- able to go: none replaces what it must not (check_replaced) and each
+-- one's directory exists.  So a step that cannot commit one output fails
+-- with none committed, not with its first outputs new and its record old.
+-- `from` = {dataset = staging path} of the outputs committed here.
+function Run:ready_to_commit(n, from)
+  for _, io in ipairs(n.outputs) do
+    local d = io.dataset
+    if from[d] then
+      local e = self.cat:entry(d)
+      local final = self:final_path(e, d)
+      self:check_replaced(d, e, from[d], final, n)
+      local dir = final:match("^(.*)/[^/]*$")
+      local ok, err = true, nil
+      if dir and dir ~= "" then ok, err = pcall(core.mkdir_p, dir) end
+      if not ok then
+        error(step_failure { message = string.format("step '%s': cannot save output '%s': %s", n.name, d,
+                                                     tostring(util.is_fs_error(err) and err.fs_error or err)) })
+      end
+    end
+  end
+end
+
 -- Move a finished file or folder into place; record where and its hash.
 function Run:commit(d, e, from, n)
   local final = self:final_path(e, d)
-  self:check_replaced(d, e, from, final, n)
+  self:check_replaced(d, e, from, final, n)     -- (again for a job's download, transfer.lua)
   local ok, err = pcall(cache.commit, from, final)
   if not ok then
     error(step_failure { message = string.format("step '%s': cannot save output '%s': %s", n.name, d, tostring(err)) })
@@ -286,6 +309,13 @@ function Run:save_values(n, by)
       ready[i] = { from = staging, value = v }
     end
   end
+  local from = {}
+  for i, o in ipairs(n.outputs) do from[o.dataset] = ready[i].from end
+  local ok, err = pcall(self.ready_to_commit, self, n, from)
+  if not ok then
+    M.discard(staged)
+    error(err, 0)
+  end
   local outs = {}
   for i, o in ipairs(n.outputs) do
     local d, r = o.dataset, ready[i]
@@ -366,6 +396,11 @@ function Run:commit_outputs(n, staging, display)
         error(err, 0)
       end
     end
+  end
+  local ok, err = pcall(self.ready_to_commit, self, n, staging)
+  if not ok then
+    M.discard(staging)
+    error(err, 0)
   end
   local outs = {}
   for _, io in ipairs(n.outputs) do

@@ -618,3 +618,27 @@ Y
     run_flow 0 run
     equals "$(cat data/out)" "y" "the file that replaced the step's own folder"
 }
+
+# A step whose second output cannot be committed (its directory is blocked
+# by a file) fails with none committed: its first output was new while its
+# record said the old parameter, and a step reading it read the new value.
+test_a_step_that_cannot_commit_an_output_commits_none() {
+    mkdir -p conf/base data
+    write conf/base/catalog.yml <<'Y'
+o1: {type: text, path: data/o1.txt}
+o2: {type: text, path: data/blocker/o2.txt}
+Y
+    write conf/base/parameters.yml <<'Y'
+v: 1
+Y
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "echo ${params.v} > ${outputs.o1}; echo ${params.v} > ${outputs.o2}",
+                       outputs = { o1 = "o1", o2 = "o2" }, name = "a" } }
+L
+    run_flow 0 run
+    rm -rf data/blocker
+    echo file > data/blocker
+    run_flow 1 run --params v=2
+    contains "$ERR" "step 'a': cannot save output 'o2'"
+    equals "$(cat data/o1.txt)" "1" "the first output"
+}
