@@ -321,7 +321,7 @@ static char *value_text(const cJSON *n, int secret, size_t max)
         }
         sb_adds(&b, len > max ? "...\"" : "\"");
     } else if (cJSON_IsNumber(n))
-        sb_adds(&b, cfg_format_number(n->valuedouble, num));
+        sb_adds(&b, cfg_number_text(n, num));
     else
         sb_adds(&b, cJSON_IsTrue(n) ? "true" : cJSON_IsFalse(n) ? "false" : "null");
     return sb_detach(&b);

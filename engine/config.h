@@ -117,6 +117,18 @@ const char *config_section_name(size_t i);
 char **config_list_envs(const char *conf_dir, size_t *n);
 void config_list_free(char **list);
 
+/* Numbers.  A cJSON number holds a double, exact for integers up to 2^53; an
+ * integer beyond that (a long long: "b: 1234567890123456789" in YAML, a Lua
+ * integer handed to cfg:set) keeps its exact decimal text in the node's
+ * valuestring too, which cJSON_Duplicate copies and cJSON_Delete frees.
+ * Whoever reads or prints a number takes the text when it is there. */
+cJSON *cfg_integer(long long i);
+/* n's exact integer when it is one that needs valuestring; false otherwise. */
+bool cfg_big_integer(const cJSON *n, long long *out);
+/* A number node's text as YAML writes it: the exact integer, else
+ * cfg_format_number's. */
+const char *cfg_number_text(const cJSON *n, char buf[40]);
+
 #ifdef FLOW_CONFIG_INTERNAL
 /* ---- Shared by engine/config*.c only; not part of the API. ---------------------------- */
 #include <stdarg.h>

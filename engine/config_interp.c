@@ -365,7 +365,7 @@ static int append_value(struct interp *ip, struct strbuf *b, const cJSON *v, con
     if (cJSON_IsString(v))
         sb_adds(b, v->valuestring);
     else if (cJSON_IsNumber(v))
-        sb_adds(b, cfg_format_number(v->valuedouble, num));
+        sb_adds(b, cfg_number_text(v, num));
     else if (cJSON_IsBool(v))
         sb_adds(b, cJSON_IsTrue(v) ? "true" : "false");
     else if (cJSON_IsObject(v) || cJSON_IsArray(v)) {

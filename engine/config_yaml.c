@@ -8,9 +8,12 @@
 #define FLOW_CONFIG_INTERNAL
 #include "config.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <yaml.h>
@@ -26,6 +29,41 @@ cJSON *cfg_number(double d)
     if (n && isnan(d))
         n->valuedouble = d;
     return n;
+}
+
+cJSON *cfg_integer(long long i)
+{
+    if (i >= -9007199254740992LL && i <= 9007199254740992LL)
+        return cfg_number((double)i);
+    char text[24];
+    snprintf(text, sizeof text, "%lld", i);
+    cJSON *n = cJSON_CreateString(text);    /* valuestring from cJSON's own allocator */
+    if (!n)
+        return NULL;
+    n->type = cJSON_Number;
+    n->valuedouble = (double)i;
+    n->valueint = i < 0 ? INT_MIN : INT_MAX; /* what cJSON_CreateNumber saturates it to */
+    return n;
+}
+
+bool cfg_big_integer(const cJSON *n, long long *out)
+{
+    if (!cJSON_IsNumber(n) || !n->valuestring)
+        return false;
+    char *end;
+    errno = 0;
+    *out = strtoll(n->valuestring, &end, 10);
+    return errno == 0 && *end == '\0' && end != n->valuestring;
+}
+
+const char *cfg_number_text(const cJSON *n, char buf[40])
+{
+    long long i;
+    if (cfg_big_integer(n, &i)) {
+        snprintf(buf, 40, "%lld", i);
+        return buf;
+    }
+    return cfg_format_number(n->valuedouble, buf);
 }
 
 const char *cfg_format_number(double d, char buf[40])
@@ -79,6 +117,20 @@ static int slice_to_double(const char *s, size_t n, double *out)
     if (copy != tmp)
         free(copy);
     return 1;
+}
+
+/* A decimal int that fits a long long, read exactly (strtod would round one past 2^53). */
+static int parse_exact_int(const char *s, size_t n, long long *out)
+{
+    size_t i = (n > 0 && (s[0] == '-' || s[0] == '+'));
+    if (n - i == 0 || n - i > 19 || !all_digits(s + i, n - i, "0123456789"))
+        return 0;
+    char tmp[24], *end;
+    memcpy(tmp, s, n);
+    tmp[n] = '\0';
+    errno = 0;
+    *out = strtoll(tmp, &end, 10);
+    return errno == 0 && *end == '\0';
 }
 
 /* YAML 1.2 core schema ints: [-+]?[0-9]+ | 0o[0-7]+ | 0x[0-9a-fA-F]+ */
@@ -151,7 +203,10 @@ cJSON *cfg_scalar_infer(const char *s, size_t n, int empty_is_null)
         return cJSON_CreateTrue();
     if (word_in(s, n, falses))
         return cJSON_CreateFalse();
-    if (parse_int(s, n, &d) || parse_float(s, n, &d))
+    long long i;
+    if (parse_exact_int(s, n, &i))
+        return cfg_integer(i);
+    if (parse_int(s, n, &d) || parse_float(s, n, &d))   /* beyond a long long: a float */
         return cfg_number(d);
     char *copy = strndup(s, n);
     cJSON *str = copy ? cJSON_CreateString(copy) : NULL;
@@ -378,7 +433,7 @@ static int ykey(struct yload *y, const yaml_event_t *ev)
             return yfail(y, m, "an alias used as a key must name a scalar");
         char num[40];
         const char *text = cJSON_IsString(a->node) ? a->node->valuestring
-                         : cJSON_IsNumber(a->node) ? cfg_format_number(a->node->valuedouble, num)
+                         : cJSON_IsNumber(a->node) ? cfg_number_text(a->node, num)
                          : cJSON_IsTrue(a->node) ? "true" : cJSON_IsFalse(a->node) ? "false" : "null";
         key = cfg_key_dup(text, strlen(text));
         f->merge_key = 0;
@@ -796,7 +851,7 @@ static int emit_node(yaml_emitter_t *e, const cJSON *n)
     if (cJSON_IsString(n))
         return emit_scalar(e, n->valuestring, 1);
     if (cJSON_IsNumber(n))
-        return emit_scalar(e, cfg_format_number(n->valuedouble, num), 0);
+        return emit_scalar(e, cfg_number_text(n, num), 0);
     if (cJSON_IsBool(n))
         return emit_scalar(e, cJSON_IsTrue(n) ? "true" : "false", 0);
     return emit_scalar(e, "null", 0);

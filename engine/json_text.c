@@ -6,14 +6,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+const char *json_format_double(double d, char buf[32])
+{
+    for (int prec = 15; prec <= 17; prec++) {
+        snprintf(buf, 32, "%.*g", prec, d);
+        if (strtod(buf, NULL) == d) break;
+    }
+    return buf;
+}
+
 void json_number(struct strbuf *sb, double d)
 {
     if (isnan(d) || isinf(d)) { sb_adds(sb, "null"); return; }
     if (d == floor(d) && fabs(d) <= 2147483647.0) { sb_addf(sb, "%d", (int)d); return; }
     char buf[32];
-    snprintf(buf, sizeof buf, "%1.15g", d);
-    if (strtod(buf, NULL) != d) snprintf(buf, sizeof buf, "%1.17g", d);
-    sb_adds(sb, buf);
+    sb_adds(sb, json_format_double(d, buf));
 }
 
 void json_seconds(struct strbuf *sb, double d)

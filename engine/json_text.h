@@ -7,8 +7,13 @@
 
 struct strbuf;
 
-/* A number: an integer when it is one (within int's range), else %.15g, or
- * %.17g when that does not read back the same; null for NaN and infinities. */
+/* A finite double's text: the shortest of %.15g, %.16g and %.17g that reads
+ * back as the same double (%.17g always does), so no digit is lost and none
+ * is made up ("0.30000000000000004" for 0.1 + 0.2, "0.1" for 0.1).  The one
+ * float formatter of flow's JSON, Lua literals and ${params.x} text. */
+const char *json_format_double(double d, char buf[32]);
+/* A number: an integer when it is one (within int's range), else
+ * json_format_double's text; null for NaN and infinities. */
 void json_number(struct strbuf *sb, double d);
 /* Seconds (a time of day or a duration), to the microsecond: digits made
  * with integer arithmetic, "12.5" for 12.500000.  A run of 100,000 steps

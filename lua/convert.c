@@ -8,6 +8,8 @@
  * whatever order its table was filled in (a json dataset's content hash
  * decides whether the steps reading it rerun). */
 #include "flowlua.h"
+#include "config.h"
+#include "json_text.h"
 #include "util.h"
 
 #include <lauxlib.h>
@@ -165,7 +167,8 @@ static bool convert(lua_State *L, int idx, cJSON *parent, const char *key, struc
             errf(c->err, c->errlen, "%s is %g, which JSON cannot represent", where(c), d);
             return false;
         }
-        attach(c, parent, key, cJSON_CreateNumber(d));
+        if (lua_isinteger(L, idx)) attach(c, parent, key, cfg_integer((long long)lua_tointeger(L, idx)));
+        else attach(c, parent, key, cJSON_CreateNumber(d));
         return true;
     }
     case LUA_TSTRING: attach(c, parent, key, cJSON_CreateString(lua_tostring(L, idx))); return true;
@@ -202,8 +205,35 @@ cJSON *lua_to_json(lua_State *L, int idx, char *err, size_t errlen)
     return NULL;
 }
 
+/* cJSON's print_number settles for 15 digits when they come within an epsilon
+ * (0.1 + 0.2 printed as 0.3) and prints integers past 2^53 as doubles, so
+ * every number is made raw text before printing: the exact integer, or the
+ * shortest text that reads back as the same double.  Recursion as deep as
+ * the tree, which lua_to_json bounds (MAX_DEPTH). */
+static void exact_numbers(cJSON *item)
+{
+    for (; item; item = item->next) {
+        if (item->child) exact_numbers(item->child);
+        if (!cJSON_IsNumber(item)) continue;
+        char buf[40];
+        long long i;
+        double d = item->valuedouble;
+        const char *text = buf;
+        if (cfg_big_integer(item, &i)) text = item->valuestring;
+        else if (d == floor(d) && fabs(d) <= 9007199254740992.0) snprintf(buf, sizeof buf, "%.0f", d);
+        else json_format_double(d, buf);
+        char *raw = cJSON_malloc(strlen(text) + 1);
+        if (!raw) abort();                 /* out of memory, as everywhere in flow */
+        strcpy(raw, text);
+        cJSON_free(item->valuestring);
+        item->valuestring = raw;
+        item->type = cJSON_Raw;            /* printed as it is */
+    }
+}
+
 void flow_push_json_text(lua_State *L, cJSON *j, bool pretty)
 {
+    exact_numbers(j);
     char *s = pretty ? cJSON_Print(j) : cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!s) abort();                       /* out of memory, as everywhere in flow */
@@ -231,7 +261,9 @@ void json_to_lua(lua_State *L, const cJSON *item)
     else if (cJSON_IsBool(item)) lua_pushboolean(L, cJSON_IsTrue(item));
     else if (cJSON_IsNumber(item)) {
         double d = item->valuedouble;
-        if (d == floor(d) && fabs(d) < 9007199254740992.0) lua_pushinteger(L, (lua_Integer)d);
+        long long i;
+        if (cfg_big_integer(item, &i)) lua_pushinteger(L, (lua_Integer)i);
+        else if (d == floor(d) && fabs(d) < 9007199254740992.0) lua_pushinteger(L, (lua_Integer)d);
         else lua_pushnumber(L, d);
     } else if (cJSON_IsString(item)) lua_pushstring(L, item->valuestring);
     else if (cJSON_IsArray(item)) {

@@ -5,6 +5,7 @@
 #include "duration.h"
 #include "nofollow.h"
 #include "template.h"
+#include "json_text.h"
 #include "loop.h"
 #include "ui.h"
 #include "util.h"
@@ -17,6 +18,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <lauxlib.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +35,24 @@ static int l_json_encode(lua_State *L)
     cJSON *j = lua_to_json(L, 1, err, sizeof err);
     if (!j) { lua_pushnil(L); lua_pushstring(L, err); return 2; }
     flow_push_json_text(L, j, lua_toboolean(L, 2));
+    return 1;
+}
+
+/* number_text(n) -> n as tostring writes it, but with every digit that
+ * matters: an integer exactly, a float as the shortest text that reads back
+ * as the same double (tostring's %.14g turns 0.1 + 0.2 into "0.3") */
+static int l_number_text(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TNUMBER);
+    double d = lua_tonumber(L, 1);
+    if (lua_isinteger(L, 1) || !isfinite(d)) {       /* tostring is exact for these */
+        lua_pushstring(L, luaL_tolstring(L, 1, NULL));
+        return 1;
+    }
+    char buf[40];
+    json_format_double(d, buf);
+    if (!strpbrk(buf, ".e")) strcat(buf, ".0");       /* still reads as a float, as tostring's does */
+    lua_pushstring(L, buf);
     return 1;
 }
 
@@ -629,6 +649,7 @@ static const luaL_Reg core_funcs[] = {
     { "ui_level", l_ui_level },
     { "interrupted", l_interrupted },
     { "json_encode", l_json_encode },
+    { "number_text", l_number_text },
     { "json_decode", l_json_decode },
     { "json_list", l_json_list },
     { "expand", l_expand },

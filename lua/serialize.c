@@ -18,6 +18,7 @@
  * with a metatable (it would come back without its methods), and text that
  * Lua cannot compile (nested list constructors run out of registers). */
 #include "serialize.h"
+#include "json_text.h"
 #include "util.h"
 
 #include <lauxlib.h>
@@ -95,10 +96,8 @@ static void format_float(lua_Number x, char *buf, size_t size)
         return;
     }
     if (isinf(x)) { snprintf(buf, size, x > 0 ? "1e9999" : "-1e9999"); return; }
-    for (int prec = 15; prec <= 17; prec++) {
-        snprintf(buf, size, "%.*g", prec, (double)x);
-        if (strtod(buf, NULL) == x) break;
-    }
+    char text[32];
+    snprintf(buf, size, "%s", json_format_double((double)x, text));
     if (!strpbrk(buf, ".eE")) strncat(buf, ".0", size - strlen(buf) - 1);
 }
 

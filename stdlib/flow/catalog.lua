@@ -346,7 +346,7 @@ end
 function M.encode(e, value)
   if e.type == "text" then
     if type(value) == "string" then return value end
-    if type(value) == "number" then return tostring(value) end
+    if type(value) == "number" then return core.number_text(value) end
     return nil, string.format("a text dataset holds a string, got a %s", type(value))
   elseif e.type == "json" then
     local text, err = core.json_encode(value, true)

@@ -298,7 +298,7 @@ local function command_code(cmd, root)
   if cmd.cwd then parts[#parts + 1] = "cwd=" .. cmd.cwd end
   if cmd.env then
     local env = {}
-    for k, v in pairs(cmd.env) do env[#env + 1] = k .. "=" .. tostring(v) end
+    for k, v in pairs(cmd.env) do env[#env + 1] = k .. "=" .. (type(v) == "number" and core.number_text(v) or tostring(v)) end
     table.sort(env)
     parts[#parts + 1] = "env:" .. table.concat(env, "\0")
   end

@@ -70,7 +70,7 @@ end
 -- "K=V" strings for flow.proc.spawn from an environment table.
 function M.env_list(env)
   local out = {}
-  for k, v in pairs(env) do out[#out + 1] = k .. "=" .. tostring(v) end
+  for k, v in pairs(env) do out[#out + 1] = k .. "=" .. (type(v) == "number" and core.number_text(v) or tostring(v)) end
   table.sort(out)
   return out
 end

@@ -18,9 +18,11 @@ function M.of_input(settings, key)
   return M.get(settings, key)
 end
 
--- A parameter as a command line has it: a table as JSON, else its text.
+-- A parameter as a command line has it: a table as JSON, a number with every
+-- digit (tostring's %.14g would cut 0.3333333333333333), else its text.
 function M.text(v)
   if type(v) == "table" then return (require("flow.core").json_encode(v)) end
+  if type(v) == "number" then return require("flow.core").number_text(v) end
   return tostring(v)
 end
 

@@ -47,6 +47,25 @@ test_types_are_saved_and_loaded() {
     [ ! -e .flow/data/numbers ] || { echo "a catalog dataset was also written to .flow/data"; return 1; }
 }
 
+test_numbers_are_saved_with_every_digit() {
+    write conf/base/catalog.yml <<'Y'
+j: {type: json, path: data/j.json}
+t: {type: text, path: data/t.txt}
+Y
+    write pipeline.lua <<'L'
+local function make() return { a = 0.1 + 0.2, b = 9007199254740993, c = 1.5, d = 3 }, 0.1 + 0.2 end
+return pipeline{
+  node{ func = make, outputs = { "j", "t" } },
+  node{ func = function(j) return j end, inputs = "j", outputs = "m", name = "copy" },
+  node{ command = "tr -d ' \t\n' < ${inputs.m} >&2", inputs = "m", name = "cmd" },
+}
+L
+    run_flow 0 run -v
+    equals "$(tr -d ' \t\n' < data/j.json)" '{"a":0.30000000000000004,"b":9007199254740993,"c":1.5,"d":3}' "json"
+    equals "$(cat data/t.txt)" "0.30000000000000004" "text"
+    contains "$ERR" '"a":0.30000000000000004'
+}
+
 test_catalog_list() {
     catalog_project
     run_flow 0 catalog list

@@ -75,6 +75,25 @@ test_params_override_with_types() {
     contains "$OUT" "v: 1000"
 }
 
+test_params_keep_every_digit_in_commands_and_env() {
+    write conf/base/parameters.yml <<'Y'
+big: 1234567890123456789
+lr: 0.1
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo cmd lr=${params.lr} big=${params.big} n=${params.n} env=$LR", env = { LR = "${params.lr}" },
+        name = "cmd" },
+  node{ func = function(b) print("big " .. math.type(b) .. " " .. b) end, inputs = "params:big", name = "show" },
+}
+L
+    run_flow 0 run -v --params 'lr=0.3333333333333333,n=12345678901234567'
+    contains "$ERR" "cmd lr=0.3333333333333333 big=1234567890123456789 n=12345678901234567 env=0.3333333333333333"
+    contains "$OUT" "big integer 1234567890123456789"
+    run_flow 0 config parameters.big
+    contains "$OUT" "1234567890123456789"
+}
+
 test_num_nodes_resolved_per_env() {
     project
     run_flow 0 list
