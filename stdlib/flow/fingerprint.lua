@@ -278,9 +278,22 @@ function M.file_hashes(names, hc)
   return files
 end
 
+-- The words of a shell command that may name a file it reads: not the
+-- target of a redirection (> f, >> f, 2> f, &> f, >| f) nor what tee writes,
+-- which the command writes (named, such a file changed at every run, and the
+-- step ran again each time).
 local function shell_words(s)
-  local words = {}
-  for w in s:gmatch("[^%s;|&<>()`]+") do words[#words + 1] = (w:gsub("^['\"]", ""):gsub("['\"]$", "")) end
+  local words, pos, tee = {}, 1, false
+  while true do
+    local a, b = s:find("[^%s;|&<>()`]+", pos)
+    if not a then break end
+    local before = s:sub(pos, a - 1)
+    local w = s:sub(a, b):gsub("^['\"]", ""):gsub("['\"]$", "")
+    if before:find("[;|&()`\n]") then tee = false end          -- another command
+    if not before:find(">[|&]?%s*$") and not tee then words[#words + 1] = w end
+    if w == "tee" then tee = true end
+    pos = b + 1
+  end
   return words
 end
 

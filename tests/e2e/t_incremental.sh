@@ -94,6 +94,24 @@ test_changed_project_file_reruns_the_command_naming_it() {
     contains "$ERR" "explain: ab is up to date"
 }
 
+# What a command writes through a redirection or tee is not a file it
+# reads: named, logs/run.log changed at every run, and the step ran again
+# each time.  A file it reads (< or as an argument) still reruns it.
+test_a_file_a_command_writes_is_not_a_file_it_reads() {
+    mkdir -p logs
+    echo src > src.txt
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "echo hi > ${outputs.o}; date +%s%N > logs/run.log; echo x | tee logs/t.log >/dev/null; cat < src.txt >> logs/run.log",
+                       outputs = { o = "o" }, name = "a" } }
+L
+    run_flow 0 run
+    run_flow 0 run --explain
+    contains "$ERR" "explain: a is up to date"
+    echo more >> src.txt
+    run_flow 0 run --explain
+    contains "$ERR" "explain: a runs: file 'src.txt' changed"
+}
+
 test_changed_code_reruns_the_step() {
     incr_project
     run_flow 0 run
