@@ -224,7 +224,10 @@ static void push_command(lua_State *L, int spec, int level, int cls)
     int env = lua_getfield(L, spec, "env");
     if (env != LUA_TNIL && env != LUA_TTABLE) fail(L, level, "flow.command: env must be a table of NAME = value");
     lua_setfield(L, cmd, "env");
-    lua_getfield(L, spec, "cwd");
+    int cwd = lua_getfield(L, spec, "cwd");
+    if (cwd != LUA_TNIL && (cwd != LUA_TSTRING || lua_rawlen(L, -1) == 0))
+        fail(L, level, "flow.command: cwd must be a directory's path, got %s",
+             cwd == LUA_TSTRING ? "\"\"" : lua_typename(L, cwd));
     lua_setfield(L, cmd, "cwd");
     lua_setfield(L, cmd, "argv");
     lua_pushvalue(L, cls);

@@ -586,3 +586,31 @@ L
     contains "$ERR" "reads parameter 'lrr', which is not defined"
     contains "$ERR" "(pipeline.lua:2)"
 }
+
+# A command run in another directory (cwd =) gets whole paths for its data:
+# project-relative ones pointed nowhere from there.  A cwd that does not
+# exist fails the step saying so (it was "command not found"); one that is
+# not a string is refused at the script's line.
+test_a_command_with_a_cwd_gets_whole_paths() {
+    mkdir -p sub conf/base
+    echo input > in.txt
+    write conf/base/catalog.yml <<'Y'
+raw: {type: text, path: in.txt}
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = flow.command{ "sh", "-c", "pwd > here.txt; cat \"$0\" > \"$1\"", "${inputs.i}", "${outputs.o}", cwd = "sub" },
+        inputs = { i = "raw" }, outputs = { o = "copy" }, name = "c" },
+  node{ command = flow.command{ "true", cwd = "nope" }, name = "d" },
+}
+L
+    run_flow 1 run -k
+    equals "$(cat sub/here.txt)" "$PWD/sub" "the command's directory"
+    equals "$(cat .flow/data/copy)" "input" "what it copied"
+    contains "$ERR" "step 'd': its command's cwd nope is not a directory"
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = flow.command{ "true", cwd = true }, name = "d" } }
+L
+    run_flow 2 run
+    contains "$ERR" "pipeline.lua:1: flow.command: cwd must be a directory's path, got boolean"
+}
