@@ -602,6 +602,11 @@ static int yevent(struct yload *y, const yaml_event_t *ev)
             return yfail(y, &ev->start_mark, "only one YAML document per file (found a second '---')");
         return 0;
     case YAML_SCALAR_EVENT:
+        /* ("\0" in a quoted scalar: a C string would end there, and the
+         * value be cut short without a word) */
+        if (memchr(ev->data.scalar.value, 0, ev->data.scalar.length))
+            return yfail(y, &ev->start_mark, "a string with a NUL byte (\\0), which configuration text cannot hold");
+        /* fall through */
     case YAML_ALIAS_EVENT:
     case YAML_SEQUENCE_START_EVENT:
     case YAML_MAPPING_START_EVENT:

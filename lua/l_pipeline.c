@@ -177,6 +177,7 @@ static void push_command(lua_State *L, int spec, int level, int cls)
         size_t i = 0;
         while (i < len && isspace((unsigned char)s[i])) i++;  /* Lua's %S is !isspace */
         if (i == len) fail(L, level, "flow.command: empty command line");
+        if (memchr(s, 0, len)) fail(L, level, "flow.command: the command line holds a NUL byte (\\0), where it would end");
         lua_createtable(L, 0, 1);
         lua_pushvalue(L, spec);
         lua_setfield(L, -2, "shell");
@@ -200,7 +201,10 @@ static void push_command(lua_State *L, int spec, int level, int cls)
         if (at != LUA_TSTRING && at != LUA_TNUMBER)
             fail(L, level, "flow.command: argument %d is a %s; arguments are strings or numbers", (int)(n + 1),
                  lua_typename(L, at));
-        push_tostring(L, -1);
+        size_t alen;
+        const char *arg = luaL_tolstring(L, -1, &alen);
+        if (memchr(arg, 0, alen))
+            fail(L, level, "flow.command: argument %d holds a NUL byte (\\0), where it would end", (int)(n + 1));
         lua_rawseti(L, argv, ++n);
         lua_pop(L, 1);
     }
@@ -223,6 +227,16 @@ static void push_command(lua_State *L, int spec, int level, int cls)
     if (n == 0) fail(L, level, "flow.command: empty argument list");
     int env = lua_getfield(L, spec, "env");
     if (env != LUA_TNIL && env != LUA_TTABLE) fail(L, level, "flow.command: env must be a table of NAME = value");
+    if (env == LUA_TTABLE) {
+        lua_pushnil(L);
+        while (lua_next(L, -2)) {
+            size_t vlen;
+            const char *v = lua_type(L, -1) == LUA_TSTRING ? lua_tolstring(L, -1, &vlen) : NULL;
+            if (v && memchr(v, 0, vlen))
+                fail(L, level, "flow.command: env %s holds a NUL byte (\\0), where it would end", push_tostring(L, -2));
+            lua_pop(L, 1);
+        }
+    }
     lua_setfield(L, cmd, "env");
     int cwd = lua_getfield(L, spec, "cwd");
     if (cwd != LUA_TNIL && (cwd != LUA_TSTRING || lua_rawlen(L, -1) == 0))
@@ -703,6 +717,8 @@ static void set_env(lua_State *L, int level)
         int vt = lua_type(L, v);
         if (vt != LUA_TSTRING && vt != LUA_TNUMBER)
             fail(L, level, "node: env %s must be a string or a number, got %s", name, luaL_typename(L, v));
+        if (vt == LUA_TSTRING && memchr(lua_tostring(L, v), 0, lua_rawlen(L, v)))
+            fail(L, level, "node: env %s holds a NUL byte (\\0), where it would end", name);
         lua_pushvalue(L, k);
         int had = lua_rawget(L, env), old = lua_gettop(L);
         if (had != LUA_TNIL && !same_text(L, old, v))

@@ -357,3 +357,23 @@ test_error_values_that_are_not_messages_name_the_line() {
     run_flow 2 run
     contains "$ERR" "flow: error: pipeline.lua: attempt to load a binary chunk"
 }
+
+# A NUL byte ends a C string: a command line, an argument, an env value or
+# a configuration string holding one was cut short there without a word
+# ("echo a\0b; echo c" ran only "echo a").  Each is refused where written.
+test_a_nul_byte_in_a_command_env_or_config_is_refused() {
+    local body
+    for body in 'command = "echo a\0b; echo c"' 'command = { "echo", "a\0b" }' \
+                'command = flow.command{ "echo", "x", env = { A = "a\0b" } }' \
+                'command = "echo x", env = { A = "a\0b" }'; do
+        printf 'return pipeline{ node{ %s, name = "s" } }\n' "$body" > pipeline.lua
+        run_flow 2 run
+        contains "$ERR" "pipeline.lua:1: "
+        contains "$ERR" "holds a NUL byte"
+    done
+    printf 'return pipeline{ node{ command = "true", name = "s" } }\n' > pipeline.lua
+    mkdir -p conf/base
+    printf 'v: "a\\0b"\n' > conf/base/parameters.yml
+    run_flow 2 run
+    contains "$ERR" "conf/base/parameters.yml:1:4: a string with a NUL byte"
+}
