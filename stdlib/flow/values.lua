@@ -275,6 +275,12 @@ function Run:save_values(n, by)
                     .. "it wrote, got %s", n.name, d, e.type, e.origin, e.type,
                     type(v) == "string" and ("'" .. v .. "', which does not exist") or type(v))
       end
+      local kind = core.exists(v)
+      if (e.type == "folder") ~= (kind == "directory") then
+        save_failed(staged, "step '%s': output '%s' is a %s dataset (%s): the function returns the path of the %s "
+                    .. "it wrote, got '%s', a %s", n.name, d, e.type, e.origin, e.type, v,
+                    kind == "directory" and "directory" or "file")
+      end
       local input = self:input_at(n, v)
       if input then
         save_failed(staged, "step '%s': output '%s' is the path of its input '%s' (%s): flow refuses an input as "

@@ -642,3 +642,26 @@ L
     contains "$ERR" "step 'a': cannot save output 'o2'"
     equals "$(cat data/o1.txt)" "1" "the first output"
 }
+
+# A Lua step returning a directory for a file dataset (or a file for a
+# folder) is refused, as a command that wrote the wrong kind is: it was
+# committed, exit 0.
+test_a_lua_step_returning_the_wrong_kind_of_path_is_refused() {
+    mkdir -p conf/base d
+    echo x > d/x
+    write conf/base/catalog.yml <<'Y'
+out: {type: file, path: data/out.txt}
+dir: {type: folder, path: data/dir}
+Y
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() return "d" end, outputs = "out", name = "a" } }
+L
+    run_flow 1 run
+    contains "$ERR" "step 'a': output 'out' is a file dataset (conf/base/catalog.yml:1): the function returns the path of the file it wrote, got 'd', a directory"
+    [ ! -e data/out.txt ] || { echo "committed"; return 1; }
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() return "d/x" end, outputs = "dir", name = "b" } }
+L
+    run_flow 1 run
+    contains "$ERR" "got 'd/x', a file"
+}
