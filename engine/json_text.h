@@ -26,6 +26,11 @@ void json_seconds(struct strbuf *sb, double d);
 void json_key(struct strbuf *sb, const char *key);
 /* A string, quoted and escaped (bytes of 128 and above as they are). */
 void json_string(struct strbuf *sb, const char *s);
+/* The same, valid JSON whatever s holds (for --log-format json, whose lines a
+ * strict parser reads: a step's output is any bytes): valid UTF-8 as it is,
+ * and each byte that is not part of a valid UTF-8 sequence as \ufffd (U+FFFD,
+ * the replacement character), one per byte. */
+void json_string_utf8(struct strbuf *sb, const char *s);
 /* The same escaped text without the quotes, handed to put a piece at a time
  * (cJSON escapes alike: what util.record_json writes). */
 void json_escape(const char *s, void (*put)(void *ctx, const char *p, size_t n), void *ctx);

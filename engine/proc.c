@@ -41,6 +41,7 @@ struct proc {
     int status;                    /* from waitpid */
     bool exited, timed_out;
     unsigned long timer;           /* timeout, then the SIGKILL that follows it */
+    double kill_at;                /* monotonic: when that SIGKILL is due */
     bool killing;                  /* `timer` is that SIGKILL: stopping has begun */
     bool capture_stdout, echo;
     char *echo_prefix;
@@ -171,6 +172,74 @@ static void kill_after_grace(void *arg)
     proc_kill(p, SIGKILL);
 }
 
+/* A cancelled step whose leader exited inside the grace period (a shell that
+ * dies on SIGTERM while a child that ignores it runs on): the group still
+ * gets its SIGKILL when the grace period ends, or when flow ends first
+ * (proc_stop_lingering), though the step has been reported and freed.
+ *
+ * Why the group id cannot have changed hands by then: the leader is left
+ * unreaped (a zombie) until that SIGKILL is sent.  A process id is not given
+ * out again while a zombie holds it, nor while any process still has it as
+ * its group id, so kill(-pgid) reaches this group's members, or nobody
+ * (a group with only the zombie left: harmless).  The reaper keeps the group
+ * listed until then, so a flow killed meanwhile still has it stopped. */
+struct lingering {
+    struct loop *loop;
+    pid_t pgid;                    /* = the unreaped leader's pid */
+    unsigned long timer;
+};
+static struct lingering **lingering;
+static size_t n_lingering, cap_lingering;
+
+static void end_lingering(size_t i)
+{
+    struct lingering *g = lingering[i];
+    kill(-g->pgid, SIGKILL);
+    reaper_forget(g->pgid);            /* before the reap, while the pid cannot be reused */
+    waitpid(g->pgid, NULL, 0);         /* a zombie already: no wait */
+    lingering[i] = lingering[--n_lingering];
+    free(g);
+}
+
+static void lingering_grace_over(void *arg)
+{
+    for (size_t i = 0; i < n_lingering; i++)
+        if (lingering[i] == arg) { end_lingering(i); return; }
+}
+
+/* p has exited (unreaped) with its SIGKILL still due: hands that on. */
+static void linger(struct proc *p)
+{
+    struct lingering *g = xcalloc(1, sizeof *g);
+    g->loop = p->loop;
+    g->pgid = p->pid;
+    double left = p->kill_at - monotonic_seconds();
+    g->timer = loop_add_timer(p->loop, left > 0 ? left : 0, lingering_grace_over, g);
+    ARRAY_GROW(lingering, n_lingering, cap_lingering);
+    lingering[n_lingering++] = g;
+}
+
+void proc_stop_lingering(struct loop *loop)
+{
+    for (size_t i = n_lingering; i-- > 0;) {
+        if (loop && lingering[i]->loop != loop) continue;
+        loop_cancel_timer(lingering[i]->loop, lingering[i]->timer);
+        end_lingering(i);
+    }
+}
+
+/* The exit status of pid, which has exited, as waitpid gives it, but with
+ * pid left unreaped: false while it runs. */
+static bool peek_exit(pid_t pid, int *status)
+{
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid != pid) return false;
+    if (si.si_code == CLD_EXITED) *status = (si.si_status & 0xff) << 8;
+    else *status = (si.si_status & 0x7f) | (si.si_code == CLD_DUMPED ? 0x80 : 0);
+    return true;
+}
+
 void proc_cancel(struct proc *p, enum cancel_mode mode)
 {
     if (!p || p->exited) return;
@@ -185,6 +254,7 @@ void proc_cancel(struct proc *p, enum cancel_mode mode)
     if (p->killing) return;              /* the grace period already runs: it is not restarted */
     if (p->timer) loop_cancel_timer(p->loop, p->timer);     /* the timeout: stopping now anyway */
     p->killing = true;
+    p->kill_at = monotonic_seconds() + KILL_GRACE_S;
     p->timer = loop_add_timer(p->loop, KILL_GRACE_S, kill_after_grace, p);
 }
 
@@ -202,8 +272,15 @@ static void on_timeout(void *arg)
 static void on_pidfd(void *arg, int fd, unsigned events)
 {
     struct proc *p = arg;
-    reaper_forget(p->pid);               /* before the reap, while the pid cannot be reused */
-    if (waitpid(p->pid, &p->status, WNOHANG) != p->pid) return;
+    if (p->killing && p->timer) {        /* cancelled, the group's SIGKILL still due: see linger */
+        if (!peek_exit(p->pid, &p->status)) return;
+        loop_cancel_timer(p->loop, p->timer);
+        p->timer = 0;
+        linger(p);
+    } else {
+        reaper_forget(p->pid);           /* before the reap, while the pid cannot be reused */
+        if (waitpid(p->pid, &p->status, WNOHANG) != p->pid) return;
+    }
     p->exited = true;
     if (p->timer) { loop_cancel_timer(p->loop, p->timer); p->timer = 0; }
     loop_unwatch(p->loop, fd);

@@ -36,10 +36,15 @@ struct proc *proc_spawn(struct loop *loop, const struct proc_spec *spec,
                         proc_exit_fn on_exit, void *arg, char *err, size_t errlen);
 /* Signals the whole process group. */
 void proc_kill(struct proc *p, int sig);
-/* Stops the whole process group: graceful is SIGTERM, then SIGKILL 5 s later
- * unless it has exited (a second graceful cancel does not restart the grace
- * period); forced is SIGKILL now.  Nothing once it has exited. */
+/* Stops the whole process group: graceful is SIGTERM, then SIGKILL to the
+ * group 5 s later, also when the process itself has exited by then (what it
+ * left in its group is killed; a second graceful cancel does not restart the
+ * grace period); forced is SIGKILL now.  Nothing once it has exited. */
 void proc_cancel(struct proc *p, enum cancel_mode mode);
+/* Sends now the SIGKILLs still due to the groups of cancelled processes that
+ * have exited (all of them, or those of `loop`): for flow's exit, and before
+ * the loop they wait on is freed. */
+void proc_stop_lingering(struct loop *loop);
 void proc_free(struct proc *p);
 
 /* Exit code, or 128 + signal number when killed by a signal. */

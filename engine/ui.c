@@ -68,7 +68,7 @@ static void json_begin(struct strbuf *sb)
 static void json_field(struct strbuf *sb, const char *key, const char *value)
 {
     sb_addf(sb, ",\"%s\":", key);
-    json_string(sb, value);
+    json_string_utf8(sb, value);        /* a step's output may be any bytes */
 }
 
 static void json_end(struct strbuf *sb)

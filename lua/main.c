@@ -3,6 +3,7 @@
  * reaper that stops a killed flow's steps (reaper.h), in a mode no user types. */
 #include "flowlua.h"
 #include "loop.h"
+#include "proc.h"
 #include "reaper.h"
 #include "ui.h"
 
@@ -73,6 +74,7 @@ int main(int argc, char **argv)
     /* Interrupted by a closed terminal: 128 + SIGHUP, as a shell reports it. */
     if (code == 130 && loop_first_signal(flow_state_loop(L)) == SIGHUP) code = 129;
     code = check_stdout(code);
+    proc_stop_lingering(NULL);    /* a stopped step's group is not left to its grace period */
 #if defined(__SANITIZE_ADDRESS__) || defined(FLOW_FREE_AT_EXIT)
     flow_state_close(L);          /* every object freed, so that a leak shows */
     reaper_stop();

@@ -2,6 +2,7 @@
  * and the event loop that the state owns. */
 #include "flowlua.h"
 #include "loop.h"
+#include "proc.h"
 #include "util.h"
 
 #include <lauxlib.h>
@@ -167,5 +168,6 @@ void flow_state_close(lua_State *L)
     lua_getallocf(L, &alloc);
     lua_close(L);
     flow_alloc_free(alloc);
+    proc_stop_lingering(loop);    /* their timers are the loop's */
     loop_free(loop);
 }

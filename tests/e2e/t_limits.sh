@@ -156,6 +156,53 @@ L
     contains "$ERR" "step 'waits' timed out after 1s"
 }
 
+# gone_within SECONDS PID — the process is gone (or a zombie) within SECONDS.
+gone_within() {
+    local state
+    for _ in $(seq $(($1 * 20))); do
+        state=$(ps -o stat= -p "$2" 2>/dev/null || true)
+        [ -z "$state" ] || [[ "$state" == Z* ]] && return 0
+        sleep 0.05
+    done
+    echo "process $2 still running ($state)"; return 1
+}
+
+# A stopped step's whole group gets SIGKILL 5 s after SIGTERM, also when the
+# group's leader exits on SIGTERM and leaves behind a process that ignores it:
+# after the grace period while the run goes on, at once when flow ends first.
+LEFT_BEHIND='sh -c '"'"'trap "" TERM; echo $$ > child; touch started; sleep 100'"'"' & sleep 100'
+test_timeout_kills_what_the_leader_left_in_its_group() {
+    write pipeline.lua <<L
+return pipeline{ node{ command = [[$LEFT_BEHIND]], timeout = "1s", name = "t" },
+                 node{ command = "sleep 9", name = "keep" } }
+L
+    "$FLOW" run -j 2 >stdout.txt 2>stderr.txt &
+    local pid=$!
+    for _ in $(seq 400); do [ -s child ] && break; sleep 0.05; done
+    [ -s child ] || { echo "the step never started"; kill -9 "$pid"; return 1; }
+    gone_within 8 "$(cat child)" || { kill -9 "$pid"; return 1; }   # 1 s + the 5 s grace, well before 9 s
+    kill -0 "$pid" 2>/dev/null || { echo "flow ended first: this tests nothing"; return 1; }
+    set +e; wait "$pid"; STATUS=$?; set -e
+    equals "$STATUS" 1 "exit status"
+    contains "$(cat stderr.txt)" "step 't' timed out after 1s"
+
+    rm -f child started
+    write pipeline.lua <<L
+return pipeline{ node{ command = [[$LEFT_BEHIND]], timeout = "1s", name = "t" } }
+L
+    run_bounded 30 1 run
+    gone_within 2 "$(cat child)"
+}
+
+test_sigint_kills_what_the_leader_left_in_its_group() {
+    write pipeline.lua <<L
+return pipeline{ node{ command = [[$LEFT_BEHIND]], name = "t" } }
+L
+    signal_when_started INT run
+    equals "$STATUS" 130 "exit status after Ctrl-C"
+    gone_within 2 "$(cat child)"
+}
+
 test_os_execute_in_a_step_returns_what_os_execute_returns() {
     write pipeline.lua <<'L'
 return pipeline{ node{ func = function()

@@ -234,3 +234,21 @@ L
     run_flow 2 run --log-format yaml
     contains "$ERR" "--log-format must be text or json, got 'yaml'"
 }
+
+# Every line is valid JSON, whatever bytes a step prints: valid UTF-8 as it
+# is, each byte that is not as U+FFFD (in output lines and error messages).
+test_log_format_json_with_output_that_is_not_utf8() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = [[printf 'bad \377\376 caf\303\251\n'; printf 'worse \300\257\n' >&2; exit 2]],
+                       name = "bytes" } }
+L
+    run_flow 1 run --log-format json -v
+    python3 -c '
+import json, sys
+events = [json.loads(line) for line in open(sys.argv[1], "rb") if line.strip()]
+out = [e["line"] for e in events if e.get("event") == "output"]
+assert "bad \ufffd\ufffd caf\u00e9" in out and "worse \ufffd\ufffd" in out, out
+errors = [e["message"] for e in events if e.get("level") == "error"]
+assert any("worse \ufffd\ufffd" in m for m in errors), errors
+' stderr.txt
+}

@@ -175,6 +175,7 @@ static void test_graceful_cancel_lets_it_clean_up(void)
     CHECK(stat(path_in("cleaned"), &st) == 0);
     proc_free(p);
     unlink(path_in("ready"));
+    proc_stop_lingering(loop);
     loop_free(loop);
 }
 
@@ -208,6 +209,41 @@ static void test_graceful_cancel_escalates_after_the_grace(void)
     loop_free(loop);
 }
 
+/* A leader that exits on SIGTERM, leaving a child that ignores it in its
+ * group: the step is reported at once, and the group still gets its SIGKILL
+ * when the grace period ends — or at once when flow ends first. */
+static void test_graceful_cancel_kills_what_the_leader_left(void)
+{
+    struct loop *loop = new_loop();
+    for (int at_exit = 0; at_exit <= 1; at_exit++) {
+        bool done = false;
+        struct proc *p = sh(loop, "sh -c 'trap \"\" TERM; while :; do sleep 0.05; done' & echo $! > child; "
+                                  "touch ready; wait", false, NULL, &done);
+        CHECK(p != NULL);
+        CHECK(exists_within(loop, path_in("ready"), 30));
+        pid_t child = read_pid(path_in("child"));
+        CHECK(child > 0);
+        double t0 = monotonic_seconds();
+        proc_cancel(p, CANCEL_GRACEFUL);
+        CHECK(run_until(loop, &done, 30));
+        CHECK(proc_term_signal(p) == SIGTERM);
+        CHECK(monotonic_seconds() - t0 < 4);      /* reported when the leader exits */
+        proc_free(p);
+        CHECK(child > 0 && !gone_within(child, 0.5));
+        if (at_exit) {
+            proc_stop_lingering(NULL);            /* flow ends before the grace period does */
+            CHECK(child > 0 && gone_within(child, 2));
+        } else {
+            bool never = false;
+            run_until(loop, &never, 5.5 - (monotonic_seconds() - t0));
+            CHECK(child > 0 && gone_within(child, 2));
+            CHECK(monotonic_seconds() - t0 >= 4.5);   /* it had its grace period */
+        }
+        unlink(path_in("ready"));
+    }
+    loop_free(loop);
+}
+
 static void test_timeout_is_a_graceful_cancel(void)
 {
     struct loop *loop = new_loop();
@@ -221,6 +257,7 @@ static void test_timeout_is_a_graceful_cancel(void)
     CHECK(proc_timed_out(p));
     CHECK(proc_exit_code(p) == 5);
     proc_free(p);
+    proc_stop_lingering(loop);
     loop_free(loop);
 }
 
@@ -235,6 +272,7 @@ int main(void)
     RUN(test_graceful_cancel_lets_it_clean_up);
     RUN(test_timeout_is_a_graceful_cancel);
     RUN(test_graceful_cancel_escalates_after_the_grace);
+    RUN(test_graceful_cancel_kills_what_the_leader_left);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -131,6 +131,27 @@ static void test_json_string(void)
     check_string("caf\xc3\xa9 \x7f", "\"caf\xc3\xa9 \x7f\"");     /* bytes of 127 and above as they are */
 }
 
+static void check_string_utf8(const char *s, const char *want)
+{
+    struct strbuf sb = STRBUF_INIT;
+    json_string_utf8(&sb, s);
+    CHECK_STR(sb.buf, want);
+    sb_release(&sb);
+}
+
+/* For --log-format json: valid UTF-8 unchanged, each other byte U+FFFD. */
+static void test_json_string_utf8_is_always_valid(void)
+{
+    check_string_utf8("a\"b\n\001", "\"a\\\"b\\n\\u0001\"");
+    check_string_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \x7f", "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \x7f\"");
+    check_string_utf8("bad \xff\xfe!", "\"bad \\ufffd\\ufffd!\"");
+    check_string_utf8("\xc0\xaf", "\"\\ufffd\\ufffd\"");                 /* overlong '/' */
+    check_string_utf8("\xed\xa0\x80", "\"\\ufffd\\ufffd\\ufffd\"");     /* a surrogate */
+    check_string_utf8("\xf4\x90\x80\x80", "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");   /* past U+10FFFF */
+    check_string_utf8("cut \xe2\x82", "\"cut \\ufffd\\ufffd\"");            /* ends mid-sequence */
+    check_string_utf8("\xc3(", "\"\\ufffd(\"");
+}
+
 /* The runs merged_runs does not list: the directory's entries less the
  * file's lines (blank lines, names not there and a missing file alike). */
 static void test_dir_list_unlisted(void)
@@ -234,6 +255,7 @@ int main(void)
     RUN(test_read_file_max);
     RUN(test_json_seconds);
     RUN(test_json_string);
+    RUN(test_json_string_utf8_is_always_valid);
     RUN(test_dir_list_unlisted);
     RUN(test_arena);
     RUN(test_strmap_borrowed_keys);
