@@ -463,6 +463,16 @@ static void warn_unmatched(struct config *cfg, const char *full)
         "parameters, catalog, azureml, credentials, globals or flow", full);
 }
 
+/* Directories nest at most CFG_MAX_DIR_DEPTH deep below an environment (stat follows
+ * links, so a link to a parent would otherwise recurse forever); what lies deeper is
+ * named, never dropped in silence. */
+static void warn_too_deep(struct config *cfg, const char *full)
+{
+    ARRAY_GROW(cfg->warnings, cfg->nwarnings, cfg->capwarnings);
+    cfg->warnings[cfg->nwarnings++] = xasprintf("%s: ignored: directories more than %d deep below an "
+        "environment are not read (nothing in it is loaded)", full, CFG_MAX_DIR_DEPTH);
+}
+
 static const char *file_kind(mode_t mode)
 {
     return S_ISFIFO(mode) ? "a FIFO" : S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device"
@@ -496,7 +506,8 @@ static int bad_entry(struct config *cfg, const char *full, int stat_errno, const
 
 /* Collects config files under envdir/rel.  A file's name prefix picks its section, except
  * inside a directory named like a section (parameters/, catalog_extra/), where every
- * config file belongs to that section, recursively. */
+ * config file belongs to that section, recursively.  A config file whose name picks no
+ * section is reported at any depth (conf/prod/overrides/model.yml), never skipped quietly. */
 static int scan_dir(struct config *cfg, const char *envdir, const char *rel, int section, int depth,
                     struct cfg_files *out, char *err, size_t errlen)
 {
@@ -520,12 +531,14 @@ static int scan_dir(struct config *cfg, const char *envdir, const char *rel, int
             rc = named_config ? bad_entry(cfg, full, errno, NULL, err, errlen) : 0;
         else if (S_ISDIR(st.st_mode) && depth < CFG_MAX_DIR_DEPTH)
             rc = scan_dir(cfg, envdir, child_rel, sec, depth + 1, out, err, errlen);
+        else if (S_ISDIR(st.st_mode))
+            warn_too_deep(cfg, full);
         else if (S_ISREG(st.st_mode) && named_config) {
             add_file(out, child_rel, sec);
             child_rel = NULL;
         } else if (named_config && !S_ISDIR(st.st_mode)) {
             rc = bad_entry(cfg, full, 0, &st, err, errlen);
-        } else if (S_ISREG(st.st_mode) && config_ext(de->d_name) && depth == 0) {
+        } else if (S_ISREG(st.st_mode) && config_ext(de->d_name)) {
             warn_unmatched(cfg, full);
         }
         free(child_rel);

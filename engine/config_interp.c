@@ -7,10 +7,13 @@
  * to it.  A string that is exactly one ${...} takes the referenced value's type; inside a
  * longer string the value is stringified.  $${ is a literal ${, and AML's own ${{...}} is
  * left alone.  Values of environment variables, and defaults, are typed like --params
- * values, except in credentials, which stay strings. */
+ * values when the reference is the whole value, except in credentials, which stay strings;
+ * embedded in a longer string they give their text exactly as written (ID=0042 makes
+ * "/data/${env:ID}" "/data/0042", never "/data/42"). */
 #define FLOW_CONFIG_INTERNAL
 #include "config.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +36,7 @@ struct interp {
 static char resolving_mark;            /* memo value of a string being resolved */
 
 static const cJSON *resolve_string(struct interp *ip, const cJSON *raw, const char *path);
-static cJSON *eval_template(struct interp *ip, const char *text, const char *path);
+static cJSON *eval_template(struct interp *ip, const char *text, const char *path, bool as_text);
 
 static int in_credentials(const char *path)
 {
@@ -205,7 +208,7 @@ static const cJSON *resolve_string(struct interp *ip, const cJSON *raw, const ch
     if (chain_push(ip, raw, path) < 0)
         return NULL;
     ptrmap_put(&ip->memo, raw, &resolving_mark);
-    cJSON *v = eval_template(ip, raw->valuestring, path);
+    cJSON *v = eval_template(ip, raw->valuestring, path, false);
     chain_pop(ip);
     if (v)
         ptrmap_put(&ip->memo, raw, v);
@@ -254,24 +257,25 @@ static char *trim(char *s)
     return s;
 }
 
-/* A default: itself a template, a quoted string, or a plain value typed like --params. */
-static cJSON *eval_default(struct interp *ip, char *def, const char *path)
+/* A default: itself a template, a quoted string, or a plain value typed like --params
+ * (its text as written when as_text: the reference is embedded in a longer string). */
+static cJSON *eval_default(struct interp *ip, char *def, const char *path, bool as_text)
 {
     def = trim(def);
     size_t n = strlen(def);
     cJSON *v;
     if (strstr(def, "${"))
-        return eval_template(ip, def, path);
+        return eval_template(ip, def, path, as_text);
     if (n >= 2 && (def[0] == '"' || def[0] == '\'') && def[n - 1] == def[0]) {
         def[n - 1] = '\0';
         v = cJSON_CreateString(def + 1);
     } else {
-        v = in_credentials(path) ? cJSON_CreateString(def) : cfg_scalar_infer(def, n, 0);
+        v = as_text || in_credentials(path) ? cJSON_CreateString(def) : cfg_scalar_infer(def, n, 0);
     }
     return v ? v : ioom(ip, path);
 }
 
-static cJSON *eval_env(struct interp *ip, const char *name, char *def, const char *path)
+static cJSON *eval_env(struct interp *ip, const char *name, char *def, const char *path, bool as_text)
 {
     const char *val = name[0] ? getenv(name) : NULL;
     if (!name[0]) {
@@ -281,25 +285,26 @@ static cJSON *eval_env(struct interp *ip, const char *name, char *def, const cha
     if (val) {
         if (ip->secret)
             cfg_add_secret(ip->cfg, val);
-        cJSON *v = in_credentials(path) ? cJSON_CreateString(val) : cfg_scalar_infer(val, strlen(val), 0);
+        cJSON *v = as_text || in_credentials(path) ? cJSON_CreateString(val)
+                                                    : cfg_scalar_infer(val, strlen(val), 0);
         return v ? v : ioom(ip, path);
     }
     if (def)
-        return eval_default(ip, def, path);
+        return eval_default(ip, def, path, as_text);
     ifail(ip, path, "environment variable %s is not set (set it, or give a default: ${env:%s,value})",
           name, name);
     return NULL;
 }
 
 static cJSON *eval_lookup(struct interp *ip, int sec, const char *kind, const char *name,
-                          char *def, const char *path)
+                          char *def, const char *path, bool as_text)
 {
     cJSON *out = NULL;
     int rc = name[0] ? find_ref(ip, sec, name, &out, path) : 0;
     if (rc != 0)
         return rc > 0 ? out : NULL;
     if (def)
-        return eval_default(ip, def, path);
+        return eval_default(ip, def, path, as_text);
     char *near = name[0] ? config_closest_key(ip->cfg, cfg_section_names[sec], name) : NULL;
     ifail(ip, path, "${%s:%s} does not exist%s%s%s", kind, name, near ? "; did you mean '" : "",
           near ? near : "", near ? "'?" : "");
@@ -307,21 +312,45 @@ static cJSON *eval_lookup(struct interp *ip, int sec, const char *kind, const ch
     return NULL;
 }
 
-/* The index just past the '}' closing the ${ at text[i], or 0 if it is not closed. */
+/* If a quoted default starts at text[i] (after a comma and blanks), the index of its
+ * closing quote; else 0.  The closing quote is the first one followed by blanks and '}',
+ * so a lone apostrophe (${env:X,it's}) is plain text, not an unterminated quote. */
+static size_t quoted_default_end(const char *text, size_t i)
+{
+    while (text[i] == ' ' || text[i] == '\t')
+        i++;
+    if (text[i] != '\'' && text[i] != '"')
+        return 0;
+    for (size_t j = i + 1; text[j]; j++) {
+        if (text[j] != text[i])
+            continue;
+        size_t k = j + 1;
+        while (text[k] == ' ' || text[k] == '\t')
+            k++;
+        if (text[k] == '}')
+            return j;
+    }
+    return 0;
+}
+
+/* The index just past the '}' closing the ${ at text[i], or 0 if it is not closed.  A
+ * quoted default may hold '}' (${env:X,'a}b'}): the quotes are skipped whole. */
 static size_t ref_end(const char *text, size_t i)
 {
-    size_t depth = 0;
+    size_t depth = 0, q;
     for (; text[i]; i++) {
         if (text[i] == '$' && text[i + 1] == '{')
             depth++, i++;
         else if (text[i] == '}' && --depth == 0)
             return i + 1;
+        else if (text[i] == ',' && (q = quoted_default_end(text, i + 1)))
+            i = q;
     }
     return 0;
 }
 
 /* inner is what is between "${" and "}": "kind:name" or "kind:name,default". */
-static cJSON *eval_ref(struct interp *ip, const char *inner, size_t n, const char *path)
+static cJSON *eval_ref(struct interp *ip, const char *inner, size_t n, const char *path, bool as_text)
 {
     char *ref = strndup(inner, n), *colon = ref ? strchr(ref, ':') : NULL, *def = NULL;
     cJSON *v = NULL;
@@ -346,11 +375,11 @@ static cJSON *eval_ref(struct interp *ip, const char *inner, size_t n, const cha
               in_credentials(path) ? "this ${...}" : "${", in_credentials(path) ? "" : kind,
               in_credentials(path) ? "" : "}");
     else if (strcmp(kind, "env") == 0)
-        v = eval_env(ip, name, def, path);
+        v = eval_env(ip, name, def, path, as_text);
     else if (strcmp(kind, "globals") == 0)
-        v = eval_lookup(ip, CFG_GLOBALS, "globals", name, def, path);
+        v = eval_lookup(ip, CFG_GLOBALS, "globals", name, def, path, as_text);
     else if (strcmp(kind, "params") == 0 || strcmp(kind, "parameters") == 0)
-        v = eval_lookup(ip, CFG_PARAMETERS, "params", name, def, path);
+        v = eval_lookup(ip, CFG_PARAMETERS, "params", name, def, path, as_text);
     else
         ifail(ip, path, "unknown reference kind '%s': use ${env:VAR}, ${globals:key} or ${params:key}",
               in_credentials(path) ? "..." : kind);
@@ -376,11 +405,13 @@ static int append_value(struct interp *ip, struct strbuf *b, const cJSON *v, con
     return 0;                          /* null embeds as nothing */
 }
 
-static cJSON *eval_template(struct interp *ip, const char *text, const char *path)
+/* as_text: the result will be embedded in a longer string (this is a default of an
+ * embedded reference), so environment values and defaults keep their text. */
+static cJSON *eval_template(struct interp *ip, const char *text, const char *path, bool as_text)
 {
     size_t len = strlen(text), end;
     if (text[0] == '$' && text[1] == '{' && text[2] != '{' && ref_end(text, 0) == len)
-        return eval_ref(ip, text + 2, len - 3, path);
+        return eval_ref(ip, text + 2, len - 3, path, as_text);
     struct strbuf b = STRBUF_INIT;
     sb_add(&b, "", 0);
     for (size_t i = 0; i < len && !ip->failed;) {
@@ -397,7 +428,7 @@ static cJSON *eval_template(struct interp *ip, const char *text, const char *pat
                 ifail(ip, path, "unterminated ${ (close it with }, or write $${ for a literal ${)");
                 break;
             }
-            cJSON *v = eval_ref(ip, text + i + 2, end - i - 3, path);
+            cJSON *v = eval_ref(ip, text + i + 2, end - i - 3, path, true);
             if (v)
                 append_value(ip, &b, v, path);
             cJSON_Delete(v);

@@ -129,12 +129,19 @@ local function template_memo()
   end })
 end
 
+-- A parameter set to null (`seed: null`, `--params seed=null`) exists but has no value a
+-- step could receive: say so, with where it was set, rather than "not defined".
 local function check_param(n, key, settings)
-  if params_mod.get(settings, key) == nil then
-    local near = settings_mod.closest_param(settings, key)
-    graph_error(string.format("step '%s' (%s) reads parameter '%s', which is not defined in environment '%s'%s",
-      n.name, n.where, key, settings.env, near and (" (did you mean '" .. near .. "'?)") or ""))
+  if params_mod.get(settings, key) ~= nil then return end
+  local set_at = settings.cfg and settings.cfg:origin("parameters", key)
+  if set_at then
+    graph_error(string.format("step '%s' (%s) reads parameter '%s', which is null in environment '%s' (set at %s); give it a value",
+      n.name, n.where, key, settings.env, set_at))
   end
+  local near = settings_mod.closest_param(settings, key)
+  if near == key then near = nil end
+  graph_error(string.format("step '%s' (%s) reads parameter '%s', which is not defined in environment '%s'%s",
+    n.name, n.where, key, settings.env, near and (" (did you mean '" .. near .. "'?)") or ""))
 end
 
 -- Every "params:" input and ${params.} reference must exist before anything runs.

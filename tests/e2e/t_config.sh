@@ -352,3 +352,65 @@ test_pytorch_example_lists_four_nodes_in_prod() {
     run_flow 0 list ex --env prod
     contains "$OUT" "PyTorch 4 nodes x 2 processes"
 }
+
+# Embedded in a longer string, an environment variable gives its text as written (typing it
+# first made 0042 "42", 1.10 "1.1", 0x1F "31" and NULL nothing); a whole ${env:VAR} is
+# typed.  A quoted default may hold '}'.
+test_env_embedded_in_a_string_keeps_its_text() {
+    write conf/base/parameters.yml <<'Y'
+path: "/data/${env:ID}/x"
+ver: "v${env:VER}"
+hex: "id-${env:HEX}"
+nulls: "n-${env:NUL}-${env:TIL}"
+id: ${env:ID}
+brace: "${env:UNSET_FLOW_VAR,'x}y'}"
+Y
+    export ID=0042 VER=1.10 HEX=0x1F NUL=NULL TIL='~'
+    unset UNSET_FLOW_VAR
+    run_flow 0 config
+    contains "$OUT" "path: /data/0042/x"
+    contains "$OUT" "ver: v1.10"
+    contains "$OUT" "hex: id-0x1F"
+    contains "$OUT" "nulls: n-NULL-~"
+    contains "$OUT" "id: 42"
+    contains "$OUT" "brace: x}y"
+}
+
+# A config file in a subdirectory that is no section, whose own name picks no section,
+# is ignored with a warning naming it (it used to vanish without one).
+test_config_file_in_a_plain_subdirectory_warns() {
+    write conf/base/parameters.yml <<'Y'
+lr: 0.1
+Y
+    write conf/prod/overrides/model.yml <<'Y'
+lr: 0.5
+Y
+    run_flow 0 config lr --env prod
+    equals "$OUT" "0.1"
+    contains "$ERR" "conf/prod/overrides/model.yml: ignored"
+    write conf/base/parameters/a/b/c/d/e/f/g/h/deep.yml <<'Y'
+deep: 1
+Y
+    run_flow 2 config deep
+    contains "$ERR" "conf/base/parameters/a/b/c/d/e/f/g/h: ignored: directories more than 8 deep"
+}
+
+# A parameter set to null exists: a step reading it is told so, with where it was set,
+# never "not defined (did you mean 'seed'?)".
+test_step_reading_a_null_parameter() {
+    write conf/base/parameters.yml <<'Y'
+epochs: 2
+seed: null
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function(s) print(s) end, inputs = "params:seed", name = "lua" },
+  node{ command = { "echo", "${params.seed}" }, name = "cmd" },
+}
+L
+    run_flow 0 config seed
+    equals "$OUT" "null"
+    run_flow 2 run
+    contains "$ERR" "reads parameter 'seed', which is null in environment 'local' (set at conf/base/parameters.yml:2)"
+    not_contains "$ERR" "did you mean"
+}

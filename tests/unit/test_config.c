@@ -441,12 +441,41 @@ static void test_parameters_subdirectory(void)
     CHECK(num(cfg, "parameters", "train.steps") == 100);
     CHECK(config_get(cfg, "parameters", "not") == NULL);
     size_t nwarn = 9;
-    config_warnings(cfg, &nwarn);
-    CHECK(nwarn == 0);
+    const char *const *warn = config_warnings(cfg, &nwarn);
+    CHECK(nwarn == 1);                 /* pipelines/ is no section: notes.yml picks none */
+    if (nwarn == 1)
+        CHECK_CONTAINS(warn[0], "conf/base/pipelines/train/notes.yml: ignored");
     CHECK(num(cfg, "parameters", "model.depth") == 5);
     CHECK(num(cfg, "parameters", "split.train") == 0.8);
     CHECK(num(cfg, "parameters", "seed") == 1);
     CHECK_STR(config_origin(cfg, "parameters", "split.train"), "conf/base/parameters/data/split.yaml:1");
+    config_free(cfg);
+    project_done();
+}
+
+/* A config file in a subdirectory that is not a section, whose name picks no section,
+ * is reported like one at the top (it used to vanish: conf/prod/overrides/model.yml);
+ * so is a directory too deep to be read, never dropped in silence. */
+static void test_unread_files_in_subdirectories_warn(void)
+{
+    project_new();
+    put("conf/base/parameters.yml", "lr: 0.1\n");
+    put("conf/prod/overrides/model.yml", "lr: 0.5\n");
+    put("conf/prod/parameters/a/b/c/d/e/f/g/ok.yml", "ok: 1\n");          /* 8 deep: read */
+    put("conf/prod/parameters/a/b/c/d/e/f/g/h/deep.yml", "deep: 1\n");   /* 9 deep */
+    struct config *cfg = load_ok("prod");
+    CHECK(cfg != NULL);
+    CHECK(num(cfg, "parameters", "lr") == 0.1);
+    CHECK(num(cfg, "parameters", "ok") == 1);
+    size_t nwarn = 0;
+    const char *const *warn = config_warnings(cfg, &nwarn);
+    CHECK(nwarn == 2);
+    struct strbuf all = STRBUF_INIT;
+    for (size_t i = 0; i < nwarn; i++)
+        sb_addf(&all, "%s\n", warn[i]);
+    CHECK_CONTAINS(all.buf, "conf/prod/overrides/model.yml: ignored");
+    CHECK_CONTAINS(all.buf, "conf/prod/parameters/a/b/c/d/e/f/g/h: ignored: directories more than 8 deep");
+    sb_release(&all);
     config_free(cfg);
     project_done();
 }
@@ -517,6 +546,49 @@ static void test_interpolation_env(void)
     CHECK(num(cfg, "parameters", "n") == 4);
     CHECK_STR(str(cfg, "parameters", "q"), "a, b");
     CHECK_STR(str(cfg, "parameters", "nested"), "/data/sub");
+    config_free(cfg);
+    project_done();
+}
+
+/* Embedded in a longer string, an environment variable (or a default) gives its text as
+ * written: typing it first turned 0042 into 42, 1.10 into 1.1, 0x1F into 31 and NULL into
+ * nothing.  Only a whole ${env:VAR} is typed.  A quoted default may hold '}'. */
+static void test_interpolation_env_embedded_text(void)
+{
+    project_new();
+    setenv("FLOW_TEST_ID", "0042", 1);
+    setenv("FLOW_TEST_VER", "1.10", 1);
+    setenv("FLOW_TEST_HEX", "0x1F", 1);
+    setenv("FLOW_TEST_NULL", "NULL", 1);
+    setenv("FLOW_TEST_TILDE", "~", 1);
+    unsetenv("FLOW_TEST_UNSET");
+    put("conf/base/parameters.yml",
+        "path: \"/data/${env:FLOW_TEST_ID}/x\"\n"
+        "ver: \"v${env:FLOW_TEST_VER}\"\n"
+        "hex: \"id-${env:FLOW_TEST_HEX}\"\n"
+        "nulls: \"n-${env:FLOW_TEST_NULL}-${env:FLOW_TEST_TILDE}\"\n"
+        "whole_id: ${env:FLOW_TEST_ID}\n"
+        "whole_null: ${env:FLOW_TEST_NULL}\n"
+        "def_text: \"v${env:FLOW_TEST_UNSET,1.10}\"\n"
+        "def_typed: ${env:FLOW_TEST_UNSET,1.10}\n"
+        "def_nested: \"x${env:FLOW_TEST_UNSET,${env:FLOW_TEST_VER}}\"\n"
+        "brace: ${env:FLOW_TEST_UNSET,'x}y'}\n"
+        "brace_embedded: \"a-${env:FLOW_TEST_UNSET, \\\"x}y\\\" }-b\"\n"
+        "apostrophe: \"${env:FLOW_TEST_UNSET,it's}\"\n");
+    struct config *cfg = load_ok(NULL);
+    CHECK(cfg != NULL);
+    CHECK_STR(str(cfg, "parameters", "path"), "/data/0042/x");
+    CHECK_STR(str(cfg, "parameters", "ver"), "v1.10");
+    CHECK_STR(str(cfg, "parameters", "hex"), "id-0x1F");
+    CHECK_STR(str(cfg, "parameters", "nulls"), "n-NULL-~");
+    CHECK(num(cfg, "parameters", "whole_id") == 42);
+    CHECK(cJSON_IsNull(config_get(cfg, "parameters", "whole_null")));
+    CHECK_STR(str(cfg, "parameters", "def_text"), "v1.10");
+    CHECK(num(cfg, "parameters", "def_typed") == 1.1);
+    CHECK_STR(str(cfg, "parameters", "def_nested"), "x1.10");
+    CHECK_STR(str(cfg, "parameters", "brace"), "x}y");
+    CHECK_STR(str(cfg, "parameters", "brace_embedded"), "a-x}y-b");
+    CHECK_STR(str(cfg, "parameters", "apostrophe"), "it's");
     config_free(cfg);
     project_done();
 }
@@ -1191,8 +1263,10 @@ int main(void)
     RUN(test_anchors_aliases_merge_keys);
     RUN(test_anchor_on_merge_value);
     RUN(test_parameters_subdirectory);
+    RUN(test_unread_files_in_subdirectories_warn);
     RUN(test_config_names_that_are_not_files);
     RUN(test_interpolation_env);
+    RUN(test_interpolation_env_embedded_text);
     RUN(test_interpolation_missing_env);
     RUN(test_interpolation_globals);
     RUN(test_interpolation_params_typed);
