@@ -377,3 +377,24 @@ test_a_nul_byte_in_a_command_env_or_config_is_refused() {
     run_flow 2 run
     contains "$ERR" "conf/base/parameters.yml:1:4: a string with a NUL byte"
 }
+
+# A name is UTF-8 text without control characters (C1 ones, U+0080..U+009F,
+# included: they broke the YAML flow compile writes), and no part between
+# its dots is empty (a namespace ".x" made flow viz recurse until memory ran
+# out).  Each is refused where it is written, the bytes shown.
+test_names_must_be_utf8_without_controls_or_empty_parts() {
+    printf 'return pipeline{ node{ func = function() return 1 end, outputs = "b", name = "s" }, namespace = ".x" }\n' > pipeline.lua
+    run_flow 2 viz
+    contains "$ERR" "pipeline.lua:1: pipeline: namespace: '.x' has an empty part between dots"
+    printf 'return pipeline{ node{ func = function() return 1 end, outputs = "b", name = "s\\xc2\\x9bt" } }\n' > pipeline.lua
+    run_flow 2 list
+    contains "$ERR" "node: name: 's\\194\\155t' contains a control character"
+    printf 'return pipeline{ node{ func = function() return 1 end, outputs = "a..b", name = "s" } }\n' > pipeline.lua
+    run_flow 2 list
+    contains "$ERR" "node: outputs: 'a..b' has an empty part between dots"
+    printf 'return pipeline{ node{ func = function() return 1 end, outputs = "b", name = "s\\xfft" } }\n' > pipeline.lua
+    run_flow 2 list
+    contains "$ERR" "node: name: 's\\255t' is not UTF-8 text"
+    printf 'return pipeline{ node{ func = function() return 1 end, outputs = "b", name = "caf\\xc3\\xa9" } }\n' > pipeline.lua
+    run_flow 0 list
+}

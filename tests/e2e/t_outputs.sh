@@ -248,7 +248,7 @@ test_a_folder_dataset_holding_flows_data_is_an_error() {
     value_for_a_command "dir: {type: folder, path: .flow/data}" \
         'node{ func = function() local d = os.tmpname() os.remove(d) os.execute("mkdir " .. d) return d end, outputs = "dir", name = "folder" },'
     run_flow 2 run
-    contains "$ERR" "dataset 'a' is stored at .flow/data/a.json, inside the folder of catalog entry 'dir' (conf/base/catalog.yml:1) (.flow/data)"
+    contains "$ERR" "catalog entry 'dir' (conf/base/catalog.yml:1) is stored at .flow/data, inside .flow/, where flow keeps its own state"
 }
 
 # ---- an output never takes an input away --------------------------------
