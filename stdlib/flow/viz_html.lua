@@ -82,8 +82,10 @@ local STATE_CLASS = { ["done"] = "done", ["up to date"] = "uptodate", ["failed"]
                       ["interrupted"] = "interrupted", ["running"] = "running", ["not run"] = "notrun",
                       ["skipped"] = "skipped", ["not in that run"] = "notrun" }
 
+-- s cut to n characters (UTF-8: never inside one; names are checked UTF-8).
 local function short(s, n)
-  return #s > n and (s:sub(1, n - 1) .. "…") or s
+  if utf8.len(s) and utf8.len(s) > n then return s:sub(1, utf8.offset(s, n) - 1) .. "…" end
+  return s
 end
 
 local function svg_node(out, item)
@@ -220,9 +222,10 @@ local SCRIPT = [[
   });
   document.getElementById("tag").addEventListener("change", function (ev) { pickTag(ev.target.value); });
   document.getElementById("params").addEventListener("change", function (ev) { showParams(ev.target.checked); });
-  var h = decodeURIComponent(location.hash.slice(1)).split("&");
+  function dec(x) { try { return decodeURIComponent(x); } catch (e) { return x; } }
+  var h = location.hash.slice(1).split("&");       // split first: a name may hold & or =
   h.forEach(function (part) {
-    var kv = part.split("="), k = kv[0], v = kv.slice(1).join("=");
+    var kv = part.split("="), k = dec(kv[0]), v = dec(kv.slice(1).join("="));
     if (k === "step") Object.keys(steps).forEach(function (id) { if (steps[id].name === v) show(id); });
     if (k === "tag") pickTag(v);
     if (k === "params") showParams(v !== "off");

@@ -144,4 +144,12 @@ test_html_page_in_a_browser() {
     page_dom "file://$PWD/page.html#step=load</script><b>x"
     contains "$DOM" '<h2>load&lt;/script&gt;&lt;b&gt;x</h2>'
     not_contains "$DOM" '<b>x'
+    # a name with & and = opens from the address (it was split after its
+    # decoding), and a long one of many-byte characters is cut between them
+    sed -i 's/name = "load<\/script><b>x"/name = "R\&D=1"/' pipeline.lua
+    sed -i 's/name = "report"/name = "ééééééééééééééééééééééééééééé"/' pipeline.lua
+    run_flow 0 viz --format html -o page.html
+    python3 -c 'open("page.html", encoding="utf-8").read()' || { echo "the page is not UTF-8"; return 1; }
+    page_dom "file://$PWD/page.html#step=R%26D%3D1"
+    contains "$DOM" '<h2>R&amp;D=1</h2>'
 }
