@@ -218,6 +218,16 @@ local run_fields = { jobs = true, keep_going = true, params = true, verbose = tr
                      name = true, sweep_job = true, started = true, label = true,
                      on_log = true, sweep_trials = true }
 
+local RUN_FIELD_TYPES = {
+  name = { string = true, what = "a string" }, label = { string = true, what = "a string" },
+  load_versions = { string = true, table = true, what = "dataset=version text or a table of them" },
+  started = { ["function"] = true, what = "a function" }, on_log = { ["function"] = true, what = "a function" },
+  resume = { table = true, what = "a table (as flow run --resume makes it)" },
+  verbose = { boolean = true, what = "true or false" }, force = { boolean = true, what = "true or false" },
+  explain = { boolean = true, string = true, what = "true, false or a step's name" },
+  keep_going = { boolean = true, what = "true or false" }, detach = { boolean = true, what = "true or false" },
+}
+
 local function as_list(v, what, level)
   if v == nil then return nil end
   if type(v) == "string" then
@@ -706,6 +716,13 @@ function M.prepare(p, opts, defaults, level)
   util.check_fields(opts, run_fields, "flow.run", level)
   if opts.params ~= nil and type(opts.params) ~= "table" then
     util.fail(level, "flow.run: params must be a table")
+  end
+  -- the options the run keeps or calls: a wrong type failed deep inside it
+  for field, want in pairs(RUN_FIELD_TYPES) do
+    local v = opts[field]
+    if v ~= nil and not want[type(v)] then
+      util.fail(level, "flow.run: %s must be %s, got %s", field, want.what, type(v))
+    end
   end
   local jobs = opts.jobs and math.tointeger(opts.jobs)
   if opts.jobs ~= nil and (not jobs or jobs < 1 or jobs > sched.MAX_JOBS) then

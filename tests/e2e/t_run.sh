@@ -614,3 +614,16 @@ L
     run_flow 2 run
     contains "$ERR" "pipeline.lua:1: flow.command: cwd must be a directory's path, got boolean"
 }
+
+# flow.run's options of the wrong type are refused at the caller's line:
+# a name that was a function failed deep inside the run ("bad argument #1
+# to 'append'") and left a run `flow runs` called damaged.
+test_flow_run_options_of_the_wrong_type_are_refused() {
+    local o
+    for o in 'name = function() end' 'load_versions = 5' 'started = "x"' 'resume = true' 'force = 1'; do
+        printf 'local flow = require("flow")\nflow.run(pipeline{ node{ func = function() return 1 end, outputs = "a", name = "s" } }, { %s })\n' "$o" > driver.lua
+        run_flow 2 run driver.lua
+        contains "$ERR" "driver.lua:2: flow.run: ${o%% *} must be"
+    done
+    [ ! -d .flow/runs ] || [ -z "$(ls .flow/runs)" ] || { echo "a run was made: $(ls .flow/runs)"; return 1; }
+}
