@@ -265,11 +265,6 @@ function Run:expand_command(n, staging)
     error(step_failure { message = string.format("step '%s': its command's cwd %s is not a directory", n.name,
                                                  cmd.cwd) })
   end
-  -- the paths of its data are the project's: from another cwd, whole ones
-  local root = cmd.cwd and core.cwd() .. "/"
-  local function placed(path)
-    return root and path:sub(1, 1) ~= "/" and root .. path or path
-  end
   local by_arg = { inputs = {}, outputs = {} }
   for _, io in ipairs(n.inputs) do by_arg.inputs[io.arg] = io end
   for _, io in ipairs(n.outputs) do by_arg.outputs[io.arg] = io end
@@ -284,11 +279,11 @@ function Run:expand_command(n, staging)
       return nil, string.format("${%s.%s}: the step has no %s named '%s'%s", ns, key,
         ns == "inputs" and "input" or "output", key, util.did_you_mean(key, names))
     end
-    if ns == "outputs" then return placed(staging[io.dataset]) end
+    if ns == "outputs" then return staging[io.dataset] end
     if dag.is_param_input(io.dataset) then
       return params_mod.text(self:input_value(n, io))
     end
-    return placed(self:input_path(io.dataset, n))
+    return self:input_path(io.dataset, n)
   end
   local function expand(s, quote)
     local out, err = core.expand(s, quote and function(ns, key)

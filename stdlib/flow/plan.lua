@@ -628,7 +628,8 @@ local function check_paths(nodes, commands, cat)
   -- And .flow/ is flow's own, but for the datasets it keeps in .flow/data.
   local flow_dir = key_of(".flow/x"):sub(1, -3)
   for _, key in ipairs(util.sorted_keys(owner_d)) do
-    if key == flow_dir or (key:sub(1, #flow_dir + 1) == flow_dir .. "/" and key:sub(1, #data_dir + 1) ~= data_dir .. "/") then
+    local mine = owner_e[key].uri or key:sub(1, #data_dir + 1) == data_dir .. "/"   -- (a datastore's copy is flow's)
+    if not mine and (key == flow_dir or key:sub(1, #flow_dir + 1) == flow_dir .. "/") then
       graph_error(string.format("%s is stored at %s, inside .flow/, where flow keeps its own state; give it a "
         .. "path outside .flow/", who(owner_d[key], owner_e[key]), owner_path[key]))
     end

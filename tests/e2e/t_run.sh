@@ -587,11 +587,11 @@ L
     contains "$ERR" "(pipeline.lua:2)"
 }
 
-# A command run in another directory (cwd =) gets whole paths for its data:
-# project-relative ones pointed nowhere from there.  A cwd that does not
-# exist fails the step saying so (it was "command not found"); one that is
-# not a string is refused at the script's line.
-test_a_command_with_a_cwd_gets_whole_paths() {
+# A command run in another directory (cwd =) reaches its data by paths
+# relative to the project's root (../ from sub).  A cwd that does not exist
+# fails the step saying so (it was "command not found"); one that is not a
+# string is refused at the script's line.
+test_a_command_with_a_cwd() {
     mkdir -p sub conf/base
     echo input > in.txt
     write conf/base/catalog.yml <<'Y'
@@ -599,7 +599,7 @@ raw: {type: text, path: in.txt}
 Y
     write pipeline.lua <<'L'
 return pipeline{
-  node{ command = flow.command{ "sh", "-c", "pwd > here.txt; cat \"$0\" > \"$1\"", "${inputs.i}", "${outputs.o}", cwd = "sub" },
+  node{ command = flow.command{ "sh", "-c", "pwd > here.txt; cat \"../$0\" > \"../$1\"", "${inputs.i}", "${outputs.o}", cwd = "sub" },
         inputs = { i = "raw" }, outputs = { o = "copy" }, name = "c" },
   node{ command = flow.command{ "true", cwd = "nope" }, name = "d" },
 }
