@@ -84,7 +84,8 @@ options:
   --resume [RUN_ID]  finish a failed or interrupted run (default: the latest; a
                      unique prefix of its id will do) with its original arguments;
                      steps it completed are not run again, and Azure ML jobs it
-                     submitted are waited for, not submitted again
+                     submitted are waited for, not submitted again (a run
+                     flow.run started, or whose parameters changed, is refused)
   --submit-pipeline  hand the selected steps to Azure ML as one pipeline job
                      (what `flow compile` writes: a component per step, data
                      bound job to job) and wait for it; Ctrl-C cancels it
@@ -714,6 +715,13 @@ local function resume_args(opts, pos)
     util.setup_error(string.format("--resume: the first line of %s is damaged (its arguments are not "
                                    .. "a list of words); start a new run instead", path))
   end
+  if start.via == "flow.run" then
+    util.setup_error(string.format("--resume: run %s was started by flow.run (a driver script, the REPL's "
+                                   .. "run{} or a sweep), not by 'flow run', so flow does not know its steps "
+                                   .. "and parameters; resume it the way it was started: run the driver again, "
+                                   .. "or run{} again with the same options (the steps it finished are up to date)",
+                                   start.run))
+  end
   if start.redacted then
     util.setup_error(string.format("--resume: run %s had a credential among its arguments, which flow "
                                    .. "does not store; run it again with the same arguments instead", start.run))
@@ -764,7 +772,8 @@ local function cmd_run(args)
     if opts[k] ~= nil and k ~= "resume" then orig[k] = opts[k] end
   end
   if opts.quiet then orig.verbose = nil elseif opts.verbose then orig.quiet = nil end
-  return run_with(orig, orig_pos, start.args, { run = start.run, completed = completed, remote_jobs = remote_jobs })
+  return run_with(orig, orig_pos, start.args, { run = start.run, completed = completed, remote_jobs = remote_jobs,
+                                                params_hash = start.params_hash })
 end
 
 -- --submit-pipeline hands the whole run to Azure ML: what only a run here
@@ -809,6 +818,7 @@ function run_with(opts, pos, args, resume)
   run_opts.jobs, run_opts.keep_going, run_opts.verbose = jobs, opts["keep-going"], opts.verbose
   run_opts.detach = opts.detach
   run_opts.resume = resume
+  run_opts.command_line = true          -- (a run of its own: --resume can start it again from args)
   local result = runner.run(p, run_opts)
   if result.code == 1 then report_failure(result)
   elseif result.code == 130 then core.ui_info("finish it with: flow run --resume " .. result.run_id) end
@@ -979,18 +989,44 @@ local function cmd_clean(args)
   return 0
 end
 
--- The newest logs of each step, by file-name stem (core.safe_name of the
--- step): { run =, files = {paths, rank order} }.  Newest: the run whose log
--- of it was written last.
+-- The step a log file's stem (core.safe_name of the step) is of: the name
+-- percent-decoded, or, for a long name the stem cut and ended with a hash
+-- ('~', which the encoding never leaves), the step of the run's journal whose
+-- safe name it is (steps_of: that map, read once per run); nil if none.
+local function step_of_stem(stem, steps_of)
+  if not stem:find("~", 1, true) then
+    if stem == "%" then return "" end                 -- (an empty name)
+    return (stem:gsub("%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
+  end
+  local steps = steps_of()
+  return steps[stem]
+end
+
+-- The step names of run `id`'s journal, by safe name.
+local function journal_steps(id)
+  local steps = {}
+  local events = require("flow.state").read_journal(".flow/runs/" .. id .. "/journal.jsonl") or {}
+  for _, ev in ipairs(events) do
+    if type(ev.step) == "string" then steps[core.safe_name(ev.step)] = ev.step end
+  end
+  return steps
+end
+
+-- The newest logs of each step, by step name: { run =, files = {paths, rank
+-- order} }.  Newest: the run whose log of it was written last.  (By name, not
+-- by file name: `flow logs` lists names and `flow logs NAME` takes one.)
 local function newest_logs()
   local cache = require("flow.cache")
   local by_step = {}
   for _, id in ipairs(core.list_dir(".flow/runs") or {}) do
     if id ~= "latest" then
       local dir = ".flow/runs/" .. id .. "/logs"
+      local steps
+      local function steps_of() steps = steps or journal_steps(id) return steps end
       for _, f in ipairs(core.list_dir(dir) or {}) do
         local stem, rank = f:match("^(.-)%+rank(%d+)%.log$")
         stem = stem or f:match("^(.-)%.log$")
+        stem = stem and step_of_stem(stem, steps_of)
         if stem then
           local path = dir .. "/" .. f
           local _, mtime = cache.stat(path)
@@ -1024,22 +1060,22 @@ local function cmd_logs(args)
   enter_project(pos[2])
   core.ui_setup("normal")
   local logs = newest_logs()
-  local stems = util.sorted_keys(logs)
+  local names = util.sorted_keys(logs)
   if not pos[1] then
-    if #stems == 0 then core.ui_info("no step logs in " .. core.cwd() .. "/.flow/runs") return 0 end
+    if #names == 0 then core.ui_info("no step logs in " .. core.cwd() .. "/.flow/runs") return 0 end
     local cells = { { "step", "run", "log" } }
-    for _, stem in ipairs(stems) do
-      local l = logs[stem]
-      cells[#cells + 1] = { stem, l.run, table.concat(l.files, ", ") }
+    for _, name in ipairs(names) do
+      local l = logs[name]
+      cells[#cells + 1] = { name, l.run, table.concat(l.files, ", ") }
     end
     print_table(cells)
     return 0
   end
-  local l = logs[core.safe_name(pos[1])]
+  local l = logs[pos[1]]
   if not l then
     usage_error("no log of step '%s' in %s/.flow/runs (a step that writes no output has none)%s",
                 pos[1], core.cwd(),
-                #stems > 0 and (" (steps with logs: " .. table.concat(stems, ", ") .. ")") or "")
+                #names > 0 and (" (steps with logs: " .. table.concat(names, ", ") .. ")") or "")
   end
   for _, path in ipairs(l.files) do
     if opts.path then print(path)
@@ -1483,7 +1519,7 @@ local function cmd_viz(args)
     if states then                     -- each step's newest log, its tail (as flow logs finds it)
       local logs = newest_logs()
       for _, st in ipairs(m.steps) do
-        local l = logs[core.safe_name(st.name)]
+        local l = logs[st.name]
         st.log = l and viz.tail(l.files[1], 40) or nil
       end
     end

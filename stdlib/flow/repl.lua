@@ -287,8 +287,11 @@ end
 
 local function traceback(e)
   if type(e) == "string" and e:match("interrupted$") then return "interrupted" end   -- Ctrl-C: no trace
-  if type(e) == "table" and e.setup_error then return e.setup_error end
-  if type(e) == "table" and e.fs_error then return e.fs_error end
+  -- flow's own errors (a broken script on reload(), a bad graph or setting, a
+  -- file-system failure) are their message: the trace would be flow's frames
+  if util.is_setup_error(e) then return e.setup_error end
+  if util.is_fs_error(e) then return e.fs_error end
+  if type(e) == "table" and type(rawget(e, "script")) == "string" then return e.script end     -- (cli's script_error)
   local tb = debug.traceback(tostring(e), 2)
   -- the REPL's own frames say nothing to the user
   tb = tb:gsub("\n[^\n]*flow/repl%.lua[^\n]*.*$", "")

@@ -35,14 +35,14 @@ end
 
 -- A journal's first event when it is the run's start (run_start), with the
 -- fields flow shows of it, each of its type or absent: {run =, env =, name =,
--- script =, resumes =, pipeline_job =, steps =, time =, args =}; else nil.
+-- script =, resumes =, pipeline_job =, steps =, time =, args =, via =}; else nil.
 function M.start_of(ev)
   if type(ev) ~= "table" or ev.event ~= "run_start" then return nil end
   local steps = whole(ev.steps)
   return { event = "run_start", run = text(ev.run), env = text(ev.env), name = text(ev.name),
            script = text(ev.script), resumes = text(ev.resumes), pipeline_job = ev.pipeline_job == true or nil,
            steps = steps and steps >= 0 and steps or nil, time = moment(ev.time),
-           args = type(ev.args) == "table" and ev.args or nil }
+           args = type(ev.args) == "table" and ev.args or nil, via = text(ev.via) }
 end
 
 -- The journal's first line: the run_start event, or nil.
@@ -138,6 +138,7 @@ end
 function M.command_of(start)
   if not start then return "" end
   if type(start.name) == "string" then return start.name end
+  if start.via == "flow.run" then return "flow.run from " .. (start.script or "?") end
   if type(start.args) ~= "table" then return "" end
   local words = { "flow", "run" }
   for _, a in ipairs(start.args) do words[#words + 1] = command.shell_quote(tostring(a)) end

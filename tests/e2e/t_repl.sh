@@ -114,3 +114,20 @@ test_piped_input_has_no_prompt() {
     run_flow 2 repl nope.lua
     contains "$ERR" "no such script: nope.lua"
 }
+
+# reload() of a broken script printed "error: table: 0x..." (the CLI's
+# script error, a table): it prints the message, as a setup error's is.
+test_reload_of_a_broken_script_says_why() {
+    repl_project
+    set +e
+    printf '%s\n' 'io.open("pipeline.lua", "w"):write("return 42\n"):close()' 'reload()' \
+        'io.open("pipeline.lua", "w"):write("return pipeline{ node{ command = \"x\", name = \"a\" }, node{ command = \"y\", name = \"a\" } }\n"):close()' \
+        'reload()' | "$FLOW" repl pipeline.lua >out.txt 2>err.txt
+    status=$?
+    set -e
+    equals "$status" 1 "exit status"
+    contains "$(cat err.txt)" "error: pipeline.lua returned a number; a pipeline script returns pipeline{...}"
+    contains "$(cat err.txt)" "error: two steps are named 'a'"
+    not_contains "$(cat err.txt)" "table: 0x"
+    not_contains "$(cat err.txt)" "stack traceback"
+}

@@ -285,3 +285,39 @@ for pos, text in journal_writes:
 if done != 3: sys.exit(f"checked {done} outputs, expected 3 (table, copied, tree)")
 PY
 }
+
+# A run that flow.run started (here the REPL's run{}) has no command line:
+# --resume rebuilt it as a plain `flow run`, so it reran a finished step with
+# the default parameters and ran a step the run had not selected.  It is
+# refused now; and a run whose parameters changed since is not resumed.
+test_resume_refuses_a_flow_run_run_and_changed_parameters() {
+    write conf/base/parameters.yml <<'Y'
+k: 1
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo a ${params.k} >> executed.log; echo ${params.k} > ${outputs.o}", outputs = { o = "a_out" }, name = "a" },
+  node{ command = "test -e ok && cat ${inputs.i}", inputs = { i = "a_out" }, name = "b" },
+  node{ command = "echo c >> executed.log", name = "c" },
+}
+L
+    echo 'run{nodes = "a,b", params = {k = 7}}' | "$FLOW" repl pipeline.lua >/dev/null 2>&1 || true
+    equals "$(cat executed.log)" "a 7" "what the REPL's run ran"
+    run_flow 0 runs
+    contains "$OUT" "flow.run from pipeline.lua"
+    touch ok
+    run_flow 2 run --resume
+    contains "$ERR" "was started by flow.run"
+    contains "$ERR" "resume it the way it was started"
+    equals "$(cat executed.log)" "a 7" "what --resume ran"
+    # a run of flow run, its parameters changed before --resume
+    rm ok
+    run_flow 1 run
+    echo 'k: 2' > conf/base/parameters.yml
+    touch ok
+    run_flow 2 run --resume
+    contains "$ERR" "--resume: the parameters differ from run"
+    echo 'k: 1' > conf/base/parameters.yml
+    run_flow 0 run --resume
+    contains "$ERR" "resuming run"
+}
