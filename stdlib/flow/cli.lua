@@ -531,7 +531,7 @@ end
 -- The configuration choices of the command line, for every run the script makes.
 local function set_defaults(opts)
   if opts.env == "" then usage_error("--env needs an environment name") end
-  runner.defaults = { env = opts.env, params_spec = opts.params, conf = opts.conf,
+  runner.defaults = { env = opts.env, params_spec = opts.params, conf = opts.conf, pipeline = opts.pipeline,
                       distributed = opts.distributed }
 end
 

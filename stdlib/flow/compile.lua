@@ -102,16 +102,10 @@ end
 -- ---- the document -----------------------------------------------------------
 
 -- A name Azure ML takes for a job in `jobs:` (an identifier): the step's,
--- with every other character an underscore; a clash gets a number.
+-- as remote.identifier makes one.
 local function job_keys(nodes, order)
   local keys, taken = {}, {}
-  for _, i in ipairs(order) do
-    local base = nodes[i].name:gsub("[^%w_]", "_")
-    if base:match("^%d") then base = "_" .. base end
-    local key, k = base, 1
-    while taken[key] do k = k + 1; key = base .. "_" .. k end
-    keys[i], taken[key] = key, true
-  end
+  for _, i in ipairs(order) do keys[i] = remote.identifier(nodes[i].name, taken) end
   return keys
 end
 
@@ -132,10 +126,11 @@ end
 --        inputs = {{name =, from = {key =, output =}} | {name =, type =, uri = | path = (absolute), mode =}},
 --        outputs = {{name =, type =, uri = (a catalog entry on a datastore), file = (uri_file), mode =}}}
 
--- Input io of step n, whose dataset no selected step makes: where it is now.
-local function outside_input(n, io, v, mode)
+-- Input io of step n, whose dataset no selected step makes: where it is now;
+-- name: the job's (remote.io_names).
+local function outside_input(n, io, name, v, mode)
   local d = io.dataset
-  if v.uri then return { name = io.arg, type = v.uri_type, uri = v.uri, mode = mode } end
+  if v.uri then return { name = name, type = v.uri_type, uri = v.uri, mode = mode } end
   local path = v.path
   if not path then                 -- a Lua value the last run kept: the file a command would get
     local ok, value = pcall(state_mod.restore_value, v.out, d)
@@ -146,7 +141,7 @@ local function outside_input(n, io, v, mode)
   end
   local abs = path:sub(1, 1) == "/" and path or core.cwd() .. "/" .. path
   local kind = core.exists(abs) == "directory" and "uri_folder" or "uri_file"
-  return { name = io.arg, type = kind, path = abs, mode = mode, dataset = d }
+  return { name = name, type = kind, path = abs, mode = mode, dataset = d }
 end
 
 -- One child job for step i.
@@ -168,25 +163,26 @@ local function model_job(ctx, i, key_of)
   for k, v in pairs(env) do job.env[k] = v end
   local in_mode = n.input_mode or info.input_mode or "ReadOnlyMount"
   local out_mode = n.output_mode or info.output_mode or "ReadWriteMount"
-  for _, io in ipairs(n.inputs) do
+  local names = remote.io_names(n)
+  for k, io in ipairs(n.inputs) do
     local d = io.dataset
     if not dag.is_param_input(d) then
       local p = plan.graph:producer(d)
       if p and (not plan.selected or plan.selected[p]) then
         local output
-        for _, out in ipairs(plan.nodes[p].outputs) do
-          if out.dataset == d then output = out.arg end
+        for j, out in ipairs(plan.nodes[p].outputs) do
+          if out.dataset == d then output = remote.io_names(plan.nodes[p]).outputs[j] end
         end
-        job.inputs[#job.inputs + 1] = { name = io.arg, from = { key = key_of[p], output = output } }
+        job.inputs[#job.inputs + 1] = { name = names.inputs[k], from = { key = key_of[p], output = output } }
       else
-        job.inputs[#job.inputs + 1] = outside_input(n, io, ctx.outside[d], in_mode)
+        job.inputs[#job.inputs + 1] = outside_input(n, io, names.inputs[k], ctx.outside[d], in_mode)
       end
     end
   end
-  for _, io in ipairs(n.outputs) do
+  for k, io in ipairs(n.outputs) do
     local e = plan.cat:entry(io.dataset)
     local kind, file = plan.cat:job_output(e, io)
-    job.outputs[#job.outputs + 1] = { name = io.arg, type = kind, uri = e.uri, mode = out_mode, file = file }
+    job.outputs[#job.outputs + 1] = { name = names.outputs[k], type = kind, uri = e.uri, mode = out_mode, file = file }
   end
   return job
 end

@@ -234,15 +234,57 @@ function M.resolve_environments(nodes, remote, aml, selected)
   end
 end
 
+-- A name Azure ML takes for a job's key, input or output (an identifier:
+-- [A-Za-z_][A-Za-z0-9_]*): `name` with every other character an underscore
+-- and "_" before a leading digit; one already in `taken` gets a number.
+-- The result is marked taken.
+function M.identifier(name, taken)
+  local base = name:gsub("[^A-Za-z0-9_]", "_")
+  if base == "" or base:match("^%d") then base = "_" .. base end
+  local id, k = base, 1
+  while taken[id] do k = k + 1; id = base .. "_" .. k end
+  taken[id] = true
+  return id
+end
+
+-- Azure ML's names for step n's inputs and outputs, in its job's command
+-- (${{inputs.<name>}}) and its data bindings alike: {inputs = {[k] = name},
+-- outputs = {[k] = name}} for n.inputs[k] and n.outputs[k] (a parameter input
+-- has none).  A list-form dataset's argument is the dataset's name
+-- ("train-set", "ns.clean"), which need not be an identifier, and a list may
+-- name one twice: an argument that is an identifier keeps it when free (so
+-- ${{outputs.metrics}} stays that), the others get M.identifier's.
+local io_names_of = setmetatable({}, { __mode = "k" })
+function M.io_names(n)
+  local names = io_names_of[n]
+  if names then return names end
+  local function name_list(list)
+    local t, taken = {}, {}
+    for k, io in ipairs(list) do
+      if not dag.is_param_input(io.dataset) and io.arg:match("^[A-Za-z_][A-Za-z0-9_]*$") and not taken[io.arg] then
+        t[k], taken[io.arg] = io.arg, true
+      end
+    end
+    for k, io in ipairs(list) do
+      if not t[k] and not dag.is_param_input(io.dataset) then t[k] = M.identifier(io.arg, taken) end
+    end
+    return t
+  end
+  names = { inputs = name_list(n.inputs), outputs = name_list(n.outputs) }
+  io_names_of[n] = names
+  return names
+end
+
 -- The job's command line for a command step: parameters as their values,
 -- outputs as the job's output bindings.  run: {settings =} (a run's, or
 -- flow compile's plan's); for the trial step of a sweep job (run.sweep_step,
 -- run.sweep_job: flow.sweep_job), a swept parameter is its ${{search_space.<name>}}.
 function M.command_line(run, n, fail)
   local swept = run.sweep_step == n.name and run.sweep_job.search_space or {}
-  local by_arg = { inputs = {}, outputs = {} }
-  for _, io in ipairs(n.inputs) do by_arg.inputs[io.arg] = io end
-  for _, io in ipairs(n.outputs) do by_arg.outputs[io.arg] = io end
+  local by_arg, names = { inputs = {}, outputs = {} }, M.io_names(n)
+  for _, ns in ipairs({ "inputs", "outputs" }) do
+    for k, io in ipairs(n[ns]) do by_arg[ns][io.arg] = by_arg[ns][io.arg] or k end
+  end
   local function lookup(ns, key)
     if ns == "credentials" then
       return nil, string.format("${credentials.%s}: a step on Azure ML cannot be given credentials by flow "
@@ -251,11 +293,13 @@ function M.command_line(run, n, fail)
     if ns == "params" then
       return swept[require("flow.pipeline").command_param(n, key)] or params_mod.command_text(run.settings, n, key)
     end
-    local io = by_arg[ns][key]
-    if not io then return nil, string.format("${%s.%s}: the step has no %s named '%s'", ns, key, ns:sub(1, -2), key) end
-    if ns == "outputs" then return "${{outputs." .. io.arg .. "}}" end     -- Azure ML puts the path there
+    local k = by_arg[ns][key]
+    if not k then return nil, string.format("${%s.%s}: the step has no %s named '%s'", ns, key, ns:sub(1, -2), key) end
+    local io = n[ns][k]
+    -- Azure ML puts the path there
+    if ns == "outputs" then return "${{outputs." .. names.outputs[k] .. "}}" end
     local param = dag.is_param_input(io.dataset)
-    if not param then return "${{inputs." .. io.arg .. "}}" end
+    if not param then return "${{inputs." .. names.inputs[k] .. "}}" end
     if swept[param] then return swept[param] end
     return params_mod.text(params_mod.of_input(run.settings, param))
   end
@@ -290,12 +334,19 @@ function M.command_line(run, n, fail)
 end
 
 -- The job's command for a Lua function step: flow itself, inside the job,
--- runs that one step of the same script in the same environment.
+-- runs that one step of the same script, pipeline and configuration (a step
+-- only a registered pipeline has is no step of __default__).
 function M.flow_line(run, n)
   local d = run.defaults
   local words = { "flow", "run", d.script, "--nodes", n.name }
+  if d.pipeline then words[#words + 1] = "--pipeline=" .. d.pipeline end
   if d.env then words[#words + 1] = "--env=" .. d.env end
   if d.params_spec then words[#words + 1] = "--params=" .. d.params_spec end
+  if d.conf then             -- relative to the project, whose files are the job's working directory
+    local root = core.cwd() .. "/"
+    local conf = d.conf:sub(1, #root) == root and d.conf:sub(#root + 1) or d.conf
+    words[#words + 1] = "--conf=" .. conf
+  end
   for i, w in ipairs(words) do words[i] = command.shell_quote(w) end
   return table.concat(words, " ")
 end

@@ -159,7 +159,7 @@ function Run:take_fingerprint(i)
   return pending.fp, core.json_encode(fingerprint.short(pending.parts))   -- hashes: never masked
 end
 
--- What the command line chose ({env =, params_spec =, conf =}); flow.run
+-- What the command line chose ({env =, params_spec =, conf =, pipeline =}); flow.run
 -- calls from a driver script start from it.
 M.defaults = {}
 

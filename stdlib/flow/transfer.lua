@@ -20,6 +20,7 @@ local failure = require("flow.failure")
 local values = require("flow.values")
 local catalog = require("flow.catalog")
 local util = require("flow.util")
+local remote = require("flow.remote")
 
 local step_failure = failure.new
 
@@ -94,17 +95,18 @@ end
 -- The job's input bindings of step n, uploading what is here.
 function Run:bind_inputs(n, mode, fail)
   local info, bindings = settings(self), {}
-  for _, io in ipairs(n.inputs) do
+  local names = remote.io_names(n)
+  for k, io in ipairs(n.inputs) do
     local d = io.dataset
     if not dag.is_param_input(d) then
       local ref = self:datastore_ref(d)
       if ref then
-        bindings[#bindings + 1] = { name = io.arg, type = ref.type, uri = ref.uri, mode = mode }
+        bindings[#bindings + 1] = { name = names.inputs[k], type = ref.type, uri = ref.uri, mode = mode }
       else
         local path = self:input_path(d, n)
         local kind, uri = M.upload_input(self.aml, info.datastore, self.root, d, path, self:hash_of(d), n.name)
         if not kind then fail(uri) end
-        bindings[#bindings + 1] = { name = io.arg, type = kind, uri = uri, mode = mode }
+        bindings[#bindings + 1] = { name = names.inputs[k], type = kind, uri = uri, mode = mode }
       end
     end
   end
@@ -193,12 +195,13 @@ end
 -- The job's output bindings of step n, run as job `job`.
 function Run:bind_outputs(n, job, mode)
   local info, bindings = settings(self), {}
-  for _, io in ipairs(n.outputs) do
+  local names = remote.io_names(n)
+  for k, io in ipairs(n.outputs) do
     local e = self.cat:entry(io.dataset)
     local kind, file = self.cat:job_output(e, io)
     -- the catalog keeps it on a datastore: there; else the job's own place
     local uri = e.uri or M.output_uri(info.datastore, M.project_name(self.root), job, io.arg, file)
-    bindings[#bindings + 1] = { name = io.arg, dataset = io.dataset, type = kind, uri = uri, mode = mode }
+    bindings[#bindings + 1] = { name = names.outputs[k], dataset = io.dataset, type = kind, uri = uri, mode = mode }
   end
   return bindings
 end

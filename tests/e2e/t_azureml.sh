@@ -381,6 +381,32 @@ L
     not_contains "$OUT" "azureml"
 }
 
+test_list_form_datasets_get_identifier_names_in_the_job() {
+    start_aml
+    echo "blob_endpoint: $AZURITE_BLOB_ENDPOINT" >>conf/prod/azureml.yml     # the inputs go up to Azurite
+    write conf/base/catalog.yml <<'Y'
+train-set: {type: file, path: data/train.csv}
+Y
+    write data/train.csv <<'C'
+a,b
+C
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = distributed_job<framework = "pytorch", nodes = 2>(flow.command("cat ${inputs.train-set} > ${outputs.9lives}")),
+        inputs = { "train-set", "train-set" }, outputs = "9lives", name = "prep" },
+}
+L
+    run_flow 0 run --env prod
+    no_crash
+    body=$(requests_of jobs.put)
+    # Azure ML's names are identifiers: the same in the bindings and the command
+    contains "$body" "\"command\": \"cat '\${{inputs.train_set}}' > '\${{outputs._9lives}}'\""
+    contains "$body" '"train_set": {'
+    contains "$body" '"train_set_2": {'
+    contains "$body" '"_9lives": {'
+    not_contains "$body" '"train-set": {'
+}
+
 test_large_files_go_up_in_blocks() {
     start_aml
     train_pipeline

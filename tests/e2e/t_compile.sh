@@ -277,3 +277,52 @@ L
     contains "$(cat t.txt)" 'uri_file azureml://datastores/workspaceblobstore/paths/flow/'
     contains "$(cat t.txt)" '/runs/${{name}}/metrics/metrics.json uri_folder'
 }
+
+test_input_and_output_names_are_identifiers() {
+    compile_project
+    write conf/base/catalog.yml <<'Y'
+train-set: {type: file, path: data/raw.csv}
+Y
+    write pipeline.lua <<'L'
+local clean = pipeline{
+  node{ command = "cat ${inputs.train-set} > ${outputs.clean}", inputs = "train-set", outputs = "clean",
+        name = "prep" },
+}
+return pipeline{
+  pipeline{ clean, namespace = "ns", inputs = { "train-set" } },
+  node{ command = "cat ${inputs.ns.clean} ${inputs.train-set} > ${outputs.2out}", inputs = { "ns.clean", "train-set" },
+        outputs = "2out", name = "use" },
+  node{ command = "cat ${inputs.train-set} > ${outputs.twice}", inputs = { "train-set", "train-set" },
+        outputs = "twice", name = "dup" },
+}
+L
+    run_flow 0 compile --env prod
+    printf '%s\n' "$OUT" >p.yml
+    check_yaml p.yml
+    # a list-form dataset's name made an identifier, in the key and in the command alike
+    py_yaml p.yml 'j = d["jobs"]["use"]; print(sorted(j["inputs"]), sorted(j["outputs"]), j["command"])' >t.txt
+    contains "$(cat t.txt)" "['ns_clean', 'train_set'] ['_2out']"
+    contains "$(cat t.txt)" "cat '\${{inputs.ns_clean}}' '\${{inputs.train_set}}' > '\${{outputs._2out}}'"
+    contains "$OUT" 'ns_clean: "${{parent.jobs.ns_prep.outputs.clean}}"'
+    # one dataset read twice: two inputs, one name each
+    py_yaml p.yml 'j = d["jobs"]["dup"]; print(sorted(j["inputs"]))' >t.txt
+    contains "$(cat t.txt)" "['train_set', 'train_set_2']"
+}
+
+test_lua_steps_keep_the_pipeline_and_conf() {
+    compile_project
+    sed -i 's/^environment: .*/environment: {name: "flow-env@latest", flow_installed: true}/' conf/prod/azureml.yml
+    cp -r conf conf2
+    write pipeline.lua <<'L'
+local function seed(n) return n end
+flow.register("training", pipeline{ node{ func = seed, inputs = "params:epochs", outputs = "s", name = "only_in_training" } })
+return pipeline{ node{ func = seed, inputs = "params:epochs", outputs = "t", name = "other" } }
+L
+    run_flow 0 compile --env prod --pipeline training --conf conf2
+    printf '%s\n' "$OUT" >p.yml
+    py_yaml p.yml 'print(d["jobs"]["only_in_training"]["command"])' >t.txt
+    contains "$(cat t.txt)" "flow run pipeline.lua --nodes only_in_training --pipeline=training --env=prod --conf=conf2"
+    # the command runs, as the job would: that step of that pipeline, with that configuration
+    rm -rf conf
+    FLOW_IN_AZUREML_JOB=1 run_flow 0 run pipeline.lua --nodes only_in_training --pipeline=training --env=prod --conf=conf2
+}
