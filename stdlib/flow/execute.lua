@@ -128,10 +128,14 @@ function Run:run_remote(n, i)
     local id, why = self.aml:code_id(self.root)     -- the project's files, once per run
     if not id then fail(why) end
     spec.code_id = id
-    self.journal:append(util.record_json { event = "remote_job", step = n.name, attempt = rec.attempts or 1,
-                                           backend = "azureml", job = name, fp = rec.fp, time = core.time() })
-    self.journal:sync()
   end
+  -- journaled (and synced) before it is submitted, or adopted: a run killed
+  -- now is resumed, or cancelled, with this job; an adopted one unjournaled
+  -- here was unknown to this run's own --resume, which submitted a second
+  self.journal:append(util.record_json { event = "remote_job", step = n.name, attempt = rec.attempts or 1,
+                                         backend = "azureml", job = name, fp = rec.fp, time = core.time(),
+                                         adopted = spec.attach_only or nil })
+  self.journal:sync()
   local r, err = self.aml:run_job(spec)
   if not r then fail(err) end
   if r.status ~= "" or not spec.attach_only then self:job_log(n, place, spec, r) end

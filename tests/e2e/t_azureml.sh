@@ -256,6 +256,25 @@ test_killed_run_resumes_without_a_second_job() {
     equals "$(count_of jobs.put)" 1 "PUTs"
 }
 
+# A resumed run that adopts the job journals it too: killed again, its own
+# --resume submitted a second job, and `flow cancel` of it found none.
+test_a_resumed_run_killed_again_resumes_without_a_second_job() {
+    start_aml
+    train_pipeline
+    aml_ctl POST config '{"phases": {"Running": 30}}' >/dev/null
+    run_flow_bg run --env prod
+    wait_for_status Running
+    kill -9 "$FLOW_PID"
+    wait "$FLOW_PID" 2>/dev/null || true
+    run_flow_bg run --resume
+    for _ in $(seq 100); do grep -q '"adopted":true' .flow/runs/latest/journal.jsonl 2>/dev/null && break; sleep 0.05; done
+    kill -9 "$FLOW_PID"
+    wait "$FLOW_PID" 2>/dev/null || true
+    run_flow 0 cancel
+    contains "$ERR" "is Canceled"
+    equals "$(count_of jobs.put)" 1 "PUTs"
+}
+
 test_flow_cancel_cancels_a_detached_run() {
     start_aml
     train_pipeline
