@@ -147,6 +147,11 @@ void arm_calls_release(struct aml_client *c)
     }
 }
 
+bool arm_call_idle(const struct arm_call *call)
+{
+    return call->queued || (call->xfer && http_waiting(call->xfer));
+}
+
 void arm_call_cancel(struct arm_call *call)
 {
     if (call->cancelled || call->timer) return;

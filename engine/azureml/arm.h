@@ -22,5 +22,8 @@ struct arm_call *arm_call_start(struct aml_client *c, const char *method, const 
                                 arm_done_fn done, void *arg);
 /* done comes later with cancelled set (or with the answer, when it had come). */
 void arm_call_cancel(struct arm_call *call);
+/* Whether the call has nothing on the wire now: it waits for its turn, or to
+ * retry (http_waiting). */
+bool arm_call_idle(const struct arm_call *call);
 
 #endif

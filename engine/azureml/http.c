@@ -914,6 +914,8 @@ static void end_attempt(struct http_transfer *t, CURLcode result)
     finish(t);
 }
 
+bool http_waiting(const struct http_transfer *t) { return t->state == T_WAITING; }
+
 static void on_retry(void *arg)
 {
     struct http_transfer *t = arg;

@@ -134,6 +134,9 @@ struct http_transfer *http_send(struct http_client *c, const struct http_request
  * answer instead (a PUT that took effect is reported as such).  t must not
  * be used once its done has returned: it is freed then. */
 void http_cancel(struct http_transfer *t);
+/* Whether t waits to retry (its back-off after a 429, a 5xx, a dropped
+ * connection): none of its requests is on the wire now. */
+bool http_waiting(const struct http_transfer *t);
 
 /* The loop the client runs on (for a caller's own timers). */
 struct loop *http_client_loop(const struct http_client *c);

@@ -259,15 +259,21 @@ static void on_cancel_turn(void *arg)
 
 /* Stops what is in flight when its answer no longer matters: a lookup (the
  * job may not exist), anything once detached, anything after a forced cancel
- * whose POST went out.  Otherwise the answer comes first and advance() sends
- * the cancel (a PUT in flight may be creating the job right now). */
+ * whose POST went out, and a lookup, PUT or poll that waits to be retried (a
+ * 503's or a 429's Retry-After: nothing of it is on the wire, and Ctrl-C
+ * waited out the whole back-off, minutes; the cancel's own POST is waited
+ * for, as a second Ctrl-C stops that).  Otherwise the answer comes first and advance()
+ * sends the cancel (a PUT on the wire may be creating the job right now).  A
+ * PUT abandoned so has no job to cancel, unless an earlier try made one whose
+ * answer was lost: the journal names it, for `flow cancel` and --resume. */
 static void job_cancel(struct step_wait *w, enum cancel_mode mode)
 {
     struct aml_job *j = (struct aml_job *)w;
     if (j->phase == PHASE_DONE) return;
     j->info.cancelled = true;
     if (mode == CANCEL_FORCED) j->forced = true;
-    bool abandon = j->phase == PHASE_LOOKUP || j->client->detach || (j->forced && j->cancel_sent);
+    bool abandon = j->phase == PHASE_LOOKUP || j->client->detach || (j->forced && j->cancel_sent) ||
+                   (j->phase != PHASE_CANCEL && j->call && arm_call_idle(j->call));
     if (j->call) {
         if (abandon) arm_call_cancel(j->call);     /* its answer (or cancelled) comes to on_response */
         return;

@@ -256,6 +256,26 @@ test_killed_run_resumes_without_a_second_job() {
     equals "$(count_of jobs.put)" 1 "PUTs"
 }
 
+# Ctrl-C while a request waits out a Retry-After: the PUT's back-off is left
+# (nothing of it is on the wire), and a poll's is left for the cancel; flow
+# waited out every back-off first (minutes) and survived SIGTERM meanwhile.
+test_ctrl_c_during_a_retry_after_stops_at_once() {
+    start_aml
+    train_pipeline
+    aml_ctl POST faults '{"match": {"method": "PUT", "path_regex": "/jobs/"}, "action": "status", "status": 503, "retry_after": 100, "count": 5}' >/dev/null
+    run_flow_bg run --env prod
+    for _ in $(seq 100); do [ "$(count_of jobs.put)" -ge 1 ] && break; sleep 0.05; done
+    sleep 0.3
+    kill -INT "$FLOW_PID"
+    for _ in $(seq 100); do kill -0 "$FLOW_PID" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$FLOW_PID" 2>/dev/null; then
+        kill -9 "$FLOW_PID"; wait "$FLOW_PID" || true
+        echo "flow waited out the Retry-After after Ctrl-C"; return 1
+    fi
+    set +e; wait "$FLOW_PID"; code=$?; set -e
+    equals "$code" 130 "exit status"
+}
+
 # A resumed run that adopts the job journals it too: killed again, its own
 # --resume submitted a second job, and `flow cancel` of it found none.
 test_a_resumed_run_killed_again_resumes_without_a_second_job() {
