@@ -32,6 +32,7 @@ struct aml_job {
     char *name, *body, *status, *studio, *error;
     struct aml_job_info info;
     bool cancel_sent, forced, owner_freed, done_called;
+    int unreadable;              /* 2xx answers in a row that were no job (read again, up to MAX_UNREADABLE) */
     bool peek;                   /* one look, then done (aml_job_peek) */
     aml_job_event_fn on_event;
     step_wait_done_fn done;
@@ -90,6 +91,9 @@ static void finish(struct aml_job *j)
     j->done(&j->wait, j->arg);
 }
 
+#define MAX_UNREADABLE 3
+static void job_poll_later(struct aml_job *j);
+
 static void fail(struct aml_job *j, const char *fmt, const char *detail)
 {
     char *msg = xasprintf(fmt, j->name, detail);
@@ -116,11 +120,20 @@ static bool read_job(struct aml_job *j, const struct http_response *resp)
     const cJSON *status = cJSON_GetObjectItemCaseSensitive(props, "status");
     if (!cJSON_IsString(status)) {
         cJSON_Delete(root);
+        /* One garbled answer (a proxy's HTML page) to a PUT that was taken
+         * or to a poll: the job is read again, rather than the step failed
+         * with its job left running. */
+        if ((j->phase == PHASE_SUBMIT || j->phase == PHASE_POLL) && ++j->unreadable < MAX_UNREADABLE) {
+            job_poll_later(j);
+            return false;
+        }
         char detail[256];
-        snprintf(detail, sizeof detail, "HTTP %ld, x-ms-request-id %s", resp->status, resp->request_id);
+        snprintf(detail, sizeof detail, "HTTP %ld, x-ms-request-id %s", resp->status,
+                 resp->request_id && *resp->request_id ? resp->request_id : "none");
         fail(j, "Azure ML job %s: the service's answer has no properties.status (%s)", detail);
         return false;
     }
+    j->unreadable = 0;
     bool changed = !j->status || strcmp(j->status, status->valuestring) != 0;
     set_clean(&j->status, status->valuestring);
     const cJSON *services = cJSON_GetObjectItemCaseSensitive(props, "services");

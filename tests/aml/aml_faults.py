@@ -1,7 +1,7 @@
 """aml_faults.py — injected failures (POST /_double/faults).
 
 A fault: {"match": {"method": "PUT", "path_regex": "/jobs/", "kind": "arm"},
-          "action": "status" | "drop" | "drop_after" | "delay",
+          "action": "status" | "drop" | "drop_after" | "html_after" | "delay",
           "status": 429, "retry_after": 1, "retry_after_http_date": false,
           "delay": 2.0, "count": 3, "skip": 0, "code": "...", "message": "..."}
 match: every given key must match (method exactly, path_regex by re.search on
@@ -17,12 +17,15 @@ first.  Actions:
               (nothing is done);
   drop_after  do the request (a PUT creates the job), then reset the connection
               without answering: the client cannot know it succeeded;
+  html_after  do the request, then answer 200 with an HTML page in place of
+              its answer (a proxy's or a gateway's): what the client reads is
+              no resource;
   delay       wait `delay` seconds, then do the request and answer normally.
 """
 import re
 import threading
 
-ACTIONS = ("status", "drop", "drop_after", "delay")
+ACTIONS = ("status", "drop", "drop_after", "html_after", "delay")
 KINDS = ("token", "msi", "arm")
 CODES = {408: "RequestTimeout", 409: "Conflict", 429: "TooManyRequests", 500: "InternalServerError",
          502: "BadGateway", 503: "ServiceUnavailable", 504: "GatewayTimeout"}

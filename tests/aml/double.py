@@ -214,6 +214,12 @@ class App:
             r = fn(req)
             if fault is not None and fault.action == "drop_after":
                 r.drop = True
+            if fault is not None and fault.action == "html_after":
+                done = r
+                r = Reply(200, "<html><body>502 Bad Gateway (from a proxy)</body></html>",
+                          content_type="text/html")
+                if hasattr(done, "op"):
+                    r.op = done.op
         if fault is not None:
             r.fault = fault.id
         r.kind = kind

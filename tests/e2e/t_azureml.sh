@@ -276,6 +276,18 @@ test_ctrl_c_during_a_retry_after_stops_at_once() {
     equals "$code" 130 "exit status"
 }
 
+# One answer that is no job (a proxy's HTML page, HTTP 200) to the PUT or to
+# a poll: the job is read again.  The step failed at once with its job left
+# running on Azure ML.
+test_an_answer_that_is_no_job_is_read_again() {
+    start_aml
+    train_pipeline
+    aml_ctl POST faults '{"match": {"method": "PUT", "path_regex": "/jobs/"}, "action": "html_after", "count": 1}' >/dev/null
+    aml_ctl POST faults '{"match": {"method": "GET", "path_regex": "/jobs/"}, "action": "html_after", "count": 1}' >/dev/null
+    run_flow 0 run --env prod
+    equals "$(count_of jobs.put)" 1 "PUTs"
+}
+
 # A resumed run that adopts the job journals it too: killed again, its own
 # --resume submitted a second job, and `flow cancel` of it found none.
 test_a_resumed_run_killed_again_resumes_without_a_second_job() {
