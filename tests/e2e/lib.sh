@@ -55,6 +55,20 @@ no_crash() {   # stderr of the last run shows no C-level crash or sanitizer repo
 
 skip() { echo "$*"; exit 77; }
 
+# interrupt_within PID SECONDS WHAT: Ctrl-C (SIGINT) to the flow at PID, its
+# exit status in STATUS once it has exited, within SECONDS; else it is killed
+# and the test fails saying that WHAT went on.
+interrupt_within() {
+    local pid=$1 secs=$2 what=$3
+    kill -INT "$pid"
+    for _ in $(seq $((secs * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -9 "$pid"; wait "$pid" || true
+        echo "$what went on for $secs s after Ctrl-C"; return 1
+    fi
+    set +e; wait "$pid"; STATUS=$?; set -e
+}
+
 # de_locale: builds de_DE.UTF-8 (a decimal comma, and a collation unlike the
 # bytes' order) into ./loc, for LOCPATH=$PWD/loc; skips the test on a machine
 # without locale sources (Debian's locales package: make check installs it).

@@ -266,14 +266,8 @@ test_ctrl_c_during_a_retry_after_stops_at_once() {
     run_flow_bg run --env prod
     for _ in $(seq 100); do [ "$(count_of jobs.put)" -ge 1 ] && break; sleep 0.05; done
     sleep 0.3
-    kill -INT "$FLOW_PID"
-    for _ in $(seq 100); do kill -0 "$FLOW_PID" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$FLOW_PID" 2>/dev/null; then
-        kill -9 "$FLOW_PID"; wait "$FLOW_PID" || true
-        echo "flow waited out the Retry-After after Ctrl-C"; return 1
-    fi
-    set +e; wait "$FLOW_PID"; code=$?; set -e
-    equals "$code" 130 "exit status"
+    interrupt_within "$FLOW_PID" 10 "flow's wait for the Retry-After"
+    equals "$STATUS" 130 "exit status"
 }
 
 # One answer that is no job (a proxy's HTML page, HTTP 200) to the PUT or to

@@ -48,13 +48,7 @@ L
     local pid=$!
     for _ in $(seq 200); do [ -e started ] && break; sleep 0.05; done
     sleep 0.3
-    kill -INT "$pid"
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    if kill -0 "$pid" 2>/dev/null; then
-        kill -9 "$pid"; wait "$pid" || true
-        echo "flow -v went on for 10 s after Ctrl-C"; return 1
-    fi
-    set +e; wait "$pid"; STATUS=$?; set -e
+    interrupt_within "$pid" 10 "flow -v"
     equals "$STATUS" 130 "exit status"
 }
 
