@@ -7,6 +7,7 @@
  * Input is untrusted: nesting, alias expansion and sizes are bounded. */
 #define FLOW_CONFIG_INTERNAL
 #include "config.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -786,25 +787,12 @@ cJSON *cfg_parse_json(const char *text, size_t len, const char *file,
 
 /* libyaml refuses invalid UTF-8, which JSON files, --params and the environment can carry;
  * such bytes become U+FFFD. */
-static size_t utf8_len(const unsigned char *s)
-{
-    size_t n = s[0] < 0x80 ? 1 : (s[0] & 0xE0) == 0xC0 ? 2 : (s[0] & 0xF0) == 0xE0 ? 3
-             : (s[0] & 0xF8) == 0xF0 ? 4 : 0;
-    for (size_t i = 1; i < n; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    if ((n == 2 && s[0] < 0xC2) || (n == 3 && s[0] == 0xE0 && s[1] < 0xA0) ||
-        (n == 3 && s[0] == 0xED && s[1] >= 0xA0) || (n == 4 && s[0] == 0xF0 && s[1] < 0x90) ||
-        (n == 4 && (s[0] > 0xF4 || (s[0] == 0xF4 && s[1] >= 0x90))))
-        return 0;
-    return n;
-}
-
 static char *utf8_fix(const char *s)
 {
     struct strbuf b = STRBUF_INIT;
     while (*s) {
-        size_t n = utf8_len((const unsigned char *)s);
+        size_t n;
+        utf8_decode((const unsigned char *)s, 4, &n);    /* (a NUL ends a cut-off sequence) */
         if (n)
             sb_add(&b, s, n);
         else

@@ -1,5 +1,6 @@
 /* json_text.c — see json_text.h. */
 #include "json_text.h"
+#include "utf8.h"
 #include "util.h"
 
 #include <math.h>
@@ -50,23 +51,6 @@ void json_key(struct strbuf *sb, const char *key)
     sb_adds(sb, "\":");
 }
 
-/* The length of the valid UTF-8 sequence at p (a byte of 128 or more), or 0:
- * no overlong form, no surrogate, nothing past U+10FFFF (RFC 3629).  The
- * string's NUL ends a cut-off sequence, being no continuation byte. */
-static size_t utf8_len(const unsigned char *p)
-{
-    unsigned char lo = 0x80, hi = 0xbf;        /* the second byte's range */
-    size_t n;
-    if (*p >= 0xc2 && *p <= 0xdf) n = 2;
-    else if (*p >= 0xe0 && *p <= 0xef) n = 3, lo = *p == 0xe0 ? 0xa0 : 0x80, hi = *p == 0xed ? 0x9f : 0xbf;
-    else if (*p >= 0xf0 && *p <= 0xf4) n = 4, lo = *p == 0xf0 ? 0x90 : 0x80, hi = *p == 0xf4 ? 0x8f : 0xbf;
-    else return 0;
-    if (p[1] < lo || p[1] > hi) return 0;
-    for (size_t i = 2; i < n; i++)
-        if (p[i] < 0x80 || p[i] > 0xbf) return 0;
-    return n;
-}
-
 static void escape(const char *s, bool utf8, void (*put)(void *ctx, const char *p, size_t n), void *ctx)
 {
     unsigned char top = utf8 ? 127 : 255;       /* bytes above are looked at one by one */
@@ -87,7 +71,8 @@ static void escape(const char *s, bool utf8, void (*put)(void *ctx, const char *
         case '\t': put(ctx, "\\t", 2); break;
         default:
             if (*p > top) {
-                size_t n = utf8_len(p);
+                size_t n;
+                utf8_decode(p, 4, &n);           /* (a NUL ends a cut-off sequence) */
                 if (n) { put(ctx, (const char *)p, n); p += n; continue; }
                 put(ctx, "\\ufffd", 6);
                 break;

@@ -14,6 +14,7 @@
 #include "flowlua.h"
 #include "azureml/settings.h"
 #include "suggest.h"
+#include "utf8.h"
 
 #include <ctype.h>
 #include <lauxlib.h>
@@ -109,28 +110,6 @@ static void push_did_you_mean(lua_State *L, const char *word, const char *const 
 
 /* ---- names ------------------------------------------------------------- */
 
-/* Whether s[0..len) is well-formed UTF-8 (no overlong form, no surrogate,
- * nothing past U+10FFFF): names reach YAML, HTML and JSON, which take no
- * other text. */
-static bool utf8_valid(const char *str, size_t len)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    for (size_t i = 0; i < len;) {
-        unsigned c = s[i];
-        size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
-        if (!n || i + n > len) return false;
-        unsigned cp = n == 1 ? c : n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
-        for (size_t k = 1; k < n; k++) {
-            if ((s[i + k] & 0xc0) != 0x80) return false;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        static const unsigned least[] = { 0, 0, 0x80, 0x800, 0x10000 };
-        if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
-        i += n;
-    }
-    return true;
-}
-
 /* Why `s` cannot name a dataset, a step or a tag, or NULL.  Names become C
  * strings and file names: a NUL would cut one short and merge two datasets,
  * and no control character belongs in either.  A name must also be one that
@@ -149,7 +128,7 @@ static const char *name_problem(const char *s, size_t len)
         if (c == 0xc2 && i + 1 < len && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9f)
             return "contains a control character";             /* C1, U+0080..U+009F */
     }
-    if (!utf8_valid(s, len)) return "is not UTF-8 text";
+    if (!utf8_valid(s, len, NULL)) return "is not UTF-8 text";
     /* a dot joins a namespace to a name (ns.step): an empty part breaks that */
     if (s[0] == '.' || s[len - 1] == '.' || memmem(s, len, "..", 2))
         return "has an empty part between dots (a dot joins a namespace and a name: ns.name)";
@@ -172,7 +151,7 @@ static void check_name(lua_State *L, int idx, const char *prefix, const char *wh
     luaL_addstring(&b, prefix);
     luaL_addstring(&b, what);
     luaL_addstring(&b, ": '");
-    bool utf8 = utf8_valid(s, len);
+    bool utf8 = utf8_valid(s, len, NULL);
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         bool c1 = c == 0xc2 && i + 1 < len && (unsigned char)s[i + 1] <= 0x9f;   /* (and >= 0x80: valid) */

@@ -65,16 +65,6 @@ static uint32_t utf8_next(const unsigned char *s, size_t len, size_t *used)
     return 0xDC00u + s[0];
 }
 
-static bool utf8_valid(const char *s, size_t len, size_t *bad_at)
-{
-    const unsigned char *p = (const unsigned char *)s;
-    for (size_t i = 0, used; i < len; i += used) {
-        utf8_decode(p + i, len - i, &used);
-        if (!used) { *bad_at = i; return false; }
-    }
-    return true;
-}
-
 /* Python's str.isspace(), which str.strip() removes. */
 static bool py_space(uint32_t cp)
 {

@@ -1,10 +1,12 @@
-/* utf8.h — decoding and encoding UTF-8 the way Python's strict codec does,
- * for the code snapshot, whose rules the SDK applies to Python strings. */
-#ifndef FLOW_AZUREML_UTF8_H
-#define FLOW_AZUREML_UTF8_H
+/* utf8.h — decoding and encoding UTF-8 the way Python's strict codec does:
+ * the code snapshot's rules (the SDK applies them to Python strings), the
+ * names a pipeline may use, the JSON log's text. */
+#ifndef FLOW_UTF8_H
+#define FLOW_UTF8_H
 
 #include "util.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +29,20 @@ static inline uint32_t utf8_decode(const unsigned char *s, size_t len, size_t *u
     if (cp < min[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
     *used = n;
     return cp;
+}
+
+/* Whether s[0..len) is valid UTF-8; *bad_at (may be NULL) is where it is not. */
+static inline bool utf8_valid(const char *s, size_t len, size_t *bad_at)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    for (size_t i = 0, used; i < len; i += used) {
+        utf8_decode(p + i, len - i, &used);
+        if (!used) {
+            if (bad_at) *bad_at = i;
+            return false;
+        }
+    }
+    return true;
 }
 
 /* Appends cp (any value below 0x110000, surrogates included) to sb. */
