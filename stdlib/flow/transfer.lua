@@ -128,6 +128,7 @@ function Run:fetch(n, d, uri, type, job, label)
   if problem then
     error(step_failure { message = string.format("step '%s': dataset '%s' from Azure ML %s", n.name, d, problem) })
   end
+  self:ready_to_commit(n, { [d] = dest })
   local rec = self:commit(d, e, dest, n)
   rec.uri, rec.uri_type = uri, type
   self.values[d].uri, self.values[d].uri_type = uri, type

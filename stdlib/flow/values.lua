@@ -162,8 +162,10 @@ end
 -- directory the catalog path names by mistake, holding other files, inputs
 -- among them) the commit would delete: the step fails naming it instead.
 function Run:check_replaced(d, e, from, final, n)
-  local there, made = core.exists(final), core.exists(from)
-  if not there or there == made then return end
+  local there = core.exists(final)
+  if not there then return end                  -- (the common case: one stat)
+  local made = core.exists(from)
+  if there == made then return end
   local old = self.state.steps[n.name]
   local was = old and old.outputs and old.outputs[d]
   local same = was and was.path and cache.realpath(was.path) == cache.realpath(final)
@@ -177,7 +179,8 @@ end
 -- able to go: none replaces what it must not (check_replaced) and each
 -- one's directory exists.  So a step that cannot commit one output fails
 -- with none committed, not with its first outputs new and its record old.
--- `from` = {dataset = staging path} of the outputs committed here.
+-- `from` = {dataset = staging path} of the outputs committed here (a job's
+-- download too: transfer.lua).
 function Run:ready_to_commit(n, from)
   for _, io in ipairs(n.outputs) do
     local d = io.dataset
@@ -187,7 +190,11 @@ function Run:ready_to_commit(n, from)
       self:check_replaced(d, e, from[d], final, n)
       local dir = final:match("^(.*)/[^/]*$")
       local ok, err = true, nil
-      if dir and dir ~= "" then ok, err = pcall(core.mkdir_p, dir) end
+      self.dirs_made = self.dirs_made or {}    -- (most outputs go to .flow/data: made once a run)
+      if dir and dir ~= "" and not self.dirs_made[dir] then
+        ok, err = pcall(core.mkdir_p, dir)
+        self.dirs_made[dir] = ok or nil
+      end
       if not ok then
         error(step_failure { message = string.format("step '%s': cannot save output '%s': %s", n.name, d,
                                                      tostring(util.is_fs_error(err) and err.fs_error or err)) })
@@ -199,7 +206,6 @@ end
 -- Move a finished file or folder into place; record where and its hash.
 function Run:commit(d, e, from, n)
   local final = self:final_path(e, d)
-  self:check_replaced(d, e, from, final, n)     -- (again for a job's download, transfer.lua)
   local ok, err = pcall(cache.commit, from, final)
   if not ok then
     error(step_failure { message = string.format("step '%s': cannot save output '%s': %s", n.name, d, tostring(err)) })
