@@ -5,9 +5,12 @@
  * the work pool; then per file a pool job (upload: its MD5s; download: is
  * the file there already, else open its ".flowpart"), its requests (at most
  * REQUESTS_AT_ONCE in flight per transfer), and for a download a last pool
- * job (length, MD5, fsync, rename).  Requests and jobs hold a pointer back to
- * the transfer that is cleared when it is freed early, so an answer or a
- * completion that comes later is dropped instead of touching freed memory. */
+ * job (length, MD5, fsync, rename).  A download's ranges are pinned to the
+ * ETag the listing gave (If-Match): a blob that changes under them is looked
+ * up again and downloaded again from its start.  Requests and jobs hold a
+ * pointer back to the transfer that is cleared when it is freed early, so an
+ * answer or a completion that comes later is dropped instead of touching
+ * freed memory. */
 #include "azureml/blob.h"
 #include "azureml/blob_sign.h"
 #include "azureml/blob_xml.h"
@@ -63,7 +66,10 @@ struct blob_container {
 };
 
 enum xfer_kind { X_UPLOAD, X_DOWNLOAD, X_EXISTS, X_CREATE, X_METADATA, X_STAT };
-enum req_kind { R_LIST, R_HEAD, R_PUT_BLOB, R_PUT_BLOCK, R_PUT_LIST, R_GET_RANGE, R_CREATE, R_METADATA };
+enum req_kind {
+    R_LIST, R_HEAD, R_PUT_BLOB, R_PUT_BLOCK, R_PUT_LIST, R_GET_RANGE, R_CREATE, R_METADATA,
+    R_HEAD_CHANGED             /* a download's blob again, after a range found it changed */
+};
 enum job_kind { J_WALK, J_HASH, J_PREPARE, J_FINISH };
 
 /* One file: a blob and its local path. */
@@ -76,6 +82,15 @@ struct item {
     unsigned char (*block_md5)[16];
     size_t n_parts, parts_left;
     int fd;                    /* download: its ".flowpart" while ranges come in, else -1 */
+    /* A download's version of the blob: its ranges carry If-Match with etag
+     * (NULL or "": none known, none sent), so each comes from that version
+     * or is refused (412).  Refused, the blob starts again as attempt + 1:
+     * what is in flight or queued of an older attempt is dropped. */
+    char *etag;
+    unsigned attempt;
+    size_t ranges_out;         /* its range requests in flight, of any attempt */
+    bool restart_pending;      /* changed: looked up again once ranges_out is 0 */
+    uint64_t bytes_got;        /* of this attempt, taken back from the progress on a restart */
 };
 
 /* What the listing found. */
@@ -89,6 +104,7 @@ struct remote {
 struct part_ref {
     enum req_kind kind;
     size_t item, part;
+    unsigned attempt;          /* the item's when queued */
 };
 
 struct xfer;
@@ -99,6 +115,7 @@ struct req {
     struct req *prev, *next;
     enum req_kind kind;
     size_t item, part;
+    unsigned attempt;          /* R_GET_RANGE: the item's when sent */
     uint64_t len;              /* bytes the request carries (body, or range) */
 };
 
@@ -428,6 +445,7 @@ static void items_free(struct item *items, size_t n)
         free(items[i].blob);
         free(items[i].path);
         free(items[i].block_md5);
+        free(items[i].etag);
         if (items[i].fd >= 0) close(items[i].fd);
     }
     free(items);
@@ -553,7 +571,7 @@ static void queue_push(struct xfer *x, enum req_kind kind, size_t item, size_t p
             x->queue = xrealloc(x->queue, x->q_cap * sizeof *x->queue);
         }
     }
-    x->queue[x->q_head + x->q_len++] = (struct part_ref){ kind, item, part };
+    x->queue[x->q_head + x->q_len++] = (struct part_ref){ kind, item, part, x->items[item].attempt };
 }
 
 static char *list_query(struct xfer *x, const char *marker)
@@ -707,6 +725,7 @@ static void fail_request(struct xfer *x, const struct req *r, const struct http_
 }
 
 static void start_finish_job(struct xfer *x, size_t item);
+static void start_prepare(struct xfer *x, size_t item);
 
 static void on_part_done(struct xfer *x, struct req *r, const struct http_response *resp)
 {
@@ -718,6 +737,7 @@ static void on_part_done(struct xfer *x, struct req *r, const struct http_respon
                  it->path, (unsigned long long)resp->sink_written, (unsigned long long)r->len);
             return;
         }
+        it->bytes_got += r->len;
         /* fallthrough */
     case R_PUT_BLOCK:
         x->prog.bytes_done += r->len;
@@ -737,6 +757,77 @@ static void on_part_done(struct xfer *x, struct req *r, const struct http_respon
     report(x, false);
 }
 
+/* ---- downloads: a blob that changed under its ranges ------------------------------ */
+
+/* Its ranges drained, the blob is looked up again: its new size, MD5 and
+ * ETag. */
+static void head_changed(struct xfer *x, size_t i)
+{
+    struct item *it = &x->items[i];
+    it->restart_pending = false;
+    struct blob_call call = { .method = "HEAD", .blob = it->blob };
+    struct http_request req = { 0 };
+    req_start(x, R_HEAD_CHANGED, i, 0, 0, &call, &req);
+}
+
+/* A 412 to a range's If-Match: the blob is no longer the version the
+ * ranges so far came from.  What came of it is worthless (a file of two
+ * versions), so the item starts again from nothing, once the ranges still
+ * out (some may yet succeed, with old bytes) are back: their writes into
+ * the ".flowpart" must be over before it is truncated. */
+static void blob_changed(struct xfer *x, size_t i)
+{
+    struct item *it = &x->items[i];
+    if (it->attempt == BLOB_CHANGED_RETRIES) {
+        fail(x, "cannot download %s/%s to %s: the blob changed while it was being downloaded, %u times in a row "
+             "(something is still writing it)", x->c->name, it->blob, it->path, it->attempt + 1);
+        return;
+    }
+    it->attempt++;
+    it->restart_pending = true;
+    x->prog.bytes_done -= it->bytes_got;
+    it->bytes_got = 0;
+    for (struct req *o = x->reqs; o; o = o->next)
+        if (o->kind == R_GET_RANGE && o->item == i) http_cancel(o->t);
+    if (it->ranges_out == 0) head_changed(x, i);
+}
+
+/* Whether a range's answer was taken care of here: one of an older attempt
+ * is dropped, a 412 to our If-Match restarts the blob.  Anything else is
+ * the caller's. */
+static bool range_of_changed_blob(struct xfer *x, const struct req *r, const struct http_response *resp)
+{
+    struct item *it = &x->items[r->item];
+    if (r->attempt != it->attempt) {
+        if (it->restart_pending && it->ranges_out == 0) head_changed(x, r->item);
+        return true;
+    }
+    if (resp->status != 412 || !it->etag || !*it->etag) return false;
+    blob_changed(x, r->item);
+    return true;
+}
+
+/* The blob as it is now: the item takes its size, MD5 and ETag, and its
+ * ".flowpart" is prepared again (truncated, on the pool), as a new item's
+ * is; the file already at its name is kept if it is this version. */
+static void on_head_changed(struct xfer *x, size_t i, const struct http_response *resp)
+{
+    struct item *it = &x->items[i];
+    uint64_t size = 0;
+    if (!parse_size(http_response_header(resp, "content-length"), &size)) {
+        fail(x, "cannot look up %s/%s: the answer has no Content-Length", x->c->name, it->blob);
+        return;
+    }
+    const char *md5 = http_response_header(resp, "content-md5"), *etag = http_response_header(resp, "etag");
+    x->prog.bytes_total = x->prog.bytes_total - it->size + size;
+    it->size = size;
+    snprintf(it->md5, sizeof it->md5, "%s", md5 ? md5 : "");
+    set_string(&it->etag, etag ? etag : "");
+    if (it->fd >= 0) close(it->fd);
+    it->fd = -1;
+    start_prepare(x, i);
+}
+
 static void on_answer(void *arg, const struct http_response *resp)
 {
     struct req *r = arg;
@@ -746,9 +837,14 @@ static void on_answer(void *arg, const struct http_response *resp)
         return;
     }
     req_unlink(x, r);
+    if (r->kind == R_GET_RANGE) x->items[r->item].ranges_out--;
     bool ok = resp->status >= 200 && resp->status <= 299;
     if (x->error) {
         /* stopping: the answer changes nothing */
+    } else if (r->kind == R_GET_RANGE && range_of_changed_blob(x, r, resp)) {
+        /* dropped; the blob starts again */
+    } else if (r->kind == R_HEAD_CHANGED && ok) {
+        on_head_changed(x, r->item, resp);
     } else if (r->kind == R_HEAD && (ok || resp->status == 404)) {
         if (x->kind == X_EXISTS) {
             x->exists = ok;
@@ -843,16 +939,24 @@ static void send_get_range(struct xfer *x, size_t i, size_t part)
     char range[80];
     snprintf(range, sizeof range, "x-ms-range: bytes=%llu-%llu", (unsigned long long)offset,
              (unsigned long long)(offset + len - 1));
-    const char *headers[] = { range, NULL };
+    /* The ETag as the service gave it: List Blobs' comes without quotes,
+     * HEAD's with; If-Match takes either (x-ms-version 2011-08-18 on). */
+    char *if_match = it->etag && *it->etag ? xasprintf("If-Match: %s", it->etag) : NULL;
+    const char *headers[] = { range, if_match, NULL };
     struct blob_call call = { .method = "GET", .blob = it->blob, .headers = headers };
     struct http_request req = { .sink = true, .sink_fd = it->fd, .sink_offset = offset };
-    req_start(x, R_GET_RANGE, i, part, len, &call, &req);
+    struct req *r = req_start(x, R_GET_RANGE, i, part, len, &call, &req);
+    free(if_match);
+    if (!r) return;
+    r->attempt = it->attempt;
+    it->ranges_out++;
 }
 
 static void send_next(struct xfer *x)
 {
     struct part_ref p = x->queue[x->q_head++];
     x->q_len--;
+    if (p.kind == R_GET_RANGE && p.attempt != x->items[p.item].attempt) return;    /* of a version now gone */
     switch (p.kind) {
     case R_PUT_BLOB: send_put_blob(x, p.item); break;
     case R_PUT_BLOCK: send_put_block(x, p.item, p.part); break;
@@ -1296,7 +1400,8 @@ static void download_items(struct xfer *x)
             return;
         }
         struct item *it = &x->items[x->n_items++];
-        *it = (struct item){ .rel = xstrdup(rel), .blob = xstrdup(r->name), .size = r->size, .fd = -1 };
+        *it = (struct item){ .rel = xstrdup(rel), .blob = xstrdup(r->name), .size = r->size, .fd = -1,
+                             .etag = xstrdup(r->etag) };
         it->path = x->as_folder ? xasprintf("%s/%s", x->local, rel) : xstrdup(x->local);
         memcpy(it->md5, r->md5, sizeof it->md5);
         x->prog.bytes_total += r->size;

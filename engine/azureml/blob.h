@@ -28,7 +28,12 @@
  *   is fetched with ranged Get Blob requests (several at once above
  *   BLOB_RANGE_SIZE) into "<file>.flowpart", checked (length, and
  *   Content-MD5 when the blob has one), fsynced, and only then renamed to
- *   its name: `dest` never holds a partial file under a real name.  A file
+ *   its name: `dest` never holds a partial file under a real name.  Every
+ *   range carries If-Match with the ETag the listing (or HEAD) gave, so a
+ *   blob rewritten between two of its ranges is never stitched together
+ *   from two versions: the service answers 412, and the blob is looked up
+ *   again (HEAD) and downloaded again from its start, at most
+ *   BLOB_CHANGED_RETRIES times; then the download fails, saying so.  A file
  *   already in `dest` with the blob's size (and MD5, when the blob has one)
  *   is kept: a resumed download redoes only what it had not finished.
  *   `dest` is flow's own (under .flow/): no symbolic link is followed on the
@@ -53,6 +58,7 @@ struct blob_container;
 #define BLOB_BLOCK_THRESHOLD (32ull << 20)   /* larger files go up in blocks */
 #define BLOB_BLOCK_SIZE (8ull << 20)
 #define BLOB_RANGE_SIZE (8ull << 20)         /* larger blobs come down in ranges */
+#define BLOB_CHANGED_RETRIES 3               /* downloads again of a blob that changed meanwhile */
 
 /* Where a container is and how to sign for it.  Exactly one of key and sas. */
 struct blob_container_spec {

@@ -18,6 +18,8 @@ Behaviour by path; `key` (default: the path) names a counter of requests, so
   /arm               400 with an ARM error body; /entra: 401 with an Entra one
   /seen              {"ids": x-ms-client-request-id of each request with this key}
   /stats             {"connections": TCP connections accepted on this port}; reset=1 zeroes it
+  /changing[/NAME]   a blob container holding one blob that is rewritten as it is read (test_aml_blob);
+                     see Changing below
 Every answer carries x-ms-request-id.
 """
 import hashlib
@@ -66,6 +68,99 @@ def make_capath(d, ca, dirname):
                        capture_output=True, text=True).stdout.strip()
     os.makedirs(os.path.join(d, dirname), exist_ok=True)
     shutil.copy(os.path.join(d, f"{ca}.pem"), os.path.join(d, dirname, f"{h}.0"))
+
+
+class Changing:
+    """The blob NAME (any name; under a listing's prefix, PREFIX + "x.bin") of the key's
+    container, as Blob Storage serves it: HEAD (size, ETag quoted, no Content-MD5), List
+    Blobs (ETag unquoted, as the service lists it), Get Blob with x-ms-range and If-Match
+    (412 ConditionNotMet when the ETag is not the blob's, quoted or not).  Version v is
+    `size` + 1000 v bytes, byte i being (7 i + 13 v) mod 251.  The blob is rewritten
+    (v + 1) `times` times in all: with change=listing right after a HEAD or a listing is
+    answered, with change=range right after the first range of a version is answered.
+    Which version an answer is from is decided under the lock, so a download's ranges
+    meet the change at the same point whatever the threads' timing."""
+
+    STATE = {}      # key -> {"v": version, "left": rewrites to come, "ranged": versions a range came from}
+
+    def __init__(self, handler, q, key):
+        self.h, self.q = handler, q
+        with LOCK:
+            self.st = Changing.STATE.setdefault(key, {"v": 0, "left": int(q.get("times", "1")), "ranged": set()})
+
+    def size(self, v):
+        return int(self.q.get("size", "1000")) + 1000 * v
+
+    @staticmethod
+    def etag(v):
+        return f"0x8DC0FFEE{v:08X}"
+
+    def rewrite(self, when):
+        """Under LOCK."""
+        if self.q.get("change") == when and self.st["left"] > 0:
+            self.st["left"] -= 1
+            self.st["v"] += 1
+
+    @staticmethod
+    def content(v, size):
+        period = bytes((7 * i + 13 * v) % 251 for i in range(251))
+        return (period * (size // 251 + 1))[:size]
+
+    def answer(self, status, body=b"", headers=(), length=None):
+        h = self.h
+        h.send_response(status)
+        h.send_header("Content-Length", str(len(body) if length is None else length))
+        h.send_header("x-ms-request-id", "changing")
+        for k, v in headers:
+            h.send_header(k, v)
+        h.end_headers()
+        if h.command != "HEAD":
+            h.wfile.write(body)
+
+    def list(self):
+        with LOCK:
+            v = self.st["v"]
+            self.rewrite("listing")
+        name = self.q.get("prefix", "") + "x.bin"
+        xml = (f'<?xml version="1.0" encoding="utf-8"?><EnumerationResults><Blobs><Blob><Name>{name}</Name>'
+               f'<Properties><Content-Length>{self.size(v)}</Content-Length><Etag>{self.etag(v)}</Etag>'
+               f'</Properties></Blob></Blobs><NextMarker /></EnumerationResults>')
+        self.answer(200, xml.encode(), [("Content-Type", "application/xml")])
+
+    def head(self):
+        with LOCK:
+            v = self.st["v"]
+            self.rewrite("listing")
+        self.answer(200, headers=[("ETag", f'"{self.etag(v)}"'), ("x-ms-blob-type", "BlockBlob")],
+                    length=self.size(v))
+
+    def get(self):
+        first, last = (int(n) for n in self.h.headers["x-ms-range"].split("=")[1].split("-"))
+        want = self.h.headers.get("If-Match")
+        with LOCK:
+            v = self.st["v"]
+            if want is not None and want.strip('"') != self.etag(v):
+                v = None
+            elif v not in self.st["ranged"]:
+                self.st["ranged"].add(v)
+                self.rewrite("range")
+        if v is None:
+            body = (b'<?xml version="1.0" encoding="utf-8"?><Error><Code>ConditionNotMet</Code><Message>'
+                    b'The condition specified using HTTP conditional header(s) is not met.</Message></Error>')
+            self.answer(412, body, [("x-ms-error-code", "ConditionNotMet"), ("Content-Type", "application/xml")])
+            return
+        size = self.size(v)
+        body = self.content(v, size)[first:last + 1]
+        self.answer(206, body, [("ETag", f'"{self.etag(v)}"'),
+                                ("Content-Range", f"bytes {first}-{first + len(body) - 1}/{size}")])
+
+    def serve(self, is_container):
+        if is_container:
+            self.list()
+        elif self.h.command == "HEAD":
+            self.head()
+        else:
+            self.get()
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -132,6 +227,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with LOCK:
                 ids = list(SEEN.get(q.get("of", ""), []))
             self.send(200, json.dumps({"ids": ids}))
+        elif parts[0] == "changing":
+            Changing(self, q, q.get("key", "changing")).serve(len(parts) == 1)
         elif parts[0] == "stats":
             with self.server.lock:
                 n = self.server.connections
