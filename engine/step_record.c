@@ -21,6 +21,7 @@ static char output_kind(const cJSON *out, const char **path)
         return 'f';
     }
     if (truthy(cJSON_GetObjectItemCaseSensitive(out, "uncacheable"))) return 'u';
+    if (truthy(cJSON_GetObjectItemCaseSensitive(out, "recompute"))) return 't';
     if (cJSON_GetObjectItemCaseSensitive(out, "value")) return 'v';
     if (truthy(cJSON_GetObjectItemCaseSensitive(out, "cached"))) return 'c';
     return 'm';

@@ -8,9 +8,11 @@
  * the output records, only when one of them is not a file or folder (those
  * are the record's own fields); the metrics, when the step reported any.
  * Each output record of `outputs_json` ({dataset: {path =, hash =, value =,
- * cached =, uncacheable =}}) gives the record an output: 'f' a file or folder
- * at its path, 'v' a value inline in the body, 'c' a value cached at
- * <the store's values dir>/<hash>, 'u' a value that could not be cached, 'm' any other.
+ * cached =, uncacheable =, recompute =}}) gives the record an output: 'f' a
+ * file or folder at its path, 'v' a value inline in the body, 'c' a value
+ * cached at <the store's values dir>/<hash>, 'u' a value that could not be
+ * cached, 't' a value not kept (its hash names what made it; its producer
+ * is called again when a reader needs it), 'm' any other.
  * Nothing here knows Lua. */
 #ifndef FLOW_STEP_RECORD_H
 #define FLOW_STEP_RECORD_H

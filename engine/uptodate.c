@@ -343,7 +343,9 @@ static char *short_parts_json(const struct fp_parts *p)
 
 /* Whether each output is as record r says: a file or folder, or a memory
  * value cached in a file, with its hash; or a memory value inline in the
- * record, which the record's checksum vouches for.  Anything else (a value
+ * record, which the record's checksum vouches for; or a memory value not
+ * kept, which its producer makes again when a reader needs it (flow.values,
+ * Run:recompute).  Anything else (a value
  * that could not be cached, a record from before values said where they
  * are, a damaged file) is the stdlib's to explain. */
 static bool outputs_hold(struct utd *u, const struct description *d, const struct state_rec *r)
@@ -351,7 +353,7 @@ static bool outputs_hold(struct utd *u, const struct description *d, const struc
     for (size_t k = 0; k < d->n_outs; k++) {
         const struct state_out *o = out_named(r, d->outs[k], strlen(d->outs[k]));
         if (!o || !o->hash[0]) return false;
-        if (o->kind == 'v') continue;
+        if (o->kind == 'v' || o->kind == 't') continue;
         if ((o->kind != 'f' && o->kind != 'c') || !o->path[0]) return false;
         char hex[SHA256_HEX_SIZE];
         if (hash_now(u, o->path, hex) != 0 || strcmp(hex, o->hash) != 0) return false;

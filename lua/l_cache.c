@@ -289,11 +289,15 @@ static const luaL_Reg hashcache_methods[] = {
 
 /* ---- serializer ------------------------------------------------------------- */
 
-/* serialize(v) -> "return <expr>"  or  nil, message */
+/* serialize(v [, max_len]) -> "return <expr>"  or  nil, message (also when
+ * the text would take more than max_len bytes) */
 static int l_serialize(lua_State *L)
 {
     luaL_checkany(L, 1);
-    if (flow_serialize(L, 1)) return 1;
+    lua_Integer max = luaL_optinteger(L, 2, 0);
+    luaL_argcheck(L, max >= 0, 2, "a length");
+    lua_settop(L, 1);
+    if (flow_serialize_max(L, 1, (size_t)max)) return 1;
     lua_pushnil(L);
     lua_insert(L, -2);
     return 2;

@@ -5,13 +5,17 @@
  * serialised, hashed and recorded): a handful of tables a step, and the
  * collector's work on them.
  *
- * call(values, n, cat, inline_max) takes a step whose inputs are all in
+ * call(values, n, cat, inline_max [, fp]) takes a step whose inputs are all in
  * memory (values[d].loaded) and whose outputs are all memory datasets, calls
  * n.fn on the inputs' values, and when the results are what the outputs ask
  * for and each serialises to at most inline_max bytes, records them as the
  * stdlib would: values[d] = {value =, loaded = true, hash =}, and returns
  * the output records {d = {hash =, value = text}} as util.record_json's
- * text, the journal's and the state record's.  Anything else is the
+ * text, the journal's and the state record's.  With fp (a step whose large
+ * values are not kept between runs: flow.values, Run:recompute_fp) a value
+ * that does not serialise within inline_max bytes is recorded as {hash = K,
+ * recompute = true}, K the hash of "recompute\0" fp "\0" d
+ * (values.recompute_key), its text never made whole.  Anything else is the
  * stdlib's, decided so that nothing is done twice:
  *   - before the call (an input to restore or to read from a file, an output
  *     the catalog keeps, a pattern that may match an output): nothing
@@ -40,7 +44,7 @@
 
 #define MAX_OUTPUTS 64
 
-enum { A_VALUES = 1, A_NODE, A_CAT, A_INLINE_MAX, S_INPUTS, S_OUTPUTS, S_EXACT, S_MEMO };
+enum { A_VALUES = 1, A_NODE, A_CAT, A_INLINE_MAX, A_RECOMPUTE, S_INPUTS, S_OUTPUTS, S_EXACT, S_MEMO };
 
 /* Whether field `key` of the table at idx is the string `want`. */
 static bool field_is(lua_State *L, int idx, const char *key, const char *want)
@@ -235,9 +239,27 @@ static int hand_over(lua_State *L, int base, int nres)
     return 2;
 }
 
-/* An output ready to be recorded: its dataset, its serialised value and
- * that text's hash (the strings are held by the step's node and the stack). */
+/* An output ready to be recorded: its dataset, its serialised value (NULL
+ * when it is not kept) and that text's hash, or its recompute key (the
+ * strings are held by the step's node and the stack). */
 struct ready { const char *d, *text; char hash[SHA256_HEX_SIZE]; };
+
+/* values.recompute_key(fp, d) into hash. */
+static void recompute_key(lua_State *L, const char *fp, const char *d, char hash[SHA256_HEX_SIZE])
+{
+    static const char prefix[] = "recompute";
+    luaL_Buffer b;
+    luaL_buffinit(L, &b);
+    luaL_addlstring(&b, prefix, sizeof prefix);          /* with its NUL byte */
+    luaL_addstring(&b, fp);
+    luaL_addchar(&b, '\0');
+    luaL_addstring(&b, d);
+    luaL_pushresult(&b);
+    size_t len;
+    const char *text = lua_tolstring(L, -1, &len);
+    sha256_hex(text, len, hash);
+    lua_pop(L, 1);
+}
 
 static int by_dataset(const void *a, const void *b)
 {
@@ -267,8 +289,12 @@ static void push_records_json(lua_State *L, struct ready *r, size_t n)
         add_json_string(&b, r[k].d);
         luaL_addstring(&b, ":{\"hash\":");
         add_json_string(&b, r[k].hash);
-        luaL_addstring(&b, ",\"value\":");
-        add_json_string(&b, r[k].text);
+        if (r[k].text) {
+            luaL_addstring(&b, ",\"value\":");
+            add_json_string(&b, r[k].text);
+        } else {
+            luaL_addstring(&b, ",\"recompute\":true");
+        }
         luaL_addchar(&b, '}');
     }
     luaL_addchar(&b, '}');
@@ -287,6 +313,7 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
     lua_Integer n_out = (lua_Integer)lua_rawlen(L, S_OUTPUTS);
     lua_Integer inline_max = lua_tointeger(L, A_INLINE_MAX);
     bool map = field_is(L, A_NODE, "output_style", "map");
+    const char *fp = lua_tostring(L, A_RECOMPUTE);       /* NULL: every value is kept */
     /* util.holds_secret is the stdlib's; more outputs than this, rare, too */
     if (flow_active_has_secrets(L) || n_out > MAX_OUTPUTS || !lua_checkstack(L, 2 * (int)n_out + 8))
         return hand_over(L, base, nres);
@@ -297,7 +324,12 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
             return hand_over(L, base, nres);
         }
         size_t len;
-        if (!flow_serialize(L, -1) || (lua_tolstring(L, -1, &len), len > (size_t)inline_max)) {
+        if (fp) {                                         /* kept when small, else its text is nil */
+            if (!flow_serialize_max(L, -1, (size_t)inline_max)) {
+                lua_pop(L, 1);
+                lua_pushnil(L);
+            }
+        } else if (!flow_serialize(L, -1) || (lua_tolstring(L, -1, &len), len > (size_t)inline_max)) {
             lua_settop(L, vals);
             return hand_over(L, base, nres);
         }
@@ -310,10 +342,11 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
         size_t len;
         struct ready *o = &r[k - 1];
         o->text = lua_tolstring(L, v + 1, &len);
-        sha256_hex(o->text, len, o->hash);
         if (!push_io(L, S_OUTPUTS, k))                      /* io, d; checked before the call */
             return luaL_error(L, "internal error: the outputs of a step changed while it ran");
         o->d = lua_tostring(L, -1);
+        if (o->text) sha256_hex(o->text, len, o->hash);
+        else recompute_key(L, fp, o->d, o->hash);
         lua_createtable(L, 0, 3);
         lua_pushstring(L, o->hash);
         lua_setfield(L, -2, "hash");
@@ -328,14 +361,15 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
     return 1;
 }
 
-/* call(values, n, cat, inline_max) -> records JSON | nil, results | nothing (see above) */
+/* call(values, n, cat, inline_max [, fp]) -> records JSON | nil, results | nothing (see above) */
 static int l_call(lua_State *L)
 {
-    lua_settop(L, A_INLINE_MAX);
+    lua_settop(L, A_RECOMPUTE);
     luaL_checktype(L, A_VALUES, LUA_TTABLE);
     luaL_checktype(L, A_NODE, LUA_TTABLE);
     luaL_checktype(L, A_CAT, LUA_TTABLE);
     luaL_checkinteger(L, A_INLINE_MAX);
+    luaL_optstring(L, A_RECOMPUTE, NULL);
     lua_getfield(L, A_NODE, "inputs");
     lua_getfield(L, A_NODE, "outputs");
     lua_getfield(L, A_CAT, "exact");

@@ -44,6 +44,7 @@ struct ser {
     int visiting;                  /* stack index of a table: table being written -> length of its path,
                                       table written -> true */
     int depth, max_depth;
+    size_t max_len;                /* 0: any length; else give up once the text is longer */
 };
 
 enum key_rank { RANK_BOOLEAN, RANK_NUMBER, RANK_STRING };
@@ -376,8 +377,14 @@ static const char *scalar_literal(lua_State *L, int idx, char *buf, size_t size)
     }
 }
 
+static int too_long(struct ser *s)
+{
+    return fail(s, "the value takes more than %zu bytes", s->max_len);
+}
+
 static int write_value(lua_State *L, struct ser *s, int idx)
 {
+    if (s->max_len && s->out.len > s->max_len) return too_long(s);
     char num[64];
     const char *literal = scalar_literal(L, idx, num, sizeof num);
     if (literal) {
@@ -388,6 +395,7 @@ static int write_value(lua_State *L, struct ser *s, int idx)
     case LUA_TSTRING: {
         size_t len;
         const char *str = lua_tolstring(L, idx, &len);
+        if (s->max_len && len > s->max_len) return too_long(s);
         add_quoted(&s->out, str, len);
         return 0;
     }
@@ -398,7 +406,9 @@ static int write_value(lua_State *L, struct ser *s, int idx)
     }
 }
 
-int flow_serialize(lua_State *L, int idx)
+int flow_serialize(lua_State *L, int idx) { return flow_serialize_max(L, idx, 0); }
+
+int flow_serialize_max(lua_State *L, int idx, size_t max_len)
 {
     idx = lua_absindex(L, idx);
     /* A number or a boolean needs neither buffers nor a walk (most of the
@@ -411,6 +421,7 @@ int flow_serialize(lua_State *L, int idx)
     }
     struct ser *s = lua_newuserdatauv(L, sizeof *s, 0);
     memset(s, 0, sizeof *s);
+    s->max_len = max_len;
     if (luaL_newmetatable(L, SERIALIZER_CLASS)) {
         lua_pushcfunction(L, ser_gc);
         lua_setfield(L, -2, "__gc");
@@ -422,6 +433,7 @@ int flow_serialize(lua_State *L, int idx)
     sb_adds(&s->path, "value");
     sb_adds(&s->out, "return ");
     int rc = write_value(L, s, idx);
+    if (rc == 0 && max_len && s->out.len > max_len) rc = too_long(s);
     lua_settop(L, box);
     if (rc == 0 && s->max_depth > ALWAYS_COMPILES_DEPTH) {
         if (luaL_loadbufferx(L, s->out.buf, s->out.len, "=value", "t") != LUA_OK)

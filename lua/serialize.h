@@ -11,6 +11,9 @@
  * written (a function, a userdata, a cycle, ...) and returns 0.  The same value
  * always gives the same bytes. */
 int flow_serialize(lua_State *L, int idx);
+/* The same, giving up (0, with a message) once the text would take more
+ * than max_len bytes: a large value costs no more than that much work. */
+int flow_serialize_max(lua_State *L, int idx, size_t max_len);
 
 /* Runs `text` as a text chunk with an empty environment and pushes the one
  * value it returns (returns 1), or pushes "NAME:..." saying why it could not

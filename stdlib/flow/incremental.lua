@@ -135,6 +135,7 @@ function Run:outputs_changed(n, rec)
     if not out then return string.format("its last run has no record of output '%s'", d) end
     if out.uncacheable then
       return string.format("its output '%s' cannot be cached (%s)", d, out.uncacheable)
+    elseif out.recompute then            -- not kept: made again for a reader that needs it (flow.values)
     elseif out.path then
       local h = self.hc:file(out.path)
       if not h then return string.format("its output '%s' is missing (%s)", d, out.path) end

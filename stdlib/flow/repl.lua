@@ -163,6 +163,10 @@ local function bind(env, project)
       error(string.format("load: '%s' has no value yet: run{ to_outputs = \"%s\" } makes it", name, name), 2)
     end
     if out.path then return out.path end
+    if out.recompute then
+      error(string.format("load: '%s' is not kept between runs (a large value only steps read): "
+                          .. "run{ to_outputs = \"%s\" }.outputs[\"%s\"] makes it", name, name, name), 2)
+    end
     return state_mod.restore_value(out, name)
   end
   -- save("dataset", value): through the catalog

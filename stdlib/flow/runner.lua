@@ -173,7 +173,8 @@ local function new_run(plan, opts, run_id, st)
   local run_dir = ".flow/runs/" .. run_id
   local among_others = tasks.current() ~= nil
   local self = setmetatable({
-    nodes = plan.nodes, settings = plan.settings, params = plan.settings.params, verbose = opts.verbose, records = {},
+    nodes = plan.nodes, graph = plan.graph, selected = plan.selected,
+    settings = plan.settings, params = plan.settings.params, verbose = opts.verbose, records = {},
     dists = plan.dists, mode = plan.mode, cat = plan.cat, state = st, pending = {},
     remote = plan.remote, aml = plan.aml, remote_prior = opts.resume and opts.resume.remote_jobs or {},
     memo = { code = {}, refs = {},    -- by command text: its code and files; its ${params.} keys
@@ -185,7 +186,7 @@ local function new_run(plan, opts, run_id, st)
     data_dir = among_others and run_dir .. "/data" or DATA,
     label = among_others and opts.label or nil,
     downloads_dir = among_others and require("flow.transfer").DOWNLOADS .. "/" .. run_id or nil,
-    force = opts.force, explain = opts.explain, completed = opts.resume and opts.resume.completed or {},
+    force = opts.force, explain = opts.explain, command_line = opts.command_line, completed = opts.resume and opts.resume.completed or {},
     sweep_job = opts.sweep_job, on_sweep_trials = opts.sweep_trials,     -- (flow.sweep_job)
     sweep_step = opts.sweep_job and opts.sweep_job.step,                  -- the step it runs, or nil
     defaults = M.defaults, run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
@@ -286,14 +287,35 @@ function Run:step_metrics(states, run_rec)
   return out
 end
 
--- The run's result for flow.run's caller: the outputs no step consumes, and
--- the metrics.
+-- What a run hands back: the datasets its steps make that none of them
+-- reads (the pipeline's free outputs; of a selection, its own, as Kedro's
+-- runner returns the free outputs of the pipeline it ran).
+local function result_datasets(graph, nodes, selected)
+  if not selected then return graph:unread_outputs() end
+  local read, list = {}, {}
+  for i, n in ipairs(nodes) do
+    if selected[i] then
+      for _, io in ipairs(n.inputs) do read[io.dataset] = true end
+    end
+  end
+  for i, n in ipairs(nodes) do
+    if selected[i] then
+      for _, io in ipairs(n.outputs) do
+        if not read[io.dataset] then list[#list + 1] = io.dataset end
+      end
+    end
+  end
+  return list
+end
+
+-- The run's result for flow.run's caller: those outputs, and the metrics.
 function Run:result(graph, code, states, elapsed, env, reported)
   local result = lazy_steps({ code = code, run_id = self.run_id, outputs = {}, env = env,
                               status = code == 0 and "ok" or code == 130 and "interrupted" or "failed",
                               metrics = metrics.merge(reported) },
                             self.nodes, self.records, states, elapsed, self.check)
-  for _, d in ipairs(graph:unread_outputs()) do
+  -- (`flow run` itself shows none: a value not kept is not made for it)
+  for _, d in ipairs(self.command_line and {} or result_datasets(graph, self.nodes, self.selected)) do
     local v = self.values[d]
     if v then
       local ok, value = pcall(self.value_of, self, d)

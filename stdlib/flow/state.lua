@@ -283,6 +283,10 @@ function M.value_available(out, hc)
 end
 
 function M.restore_value(out, name)
+  if out.recompute then
+    error(string.format("'%s' is a memory value that is not kept between runs (only steps read it): a run "
+      .. "makes it for the steps that read it", name), 0)
+  end
   local text = out.value
   local path = M.VALUES .. "/" .. tostring(out.hash)
   if not text then

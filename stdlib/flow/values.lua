@@ -11,6 +11,8 @@ local cache = require("flow.cache")
 local state_mod = require("flow.state")
 local failure = require("flow.failure")
 local metrics = require("flow.metrics")
+local sched = require("flow.sched")
+local proc = require("flow.proc")
 
 local step_failure = failure.new
 local graph_error = util.setup_error
@@ -29,11 +31,12 @@ M.DATA = DATA
 --   out             a cached memory value's record, restored on first use
 --   entry           its catalog entry when it is persisted
 
--- The Lua value of dataset d, restored or loaded on first use.
+-- The Lua value of dataset d, restored, loaded or recomputed on first use.
 function Run:value_of(d)
   local v = self.values[d]
   if not v.loaded then
-    if v.out then v.value = state_mod.restore_value(v.out, d)
+    if v.out and v.out.recompute then return self:recompute(d)
+    elseif v.out then v.value = state_mod.restore_value(v.out, d)
     elseif v.entry and catalog.persisted(v.entry) then v.value = catalog.decode(v.entry, v.path)
     else return v.path end           -- a command's output that the catalog does not type: its path
     v.loaded = true
@@ -49,8 +52,134 @@ function Run:input_value(n, io)
   if key then return params_mod.of_input(self.settings, key) end
   if self.aml then self:localize(io.dataset, n) end      -- a job's output left on the datastore
   local ok, v = pcall(self.value_of, self, io.dataset)
-  if not ok then error(step_failure { message = string.format("step '%s': %s", n.name, tostring(v)) }) end
+  if not ok then
+    if failure.is(v) then error(v, 0) end          -- (the step stopped while a value was made again)
+    error(step_failure { message = string.format("step '%s': %s", n.name, tostring(v)) })
+  end
   return v
+end
+
+-- ---- Memory values that are not kept -------------------------------------
+--
+-- A Lua step whose outputs are all memory datasets that other steps read
+-- keeps a value between runs only when it is small: serialised in at most
+-- INLINE_MAX bytes, inside the step's record (no file of its own), as
+-- before.  A larger one, or one that cannot be serialised (a function, a
+-- userdata, a metatable...) or holds a credential, is handed to its readers
+-- in this run and nothing of it is written: serialising stops at INLINE_MAX
+-- bytes, nothing is hashed.  Its record says {hash = K, recompute = true},
+-- K naming what made the value (the step's fingerprint and the dataset: its
+-- readers' fingerprints take K where a kept value gives its content's hash).
+-- A later run whose reader runs while the producer is up to date calls the
+-- producer's function again for it (Run:recompute), as make remakes an
+-- intermediate file and Snakemake a temp() one; the producer's record
+-- stands, it does not "run".  Kept as before, however large: a value no
+-- step reads (the pipeline's results, what flow.run returns) and the
+-- outputs of a step that reports metrics, runs its ranks or has an output
+-- the catalog persists.  The catalog keeps any value across runs (`type:
+-- lua` for a Lua table).
+
+local RECOMPUTE_PREFIX = "recompute\0"
+
+-- K for output d of a step whose fingerprint is fp (the C body's too:
+-- lua/l_values.c spells it the same way).
+function M.recompute_key(fp, d)
+  return cache.sha256(RECOMPUTE_PREFIX .. fp .. "\0" .. d)
+end
+
+-- The fingerprint that names step i's values, when they are not kept (see
+-- above), else nil.  A step without a fingerprint (a run that keeps no
+-- record of it) names them by the run.
+function Run:recompute_fp(n, i)
+  if n.metrics or (self.mode == "local" and self.dists[i]) or #n.outputs == 0 then return nil end
+  local unread = self.unread
+  if not unread then
+    unread = {}
+    for _, d in ipairs(self.graph:unread_outputs()) do unread[d] = true end
+    self.unread = unread
+  end
+  for _, io in ipairs(n.outputs) do
+    if unread[io.dataset] then return nil end
+  end
+  return sched.fingerprint() or ("run " .. self.run_id)
+end
+
+-- Whether dataset d's value is one not kept that is not in memory yet.
+function Run:to_make_again(d)
+  local v = not dag.is_param_input(d) and self.values[d]
+  return v and not v.loaded and v.out and v.out.recompute or false
+end
+
+-- The producers to call again for dataset d, upstream first: d's, and
+-- those of their inputs that are not kept either (a loop, not recursion:
+-- a chain of them may be long).
+function Run:makers_of(d)
+  local g, todo, k, need, list = self.graph, { d }, 1, {}, {}
+  while todo[k] do
+    local p = g:producer(todo[k])
+    k = k + 1
+    if not need[p] then
+      need[p] = true
+      list[#list + 1] = p
+      for _, io in ipairs(self.nodes[p].inputs) do
+        if self:to_make_again(io.dataset) then todo[#todo + 1] = io.dataset end
+      end
+    end
+  end
+  local pos = self.topo_pos
+  if not pos then
+    pos = {}
+    for at, i in ipairs(g:order()) do pos[i] = at end
+    self.topo_pos = pos
+  end
+  table.sort(list, function(a, b) return pos[a] < pos[b] end)
+  return list
+end
+
+-- Step p's function called again for its values not kept (its inputs are
+-- in memory); raises what it raised.
+function Run:call_again(p)
+  local n = self.nodes[p]
+  local args, count = self:function_args(n)
+  local by = M.returned_values(n, table.pack(n.fn(table.unpack(args, 1, count))))
+  for _, io in ipairs(n.outputs) do       -- (a value the record keeps stays the one it vouches for)
+    local d = io.dataset
+    if self:to_make_again(d) then
+      local o = self.values[d]
+      o.value, o.loaded = by[d], true
+      if self.explain or self.verbose then
+        core.ui_info(string.format("%s: called again for '%s' (a memory value, not kept between runs)", n.name, d))
+      end
+    end
+  end
+end
+
+-- The value of dataset d, made again by its producer's function (see
+-- above) for a step that reads it.  Two readers at once wait for one call.
+function Run:recompute(d)
+  self.recomputing = self.recomputing or {}
+  for _, p in ipairs(self:makers_of(d)) do
+    while self.recomputing[p] do proc.sleep(0.01) end
+    local needed = false
+    for _, io in ipairs(self.nodes[p].outputs) do needed = needed or self:to_make_again(io.dataset) end
+    if needed then
+      self.recomputing[p] = true
+      local ok, err = pcall(self.call_again, self, p)
+      self.recomputing[p] = nil
+      if not ok then
+        -- the reader stopped (interrupted, timed out) while it waited: that, as it is
+        if failure.is(err) and (err.quiet or err.timed_out) then error(err, 0) end
+        local why, name = failure.is(err) and err.message or util.error_message(err), self.nodes[p].name
+        if p == self.graph:producer(d) then
+          error(string.format("input '%s' is not kept between runs, and calling its producer '%s' (up to date) "
+                              .. "again for it failed: %s", d, name, why), 0)
+        end
+        error(string.format("input '%s' is not kept between runs, and making it again called step '%s' (up to "
+                            .. "date, upstream of it), which failed: %s", d, name, why), 0)
+      end
+    end
+  end
+  return self.values[d].value
 end
 
 -- Lua value `value` of dataset d as the file a command reads: JSON in
@@ -264,7 +393,25 @@ local function save_failed(staged, fmt, ...)
   error(step_failure { message = string.format(fmt, ...) })
 end
 
-function Run:save_values(n, by)
+-- fp: the fingerprint naming the values when they are not kept
+-- (Run:recompute_fp), for a step whose outputs turn out all memory ones.
+function Run:save_values(n, by, fp)
+  for _, o in ipairs(fp and n.outputs or {}) do
+    if self.cat:entry(o.dataset).type ~= "memory" then fp = nil end
+  end
+  if fp then
+    local outs = {}
+    for _, o in ipairs(n.outputs) do
+      local d, v = o.dataset, by[o.dataset]
+      local text = cache.serialize(v, state_mod.INLINE_MAX)
+      local out
+      if text and not util.holds_secret(v) then out = { hash = cache.sha256(text), value = text }
+      else out = { hash = M.recompute_key(fp, d), recompute = true } end
+      outs[d] = out
+      self.values[d] = { value = v, loaded = true, hash = out.hash }
+    end
+    return outs
+  end
   -- ready[i]: a memory value's output record, or {from =, value =} for a
   -- file to put in place; staged: the staging paths written so far
   local ready, staged = {}, nil
@@ -439,7 +586,7 @@ local function saved_dataset(d, e, out, cat)
   if out and out.path and core.exists(out.path) then
     return { path = out.path, entry = e, uri = out.uri, uri_type = out.uri_type }
   end
-  if out and not out.path and not out.uncacheable and state_mod.value_available(out) then
+  if out and not out.path and not out.uncacheable and not out.recompute and state_mod.value_available(out) then
     return { out = out, hash = out.hash }
   end
   if e.uri then           -- on a datastore: looked at before the run (Run:stat_datastore_inputs)
@@ -455,23 +602,29 @@ end
 
 -- The datasets the selected steps read but no selected step writes: a
 -- catalog dataset no step produces (the pipeline's raw data), or the output
--- of an unselected step as its last successful run left it.  Returns
--- {dataset = value entry}, or raises listing everything missing.
+-- of an unselected step as its last successful run left it.  A value that
+-- run did not keep (see Run:recompute) selects its producer too (and so on
+-- up): the run checks it, and calls it again if a reader that runs needs it.
+-- Returns {dataset = value entry}, or raises listing everything missing.
 function M.outside_inputs(plan, st)
   local nodes, g, selected, cat = plan.nodes, plan.graph, plan.selected, plan.cat
   local values, missing, seen, unselected_producer = {}, {}, {}, false
-  local readers = selected and nodes or plan.free_readers     -- without a selection only free inputs are outside
-  for i, n in ipairs(readers) do
-    if not selected or selected[i] then
-      for _, io in ipairs(n.inputs) do
-        local d = io.dataset
-        local p = g:producer(d)
-        local inside = p and (not selected or selected[p])
-        if not seen[d] and not inside and not dag.is_param_input(d) then
-          seen[d] = true
-          local e = cat:entry(d)
-          local rec = p and st.steps[nodes[p].name]
-          local v, why = saved_dataset(d, e, rec and rec.outputs and rec.outputs[d], cat)
+  local pulled = {}                   -- producers selected for a value not kept, to visit in turn
+  local function visit(n)
+    for _, io in ipairs(n.inputs) do
+      local d = io.dataset
+      local p = g:producer(d)
+      local inside = p and (not selected or selected[p])
+      if not seen[d] and not inside and not dag.is_param_input(d) then
+        seen[d] = true
+        local e = cat:entry(d)
+        local rec = p and st.steps[nodes[p].name]
+        local out = rec and rec.outputs and rec.outputs[d]
+        if out and out.recompute then
+          selected[p] = true
+          pulled[#pulled + 1] = p
+        else
+          local v, why = saved_dataset(d, e, out, cat)
           values[d] = v
           if not v then
             unselected_producer = unselected_producer or p ~= nil
@@ -482,6 +635,15 @@ function M.outside_inputs(plan, st)
         end
       end
     end
+  end
+  local readers = selected and nodes or plan.free_readers     -- without a selection only free inputs are outside
+  for i, n in ipairs(readers) do
+    if not selected or selected[i] then visit(n) end
+  end
+  local k = 1
+  while pulled[k] do
+    visit(nodes[pulled[k]])
+    k = k + 1
   end
   if #missing > 0 then
     -- The hint only where the selection left a dataset's producer out.

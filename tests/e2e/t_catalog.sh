@@ -186,6 +186,7 @@ return pipeline{
         func = function(n) return { n = n }, string.rep("x", n) end },
   node{ name = "m", inputs = "params:n", outputs = "mem", func = function(n) return string.rep("y", n) end },
   node{ name = "use", inputs = "mem", func = function(s) print("mem=" .. #s) end },
+  node{ name = "r", inputs = "params:n", outputs = "result", func = function(n) return string.rep("r", n) end },
 }
 L
     run_flow 0 run
@@ -195,14 +196,17 @@ L
     ERR=$(cat stderr.txt)
     contains "$ERR" "step 'w': cannot save output 'big': cannot write "
     contains "$ERR" "File too large"
-    contains "$ERR" "step 'm': cannot cache output 'mem': "
+    # a large value only steps read is not written at all; a result is
+    contains "$ERR" "done     m"
+    contains "$(cat stdout.txt)" "mem=200000"
+    contains "$ERR" "step 'r': cannot cache output 'result': "
     not_contains "$ERR" "stack traceback"
     equals "$(tr -d ' \t\n' < data/small.json)" '{"n":10}' "the output written before the failed one"
     equals "$(cat data/big.txt)" "xxxxxxxxxx" "the output that hit the limit"
     equals "$(ls -A data)" "big.txt
 small.json" "nothing beside the outputs"
     run_flow 0 run --params n=200000
-    contains "$OUT" "mem=200000"
+    contains "$ERR" "2 done, 2 up to date"
     equals "$(wc -c < data/big.txt)" "200000"
 }
 

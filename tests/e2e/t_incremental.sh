@@ -306,7 +306,7 @@ test_memory_values_of_skipped_steps_come_from_the_cache() {
 return pipeline{
   node{ name = "make", outputs = "t",
         func = function() io.open("ran_make", "w"):close()
-                          return { list = { 1, 2.5, "x" }, flag = true, big = string.rep("z", 2000) } end },
+                          return { list = { 1, 2.5, "x" }, flag = true, big = string.rep("z", SIZE or 200) } end },
   node{ name = "use", inputs = { "t", "params:k" }, outputs = "u",
         func = function(t, k) io.open("ran_use", "w"):close()
                               return string.format("%s %s %s %d %s", math.type(t.list[1]), t.list[2], t.list[3], #t.big, k) end },
@@ -324,21 +324,201 @@ local r = flow.run(dofile("pipeline.lua"), { params = { k = "three" } })
 print(r.outputs.u)
 L
     run_flow 0 run driver.lua
-    equals "$OUT" "integer 2.5 x 2000 three"
+    equals "$OUT" "integer 2.5 x 200 three"
+    [ ! -e .flow/cache/values ] || fail "a value small enough for its record got a file"
 }
 
+# A large value that only steps read is not kept between runs: nothing of
+# it is written (no file in .flow/cache/values), its step's record names it
+# by the step's fingerprint, and a reader that runs while its producer is up
+# to date has the producer called again for it (-v says so); the producer
+# stays up to date.  A driver gets it among the outputs of a selection that
+# ends with it.
+test_a_large_value_only_steps_read_is_made_again_when_a_reader_needs_it() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "make", outputs = "t",
+        func = function() io.open("ran_make", "w"):close()
+                          return { list = { 1, 2.5, "x" }, big = string.rep("z", 2000) } end },
+  node{ name = "use", inputs = { "t", "params:k" }, outputs = "u",
+        func = function(t, k) io.open("ran_use", "w"):close() return #t.big .. " " .. k end },
+  node{ name = "also", inputs = "t", outputs = "a", func = function(t) return t.list[3] end },
+}
+L
+    write conf/base/parameters.yml <<'Y'
+k: one
+Y
+    run_flow 0 run
+    [ ! -e .flow/cache/values ] || fail "a value not kept got a file"
+    contains "$(grep '"step":"make"' .flow/runs/latest/journal.jsonl)" '"recompute":true'
+    rm -f ran_*
+    run_flow 0 run
+    equals "$(ran)" "" "a rerun"
+    run_flow 0 run -v --params k=two
+    equals "$(ran)" "make use " "the reader, and its producer called again"
+    contains "$ERR" "up to date  make"
+    contains "$ERR" "flow: make: called again for 't' (a memory value, not kept between runs)"
+    contains "$ERR" "1 done, 2 up to date"
+    rm -f ran_*
+    run_flow 0 run --params k=two
+    equals "$(ran)" "" "the rerun after it"
+    write driver.lua <<'L'
+local p = dofile("pipeline.lua")
+print(flow.run(p, { params = { k = "three" } }).outputs.u)
+print(#flow.run(p, { to_outputs = "t" }).outputs.t.big)
+L
+    run_flow 0 run driver.lua
+    equals "$OUT" "$(printf '2000 three\n2000')"
+}
+
+# A selection whose step reads a value not kept selects its producer too
+# (and so on up): up to date, it is called again for the reader; changed
+# since, it runs.
+test_a_selection_selects_the_producers_of_values_not_kept() {
+    write pipeline.lua <<'L'
+local function mark(s) io.open("ran_" .. s, "w"):close() end
+return pipeline{
+  node{ name = "make", outputs = "t", func = function() mark("make") return string.rep("z", 2000) end },
+  node{ name = "mid", inputs = "t", outputs = "m", func = function(t) mark("mid") return t .. string.rep("y", 10) end },
+  node{ name = "use", inputs = { "m", "params:k" }, outputs = "u",
+        func = function(m, k) mark("use") return #m .. " " .. k end },
+}
+L
+    write conf/base/parameters.yml <<'Y'
+k: one
+Y
+    run_flow 0 run
+    rm -f ran_*
+    run_flow 0 run --nodes use --params k=two
+    equals "$(ran)" "make mid use " "the reader and the producers called again"
+    contains "$ERR" "1 done, 2 up to date"
+    rm -f ran_*
+    sed -i 's/string.rep("y", 10)/string.rep("y", 20)/' pipeline.lua
+    run_flow 0 run --nodes use --params k=two
+    equals "$(ran)" "make mid use " "a changed producer runs"
+    contains "$ERR" "2 done, 1 up to date"
+    write driver.lua <<'L'
+print(flow.run(dofile("pipeline.lua"), { nodes = "use", params = { k = "three" } }).outputs.u)
+L
+    run_flow 0 run driver.lua
+    equals "$OUT" "2020 three"
+}
+
+# A long chain of values not kept is made again link by link, not by
+# recursion (60 links ran out of C stack), and a link that fails is named.
+test_a_long_chain_of_values_not_kept_is_made_again() {
+    write pipeline.lua <<'L'
+local nodes = { node{ name = "s1", outputs = "d1", func = function() return string.rep("z", 1000) end } }
+for k = 2, 60 do
+  nodes[k] = node{ name = "s" .. k, inputs = "d" .. (k - 1), outputs = "d" .. k, func = function(t)
+    if k == 7 and io.open("fail") then error("link 7 broke") end
+    return t .. "y" end }
+end
+nodes[61] = node{ name = "last", inputs = { "d60", "params:k" }, outputs = "r", func = function(t, k) return #t .. k end }
+return pipeline(nodes)
+L
+    write conf/base/parameters.yml <<'Y'
+k: one
+Y
+    run_flow 0 run
+    run_flow 0 run --params k=two
+    contains "$ERR" "1 done, 60 up to date"
+    write driver.lua <<'L'
+print(flow.run(dofile("pipeline.lua"), { params = { k = "three" } }).outputs.r)
+L
+    run_flow 0 run driver.lua
+    equals "$OUT" "1059three"
+    touch fail
+    run_flow 1 run --params k=four
+    contains "$ERR" "step 'last': input 'd60' is not kept between runs, and making it again called step 's7' (up to date, upstream of it), which failed: pipeline.lua:4: link 7 broke"
+}
+
+# --resume after a failure: the step the run completed is not run again,
+# but its value, not kept, is made again for the reader that failed.
+test_resume_makes_again_a_value_not_kept() {
+    write pipeline.lua <<'L'
+local function mark(s) io.open("ran_" .. s, "w"):close() end
+return pipeline{
+  node{ name = "make", outputs = "t", func = function() mark("make") return string.rep("z", 2000) end },
+  node{ name = "use", inputs = "t", outputs = "u", func = function(t)
+          mark("use")
+          if io.open("fail") then error("asked to fail") end
+          return #t end },
+}
+L
+    touch fail
+    run_flow 1 run
+    rm -f ran_* fail
+    run_flow 0 run --resume
+    equals "$(ran)" "make use " "the reader, and its producer called again"
+    contains "$ERR" "1 done, 1 up to date"
+    write driver.lua <<'L'
+print(flow.run(dofile("pipeline.lua")).outputs.u)
+L
+    run_flow 0 run driver.lua
+    equals "$OUT" "2000"
+}
+
+# Two readers that run at once need one value not kept: its producer, which
+# waits (flow.sh), is called once for both.
+test_a_value_not_kept_is_made_once_for_readers_at_once() {
+    write pipeline.lua <<'L'
+local function log(s) local f = io.open("calls", "a"); f:write(s, "\n"); f:close() end
+return pipeline{
+  node{ name = "make", outputs = "t",
+        func = function() log("make"); flow.sh("sleep 0.2"); return string.rep("z", 2000) end },
+  node{ name = "r1", inputs = { "t", "params:k" }, outputs = "u1", func = function(t, k) return #t .. k end },
+  node{ name = "r2", inputs = { "t", "params:k" }, outputs = "u2", func = function(t, k) return #t .. k end },
+}
+L
+    write conf/base/parameters.yml <<'Y'
+k: one
+Y
+    run_flow 0 run
+    rm -f calls
+    run_flow 0 run -j 2 --params k=two
+    contains "$ERR" "2 done, 1 up to date"
+    equals "$(cat calls)" "make" "the producer's calls"
+}
+
+# A producer that fails when it is called again fails the reader that
+# needed it, naming both.
+test_a_producer_that_fails_when_called_again_fails_its_reader() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "make", outputs = "t", func = function()
+          if io.open("fail") then error("the source is gone") end
+          return string.rep("z", 2000) end },
+  node{ name = "use", inputs = { "t", "params:k" }, outputs = "u", func = function(t, k) return #t .. k end },
+}
+L
+    write conf/base/parameters.yml <<'Y'
+k: one
+Y
+    run_flow 0 run
+    touch fail
+    run_flow 1 run --params k=two
+    contains "$ERR" "step 'use': input 't' is not kept between runs, and calling its producer 'make' (up to date) again for it failed: pipeline.lua:3: the source is gone"
+    no_crash
+}
+
+# A function value a step reads is not kept: nothing reruns.  One that no
+# step reads (a result) cannot be cached: its step always runs, and
+# --explain says why.
 test_function_outputs_that_cannot_be_cached_always_rerun() {
     write pipeline.lua <<'L'
 return pipeline{
   node{ name = "fn", outputs = "f", func = function() io.open("ran_fn", "w"):close() return function() return 1 end end },
   node{ name = "call", inputs = "f", outputs = "r", func = function(f) io.open("ran_call", "w"):close() return f() end },
+  node{ name = "fn_result", outputs = "g", func = function() io.open("ran_fn_result", "w"):close() return print end },
 }
 L
     run_flow 0 run
     rm -f ran_*
     run_flow 0 run --explain
-    equals "$(ran)" "call fn " "uncacheable"
-    contains "$ERR" "its output 'f' cannot be cached (value is a function)"
+    equals "$(ran)" "fn_result " "uncacheable"
+    contains "$ERR" "explain: call is up to date"
+    contains "$ERR" "its output 'g' cannot be cached (value is a function)"
 }
 
 test_journal_records_the_run() {
@@ -417,7 +597,9 @@ L
 test_clean_removes_old_runs_and_unused_cache_entries() {
     write pipeline.lua <<'L'
 return pipeline{
-  node{ name = "big", inputs = "params:n", outputs = "b", func = function(n) return string.rep("x", 1000 + n) end },
+  -- (its second output, which no step reads, keeps its large value)
+  node{ name = "big", inputs = "params:n", outputs = { "b", "n" },
+        func = function(n) local s = string.rep("x", 1000 + n) return s, #s end },
   node{ name = "len", inputs = "b", outputs = "l", func = function(b) io.open("ran_len", "w"):close() return #b end },
 }
 L

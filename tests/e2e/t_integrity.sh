@@ -141,9 +141,11 @@ return pipeline{
   -- an error message of the Lua code itself
   node{ name = "login", outputs = "session",
         func = function() error("login failed for tok-SECRET-4242") end },
-  -- a value holding the secret: used in memory, never cached
+  -- a value holding the secret: used in memory, never cached (a step reads
+  -- it: not kept; a result: cannot be cached)
   node{ name = "token", outputs = "t", func = function() return "Bearer tok-SECRET-4242" end },
   node{ name = "use", inputs = "t", outputs = "n", func = function(t) return #t end },
+  node{ name = "token_result", outputs = "t2", func = function() return "Bearer tok-SECRET-4242" end },
   -- a command line holding it (the log's header)
   node{ name = "call", command = { "true", "${params.api_key}" } },
 }
@@ -154,9 +156,11 @@ L
     equals "$hits" "" "files under .flow/ holding the credential"
     contains "$(cat .flow/runs/latest/run.json)" "login failed for ***" "run.json"
     contains "$(cat .flow/runs/latest/journal.jsonl)" "the service rejected key ***" "the journal"
-    # The step with the secret in its output is not taken as up to date next time.
+    # The step with the secret in its result is not taken as up to date next
+    # time; the one whose value a step reads was not kept: it stands.
     run_flow 1 run -k --env "stage$SECRET" --params "api_key=$SECRET" --explain
-    contains "$ERR" "token runs: its output 't' cannot be cached (it holds a credential"
+    contains "$ERR" "token_result runs: its output 't2' cannot be cached (it holds a credential"
+    contains "$ERR" "explain: token is up to date"
     # --resume cannot use arguments it never stored.
     run_flow 2 run --resume
     contains "$ERR" "had a credential among its arguments"

@@ -3,13 +3,15 @@
 # output never destroys an input.
 
 # A producer whose value is big enough to be cached in its own file, and a
-# consumer that sums it; the consumer reruns when parameter k changes.
+# consumer that sums it; the consumer reruns when parameter k changes.  (The
+# producer's second output, a result no step reads, makes it keep its values:
+# a large value only steps read is not kept at all.)
 cached_value_pipeline() {
     write pipeline.lua <<'L'
 local function make()
   local t = {}
   for i = 1, 300 do t[i] = 1 end
-  return t
+  return t, #t
 end
 local function total(t, k)
   if io.open("fail") then error("asked to fail") end
@@ -18,7 +20,7 @@ local function total(t, k)
   return s .. " " .. k
 end
 return pipeline{
-  node{ func = make, outputs = "ones", name = "make" },
+  node{ func = make, outputs = { "ones", "count" }, name = "make" },
   node{ func = total, inputs = { "ones", "params:k" }, outputs = "sum", name = "total" },
 }
 L
@@ -401,9 +403,10 @@ return pipeline{
         func = function(p) return { z_last = #p, a_first = p[3] } end },
   node{ name = "yields", inputs = "zz", outputs = "y",
         func = function(zz) return zz + tonumber(flow.sh("echo 4")) end },
-  -- the stdlib's: a parameter input, a value over the inline size, a dataset
-  -- the catalog keeps; then one that reads them in memory (in C), and on the
-  -- rerun from the state (the stdlib's)
+  -- the stdlib's: a parameter input, a dataset the catalog keeps; in C, a
+  -- value over the inline size, which is not kept; then one that reads them
+  -- in memory (in C), and on the rerun from the state (the stdlib's, which
+  -- calls big again)
   node{ name = "param", inputs = { "params:k", "aa" }, outputs = "pk", func = function(k, aa) return k * #aa.x end },
   node{ name = "big", outputs = "big", func = function() return string.rep("x", 600) end },
   node{ name = "persist", inputs = "q", outputs = "kept", func = function(q) return { q = q } end },
@@ -441,7 +444,7 @@ L
     export FLOW_DEBUG_UPTODATE=1
     bodies_runs
     local first=$FIRST second=$SECOND value=$VALUE
-    equals "$BODIES" "flow: Lua step bodies in C: 9" "the steps the C path took"
+    equals "$BODIES" "flow: Lua step bodies in C: 10" "the steps the C path took"
     FLOW_DEBUG_LUA_BODIES=1 bodies_runs
     equals "$BODIES" "" "no step in C under FLOW_DEBUG_LUA_BODIES"
     equals "$FIRST" "$first" "first run's records"
@@ -523,9 +526,11 @@ json.load(open(".flow/runs/latest/run.json"))' || return 1
 # restored from their records, as on the run that made them: a step gets its
 # own copy of a table input (b's change to v is not c's), and a value that
 # would not read back as it was (a table with a metatable, a table held
-# twice, a list too deep for Lua to compile back) is not kept: its producer
-# runs again, and --explain says why.  The stdlib's path
-# (FLOW_DEBUG_LUA_BODIES) reads what the C path reads.
+# twice, a list too deep for Lua to compile back) is not kept: its producer,
+# up to date, is called again for the reader that runs.  Such a value that
+# no step reads (a result) cannot be cached: its step runs again, and
+# --explain says why.  The stdlib's path (FLOW_DEBUG_LUA_BODIES) reads what
+# the C path reads.
 test_a_step_reads_on_a_rerun_what_it_read_on_the_first_run() {
     write pipeline.lua <<'L'
 local Point = {}; Point.__index = Point
@@ -548,6 +553,10 @@ return pipeline{
         outputs = "deep", name = "d" },
   node{ func = function(t) local n = 0 while t do n, t = n + 1, t[4] end seen("dd", n) return 1 end, -- reader
         inputs = "deep", outputs = "u", name = "dd" },
+  node{ func = function() return setmetatable({ x = 3, y = 4 }, Point) end, outputs = "pt_result", name = "mr" },
+  node{ func = function() local s = { 1 } return { s, s } end, outputs = "sh_result", name = "sr" },
+  node{ func = function() local t = {} for _ = 1, 64 do t = { 0, 0, 0, t } end return t end,
+        outputs = "deep_result", name = "dr" },
 }
 L
     run_flow 0 run
@@ -559,9 +568,13 @@ L
     run_flow 0 run --explain
     equals "$(cat seen_c seen_mm seen_ss seen_dd)" "$first" "what the readers read on the rerun"
     contains "$ERR" "explain: a is up to date"
-    contains "$ERR" "explain: m runs: its output 'pt' cannot be cached (value has a metatable"
-    contains "$ERR" "explain: s runs: its output 'sh' cannot be cached (value[2] is a table the value holds twice"
-    contains "$ERR" "explain: d runs: its output 'deep' cannot be cached (value is nested too deeply to be read back"
+    contains "$ERR" "explain: m is up to date"
+    contains "$ERR" "flow: m: called again for 'pt' (a memory value, not kept between runs)"
+    contains "$ERR" "flow: s: called again for 'sh'"
+    contains "$ERR" "flow: d: called again for 'deep'"
+    contains "$ERR" "explain: mr runs: its output 'pt_result' cannot be cached (value has a metatable"
+    contains "$ERR" "explain: sr runs: its output 'sh_result' cannot be cached (value[2] is a table the value holds twice"
+    contains "$ERR" "explain: dr runs: its output 'deep_result' cannot be cached (value is nested too deeply to be read back"
     rm -rf .flow seen_*
     FLOW_DEBUG_LUA_BODIES=1 run_flow 0 run
     equals "$(cat seen_c seen_mm seen_ss seen_dd)" "$first" "what the readers read through the stdlib"

@@ -748,6 +748,25 @@ static void test_serialize_exact(void)
            "assert(cache.serialize('a\\0001\\n') == 'return \"a\\\\0001\\\\n\"')");
 }
 
+/* serialize(v, max): the same text when it fits in max bytes, else nil and
+ * why, at whatever point the text grew past max (a long string, a long
+ * table); a value that cannot be serialised is refused as it is without a
+ * limit. */
+static void test_serialize_max(void)
+{
+    lua_ok("local t = {} for i = 1, 100 do t[i] = i end\n"
+           "local whole = cache.serialize(t)\n"
+           "assert(cache.serialize(t, #whole) == whole)\n"
+           "local s, why = cache.serialize(t, #whole - 1)\n"
+           "assert(s == nil and why:find('more than ' .. (#whole - 1) .. ' bytes', 1, true), why)\n"
+           "assert(cache.serialize(string.rep('x', 1000), 100) == nil)\n"
+           "assert(cache.serialize({ a = string.rep('x', 1000) }, 100) == nil)\n"
+           "assert(cache.serialize(12345, 100) == 'return 12345')\n"
+           "local _, f = cache.serialize({ print }, 100)\n"
+           "assert(f:find('is a function'), f)\n"
+           "assert(not pcall(cache.serialize, 1, -1))");
+}
+
 static void test_serialize_numbers(void)
 {
     lua_ok("roundtrip({1, 1.0, -0.0, 0.0, 1/0, -1/0, 0/0, math.mininteger, math.maxinteger,"
@@ -976,6 +995,7 @@ int main(void)
     RUN(test_serialize_deterministic);
     RUN(test_serialize_depth);
     RUN(test_serialize_errors);
+    RUN(test_serialize_max);
     RUN(test_deserialize_errors);
     RUN(test_deserialize_sandbox);
     RUN(test_lua_hashes_and_journal);
