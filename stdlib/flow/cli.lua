@@ -110,6 +110,11 @@ options:
   --log-format FMT   text (default) or json: every line on stderr a JSON object
                      (messages, each step's start and end, -v output, the run's end)
 
+An option that takes a list may be given again, and adds to it as if the
+values were joined with commas: --params (a later key wins), the selections
+and --load-versions.  Any other option takes one value: given twice with two
+values, it is an error.
+
 exit status: 0 success, 1 a step failed, 2 usage, script or graph error,
 130 interrupted.]],
   sweep = [[
@@ -386,7 +391,7 @@ local function enter_project(dir)
   core.chdir(dir)
 end
 
-local CONFIG_OPTIONS = { env = "value", e = "env", params = "value", p = "params", conf = "value" }
+local CONFIG_OPTIONS = { env = "value", e = "env", params = "commas", p = "params", conf = "value" }
 
 local function with_config(t)
   for k, v in pairs(CONFIG_OPTIONS) do t[k] = v end
@@ -398,18 +403,18 @@ local OPTIONS = {
   run = with_config { pipeline = "value", jobs = "value", j = "jobs", ["keep-going"] = "flag",
                       k = "keep-going", ["dry-run"] = "flag", n = "dry-run", verbose = "flag",
                       v = "verbose", quiet = "flag", q = "quiet", progress = "value",
-                      nodes = "value", ["from-nodes"] = "value", ["to-nodes"] = "value",
-                      tags = "value", ["from-inputs"] = "value", ["to-outputs"] = "value",
-                      namespace = "value", distributed = "value", force = "flag", explain = "flag",
-                      resume = "optional", ["load-versions"] = "value", detach = "flag",
+                      nodes = "commas", ["from-nodes"] = "commas", ["to-nodes"] = "commas",
+                      tags = "commas", ["from-inputs"] = "commas", ["to-outputs"] = "commas",
+                      namespace = "commas", distributed = "value", force = "flag", explain = "flag",
+                      resume = "optional", ["load-versions"] = "commas", detach = "flag",
                       ["submit-pipeline"] = "flag", ["log-format"] = "value" },
-  list = with_config { pipeline = "value", format = "value", nodes = "value", ["from-nodes"] = "value",
-                       ["to-nodes"] = "value", tags = "value", ["from-inputs"] = "value", ["to-outputs"] = "value",
-                       namespace = "value" },
+  list = with_config { pipeline = "value", format = "value", nodes = "commas", ["from-nodes"] = "commas",
+                       ["to-nodes"] = "commas", tags = "commas", ["from-inputs"] = "commas", ["to-outputs"] = "commas",
+                       namespace = "commas" },
   viz = with_config { pipeline = "value", format = "value", output = "value", o = "output", run = "optional" },
-  compile = with_config { pipeline = "value", output = "value", o = "output", nodes = "value",
-                          ["from-nodes"] = "value", ["to-nodes"] = "value", tags = "value",
-                          ["from-inputs"] = "value", ["to-outputs"] = "value", namespace = "value" },
+  compile = with_config { pipeline = "value", output = "value", o = "output", nodes = "commas",
+                          ["from-nodes"] = "commas", ["to-nodes"] = "commas", tags = "commas",
+                          ["from-inputs"] = "commas", ["to-outputs"] = "commas", namespace = "commas" },
   sweep = with_config { pipeline = "value", grid = "list", metric = "value", goal = "value", random = "value",
                         ["early-stop"] = "value", ["log-format"] = "value",
                         seed = "value", jobs = "value", j = "jobs", force = "flag", quiet = "flag", q = "quiet",
@@ -427,6 +432,26 @@ local OPTIONS = {
   azureml = with_config {},
   __step = with_config {},
 }
+
+-- What an option takes (any other entry in OPTIONS names the option it is short for):
+--   flag      nothing; given twice, it is still given
+--   value     one value; given again with another value, an error (which would win?)
+--   optional  a value or nothing (--resume [RUN_ID]); given twice, as value
+--   commas    a comma-separated list (--nodes a,b, --params a=1,b=2): given again,
+--             it adds to it, as if the values were joined with commas
+--   list      a value each time, kept apart in a table (sweep's --grid)
+local KINDS = { flag = true, value = true, optional = true, commas = true, list = true }
+
+-- A single-valued option may be repeated only with the same value.
+local function set_once(opts, name, value)
+  local old = opts[name]
+  if old ~= nil and old ~= value then
+    local function shown(v) return v == true and "without a value" or string.format("'%s'", v) end
+    usage_error("option '%s%s' given twice (%s, then %s): it takes one value", #name > 1 and "--" or "-", name,
+                shown(old), shown(value))
+  end
+  opts[name] = value
+end
 
 -- Parse args for `cmd`: returns options table and positional list.
 -- Short flags combine (-nv is -n -v); a short option's value may follow it (-j4).
@@ -460,13 +485,11 @@ local function parse_args(cmd, args)
     end
     if name then
       local kind = spec[name]
-      if kind and kind ~= "flag" and kind ~= "value" and kind ~= "optional" and kind ~= "list" then
-        name, kind = kind, spec[kind]
-      end
+      if kind and not KINDS[kind] then name, kind = kind, spec[kind] end
       if not kind then
         local long = {}
         for k, v in pairs(spec) do
-          if #k > 1 and (v == "flag" or v == "value" or v == "optional" or v == "list") then long[#long + 1] = k end
+          if #k > 1 and KINDS[v] then long[#long + 1] = k end
         end
         usage_error("unknown option '%s' for 'flow %s'%s", a, cmd,
                     util.did_you_mean(name, long):gsub("'(.-)'", "'--%1'", 1))
@@ -483,18 +506,20 @@ local function parse_args(cmd, args)
           i = i + 1                        -- flow config --explain KEY (or flow config KEY --explain)
           value = args[i]
         end
-        opts[name] = value or true
-      elseif kind == "value" or kind == "list" then
+        set_once(opts, name, value or true)
+      elseif kind == "value" or kind == "commas" or kind == "list" then
         if not value then
           i = i + 1
           value = args[i]
           if not value then usage_error("option '%s' needs a value", a) end
         end
-        if kind == "list" then             -- given again, it adds to the list
+        if kind == "list" then
           opts[name] = opts[name] or {}
           table.insert(opts[name], value)
+        elseif kind == "commas" then
+          opts[name] = opts[name] and opts[name] .. "," .. value or value
         else
-          opts[name] = value
+          set_once(opts, name, value)
         end
       else
         if value then usage_error("option '%s' takes no value", a) end

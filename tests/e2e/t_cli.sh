@@ -370,3 +370,64 @@ test_new_refuses_a_name_with_a_control_character() {
     made=$(ls | grep -v -e '^stdout.txt$' -e '^stderr.txt$' || true)
     [ -z "$made" ] || { echo "flow new made something: $made"; return 1; }
 }
+
+# A list flag given again adds to its list (as if the values were joined with
+# commas), and so does --params (a later key wins); every command that shares
+# the parser does so.  (Each was kept only as its last occurrence.)
+test_repeated_list_flags_and_params_accumulate() {
+    write conf/base/parameters.yml <<'Y'
+a: 0
+b: 0
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function(p) print("a=" .. p.a .. " b=" .. p.b) return 1 end, inputs = "parameters",
+        outputs = "x", name = "one", tags = "t1" },
+  node{ func = function() return 1 end, outputs = "y", name = "two", tags = "t2" },
+  node{ func = function() return 1 end, outputs = "z", name = "three", tags = "t3" },
+}
+L
+    run_flow 0 run -n --nodes one --nodes two
+    contains "$OUT" "2 of 2 selected steps would run"
+    run_flow 0 run -n --tags t1 --tags=t3
+    contains "$OUT" "one"
+    contains "$OUT" "three"
+    not_contains "$OUT" "two"
+    run_flow 0 run -n --to-outputs x --to-outputs y,z
+    contains "$OUT" "3 of 3 selected steps would run"
+    run_flow 0 list --nodes one --nodes three
+    contains "$OUT" "three"
+    not_contains "$OUT" "two"
+    run_flow 0 run --nodes one --params a=1 -p b=5 --params b=2
+    contains "$OUT" "a=1 b=2"
+    run_flow 0 config parameters --params a=1 --params=b=2
+    contains "$OUT" "a: 1"
+    contains "$OUT" "b: 2"
+    run_flow 2 run --params a=1 --params 'b="open'
+    contains "$ERR" "--params: unterminated quoted string"
+}
+
+# A single-valued flag given twice with two values is refused, naming it (it
+# kept the last one); the same value twice is one choice.
+test_single_valued_flag_given_twice_exits_2() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() return 1 end, outputs = "x", name = "a" } }
+L
+    run_flow 2 run --env dev -e prod
+    contains "$ERR" "option '--env' given twice ('dev', then 'prod'): it takes one value"
+    run_flow 2 run -n -j 2 --jobs=3
+    contains "$ERR" "option '--jobs' given twice ('2', then '3')"
+    run_flow 2 run --pipeline p --pipeline q
+    contains "$ERR" "option '--pipeline' given twice"
+    run_flow 2 run --resume r1 --resume r2
+    contains "$ERR" "option '--resume' given twice ('r1', then 'r2')"
+    run_flow 2 viz --format dot --format mermaid
+    contains "$ERR" "option '--format' given twice"
+    run_flow 2 sweep --grid a=1,2 --metric m --metric n
+    contains "$ERR" "option '--metric' given twice"
+    run_flow 2 compile --env a --env b
+    contains "$ERR" "option '--env' given twice"
+    no_crash
+    run_flow 0 run -n --env local --env local -j 2 -j2 --force --force
+    contains "$OUT" "1 of 1 selected steps would run"
+}
