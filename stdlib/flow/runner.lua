@@ -163,9 +163,21 @@ end
 -- calls from a driver script start from it.
 M.defaults = {}
 
--- Everything a run or a listing needs before any step runs (flow.plan).
+-- --resume runs with the parameters the run had, or not at all: the same
+-- command line may give others (conf/ edited since), and a resumed run that
+-- mixed two sets of parameters would look finished.
+local function check_resumed_params(plan, resume)
+  if type(resume.params_hash) ~= "string" then return end     -- (a journal from before the check)
+  if fingerprint.hasher():value(plan.settings.params) == resume.params_hash then return end
+  util.setup_error(string.format("--resume: the parameters differ from run %s's (conf/ or the script "
+                                 .. "changed since); start a new run instead", resume.run))
+end
+
+-- Everything a run or a listing needs before any step runs (flow.plan); a
+-- resumed run's checks too, so that --dry-run refuses what the run would.
 function M.prepare(p, opts, level)
   local plan = plan_mod.prepare(p, opts, M.defaults, (level or 1) + 1)     -- not a tail call: one more level
+  if opts.resume then check_resumed_params(plan, opts.resume) end
   return plan
 end
 
@@ -230,16 +242,6 @@ function Run:start_journal(plan, opts)
     -- a run flow.run started (a driver script, the REPL's run{}, a sweep's
     -- trial) has no command line of its own: --resume refuses it
     via = not opts.command_line and "flow.run" or nil }, true)
-end
-
--- --resume runs with the parameters the run had, or not at all: the same
--- command line may give others (conf/ edited since), and a resumed run that
--- mixed two sets of parameters would look finished.
-local function check_resumed_params(plan, resume)
-  if type(resume.params_hash) ~= "string" then return end     -- (a journal from before the check)
-  if fingerprint.hasher():value(plan.settings.params) == resume.params_hash then return end
-  util.setup_error(string.format("--resume: the parameters differ from run %s's (conf/ or the script "
-                                 .. "changed since); start a new run instead", resume.run))
 end
 
 local EMPTY_RECORD = {}      -- a step whose record the run did not keep
@@ -344,7 +346,6 @@ function M.run(p, opts, level)
   opts = opts or {}
   if M.child then return execute.run_child(M.child, pipeline.is_node(p) and pipeline.pipeline({ p }) or p) end
   local plan = M.prepare(p, opts, (level or 1) + 1)
-  if opts.resume then check_resumed_params(plan, opts.resume) end
   local secrets = credentials.check(plan.nodes, plan.settings, plan.cat, plan.selected)
   for _, n in ipairs(plan.nodes) do step_secrets[n] = secrets[n] end
   state_mod.lock()

@@ -321,3 +321,35 @@ L
     run_flow 0 run --resume
     contains "$ERR" "resuming run"
 }
+
+# --resume --dry-run checks what --resume checks: with the parameters changed
+# since the run it showed a plan that the resume itself then refused.
+test_resume_dry_run_refuses_changed_parameters() {
+    write conf/base/parameters.yml <<'Y'
+k: 1
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo ${params.k} > ${outputs.o}", outputs = { o = "a_out" }, name = "a" },
+  node{ command = "test -e ok && cat ${inputs.i}", inputs = { i = "a_out" }, name = "b" },
+}
+L
+    run_flow 1 run
+    touch ok
+    echo 'k: 2' > conf/base/parameters.yml
+    run_flow 2 run --resume
+    local refused
+    refused=$(grep 'error:' stderr.txt)
+    contains "$refused" "--resume: the parameters differ from run"
+    run_flow 2 run --resume --dry-run
+    contains "$ERR" "$refused"
+    not_contains "$OUT" "selected steps would run"
+    run_flow 2 run --resume -n --params k=3
+    contains "$ERR" "drop --params"
+    echo 'k: 1' > conf/base/parameters.yml
+    run_flow 0 run --resume --dry-run
+    contains "$ERR" "what resuming run"
+    contains "$OUT" "1 of 2 selected steps would run"
+    run_flow 0 run --resume
+    contains "$ERR" "resuming run"
+}
