@@ -560,6 +560,16 @@ local function set_defaults(opts)
                       distributed = opts.distributed }
 end
 
+-- The command line's configuration loaded (and its redactor made flow's)
+-- before the script's top level runs: what that prints or raises, such as a
+-- credential's variable read with os.getenv, is masked as a step's is.  A
+-- configuration that does not load is reported by the run that loads it
+-- (runner.prepare, with the run's own options), not here.
+local function know_secrets()
+  local d = runner.defaults
+  pcall(require("flow.settings").load, { conf = d.conf, env = d.env, params_spec = d.params_spec, quiet = true })
+end
+
 -- Load the script, run its top level, return the chosen pipeline.
 local function load_pipeline(path, name)
   local dir, base = path:match("^(.*)/([^/]*)$")
@@ -569,6 +579,7 @@ local function load_pipeline(path, name)
   end
   if dir and dir ~= "" then core.chdir(dir) end
   runner.defaults.script = base or path
+  know_secrets()
   local flow = require("flow")
   for _, k in ipairs({ "node", "pipeline", "distributed_job", "Framework" }) do _G[k] = flow[k] end
   _G.flow = flow

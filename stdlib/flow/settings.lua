@@ -62,8 +62,9 @@ local function check_pools(cfg)
   return out
 end
 
--- load{conf =, env =, params_spec =, params =} -> settings
+-- load{conf =, env =, params_spec =, params =, quiet =} -> settings
 -- settings = { env =, cfg = (userdata or nil), params = (table) }
+-- (quiet: the configuration's warnings are not printed; a later load prints them.)
 function M.load(opts)
   local conf = opts.conf or "conf"
   local env, explicit = pick_env(opts.env)
@@ -85,7 +86,9 @@ function M.load(opts)
   end
   local ok, cfg = pcall(config.load, kind == "directory" and conf or "/nonexistent/flow-conf", overlay)
   if not ok then M.fail("%s", tostring(cfg)) end
-  for _, w in ipairs(cfg:warnings()) do core.ui_warn(w) end
+  if not opts.quiet then
+    for _, w in ipairs(cfg:warnings()) do core.ui_warn(w) end
+  end
   if opts.params_spec then
     local okp, err = pcall(cfg.override, cfg, opts.params_spec)
     if not okp then M.fail("%s", cfg:redact(tostring(err))) end     -- (before activate: masked here)

@@ -321,3 +321,30 @@ L
     not_contains "$(cat viz.html) $OUT" "Sup3rSecretPw" "flow viz"
     unset DB_PW
 }
+
+# The script's top level runs before a run loads the configuration: a
+# credential's variable read there with os.getenv was shown in clear in the
+# error that stopped it, and by print.  The configuration of the command
+# line's environment is loaded first now, so both are masked.
+test_a_credential_read_by_the_scripts_top_level_is_masked() {
+    export API_TOKEN=top-level-T0KEN-value
+    write conf/prod/credentials.yml <<'Y'
+api:
+  token: ${env:API_TOKEN}
+Y
+    write pipeline.lua <<'L'
+print("token " .. os.getenv("API_TOKEN"))
+error("bad token " .. os.getenv("API_TOKEN"))
+L
+    for cmd in run list viz; do
+        run_flow 2 $cmd --env prod
+        contains "$ERR" "pipeline.lua:2: bad token ***"
+        contains "$OUT" "token ***"
+        not_contains "$OUT$ERR" "$API_TOKEN" "flow $cmd's output"
+    done
+    # a conf/ that does not load is reported as before: the script's error first
+    echo 'api: [' > conf/prod/credentials.yml
+    run_flow 2 run --env prod
+    contains "$ERR" "pipeline.lua:2: bad token"
+    unset API_TOKEN
+}
