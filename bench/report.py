@@ -19,6 +19,7 @@ import sys
 NAMES = {
     "flow": "flow", "ninja": "ninja", "make": "make", "snakemake": "snakemake",
     "flow-lua": "flow", "flow-version": "`flow --version`", "flow-one": "`flow run` (one step)",
+    "flow-values": "flow",
 }
 COMMANDS = {
     "flow": "`flow run -j 2 2>/dev/null`", "ninja": "`ninja -j 2`", "make": "`make -j 2`",
@@ -446,6 +447,28 @@ def main():
                     "azure-ai-ml SDK" if tool == AML_PEER else tool, n_str(n), fmt_s(r["wall"]),
                     fmt_ratio(ratio(r["wall"], f and f["wall"])), fmt_mb(r["rss"]), r["reps"],
                     " ".join(fmt_s(x) for x in r["walls"]) or "—", r["note"].replace("|", "\\|")))
+        w("")
+
+    # ---------------------------------------------------------------- large memory values
+    vals, edit = get("values", "flow-values"), get("values-edit", "flow-values")
+    if vals:
+        num = (9 if has13 else 8) if targets12 else 0
+        w("## %sLarge memory values (no target)" % ("%d. " % num if num else ""))
+        w("")
+        w("A chain of N Lua steps, each handing the next a table of 20,000 numbers (about 200 KB "
+          "serialised), and a last step reading the chain's end and parameter `k` (`bench/gen.py --values`). "
+          "Such values are not kept between runs ([docs/data.md](../docs/data.md#memory-values-between-runs)): "
+          "the run from `rm -rf .flow` writes nothing of them, and the rerun with `--params k=…` (only the last "
+          "step runs; checked in `run.json`) has every function of the chain called again for it. Alternating: "
+          "a run from clean, then the rerun, each round.")
+        w("")
+        w("| run | N | wall, median (s) | peak RSS (MB) | runs | every run (s), in order | note |")
+        w("|---|--:|--:|--:|--:|---|---|")
+        for label, r in (("from clean", vals), ("the last step's parameter changed", edit)):
+            if r:
+                w("| %s | %s | %s | %s | %s | %s | %s |" % (
+                    label, n_str(r["n"]), fmt_s(r["wall"]), fmt_mb(r["rss"]), r["reps"],
+                    " ".join(fmt_s(x) for x in r["walls"]) or "—", r["note"]))
         w("")
 
     # ---------------------------------------------------------------- analysis

@@ -6,9 +6,10 @@
 #
 # Rows: 1,000 command steps on the project's own disk and on tmpfs, 10,000 on
 # the disk and their no-op rerun, 100,000 in-process Lua steps and their no-op
-# rerun, `flow --version` and a one-step `flow run`; then issue 13's Azure ML
-# dispatch, flow beside the Azure ML SDK (bench/aml.sh).  Knobs (environment):
-# BENCH_SIZES, BENCH_LUA_N, BENCH_REPS, BENCH_NOOP_REPS, BENCH_LONG,
+# rerun, `flow --version` and a one-step `flow run`, 50 Lua steps handing on
+# large values (no target); then issue 13's Azure ML dispatch, flow beside
+# the Azure ML SDK (bench/aml.sh).  Knobs (environment):
+# BENCH_SIZES, BENCH_LUA_N, BENCH_VALUES_N, BENCH_REPS, BENCH_NOOP_REPS, BENCH_LONG,
 # BENCH_SNAKEMAKE, BENCH_TMPFS, BENCH_SYNC, BENCH_HYPERFINE_RUNS,
 # BENCH_HYPERFINE_WARMUP, BENCH_AML (and aml.sh's BENCH_AML_*), BENCH_WORK,
 # BENCH_RESULTS, FLOW; see bench/README.md.
@@ -34,15 +35,16 @@ is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
 
 # ---------------------------------------------------------------- knobs
 if [ $QUICK -eq 1 ]; then
-  D_SIZES="100 300" D_LUA_N=2000 D_HF_RUNS=20 D_HF_WARMUP=3 D_SNAKEMAKE=0 D_RESULTS=$HERE/work/RESULTS.md
+  D_SIZES="100 300" D_LUA_N=2000 D_VALUES_N=5 D_HF_RUNS=20 D_HF_WARMUP=3 D_SNAKEMAKE=0 D_RESULTS=$HERE/work/RESULTS.md
 else
-  D_SIZES="1000 10000" D_LUA_N=100000 D_HF_RUNS=200 D_HF_WARMUP=10 D_SNAKEMAKE=1 D_RESULTS=$HERE/RESULTS.md
+  D_SIZES="1000 10000" D_LUA_N=100000 D_VALUES_N=50 D_HF_RUNS=200 D_HF_WARMUP=10 D_SNAKEMAKE=1 D_RESULTS=$HERE/RESULTS.md
 fi
 FLOW=${FLOW:-$ROOT/flow}
 WORK=${BENCH_WORK:-$HERE/work}
 RESULTS_MD=${BENCH_RESULTS:-$D_RESULTS}
 SIZES=${BENCH_SIZES:-$D_SIZES}        # "SMALL LARGE": the 1,000-step rows and the 10,000-step rows
 LUA_N=${BENCH_LUA_N:-$D_LUA_N}
+VALUES_N=${BENCH_VALUES_N:-$D_VALUES_N}
 REPS=${BENCH_REPS:-3}                 # alternating rounds of every full run
 NOOP_REPS=${BENCH_NOOP_REPS:-5}       # alternating rounds of every no-op rerun
 LONG=${BENCH_LONG:-120}               # a tool whose first run takes longer (s) is run once only
@@ -56,7 +58,7 @@ JOBS=2                                # the same -j for every tool
 SNAKEMAKE_LIMIT=600                   # seconds, per Snakemake run
 
 read -r N_SMALL N_LARGE EXTRA <<<"$SIZES"
-for v in "$N_SMALL" "${N_LARGE:-}" "$LUA_N" "$REPS" "$NOOP_REPS" "$LONG" "$HF_RUNS" "$HF_WARMUP"; do
+for v in "$N_SMALL" "${N_LARGE:-}" "$LUA_N" "$VALUES_N" "$REPS" "$NOOP_REPS" "$LONG" "$HF_RUNS" "$HF_WARMUP"; do
   is_uint "$v" && [ "$v" -gt 0 ] || { say "BENCH_SIZES must be two positive numbers (\"1000 10000\"), the other numeric knobs positive integers"; exit 2; }
 done
 [ -z "${EXTRA:-}" ] || { say "BENCH_SIZES takes two numbers, the N of the 1,000-step rows and of the 10,000-step rows: got '$SIZES'"; exit 2; }
@@ -188,7 +190,7 @@ clean_state() {
     ninja) rm -rf "$dir/out" "$dir/.ninja_log" "$dir/.ninja_deps" ;;
     make) rm -rf "$dir/out" ;;
     snakemake) rm -rf "$dir/out" "$dir/.snakemake" ;;
-    flow|flow-lua) rm -rf "$dir/.flow" "$dir/out" ;;
+    flow|flow-lua|flow-values) rm -rf "$dir/.flow" "$dir/out" ;;
   esac
   [ "$SYNC" = 1 ] && sync -f "$dir"
 }
@@ -359,7 +361,7 @@ MACHINE=$WORK/machine.tsv
   printf 'GNU time\t%s\n' "$(dpkg-query -W -f '${Version}' time 2>/dev/null || /usr/bin/time --version 2>&1 | head -n 1)"
   printf 'python3\t%s\n' "$(python3 --version 2>&1)"
   printf 'sh\t%s\n' "$(readlink -f /bin/sh)"
-  printf 'settings\t%s\n' "N = $N_SMALL and $N_LARGE command steps, $LUA_N Lua steps; $REPS alternating rounds per full run, $NOOP_REPS per no-op rerun (a tool over $LONG s: once); hyperfine $HF_RUNS runs after $HF_WARMUP warm-up; sync after cleaning: $([ "$SYNC" = 1 ] && echo yes || echo no)$([ $QUICK -eq 1 ] && echo '; --quick (smoke test)')"
+  printf 'settings\t%s\n' "N = $N_SMALL and $N_LARGE command steps, $LUA_N Lua steps, $VALUES_N steps handing on large values; $REPS alternating rounds per full run, $NOOP_REPS per no-op rerun (a tool over $LONG s: once); hyperfine $HF_RUNS runs after $HF_WARMUP warm-up; sync after cleaning: $([ "$SYNC" = 1 ] && echo yes || echo no)$([ $QUICK -eq 1 ] && echo '; --quick (smoke test)')"
 } >"$MACHINE"
 say "machine: $(nproc) CPUs, $(awk -F'\t' '$1=="cpu"{print $2}' "$MACHINE"), $(awk -F'\t' '$1=="memory"{print $2}' "$MACHINE"), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -464,6 +466,47 @@ if [ ${#OK_TOOLS[@]} -gt 0 ]; then
   alternate lua-noop rerun "$LUA_N" "$NOOP_REPS" "$DISK/lua-$LUA_N" "$LUA_N Lua no-op rerun" flow-lua
 fi
 
+# ---------------------------------------------------------------- large memory values
+# A chain of VALUES_N Lua steps handing on ~200 KB tables (gen.py --values):
+# from clean, the run (and what it leaves in .flow/), then the same with
+# parameter k changed, which reruns only the last step, alternating.  flow
+# keeps nothing of such values (docs/data.md, "Memory values between runs"):
+# the changed reader has the chain's functions called again.
+values_rows() {
+  local dir=$DISK/values/flow-values i done_n utd
+  local walls="" rss=0 sizes="" ewalls="" erss=0 note=""
+  for ((i = 1; i <= REPS; i++)); do
+    clean_state flow-values "$dir"
+    time_once "$dir" "$FLOW" run -j "$JOBS"
+    if [ "$T_RC" -ne 0 ]; then note="failed (exit $T_RC)"; break; fi
+    walls+="$T_WALL "; [ "$T_RSS" -gt "$rss" ] && rss=$T_RSS
+    sizes+="$(du -sk "$dir/.flow" | cut -f1) "
+    time_once "$dir" "$FLOW" run -j "$JOBS" --params "k=$i"
+    if [ "$T_RC" -ne 0 ]; then note="the rerun failed (exit $T_RC)"; break; fi
+    read -r done_n utd _ <<<"$(flow_states "$dir")"
+    if [ "$done_n" != 1 ] || [ "$utd" != "$VALUES_N" ]; then
+      note="the rerun did other work: run.json says $done_n done, $utd up to date"; break
+    fi
+    ewalls+="$T_WALL "; [ "$T_RSS" -gt "$erss" ] && erss=$T_RSS
+  done
+  if [ -n "$note" ]; then
+    say "$VALUES_N steps handing on large values: $note"
+    record values flow-values "$VALUES_N" "" "" 0 "" "$note"
+    return
+  fi
+  local ws es zs
+  read -ra ws <<<"$walls"; read -ra es <<<"$ewalls"; read -ra zs <<<"$sizes"
+  say "$(printf '%-22s %9.3f s %8s MB, .flow %s KB; reader changed %.3f s' "values N=$VALUES_N" \
+        "$(median "${ws[@]}")" "$(mb "$rss")" "$(median "${zs[@]}")" "$(median "${es[@]}")")"
+  record values flow-values "$VALUES_N" "$(median "${ws[@]}")" "$rss" "${#ws[@]}" "${ws[*]}" \
+         ".flow/ after the run: median $(median "${zs[@]}") KB"
+  record values-edit flow-values "$VALUES_N" "$(median "${es[@]}")" "$erss" "${#es[@]}" "${es[*]}" ""
+}
+SECTION=values
+rm -rf "$DISK/values"
+python3 "$HERE/gen.py" "$VALUES_N" "$DISK/values" --values || { say "generation failed for the large values"; exit 2; }
+say "$VALUES_N steps handing on large values: $REPS rounds of a run from clean and a rerun of the last step"
+values_rows
 
 rm -rf "$DISK"
 

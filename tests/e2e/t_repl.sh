@@ -93,6 +93,23 @@ test_ctrl_c_stops_an_expression_and_a_step() {
           'send \x04' 'exit 0'
 }
 
+# load() of a value the last run did not keep (a large one only steps read)
+# says so and how to make it; run{to_outputs =} hands it back.
+test_load_of_a_value_not_kept_says_how_to_make_it() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "make", outputs = "t", func = function() return string.rep("z", 2000) end },
+  node{ name = "use", inputs = "t", outputs = "n", func = function(t) return #t end },
+}
+L
+    run_flow 0 run
+    printf 'print(load("n"))\nprint(pcall(load, "t"))\nprint(#run{to_outputs = "t"}.outputs.t)\n' |
+        "$FLOW" repl pipeline.lua >out.txt 2>err.txt
+    equals "$(cat out.txt)" "2000
+false	load: 't' is not kept between runs (a large value only steps read): run{ to_outputs = \"t\" }.outputs[\"t\"] makes it
+2000" "stdout"
+}
+
 test_piped_input_has_no_prompt() {
     repl_project
     printf 'print(params.epochs)\n1 + 1\nfor i = 1, 2 do\n  print(i)\nend\n' | "$FLOW" repl >out.txt 2>err.txt
