@@ -62,10 +62,17 @@ local function check_pools(cfg)
   return out
 end
 
--- load{conf =, env =, params_spec =, params =, quiet =} -> settings
--- settings = { env =, cfg = (userdata or nil), params = (table) }
--- (quiet: the configuration's warnings are not printed; a later load prints them.)
-function M.load(opts)
+-- The last quiet load (the command line's, made before the script's top
+-- level runs: cli.lua) and its options; the run's own load with the same
+-- options takes it once, printing the warnings it kept quiet, instead of
+-- reading conf/ again (a one-step run spent 0.6 ms on the second read).
+local preloaded
+
+local function same_load(a, b)
+  return a.conf == b.conf and a.env == b.env and a.params_spec == b.params_spec and not a.params and not b.params
+end
+
+local function load_config(opts)
   local conf = opts.conf or "conf"
   local env, explicit = pick_env(opts.env)
   local kind = core.exists(conf)
@@ -113,6 +120,25 @@ function M.load(opts)
   if not okr then M.fail("%s", tostring(err)) end
   check_flow_keys(cfg)
   return { env = env, cfg = cfg, params = cfg:get("parameters") or {}, pools = check_pools(cfg) }
+end
+
+-- load{conf =, env =, params_spec =, params =, quiet =} -> settings
+-- settings = { env =, cfg = (userdata or nil), params = (table) }
+-- (quiet: the configuration's warnings are not printed; a later load prints them.)
+function M.load(opts)
+  local pre = preloaded
+  preloaded = nil
+  if pre and not opts.quiet and same_load(pre.opts, opts) then
+    local cfg = pre.settings.cfg
+    if cfg then
+      for _, w in ipairs(cfg:warnings()) do core.ui_warn(w) end
+      cfg:activate()
+    end
+    return pre.settings
+  end
+  local settings = load_config(opts)
+  if opts.quiet then preloaded = { opts = opts, settings = settings } end
+  return settings
 end
 
 -- Closest existing parameter key, for "did you mean".
