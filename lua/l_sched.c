@@ -840,6 +840,17 @@ static int l_guard(lua_State *L)
     return guard_done(L, status, 0);
 }
 
+/* stop_if_due(): in a step's code whose stop is due (Ctrl-C, its timeout),
+ * raises it; elsewhere nothing.  For the stdlib's own loops that wait on a
+ * step's behalf (flow.values), where a sleep that a stop ends at once would
+ * otherwise turn round until the count hook looked. */
+static int l_stop_if_due(lua_State *L)
+{
+    struct step_run *st = current_step(L);
+    if (st && st->guarded && cancel_due(L, st, true)) return raise_cancel(L);
+    return 0;
+}
+
 /* After pcall, xpcall, coroutine.resume or coroutine.close (upvalue 1)
  * returned: a failure in a step that must stop hands the cancellation on. */
 static int after_catch(lua_State *L, int status, lua_KContext ctx)
@@ -1066,6 +1077,7 @@ static const luaL_Reg sched_funcs[] = {
     { "is_run", l_is_run },
     { "guard", l_guard },
     { "fingerprint", l_fingerprint },
+    { "stop_if_due", l_stop_if_due },
     { NULL, NULL }
 };
 

@@ -77,6 +77,11 @@ static int fail(struct ser *s, const char *fmt, ...)
     return -1;
 }
 
+static int too_long(struct ser *s)
+{
+    return fail(s, "the value takes more than %zu bytes", s->max_len);
+}
+
 /* ---- scalars ---------------------------------------------------------------- */
 
 static void format_integer(lua_Integer i, char *buf, size_t size)
@@ -255,11 +260,24 @@ static void path_cut(struct strbuf *path, size_t len)
 
 static int write_value(lua_State *L, struct ser *s, int idx);
 
-/* The length n of the sequence 1..n: those keys are written positionally. */
-static lua_Integer sequence_length(lua_State *L, int t)
+/* Whether `entries` more table entries may still fit the length limit: each
+ * takes 2 bytes at least ("1," or "k=1"), so a table with more than the
+ * room left is too long before its keys are read, let alone sorted. */
+static bool room_for(const struct ser *s, size_t entries)
+{
+    return !s->max_len || (s->out.len <= s->max_len && entries <= (s->max_len - s->out.len) / 2);
+}
+
+/* The length n of the sequence 1..n: those keys are written positionally
+ * (counting stops once they cannot fit: room_for). */
+static lua_Integer sequence_length(lua_State *L, const struct ser *s, int t)
 {
     lua_Integer n = 0;
-    while (lua_rawgeti(L, t, n + 1) != LUA_TNIL) { lua_pop(L, 1); n++; }
+    while (lua_rawgeti(L, t, n + 1) != LUA_TNIL) {
+        lua_pop(L, 1);
+        n++;
+        if (!room_for(s, (size_t)n)) return n;
+    }
     lua_pop(L, 1);
     return n;
 }
@@ -284,6 +302,10 @@ static int sorted_keys(lua_State *L, struct ser *s, int t, lua_Integer n, size_t
             return fail(s, "a table key at %s is a %s", s->path.buf, lua_typename(L, type));
         }
         total += !in_sequence(&k, n);
+        if (!room_for(s, total)) {             /* (the sequence is written already) */
+            lua_pop(L, 1);
+            return too_long(s);
+        }
     }
     struct key *keys = lua_newuserdatauv(L, total * sizeof *keys, 0);
     size_t i = 0;
@@ -313,7 +335,8 @@ static int write_field(lua_State *L, struct ser *s, int t, const struct key *k)
 
 static int write_entries(lua_State *L, struct ser *s, int t)
 {
-    lua_Integer n = sequence_length(L, t);
+    lua_Integer n = sequence_length(L, s, t);
+    if (!room_for(s, (size_t)n)) return too_long(s);
     for (lua_Integer i = 1; i <= n; i++) {
         struct key k = { .rank = RANK_NUMBER, .is_int = true, .i = i };
         if (i > 1) sb_addc(&s->out, ',');
@@ -375,11 +398,6 @@ static const char *scalar_literal(lua_State *L, int idx, char *buf, size_t size)
     case LUA_TNUMBER: format_number(L, idx, buf, size); return buf;
     default: return NULL;
     }
-}
-
-static int too_long(struct ser *s)
-{
-    return fail(s, "the value takes more than %zu bytes", s->max_len);
 }
 
 static int write_value(lua_State *L, struct ser *s, int idx)

@@ -133,6 +133,10 @@ local function outside_input(n, io, name, v, mode)
   if v.uri then return { name = name, type = v.uri_type, uri = v.uri, mode = mode } end
   local path = v.path
   if not path then                 -- a Lua value the last run kept: the file a command would get
+    if v.out.recompute then
+      step_error(n, "reads '%s', a memory value the last run did not keep (a large value only steps read): "
+                 .. "compile its producer with it (widen the selection), or give '%s' a catalog entry", d, d)
+    end
     local ok, value = pcall(state_mod.restore_value, v.out, d)
     if not ok then step_error(n, "reads '%s': %s", d, tostring(value)) end
     local why

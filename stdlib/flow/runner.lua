@@ -87,6 +87,7 @@ end
 function Run:attempt(n, i)
   local body = self.remote[i] and self.run_remote or n.kind == "func" and self.run_function or self.run_command
   local ok, err = sched.guard(on_step_error, body, self, n, i)
+  if self.recomputing then self:recompute_over(coroutine.running()) end
   if not ok and err.on_disk then err.message = string.format("step '%s': %s", n.name, err.message) end
   if ok or is_failure(err) then return ok, err end
   if err.cancelled then return false, cancelled_failure(n, err) end

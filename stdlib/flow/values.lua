@@ -13,6 +13,7 @@ local failure = require("flow.failure")
 local metrics = require("flow.metrics")
 local sched = require("flow.sched")
 local proc = require("flow.proc")
+local fingerprint = require("flow.fingerprint")
 
 local step_failure = failure.new
 local graph_error = util.setup_error
@@ -110,6 +111,34 @@ function Run:to_make_again(d)
   return v and not v.loaded and v.out and v.out.recompute or false
 end
 
+local outside_value            -- (below, with the run's other outside inputs)
+local CHANGED_OUTSIDE = {}     -- Run:call_again's error: an unselected step changed since its record
+
+-- Whether step p is outside the run's selection: its inputs are not the
+-- run's (Run:outside_of fills them in) and its record was not checked.
+function Run:outside(p)
+  return self.selected ~= nil and not self.selected[p]
+end
+
+-- The inputs of unselected step p that the run has no entry for, as their
+-- producers' last runs (or the catalog) left them: what calling p again
+-- for dataset `for_d` needs.  Raises naming one that is not available.
+function Run:outside_of(p, for_d)
+  local n = self.nodes[p]
+  for _, io in ipairs(n.inputs) do
+    local d = io.dataset
+    if not dag.is_param_input(d) and rawget(self.values, d) == nil then
+      local q = self.graph:producer(d)
+      local v, why = outside_value(d, q, self.nodes, self.state, self.cat)
+      if not v then
+        error(string.format("input '%s' is not kept between runs, and making it again needs '%s', which step '%s' "
+                            .. "(not selected) reads: %s", for_d, d, n.name, why), 0)
+      end
+      self.values[d] = v
+    end
+  end
+end
+
 -- The producers to call again for dataset d, upstream first: d's, and
 -- those of their inputs that are not kept either (a loop, not recursion:
 -- a chain of them may be long).
@@ -121,6 +150,7 @@ function Run:makers_of(d)
     if not need[p] then
       need[p] = true
       list[#list + 1] = p
+      if self:outside(p) then self:outside_of(p, d) end
       for _, io in ipairs(self.nodes[p].inputs) do
         if self:to_make_again(io.dataset) then todo[#todo + 1] = io.dataset end
       end
@@ -137,9 +167,15 @@ function Run:makers_of(d)
 end
 
 -- Step p's function called again for its values not kept (its inputs are
--- in memory); raises what it raised.
+-- in memory); raises what it raised.  A step outside the selection, which
+-- the run did not check, is called only as its record says it was: with
+-- the same fingerprint (code, parameters, inputs).
 function Run:call_again(p)
   local n = self.nodes[p]
+  if self:outside(p) then
+    local rec = self.state.steps[n.name]
+    if not (rec and fingerprint.combine(self:parts(p, n)) == rec.fp) then error(CHANGED_OUTSIDE, 0) end
+  end
   local args, count = self:function_args(n)
   local by = M.returned_values(n, table.pack(n.fn(table.unpack(args, 1, count))))
   for _, io in ipairs(n.outputs) do       -- (a value the record keeps stays the one it vouches for)
@@ -155,31 +191,54 @@ function Run:call_again(p)
 end
 
 -- The value of dataset d, made again by its producer's function (see
--- above) for a step that reads it.  Two readers at once wait for one call.
+-- above) for a step that reads it.  Two readers at once wait for one call:
+-- recomputing[p] is the coroutine making p's values, cleared when its call
+-- ends, and by Run:attempt when the step it serves stopped meanwhile
+-- (Ctrl-C, its timeout: the stop passes any pcall here by).
 function Run:recompute(d)
   self.recomputing = self.recomputing or {}
   for _, p in ipairs(self:makers_of(d)) do
-    while self.recomputing[p] do proc.sleep(0.01) end
+    while self.recomputing[p] do
+      proc.sleep(0.01)
+      sched.stop_if_due()           -- (a waiting step stopped: sleep returns at once)
+    end
     local needed = false
     for _, io in ipairs(self.nodes[p].outputs) do needed = needed or self:to_make_again(io.dataset) end
     if needed then
-      self.recomputing[p] = true
+      self.recomputing[p] = coroutine.running()
       local ok, err = pcall(self.call_again, self, p)
       self.recomputing[p] = nil
-      if not ok then
-        -- the reader stopped (interrupted, timed out) while it waited: that, as it is
-        if failure.is(err) and (err.quiet or err.timed_out) then error(err, 0) end
-        local why, name = failure.is(err) and err.message or util.error_message(err), self.nodes[p].name
-        if p == self.graph:producer(d) then
-          error(string.format("input '%s' is not kept between runs, and calling its producer '%s' (up to date) "
-                              .. "again for it failed: %s", d, name, why), 0)
-        end
-        error(string.format("input '%s' is not kept between runs, and making it again called step '%s' (up to "
-                            .. "date, upstream of it), which failed: %s", d, name, why), 0)
-      end
+      if not ok then self:recompute_failed(d, p, err) end
     end
   end
   return self.values[d].value
+end
+
+-- Raises why making dataset d again failed at step p.
+function Run:recompute_failed(d, p, err)
+  if failure.is(err) and (err.quiet or err.timed_out) then error(err, 0) end     -- the reader stopped
+  local name, direct = self.nodes[p].name, p == self.graph:producer(d)
+  local what = direct and string.format("its producer '%s'", name)
+               or string.format("step '%s' (upstream of it)", name)
+  if err == CHANGED_OUTSIDE then
+    error(string.format("input '%s' is not kept between runs, and making it again needs %s, which changed since its "
+      .. "last run but is not selected: select it too (e.g. --from-nodes %s)", d, what, name), 0)
+  end
+  local why = failure.is(err) and err.message or util.error_message(err)
+  if direct then
+    error(string.format("input '%s' is not kept between runs, and calling %s (up to date) again for it failed: %s",
+                        d, what, why), 0)
+  end
+  error(string.format("input '%s' is not kept between runs, and making it again called %s, which failed: %s",
+                      d, what, why), 0)
+end
+
+-- After an attempt of a step on the coroutine `co`: a call it was making
+-- for values not kept is over, whether or not it returned.
+function Run:recompute_over(co)
+  for p, owner in pairs(self.recomputing or {}) do
+    if owner == co then self.recomputing[p] = nil end
+  end
 end
 
 -- Lua value `value` of dataset d as the file a command reads: JSON in
@@ -600,33 +659,38 @@ local function saved_dataset(d, e, out, cat)
   return nil, "no earlier run left it in the cache"
 end
 
+-- The value entry of dataset d as an unselected step p (or none) left it:
+-- its last successful run's output (a file, a kept value, or a value not
+-- kept, which Run:recompute makes again when a reader needs it), or the
+-- catalog's; nil and why not.
+function outside_value(d, p, nodes, st, cat)
+  local e = cat:entry(d)
+  local rec = p and st.steps[nodes[p].name]
+  local out = rec and rec.outputs and rec.outputs[d]
+  if out and out.recompute then return { out = out, hash = out.hash } end
+  return saved_dataset(d, e, out, cat)
+end
+
 -- The datasets the selected steps read but no selected step writes: a
 -- catalog dataset no step produces (the pipeline's raw data), or the output
--- of an unselected step as its last successful run left it.  A value that
--- run did not keep (see Run:recompute) selects its producer too (and so on
--- up): the run checks it, and calls it again if a reader that runs needs it.
--- Returns {dataset = value entry}, or raises listing everything missing.
+-- of an unselected step as its last successful run left it.  Returns
+-- {dataset = value entry}, or raises listing everything missing.
 function M.outside_inputs(plan, st)
   local nodes, g, selected, cat = plan.nodes, plan.graph, plan.selected, plan.cat
   local values, missing, seen, unselected_producer = {}, {}, {}, false
-  local pulled = {}                   -- producers selected for a value not kept, to visit in turn
-  local function visit(n)
-    for _, io in ipairs(n.inputs) do
-      local d = io.dataset
-      local p = g:producer(d)
-      local inside = p and (not selected or selected[p])
-      if not seen[d] and not inside and not dag.is_param_input(d) then
-        seen[d] = true
-        local e = cat:entry(d)
-        local rec = p and st.steps[nodes[p].name]
-        local out = rec and rec.outputs and rec.outputs[d]
-        if out and out.recompute then
-          selected[p] = true
-          pulled[#pulled + 1] = p
-        else
-          local v, why = saved_dataset(d, e, out, cat)
+  local readers = selected and nodes or plan.free_readers     -- without a selection only free inputs are outside
+  for i, n in ipairs(readers) do
+    if not selected or selected[i] then
+      for _, io in ipairs(n.inputs) do
+        local d = io.dataset
+        local p = g:producer(d)
+        local inside = p and (not selected or selected[p])
+        if not seen[d] and not inside and not dag.is_param_input(d) then
+          seen[d] = true
+          local v, why = outside_value(d, p, nodes, st, cat)
           values[d] = v
           if not v then
+            local e = cat:entry(d)
             unselected_producer = unselected_producer or p ~= nil
             missing[#missing + 1] = string.format("  '%s' (%s), needed by '%s' (%s)%s: %s", d,
               e.declared and (e.type .. " dataset, " .. e.origin) or "memory dataset", n.name, n.where,
@@ -635,15 +699,6 @@ function M.outside_inputs(plan, st)
         end
       end
     end
-  end
-  local readers = selected and nodes or plan.free_readers     -- without a selection only free inputs are outside
-  for i, n in ipairs(readers) do
-    if not selected or selected[i] then visit(n) end
-  end
-  local k = 1
-  while pulled[k] do
-    visit(nodes[pulled[k]])
-    k = k + 1
   end
   if #missing > 0 then
     -- The hint only where the selection left a dataset's producer out.

@@ -261,6 +261,24 @@ L
     equals "$(python3 -c 'import json; print(json.load(open(".flow/data/table.json")))')" "{'rows': [1, 2, 3]}" "the file"
 }
 
+# A large Lua value the last run did not keep (only steps read it) cannot
+# be bound for a selection without its producer: a clear error, not a
+# binding to a job the pipeline does not have.
+test_a_lua_value_not_kept_is_an_error_naming_the_fix() {
+    compile_project
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() local t = {} for i = 1, 300 do t[i] = i end return t end, outputs = "table", name = "make" },
+  node{ command = "python3 -c 'print(1)' ${inputs.t} > ${outputs.o}", inputs = { t = "table" }, outputs = { o = "out" },
+        name = "use" },
+}
+L
+    run_flow 0 run -q
+    run_flow 2 compile --env prod --nodes use -o p.yml
+    contains "$ERR" "step 'use' (pipeline.lua:3): reads 'table', a memory value the last run did not keep (a large value only steps read): compile its producer with it (widen the selection), or give 'table' a catalog entry"
+    [ ! -e p.yml ] || { echo "a pipeline was written"; return 1; }
+}
+
 # ${outputs.metrics} is a JSON file on Azure ML too (a memory dataset would be a folder).
 test_metrics_output_is_a_file() {
     compile_project

@@ -106,7 +106,7 @@ L
     printf 'print(load("n"))\nprint(pcall(load, "t"))\nprint(#run{to_outputs = "t"}.outputs.t)\n' |
         "$FLOW" repl pipeline.lua >out.txt 2>err.txt
     equals "$(cat out.txt)" "2000
-false	load: 't' is not kept between runs (a large value only steps read): run{ to_outputs = \"t\" }.outputs[\"t\"] makes it
+false	load: 't' is not kept between runs (a large value its last run handed only to steps): run{ to_outputs = \"t\" }.outputs[\"t\"] makes it
 2000" "stdout"
 }
 

@@ -762,6 +762,11 @@ static void test_serialize_max(void)
            "assert(cache.serialize(string.rep('x', 1000), 100) == nil)\n"
            "assert(cache.serialize({ a = string.rep('x', 1000) }, 100) == nil)\n"
            "assert(cache.serialize(12345, 100) == 'return 12345')\n"
+           "local m = {} for i = 1, 100 do m[i] = i end m.x = 1 m.y = 2\n"
+           "local mw = cache.serialize(m)\n"
+           "assert(cache.serialize(m, #mw) == mw and cache.serialize(m, #mw - 1) == nil)\n"
+           "local k = {} for i = 1, 1000 do k['k' .. i] = i end\n"
+           "assert(cache.serialize(k, 100) == nil)\n"
            "local _, f = cache.serialize({ print }, 100)\n"
            "assert(f:find('is a function'), f)\n"
            "assert(not pcall(cache.serialize, 1, -1))");
