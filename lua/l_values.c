@@ -5,17 +5,18 @@
  * serialised, hashed and recorded): a handful of tables a step, and the
  * collector's work on them.
  *
- * call(values, n, cat, inline_max [, fp]) takes a step whose inputs are all in
+ * call(values, n, cat, inline_max [, namer]) takes a step whose inputs are all in
  * memory (values[d].loaded) and whose outputs are all memory datasets, calls
  * n.fn on the inputs' values, and when the results are what the outputs ask
  * for and each serialises to at most inline_max bytes, records them as the
  * stdlib would: values[d] = {value =, loaded = true, hash =}, and returns
  * the output records {d = {hash =, value = text}} as util.record_json's
- * text, the journal's and the state record's.  With fp (a step whose large
- * values are not kept between runs: flow.values, Run:recompute_fp) a value
- * that does not serialise within inline_max bytes is recorded as {hash = K,
- * recompute = true}, K the hash of "recompute\0" fp "\0" d
- * (values.recompute_key), its text never made whole.  Anything else is the
+ * text, the journal's and the state record's.  With namer (a step whose
+ * large values are not kept between runs: flow.values, Run:unkept_namer) a
+ * value that does not serialise within inline_max bytes is recorded as
+ * {hash = K, recompute = true}, K the hash of "recompute\0" fp "\0" d
+ * (values.recompute_key; fp what namer() returns, asked only then), its
+ * text never made whole.  Anything else is the
  * stdlib's, decided so that nothing is done twice:
  *   - before the call (an input to restore or to read from a file, an output
  *     the catalog keeps, a pattern that may match an output): nothing
@@ -313,7 +314,8 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
     lua_Integer n_out = (lua_Integer)lua_rawlen(L, S_OUTPUTS);
     lua_Integer inline_max = lua_tointeger(L, A_INLINE_MAX);
     bool map = field_is(L, A_NODE, "output_style", "map");
-    const char *fp = lua_tostring(L, A_RECOMPUTE);       /* NULL: every value is kept */
+    bool may_unkeep = lua_isfunction(L, A_RECOMPUTE);   /* false: every value is kept */
+    int unkept = 0;
     /* util.holds_secret is the stdlib's; more outputs than this, rare, too */
     if (flow_active_has_secrets(L) || n_out > MAX_OUTPUTS || !lua_checkstack(L, 2 * (int)n_out + 8))
         return hand_over(L, base, nres);
@@ -324,10 +326,11 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
             return hand_over(L, base, nres);
         }
         size_t len;
-        if (fp) {                                         /* kept when small, else its text is nil */
+        if (may_unkeep) {                                 /* kept when small, else its text is nil */
             if (!flow_serialize_max(L, -1, (size_t)inline_max)) {
                 lua_pop(L, 1);
                 lua_pushnil(L);
+                unkept++;
             }
         } else if (!flow_serialize(L, -1) || (lua_tolstring(L, -1, &len), len > (size_t)inline_max)) {
             lua_settop(L, vals);
@@ -336,6 +339,12 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
     }
     /* Every output is ready: recorded now, in order, as save_values does:
      * values[d] = {value =, loaded = true, hash =}. */
+    const char *fp = NULL;
+    if (unkept) {                                         /* the name of what made them (kept on the stack) */
+        lua_pushvalue(L, A_RECOMPUTE);
+        lua_call(L, 0, 1);
+        if (!(fp = lua_tostring(L, -1))) return luaL_error(L, "internal error: no name for a value not kept");
+    }
     struct ready r[MAX_OUTPUTS];
     for (lua_Integer k = 1; k <= n_out; k++) {
         int v = vals + 2 * (int)k - 1;
@@ -361,7 +370,7 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
     return 1;
 }
 
-/* call(values, n, cat, inline_max [, fp]) -> records JSON | nil, results | nothing (see above) */
+/* call(values, n, cat, inline_max [, namer]) -> records JSON | nil, results | nothing (see above) */
 static int l_call(lua_State *L)
 {
     lua_settop(L, A_RECOMPUTE);
@@ -369,7 +378,7 @@ static int l_call(lua_State *L)
     luaL_checktype(L, A_NODE, LUA_TTABLE);
     luaL_checktype(L, A_CAT, LUA_TTABLE);
     luaL_checkinteger(L, A_INLINE_MAX);
-    luaL_optstring(L, A_RECOMPUTE, NULL);
+    if (!lua_isnoneornil(L, A_RECOMPUTE)) luaL_checktype(L, A_RECOMPUTE, LUA_TFUNCTION);
     lua_getfield(L, A_NODE, "inputs");
     lua_getfield(L, A_NODE, "outputs");
     lua_getfield(L, A_CAT, "exact");

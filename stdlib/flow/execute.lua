@@ -60,10 +60,10 @@ function Run:run_function(n, i)
   local dist = self.mode == "local" and self.dists[i]
   local rec = self.records[n.name]
   local results
-  local fp = self:recompute_fp(n, i)         -- its values are not kept: named by its fingerprint
+  local namer = self:unkept_namer(n, i)      -- its large values are not kept (flow.values)
   if not dist and not n.metrics and not lua_bodies then
     local json
-    json, results = values_c.call(self.values, n, self.cat, INLINE_MAX, fp)
+    json, results = values_c.call(self.values, n, self.cat, INLINE_MAX, namer)
     if json then
       self.bodies_in_c = (self.bodies_in_c or 0) + 1
       rec.outputs_json = json
@@ -76,7 +76,7 @@ function Run:run_function(n, i)
     else results = table.pack(n.fn(table.unpack(args, 1, count))) end
   end
   returned_metrics(n, results, rec)
-  rec.outputs = self:save_values(n, values.returned_values(n, results), fp)
+  rec.outputs = self:save_values(n, values.returned_values(n, results), namer)
 end
 
 -- The step's log, for `flow logs`: what its job was (the job's own output is

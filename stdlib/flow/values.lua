@@ -88,10 +88,12 @@ function M.recompute_key(fp, d)
   return cache.sha256(RECOMPUTE_PREFIX .. fp .. "\0" .. d)
 end
 
--- The fingerprint that names step i's values, when they are not kept (see
--- above), else nil.  A step without a fingerprint (a run that keeps no
--- record of it) names them by the run.
-function Run:recompute_fp(n, i)
+-- For step i, whose large values need not be kept (see above): a function
+-- returning the fingerprint that names them, called only for a value that
+-- is not kept (most values are small: a string a step costs 10 MB in a
+-- run of 100,000); else nil.  A step without a fingerprint (a run that
+-- keeps no record of it) names them by the run.
+function Run:unkept_namer(n, i)
   if n.metrics or (self.mode == "local" and self.dists[i]) or #n.outputs == 0 then return nil end
   local unread = self.unread
   if not unread then
@@ -102,7 +104,12 @@ function Run:recompute_fp(n, i)
   for _, io in ipairs(n.outputs) do
     if unread[io.dataset] then return nil end
   end
-  return sched.fingerprint() or ("run " .. self.run_id)
+  local namer = self.namer
+  if not namer then
+    namer = function() return sched.fingerprint() or ("run " .. self.run_id) end
+    self.namer = namer
+  end
+  return namer
 end
 
 -- Whether dataset d's value is one not kept that is not in memory yet.
@@ -452,20 +459,20 @@ local function save_failed(staged, fmt, ...)
   error(step_failure { message = string.format(fmt, ...) })
 end
 
--- fp: the fingerprint naming the values when they are not kept
--- (Run:recompute_fp), for a step whose outputs turn out all memory ones.
-function Run:save_values(n, by, fp)
-  for _, o in ipairs(fp and n.outputs or {}) do
-    if self.cat:entry(o.dataset).type ~= "memory" then fp = nil end
+-- namer: Run:unkept_namer's, for a step whose large values need not be
+-- kept; they are not when its outputs turn out all memory ones.
+function Run:save_values(n, by, namer)
+  for _, o in ipairs(namer and n.outputs or {}) do
+    if self.cat:entry(o.dataset).type ~= "memory" then namer = nil end
   end
-  if fp then
+  if namer then
     local outs = {}
     for _, o in ipairs(n.outputs) do
       local d, v = o.dataset, by[o.dataset]
       local text = cache.serialize(v, state_mod.INLINE_MAX)
       local out
       if text and not util.holds_secret(v) then out = { hash = cache.sha256(text), value = text }
-      else out = { hash = M.recompute_key(fp, d), recompute = true } end
+      else out = { hash = M.recompute_key(namer(), d), recompute = true } end
       outs[d] = out
       self.values[d] = { value = v, loaded = true, hash = out.hash }
     end
