@@ -398,7 +398,7 @@ void step_attempt_done(struct step_runner *r, size_t i, const struct step_outcom
     }
     first_line_of(&l->error, o->message);
     set_string(&l->report, o->report);
-    if (o->interrupted || l->cancelled || run_interrupted(r) || l->attempt > r->specs[i].retries) {
+    if (o->interrupted || o->final || l->cancelled || run_interrupted(r) || l->attempt > r->specs[i].retries) {
         end_step(r, i, o);
         return;
     }

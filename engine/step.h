@@ -69,6 +69,7 @@ struct step_outcome {
     const char *reason;
     bool timed_out;
     bool interrupted;
+    bool final;                  /* a failure no retry can mend: none is made */
     /* either way: the exit code of the process it ran, if any, and the
      * remote job it ran as (a JSON object, redacted: {"backend", "job",
      * "status", "studio"}), or NULL */

@@ -256,6 +256,7 @@ static void read_outcome(lua_State *co, int nres, struct step_outcome *o)
     o->reason = field_string(co, t, "reason");
     o->timed_out = field_bool(co, t, "timed_out");
     o->interrupted = field_bool(co, t, "interrupted");
+    o->final = field_bool(co, t, "final");
 }
 
 /* An attempt that ended in an error of the engine's own (not the step's). */

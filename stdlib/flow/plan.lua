@@ -216,7 +216,7 @@ local run_fields = { jobs = true, keep_going = true, params = true, verbose = tr
                      from_inputs = true, to_outputs = true, namespace = true, distributed = true,
                      force = true, explain = true, resume = true, load_versions = true, detach = true,
                      name = true, sweep_job = true, started = true, label = true,
-                     on_log = true, sweep_trials = true, command_line = true }
+                     on_log = true, sweep_trials = true, command_line = true, keep_values = true }
 
 local RUN_FIELD_TYPES = {
   name = { string = true, what = "a string" }, label = { string = true, what = "a string" },

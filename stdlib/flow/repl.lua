@@ -165,7 +165,7 @@ local function bind(env, project)
     if out.path then return out.path end
     if out.recompute then
       error(string.format("load: '%s' is not kept between runs (a large value its last run handed only to steps): "
-                          .. "run{ to_outputs = \"%s\" }.outputs[\"%s\"] makes it", name, name, name), 2)
+                          .. "run{ to_outputs = \"%s\", force = true }.outputs[\"%s\"] makes it", name, name, name), 2)
     end
     return state_mod.restore_value(out, name)
   end

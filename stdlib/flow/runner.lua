@@ -100,7 +100,7 @@ end
 --   true, {outputs = JSON text, paths = {files and trees it put in place}, exit_code =,
 --          metrics =, series = JSON text (flow.metrics)}
 --   false, {message =, report = what to print (nil: nothing), tail = stderr's last
---           lines, timed_out =, exit_code =}
+--           lines, timed_out =, exit_code =, final = no retry would mend it}
 function Run:attempt_body(i, k)
   local n = self.nodes[i]
   local rec = self.records[n.name]
@@ -147,6 +147,7 @@ function Run:attempt_body(i, k)
   local reason = text:sub(1, #named) == named and text:sub(#named + 1):gsub("^%s*:?%s*", "") or text
   return false, { message = text, report = shown, tail = f and err.stderr_tail or nil, reason = reason,
                   timed_out = f and err.timed_out or nil, exit_code = rec.exit_code,
+                  final = f and err.no_retry or nil,         -- (a retry would fail the same way)
                   remote = rec.remote and util.record_json(rec.remote) }
 end
 
@@ -199,7 +200,9 @@ local function new_run(plan, opts, run_id, st)
     data_dir = among_others and run_dir .. "/data" or DATA,
     label = among_others and opts.label or nil,
     downloads_dir = among_others and require("flow.transfer").DOWNLOADS .. "/" .. run_id or nil,
-    force = opts.force, explain = opts.explain, command_line = opts.command_line, completed = opts.resume and opts.resume.completed or {},
+    force = opts.force, explain = opts.explain, command_line = opts.command_line,
+    keep_values = opts.keep_values,     -- (a sweep's trials: every value kept, flow.values)
+    completed = opts.resume and opts.resume.completed or {},
     sweep_job = opts.sweep_job, on_sweep_trials = opts.sweep_trials,     -- (flow.sweep_job)
     sweep_step = opts.sweep_job and opts.sweep_job.step,                  -- the step it runs, or nil
     defaults = M.defaults, run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
@@ -318,9 +321,11 @@ function Run:result(graph, code, states, elapsed, env, reported)
                               metrics = metrics.merge(reported) },
                             self.nodes, self.records, states, elapsed, self.check)
   -- (`flow run` itself shows none: a value not kept is not made for it)
+  -- (nor a value not kept that the run did not make: its producer is not
+  -- called after the run, where a failure or Ctrl-C would have no step)
   for _, d in ipairs(self.command_line and {} or result_datasets(graph, self.nodes, self.selected)) do
     local v = self.values[d]
-    if v then
+    if v and not self:to_make_again(d) then
       local ok, value = pcall(self.value_of, self, d)
       result.outputs[d] = ok and value or v.path
     end

@@ -282,7 +282,10 @@ local function run_trial(p, o, spec, id, i, n, values, before, jobs)
   local params = trial_params(o, values)
   local t = { trial = i, params = values }
   local started = core.time()
+  -- (keep_values: what the trials share is made once and kept for the
+  -- others, not made again in each: flow.values)
   local ok, r = pcall(runner.run, p, { env = o.env, params = params, jobs = jobs or o.jobs, force = o.force,
+                                       keep_values = true,
                                        name = string.format("%s trial %d/%d", o.name or ("sweep " .. id), i, n),
                                        label = string.format("trial %d/%d", i, n),
                                        on_log = spec.early_stop and stopper(o, spec, t, before) or nil })
@@ -416,7 +419,7 @@ local function run_parallel(p, o, spec, id, values, done, parallel, log, plan, s
   if #names > 0 and #names < #plan.nodes then
     core.ui_info(string.format("sweep %s: the steps every trial shares first: %s", id, table.concat(names, ", ")))
     local rok, r = pcall(runner.run, p, { env = o.env, params = trial_params(o, values[1]), jobs = jobs,
-                                          force = o.force, nodes = names,
+                                          force = o.force, nodes = names, keep_values = true,
                                           name = string.format("%s shared steps", o.name or ("sweep " .. id)) })
     if not rok and not util.is_setup_error(r) then error(r, 0) end
     if rok and r.code == 130 then return {}, true end

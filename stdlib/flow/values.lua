@@ -54,7 +54,10 @@ function Run:input_value(n, io)
   if self.aml then self:localize(io.dataset, n) end      -- a job's output left on the datastore
   local ok, v = pcall(self.value_of, self, io.dataset)
   if not ok then
-    if failure.is(v) then error(v, 0) end          -- (the step stopped while a value was made again)
+    if failure.is(v) then              -- a value made again: the step stopped meanwhile, or why it could not be
+      if not (v.quiet or v.timed_out) then v.message = string.format("step '%s': %s", n.name, v.message) end
+      error(v, 0)
+    end
     error(step_failure { message = string.format("step '%s': %s", n.name, tostring(v)) })
   end
   return v
@@ -76,8 +79,8 @@ end
 -- intermediate file and Snakemake a temp() one; the producer's record
 -- stands, it does not "run".  Kept as before, however large: a value no
 -- step reads (the pipeline's results, what flow.run returns) and the
--- outputs of a step that reports metrics, runs its ranks or has an output
--- the catalog persists.  The catalog keeps any value across runs (`type:
+-- outputs of a step that reports metrics, runs its ranks, runs in a pool,
+-- has a timeout or retries, or has an output the catalog persists.  The catalog keeps any value across runs (`type:
 -- lua` for a Lua table).
 
 local RECOMPUTE_PREFIX = "recompute\0"
@@ -94,7 +97,12 @@ end
 -- run of 100,000); else nil.  A step without a fingerprint (a run that
 -- keeps no record of it) names them by the run.
 function Run:unkept_namer(n, i)
-  if n.metrics or (self.mode == "local" and self.dists[i]) or #n.outputs == 0 then return nil end
+  -- (called again, a step runs in its reader's turn: not in its pool, nor
+  -- under its own timeout and retries, so such a step keeps its values)
+  if self.keep_values or n.metrics or n.pool or n.timeout or (n.retries or 0) > 0
+     or (self.mode == "local" and self.dists[i]) or #n.outputs == 0 then
+    return nil
+  end
   local unread = self.unread
   if not unread then
     unread = {}
@@ -119,7 +127,8 @@ function Run:to_make_again(d)
 end
 
 local outside_value            -- (below, with the run's other outside inputs)
-local CHANGED_OUTSIDE = {}     -- Run:call_again's error: an unselected step changed since its record
+local CHANGED_OUTSIDE = {}     -- Run:call_again's error: a step changed since it made the values
+local NOT_MADE_YET = {}        -- Run:outside_of's: an input this run's own step has not made
 
 -- Whether step p is outside the run's selection: its inputs are not the
 -- run's (Run:outside_of fills them in) and its record was not checked.
@@ -134,12 +143,15 @@ function Run:outside_of(p, for_d)
   local n = self.nodes[p]
   for _, io in ipairs(n.inputs) do
     local d = io.dataset
-    if not dag.is_param_input(d) and rawget(self.values, d) == nil then
+    if not dag.is_param_input(d) and self.values[d] == nil then
       local q = self.graph:producer(d)
+      -- made by a step of this run that has not made it (yet, or failed):
+      -- its last run's value is not the one this run's steps see
+      if q and not self:outside(q) then error(NOT_MADE_YET, 0) end
       local v, why = outside_value(d, q, self.nodes, self.state, self.cat)
       if not v then
-        error(string.format("input '%s' is not kept between runs, and making it again needs '%s', which step '%s' "
-                            .. "(not selected) reads: %s", for_d, d, n.name, why), 0)
+        error(step_failure { no_retry = true, message = string.format("input '%s' is not kept between runs, and "
+          .. "making it again needs '%s', which step '%s' (not selected) reads: %s", for_d, d, n.name, why) }, 0)
       end
       self.values[d] = v
     end
@@ -157,7 +169,13 @@ function Run:makers_of(d)
     if not need[p] then
       need[p] = true
       list[#list + 1] = p
-      if self:outside(p) then self:outside_of(p, d) end
+      if self:outside(p) then
+        local ok, err = pcall(self.outside_of, self, p, d)
+        if not ok then
+          if err == NOT_MADE_YET then self:recompute_failed(d, p, err) end
+          error(err, 0)
+        end
+      end
       for _, io in ipairs(self.nodes[p].inputs) do
         if self:to_make_again(io.dataset) then todo[#todo + 1] = io.dataset end
       end
@@ -174,14 +192,17 @@ function Run:makers_of(d)
 end
 
 -- Step p's function called again for its values not kept (its inputs are
--- in memory); raises what it raised.  A step outside the selection, which
--- the run did not check, is called only as its record says it was: with
--- the same fingerprint (code, parameters, inputs).
+-- in memory); raises what it raised.  It is called only as it was when it
+-- made the values its readers' fingerprints name: its fingerprint now
+-- (code, parameters, inputs as this run sees them) must give each value's
+-- recorded name.  (A step outside the selection was not checked; a record
+-- may have been replaced since by a run beside this one.)
 function Run:call_again(p)
   local n = self.nodes[p]
-  if self:outside(p) then
-    local rec = self.state.steps[n.name]
-    if not (rec and fingerprint.combine(self:parts(p, n)) == rec.fp) then error(CHANGED_OUTSIDE, 0) end
+  local fp = fingerprint.combine(self:parts(p, n))
+  for _, io in ipairs(n.outputs) do
+    local d = io.dataset
+    if self:to_make_again(d) and M.recompute_key(fp, d) ~= self.values[d].hash then error(CHANGED_OUTSIDE, 0) end
   end
   local args, count = self:function_args(n)
   local by = M.returned_values(n, table.pack(n.fn(table.unpack(args, 1, count))))
@@ -228,8 +249,14 @@ function Run:recompute_failed(d, p, err)
   local what = direct and string.format("its producer '%s'", name)
                or string.format("step '%s' (upstream of it)", name)
   if err == CHANGED_OUTSIDE then
-    error(string.format("input '%s' is not kept between runs, and making it again needs %s, which changed since its "
-      .. "last run but is not selected: select it too (e.g. --from-nodes %s)", d, what, name), 0)
+    error(step_failure { no_retry = true, message = string.format("input '%s' is not kept between runs, and making "
+      .. "it again needs %s (%s), which changed since it made it: run it too (e.g. --from-nodes %s)",
+      d, what, self.nodes[p].where, name) }, 0)
+  end
+  if err == NOT_MADE_YET then
+    error(step_failure { no_retry = true, message = string.format("input '%s' is not kept between runs, and making "
+      .. "it again needs %s (%s), which reads what a step of this run has not made: run it too (e.g. --from-nodes %s)",
+      d, what, self.nodes[p].where, name) }, 0)
   end
   local why = failure.is(err) and err.message or util.error_message(err)
   if direct then

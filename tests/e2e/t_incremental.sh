@@ -333,7 +333,8 @@ L
 # by the step's fingerprint, and a reader that runs while its producer is up
 # to date has the producer called again for it (-v says so); the producer
 # stays up to date.  A driver gets it among the outputs of a selection that
-# ends with it.
+# ends with it when the run makes it (not after the run, when it was up to
+# date: force = true makes it).
 test_a_large_value_only_steps_read_is_made_again_when_a_reader_needs_it() {
     write pipeline.lua <<'L'
 return pipeline{
@@ -365,10 +366,11 @@ Y
     write driver.lua <<'L'
 local p = dofile("pipeline.lua")
 print(flow.run(p, { params = { k = "three" } }).outputs.u)
-print(#flow.run(p, { to_outputs = "t" }).outputs.t.big)
+print(flow.run(p, { to_outputs = "t" }).outputs.t)              -- up to date: not made after the run
+print(#flow.run(p, { to_outputs = "t", force = true }).outputs.t.big)
 L
     run_flow 0 run driver.lua
-    equals "$OUT" "$(printf '2000 three\n2000')"
+    equals "$OUT" "$(printf '2000 three\nnil\n2000')"
 }
 
 # A selection whose step reads a value not kept leaves its producer out:
@@ -381,7 +383,7 @@ local function mark(s) io.open("ran_" .. s, "w"):close() end
 return pipeline{
   node{ name = "make", inputs = "raw", outputs = "t", func = function(r) mark("make") return string.rep(r, 2000) end },
   node{ name = "mid", inputs = "t", outputs = "m", func = function(t) mark("mid") return t .. string.rep("y", 10) end },
-  node{ name = "use", inputs = { "m", "params:k" }, outputs = "u",
+  node{ name = "use", inputs = { "m", "params:k" }, outputs = "u", retries = 2,    -- (not retried: it cannot mend)
         func = function(m, k) mark("use") return #m .. " " .. k end },
 }
 L
@@ -400,7 +402,8 @@ Y
     rm -f ran_*
     sed -i 's/string.rep("y", 10)/string.rep("y", 20)/' pipeline.lua
     run_flow 1 run --nodes use --params k=three
-    contains "$ERR" "step 'use': input 'm' is not kept between runs, and making it again needs its producer 'mid', which changed since its last run but is not selected: select it too (e.g. --from-nodes mid)"
+    contains "$ERR" "step 'use': input 'm' is not kept between runs, and making it again needs its producer 'mid' (pipeline.lua:4), which changed since it made it: run it too (e.g. --from-nodes mid)"
+    not_contains "$ERR" "retrying"
     run_flow 0 run --from-nodes mid --params k=three
     contains "$ERR" "2 done, 1 skipped"
     rm raw.txt
@@ -417,6 +420,87 @@ print(r.outputs.u, table.concat(keys, ","))
 L
     run_flow 0 run driver.lua
     equals "$OUT" "2020 five	u"
+}
+
+# A selected producer this run did not finish (it timed out) is not called
+# again with its new parameters for a reader that runs anyway (-k): that
+# value would stand under its old record's name, and a later run read it
+# as up to date ("yyyyytwo" where a clean run gives "xxxxxtwo").  A value
+# is made again only by a producer whose fingerprint now names it.
+test_a_value_is_made_again_only_by_the_producer_that_made_it() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "u", timeout = "1s", inputs = "params:a", outputs = "t1",
+        func = function(a) if a ~= "x" then flow.sh("sleep 2") end return string.rep(a, 600) end },
+  node{ name = "p", inputs = "t1", outputs = "t", func = function(t1) return t1 .. string.rep("-", 600) end },
+  node{ name = "r", inputs = { "t", "params:k" }, outputs = "res", func = function(t, k) return t:sub(1, 5) .. k end },
+}
+L
+    write conf/base/parameters.yml <<'Y'
+a: x
+k: one
+Y
+    run_flow 0 run
+    run_flow 1 run -j 1 -k --nodes u,r -p a=y -p k=two
+    contains "$ERR" "step 'r': input 't' is not kept between runs, and making it again needs its producer 'p' (pipeline.lua:4), which reads what a step of this run has not made: run it too (e.g. --from-nodes p)"
+    write driver.lua <<'L'
+print(flow.run(dofile("pipeline.lua"), { params = { a = "x", k = "two" } }).outputs.res)
+L
+    run_flow 0 run driver.lua
+    equals "$OUT" "xxxxxtwo" "what a later run reads"
+}
+
+# The same with two runs at once (flow.spawn): one replaces the producer's
+# record while the other's reader needs the value its run started with.
+test_a_value_is_not_made_again_by_a_producer_another_run_changed() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "p", inputs = "params:a", outputs = "t", func = function(a) flow.sh("sleep 1") return string.rep(a, 600) end },
+  node{ name = "s", inputs = "params:k", outputs = "sv", func = function(k) flow.sh("sleep 2") return k end },
+  node{ name = "r", inputs = { "t", "sv" }, outputs = "res", func = function(t, sv) return t:sub(1, 5) .. sv end },
+}
+L
+    write conf/base/parameters.yml <<'Y'
+a: x
+k: one
+Y
+    write driver.lua <<'L'
+local P = dofile("pipeline.lua")
+flow.run(P, { params = { a = "x", k = "one" } })
+local A = flow.spawn(flow.run, P, { nodes = "p", params = { a = "y" } })
+local B = flow.spawn(flow.run, P, { nodes = "s,r", params = { a = "y", k = "two" } })
+local rs = flow.wait_all { A, B }
+print(rs[2].steps.r.state)
+print(flow.run(P, { params = { a = "x", k = "two" } }).outputs.res)
+L
+    run_flow 0 run driver.lua
+    equals "$OUT" "$(printf 'failed\nxxxxxtwo')" "r in the run beside, then what a later run reads"
+}
+
+# A step in a pool, or with a timeout or retries, keeps its large values:
+# called again it would run in its reader's turn, outside its pool's limit
+# (two "gpu" steps at once) and its own timeout.
+test_a_step_in_a_pool_or_with_a_timeout_keeps_its_values() {
+    write conf/base/flow.yml <<'Y'
+pools: {gpu: 1}
+Y
+    write pipeline.lua <<'L'
+local function mark(s) io.open("ran_" .. s, "w"):close() end
+return pipeline{
+  node{ name = "fa", pool = "gpu", outputs = "a", func = function() mark("fa") return string.rep("a", 2000) end },
+  node{ name = "fb", timeout = "1m", outputs = "b", func = function() mark("fb") return string.rep("b", 2000) end },
+  node{ name = "ra", inputs = { "a", "b", "params:k" }, outputs = "r", func = function(a, b, k) return #a + #b .. k end },
+}
+L
+    write conf/base/parameters.yml <<'Y'
+k: one
+Y
+    run_flow 0 run
+    equals "$(ls .flow/cache/values | wc -l)" "2" "values cached in files"
+    rm -f ran_*
+    run_flow 0 run -p k=two
+    equals "$(ran)" "" "producers called again"
+    contains "$ERR" "1 done, 2 up to date"
 }
 
 # Two readers that run at once need one value not kept: its producer, which

@@ -94,7 +94,7 @@ test_ctrl_c_stops_an_expression_and_a_step() {
 }
 
 # load() of a value the last run did not keep (a large one only steps read)
-# says so and how to make it; run{to_outputs =} hands it back.
+# says so and how to make it; run{to_outputs =, force = true} hands it back.
 test_load_of_a_value_not_kept_says_how_to_make_it() {
     write pipeline.lua <<'L'
 return pipeline{
@@ -103,10 +103,11 @@ return pipeline{
 }
 L
     run_flow 0 run
-    printf 'print(load("n"))\nprint(pcall(load, "t"))\nprint(#run{to_outputs = "t"}.outputs.t)\n' |
+    printf 'print(load("n"))\nprint(pcall(load, "t"))\nprint(run{to_outputs = "t"}.outputs.t)\nprint(#run{to_outputs = "t", force = true}.outputs.t)\n' |
         "$FLOW" repl pipeline.lua >out.txt 2>err.txt
     equals "$(cat out.txt)" "2000
-false	load: 't' is not kept between runs (a large value its last run handed only to steps): run{ to_outputs = \"t\" }.outputs[\"t\"] makes it
+false	load: 't' is not kept between runs (a large value its last run handed only to steps): run{ to_outputs = \"t\", force = true }.outputs[\"t\"] makes it
+nil
 2000" "stdout"
 }
 
