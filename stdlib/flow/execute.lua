@@ -211,6 +211,10 @@ function Run:run_function_ranks(n, dist, args, count)
   core.remove_tree(tmpdir)
   core.mkdir_p(tmpdir)
   local inputs, outputs = tmpdir .. "/inputs.json", tmpdir .. "/outputs.json"
+  if util.holds_secret(args) then          -- (flow writes no secret to a file of its own)
+    error(step_failure { message = string.format("step '%s' runs on every rank, which receive its inputs in a file, "
+      .. "but an input holds a credential, which flow does not write to a file", n.name) })
+  end
   local data, err = core.json_encode({ n = count, args = args })
   if not data then
     error(step_failure { message = string.format("step '%s' runs on every rank, which receive its inputs as JSON, but %s",

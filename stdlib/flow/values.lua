@@ -278,9 +278,14 @@ end
 -- Lua value `value` of dataset d as the file a command reads: JSON in
 -- <dir>/<d>.json, or the text in <dir>/<d>.txt for a string (dir: a run's
 -- data directory, default .flow/data).  Returns its path, or nil and why it
--- cannot be written.
+-- cannot be written (a value holding a credential is not: flow writes no
+-- secret to a file of its own).
 function M.write_for_command(d, value, dir)
   dir = dir or DATA
+  if util.holds_secret(value) then
+    return nil, string.format("dataset '%s' holds a credential, which flow does not write to a file for a command "
+      .. "to read: give the command the credential itself (${credentials.…})", d)
+  end
   local data, ext = value, ".txt"
   if type(value) ~= "string" then
     local err

@@ -146,12 +146,15 @@ return pipeline{
   node{ name = "token", outputs = "t", func = function() return "Bearer tok-SECRET-4242" end },
   node{ name = "use", inputs = "t", outputs = "n", func = function(t) return #t end },
   node{ name = "token_result", outputs = "t2", func = function() return "Bearer tok-SECRET-4242" end },
+  -- a command that reads it: flow would have to write it to a file
+  node{ name = "cmd_reads", inputs = { t = "t" }, outputs = { o = "o" }, command = "cat ${inputs.t} > ${outputs.o}" },
   -- a command line holding it (the log's header)
   node{ name = "call", command = { "true", "${params.api_key}" } },
 }
 L
     run_flow 1 run -k --env "stage$SECRET" --params "api_key=$SECRET"
     contains "$ERR" "the service rejected key ***"
+    contains "$ERR" "dataset 't' holds a credential, which flow does not write to a file for a command to read"
     hits=$(grep -rl -- "$SECRET" .flow || true)
     equals "$hits" "" "files under .flow/ holding the credential"
     contains "$(cat .flow/runs/latest/run.json)" "login failed for ***" "run.json"
