@@ -201,7 +201,7 @@ local function new_run(plan, opts, run_id, st)
     label = among_others and opts.label or nil,
     downloads_dir = among_others and require("flow.transfer").DOWNLOADS .. "/" .. run_id or nil,
     force = opts.force, explain = opts.explain, command_line = opts.command_line,
-    keep_values = opts.keep_values,     -- (a sweep's trials: every value kept, flow.values)
+    keep_values = opts.keep_values,     -- (a sweep's trials: true, or {step name = true}: flow.values)
     completed = opts.resume and opts.resume.completed or {},
     sweep_job = opts.sweep_job, on_sweep_trials = opts.sweep_trials,     -- (flow.sweep_job)
     sweep_step = opts.sweep_job and opts.sweep_job.step,                  -- the step it runs, or nil

@@ -278,14 +278,14 @@ local function trial_params(o, values)
   return params
 end
 
-local function run_trial(p, o, spec, id, i, n, values, before, jobs)
+local function run_trial(p, o, spec, id, i, n, values, before, jobs, keep)
   local params = trial_params(o, values)
   local t = { trial = i, params = values }
   local started = core.time()
   -- (keep_values: what the trials share is made once and kept for the
   -- others, not made again in each: flow.values)
   local ok, r = pcall(runner.run, p, { env = o.env, params = params, jobs = jobs or o.jobs, force = o.force,
-                                       keep_values = true,
+                                       keep_values = keep or true,
                                        name = string.format("%s trial %d/%d", o.name or ("sweep " .. id), i, n),
                                        label = string.format("trial %d/%d", i, n),
                                        on_log = spec.early_stop and stopper(o, spec, t, before) or nil })
@@ -320,9 +320,9 @@ end
 
 -- Trial i: announced, run, and recorded in the sweep's trials.jsonl (the
 -- line synced) unless it was interrupted, which runs again on resume.
-local function one_trial(p, o, spec, id, values, i, before, log, jobs)
+local function one_trial(p, o, spec, id, values, i, before, log, jobs, keep)
   core.ui_info(string.format("trial %d/%d: %s", i, #values, describe_values(spec.keys, values[i])))
-  local t = run_trial(p, o, spec, id, i, #values, values[i], before, jobs)
+  local t = run_trial(p, o, spec, id, i, #values, values[i], before, jobs, keep)
   if t.status == "stopped" then core.ui_info(string.format("trial %d/%d stopped early: %s", i, #values, t.stopped)) end
   if t.status ~= "interrupted" then
     log:append(core.json_encode(t))
@@ -406,7 +406,7 @@ end
 -- trial until none is left.  Returns the trials that ended (in the order
 -- they ended) and whether the sweep was interrupted; nil when the shared
 -- steps failed (the trials then run one at a time, each reporting it).
-local function run_parallel(p, o, spec, id, values, done, parallel, log, plan, shared)
+local function run_parallel(p, o, spec, id, values, done, parallel, log, plan, shared, keep)
   if not plan then return nil end
   local jobs = o.jobs or core.cpu_count()
   local per_trial = math.max(1, jobs // parallel)
@@ -419,7 +419,7 @@ local function run_parallel(p, o, spec, id, values, done, parallel, log, plan, s
   if #names > 0 and #names < #plan.nodes then
     core.ui_info(string.format("sweep %s: the steps every trial shares first: %s", id, table.concat(names, ", ")))
     local rok, r = pcall(runner.run, p, { env = o.env, params = trial_params(o, values[1]), jobs = jobs,
-                                          force = o.force, nodes = names, keep_values = true,
+                                          force = o.force, nodes = names, keep_values = keep or true,
                                           name = string.format("%s shared steps", o.name or ("sweep " .. id)) })
     if not rok and not util.is_setup_error(r) then error(r, 0) end
     if rok and r.code == 130 then return {}, true end
@@ -439,7 +439,7 @@ local function run_parallel(p, o, spec, id, values, done, parallel, log, plan, s
       local i = next_i
       if not values[i] then return end
       if not done[i] then
-        local ok, t = pcall(one_trial, p, o, spec, id, values, i, before, log, per_trial)
+        local ok, t = pcall(one_trial, p, o, spec, id, values, i, before, log, per_trial, keep)
         if not ok then
           interrupted = true         -- no new trial starts; the others end, then this raises
           error(t, 0)
@@ -725,10 +725,19 @@ function M.sweep(o)
     trials, interrupted, completed = run_sweep_job(p, o, spec, id, values, aml, log.j)
   end
   local parallel = not aml and math.min(o.parallel or 1, #values) or 1
+  -- the values the trials keep: those of the steps they share (a value made
+  -- from a swept parameter serves one trial only); all when that is unknown
+  local keep
+  if not aml then
+    trial_plan = trial_plan or prepared(p, o, values)
+    if trial_plan then
+      keep = {}
+      for _, name in ipairs(shared or shared_steps(trial_plan, spec.keys)) do keep[name] = true end
+    end
+  end
   if parallel > 1 then
     local ran
-    ran, interrupted = run_parallel(p, o, spec, id, values, done, parallel, log.j,
-                                    trial_plan or prepared(p, o, values), shared)
+    ran, interrupted = run_parallel(p, o, spec, id, values, done, parallel, log.j, trial_plan, shared, keep)
     if ran then
       for i in pairs(done) do trials[#trials + 1] = done[i] end
       for _, t in ipairs(ran) do trials[#trials + 1] = t end
@@ -741,7 +750,7 @@ function M.sweep(o)
       if done[i] then
         trials[#trials + 1] = done[i]
       elseif not interrupted then      -- after Ctrl-C: the trials done before are still reported
-        local t = one_trial(p, o, spec, id, values, i, trials, log.j)
+        local t = one_trial(p, o, spec, id, values, i, trials, log.j, nil, keep)
         trials[#trials + 1] = t
         interrupted = t.status == "interrupted" or core.interrupted() > 0
       end

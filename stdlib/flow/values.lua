@@ -99,7 +99,8 @@ end
 function Run:unkept_namer(n, i)
   -- (called again, a step runs in its reader's turn: not in its pool, nor
   -- under its own timeout and retries, so such a step keeps its values)
-  if self.keep_values or n.metrics or n.pool or n.timeout or (n.retries or 0) > 0
+  local keep = self.keep_values          -- (a sweep's trials: true, or the steps they share)
+  if keep == true or (keep and keep[n.name]) or n.metrics or n.pool or n.timeout or (n.retries or 0) > 0
      or (self.mode == "local" and self.dists[i]) or #n.outputs == 0 then
     return nil
   end
@@ -128,30 +129,24 @@ end
 
 local outside_value            -- (below, with the run's other outside inputs)
 local CHANGED_OUTSIDE = {}     -- Run:call_again's error: a step changed since it made the values
-local NOT_MADE_YET = {}        -- Run:outside_of's: an input this run's own step has not made
 
--- Whether step p is outside the run's selection: its inputs are not the
--- run's (Run:outside_of fills them in) and its record was not checked.
-function Run:outside(p)
-  return self.selected ~= nil and not self.selected[p]
-end
-
--- The inputs of unselected step p that the run has no entry for, as their
--- producers' last runs (or the catalog) left them: what calling p again
--- for dataset `for_d` needs.  Raises naming one that is not available.
+-- The inputs of step p that the run has no entry for (p is unselected, or
+-- a step upstream of it is not done), as their producers' last runs (or
+-- the catalog) left them: what calling p again for dataset `for_d` needs.
+-- Raises naming one that is not available.
 function Run:outside_of(p, for_d)
   local n = self.nodes[p]
   for _, io in ipairs(n.inputs) do
     local d = io.dataset
+    -- (also one whose producer is this run's but not done, or failed: its
+    -- last run's, as for an unselected producer; the reader's record then
+    -- names what it read, so the next run sees any change)
     if not dag.is_param_input(d) and self.values[d] == nil then
       local q = self.graph:producer(d)
-      -- made by a step of this run that has not made it (yet, or failed):
-      -- its last run's value is not the one this run's steps see
-      if q and not self:outside(q) then error(NOT_MADE_YET, 0) end
       local v, why = outside_value(d, q, self.nodes, self.state, self.cat)
       if not v then
         error(step_failure { no_retry = true, message = string.format("input '%s' is not kept between runs, and "
-          .. "making it again needs '%s', which step '%s' (not selected) reads: %s", for_d, d, n.name, why) }, 0)
+          .. "making it again needs '%s', which step '%s' reads: %s", for_d, d, n.name, why) }, 0)
       end
       self.values[d] = v
     end
@@ -169,13 +164,7 @@ function Run:makers_of(d)
     if not need[p] then
       need[p] = true
       list[#list + 1] = p
-      if self:outside(p) then
-        local ok, err = pcall(self.outside_of, self, p, d)
-        if not ok then
-          if err == NOT_MADE_YET then self:recompute_failed(d, p, err) end
-          error(err, 0)
-        end
-      end
+      self:outside_of(p, d)           -- (an unselected step, or one of this run not done)
       for _, io in ipairs(self.nodes[p].inputs) do
         if self:to_make_again(io.dataset) then todo[#todo + 1] = io.dataset end
       end
@@ -251,11 +240,6 @@ function Run:recompute_failed(d, p, err)
   if err == CHANGED_OUTSIDE then
     error(step_failure { no_retry = true, message = string.format("input '%s' is not kept between runs, and making "
       .. "it again needs %s (%s), which changed since it made it: run it too (e.g. --from-nodes %s)",
-      d, what, self.nodes[p].where, name) }, 0)
-  end
-  if err == NOT_MADE_YET then
-    error(step_failure { no_retry = true, message = string.format("input '%s' is not kept between runs, and making "
-      .. "it again needs %s (%s), which reads what a step of this run has not made: run it too (e.g. --from-nodes %s)",
       d, what, self.nodes[p].where, name) }, 0)
   end
   local why = failure.is(err) and err.message or util.error_message(err)

@@ -410,7 +410,7 @@ Y
     run_flow 0 run --nodes use --params k=three
     contains "$ERR" "0 done, 1 up to date, 2 skipped"
     run_flow 1 run --nodes use --params k=four
-    contains "$ERR" "input 'm' is not kept between runs, and making it again needs 'raw', which step 'make' (not selected) reads: there is no file at raw.txt"
+    contains "$ERR" "input 'm' is not kept between runs, and making it again needs 'raw', which step 'make' reads: there is no file at raw.txt"
     echo -n z > raw.txt
     write driver.lua <<'L'
 local r = flow.run(dofile("pipeline.lua"), { nodes = "use", params = { k = "five" } })
@@ -422,16 +422,16 @@ L
     equals "$OUT" "2020 five	u"
 }
 
-# A selected producer this run did not finish (it timed out) is not called
+# A selected producer this run did not finish (it failed) is not called
 # again with its new parameters for a reader that runs anyway (-k): that
-# value would stand under its old record's name, and a later run read it
-# as up to date ("yyyyytwo" where a clean run gives "xxxxxtwo").  A value
+# value would stand under its old record's name, and a later run would read
+# it as up to date ("yyyyytwo" where a clean run gives "xxxxxtwo").  A value
 # is made again only by a producer whose fingerprint now names it.
 test_a_value_is_made_again_only_by_the_producer_that_made_it() {
     write pipeline.lua <<'L'
 return pipeline{
-  node{ name = "u", timeout = "1s", inputs = "params:a", outputs = "t1",
-        func = function(a) if a ~= "x" then flow.sh("sleep 2") end return string.rep(a, 600) end },
+  node{ name = "u", inputs = "params:a", outputs = "t1",
+        func = function(a) if io.open("fail") then error("u broke") end return string.rep(a, 600) end },
   node{ name = "p", inputs = "t1", outputs = "t", func = function(t1) return t1 .. string.rep("-", 600) end },
   node{ name = "r", inputs = { "t", "params:k" }, outputs = "res", func = function(t, k) return t:sub(1, 5) .. k end },
 }
@@ -441,13 +441,38 @@ a: x
 k: one
 Y
     run_flow 0 run
+    touch fail
     run_flow 1 run -j 1 -k --nodes u,r -p a=y -p k=two
-    contains "$ERR" "step 'r': input 't' is not kept between runs, and making it again needs its producer 'p' (pipeline.lua:4), which reads what a step of this run has not made: run it too (e.g. --from-nodes p)"
+    contains "$ERR" "step 'r': input 't' is not kept between runs, and making it again needs step 'u' (upstream of it) (pipeline.lua:2), which changed since it made it: run it too (e.g. --from-nodes u)"
+    rm fail
     write driver.lua <<'L'
 print(flow.run(dofile("pipeline.lua"), { params = { a = "x", k = "two" } }).outputs.res)
 L
     run_flow 0 run driver.lua
     equals "$OUT" "xxxxxtwo" "what a later run reads"
+}
+
+# A reader may start before a selected step upstream of its producer is
+# decided (nothing orders them: the producer is not selected): it reads
+# that step's last value, as for an unselected one, at any -j.
+test_a_reader_before_a_selected_step_upstream_reads_its_last_value() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "s0", inputs = "params:a", outputs = "y0", func = function(a) flow.sh("sleep 1") return "same" end },
+  node{ name = "q", inputs = "y0", outputs = "y", func = function(y0) return string.rep(y0, 300) end },
+  node{ name = "P", inputs = "y", outputs = "x", func = function(y) return y .. string.rep("-", 600) end },
+  node{ name = "R", inputs = { "x", "params:k" }, outputs = "res", func = function(x, k) return x:sub(1, 5) .. k end },
+}
+L
+    write conf/base/parameters.yml <<'Y'
+a: 1
+k: one
+Y
+    run_flow 0 run
+    run_flow 0 run -j 2 --nodes s0,q,R -p a=3 -p k=four
+    contains "$ERR" "2 done, 1 up to date, 1 skipped"
+    run_flow 0 run -j 1 --nodes s0,q,R -p a=4 -p k=five
+    contains "$ERR" "2 done, 1 up to date, 1 skipped"
 }
 
 # The same with two runs at once (flow.spawn): one replaces the producer's

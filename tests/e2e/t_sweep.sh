@@ -454,8 +454,9 @@ test_a_swept_key_that_cannot_be_set_is_the_sweeps_error() {
 }
 
 # What the trials share is made once, at one at a time and at once: a
-# large value only steps read is kept for a sweep's trials (a run keeps none
-# of those), so a trial does not call the shared steps again for it.
+# large value only steps read is kept for a sweep's trials when a shared
+# step makes it (a run keeps none of those), so a trial does not call the
+# shared steps again for it; one made from a swept parameter is not kept.
 test_the_trials_share_large_values_made_once() {
     write pipeline.lua <<'L'
 local function log(s) local f = io.open("calls", "a") f:write(s, "\n") f:close() end
@@ -464,8 +465,9 @@ return pipeline{
           log("make") local t = {} for i = 1, 300 do t[i] = i * k end return t end },
   node{ name = "mid", inputs = "t", outputs = "m", func = function(t)
           log("mid") local o = {} for i, x in ipairs(t) do o[i] = x + 1 end return o end },
-  node{ name = "train", inputs = { "m", "params:lr" }, outputs = "r", metrics = true,
-        func = function(m, lr) log("train") return m[3] * lr, { loss = m[3] * lr } end },
+  node{ name = "prep", inputs = "params:lr", outputs = "z", func = function(lr) return string.rep("z", 2000 + lr) end },
+  node{ name = "train", inputs = { "m", "z", "params:lr" }, outputs = "r", metrics = true,
+        func = function(m, z, lr) log("train") return m[3] * lr, { loss = m[3] * lr } end },
 }
 L
     write conf/base/parameters.yml <<'Y'
@@ -474,6 +476,7 @@ lr: 1
 Y
     run_flow 0 sweep --grid lr=21,22,23 --metric loss -q
     equals "$(sort calls | uniq -c | tr -s ' ')" "$(printf ' 1 make\n 1 mid\n 3 train')" "calls, one trial at a time"
+    equals "$(ls .flow/cache/values | wc -l)" "2" "values kept (t and m, not the trials' z)"
     rm -rf .flow calls
     run_flow 0 sweep --grid lr=21,22,23,24 --metric loss --parallel 2 -q
     equals "$(sort calls | uniq -c | tr -s ' ')" "$(printf ' 1 make\n 1 mid\n 4 train')" "calls, two trials at once"
