@@ -707,6 +707,20 @@ function M.pools(plan, jobs)
   return sizes, of
 end
 
+-- {dataset = step name} of what the selected steps save (a version pinned
+-- with --load-versions applies to what the run only loads: what an
+-- unselected step saves, the run loads as the pinned version).
+local function selected_outputs(nodes, selected, produced)
+  if not selected then return produced end
+  local out = {}
+  for i, n in ipairs(nodes) do
+    if selected[i] then
+      for _, io in ipairs(n.outputs) do out[io.dataset] = n.name end
+    end
+  end
+  return out
+end
+
 -- Everything a run or a listing needs before any step runs: the pipeline's
 -- nodes, the configuration, the catalog, resolved distribution settings and
 -- the graph.
@@ -745,11 +759,11 @@ function M.prepare(p, opts, defaults, level)
   check_missing_inputs(free_readers, cat, produced, params_of)
   check_paths(nodes, sc.commands, cat)
   local g = M.build_graph(nodes, dists, declared)
-  cat:check_load_versions(produced)
   check_params(nodes, merged(sc.commands, param_readers), settings, params_of, templates, produced)
   check_pools(nodes, sc.pooled, settings)
   check_templates(nodes, sc.commands, templates)
   local selected = select_steps(p.nodes, g, opts, level)
+  cat:check_load_versions(selected_outputs(nodes, selected, produced))
   local mode = opts.distributed or defaults.distributed
   if not mode and settings.cfg then mode = settings.cfg:get("flow", "distributed") end
   mode = mode or "once"

@@ -688,6 +688,7 @@ end
 -- catalog's; nil and why not.
 function outside_value(d, p, nodes, st, cat)
   local e = cat:entry(d)
+  if cat.load_versions[d] then return saved_dataset(d, e, nil, cat) end    -- pinned: that version, not the last run's
   local rec = p and st.steps[nodes[p].name]
   local out = rec and rec.outputs and rec.outputs[d]
   if out and out.recompute then return { out = out, hash = out.hash } end

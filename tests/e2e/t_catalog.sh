@@ -124,7 +124,23 @@ L
     contains "$ERR" "there is no data/model.txt/2000-01-01T00.00.00.000Z/model.txt"
     run_flow 2 run use.lua --load-versions "model:yesterday"
     contains "$ERR" "--load-versions: 'model:yesterday' is not NAME:VERSION"
-    run_flow 2 run --load-versions "model:$first"
+    run_flow 2 run --params v=3 --load-versions "model:$first"
+    contains "$ERR" "this run saves 'model' (step 'train')"
+    # a selection that does not run the step saving it loads the pinned
+    # version (Kedro's `--from-nodes use --load-versions model:…`)
+    write both.lua <<'L'
+return pipeline{
+  node{ name = "train", inputs = "params:v", outputs = "model", func = function(v) return "model " .. v end },
+  node{ name = "use", inputs = "model", outputs = "used", func = function(m) print("using " .. m) return m end },
+}
+L
+    write conf/base/parameters.yml <<'Y'
+v: 2
+Y
+    run_flow 0 run both.lua
+    run_flow 0 run both.lua --from-nodes use --load-versions "model:$first"
+    contains "$OUT" "using model 1"
+    run_flow 2 run both.lua --nodes train,use --load-versions "model:$first"
     contains "$ERR" "this run saves 'model' (step 'train')"
 }
 
