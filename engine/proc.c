@@ -274,9 +274,7 @@ static void on_pidfd(void *arg, int fd, unsigned events)
     struct proc *p = arg;
     if (p->killing && p->timer) {        /* cancelled, the group's SIGKILL still due: see linger */
         if (!peek_exit(p->pid, &p->status)) return;
-        loop_cancel_timer(p->loop, p->timer);
-        p->timer = 0;
-        linger(p);
+        linger(p);                       /* (its own timer; p's goes below) */
     } else {
         reaper_forget(p->pid);           /* before the reap, while the pid cannot be reused */
         if (waitpid(p->pid, &p->status, WNOHANG) != p->pid) return;

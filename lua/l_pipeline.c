@@ -117,6 +117,13 @@ static void push_did_you_mean(lua_State *L, const char *word, const char *const 
  * their lists at commas and trim spaces), so a comma or a space is refused
  * here, where the step is written, as Kedro refuses them.  "params:" alone
  * names no parameter. */
+/* Whether s[i] starts a C1 control character (U+0080..U+009F, "\xc2\x80".."\xc2\x9f"). */
+static bool is_c1(const char *s, size_t i, size_t len)
+{
+    return (unsigned char)s[i] == 0xc2 && i + 1 < len && (unsigned char)s[i + 1] >= 0x80 &&
+           (unsigned char)s[i + 1] <= 0x9f;
+}
+
 static const char *name_problem(const char *s, size_t len)
 {
     if (len == 0) return "is empty";
@@ -125,8 +132,7 @@ static const char *name_problem(const char *s, size_t len)
         if (c < 0x20 || c == 0x7f) return "contains a control character";
         if (c == ',') return "contains a comma (--nodes, --tags, --from-inputs and --to-outputs split names at commas)";
         if (c == ' ') return "contains a space (a name is one word, so that --nodes, --tags and the other selections can give it)";
-        if (c == 0xc2 && i + 1 < len && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9f)
-            return "contains a control character";             /* C1, U+0080..U+009F */
+        if (is_c1(s, i, len)) return "contains a control character";
     }
     if (!utf8_valid(s, len, NULL)) return "is not UTF-8 text";
     /* a dot joins a namespace to a name (ns.step): an empty part breaks that */
@@ -154,7 +160,7 @@ static void check_name(lua_State *L, int idx, const char *prefix, const char *wh
     bool utf8 = utf8_valid(s, len, NULL);
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
-        bool c1 = c == 0xc2 && i + 1 < len && (unsigned char)s[i + 1] <= 0x9f;   /* (and >= 0x80: valid) */
+        bool c1 = is_c1(s, i, len);
         if (c1 || (c >= 0x80 && !utf8)) {                  /* shown as bytes, as the C0 ones */
             char esc[16];
             int n = c1 ? snprintf(esc, sizeof esc, "\\%u\\%u", (unsigned)c, (unsigned)(unsigned char)s[++i])

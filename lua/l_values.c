@@ -325,16 +325,16 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
             lua_settop(L, vals);
             return hand_over(L, base, nres);
         }
-        size_t len;
-        if (may_unkeep) {                                 /* kept when small, else its text is nil */
-            if (!flow_serialize_max(L, -1, (size_t)inline_max)) {
-                lua_pop(L, 1);
-                lua_pushnil(L);
-                unkept++;
+        /* a value over inline_max is not kept, or is the stdlib's (a file of
+         * its own): either way its text is not made whole here */
+        if (!flow_serialize_max(L, -1, (size_t)inline_max)) {
+            if (!may_unkeep) {
+                lua_settop(L, vals);
+                return hand_over(L, base, nres);
             }
-        } else if (!flow_serialize(L, -1) || (lua_tolstring(L, -1, &len), len > (size_t)inline_max)) {
-            lua_settop(L, vals);
-            return hand_over(L, base, nres);
+            lua_pop(L, 1);
+            lua_pushnil(L);                               /* (no text: not kept) */
+            unkept++;
         }
     }
     /* Every output is ready: recorded now, in order, as save_values does:
@@ -377,7 +377,7 @@ static int l_call(lua_State *L)
     luaL_checktype(L, A_VALUES, LUA_TTABLE);
     luaL_checktype(L, A_NODE, LUA_TTABLE);
     luaL_checktype(L, A_CAT, LUA_TTABLE);
-    luaL_checkinteger(L, A_INLINE_MAX);
+    luaL_argcheck(L, luaL_checkinteger(L, A_INLINE_MAX) > 0, A_INLINE_MAX, "a positive size");
     if (!lua_isnoneornil(L, A_RECOMPUTE)) luaL_checktype(L, A_RECOMPUTE, LUA_TFUNCTION);
     lua_getfield(L, A_NODE, "inputs");
     lua_getfield(L, A_NODE, "outputs");
