@@ -9,6 +9,7 @@
 -- declared outputs and the content hashes of its inputs.  The parts are kept
 -- (shortened) so that `--explain` can say which one changed.
 local core = require("flow.core")
+local params_text = require("flow.params").text
 local cache = require("flow.cache")
 
 local M = {}
@@ -311,7 +312,7 @@ local function command_code(cmd, root)
   if cmd.cwd then parts[#parts + 1] = "cwd=" .. cmd.cwd end
   if cmd.env then
     local env = {}
-    for k, v in pairs(cmd.env) do env[#env + 1] = k .. "=" .. (type(v) == "number" and core.number_text(v) or tostring(v)) end
+    for k, v in pairs(cmd.env) do env[#env + 1] = k .. "=" .. params_text(v) end    -- (as launch.env_list spells it)
     table.sort(env)
     parts[#parts + 1] = "env:" .. table.concat(env, "\0")
   end

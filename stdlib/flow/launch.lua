@@ -9,6 +9,7 @@
 --   MPI:        mpirun -np num_nodes x processes_per_node, each rank
 --               logging to its own file
 local core = require("flow.core")
+local params_text = require("flow.params").text
 
 local M = {}
 
@@ -70,7 +71,7 @@ end
 -- "K=V" strings for flow.proc.spawn from an environment table.
 function M.env_list(env)
   local out = {}
-  for k, v in pairs(env) do out[#out + 1] = k .. "=" .. (type(v) == "number" and core.number_text(v) or tostring(v)) end
+  for k, v in pairs(env) do out[#out + 1] = k .. "=" .. params_text(v) end
   table.sort(out)
   return out
 end

@@ -248,8 +248,9 @@ end
 -- A memory value as stored: inline text in the record, or a file named by its hash.
 -- Returns the output record fields {hash =, value = or cached = true}, or
 -- nil and why the value cannot be cached.
-function M.store_value(v)
-  local text, err = cache.serialize(v)
+-- (max: a value whose text would take more is not stored: nil and why.)
+function M.store_value(v, max)
+  local text, err = cache.serialize(v, max)
   if not text then return nil, err end
   if util.holds_secret(v) then return nil, "it holds a credential, which flow does not write to its cache" end
   local h = cache.sha256(text)
@@ -283,10 +284,6 @@ function M.value_available(out, hc)
 end
 
 function M.restore_value(out, name)
-  if out.recompute then
-    error(string.format("'%s' is a memory value that is not kept between runs (only steps read it): a run "
-      .. "makes it for the steps that read it", name), 0)
-  end
   local text = out.value
   local path = M.VALUES .. "/" .. tostring(out.hash)
   if not text then

@@ -333,9 +333,6 @@ end
 
 -- ---- trials at once ------------------------------------------------------------
 
--- The trials' run prepared (runner.prepare) with the first trial's values,
--- to see which steps the sweep touches; nil when that fails (each trial then
--- reports why).
 -- The configuration with trial 1's parameters set, before any trial runs: a
 -- swept key that cannot be set (`min_count.x` where min_count is a number),
 -- or a configuration that does not load, would fail every trial alike, each
@@ -352,6 +349,9 @@ local function check_settable(o, values)
   util.setup_error("flow sweep: the swept parameters cannot be set: " .. err.setup_error:gsub("^flow%.run: ", ""))
 end
 
+-- The trials' run prepared (runner.prepare) with the first trial's values,
+-- to see which steps the sweep touches; nil when that fails (each trial then
+-- reports why).
 local function prepared(p, o, values)
   local ok, plan = pcall(runner.prepare, p, { env = o.env, params = trial_params(o, values[1]) }, 1)
   if ok then return plan end
@@ -696,9 +696,11 @@ function M.sweep(o)
     local space = o.grid or o.space
     values = spec.sampler == "grid" and grid_trials(space, spec.keys)
              or random_trials(space, spec.keys, spec.trials, spec.seed)
-    check_settable(o, values)
-    id, done = core.run_id(M.DIR), {}
+    -- (the first trial's plan loads conf/ with the swept values; only when
+    -- it cannot is conf/ loaded again, to say whether they were the cause)
     trial_plan = prepared(p, o, values)
+    if not trial_plan then check_settable(o, values) end
+    id, done = core.run_id(M.DIR), {}
     local plan = azureml_plan(trial_plan, o, spec, values)
     aml = plan and { plan = plan }
     if not plan and trial_plan and (o.parallel or 1) > 1 then       -- refused before the sweep is made

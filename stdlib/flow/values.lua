@@ -485,10 +485,9 @@ function Run:save_values(n, by, namer)
     local outs = {}
     for _, o in ipairs(n.outputs) do
       local d, v = o.dataset, by[o.dataset]
-      local text = cache.serialize(v, state_mod.INLINE_MAX)
-      local out
-      if text and not util.holds_secret(v) then out = { hash = cache.sha256(text), value = text }
-      else out = { hash = M.recompute_key(namer(), d), recompute = true } end
+      local ok, out = pcall(state_mod.store_value, v, state_mod.INLINE_MAX)    -- (in its record, when small)
+      if not ok then save_failed(nil, "step '%s': cannot cache output '%s': %s", n.name, d, tostring(out)) end
+      out = out or { hash = M.recompute_key(namer(), d), recompute = true }
       outs[d] = out
       self.values[d] = { value = v, loaded = true, hash = out.hash }
     end
@@ -668,7 +667,7 @@ local function saved_dataset(d, e, out, cat)
   if out and out.path and core.exists(out.path) then
     return { path = out.path, entry = e, uri = out.uri, uri_type = out.uri_type }
   end
-  if out and not out.path and not out.uncacheable and not out.recompute and state_mod.value_available(out) then
+  if out and not out.path and not out.uncacheable and state_mod.value_available(out) then
     return { out = out, hash = out.hash }
   end
   if e.uri then           -- on a datastore: looked at before the run (Run:stat_datastore_inputs)
