@@ -604,12 +604,16 @@ static void list_page(struct xfer *x, const char *marker)
     free(query);
 }
 
-static void head_blob(struct xfer *x, const char *name)
+/* Get Blob Properties of `name`: R_HEAD for the transfer's own prefix,
+ * R_HEAD_CHANGED for item i's blob after it changed (head_changed). */
+static void send_head(struct xfer *x, enum req_kind kind, size_t i, const char *name)
 {
     struct blob_call call = { .method = "HEAD", .blob = name };
     struct http_request req = { 0 };
-    req_start(x, R_HEAD, 0, 0, 0, &call, &req);
+    req_start(x, kind, i, 0, 0, &call, &req);
 }
+
+static void head_blob(struct xfer *x, const char *name) { send_head(x, R_HEAD, 0, name); }
 
 static void add_remote(struct xfer *x, const char *name, uint64_t size, const char *md5, const char *etag)
 {
@@ -692,6 +696,20 @@ static void on_list(struct xfer *x, const struct http_response *resp)
     free(next);
 }
 
+/* A Get Blob Properties answer's size, MD5 and ETag (NULL when absent; the
+ * response keeps them), or false after failing the transfer: no size. */
+static bool head_properties(struct xfer *x, const struct http_response *resp, const char *name, uint64_t *size,
+                            const char **md5, const char **etag)
+{
+    if (!parse_size(http_response_header(resp, "content-length"), size)) {
+        fail(x, "cannot look up %s/%s: the answer has no Content-Length", x->c->name, name);
+        return false;
+    }
+    *md5 = http_response_header(resp, "content-md5");
+    *etag = http_response_header(resp, "etag");
+    return true;
+}
+
 static void on_head(struct xfer *x, const struct http_response *resp)
 {
     if (resp->status == 404) {
@@ -699,11 +717,9 @@ static void on_head(struct xfer *x, const struct http_response *resp)
         return;
     }
     uint64_t size = 0;
-    if (!parse_size(http_response_header(resp, "content-length"), &size)) {
-        fail(x, "cannot look up %s/%s: the answer has no Content-Length", x->c->name, x->prefix);
-        return;
-    }
-    add_remote(x, x->prefix, size, http_response_header(resp, "content-md5"), http_response_header(resp, "etag"));
+    const char *md5, *etag;
+    if (!head_properties(x, resp, x->prefix, &size, &md5, &etag)) return;
+    add_remote(x, x->prefix, size, md5, etag);
     after_listing(x);
 }
 
@@ -765,9 +781,7 @@ static void head_changed(struct xfer *x, size_t i)
 {
     struct item *it = &x->items[i];
     it->restart_pending = false;
-    struct blob_call call = { .method = "HEAD", .blob = it->blob };
-    struct http_request req = { 0 };
-    req_start(x, R_HEAD_CHANGED, i, 0, 0, &call, &req);
+    send_head(x, R_HEAD_CHANGED, i, it->blob);
 }
 
 /* A 412 to a range's If-Match: the blob is no longer the version the
@@ -814,11 +828,8 @@ static void on_head_changed(struct xfer *x, size_t i, const struct http_response
 {
     struct item *it = &x->items[i];
     uint64_t size = 0;
-    if (!parse_size(http_response_header(resp, "content-length"), &size)) {
-        fail(x, "cannot look up %s/%s: the answer has no Content-Length", x->c->name, it->blob);
-        return;
-    }
-    const char *md5 = http_response_header(resp, "content-md5"), *etag = http_response_header(resp, "etag");
+    const char *md5, *etag;
+    if (!head_properties(x, resp, it->blob, &size, &md5, &etag)) return;
     x->prog.bytes_total = x->prog.bytes_total - it->size + size;
     it->size = size;
     snprintf(it->md5, sizeof it->md5, "%s", md5 ? md5 : "");

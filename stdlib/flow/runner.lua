@@ -64,13 +64,18 @@ end
 local function on_step_error(e)
   if is_failure(e) then return e end
   if util.is_fs_error(e) then return step_failure { message = e.fs_error, on_disk = true } end
-  return { traceback = debug.traceback(tostring(e), 2), message = tostring(e) }
+  local msg = util.error_message(e)      -- error({}) or error(): where, and what was raised
+  return { traceback = debug.traceback(msg, 2), message = msg }
 end
 
 -- A step stopped by sched.guard (its code cannot catch that): Ctrl-C, its
 -- timeout, or os.exit, which must not end flow without its journal and summary.
-local function cancelled_failure(n, c)
-  if c.cancelled == "timed out" and is_failure(c.error) and c.error.timed_out then
+local function cancelled_failure(n, c, calling)
+  if c.cancelled == "exit" and calling then            -- a producer called again for n's input
+    return step_failure { message = string.format("step '%s' called os.exit(%d) when it was called again for "
+      .. "step '%s' (its value is not kept between runs), which a step cannot do: return its outputs, or raise an "
+      .. "error to fail it", calling.name, c.code, n.name) }
+  elseif c.cancelled == "timed out" and is_failure(c.error) and c.error.timed_out then
     return c.error                      -- a command's, which says what it stopped
   elseif c.cancelled == "timed out" then
     return step_failure { timed_out = true, message = string.format(
@@ -87,10 +92,10 @@ end
 function Run:attempt(n, i)
   local body = self.remote[i] and self.run_remote or n.kind == "func" and self.run_function or self.run_command
   local ok, err = sched.guard(on_step_error, body, self, n, i)
-  if self.recomputing then self:recompute_over(coroutine.running()) end
+  local calling = self.recomputing and self:recompute_over(coroutine.running())
   if not ok and err.on_disk then err.message = string.format("step '%s': %s", n.name, err.message) end
   if ok or is_failure(err) then return ok, err end
-  if err.cancelled then return false, cancelled_failure(n, err) end
+  if err.cancelled then return false, cancelled_failure(n, err, calling and self.nodes[calling]) end
   return false, err.traceback
 end
 
@@ -142,9 +147,13 @@ function Run:attempt_body(i, k)
   local shown
   if not f then shown = string.format("step '%s' failed: %s", n.name, util.user_traceback(text))
   elseif not err.quiet then shown = err.message end
-  -- the retry's warning names the step itself: the failure without its name
+  -- the retry's warning names the step itself: "step 'x' <reason> (attempt …)",
+  -- the failure without its name ("failed (exit code 1)", "timed out after
+  -- 5s"), and "failed: <why>" for a message that is not a sentence about it
   local named = "step '" .. n.name .. "'"
-  local reason = text:sub(1, #named) == named and text:sub(#named + 1):gsub("^%s*:?%s*", "") or text
+  local rest = text:sub(1, #named) == named and text:sub(#named + 1)
+  local reason = rest and not rest:find("^%s*:") and rest:gsub("^%s*", "")
+                 or "failed: " .. (rest and rest:gsub("^%s*:%s*", "") or text)
   return false, { message = text, report = shown, tail = f and err.stderr_tail or nil, reason = reason,
                   timed_out = f and err.timed_out or nil, exit_code = rec.exit_code,
                   final = f and err.no_retry or nil,         -- (a retry would fail the same way)

@@ -406,16 +406,12 @@ end
 -- trial until none is left.  Returns the trials that ended (in the order
 -- they ended) and whether the sweep was interrupted; nil when the shared
 -- steps failed (the trials then run one at a time, each reporting it).
-local function run_parallel(p, o, spec, id, values, done, parallel, log, plan, shared, keep)
+local function run_parallel(p, o, spec, id, values, done, parallel, log, plan, shared, keep, swept)
   if not plan then return nil end
   local jobs = o.jobs or core.cpu_count()
   local per_trial = math.max(1, jobs // parallel)
-  local names = shared      -- a new sweep's, found and checked before the sweep was made
-  if not names then
-    local swept
-    names, swept = shared_steps(plan, spec.keys)
-    check_parallel(plan, swept, parallel)
-  end
+  if swept then check_parallel(plan, swept, parallel) end    -- (a new sweep's was checked before it was made)
+  local names = shared
   if #names > 0 and #names < #plan.nodes then
     core.ui_info(string.format("sweep %s: the steps every trial shares first: %s", id, table.concat(names, ", ")))
     local rok, r = pcall(runner.run, p, { env = o.env, params = trial_params(o, values[1]), jobs = jobs,
@@ -729,17 +725,18 @@ function M.sweep(o)
   local parallel = not aml and math.min(o.parallel or 1, #values) or 1
   -- the values the trials keep: those of the steps they share (a value made
   -- from a swept parameter serves one trial only); all when that is unknown
-  local keep
+  local keep, swept
   if not aml then
     trial_plan = trial_plan or prepared(p, o, values)
     if trial_plan then
+      if not shared then shared, swept = shared_steps(trial_plan, spec.keys) end    -- (resumed)
       keep = {}
-      for _, name in ipairs(shared or shared_steps(trial_plan, spec.keys)) do keep[name] = true end
+      for _, name in ipairs(shared) do keep[name] = true end
     end
   end
   if parallel > 1 then
     local ran
-    ran, interrupted = run_parallel(p, o, spec, id, values, done, parallel, log.j, trial_plan, shared, keep)
+    ran, interrupted = run_parallel(p, o, spec, id, values, done, parallel, log.j, trial_plan, shared, keep, swept)
     if ran then
       for i in pairs(done) do trials[#trials + 1] = done[i] end
       for _, t in ipairs(ran) do trials[#trials + 1] = t end

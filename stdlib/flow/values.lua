@@ -252,11 +252,14 @@ function Run:recompute_failed(d, p, err)
 end
 
 -- After an attempt of a step on the coroutine `co`: a call it was making
--- for values not kept is over, whether or not it returned.
+-- for values not kept is over, whether or not it returned.  Returns the
+-- step it was calling, if any (what an os.exit there names).
 function Run:recompute_over(co)
+  local calling
   for p, owner in pairs(self.recomputing or {}) do
-    if owner == co then self.recomputing[p] = nil end
+    if owner == co then self.recomputing[p], calling = nil, p end
   end
+  return calling
 end
 
 -- Lua value `value` of dataset d as the file a command reads: JSON in

@@ -356,6 +356,17 @@ test_error_values_that_are_not_messages_name_the_line() {
     printf '\033Lua' > pipeline.lua
     run_flow 2 run
     contains "$ERR" "flow: error: pipeline.lua: attempt to load a binary chunk"
+    # the same inside a step: its failure names the line, not "table: 0x…"
+    cat > pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() error({ code = 3 }) end, outputs = "x", name = "a" },
+  node{ func = function() error() end, outputs = "y", name = "b" },
+}
+L
+    run_flow 1 run -k
+    contains "$ERR" "step 'a' failed: pipeline.lua:2: error raised a table, not a message"
+    contains "$ERR" "step 'b' failed: pipeline.lua:3: error raised nil, not a message"
+    not_contains "$ERR" "table: 0x"
 }
 
 # A NUL byte ends a C string: a command line, an argument, an env value or

@@ -615,6 +615,28 @@ Y
     no_crash
 }
 
+# os.exit in a producer called again for a reader is the producer's: the
+# reader fails naming it, and flow goes on to its summary.
+test_os_exit_in_a_producer_called_again_names_the_producer() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "make", outputs = "t", func = function()
+          if io.open("quit") then os.exit(4) end
+          return string.rep("z", 2000) end },
+  node{ name = "use", inputs = { "t", "params:k" }, outputs = "u", func = function(t, k) return #t .. k end },
+}
+L
+    write conf/base/parameters.yml <<'Y'
+k: one
+Y
+    run_flow 0 run
+    touch quit
+    run_flow 1 run --params k=two
+    contains "$ERR" "step 'make' called os.exit(4) when it was called again for step 'use' (its value is not kept between runs), which a step cannot do"
+    contains "$ERR" "flow: failed: use"
+    no_crash
+}
+
 # A function value a step reads is not kept: nothing reruns.  One that no
 # step reads (a result) cannot be cached: its step always runs, and
 # --explain says why.

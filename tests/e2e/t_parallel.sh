@@ -22,6 +22,20 @@ L
     contains "$(cat .flow/runs/latest/run.json)" '"attempts":	3'
 }
 
+# A Lua step's error is "failed: <its message>" in the retry's warning, and
+# a message that names the step keeps its colon.
+test_retry_warnings_of_lua_steps_read_as_sentences() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() error("boom") end, outputs = "x", name = "lua", retries = 1 },
+  node{ command = flow.command{ "true", cwd = "nodir" }, name = "named", retries = 1 },
+}
+L
+    run_flow 1 run -k
+    contains "$ERR" "step 'lua' failed: pipeline.lua:2: boom (attempt 1 of 2); retrying in 1s"
+    contains "$ERR" "step 'named' failed: its command's cwd nodir is not a directory (attempt 1 of 2)"
+}
+
 test_retries_exhausted_fail() {
     write pipeline.lua <<'L'
 return pipeline{ node{ command = "echo x >> tries; exit 1", name = "broken", retries = 1 } }
