@@ -7,6 +7,7 @@
  * Input is untrusted: nesting, alias expansion and sizes are bounded. */
 #define FLOW_CONFIG_INTERNAL
 #include "config.h"
+#include "json_text.h"
 #include "utf8.h"
 
 #include <errno.h>
@@ -78,12 +79,7 @@ const char *cfg_format_number(double d, char buf[40])
         snprintf(buf, 40, "%.0f", d);
         return buf;
     }
-    snprintf(buf, 40, "%.15g", d);
-    if (strtod(buf, NULL) != d)
-        snprintf(buf, 40, "%.17g", d);
-    if (!strpbrk(buf, ".en"))          /* keep it reading as a float */
-        strcat(buf, ".0");
-    return buf;
+    return json_format_float(d, buf);   /* keeps it reading as a float */
 }
 
 static int all_digits(const char *s, size_t n, const char *set)

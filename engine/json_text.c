@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 const char *json_format_double(double d, char buf[32])
 {
@@ -14,6 +15,13 @@ const char *json_format_double(double d, char buf[32])
         snprintf(buf, 32, "%.*g", prec, d);
         if (strtod(buf, NULL) == d) break;
     }
+    return buf;
+}
+
+const char *json_format_float(double d, char buf[40])
+{
+    json_format_double(d, buf);
+    if (!strpbrk(buf, ".eEn")) strcat(buf, ".0");     /* ("n": nan, inf) */
     return buf;
 }
 

@@ -12,6 +12,10 @@ struct strbuf;
  * is made up ("0.30000000000000004" for 0.1 + 0.2, "0.1" for 0.1).  The one
  * float formatter of flow's JSON, Lua literals and ${params.x} text. */
 const char *json_format_double(double d, char buf[32]);
+/* The same with ".0" added where the text would read as an integer ("1.0",
+ * "1e+20" as it is): a float as Lua's tostring and YAML show one (the Lua
+ * literals of values, a float's tostring, the YAML and text of config). */
+const char *json_format_float(double d, char buf[40]);
 /* A number: an integer when it is one (within int's range), else
  * json_format_double's text; null for NaN and infinities. */
 void json_number(struct strbuf *sb, double d);

@@ -50,9 +50,7 @@ static int l_number_text(lua_State *L)
         return 1;
     }
     char buf[40];
-    json_format_double(d, buf);
-    if (!strpbrk(buf, ".e")) strcat(buf, ".0");       /* still reads as a float, as tostring's does */
-    lua_pushstring(L, buf);
+    lua_pushstring(L, json_format_float(d, buf));      /* still reads as a float, as tostring's does */
     return 1;
 }
 

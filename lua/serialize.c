@@ -102,9 +102,8 @@ static void format_float(lua_Number x, char *buf, size_t size)
         return;
     }
     if (isinf(x)) { snprintf(buf, size, x > 0 ? "1e9999" : "-1e9999"); return; }
-    char text[32];
-    snprintf(buf, size, "%s", json_format_double((double)x, text));
-    if (!strpbrk(buf, ".eE")) strncat(buf, ".0", size - strlen(buf) - 1);
+    char text[40];
+    snprintf(buf, size, "%s", json_format_float((double)x, text));
 }
 
 static void format_number(lua_State *L, int idx, char *buf, size_t size)

@@ -92,6 +92,21 @@ L
     contains "$OUT" "big integer 1234567890123456789"
     run_flow 0 config parameters.big
     contains "$OUT" "1234567890123456789"
+    # one formatter: a float that needs 16 digits reads the same in
+    # `flow config` and a command (it was 17 digits in config)
+    write conf/base/parameters.yml <<'Y'
+big: 1
+lr: 0.7999999999999999
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo cmd lr=${params.lr}", name = "cmd" },
+}
+L
+    run_flow 0 run -v
+    contains "$ERR" "cmd lr=0.7999999999999999"
+    run_flow 0 config parameters
+    contains "$OUT" "lr: 0.7999999999999999"
 }
 
 test_num_nodes_resolved_per_env() {
