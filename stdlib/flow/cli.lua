@@ -570,6 +570,20 @@ local function know_secrets()
   pcall(require("flow.settings").load, { conf = d.conf, env = d.env, params_spec = d.params_spec, quiet = true })
 end
 
+-- A relative --conf DIR names a directory from where flow was started, as
+-- any path on a command line; flow works in the script's directory `dir`,
+-- so it becomes relative to that (as a job's command line passes it on), or
+-- absolute when it lies outside.
+local function conf_from(conf, dir)
+  if conf:sub(1, 1) == "/" then return conf end
+  local cwd = core.cwd()
+  local abs = cwd .. "/" .. conf:gsub("^%./", "")
+  local script_dir = dir:sub(1, 1) == "/" and dir or cwd .. "/" .. dir:gsub("^%./", "")
+  script_dir = script_dir:gsub("/+$", "")
+  if abs:sub(1, #script_dir + 1) == script_dir .. "/" then return abs:sub(#script_dir + 2) end
+  return abs
+end
+
 -- Load the script, run its top level, return the chosen pipeline.
 local function load_pipeline(path, name)
   local dir, base = path:match("^(.*)/([^/]*)$")
@@ -577,7 +591,10 @@ local function load_pipeline(path, name)
   if not chunk then
     script_error(err:sub(1, #path + 1) == path .. ":" and err or path .. ": " .. err)
   end
-  if dir and dir ~= "" then core.chdir(dir) end
+  if dir and dir ~= "" then
+    if runner.defaults.conf then runner.defaults.conf = conf_from(runner.defaults.conf, dir) end
+    core.chdir(dir)
+  end
   runner.defaults.script = base or path
   know_secrets()
   local flow = require("flow")
@@ -652,8 +669,8 @@ local function print_plan(p, opts, resume)
   for _, r in ipairs(rows) do width = math.max(width, #r.name) end
   for k, r in ipairs(rows) do
     if r.runs then runs = runs + 1 end
-    io.write(string.format("%3d  %-" .. width .. "s  %s\n", k, r.name,
-                           r.runs and ("runs: " .. r.why) or "up to date"))
+    io.write(require("flow.config").redact(string.format("%3d  %-" .. width .. "s  %s\n", k, r.name,
+                                  r.runs and ("runs: " .. r.why) or "up to date")))
   end
   io.write(string.format("%d of %d selected steps would run\n", runs, #rows))
 end

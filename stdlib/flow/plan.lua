@@ -539,7 +539,7 @@ end
 -- two catalog entries with one path, or two datasets flow keeps in
 -- .flow/data (a command's output "a.json" and a value "a" a command reads,
 -- written as a.json).  Raises naming both.
-local function check_paths(nodes, commands, cat)
+local function check_paths(nodes, commands, cat, produced, project_files)
   local owner_d, owner_e, owner_path = {}, {}, {}   -- by key: the dataset stored there, its entry, its path
   local key_of, folders = path_keyer(core.cwd()), false
   local function who(d, e)
@@ -646,6 +646,29 @@ local function check_paths(nodes, commands, cat)
       dir = dir:match("^(.+)/[^/]*$")
     end
   end
+  -- The script and conf/ are the project's own: a step's output stored at
+  -- either, inside conf/, or at a folder holding either, overwrites them.
+  for _, f in ipairs(project_files) do
+    local own = key_of(f.path)
+    for _, key in ipairs(util.sorted_keys(owner_d)) do
+      local d = owner_d[key]
+      local how = key == own and "which is" or own:sub(1, #key + 1) == key .. "/" and "which holds"
+                  or f.dir and key:sub(1, #own + 1) == own .. "/" and "inside"
+      if how and produced[d] then
+        graph_error(string.format("%s is stored at %s, %s %s (%s): step '%s' would overwrite it; give '%s' a "
+          .. "path of its own", who(d, owner_e[key]), owner_path[key], how, f.what, f.path, produced[d], d))
+      end
+    end
+  end
+end
+
+-- What no output may overwrite: the script that made the pipeline and the
+-- configuration directory ({path =, what =, dir =}).
+local function project_files(defaults)
+  local files = {}
+  if defaults.script then files[1] = { path = defaults.script, what = "the pipeline script" } end
+  files[#files + 1] = { path = defaults.conf or "conf", what = "the configuration directory", dir = true }
+  return files
 end
 
 -- A step's `pool =` must name a pool of flow.yml's `pools:` (or `local`).
@@ -757,7 +780,7 @@ function M.prepare(p, opts, defaults, level)
   local produced = sc.produced
   local declared, free_readers, param_readers = catalog_inputs(nodes, sc, cat, params_of)
   check_missing_inputs(free_readers, cat, produced, params_of)
-  check_paths(nodes, sc.commands, cat)
+  check_paths(nodes, sc.commands, cat, produced, project_files(defaults))
   local g = M.build_graph(nodes, dists, declared)
   check_params(nodes, merged(sc.commands, param_readers), settings, params_of, templates, produced)
   check_pools(nodes, sc.pooled, settings)

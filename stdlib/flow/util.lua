@@ -156,10 +156,16 @@ function M.html_escape(s)
 end
 
 -- Prints rows of cells to stdout, columns padded to their widest cell.
+-- Each cell is masked first, as print's text is (a catalog path, a tag or an
+-- error may hold a credential's value).
 function M.print_table(cells)
   local width = {}
   for _, row in ipairs(cells) do
-    for c, v in ipairs(row) do width[c] = math.max(width[c] or 0, utf8.len(v) or #v) end
+    for c, v in ipairs(row) do
+      v = config.redact(v)
+      row[c] = v
+      width[c] = math.max(width[c] or 0, utf8.len(v) or #v)
+    end
   end
   for _, row in ipairs(cells) do
     local parts = {}

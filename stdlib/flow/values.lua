@@ -371,22 +371,26 @@ function Run:commit_made_here(d, e, from, n)
 end
 
 -- Whether a file (or folder) committed at `final` may replace what is there
--- now, a folder (or a file): only when that is the dataset's own output of
--- its step's last run (its type changed since).  Anything else there (a data
--- directory the catalog path names by mistake, holding other files, inputs
--- among them) the commit would delete: the step fails naming it instead.
+-- now.  A file replaces a file.  A folder replaces a directory, or a file
+-- replaces a folder (its type changed), only when that is the dataset's own
+-- output of its step's last run; a folder replaces an empty directory too.
+-- Anything else there (a directory the catalog path names by mistake: data/,
+-- src/, conf/, holding other files, inputs among them) the commit would
+-- delete: the step fails naming it instead.
 function Run:check_replaced(d, e, from, final, n)
   local there = core.exists(final)
   if not there then return end                  -- (the common case: one stat)
   local made = core.exists(from)
-  if there == made then return end
+  if there == made and there ~= "directory" then return end
+  if there == "directory" and made == "directory" and #(core.list_dir(final) or { 1 }) == 0 then return end
   local old = self.state.steps[n.name]
   local was = old and old.outputs and old.outputs[d]
   local same = was and was.path and cache.realpath(was.path) == cache.realpath(final)
-  if same and self.hc:file(final) == was.hash then return end
+  if same and (there == made or self.hc:file(final) == was.hash) then return end
   error(step_failure { message = string.format("step '%s': output '%s' is stored at %s, which is a %s that "
-    .. "this step did not make: committing its %s there would delete it (give '%s' a path of its own)",
-    n.name, d, final, there == "directory" and "directory" or "file", made == "directory" and "folder" or "file", d) })
+    .. "this step's last run did not make: committing its %s there would delete it (give '%s' a path of its own, "
+    .. "or remove %s if it is an old output)", n.name, d, final, there == "directory" and "directory" or "file",
+    made == "directory" and "folder" or "file", d, final) })
 end
 
 -- Before the first of step n's outputs is committed, each of them must be

@@ -344,6 +344,14 @@ test_conf_dir_option() {
     contains "$OUT" "lr=0.001"
     run_flow 2 run --conf nowhere
     contains "$ERR" "--conf nowhere: no such directory"
+    # a relative DIR is from where flow was started, though flow works in
+    # the script's directory: settings/ beside proj/, and proj/settings
+    mkdir proj && cp pipeline.lua proj/
+    run_flow 0 run proj/pipeline.lua --conf settings --env prod
+    contains "$OUT" "lr=0.001"
+    mv settings proj/
+    run_flow 0 run proj/pipeline.lua --conf proj/settings --env prod --force
+    contains "$OUT" "lr=0.001"
 }
 
 test_flow_run_params_from_lua() {

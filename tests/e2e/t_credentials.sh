@@ -348,3 +348,27 @@ L
     contains "$ERR" "pipeline.lua:2: bad token"
     unset API_TOKEN
 }
+
+# The tables flow prints (flow catalog list, flow list, flow runs, a
+# sweep's results) and the --dry-run listing mask a credential's value as
+# print does: a catalog path or a tag may hold one.
+test_tables_mask_credentials() {
+    creds
+    write conf/base/catalog.yml <<Y
+o:
+  type: text
+  path: data/$SECRET/o.txt
+Y
+    write pipeline.lua <<L
+return pipeline{ node{ func = function() return "x" end, outputs = "o", name = "l", tags = { "$TOKEN" } } }
+L
+    run_flow 0 catalog list
+    contains "$OUT" "data/***/o.txt"
+    run_flow 0 list
+    contains "$OUT" "***"
+    run_flow 0 run -n
+    run_flow 0 run
+    run_flow 0 runs
+    not_contains "$OUT$ERR" "$SECRET" "output"
+    not_contains "$OUT$ERR" "$TOKEN" "output"
+}

@@ -605,7 +605,7 @@ raw: {type: text, path: data/01_raw/words.txt}
 report: {type: text, path: data/other}
 Y
     run_flow 1 run
-    contains "$ERR" "step 'A': output 'report' is stored at data/other, which is a directory that this step did not make"
+    contains "$ERR" "step 'A': output 'report' is stored at data/other, which is a directory that this step's last run did not make"
     equals "$(cat data/other/keep.csv)" "a,b" "the directory's file"
     write conf/base/catalog.yml <<'Y'
 raw: {type: text, path: data/01_raw/words.txt}
@@ -630,6 +630,55 @@ out: {type: file, path: data/out}
 Y
     run_flow 0 run
     equals "$(cat data/out)" "y" "the file that replaced the step's own folder"
+}
+
+# A catalog path that names the pipeline script, a file in conf/, conf/
+# itself or a folder holding the script is refused before the run: the
+# step overwrote pipeline.lua (the next run failed to parse it) or the
+# catalog itself.  Reading such a path is allowed.
+test_an_output_never_overwrites_the_script_or_the_configuration() {
+    mkdir -p conf/base
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() return 1 end, outputs = "a", name = "s" } }
+L
+    local path
+    for path in pipeline.lua conf/base/catalog.yml conf . ; do
+        echo "a: {type: text, path: $path}" > conf/base/catalog.yml
+        run_flow 2 run
+        contains "$ERR" "catalog entry 'a' (conf/base/catalog.yml:1) is stored at $path, "
+    done
+    contains "$ERR" "stored at ., which holds the pipeline script (pipeline.lua): step 's' would overwrite it"
+    equals "$(head -c 6 pipeline.lua)" "return" "the script"
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function(t) return #t end, inputs = "me", outputs = "n", name = "s" } }
+L
+    echo "me: {type: text, path: pipeline.lua}" > conf/base/catalog.yml
+    run_flow 0 run
+}
+
+# A folder dataset whose path names a directory the step did not make (src/
+# by mistake) fails the step and leaves it as it was: the commit deleted
+# src/train.py and put the folder there, exit 0.  Its own folder of the last
+# run, and an empty directory, it replaces.
+test_a_folder_dataset_never_replaces_a_directory_it_did_not_make() {
+    mkdir -p conf/base src data/empty
+    echo "print(1)" > src/train.py
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "mkdir -p ${outputs.o} && echo x > ${outputs.o}/f", outputs = { o = "out" }, name = "B" } }
+L
+    write conf/base/catalog.yml <<'Y'
+out: {type: folder, path: src}
+Y
+    run_flow 1 run
+    contains "$ERR" "step 'B': output 'out' is stored at src, which is a directory that this step's last run did not make: committing its folder there would delete it"
+    equals "$(cat src/train.py)" "print(1)" "the directory's file"
+    write conf/base/catalog.yml <<'Y'
+out: {type: folder, path: data/empty}
+Y
+    run_flow 0 run
+    equals "$(cat data/empty/f)" "x" "the folder in the empty directory"
+    run_flow 0 run --force
+    equals "$(cat data/empty/f)" "x" "the folder over its own"
 }
 
 # A step whose second output cannot be committed (its directory is blocked
