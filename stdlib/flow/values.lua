@@ -553,7 +553,7 @@ function Run:save_values(n, by, namer)
       staged[d] = staging
       local ok, werr = write_checked(staging, bytes)
       if not ok then save_failed(staged, "step '%s': cannot save output '%s': %s", n.name, d, werr) end
-      ready[i] = { from = staging, value = v }
+      ready[i] = { from = staging }    -- (its readers get the value decoded, as in a later run: not v)
     end
   end
   local from = {}
@@ -574,7 +574,6 @@ function Run:save_values(n, by, namer)
                          hash = r.hash or cache.sha256("uncacheable\0" .. self.run_id .. "\0" .. d) }
     else
       outs[d] = self:commit_made_here(d, self.cat:entry(d), r.from, n)
-      if r.value ~= nil then self.values[d].value, self.values[d].loaded = r.value, true end
     end
   end
   return outs

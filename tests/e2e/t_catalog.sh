@@ -47,6 +47,31 @@ test_types_are_saved_and_loaded() {
     [ ! -e .flow/data/numbers ] || { echo "a catalog dataset was also written to .flow/data"; return 1; }
 }
 
+# A step reads a catalog dataset as the catalog decodes it, whether its
+# producer ran in this run or in an earlier one: it got the producer's own
+# table in the same run (1.0 a float, [1] an integer key, 3 a number) and
+# the decoded file later, so one fingerprint gave two results.
+test_a_reader_gets_the_decoded_value_in_the_producers_run_too() {
+    write conf/base/catalog.yml <<'Y'
+metrics: {type: json, path: data/metrics.json}
+count:   {type: text, path: data/count.txt}
+summary: {type: text, path: data/summary.txt}
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = function() return { acc = 1.5, list = { 1, 2 } } end, outputs = "metrics", name = "score" },
+  node{ func = function() return 3 end, outputs = "count", name = "count_rows" },
+  node{ func = function(m, n) return string.format("acc=%s n=%s %s", m.acc, #m.list, math.type(n) or type(n)) end,
+        inputs = { "metrics", "count" }, outputs = "summary", name = "summarize" },
+}
+L
+    run_flow 0 run
+    local first; first=$(cat data/summary.txt)
+    run_flow 0 run --nodes summarize --force
+    equals "$(cat data/summary.txt)" "$first" "the same step on the same inputs"
+    equals "$first" "acc=1.5 n=2 string" "what it read"
+}
+
 test_numbers_are_saved_with_every_digit() {
     write conf/base/catalog.yml <<'Y'
 j: {type: json, path: data/j.json}
