@@ -28,6 +28,7 @@ local fingerprint = require("flow.fingerprint")
 local state_mod = require("flow.state")
 local credentials = require("flow.credentials")
 local plan_mod = require("flow.plan")
+local catalog = require("flow.catalog")
 local values = require("flow.values")
 local execute = require("flow.execute")
 local failure = require("flow.failure")
@@ -87,9 +88,52 @@ local function cancelled_failure(n, c, calling)
   return step_failure { message = string.format("step '%s' stopped (interrupted)", n.name), quiet = true }
 end
 
+-- Runs at once in one process (flow.spawn) must not write one file: the
+-- second would replace the first's output under the first's record, its
+-- readers would read the other run's bytes, and later runs would trust the
+-- record.  A run claims each path the catalog keeps when one of its steps is
+-- about to write there, until it ends; a step of another run that would
+-- write a claimed path fails at once, naming both.  (flow.sweep refuses
+-- such trials before they start.)
+local claims = {}          -- path -> the run holding it
+
+-- nil, or the failure of step n, whose output would be written where a
+-- run at once writes; else its outputs' paths are claimed for this run.
+function Run:claim_outputs(n)
+  local mine = {}
+  for _, io in ipairs(n.outputs) do
+    local e = self.cat:entry(io.dataset)
+    if catalog.persisted(e) then
+      local path = (e.uri and e.uri .. "/" or "") .. self.cat:save_path(e):gsub("^%./", ""):gsub("//+", "/")
+      local holder = claims[path]
+      if holder and holder ~= self then
+        return step_failure { no_retry = true, message = string.format("step '%s': output '%s' (%s) is written by "
+          .. "another run at once (%s): two runs at once (flow.spawn) must not write one file; make '%s' versioned, "
+          .. "give each run a path of its own, or run them one after the other", n.name, io.dataset, path,
+          holder.label or holder.run_id, io.dataset) }
+      end
+      mine[#mine + 1] = path
+    end
+  end
+  for _, path in ipairs(mine) do
+    claims[path] = self
+    self.claimed[#self.claimed + 1] = path
+  end
+end
+
+local function release_claims(run)
+  for _, path in ipairs(run.claimed) do
+    if claims[path] == run then claims[path] = nil end
+  end
+end
+
 -- One attempt of step n (the graph's step i); returns ok, err.  (Its
 -- deadline is engine/step.c's, which the guard and a process's wait read.)
 function Run:attempt(n, i)
+  if self.claimed and not self.remote[i] then
+    local clash = self:claim_outputs(n)
+    if clash then return false, clash end
+  end
   local body = self.remote[i] and self.run_remote or n.kind == "func" and self.run_function or self.run_command
   local ok, err = sched.guard(on_step_error, body, self, n, i)
   local calling = self.recomputing and self:recompute_over(coroutine.running())
@@ -207,6 +251,7 @@ local function new_run(plan, opts, run_id, st)
     -- a run among others at once (flow.spawn) keeps its commands' files apart,
     -- and its lines say which it is
     data_dir = among_others and run_dir .. "/data" or DATA,
+    claimed = among_others and {} or nil,     -- the catalog paths it writes (Run:claim_outputs)
     label = among_others and opts.label or nil,
     downloads_dir = among_others and require("flow.transfer").DOWNLOADS .. "/" .. run_id or nil,
     force = opts.force, explain = opts.explain, command_line = opts.command_line,
@@ -366,6 +411,7 @@ function M.run(p, opts, level)
   state_mod.lock()
   local run_id = core.run_id(state_mod.RUNS)
   local self = new_run(plan, opts, run_id, tasks.shared("state", function() return state_mod.load(run_id) end))
+  local _ <close> = self.claimed and setmetatable({}, { __close = function() release_claims(self) end }) or nil
   -- Every directory the run writes to, made (or found to be a directory, not
   -- a file or a link) before any step runs: a problem here raises a file-system
   -- error naming it, which the CLI reports with exit status 2.

@@ -475,6 +475,49 @@ Y
     contains "$ERR" "2 done, 1 up to date, 1 skipped"
 }
 
+# Two runs at once (flow.spawn) whose steps would write one catalog file:
+# the second step to start fails (the first run's evaluate read the other
+# run's model, and its record said its own: later runs trusted it); the
+# first run ends as if alone.  Versioned, both write.
+test_runs_at_once_never_write_one_catalog_file() {
+    write conf/base/catalog.yml <<'Y'
+model: {type: text, path: data/model.txt}
+Y
+    write conf/base/parameters.yml <<'Y'
+x: 1
+d: 1
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "sleep ${params.x}; echo model-x=${params.x} > ${outputs.model}", outputs = "model", name = "train" },
+  node{ command = "sleep ${params.d}; cat ${inputs.model} > ${outputs.report}", inputs = "model", outputs = "report",
+        name = "evaluate" },
+  node{ func = function(r) local f = io.open(r) local s = f:read("a") f:close() return s end, inputs = "report",
+        outputs = "result", name = "collect" },
+}
+L
+    write driver.lua <<'L'
+local p = dofile("pipeline.lua")
+local a = flow.spawn(flow.run, p, { params = { x = 0.2, d = 1.5 }, label = "A" })
+local b = flow.spawn(flow.run, p, { params = { x = 1, d = 0.2 }, label = "B" })
+local r = flow.wait_all{ a, b }
+print("A " .. tostring(r[1].outputs.result):gsub("\n", "") .. " " .. r[1].code)
+print("B " .. tostring(r[2].outputs.result) .. " " .. r[2].code)
+L
+    run_flow 0 run driver.lua
+    contains "$OUT" "A model-x=0.2 0"
+    contains "$OUT" "B nil 1"
+    contains "$ERR" "step 'train': output 'model' (data/model.txt) is written by another run at once (A): two runs at once (flow.spawn) must not write one file"
+    equals "$(cat data/model.txt)" "model-x=0.2" "the model"
+    rm data/model.txt
+    write conf/base/catalog.yml <<'Y'
+model: {type: text, path: data/model.txt, versioned: true}
+Y
+    run_flow 0 run driver.lua
+    contains "$OUT" "A model-x=0.2 0"
+    contains "$OUT" "B model-x=1"
+}
+
 # The same with two runs at once (flow.spawn): one replaces the producer's
 # record while the other's reader needs the value its run started with.
 test_a_value_is_not_made_again_by_a_producer_another_run_changed() {
