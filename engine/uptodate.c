@@ -22,6 +22,7 @@ struct description {
 
 struct step {
     bool passed, no_record;
+    bool keeps_values;                      /* utd_keeps_values: a value not kept does not stand */
     char fresh_fp[SHA256_HEX_SIZE];         /* the fingerprint of the record that made it fresh, or "" */
     const char *name;                       /* the graph's (not copied) */
     char *fp, *parts_json;                  /* utd_decide's, for a step without a record */
@@ -167,6 +168,11 @@ static void mark_fresh(struct step *s, const char *fp)
 void utd_mark_fresh(struct utd *u, size_t i, const char *fp)
 {
     if (i < u->n_steps) mark_fresh(&u->steps[i], fp);
+}
+
+void utd_keeps_values(struct utd *u, size_t i)
+{
+    if (i < u->n_steps) u->steps[i].keeps_values = true;
 }
 
 bool utd_passed(const struct utd *u, size_t i) { return i < u->n_steps && u->steps[i].passed; }
@@ -345,15 +351,15 @@ static char *short_parts_json(const struct fp_parts *p)
  * value cached in a file, with its hash; or a memory value inline in the
  * record, which the record's checksum vouches for; or a memory value not
  * kept, which its producer makes again when a reader needs it (flow.values,
- * Run:recompute).  Anything else (a value
- * that could not be cached, a record from before values said where they
- * are, a damaged file) is the stdlib's to explain. */
-static bool outputs_hold(struct utd *u, const struct description *d, const struct state_rec *r)
+ * Run:recompute), unless the step keeps its values now (`keeps`).  Anything
+ * else (a value that could not be cached, a record from before values said
+ * where they are, a damaged file) is the stdlib's to explain. */
+static bool outputs_hold(struct utd *u, const struct description *d, const struct state_rec *r, bool keeps)
 {
     for (size_t k = 0; k < d->n_outs; k++) {
         const struct state_out *o = out_named(r, d->outs[k], strlen(d->outs[k]));
         if (!o || !o->hash[0]) return false;
-        if (o->kind == 'v' || o->kind == 't') continue;
+        if (o->kind == 'v' || (o->kind == 't' && !keeps)) continue;
         if ((o->kind != 'f' && o->kind != 'c') || !o->path[0]) return false;
         char hex[SHA256_HEX_SIZE];
         if (hash_now(u, o->path, hex) != 0 || strcmp(hex, o->hash) != 0) return false;
@@ -387,7 +393,8 @@ enum utd_verdict utd_decide(struct utd *u, size_t i)
     enum utd_verdict v = UTD_CANNOT_TELL;
     char hex[SHA256_HEX_SIZE];
     if (!r) v = no_record(u, s);
-    else if (utd_fingerprint(u, i, hex) == 0 && strcmp(hex, r->fp) == 0 && outputs_hold(u, s->d, r)) v = UTD_UP_TO_DATE;
+    else if (utd_fingerprint(u, i, hex) == 0 && strcmp(hex, r->fp) == 0 && outputs_hold(u, s->d, r, s->keeps_values))
+        v = UTD_UP_TO_DATE;
     if (v == UTD_UP_TO_DATE) {
         mark_fresh(s, r->fp);
         s->passed = true;

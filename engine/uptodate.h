@@ -68,6 +68,11 @@ void utd_set_step(struct utd *u, size_t i, const struct utd_step *spec);
  * name is not copied: a run of 100,000 steps has its names once, in its graph. */
 void utd_name_step(struct utd *u, size_t i, const char *name);
 
+/* Step i keeps its memory values between runs (it has a timeout, retries, a
+ * pool, metrics, ranks: flow.values): a record whose value it did not keep
+ * does not stand, the step runs again to keep it. */
+void utd_keeps_values(struct utd *u, size_t i);
+
 /* Step i's record in the store, with fingerprint fp, is this run's (it ran
  * and was recorded, or was found up to date): its outputs' hashes can stand
  * for its consumers' for as long as the store holds that record (another

@@ -214,6 +214,15 @@ static int l_name(lua_State *L)
     return 0;
 }
 
+/* chk:keeps(i): step i keeps its values between runs (utd_keeps_values);
+ * after chk:describe. */
+static int l_keeps(lua_State *L)
+{
+    struct checker *c = flow_uptodate_checker(L, 1);
+    utd_keeps_values(c->u, graph_step(L, c));
+    return 0;
+}
+
 static int l_fresh(lua_State *L)
 {
     utd_mark_fresh(flow_uptodate_checker(L, 1)->u, check_step(L, 2), luaL_checkstring(L, 3));
@@ -268,6 +277,7 @@ static const luaL_Reg uptodate_methods[] = {
     { "set", l_set },
     { "describe", flow_uptodate_describe },
     { "name", l_name },
+    { "keeps", l_keeps },
     { "fresh", l_fresh },
     { "passed", l_passed },
     { "no_record", l_no_record },

@@ -127,14 +127,17 @@ function Run:parts(i, n)
   return parts
 end
 
--- Why the recorded outputs of step n no longer stand, or nil if they do.
-function Run:outputs_changed(n, rec)
+-- Why the recorded outputs of step n (step i) no longer stand, or nil if they do.
+function Run:outputs_changed(n, rec, i)
   for _, io in ipairs(n.outputs) do
     local d = io.dataset
     local out = rec.outputs[d]
     if not out then return string.format("its last run has no record of output '%s'", d) end
     if out.uncacheable then
       return string.format("its output '%s' cannot be cached (%s)", d, out.uncacheable)
+    elseif out.recompute and self:keeps_values(n, i) then
+      return string.format("its output '%s' was not kept between runs, and the step keeps its values now "
+        .. "(it has a timeout, retries, a pool, metrics or ranks)", d)
     elseif out.recompute then            -- not kept: made again for a reader that needs it (flow.values)
     elseif out.path then
       local h = self.hc:file(out.path)
@@ -166,7 +169,7 @@ function Run:decide(i, n)
     if not rec.parts then return "its fingerprint changed" end
     return fingerprint.explain(rec.parts, fingerprint.short(parts), n.kind == "command")
   end
-  return self:outputs_changed(n, rec)
+  return self:outputs_changed(n, rec, i)
 end
 
 -- The value a recorded output stands in with: a file or folder at its path
@@ -214,6 +217,9 @@ function Run:engine_check(plan)
     dists = self.dists, remote = self.remote, sweep_step = self.sweep_step, fallback = describe }
   self.described_in_c = in_c          -- (FLOW_DEBUG_UPTODATE's line, runner.lua)
   if not described then return nil end
+  for _, i in ipairs(plan.keepers) do
+    if (not selected or selected[i]) and self:keeps_values(nodes[i], i) then chk:keeps(i) end
+  end
   local state = self.state
   setmetatable(self.values, { __index = function(values, d)
     local p = type(d) == "string" and g:producer(d)

@@ -370,8 +370,10 @@ end
 --   commands, pooled, distributed, reporting: the indices of the command
 --                steps, of the steps with a pool =, of those with a dist and
 --                of those that report metrics (flow.metrics), in order
+--   keepers      the indices of the steps that may keep their memory values
+--                whatever their size (flow.values' Run:keeps_values)
 local function scan(nodes)
-  local produced, pending, commands, pooled, distributed, reporting = {}, {}, {}, {}, {}, {}
+  local produced, pending, commands, pooled, distributed, reporting, keepers = {}, {}, {}, {}, {}, {}, {}
   local np = 0
   for i, n in ipairs(nodes) do
     for _, io in ipairs(n.inputs) do
@@ -387,9 +389,10 @@ local function scan(nodes)
     if n.pool then pooled[#pooled + 1] = i end
     if n.dist then distributed[#distributed + 1] = i end
     if n.metrics or metrics_out and n.kind == "command" then reporting[#reporting + 1] = i end
+    if n.metrics or n.pool or n.dist or n.timeout or n.retries then keepers[#keepers + 1] = i end
   end
   return { produced = produced, pending = pending, commands = commands, pooled = pooled, distributed = distributed,
-           reporting = reporting }
+           reporting = reporting, keepers = keepers }
 end
 
 -- The indices of two increasing lists, merged: increasing, each once.
@@ -801,7 +804,7 @@ function M.prepare(p, opts, defaults, level)
   if mode == "local" then check_local_ranks(nodes, sc.distributed, dists, selected, remote) end
   return { nodes = p.nodes, settings = settings, dists = dists, graph = g, selected = selected,
            mode = mode, cat = cat, started = started, free_readers = free_readers, remote = remote, aml = aml,
-           on_datastore = on_datastore, reporting = sc.reporting }
+           on_datastore = on_datastore, reporting = sc.reporting, keepers = sc.keepers }
 end
 
 return M

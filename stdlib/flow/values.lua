@@ -97,11 +97,8 @@ end
 -- run of 100,000); else nil.  A step without a fingerprint (a run that
 -- keeps no record of it) names them by the run.
 function Run:unkept_namer(n, i)
-  -- (called again, a step runs in its reader's turn: not in its pool, nor
-  -- under its own timeout and retries, so such a step keeps its values)
   local keep = self.keep_values          -- (a sweep's trials: true, or the steps they share)
-  if keep == true or (keep and keep[n.name]) or n.metrics or n.pool or n.timeout or (n.retries or 0) > 0
-     or (self.mode == "local" and self.dists[i]) or #n.outputs == 0 then
+  if keep == true or (keep and keep[n.name]) or self:keeps_values(n, i) or #n.outputs == 0 then
     return nil
   end
   local unread = self.unread
@@ -119,6 +116,17 @@ function Run:unkept_namer(n, i)
     self.namer = namer
   end
   return namer
+end
+
+-- Whether step n (step i) keeps its values between runs, whatever their
+-- size: called again, a step would run in its reader's turn, not in its
+-- pool, nor under its own timeout and retries, its metrics and ranks not
+-- its own.  A record of such a step whose value was not kept (made before
+-- it had one of these) does not stand: it runs again (Run:outputs_changed,
+-- and engine/uptodate.c told by Run:engine_check).
+function Run:keeps_values(n, i)
+  return (n.metrics or n.pool or n.timeout or (n.retries or 0) > 0 or (self.mode == "local" and self.dists[i]))
+         and true or false
 end
 
 -- Whether dataset d's value is one not kept that is not in memory yet.

@@ -658,6 +658,39 @@ Y
     no_crash
 }
 
+# A producer whose large value was not kept, given a timeout since (or
+# retries, a pool, metrics): called again it would run outside its limits,
+# so such a step keeps its values; its record does not stand, it runs again
+# (in the engine's check as in Lua's) and keeps the value.
+test_a_producer_that_now_keeps_its_values_runs_again() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "mk", outputs = "big", func = function() io.open("ran_mk", "w"):close() return string.rep("z", 2000) end },
+  node{ name = "use", inputs = "big", outputs = "u", func = function(b) io.open("ran_use", "w"):close() return #b end },
+}
+L
+    run_flow 0 run
+    contains "$(grep '"step":"mk"' .flow/runs/latest/journal.jsonl)" '"recompute":true'
+    sed -i 's/name = "mk", /name = "mk", timeout = "1m", /' pipeline.lua
+    rm -f ran_*
+    run_flow 0 run
+    equals "$(ran)" "mk use " "the producer, and its reader"
+    not_contains "$(grep '"step":"mk"' .flow/runs/latest/journal.jsonl)" '"recompute":true'
+    rm -f ran_*
+    run_flow 0 run --explain
+    equals "$(ran)" "" "the run after"
+    sed -i 's/timeout = "1m", /retries = 2, /' pipeline.lua
+    run_flow 0 run --explain
+    equals "$(ran)" "" "retries: its value is kept already"
+    # the same through the Lua check, which says why
+    rm -rf .flow
+    sed -i 's/retries = 2, //' pipeline.lua
+    run_flow 0 run
+    sed -i 's/name = "mk", /name = "mk", timeout = "1m", /' pipeline.lua
+    run_flow 0 run --explain
+    contains "$ERR" "explain: mk runs: its output 'big' was not kept between runs, and the step keeps its values now"
+}
+
 # os.exit in a producer called again for a reader is the producer's: the
 # reader fails naming it, and flow goes on to its summary.
 test_os_exit_in_a_producer_called_again_names_the_producer() {
