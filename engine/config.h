@@ -128,6 +128,11 @@ bool cfg_big_integer(const cJSON *n, long long *out);
 /* A number node's text as YAML writes it: the exact integer, else
  * cfg_format_number's. */
 const char *cfg_number_text(const cJSON *n, char buf[40]);
+/* "V1,V2,..." as an array of the values --params k=V would set: each typed
+ * as a YAML scalar (a number, a boolean, null, text), quoted text, or a
+ * [list]; NULL with a message in err that starts with `flag` (the caller
+ * deletes the array).  flow sweep's --grid KEY=V1,V2. */
+cJSON *config_parse_values(const char *text, const char *flag, char *err, size_t errlen);
 
 #ifdef FLOW_CONFIG_INTERNAL
 /* ---- Shared by engine/config*.c only; not part of the API. ---------------------------- */

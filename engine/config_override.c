@@ -152,7 +152,7 @@ int config_override_value(struct config *cfg, const char *dotted, const cJSON *v
 
 /* ---- parsing --params --------------------------------------------------------------- */
 
-struct spec { const char *text, *p; char *err; size_t errlen; };
+struct spec { const char *text, *p; char *err; size_t errlen; const char *flag; };
 
 static void skip_ws(struct spec *s)
 {
@@ -162,8 +162,8 @@ static void skip_ws(struct spec *s)
 
 static cJSON *spec_fail(struct spec *s, const char *msg)
 {
-    snprintf(s->err, s->errlen, "--params: %s at character %zu of '%s'", msg,
-             (size_t)(s->p - s->text) + 1, s->text);
+    snprintf(s->err, s->errlen, "%s: %s at character %zu of '%s'", s->flag, msg, (size_t)(s->p - s->text) + 1,
+             s->text);
     return NULL;
 }
 
@@ -259,6 +259,35 @@ static cJSON *parse_value(struct spec *s, const char *stops, int depth)
     return parse_plain(s, stops);
 }
 
+cJSON *config_parse_values(const char *text, const char *flag, char *err, size_t errlen)
+{
+    struct spec s = {text, text, err, errlen, flag};
+    cJSON *list = cJSON_CreateArray();
+    if (!list)
+        return spec_fail(&s, "out of memory");
+    for (;;) {
+        skip_ws(&s);
+        if (*s.p == ',' || !*s.p) {
+            cJSON_Delete(list);
+            return spec_fail(&s, "an empty value");
+        }
+        cJSON *v = parse_value(&s, ",", 0);
+        if (!v) {
+            cJSON_Delete(list);
+            return NULL;
+        }
+        cJSON_AddItemToArray(list, v);
+        skip_ws(&s);
+        if (!*s.p)
+            return list;
+        if (*s.p != ',') {
+            cJSON_Delete(list);
+            return spec_fail(&s, "expected ',' after the value (quote values that contain commas)");
+        }
+        s.p++;
+    }
+}
+
 /* key=value; the key runs to '=', trimmed. */
 static cJSON *parse_item(struct spec *s)
 {
@@ -298,7 +327,7 @@ int config_override_spec(struct config *cfg, const char *spec, char *err, size_t
         return -1;
     }
     /* parse everything first: a typo late in the text must not leave half of it applied */
-    struct spec s = {spec, spec, err, errlen};
+    struct spec s = {spec, spec, err, errlen, "--params"};
     cJSON *items = cJSON_CreateArray(), *item;
     int rc = items ? 0 : -1;
     for (skip_ws(&s); rc == 0 && *s.p; skip_ws(&s)) {

@@ -219,6 +219,39 @@ static int l_has_secrets(lua_State *L)
     return 1;
 }
 
+/* The values of the array at upvalue-less argument 1 (a light pointer) as a
+ * list; a null is flow.core.json_null (a list holds no nil).  Protected. */
+static int push_values(lua_State *L)
+{
+    const cJSON *list = lua_touserdata(L, 1);
+    lua_createtable(L, cJSON_GetArraySize(list), 0);
+    lua_Integer i = 1;
+    for (const cJSON *v = list->child; v; v = v->next) {
+        if (cJSON_IsNull(v)) flow_push_json_null(L);
+        else json_to_lua(L, v);
+        lua_rawseti(L, -2, i++);
+    }
+    return 1;
+}
+
+/* parse_values(text, flag) -> {values} | nil, message: "V1,V2,..." typed
+ * as --params types a value (config_parse_values). */
+static int l_parse_values(lua_State *L)
+{
+    const char *text = luaL_checkstring(L, 1), *flag = luaL_checkstring(L, 2);
+    char err[512];
+    cJSON *list = config_parse_values(text, flag, err, sizeof err);
+    if (!list) {
+        lua_pushnil(L);
+        lua_pushstring(L, err);
+        return 2;
+    }
+    int rc = flow_cpcall(L, push_values, list, 0, 1);
+    cJSON_Delete(list);
+    if (rc != LUA_OK) return lua_error(L);
+    return 1;
+}
+
 static int l_closest(lua_State *L)
 {
     struct config *cfg = *check_config(L, 1);
@@ -301,6 +334,7 @@ static const luaL_Reg config_funcs[] = {
     { "redact", l_redact_active },
     { "has_secrets", l_has_secrets },
     { "record_json", l_record_json },
+    { "parse_values", l_parse_values },
     { NULL, NULL }
 };
 

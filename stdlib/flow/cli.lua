@@ -1432,26 +1432,20 @@ local function cmd_azureml(args)
   return 0
 end
 
--- A --grid value as the parameter it sets: a number, true or false, else text.
-local function grid_value(v)
-  if v:match("^[-+]?%d+$") then return math.tointeger(tonumber(v)) or tonumber(v) end
-  if v:match("^[-+]?%d*%.?%d*[eE]?[-+]?%d*$") and v:match("%d") and tonumber(v) then return tonumber(v) end
-  if v == "true" then return true elseif v == "false" then return false end
-  return v
-end
-
 -- --grid KEY=V1,V2 (each given once) -> {KEY = {values}}
 local function parse_grid(list)
   local grid = {}
   for _, g in ipairs(list) do
     local key, values = g:match("^([^=]+)=(.*)$")
     if not key or values == "" then usage_error("--grid takes KEY=V1,V2,..., got '%s'", g) end
-    if grid[key] then usage_error("--grid %s is given twice: list its values in one --grid", key) end
-    local t = {}
-    for v in (values .. ","):gmatch("([^,]*),") do
-      if v == "" then usage_error("--grid %s=%s: an empty value", key, values) end
-      t[#t + 1] = grid_value(v)
+    if key:find("^%.") or key:find("%.$") or key:find("%.%.") then
+      usage_error("--grid %s: a parameter key (like lr or model.depth), got '%s'", g, key)
     end
+    if grid[key] then usage_error("--grid %s is given twice: list its values in one --grid", key) end
+    -- each value typed as --params types one (True, 0x10, null: "False" as
+    -- text was true in Lua); "a,b" quoted, [1, 2] a list
+    local t, err = require("flow.config").parse_values(values, "--grid " .. key)
+    if not t then usage_error("%s", err) end
     grid[key] = t
   end
   return grid
@@ -1480,7 +1474,9 @@ local function sweep_options(opts)
     return { resume = opts.resume }
   end
   if not opts.grid then usage_error("flow sweep needs --grid KEY=V1,V2,... (one for each parameter to sweep)") end
-  if not opts.metric then usage_error("flow sweep needs --metric NAME: the metric that ranks the trials") end
+  if not opts.metric or opts.metric == "" then
+    usage_error("flow sweep needs --metric NAME: the metric that ranks the trials")
+  end
   if opts.goal and opts.goal ~= "min" and opts.goal ~= "max" then
     usage_error("--goal must be min or max, got '%s'", opts.goal)
   end
@@ -1493,6 +1489,10 @@ local function sweep_options(opts)
   if opts["early-stop"] then
     local why
     stop, why = require("flow.early_stop").parse(opts["early-stop"])
+    if stop then      -- checked here as flow.sweep checks it, to name the flag
+      local ok, err = pcall(require("flow.early_stop").check, stop, 1)
+      if not ok then stop, why = nil, tostring(err):gsub("^.-flow%.sweep: early_stop: ", "") end
+    end
     if not stop then usage_error("--early-stop: %s (POLICY[,key=value,...], e.g. bandit,slack_factor=0.1,after=2)", why) end
   end
   return { grid = not random and grid or nil, space = random and grid or nil, sampler = random and "random" or "grid",

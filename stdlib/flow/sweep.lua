@@ -293,6 +293,7 @@ local function run_trial(p, o, spec, id, i, n, values, before, jobs, keep)
   if not ok then
     if not util.is_setup_error(r) then error(r, 0) end
     t.status, t.error = "failed", r.setup_error
+    core.ui_error(string.format("trial %d/%d: %s", i, n, r.setup_error))    -- (nothing ran: no step says why)
     return t
   end
   t.run_id, t.status, t.metrics = r.run_id, r.status, r.metrics

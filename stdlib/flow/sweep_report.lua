@@ -4,6 +4,8 @@
 -- sorts it on load) and charts that flow draws as SVG: the metric of each
 -- trial, the metric against each swept parameter, and the metric over the
 -- epochs of the trials that logged it as a series.
+local core = require("flow.core")
+
 local M = {}
 
 local W, H = 560, 260                         -- a chart's size
@@ -12,9 +14,11 @@ local PAD = { left = 72, right = 16, top = 28, bottom = 40 }
 local esc = require("flow.util").html_escape
 
 -- A parameter's or a metric's value as shown: a float to 6 significant
--- digits, anything else as tostring says.
+-- digits, a list or null as JSON (--grid n=[1,2],null), anything else as
+-- tostring says.
 function M.value_text(v)
   if math.type(v) == "float" then return string.format("%.6g", v) end
+  if type(v) == "table" or v == core.json_null then return core.json_encode(v) or tostring(v) end
   return tostring(v)
 end
 local num = M.value_text

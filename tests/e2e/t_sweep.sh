@@ -98,7 +98,12 @@ test_sweep_errors() {
     run_flow 2 sweep --grid lr --metric val_loss
     contains "$ERR" "--grid takes KEY=V1,V2,..., got 'lr'"
     run_flow 2 sweep --grid lr=0.1,,0.2 --metric val_loss
-    contains "$ERR" "--grid lr=0.1,,0.2: an empty value"
+    contains "$ERR" "--grid lr: an empty value at character 5 of '0.1,,0.2'"
+    run_flow 2 sweep --grid .lr=1 --metric val_loss
+    contains "$ERR" "--grid .lr=1: a parameter key (like lr or model.depth), got '.lr'"
+    run_flow 2 sweep --grid lr=1 --metric ''
+    contains "$ERR" "flow sweep needs --metric NAME"
+    not_contains "$ERR" "internal error"
     run_flow 2 sweep --grid lr=0.1 --grid lr=0.2 --metric val_loss
     contains "$ERR" "--grid lr is given twice"
     run_flow 2 sweep --grid lr=0.1 --metric val_loss --goal best
@@ -439,7 +444,39 @@ L
     run_flow 2 sweep --grid lr=0.5 --metric val_loss --early-stop bandit,slack_factor
     contains "$ERR" "--early-stop: 'slack_factor' is not key=value"
     run_flow 2 sweep --grid lr=0.5 --metric val_loss --early-stop bandit,after=x
-    contains "$ERR" "flow.sweep: early_stop: after must be a whole number from 1"
+    contains "$ERR" "--early-stop: after must be a whole number from 1"
+    # each check of flow.sweep's, named by the flag (it was an internal error)
+    local bad
+    for bad in foo median,after=0 bandit,slack_factor=0.1,slack_amount=1 bandit,bogus=1 median,slack_factor=1; do
+        run_flow 2 sweep --grid lr=0.5 --metric val_loss --early-stop "$bad"
+        contains "$ERR" "flow: error: --early-stop: "
+        not_contains "$ERR" "internal error"
+    done
+}
+
+# --grid values are typed as --params types them: False is false (as text
+# it was true in Lua, and both trials ran with the flag on), 0x10 is 16,
+# null is null, a quoted value may hold a comma, [1,2] is a list.  A trial
+# whose configuration refuses a value says why on the terminal.
+test_grid_values_are_typed_as_params() {
+    write conf/base/parameters.yml <<'Y'
+flag: false
+n: 1
+Y
+    write pipeline.lua <<'L'
+return pipeline{ node{ name = "s", inputs = { "params:flag", "params:n" }, metrics = true,
+  func = function(flag, n)
+    print(string.format("got %s:%s %s:%s", type(flag), tostring(flag), math.type(n) or type(n),
+                        type(n) == "table" and #n or tostring(n)))
+    flow.log_metric("m", 1) end } }
+L
+    run_flow 0 sweep --grid flag=True,False,'"x,y"' --grid n=0x10,null,[1,2] --metric m
+    contains "$OUT" "got boolean:true integer:16"
+    contains "$OUT" "got boolean:false integer:16"
+    contains "$OUT" "got string:x,y table:2"
+    contains "$ERR" "trial 2/9: flag=true n=null"
+    contains "$ERR" "flow: error: trial 2/9: step 's' (pipeline.lua:1) reads parameter 'n', which is null"
+    contains "$ERR" "trial 3/9: flag=true n=[1,2]"
 }
 
 # A swept key that cannot be set (a key under a number) would fail every
