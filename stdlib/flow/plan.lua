@@ -30,7 +30,13 @@ local function resolve_count(n, what, value, ref, settings)
   local key = dag.is_param_input(ref)
   local v = params_mod.get(settings, key)
   if v == nil then
+    local set_at = settings.cfg and settings.cfg:origin("parameters", key)    -- (null: set, but no value)
+    if set_at then
+      graph_error(string.format("step '%s' (%s): %s = \"%s\" but parameter '%s' is null in environment '%s' "
+        .. "(set at %s); give it a value", n.name, n.where, what, ref, key, settings.env, set_at))
+    end
     local near = settings_mod.closest_param(settings, key)
+    if near == key then near = nil end
     graph_error(string.format("step '%s' (%s): %s = \"%s\" but parameter '%s' is not defined in environment '%s'%s",
       n.name, n.where, what, ref, key, settings.env, near and (" (did you mean '" .. near .. "'?)") or ""))
   end

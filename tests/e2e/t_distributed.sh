@@ -153,6 +153,9 @@ L
     contains "$ERR" "processes_per_node = \"params:ppn\" is 2.5 in environment 'local' (set in --params); it must be a whole number from 1 to 1024"
     run_flow 2 run --distributed=local --params n=2,ppn=1000
     contains "$ERR" "step 'train' (pipeline.lua:2): num_nodes 2 x processes_per_node 1000 is 2000 processes"
+    # null: set, without a value (not "not defined ... (did you mean 'ppn'?)")
+    run_flow 2 list --params n=2,ppn=null
+    contains "$ERR" "processes_per_node = \"params:ppn\" but parameter 'ppn' is null in environment 'local' (set at --params); give it a value"
     ! ls rank.* >/dev/null 2>&1 || { echo "a rank ran"; return 1; }
     # a valid 2 x 2 (2.0 is the whole number 2, as math.tointeger has it) still runs its four ranks
     run_flow 0 run --distributed=local --params n=2.0
