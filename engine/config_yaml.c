@@ -92,14 +92,29 @@ static int all_digits(const char *s, size_t n, const char *set)
     return 1;
 }
 
+static int digit_of(int c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
+
 static double digits_value(const char *s, size_t n, int base)
 {
     double v = 0;
-    for (size_t i = 0; i < n; i++) {
-        int c = s[i], d = c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
-        v = v * base + d;
-    }
+    for (size_t i = 0; i < n; i++)
+        v = v * base + digit_of(s[i]);
     return v;
+}
+
+/* 0x.../0o... digits that fit a long long, exactly (digits_value's double
+ * rounds past 2^53: 0x20000000000001 read one less). */
+static int exact_digits(const char *s, size_t n, int base, long long *out)
+{
+    unsigned long long v = 0, max = (unsigned long long)LLONG_MAX;
+    for (size_t i = 0; i < n; i++) {
+        unsigned d = (unsigned)digit_of(s[i]);
+        if (v > (max - d) / (unsigned)base)
+            return 0;                            /* beyond a long long: parse_int's float */
+        v = v * (unsigned)base + d;
+    }
+    *out = (long long)v;
+    return 1;
 }
 
 /* strtod on a slice, so decimal text rounds exactly as C reads it */
@@ -116,9 +131,15 @@ static int slice_to_double(const char *s, size_t n, double *out)
     return 1;
 }
 
-/* A decimal int that fits a long long, read exactly (strtod would round one past 2^53). */
+/* An int that fits a long long, read exactly (strtod would round one past 2^53):
+ * decimal, or YAML 1.2's 0o and 0x. */
 static int parse_exact_int(const char *s, size_t n, long long *out)
 {
+    if (n > 2 && s[0] == '0' && (s[1] == 'o' || s[1] == 'x')) {
+        int hex = s[1] == 'x';
+        return all_digits(s + 2, n - 2, hex ? "0123456789abcdefABCDEF" : "01234567") &&
+               exact_digits(s + 2, n - 2, hex ? 16 : 8, out);
+    }
     size_t i = (n > 0 && (s[0] == '-' || s[0] == '+'));
     if (n - i == 0 || n - i > 19 || !all_digits(s + i, n - i, "0123456789"))
         return 0;

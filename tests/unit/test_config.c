@@ -114,7 +114,8 @@ static void test_base_only_and_scalar_types(void)
         "int: 42\nneg: -7\nhex: 0x1F\noct: 0o17\nfloat: 2.5\nexp: 1e3\nbool: true\nBool: True\n"
         "no: false\nnil: null\ntilde: ~\nempty:\nquoted_int: \"42\"\nsingle: 'true'\n"
         "word: hello world\ninf: .inf\nninf: -.inf\nnan: .nan\nyes_is_string: yes\n"
-        "tagged: !!str 12\nversion: 1.10.2\n");
+        "tagged: !!str 12\nversion: 1.10.2\nbighex: 0x20000000000001\nmaxhex: 0x7FFFFFFFFFFFFFFF\n"
+        "overhex: 0x8000000000000000\nbigoct: 0o400000000000000001\n");
     struct config *cfg = load_ok(NULL);
     CHECK(cfg != NULL);
     CHECK_STR(config_env(cfg), "base");
@@ -138,6 +139,13 @@ static void test_base_only_and_scalar_types(void)
     CHECK(isnan(num(cfg, "parameters", "nan")));
     CHECK_STR(str(cfg, "parameters", "yes_is_string"), "yes");
     CHECK_STR(str(cfg, "parameters", "tagged"), "12");
+    /* 0x and 0o integers are exact to a long long (they were read through a double) */
+    long long big = 0;
+    CHECK(cfg_big_integer(config_get(cfg, "parameters", "bighex"), &big) && big == 9007199254740993LL);
+    CHECK(cfg_big_integer(config_get(cfg, "parameters", "maxhex"), &big) && big == 9223372036854775807LL);
+    CHECK(cfg_big_integer(config_get(cfg, "parameters", "bigoct"), &big) && big == 9007199254740993LL);
+    CHECK(!cfg_big_integer(config_get(cfg, "parameters", "overhex"), &big));    /* beyond: a float */
+    CHECK(num(cfg, "parameters", "overhex") == 9223372036854775808.0);
     CHECK_STR(str(cfg, "parameters", "version"), "1.10.2");
     CHECK(config_get(cfg, "parameters", "missing") == NULL);
     CHECK(config_get(cfg, "nosuchsection", "int") == NULL);
