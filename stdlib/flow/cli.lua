@@ -104,7 +104,7 @@ options:
   -n, --dry-run      print the selected steps in order, whether each would run and
                      why, and stop
   -v, --verbose      stream each command's output, prefixed with its step name
-  -q, --quiet        print only errors
+  -q, --quiet        print only warnings and errors
   --progress MODE    auto (default: live on a terminal), live, or plain (a line
                      per step state change)
   --log-format FMT   text (default) or json: every line on stderr a JSON object
@@ -151,7 +151,7 @@ options:
   --pipeline NAME    the pipeline registered as NAME (default: __default__)
   -j, --jobs N       steps at once within a trial (default: number of CPUs)
   --force            run every step of every trial, up to date or not
-  -q, --quiet        print only errors and the results table
+  -q, --quiet        print only warnings, errors and the results table
   --log-format FMT   text (default) or json: every line on stderr a JSON object
   --open             print the path of the sweep's report.html (its table and
                      charts), and open it in a browser when there is a display

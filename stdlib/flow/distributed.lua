@@ -71,7 +71,7 @@ end
 local function wrap(dec, target)
   if type(target) ~= "function" and not command.is_command(target) then
     error(string.format("distributed_job{...} wraps a function or a flow.command, got %s",
-                        type(target)), 3)
+                        type(target)), 2)
   end
   return setmetatable({ target = target, dist = dec.spec }, Distributed)
 end

@@ -388,3 +388,14 @@ L
     run_flow 2 run
     contains "$OUT" "pipelines/bad.lua:6: unexpected symbol near ')'"
 }
+
+# distributed_job{...} wrapping what is neither a function nor a command
+# names the script's line (it named none: error level 3 is past the caller).
+test_wrapping_a_value_names_the_line() {
+    printf 'local x = distributed_job{ framework = "mpi" }(5)\nreturn pipeline{}\n' > pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "flow: error: pipeline.lua:1: distributed_job{...} wraps a function or a flow.command, got number"
+    printf 'local f = 5\nlocal x = distributed_job<framework="mpi"> .. f\nreturn pipeline{}\n' > pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "flow: error: pipeline.lua:2: distributed_job{...} wraps a function or a flow.command, got number"
+}
