@@ -357,6 +357,19 @@ function M.job_spec(run, n, place, name, fail, inputs, outputs)
   local line, env
   if n.kind == "command" then line, env = M.command_line(run, n, fail)
   else line, env = M.flow_line(run, n), { FLOW_IN_AZUREML_JOB = "1" } end
+  -- a parameter (or env value) that holds a credential's value, as
+  -- ${env:X} both may read: the job's command line and environment are
+  -- visible in Azure ML studio, so it is refused as ${credentials.x} is
+  local redact = require("flow.config").redact
+  local where = redact(line) ~= line and "its command line" or nil
+  for k, v in pairs(env or {}) do
+    if not where and type(v) == "string" and redact(v) ~= v then where = "its environment variable " .. k end
+  end
+  if where then
+    fail(where .. " would hold a credential's value (a parameter or env value set to one): a step on Azure ML "
+         .. "cannot be given credentials by flow (its command line and environment are visible in Azure ML studio); "
+         .. "use the workspace's Key Vault")
+  end
   local rec = run.records[n.name]
   return {
     name = name, display_name = n.name, command = line, env = env, inputs = inputs, outputs = outputs,

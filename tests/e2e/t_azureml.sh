@@ -556,3 +556,32 @@ L
     names=$(requests_of jobs.put | sed -n 's/.*"path": "[^"]*\/jobs\/\([^"?]*\)".*/\1/p' | sort -u)
     contains "$names" "-a2"
 }
+
+# A parameter that holds a credential's value (both read one environment
+# variable) would reach the job's command line, visible in Azure ML studio:
+# the step fails before its job is submitted, as ${credentials.x} is
+# refused; flow compile refuses to write it to a file.
+test_a_parameter_holding_a_credential_never_reaches_a_job() {
+    start_aml
+    write conf/prod/credentials.yml <<'Y'
+api: ${env:FLOW_TEST_KEY}
+Y
+    cat >>conf/base/parameters.yml <<'Y'
+key: ${env:FLOW_TEST_KEY}
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = distributed_job<framework = "pytorch", nodes = 2>(flow.command{ "python", "train.py", "--key", "${params.key}" }),
+        name = "train" },
+}
+L
+    export FLOW_TEST_KEY=hunter2-param-secret
+    run_flow 1 run --env prod
+    contains "$ERR" "step 'train': its command line would hold a credential's value (a parameter or env value set to one)"
+    equals "$(count_of jobs.put)" 0 "jobs submitted"
+    run_flow 2 compile --env prod -o job.yml
+    contains "$ERR" "flow compile: the pipeline job would hold a credential's value"
+    [ ! -e job.yml ] || { echo "a job file was written"; return 1; }
+    not_contains "$OUT$ERR" "hunter2-param-secret" "flow's output"
+    unset FLOW_TEST_KEY
+}
