@@ -690,7 +690,7 @@ cJSON *cfg_parse_yaml(const char *text, size_t len, const char *file,
 /* ---- JSON reading ------------------------------------------------------------------- */
 
 /* Walks text that cJSON accepted, in step with the tree, to learn each value's line. */
-struct jscan { const char *s; size_t pos, len; long line; struct ptrmap *lines; };
+struct jscan { const char *s; size_t pos, len; long line; struct ptrmap *lines; size_t nul_at; };
 
 static int is_json_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
@@ -700,14 +700,19 @@ static void jskip_ws(struct jscan *j)
         j->line += j->s[j->pos] == '\n';
 }
 
+/* Past a token; a string's \u0000 (a NUL, which would cut the C string
+ * short: "x\u0000y" read as "x") is noted in nul_at, from 1. */
 static void jskip_token(struct jscan *j)
 {
     if (j->pos < j->len && j->s[j->pos] == '"') {
         for (j->pos++; j->pos < j->len && j->s[j->pos] != '"'; j->pos++) {
-            if (j->s[j->pos] == '\\')
+            if (j->s[j->pos] == '\\') {
+                if (!j->nul_at && j->len - j->pos >= 6 && memcmp(j->s + j->pos + 1, "u0000", 5) == 0)
+                    j->nul_at = j->pos + 1;
                 j->pos++;
-            else
+            } else {
                 j->line += j->s[j->pos] == '\n';
+            }
         }
         j->pos++;
         return;
@@ -716,15 +721,36 @@ static void jskip_token(struct jscan *j)
         j->pos++;
 }
 
-static int jscan_value(struct jscan *j, const cJSON *node)
+/* A JSON integer beyond 2^53 made exact as YAML's are (cfg_integer: its
+ * text in valuestring): cJSON reads every number as a double, so
+ * 1234567890123456789 in a .json file became 1234567890123456768.  The
+ * token is the text at s (n bytes).  -1: out of memory. */
+static int exact_json_integer(cJSON *node, const char *s, size_t n)
+{
+    long long i;
+    if (!parse_exact_int(s, n, &i) || (i >= -9007199254740992LL && i <= 9007199254740992LL))
+        return 0;
+    cJSON *exact = cfg_integer(i);
+    if (!exact)
+        return -1;
+    node->valuestring = exact->valuestring;     /* (cJSON_Delete frees a number's too) */
+    node->valuedouble = exact->valuedouble;
+    node->valueint = exact->valueint;
+    exact->valuestring = NULL;
+    cJSON_Delete(exact);
+    return 0;
+}
+
+static int jscan_value(struct jscan *j, cJSON *node)
 {
     jskip_ws(j);
     if (j->pos >= j->len || (j->s[j->pos] != '{' && j->s[j->pos] != '[')) {
+        size_t at = j->pos;
         jskip_token(j);
-        return 0;
+        return cJSON_IsNumber(node) ? exact_json_integer(node, j->s + at, j->pos - at) : 0;
     }
     int object = j->s[j->pos++] == '{';
-    for (const cJSON *c = node->child; c; c = c->next) {
+    for (cJSON *c = node->child; c; c = c->next) {
         jskip_ws(j);
         ptrmap_put(j->lines, c, (void *)(intptr_t)j->line);
         if (object) {
@@ -790,9 +816,11 @@ cJSON *cfg_parse_json(const char *text, size_t len, const char *file,
         return json_fail(root, err, errlen, file, text, i, "nesting deeper than 100 levels");
     if (cfg_tree_size(root) > CFG_MAX_NODES)
         return json_fail(root, err, errlen, file, text, i, "too many values");
-    struct jscan j = {text, start, len, 1, lines};
+    struct jscan j = {text, start, len, 1, lines, 0};
     if (jscan_value(&j, root) < 0)
         return json_fail(root, err, errlen, file, text, 0, "out of memory");
+    if (j.nul_at)
+        return json_fail(root, err, errlen, file, text, j.nul_at - 1, "a NUL character (\\u0000) in a string");
     if (check_dups_tree(root, file, lines, err, errlen) < 0) {
         cJSON_Delete(root);
         return NULL;

@@ -384,6 +384,25 @@ static void test_json_files(void)
     CHECK(cfg == NULL);
     CHECK_CONTAINS(err, "conf/base/parameters.json:2: duplicate key 'a' (first defined at line 1)");
     project_done();
+
+    /* integers beyond 2^53 are exact, as YAML's are (cJSON read them as doubles) */
+    project_new();
+    put("conf/base/parameters.json", "{\"big\": 1234567890123456789, \"neg\": -9007199254740993, \"n\": [7, 2.5]}");
+    cfg = load_ok(NULL);
+    long long big = 0;
+    CHECK(cfg && cfg_big_integer(config_get(cfg, "parameters", "big"), &big) && big == 1234567890123456789LL);
+    CHECK(cfg && cfg_big_integer(config_get(cfg, "parameters", "neg"), &big) && big == -9007199254740993LL);
+    CHECK(cfg && num(cfg, "parameters", "n.0") == 7 && num(cfg, "parameters", "n.1") == 2.5);
+    config_free(cfg);
+    project_done();
+
+    /* a \u0000 would cut the string short ("x\u0000y" read as "x"): refused, as YAML refuses a NUL */
+    project_new();
+    put("conf/base/parameters.json", "{\"ok\": \"\\\\u0000\",\n \"a\": \"x\\u0000y\"}");
+    cfg = load(NULL, err, sizeof err);
+    CHECK(cfg == NULL);
+    CHECK_CONTAINS(err, "conf/base/parameters.json:2:9: a NUL character (\\u0000) in a string");
+    project_done();
 }
 
 static void test_anchors_aliases_merge_keys(void)
