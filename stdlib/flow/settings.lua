@@ -78,6 +78,14 @@ local function load_config(opts)
   local kind = core.exists(conf)
   if kind ~= "directory" then
     if opts.conf then M.fail("--conf %s: no such directory", conf) end
+  elseif opts.conf and core.exists(conf .. "/base") ~= "directory" then
+    -- an environment's directory given for the one above it: its files would be ignored
+    for _, name in ipairs(core.list_dir(conf) or {}) do
+      if name:match("%.ya?ml$") or name:match("%.json$") then
+        M.fail("--conf %s: it holds config files (%s) but no base/ directory: --conf names the directory above "
+               .. "the environments (conf, not conf/base)", conf, name)
+      end
+    end
     if explicit and env ~= "local" then
       M.fail("environment '%s' needs a conf/%s directory, and there is no conf/ directory in %s",
              env, env, core.cwd())

@@ -344,6 +344,8 @@ test_conf_dir_option() {
     contains "$OUT" "lr=0.001"
     run_flow 2 run --conf nowhere
     contains "$ERR" "--conf nowhere: no such directory"
+    run_flow 2 config --conf settings/base        # an environment's, not the one above them
+    contains "$ERR" "--conf settings/base: it holds config files (globals.yml) but no base/ directory"
     # a relative DIR is from where flow was started, though flow works in
     # the script's directory: settings/ beside proj/, and proj/settings
     mkdir proj && cp pipeline.lua proj/
