@@ -389,7 +389,7 @@ function Run:check_replaced(d, e, from, final, n)
   local there = core.exists(final)
   if not there then return end                  -- (the common case: one stat)
   local made = core.exists(from)
-  if there == made and there ~= "directory" then return end
+  if there == made and (there ~= "directory" or final:find("^%.flow/")) then return end   -- (.flow/data is flow's)
   if there == "directory" and made == "directory" and #(core.list_dir(final) or { 1 }) == 0 then return end
   local old = self.state.steps[n.name]
   local was = old and old.outputs and old.outputs[d]
