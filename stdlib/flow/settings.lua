@@ -78,6 +78,11 @@ local function load_config(opts)
   local kind = core.exists(conf)
   if kind ~= "directory" then
     if opts.conf then M.fail("--conf %s: no such directory", conf) end
+    if explicit and env ~= "local" then
+      M.fail("environment '%s' needs a conf/%s directory, and there is no conf/ directory in %s",
+             env, env, core.cwd())
+    end
+    if not (opts.params_spec or opts.params) then return { env = env, params = {}, pools = {} } end
   elseif opts.conf and core.exists(conf .. "/base") ~= "directory" then
     -- an environment's directory given for the one above it: its files would be ignored
     for _, name in ipairs(core.list_dir(conf) or {}) do
@@ -86,11 +91,6 @@ local function load_config(opts)
                .. "the environments (conf, not conf/base)", conf, name)
       end
     end
-    if explicit and env ~= "local" then
-      M.fail("environment '%s' needs a conf/%s directory, and there is no conf/ directory in %s",
-             env, env, core.cwd())
-    end
-    if not (opts.params_spec or opts.params) then return { env = env, params = {}, pools = {} } end
   end
   -- Which overlay to load: none when there are no files (overrides still
   -- apply) or when the default environment has no directory (conf/local is
