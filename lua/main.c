@@ -47,11 +47,20 @@ static int check_stdout(int code)
     return code == 0 ? 2 : code;
 }
 
+static void ignore_signal(int sig) { (void)sig; }
+
 int main(int argc, char **argv)
 {
     open_standard_fds();
     if (argc == 2 && strcmp(argv[1], REAPER_ARG) == 0) return reaper_main();
     if (access("/proc/self/exe", X_OK) == 0) reaper_init("/proc/self/exe");
+    /* A reader that goes away (`flow run | head`, Ctrl-C reaching `tee` too)
+     * must not kill flow before it records its run: a write to it fails with
+     * EPIPE instead (check_stdout).  A handler, not SIG_IGN: an exec resets a
+     * handler, so a step's processes (io.popen's too) still get the default. */
+    struct sigaction pipe_sa = { .sa_handler = ignore_signal };
+    sigemptyset(&pipe_sa.sa_mask);
+    sigaction(SIGPIPE, &pipe_sa, NULL);
     char err[256];
     lua_State *L = flow_state_new(err, sizeof err);
     if (!L) { fprintf(stderr, "flow: %s\n", err); return 2; }

@@ -157,3 +157,24 @@ L
     state=$(ps -o stat= -p "$(cat child)" 2>/dev/null || true)
     [ -z "$state" ] || [[ "$state" == Z* ]] || { echo "flow.sh's child survived Ctrl-C ($state)"; return 1; }
 }
+
+# A reader that goes away (`flow run -v | head -2`, or Ctrl-C reaching `tee`
+# as well) does not kill flow with SIGPIPE: it died at once, exit 141, with
+# no run_end and no run.json.  The run ends, recorded; its steps' processes
+# still get SIGPIPE's default (a handler, not SIG_IGN, is what exec resets).
+test_a_closed_output_pipe_does_not_kill_flow() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "for i in 1 2 3 4 5; do echo line $i; sleep 0.1; done", name = "a" },
+  node{ command = "yes | head -1 > yes.txt", name = "b" },
+}
+L
+    set +e
+    "$FLOW" run -v 2>&1 | head -2 >/dev/null
+    local status=${PIPESTATUS[0]}
+    set -e
+    equals "$status" 0 "flow's exit status"
+    contains "$(tr -d ' \t\n' < .flow/runs/latest/run.json)" '"status":"ok"'
+    contains "$(cat .flow/runs/latest/journal.jsonl)" '"event":"run_end"'
+    equals "$(cat yes.txt)" "y" "a step's pipe"
+}
