@@ -2,6 +2,7 @@
  * loop needs no SIGCHLD handler and never busy-waits. */
 #include "proc.h"
 #include "command_path.h"
+#include "proctree.h"
 #include "reaper.h"
 #include "ui.h"
 #include "util.h"
@@ -52,6 +53,10 @@ struct proc {
     char *tail_text;               /* tail as a string, made on demand */
     proc_exit_fn on_exit;
     void *arg;
+    /* the groups of its descendants outside its own (an MPI rank's): found
+     * when it is signalled, kept for when their parent is gone (proctree.h) */
+    pid_t *groups;
+    size_t n_groups, cap_groups;
 };
 
 static void tail_add(struct proc *p, const char *buf, size_t n)
@@ -187,6 +192,8 @@ struct lingering {
     struct loop *loop;
     pid_t pgid;                    /* = the unreaped leader's pid */
     unsigned long timer;
+    pid_t *groups;                 /* the process's, handed on (proctree.h) */
+    size_t n_groups, cap_groups;
 };
 static struct lingering **lingering;
 static size_t n_lingering, cap_lingering;
@@ -194,10 +201,12 @@ static size_t n_lingering, cap_lingering;
 static void end_lingering(size_t i)
 {
     struct lingering *g = lingering[i];
-    kill(-g->pgid, SIGKILL);
+    proctree_groups(g->pgid, &g->groups, &g->n_groups, &g->cap_groups);
+    proctree_signal(g->pgid, g->groups, g->n_groups, SIGKILL);
     reaper_forget(g->pgid);            /* before the reap, while the pid cannot be reused */
     waitpid(g->pgid, NULL, 0);         /* a zombie already: no wait */
     lingering[i] = lingering[--n_lingering];
+    free(g->groups);
     free(g);
 }
 
@@ -213,6 +222,11 @@ static void linger(struct proc *p)
     struct lingering *g = xcalloc(1, sizeof *g);
     g->loop = p->loop;
     g->pgid = p->pid;
+    g->groups = p->groups;
+    g->n_groups = p->n_groups;
+    g->cap_groups = p->cap_groups;
+    p->groups = NULL;
+    p->n_groups = p->cap_groups = 0;
     double left = p->kill_at - monotonic_seconds();
     g->timer = loop_add_timer(p->loop, left > 0 ? left : 0, lingering_grace_over, g);
     ARRAY_GROW(lingering, n_lingering, cap_lingering);
@@ -422,7 +436,7 @@ struct proc *proc_spawn(struct loop *loop, const struct proc_spec *spec,
     p->pidfd = pidfd_open(p->pid, 0);
     if (p->pidfd < 0) {
         errf(err, errlen, "pidfd_open: %s (flow needs Linux 5.3 or later)", strerror(errno));
-        kill(-p->pid, SIGKILL);
+        kill(-p->pid, SIGKILL);            /* (just started: nothing of its own yet) */
         reaper_forget(p->pid);
         waitpid(p->pid, NULL, 0);
         proc_free(p);
@@ -441,9 +455,16 @@ struct proc *proc_spawn(struct loop *loop, const struct proc_spec *spec,
     return p;
 }
 
+/* Its group, and the groups of its descendants outside it (proctree.h). */
+static void signal_tree(struct proc *p, int sig)
+{
+    proctree_groups(p->pid, &p->groups, &p->n_groups, &p->cap_groups);
+    proctree_signal(p->pid, p->groups, p->n_groups, sig);
+}
+
 void proc_kill(struct proc *p, int sig)
 {
-    if (p && !p->exited && p->pid > 0) kill(-p->pid, sig);
+    if (p && !p->exited && p->pid > 0) signal_tree(p, sig);
 }
 
 void proc_free(struct proc *p)
@@ -451,12 +472,13 @@ void proc_free(struct proc *p)
     if (!p) return;
     if (p->timer) loop_cancel_timer(p->loop, p->timer);
     if (p->pidfd >= 0) {                 /* still running: never leave a zombie or orphan */
-        kill(-p->pid, SIGKILL);
+        signal_tree(p, SIGKILL);
         reaper_forget(p->pid);
         waitpid(p->pid, NULL, 0);
         loop_unwatch(p->loop, p->pidfd);
         close(p->pidfd);
     }
+    free(p->groups);
     close_pipe(p, &p->out_fd);
     close_pipe(p, &p->err_fd);
     if (p->log_fd >= 0) close(p->log_fd);

@@ -1,6 +1,7 @@
 /* reaper.c — see reaper.h.  The first half runs in flow, the second
  * (reaper_main) in the reaper process. */
 #include "reaper.h"
+#include "proctree.h"
 #include "ui.h"
 #include "util.h"
 
@@ -160,10 +161,15 @@ int reaper_main(void)
         }
     }
     if (n) {
-        /* flow died with these running: what it would have done on Ctrl-C. */
+        /* flow died with these running: what it would have done on Ctrl-C,
+         * to their descendants' own groups too (proctree.h), found now and
+         * again before the SIGKILL. */
+        size_t n_steps = n;
+        for (size_t i = 0; i < n_steps; i++) proctree_groups(groups[i], &groups, &n, &cap);
         for (size_t i = 0; i < n; i++) kill(-groups[i], SIGTERM);
         struct timespec tick = { 0, 100 * 1000 * 1000 };
         for (int t = 0; t < GRACE_S * 10 && any_alive(groups, n); t++) nanosleep(&tick, NULL);
+        for (size_t i = 0; i < n_steps; i++) proctree_groups(groups[i], &groups, &n, &cap);
         for (size_t i = 0; i < n; i++) kill(-groups[i], SIGKILL);
     }
     free(groups);

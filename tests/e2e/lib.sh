@@ -122,3 +122,19 @@ print("overlap" if starts and max(starts) < min(ends) else "none: starts %s, end
 P
 }
 
+# all_gone PID... — each process is gone (or a zombie) within 30 s.
+all_gone() {
+    for p in "$@"; do
+        for _ in $(seq 300); do
+            state=$(ps -o stat= -p "$p" 2>/dev/null || true)
+            [ -z "$state" ] || [[ "$state" == Z* ]] && break
+            sleep 0.1
+        done
+        state=$(ps -o stat= -p "$p" 2>/dev/null || true)
+        if [ -n "$state" ] && [[ "$state" != Z* ]]; then
+            echo "process $p outlived flow ($state)"
+            kill -9 "$@" 2>/dev/null           # leave nothing behind for the next test
+            return 1
+        fi
+    done
+}

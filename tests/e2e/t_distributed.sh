@@ -399,3 +399,38 @@ test_wrapping_a_value_names_the_line() {
     run_flow 2 run
     contains "$ERR" "flow: error: pipeline.lua:2: distributed_job{...} wraps a function or a flow.command, got number"
 }
+
+# mpirun gives each rank a process group of its own: a second Ctrl-C
+# (SIGKILL to mpirun's group) left the ranks running for ever, reparented
+# to PID 1.  The groups of a step's descendants are stopped with it, and
+# after a kill -9 of flow the reaper stops them too.
+mpi_ranks_that_ignore_sigterm() {
+    write pipeline.lua <<'L'
+local job = distributed_job{ framework = "mpi", num_nodes = 1, processes_per_node = 2 }(
+  flow.command "trap '' TERM; echo $$ >> pids; exec sleep 57")
+return pipeline{ node{ func = job, name = "mpi" } }
+L
+    rm -f pids
+    "$FLOW" run --distributed=local >stdout.txt 2>stderr.txt &
+    FLOW_PID=$!
+    for _ in $(seq 200); do [ -s pids ] && [ "$(wc -l < pids)" -ge 2 ] && break; sleep 0.05; done
+    [ "$(wc -l < pids 2>/dev/null || echo 0)" -ge 2 ] || { echo "the ranks never started"; cat stderr.txt; kill -9 "$FLOW_PID"; return 1; }
+}
+
+test_a_second_ctrl_c_stops_mpi_ranks_in_their_own_groups() {
+    command -v mpirun >/dev/null || skip "no mpirun (make check installs openmpi-bin)"
+    mpi_ranks_that_ignore_sigterm || return 1
+    kill -INT "$FLOW_PID"; sleep 0.3; kill -INT "$FLOW_PID"
+    set +e; wait "$FLOW_PID"; STATUS=$?; set -e
+    equals "$STATUS" 130 "exit status"
+    all_gone $(cat pids)
+}
+
+test_kill_9_stops_mpi_ranks_in_their_own_groups() {
+    command -v mpirun >/dev/null || skip "no mpirun (make check installs openmpi-bin)"
+    mpi_ranks_that_ignore_sigterm || return 1
+    sleep 0.5        # mpirun's group told to the reaper (engine/reaper.h)
+    kill -9 "$FLOW_PID"
+    set +e; wait "$FLOW_PID"; set -e
+    all_gone $(cat pids)
+}

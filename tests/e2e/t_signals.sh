@@ -38,23 +38,6 @@ test_sigint_stops_everything() { interrupt_run INT; }
 test_sigterm_stops_everything() { interrupt_run TERM; }
 test_sighup_stops_everything() { interrupt_run HUP 129; }
 
-# all_gone PID... — each process is gone (or a zombie) within 30 s.
-all_gone() {
-    for p in "$@"; do
-        for _ in $(seq 300); do
-            state=$(ps -o stat= -p "$p" 2>/dev/null || true)
-            [ -z "$state" ] || [[ "$state" == Z* ]] && break
-            sleep 0.1
-        done
-        state=$(ps -o stat= -p "$p" 2>/dev/null || true)
-        if [ -n "$state" ] && [[ "$state" != Z* ]]; then
-            echo "process $p outlived flow ($state)"
-            kill -9 "$@" 2>/dev/null           # leave nothing behind for the next test
-            return 1
-        fi
-    done
-}
-
 test_kill_9_takes_the_steps_along() {
     # flow cannot clean up after SIGKILL: its steps' processes must notice on their own.
     write pipeline.lua <<'L'
