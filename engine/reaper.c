@@ -33,6 +33,30 @@ static const char *reaper_exe;
 static int sock = -1;
 static pid_t reaper_pid;
 static bool failed;
+static int held_fd = -1;           /* reaper_hold's */
+
+/* fd, passed to the reaper (SCM_RIGHTS, with the value 0, which names no
+ * group): the reaper holds it open until it ends. */
+static void send_fd(int fd)
+{
+    int32_t zero = 0;
+    struct iovec iov = { &zero, sizeof zero };
+    union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf };
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    (void)sendmsg(sock, &msg, MSG_NOSIGNAL);   /* (without it, the lock ends with flow: as before) */
+}
+
+void reaper_hold(int fd)
+{
+    held_fd = fd;
+    if (sock >= 0) send_fd(fd);
+}
 
 void reaper_init(const char *exe) { reaper_exe = exe; }
 
@@ -70,6 +94,7 @@ bool reaper_start(void)
             sock = sv[0];
             struct timeval wait = { 0, SEND_WAIT_MS * 1000 };
             (void)setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof wait);
+            if (held_fd >= 0) send_fd(held_fd);
         } else {
             close(sv[0]);
         }
@@ -143,7 +168,12 @@ int reaper_main(void)
     struct timespec batch = { 0, BATCH_NS };
     for (bool wait = true;;) {
         int32_t v;
-        ssize_t r = recv(REAPER_FD, &v, sizeof v, wait ? 0 : MSG_DONTWAIT);
+        /* (an fd flow passes, its project's lock, is installed here and
+         * held open until the reaper ends: reaper_hold) */
+        union { char buf[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } u;
+        struct iovec iov = { &v, sizeof v };
+        struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf };
+        ssize_t r = recvmsg(REAPER_FD, &msg, wait ? 0 : MSG_DONTWAIT);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0 && !wait && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             nanosleep(&batch, NULL);
@@ -152,6 +182,7 @@ int reaper_main(void)
         }
         if (r != (ssize_t)sizeof v) break;           /* 0: flow is gone */
         wait = false;
+        if (v == 0) continue;                          /* an fd to hold (above) */
         if (v > 0) {
             ARRAY_GROW(groups, n, cap);
             groups[n++] = v;

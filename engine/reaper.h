@@ -35,6 +35,10 @@ bool reaper_start(void);
 /* pgid's processes are to be stopped if flow dies / no longer. */
 void reaper_watch(pid_t pgid);
 void reaper_forget(pid_t pgid);
+/* fd (the project's lock, .flow/lock) is held by the reaper too, from its
+ * start or now: a killed flow's lock outlives it until its steps are
+ * stopped, so that no run starts in the project while they still run. */
+void reaper_hold(int fd);
 /* At flow's exit: the reaper ends (at once when nothing is listed) and is reaped. */
 void reaper_stop(void);
 

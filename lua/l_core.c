@@ -7,6 +7,7 @@
 #include "template.h"
 #include "json_text.h"
 #include "loop.h"
+#include "reaper.h"
 #include "ui.h"
 #include "util.h"
 
@@ -14,6 +15,7 @@
 #include <fcntl.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -513,26 +515,39 @@ static int l_sort_bytes(lua_State *L)
 }
 
 /* lock(path) -> true | false, holder text.  An exclusive flock on path, held
- * until the process exits (the kernel drops it even after kill -9); the file
- * holds the holder's pid for the message another process shows. */
+ * until the process exits (the kernel drops it even after kill -9) and its
+ * reaper with it; the file holds the holder's pid for the message another
+ * process shows. */
+#define LOCK_WAIT_TRIES 150           /* 15 s: the reaper's 5 s grace, and then some */
+
 static int l_lock(lua_State *L)
 {
     const char *path = luaL_checkstring(L, 1);
     char err[1024];
     int fd = nofollow_open(path, O_RDWR | O_CREAT, 0644, err, sizeof err);
     if (fd < 0) return flow_raise_fs(L, err);
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    /* A holder that is gone (killed) leaves its lock to its reaper until the
+     * steps it left are stopped (reaper_hold: 5 s at most): waited for. */
+    for (int tries = 0; flock(fd, LOCK_EX | LOCK_NB) != 0; tries++) {
         char buf[64] = "";
         ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
         buf[n > 0 ? n : 0] = 0;
-        close(fd);
-        lua_pushboolean(L, 0);
-        lua_pushstring(L, buf);
-        return 2;
+        long holder = strtol(buf, NULL, 10);
+        bool gone = holder > 0 && kill((pid_t)holder, 0) != 0 && errno == ESRCH;
+        if (!gone || tries == LOCK_WAIT_TRIES) {
+            close(fd);
+            lua_pushboolean(L, 0);
+            lua_pushstring(L, buf);
+            return 2;
+        }
+        if (tries == 0) ui_info("waiting for the steps of a flow run that was killed (pid %ld) to stop", holder);
+        struct timespec tick = { 0, 100 * 1000 * 1000 };
+        nanosleep(&tick, NULL);
     }
     char pid[32];
     int len = snprintf(pid, sizeof pid, "%ld", (long)getpid());
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) { /* the pid is only for messages */ }
+    reaper_hold(fd);                 /* and as long as its reaper, after a kill -9 */
     lua_pushboolean(L, 1);           /* fd stays open: the lock lives as long as the process */
     return 1;
 }

@@ -161,3 +161,22 @@ L
     contains "$(cat .flow/runs/latest/journal.jsonl)" '"event":"run_end"'
     equals "$(cat yes.txt)" "y" "a step's pipe"
 }
+
+# After a kill -9, the project's lock lasts until the reaper has stopped the
+# killed run's steps (it holds the lock too): a run started meanwhile waits
+# for it, saying so, instead of running the same step beside the old one.
+test_a_run_after_kill_9_waits_for_the_old_steps_to_stop() {
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "trap '' TERM; for i in $(seq 1 25); do echo $$ >> progress; sleep 0.1; done", name = "train" } }
+L
+    "$FLOW" run >stdout.txt 2>stderr.txt &
+    local pid=$!
+    for _ in $(seq 200); do [ -s progress ] && break; sleep 0.05; done
+    sleep 0.5        # its group told to the reaper (engine/reaper.h)
+    kill -9 "$pid"
+    set +e; wait "$pid"; set -e
+    run_flow 0 run --resume
+    contains "$ERR" "waiting for the steps of a flow run that was killed (pid $pid) to stop"
+    # the old step's lines, then the new one's: never the two at once
+    equals "$(uniq progress | awk '{print $1}' | uniq | wc -l)" 2 "runs of lines by pid"
+}
