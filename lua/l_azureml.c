@@ -409,6 +409,8 @@ static int job_continue(lua_State *L, int status, lua_KContext ctx)
     set_bool(L, "cancelled", info->cancelled);
     set_bool(L, "detached", info->detached);
     set_bool(L, "timed_out", info->timed_out);
+    set_bool(L, "not_found", info->not_found);
+    set_bool(L, "terminal", info->terminal);
     set_bool(L, "ok", info->status && strcmp(info->status, "Completed") == 0);
     box_release(b);
     return 1;

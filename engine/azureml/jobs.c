@@ -70,7 +70,7 @@ static void refresh_info(struct aml_job *j)
                                      .terminal = j->status && aml_job_status_terminal(j->status),
                                      .cancelled = j->cancel_sent || j->info.cancelled,
                                      .detached = j->info.detached, .timed_out = j->info.timed_out,
-                                     .error = j->error };
+                                     .error = j->error, .not_found = j->info.not_found };
 }
 
 static void notify(struct aml_job *j)
@@ -176,6 +176,7 @@ static void advance(struct aml_job *j)
 static void on_lookup(struct aml_job *j, const struct http_response *resp)
 {
     if (resp->status == 404 && !j->body) {
+        j->info.not_found = true;           /* (a lookup that failed otherwise says nothing of it) */
         fail(j, "Azure ML job %s: %s", "there is no such job in the workspace");
         return;
     }

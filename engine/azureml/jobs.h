@@ -63,6 +63,7 @@ struct aml_job_info {
     bool detached;                    /* the wait ended leaving the job running */
     bool timed_out;                   /* its deadline came first: it was cancelled */
     const char *error;                /* why the job or the wait failed, or NULL */
+    bool not_found;                   /* the job to adopt does not exist (its lookup said 404) */
 };
 
 /* Called as the job is submitted and whenever its status changes. */

@@ -147,8 +147,10 @@ function Run:run_remote(n, i)
                   or self:fetch_outputs(n, r.name, outputs, downloads)
     return
   end
-  if spec.attach_only and not r.cancelled and (r.status == "" or r.status == "Failed" or r.status == "Canceled") then
-    return self:run_remote(n, i)              -- never submitted, or it ended badly: this run submits its own
+  -- never submitted, or it ended badly: this run submits its own (a job whose
+  -- status could not be read is neither: it may be running, and is kept)
+  if spec.attach_only and not r.cancelled and (r.not_found or r.status == "Failed" or r.status == "Canceled") then
+    return self:run_remote(n, i)
   end
   if r.detached then
     local msg = string.format("step '%s': Azure ML job %s left running (--detach): `flow run --resume` "
@@ -156,17 +158,24 @@ function Run:run_remote(n, i)
     core.ui_info(msg)                          -- an interrupted run reports no step's failure
     error(step_failure { quiet = true, message = msg })
   end
+  -- a job left running (its cancel refused, its status unreadable): how to reach it
+  local left = string.format(": it may still be running: `flow run --resume %s` waits for it again, "
+    .. "`flow cancel %s` cancels it", self.run_id, self.run_id)
   if r.cancelled then
+    -- (a refused cancel is said, not hidden behind "interrupted")
+    local refused = r.error and not r.terminal and r.status ~= ""
+    local job = refused and (r.error .. left) or string.format("Azure ML job %s %s", r.name,
+                                                               r.status == "Canceled" and "canceled" or "asked to cancel")
     if core.interrupted() > 0 and not r.timed_out then
-      error(step_failure { quiet = true, message = string.format("step '%s' stopped (interrupted); Azure ML job %s %s",
-        n.name, r.name, r.status == "Canceled" and "canceled" or "asked to cancel") })
+      error(step_failure { quiet = not refused, message = string.format("step '%s' stopped (interrupted); %s",
+                                                                        n.name, job) })
     end
     error(step_failure { timed_out = true, message = string.format(
-      "step '%s' timed out after %s (Azure ML job %s %s)", n.name, util.format_duration(n.timeout or 0), r.name,
-      r.status == "Canceled" and "canceled" or "asked to cancel") })
+      "step '%s' timed out after %s (%s)", n.name, util.format_duration(n.timeout or 0), job) })
   end
-  fail(r.error or string.format("Azure ML job %s ended %s%s", r.name, r.status,
-                                r.studio and (": " .. r.studio) or ""))
+  local exists = r.status ~= "" or r.submitted or spec.attach_only
+  fail(r.error and exists and not r.terminal and (r.error .. left) or r.error
+       or string.format("Azure ML job %s ended %s%s", r.name, r.status, r.studio and (": " .. r.studio) or ""))
 end
 
 -- After the sweep job `job` of step n completed: its trials read back and

@@ -256,6 +256,46 @@ test_killed_run_resumes_without_a_second_job() {
     equals "$(count_of jobs.put)" 1 "PUTs"
 }
 
+# A resumed run whose look at the adopted job fails (a 403, or 5xx past the
+# retries) cannot tell whether it runs: the step fails naming the job and
+# how to reach it, and no second job is submitted (it was: a failed look was
+# taken for "no such job", and the running job was lost to flow cancel).
+test_a_failed_look_at_an_adopted_job_submits_no_second_job() {
+    start_aml
+    train_pipeline
+    aml_ctl POST config '{"phases": {"Running": 30}}' >/dev/null
+    run_flow_bg run --env prod --detach
+    wait_for_status Running
+    kill -INT "$FLOW_PID"
+    wait "$FLOW_PID" 2>/dev/null || true
+    aml_ctl POST faults '{"match": {"method": "GET", "path_regex": "/jobs/flow-"}, "action": "status", "status": 403, "count": 1}' >/dev/null
+    run_flow 1 run --resume
+    contains "$ERR" "could not be read"
+    contains "$ERR" "it may still be running: \`flow run --resume"
+    equals "$(count_of jobs.put)" 1 "PUTs"
+    run_flow 0 cancel
+    contains "$ERR" "is Canceled"
+}
+
+# A cancel Azure ML refuses (a role without the cancel action) is said, with
+# how to reach the job left running, not hidden behind "interrupted" or
+# "asked to cancel".
+test_a_refused_cancel_is_said() {
+    start_aml
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = distributed_job<framework = "pytorch", nodes = 2>(flow.command{ "python", "train.py" }),
+        name = "train", timeout = 1 },
+}
+L
+    aml_ctl POST config '{"phases": {"Running": 60}}' >/dev/null
+    aml_ctl POST faults '{"match": {"method": "POST", "path_regex": "/cancel"}, "action": "status", "status": 403, "count": null, "code": "AuthorizationFailed"}' >/dev/null
+    run_flow 1 run --env prod
+    contains "$ERR" "step 'train' timed out after 1s (Azure ML job flow-train-"
+    contains "$ERR" "could not be cancelled"
+    contains "$ERR" "it may still be running"
+}
+
 # Ctrl-C while a request waits out a Retry-After: the PUT's back-off is left
 # (nothing of it is on the wire), and a poll's is left for the cancel; flow
 # waited out every back-off first (minutes) and survived SIGTERM meanwhile.
