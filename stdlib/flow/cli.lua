@@ -779,12 +779,14 @@ local function resume_args(opts, pos)
     util.setup_error(string.format("--resume: run %s had a credential among its arguments, which flow "
                                    .. "does not store; run it again with the same arguments instead", start.run))
   end
-  local completed, finished = {}, nil
+  local completed, started, finished = {}, {}, nil
   for _, ev in ipairs(events) do
     if ev.event == "step_end" and (ev.status == "ok" or ev.status == "up to date") then completed[ev.step] = true end
+    if ev.event == "step_start" and type(ev.step) == "string" then started[ev.step] = true end
     if ev.event == "run_end" then finished = ev.code end
   end
-  return start, completed, finished, dir, M.unfinished_jobs(events)
+  for step in pairs(completed) do started[step] = nil end
+  return start, completed, finished, dir, M.unfinished_jobs(events), started
 end
 
 -- The Azure ML jobs of a run's journal whose steps did not complete: {[step]
@@ -803,13 +805,28 @@ function M.unfinished_jobs(events)
   return jobs
 end
 
+-- The --conf and --params of the run a journal starts with (`start`: its
+-- first event, as runs.start_of reads it), for what acts on the run later
+-- (--resume, flow cancel, flow status): the same workspace, from the same
+-- configuration.  A relative --conf is from where the run was started,
+-- when that directory is still there.
+local function run_config(start)
+  local ok, orig = pcall(parse_args, "run", type(start.args) == "table" and start.args or {})
+  if not ok then return {} end
+  local conf = orig.conf
+  if conf and conf:sub(1, 1) ~= "/" and start.cwd and core.exists(start.cwd .. "/" .. conf) == "directory" then
+    conf = start.cwd .. "/" .. conf
+  end
+  return { conf = conf, params = orig.params }
+end
+
 local run_with, check_submit_flags
 
 local function cmd_run(args)
   local opts, pos = parse_args("run", args)
   if opts.help then print(HELP.run) return 0 end
   if not opts.resume then return run_with(opts, pos, args) end
-  local start, completed, finished, dir, remote_jobs = resume_args(opts, pos)
+  local start, completed, finished, dir, remote_jobs, started = resume_args(opts, pos)
   if finished == 0 then
     core.ui_setup(opts.quiet and "quiet" or "normal", opts.progress or "auto")
     core.ui_info(string.format("run %s finished successfully: nothing to resume", start.run))
@@ -820,13 +837,14 @@ local function cmd_run(args)
   -- the run was started from (and the script's path from it) may not exist.
   core.chdir(dir)
   local orig, orig_pos = parse_args("run", start.args)
+  orig.conf = run_config(require("flow.runs").start_of(start)).conf
   if start.script then orig_pos = { start.script } end
   for k in pairs(RESUME_OK) do
     if opts[k] ~= nil and k ~= "resume" then orig[k] = opts[k] end
   end
   if opts.quiet then orig.verbose = nil elseif opts.verbose then orig.quiet = nil end
   return run_with(orig, orig_pos, start.args, { run = start.run, completed = completed, remote_jobs = remote_jobs,
-                                                params_hash = start.params_hash })
+                                                params_hash = start.params_hash, started = started })
 end
 
 -- --submit-pipeline hands the whole run to Azure ML: what only a run here
@@ -1211,7 +1229,7 @@ end
 -- The Azure ML settings of environment `env` (conf/<env>/azureml.yml),
 -- connected; an environment without them is a usage error.
 local function azureml_of(opts, env)
-  local settings = require("flow.settings").load { conf = opts.conf, env = env }
+  local settings = require("flow.settings").load { conf = opts.conf, env = env, params_spec = opts.params }
   local remote = require("flow.remote")
   local aml = remote.load(settings)
   if not aml then
@@ -1244,7 +1262,7 @@ local function cmd_cancel(args)
     core.ui_info(string.format("run %s left no Azure ML job running", start.run or "?"))
     return 0
   end
-  local aml = azureml_of({}, start.env)
+  local aml = azureml_of(run_config(start), start.env)
   local code = 0
   for _, step in ipairs(steps) do
     local r, err = aml:run_job { name = jobs[step].job, display_name = step, attach_only = true, cancel = true }
@@ -1267,7 +1285,7 @@ local function show_status(events, journal)
   local story = runs.story(events)
   local open = M.unfinished_jobs(events)
   if next(open) then                             -- ask Azure ML how those jobs are now
-    local ok, aml = pcall(azureml_of, {}, story.start.env)
+    local ok, aml = pcall(azureml_of, run_config(story.start), story.start.env)
     for name, j in pairs(open) do
       local st = story.steps[name]
       if not ok then st.status = "unknown (" .. (util.is_setup_error(aml) and aml.setup_error or tostring(aml)) .. ")"

@@ -35,14 +35,14 @@ end
 
 -- A journal's first event when it is the run's start (run_start), with the
 -- fields flow shows of it, each of its type or absent: {run =, env =, name =,
--- script =, resumes =, pipeline_job =, steps =, time =, args =, via =}; else nil.
+-- script =, resumes =, pipeline_job =, steps =, time =, args =, via =, cwd =}; else nil.
 function M.start_of(ev)
   if type(ev) ~= "table" or ev.event ~= "run_start" then return nil end
   local steps = whole(ev.steps)
   return { event = "run_start", run = text(ev.run), env = text(ev.env), name = text(ev.name),
            script = text(ev.script), resumes = text(ev.resumes), pipeline_job = ev.pipeline_job == true or nil,
            steps = steps and steps >= 0 and steps or nil, time = moment(ev.time),
-           args = type(ev.args) == "table" and ev.args or nil, via = text(ev.via) }
+           args = type(ev.args) == "table" and ev.args or nil, via = text(ev.via), cwd = text(ev.cwd) }
 end
 
 -- The journal's first line: the run_start event, or nil.

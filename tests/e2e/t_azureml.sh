@@ -354,6 +354,25 @@ test_flow_cancel_cancels_a_detached_run() {
     equals "$(count_of jobs.cancel)" 1 "cancel requests"
 }
 
+# flow cancel and flow status use the configuration the run was started
+# with (its --conf and --params, from its journal): with --conf, both said
+# there was no conf/ directory, and the detached job could not be reached.
+test_cancel_and_status_use_the_runs_conf() {
+    start_aml
+    train_pipeline
+    mv conf settings
+    aml_ctl POST config '{"phases": {"Running": 30}}' >/dev/null
+    run_flow_bg run --env prod --conf settings --detach
+    wait_for_status Running
+    kill -INT "$FLOW_PID"
+    wait "$FLOW_PID" 2>/dev/null || true
+    run_flow 0 status
+    contains "$OUT" "Running"
+    run_flow 0 cancel
+    contains "$ERR" "is Canceled"
+    equals "$(count_of jobs.cancel)" 1 "cancel requests"
+}
+
 test_whoami_names_the_credential_without_secrets() {
     start_aml
     run_flow 0 azureml whoami --env prod

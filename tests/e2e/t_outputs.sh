@@ -656,11 +656,12 @@ L
     run_flow 0 run
 }
 
-# A folder dataset whose path names a directory the step did not make (src/
-# by mistake) fails the step and leaves it as it was: the commit deleted
-# src/train.py and put the folder there, exit 0.  Its own folder of the last
-# run, and an empty directory, it replaces.
-test_a_folder_dataset_never_replaces_a_directory_it_did_not_make() {
+# A folder dataset whose path names a directory no run recorded as its
+# output (src/ by mistake) no longer deletes what it holds: the commit
+# deleted src/train.py and put the folder there, silently.  The directory
+# is moved into the run's directory, with a warning naming both.  Its own
+# folder of the last run, and an empty directory, it replaces.
+test_a_folder_dataset_never_deletes_a_directory_it_did_not_make() {
     mkdir -p conf/base src data/empty
     echo "print(1)" > src/train.py
     write pipeline.lua <<'L'
@@ -669,16 +670,19 @@ L
     write conf/base/catalog.yml <<'Y'
 out: {type: folder, path: src}
 Y
-    run_flow 1 run
-    contains "$ERR" "step 'B': output 'out' is stored at src, which is a directory that this step's last run did not make: committing its folder there would delete it"
-    equals "$(cat src/train.py)" "print(1)" "the directory's file"
+    run_flow 0 run
+    local run; run=$(readlink .flow/runs/latest)
+    contains "$ERR" "step 'B': output 'out' replaced the directory src, which no run recorded as its output: what it held is in .flow/runs/$run/replaced/src"
+    equals "$(cat .flow/runs/$run/replaced/src/train.py)" "print(1)" "the directory's file, kept"
+    equals "$(cat src/f)" "x" "the output"
+    run_flow 0 run --force
+    not_contains "$ERR" "replaced the directory" "over its own folder"
     write conf/base/catalog.yml <<'Y'
 out: {type: folder, path: data/empty}
 Y
     run_flow 0 run
+    not_contains "$ERR" "replaced the directory" "an empty directory"
     equals "$(cat data/empty/f)" "x" "the folder in the empty directory"
-    run_flow 0 run --force
-    equals "$(cat data/empty/f)" "x" "the folder over its own"
 }
 
 # A step whose second output cannot be committed (its directory is blocked
