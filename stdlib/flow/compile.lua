@@ -104,8 +104,9 @@ end
 -- A name Azure ML takes for a job in `jobs:` (an identifier): the step's,
 -- as remote.identifier makes one.
 local function job_keys(nodes, order)
+  -- (az ml takes a node's name in lower case only; display_name keeps the step's)
   local keys, taken = {}, {}
-  for _, i in ipairs(order) do keys[i] = remote.identifier(nodes[i].name, taken) end
+  for _, i in ipairs(order) do keys[i] = remote.identifier(nodes[i].name:lower(), taken) end
   return keys
 end
 

@@ -45,6 +45,9 @@ INPUT_KEYS, INPUT_MODES = {"type", "path", "mode", "description"}, {"ro_mount", 
 OUTPUT_KEYS, OUTPUT_MODES = {"type", "path", "mode", "description", "name", "version"}, {"rw_mount", "upload",
                                                                                        "direct"}
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# azure-ai-ml's rule for a pipeline node's name: a Python identifier in lower
+# case ("Abc" and "aBc" are refused: test_pipeline_node_name_validate)
+NODE = re.compile(r"^[a-z_][a-z0-9_]*$")
 ENVIRONMENT = re.compile(r"^(azureml:(AzureML-[\w.-]+@latest|[A-Za-z0-9][\w-]*(:[\w.-]+|@latest)|/subscriptions/\S+)"
                          r"|azureml://registries/[\w.-]+/environments/[\w.-]+/(versions/[\w.-]+|labels/latest))$")
 COMPUTE = re.compile(r"^azureml:[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -96,8 +99,8 @@ def problems_of(path):
         return out, doc
     for name, job in jobs.items():
         w = "jobs.%s" % name
-        if not IDENT.match(name):
-            bad(w, "a job's key must be an identifier")
+        if not NODE.match(name):
+            bad(w, "a job's key must be an identifier in lower case")
         if not keys(w, job, JOB):
             continue
         if job.get("type") != "command":

@@ -327,6 +327,27 @@ L
     contains "$(cat t.txt)" "['train_set', 'train_set_2']"
 }
 
+# az ml takes a pipeline node's name in lower case only (azure-ai-ml's
+# test_pipeline_node_name_validate refuses "Abc" and "aBc"): a step named
+# Prepare is the job key prepare, its display_name Prepare; two names that
+# differ in case only get keys of their own.
+test_job_keys_are_lower_case() {
+    compile_project
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo x > ${outputs.feats}", outputs = "feats", name = "Prepare" },
+  node{ command = "cat ${inputs.feats} > ${outputs.m}", inputs = "feats", outputs = "m", name = "trainModel" },
+  node{ command = "echo y > ${outputs.z}", outputs = "z", name = "prepare" },
+}
+L
+    run_flow 0 compile --env prod
+    printf '%s\n' "$OUT" >p.yml
+    check_yaml p.yml
+    py_yaml p.yml 'print(sorted(d["jobs"]), d["jobs"]["prepare"]["display_name"], d["jobs"]["trainmodel"]["display_name"])' >t.txt
+    contains "$(cat t.txt)" "['prepare', 'prepare_2', 'trainmodel'] Prepare trainModel"
+    contains "$OUT" 'feats: "${{parent.jobs.prepare.outputs.feats}}"'
+}
+
 test_lua_steps_keep_the_pipeline_and_conf() {
     compile_project
     sed -i 's/^environment: .*/environment: {name: "flow-env@latest", flow_installed: true}/' conf/prod/azureml.yml
