@@ -68,7 +68,8 @@ struct blob_container {
 enum xfer_kind { X_UPLOAD, X_DOWNLOAD, X_EXISTS, X_CREATE, X_METADATA, X_STAT };
 enum req_kind {
     R_LIST, R_HEAD, R_PUT_BLOB, R_PUT_BLOCK, R_PUT_LIST, R_GET_RANGE, R_CREATE, R_METADATA,
-    R_HEAD_CHANGED             /* a download's blob again, after a range found it changed */
+    R_HEAD_CHANGED,            /* a download's blob again, after a range found it changed */
+    R_DELETE                   /* a folder upload's: a blob the folder no longer holds (item: in remote) */
 };
 enum job_kind { J_WALK, J_HASH, J_PREPARE, J_FINISH };
 
@@ -155,6 +156,7 @@ struct xfer {
     bool ready, complete, finished, exists;
     struct item *items;
     size_t n_items, next_prepare;
+    size_t deletes_left;       /* a folder upload: stale blobs still to delete */
     struct part_ref *queue;
     size_t q_head, q_len, q_cap;
     struct remote *remote;
@@ -521,10 +523,16 @@ bool blob_wait_exists(const struct step_wait *w)
     return ((const struct xfer *)w)->exists;
 }
 
+/* Complete once every item is done and every stale blob deleted. */
+static void check_complete(struct xfer *x)
+{
+    if (x->prog.files_done == x->n_items && x->deletes_left == 0) x->complete = true;
+}
+
 static void item_done(struct xfer *x)
 {
     x->prog.files_done++;
-    if (x->prog.files_done == x->n_items) x->complete = true;
+    check_complete(x);
     report(x, false);
 }
 
@@ -571,7 +579,8 @@ static void queue_push(struct xfer *x, enum req_kind kind, size_t item, size_t p
             x->queue = xrealloc(x->queue, x->q_cap * sizeof *x->queue);
         }
     }
-    x->queue[x->q_head + x->q_len++] = (struct part_ref){ kind, item, part, x->items[item].attempt };
+    unsigned attempt = kind == R_DELETE ? 0 : x->items[item].attempt;     /* (a delete's item is a remote blob) */
+    x->queue[x->q_head + x->q_len++] = (struct part_ref){ kind, item, part, attempt };
 }
 
 static char *list_query(struct xfer *x, const char *marker)
@@ -728,11 +737,14 @@ static void fail_request(struct xfer *x, const struct req *r, const struct http_
 {
     char msg[2048];
     blob_error_message(resp, msg, sizeof msg);
-    const struct item *it = r->kind == R_LIST || r->kind == R_HEAD || r->kind == R_CREATE || r->kind == R_METADATA
-                                ? NULL : &x->items[r->item];
+    const struct item *it = r->kind == R_LIST || r->kind == R_HEAD || r->kind == R_CREATE || r->kind == R_METADATA ||
+                            r->kind == R_DELETE ? NULL : &x->items[r->item];
     if (r->kind == R_LIST) fail(x, "cannot list %s/%s: %s", x->c->name, x->prefix, msg);
     else if (r->kind == R_CREATE) fail(x, "cannot create the container %s: %s", x->c->name, msg);
     else if (r->kind == R_METADATA) fail(x, "cannot set the metadata of %s/%s: %s", x->c->name, x->prefix, msg);
+    else if (r->kind == R_DELETE)
+        fail(x, "cannot delete %s/%s (a blob the folder %s no longer holds): %s", x->c->name, x->remote[r->item].name,
+             x->local, msg);
     else if (!it && x->kind == X_UPLOAD) fail(x, "cannot upload %s to %s/%s: %s", x->local, x->c->name, x->prefix, msg);
     else if (!it && x->kind == X_DOWNLOAD) fail(x, "cannot download %s/%s to %s: %s", x->c->name, x->prefix, x->local, msg);
     else if (!it) fail(x, "cannot look up %s/%s: %s", x->c->name, x->prefix, msg);
@@ -865,6 +877,9 @@ static void on_answer(void *arg, const struct http_response *resp)
         }
     } else if ((r->kind == R_CREATE && (ok || resp->status == 409)) || (r->kind == R_METADATA && ok)) {
         x->complete = true;
+    } else if (r->kind == R_DELETE && (ok || resp->status == 404)) {
+        x->deletes_left--;
+        check_complete(x);
     } else if (!ok) {
         fail_request(x, r, resp);
     } else if (r->kind == R_LIST) {
@@ -963,12 +978,40 @@ static void send_get_range(struct xfer *x, size_t i, size_t part)
     it->ranges_out++;
 }
 
+/* Delete Blob of remote blob i, one the uploaded folder no longer holds. */
+static void send_delete(struct xfer *x, size_t i)
+{
+    struct blob_call call = { .method = "DELETE", .blob = x->remote[i].name };
+    struct http_request req = { 0 };
+    req_start(x, R_DELETE, i, 0, 0, &call, &req);
+}
+
+/* A folder uploaded under prefix/ replaces what is there: the blobs under it
+ * that the folder does not hold (an earlier version's files) are deleted, or
+ * a reader of the prefix would see them too (a job, or the next download),
+ * and a folder that lost a file would hash as it was.  Never at the
+ * container's root, nor for the caller's own list of files. */
+static void queue_stale(struct xfer *x)
+{
+    if (!*x->prefix || x->listed_by_caller) return;
+    struct strmap mine = { 0 };
+    for (size_t i = 0; i < x->n_items; i++) strmap_put(&mine, x->items[i].blob, i);
+    for (size_t i = 0; i < x->n_remote; i++) {
+        size_t k;
+        if (strmap_get(&mine, x->remote[i].name, &k)) continue;
+        queue_push(x, R_DELETE, i, 0);
+        x->deletes_left++;
+    }
+    strmap_free(&mine);
+}
+
 static void send_next(struct xfer *x)
 {
     struct part_ref p = x->queue[x->q_head++];
     x->q_len--;
     if (p.kind == R_GET_RANGE && p.attempt != x->items[p.item].attempt) return;    /* of a version now gone */
     switch (p.kind) {
+    case R_DELETE: send_delete(x, p.item); break;
     case R_PUT_BLOB: send_put_blob(x, p.item); break;
     case R_PUT_BLOCK: send_put_block(x, p.item, p.part); break;
     case R_PUT_LIST: send_put_list(x, p.item); break;
@@ -1451,8 +1494,9 @@ static void after_listing(struct xfer *x)
         download_items(x);
         if (x->error) return;
     }
+    if (x->kind == X_UPLOAD && x->as_folder) queue_stale(x);
     x->ready = true;
-    if (x->n_items == 0) x->complete = true;     /* an empty folder uploads nothing */
+    check_complete(x);                           /* an empty folder uploads nothing (but may delete) */
     report(x, false);
 }
 

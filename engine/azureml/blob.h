@@ -91,7 +91,9 @@ struct blob_progress {
 typedef void (*blob_progress_fn)(void *arg, const struct blob_progress *p);
 
 /* Uploads the file or folder at local_path to blob name `prefix` (a file)
- * or under `prefix/` (a folder; an empty folder uploads nothing).  done(w,
+ * or under `prefix/` (a folder: the blobs under it that the folder does not
+ * hold are deleted, so prefix/ then holds exactly the folder; an empty folder
+ * uploads nothing).  done(w,
  * arg) once all is there, or on the first failure, or after a cancel; always
  * later from the loop.  progress may be NULL. */
 struct step_wait *blob_upload(struct blob_container *c, const char *local_path, const char *prefix,

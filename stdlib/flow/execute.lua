@@ -129,6 +129,7 @@ function Run:run_remote(n, i)
     local id, why = self.aml:code_id(self.root)     -- the project's files, once per run
     if not id then fail(why) end
     spec.code_id = id
+    if not sweep then self:clear_datastore_folders(n) end
   end
   -- journaled (and synced) before it is submitted, or adopted: a run killed
   -- now is resumed, or cancelled, with this job; an adopted one unjournaled

@@ -173,6 +173,25 @@ function Run:publish(n, d, e, rec)
   self.values[d].uri, self.values[d].uri_type = rec.uri, rec.uri_type
 end
 
+-- Before a job of step n is submitted: each output folder the catalog keeps
+-- on a datastore is emptied (an empty folder uploaded, which deletes what is
+-- under it: blob.h), as a folder output here starts empty: an earlier run's
+-- files would stay beside what the job writes, read as its, and the folder
+-- would hash as it was.
+function Run:clear_datastore_folders(n)
+  for _, io in ipairs(n.outputs) do
+    local e = self.cat:entry(io.dataset)
+    if e.uri and e.type == "folder" then
+      local empty = self.tmp_dir .. "/empty~"
+      core.mkdir_p(empty)
+      local r, why = self.aml:transfer { op = "upload", datastore = e.datastore, blob = e.blob, path = empty,
+                                        folder = true, step = n.name,
+                                        label = string.format("output '%s' (emptied for the job)", io.dataset) }
+      if not r then error(step_failure { message = string.format("step '%s': %s", n.name, why) }) end
+    end
+  end
+end
+
 -- Before the run: what the catalog's datastore entries that no selected
 -- step makes hold now, as their consumers' input hashes.  One that is not
 -- there stops the run, as a missing file does.
@@ -208,15 +227,20 @@ function Run:bind_outputs(n, job, mode)
 end
 
 -- After job `job` of step n completed: each output downloaded when needed
--- here, else a reference.  Returns the step's output records.
+-- here, else a reference.  A dataset the catalog keeps on a datastore is
+-- always brought here: its local copy is what its record and its readers'
+-- fingerprints name (as a raw one's is), and a reference is no value of its
+-- type (the step failed: "returns the path of the folder it wrote, got
+-- table").  Returns the step's output records.
 function Run:fetch_outputs(n, job, bindings, downloads)
-  local by = {}
+  local by, fetched = {}, {}
   for _, b in ipairs(bindings) do
-    if not downloads[b.dataset] then by[b.dataset] = { azureml = b.uri, type = b.type, job = job } end
+    fetched[b.dataset] = downloads[b.dataset] or self.cat:entry(b.dataset).uri ~= nil
+    if not fetched[b.dataset] then by[b.dataset] = { azureml = b.uri, type = b.type, job = job } end
   end
   local outs = next(by) and self:save_values(n, by) or {}
   for _, b in ipairs(bindings) do
-    if downloads[b.dataset] then
+    if fetched[b.dataset] then
       outs[b.dataset] = self:fetch(n, b.dataset, b.uri, b.type, job, string.format("output '%s'", b.dataset))
       if b.name == "metrics" then self:read_metrics(n, b.dataset, outs[b.dataset].path, "job " .. job) end
     end

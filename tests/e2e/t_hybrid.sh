@@ -332,6 +332,42 @@ L
     no_secrets
 }
 
+# A folder on the datastore holds what its producer wrote in the last run,
+# nothing of the runs before: a producer here that writes fewer files (the
+# upload deletes the rest), and a job that does (the folder is emptied before
+# it is submitted).  Both kept the earlier files: the job read a b c where
+# the producer had written a, and a reader here was skipped as up to date.
+test_a_datastore_folder_holds_only_the_last_runs_files() {
+    start_aml
+    new_project
+    write conf/base/parameters.yml <<'Y'
+files: "a,b,c"
+Y
+    write conf/prod/catalog.yml <<'Y'
+feats: {type: folder, path: azureml://datastores/workspaceblobstore/paths/p11/feats}
+more: {type: folder, path: azureml://datastores/workspaceblobstore/paths/p11/more}
+listing: {type: text, path: data/listing.txt}
+Y
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "for f in $(echo ${params.files} | tr , ' '); do echo $f > ${outputs.feats}/$f.txt; done",
+        outputs = "feats", name = "make" },
+  node{ command = "ls ${inputs.feats} | tr '\n' ' ' > ${outputs.more}/seen.txt; for f in $(echo ${params.files} | tr , ' '); do echo $f > ${outputs.more}/$f.txt; done",
+        inputs = "feats", outputs = "more", name = "job", tags = { "aml" } },
+  node{ command = "ls ${inputs.more} | tr '\n' ' ' > ${outputs.listing}", inputs = "more", outputs = "listing",
+        name = "count" },
+}
+L
+    run_flow 0 run --env prod
+    equals "$(blob_get p11/more/seen.txt)" "a.txt b.txt c.txt " "what the job saw"
+    equals "$(cat data/listing.txt)" "a.txt b.txt c.txt seen.txt " "what the reader here saw"
+    run_flow 0 run --env prod --params files=a
+    equals "$(blob_get p11/more/seen.txt)" "a.txt " "what the job saw after the producer wrote one file"
+    equals "$(blob_get p11/feats/b.txt)" "HTTP 404" "a file the producer no longer writes"
+    equals "$(cat data/listing.txt)" "a.txt seen.txt " "what the reader here saw after the job wrote one file"
+    no_secrets
+}
+
 test_catalog_entry_on_a_datastore_is_checked() {
     start_aml
     new_project
