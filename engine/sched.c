@@ -157,7 +157,10 @@ void sched_step_done(struct sched *s, size_t i, bool ok)
     }
     if (!stopped) s->failed = true;
     mark_not_run_downstream(s, i);
-    if (!s->opt.keep_going) s->stopping = true;
+    if (!s->opt.keep_going && !s->stopping) {
+        s->stopping = true;
+        if (s->ex.stopping) s->ex.stopping(s->ex.ctx, s);
+    }
 }
 
 void sched_step_release_slot(struct sched *s, size_t i)

@@ -46,6 +46,9 @@ struct sched_executor {
      * True means its outputs are up to date: it is not started, and its
      * dependents go on as if it had run. */
     bool (*up_to_date)(void *ctx, struct sched *s, size_t i);
+    /* Optional: a step failed and the run stops (no keep_going): what waits
+     * between a step's attempts may give up; a running attempt goes on. */
+    void (*stopping)(void *ctx, struct sched *s);
 };
 
 /* Progress reports, for the UI.  An up-to-date step is reported finished

@@ -36,6 +36,7 @@ struct life {
     double deadline;             /* monotonic; 0: none */
     bool has_exit_code, timed_out, ok;
     bool cancelled;              /* the scheduler stopped it (Ctrl-C) */
+    bool given_up;               /* its retries given up: the run stops after a failure */
     int exit_code;
     char *error;                 /* the first line of the last failure, redacted */
     char *report;                /* what to print of it, or NULL */
@@ -84,6 +85,7 @@ struct step_runner {
     bool flush_wanted;           /* another flush asked for while one is in flight */
     unsigned long flush_timer;   /* writes what is still held FLUSH_EVERY after it was held; 0: none */
     bool any_started;
+    bool stopping;               /* a step failed and the run stops (exec_stopping): no more retries */
 };
 
 /* text with the configuration's secrets masked (ui.h's redactor); caller frees */
@@ -398,7 +400,8 @@ void step_attempt_done(struct step_runner *r, size_t i, const struct step_outcom
     }
     first_line_of(&l->error, o->message);
     set_string(&l->report, o->report);
-    if (o->interrupted || o->final || l->cancelled || run_interrupted(r) || l->attempt > r->specs[i].retries) {
+    if (o->interrupted || o->final || l->cancelled || run_interrupted(r) || r->stopping ||
+        l->attempt > r->specs[i].retries) {
         end_step(r, i, o);
         return;
     }
@@ -423,6 +426,13 @@ static void backoff_done(struct step_wait *w, void *arg)
     step_wait_free(w);
     if (l->cancelled || run_interrupted(r)) {
         struct step_outcome o = { .ok = false, .message = l->error, .timed_out = l->timed_out, .interrupted = true };
+        end_step(r, i, &o);
+        return;
+    }
+    if (l->given_up) {                   /* its last attempt's failure is its end */
+        ui_warn("step '%s': not retried: the run stops after a failure (-k/--keep-going runs the rest)",
+                step_name(r, i));
+        struct step_outcome o = { .ok = false, .message = l->error, .report = l->report, .timed_out = l->timed_out };
         end_step(r, i, &o);
         return;
     }
@@ -491,6 +501,23 @@ static void exec_cancel(void *ctx, struct sched *s, size_t i, enum cancel_mode m
     /* ending: its outputs are being flushed, which is bounded and finishes */
 }
 
+/* A step failed and the run stops: a step waiting out a retry's back-off
+ * (up to a minute, and more after each) ends now, failed, rather than try
+ * again in a run that has failed.  (The timer's cancel completes from the
+ * loop: backoff_done.) */
+static void exec_stopping(void *ctx, struct sched *s)
+{
+    struct step_runner *r = ctx;
+    (void)s;
+    r->stopping = true;
+    for (size_t i = 0; i < r->dag->n_steps; i++) {
+        struct life *l = &r->lives[i];
+        if (l->phase != PHASE_BACKOFF || l->cancelled) continue;
+        l->given_up = true;
+        step_wait_list_cancel(&l->waits, CANCEL_GRACEFUL);
+    }
+}
+
 static bool exec_up_to_date(void *ctx, struct sched *s, size_t i)
 {
     struct step_runner *r = ctx;
@@ -509,7 +536,7 @@ static bool exec_up_to_date(void *ctx, struct sched *s, size_t i)
 
 struct sched_executor step_runner_executor(struct step_runner *r)
 {
-    return (struct sched_executor){ r, exec_start, exec_cancel, exec_up_to_date };
+    return (struct sched_executor){ r, exec_start, exec_cancel, exec_up_to_date, exec_stopping };
 }
 
 /* ---- the runner ---- */

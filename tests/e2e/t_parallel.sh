@@ -36,6 +36,27 @@ L
     contains "$ERR" "step 'named' failed: its command's cwd nodir is not a directory (attempt 1 of 2)"
 }
 
+# Without -k, a failed step ends the run: a step waiting out a retry's
+# back-off gives up at once (it went on retrying, back-offs of 1 s, 2 s,
+# 4 s ... a run long failed), and a failing attempt is not retried; with -k
+# it retries as before.
+test_a_failed_run_does_not_wait_out_retries() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ command = "echo x >> tries; exit 1", name = "flaky", retries = 2 },
+  node{ command = "sleep 0.5; exit 2", name = "bad" },
+}
+L
+    t0=$(date +%s%N); run_flow 1 run -j 2; ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+    equals "$(wc -l < tries)" 1 "attempts"
+    contains "$ERR" "step 'flaky': not retried: the run stops after a failure (-k/--keep-going runs the rest)"
+    contains "$ERR" "failed: bad, flaky"
+    [ "$ms" -lt 5000 ] || { echo "the run took $ms ms"; return 1; }
+    rm tries
+    run_flow 1 run -j 2 -k
+    equals "$(wc -l < tries)" 3 "attempts with -k"
+}
+
 test_retries_exhausted_fail() {
     write pipeline.lua <<'L'
 return pipeline{ node{ command = "echo x >> tries; exit 1", name = "broken", retries = 1 } }
