@@ -45,6 +45,7 @@ local DATA = values.DATA
 -- Runs started by this process, so `flow run driver.lua` (a script that calls
 -- flow.run itself, a sweep) can exit with its last run's status.
 M.runs_started, M.last_code = 0, nil
+M.running = 0                  -- runs under way in this process (a step's own flow.run, flow.spawn's)
 local is_failure, step_failure = failure.is, failure.new
 local first_line = failure.first_line
 local printing, step_secrets = execute.printing, execute.step_secrets
@@ -287,7 +288,9 @@ function M.start_journal(run_id, ev, note)
   ev.time = ev.time or core.time()
   if util.record_json(ev) ~= core.json_encode(ev) then ev.redacted = true end
   journal:append(util.record_json(ev), note)
-  core.symlink(run_id, ".flow/runs/latest")
+  -- latest is the run the command line started: not one a step starts
+  -- within it (flow status, a plain --resume), nor the second of runs at once
+  if M.running == 0 then core.symlink(run_id, ".flow/runs/latest") end
   return journal
 end
 
@@ -422,6 +425,8 @@ function M.run(p, opts, level)
   core.mkdir_p(".flow/tmp")
   core.mkdir_p(state_mod.CACHE)
   self:start_journal(plan, opts)
+  M.running = M.running + 1                          -- (start_journal moves latest only when none was under way)
+  local _running <close> = setmetatable({}, { __close = function() M.running = M.running - 1 end })
   if opts.started then opts.started(run_id) end      -- (flow.sweep keeps the id of a sweep job's run)
   local jobs = opts.jobs or core.cpu_count()
   local pools, pool_of = M.pools(plan, jobs)

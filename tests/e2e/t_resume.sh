@@ -353,3 +353,23 @@ L
     run_flow 0 run --resume
     contains "$ERR" "resuming run"
 }
+
+# A step that runs a pipeline of its own (flow.run inside its function)
+# leaves .flow/runs/latest on the run the command line started: flow status
+# and a plain --resume went to the inner run (refused: "started by flow.run").
+test_a_nested_run_does_not_move_latest() {
+    write pipeline.lua <<'L'
+local inner = pipeline{ node{ func = function() return 1 end, outputs = "i", name = "in" } }
+return pipeline{
+  node{ func = function() return flow.run(inner).code end, outputs = "o", name = "outer" },
+  node{ func = function(o) if not io.open("fixed") then error("not yet") end return o end, inputs = "o",
+        outputs = "p", name = "after" },
+}
+L
+    run_flow 1 run
+    local outer; outer=$(readlink .flow/runs/latest)
+    contains "$(head -1 .flow/runs/latest/journal.jsonl)" '"steps":2'
+    touch fixed
+    run_flow 0 run --resume
+    contains "$ERR" "resuming run $outer"
+}
