@@ -74,6 +74,28 @@ return pipeline{
 L
 }
 
+# A job that runs for a minute, under a step's timeout of 1 s.
+timed_train_pipeline() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ func = distributed_job<framework = "pytorch", nodes = 2>(flow.command{ "python", "train.py" }),
+        name = "train", timeout = 1 },
+}
+L
+    aml_ctl POST config '{"phases": {"Running": 60}}' >/dev/null
+}
+
+# A training job left running by a detached run that Ctrl-C stopped
+# (ARGS: more flags for flow run).
+detached_running_job() {
+    train_pipeline
+    aml_ctl POST config '{"phases": {"Running": 30}}' >/dev/null
+    run_flow_bg run --env prod --detach "$@"
+    wait_for_status Running
+    kill -INT "$FLOW_PID"
+    wait "$FLOW_PID" 2>/dev/null || true
+}
+
 test_distributed_step_runs_as_an_azureml_job() {
     start_aml
     train_pipeline
@@ -262,12 +284,7 @@ test_killed_run_resumes_without_a_second_job() {
 # taken for "no such job", and the running job was lost to flow cancel).
 test_a_failed_look_at_an_adopted_job_submits_no_second_job() {
     start_aml
-    train_pipeline
-    aml_ctl POST config '{"phases": {"Running": 30}}' >/dev/null
-    run_flow_bg run --env prod --detach
-    wait_for_status Running
-    kill -INT "$FLOW_PID"
-    wait "$FLOW_PID" 2>/dev/null || true
+    detached_running_job
     aml_ctl POST faults '{"match": {"method": "GET", "path_regex": "/jobs/flow-"}, "action": "status", "status": 403, "count": 1}' >/dev/null
     run_flow 1 run --resume
     contains "$ERR" "could not be read"
@@ -282,13 +299,7 @@ test_a_failed_look_at_an_adopted_job_submits_no_second_job() {
 # "asked to cancel".
 test_a_refused_cancel_is_said() {
     start_aml
-    write pipeline.lua <<'L'
-return pipeline{
-  node{ func = distributed_job<framework = "pytorch", nodes = 2>(flow.command{ "python", "train.py" }),
-        name = "train", timeout = 1 },
-}
-L
-    aml_ctl POST config '{"phases": {"Running": 60}}' >/dev/null
+    timed_train_pipeline
     aml_ctl POST faults '{"match": {"method": "POST", "path_regex": "/cancel"}, "action": "status", "status": 403, "count": null, "code": "AuthorizationFailed"}' >/dev/null
     run_flow 1 run --env prod
     contains "$ERR" "step 'train' timed out after 1s (Azure ML job flow-train-"
@@ -343,12 +354,7 @@ test_a_resumed_run_killed_again_resumes_without_a_second_job() {
 
 test_flow_cancel_cancels_a_detached_run() {
     start_aml
-    train_pipeline
-    aml_ctl POST config '{"phases": {"Running": 30}}' >/dev/null
-    run_flow_bg run --env prod --detach
-    wait_for_status Running
-    kill -INT "$FLOW_PID"
-    wait "$FLOW_PID" 2>/dev/null || true
+    detached_running_job
     run_flow 0 cancel
     contains "$ERR" "is Canceled"
     equals "$(count_of jobs.cancel)" 1 "cancel requests"
@@ -359,13 +365,8 @@ test_flow_cancel_cancels_a_detached_run() {
 # there was no conf/ directory, and the detached job could not be reached.
 test_cancel_and_status_use_the_runs_conf() {
     start_aml
-    train_pipeline
     mv conf settings
-    aml_ctl POST config '{"phases": {"Running": 30}}' >/dev/null
-    run_flow_bg run --env prod --conf settings --detach
-    wait_for_status Running
-    kill -INT "$FLOW_PID"
-    wait "$FLOW_PID" 2>/dev/null || true
+    detached_running_job --conf settings
     run_flow 0 status
     contains "$OUT" "Running"
     run_flow 0 cancel
@@ -588,13 +589,7 @@ test_second_ctrl_c_stops_waiting_for_the_cancel() {
 
 test_timeout_cancels_the_job() {
     start_aml
-    write pipeline.lua <<'L'
-return pipeline{
-  node{ func = distributed_job<framework = "pytorch", nodes = 2>(flow.command{ "python", "train.py" }),
-        name = "train", timeout = 1 },
-}
-L
-    aml_ctl POST config '{"phases": {"Running": 60}}' >/dev/null
+    timed_train_pipeline
     run_flow 1 run --env prod
     contains "$ERR" "step 'train' timed out after 1s"
     equals "$(count_of jobs.cancel)" 1 "cancel requests"
