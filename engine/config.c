@@ -231,11 +231,12 @@ static struct cfg_origin_entry *origins_get(struct cfg_origins *o, const char *p
 }
 
 /* Takes ownership of where and text. */
-static void origin_add(struct config *cfg, const char *path, char *where, char *text, enum cfg_layer layer)
+static void origin_add(struct config *cfg, const char *path, char *where, char *text, enum cfg_layer layer,
+                       bool raw)
 {
     struct cfg_origin_entry *e = origins_get(&cfg->origins, path);
     ARRAY_GROW(e->v, e->n, e->cap);
-    e->v[e->n++] = (struct cfg_origin){where, text, layer};
+    e->v[e->n++] = (struct cfg_origin){where, text, layer, raw};
 }
 
 static void origin_entry_clear(struct cfg_origin_entry *e)
@@ -294,8 +295,29 @@ const char *cfg_path_where(const struct config *cfg, const char *path)
     return e ? e->v[e->n - 1].where : NULL;
 }
 
-/* A one-line picture of a value for origins and explain; secrets show as ***. */
-static char *value_text(const cJSON *n, int secret, size_t max)
+/* s quoted on one line, at most max bytes of it: masked first (cfg's secrets,
+ * when cfg is given), then escaped and cut, so that neither hides a secret. */
+static void quote_into(struct strbuf *b, const struct config *cfg, const char *s, size_t max)
+{
+    char *safe = cfg ? config_redact(cfg, s) : xstrdup(s);
+    size_t len = strlen(safe);
+    sb_add(b, "\"", 1);
+    for (size_t i = 0; i < len && i < max; i++) {
+        unsigned char c = (unsigned char)safe[i];
+        if (c == '"' || c == '\\')
+            sb_addf(b, "\\%c", c);
+        else if (c < 0x20)
+            sb_adds(b, c == '\n' ? "\\n" : c == '\t' ? "\\t" : "?");
+        else
+            sb_add(b, (const char *)&c, 1);
+    }
+    sb_adds(b, len > max ? "...\"" : "\"");
+    free(safe);
+}
+
+/* A one-line picture of a value for explain; secrets show as *** (a section
+ * of credentials), and within a string cfg's secrets are masked. */
+static char *value_text(const struct config *cfg, const cJSON *n, int secret, size_t max)
 {
     struct strbuf b = STRBUF_INIT;
     char num[40];
@@ -307,20 +329,9 @@ static char *value_text(const cJSON *n, int secret, size_t max)
         sb_addf(&b, "[list of %d]", cJSON_GetArraySize(n));
     else if (secret && (cJSON_IsString(n) || cJSON_IsNumber(n)))
         sb_adds(&b, "***");
-    else if (cJSON_IsString(n)) {
-        size_t len = strlen(n->valuestring);
-        sb_add(&b, "\"", 1);
-        for (size_t i = 0; i < len && i < max; i++) {
-            unsigned char c = (unsigned char)n->valuestring[i];
-            if (c == '"' || c == '\\')
-                sb_addf(&b, "\\%c", c);
-            else if (c < 0x20)
-                sb_adds(&b, c == '\n' ? "\\n" : c == '\t' ? "\\t" : "?");
-            else
-                sb_add(&b, (const char *)&c, 1);
-        }
-        sb_adds(&b, len > max ? "...\"" : "\"");
-    } else if (cJSON_IsNumber(n))
+    else if (cJSON_IsString(n))
+        quote_into(&b, cfg, n->valuestring, max);
+    else if (cJSON_IsNumber(n))
         sb_adds(&b, cfg_number_text(n, num));
     else
         sb_adds(&b, cJSON_IsTrue(n) ? "true" : cJSON_IsFalse(n) ? "false" : "null");
@@ -338,7 +349,11 @@ static void record_tree(struct config *cfg, struct strbuf *path, const cJSON *no
                         const struct cfg_source *from)
 {
     int secret = from->section == CFG_CREDENTIALS;
-    origin_add(cfg, path->buf, where_of(from, node), value_text(node, secret, 60), from->layer);
+    /* (a string is kept as it is, quoted when shown: the secrets are not all
+     * known while the files are read) */
+    bool raw = !secret && cJSON_IsString(node);
+    origin_add(cfg, path->buf, where_of(from, node), raw ? xstrdup(node->valuestring) : value_text(NULL, node, secret, 60),
+               from->layer, raw);
     size_t mark = path->len, i = 0;
     for (const cJSON *c = node->child; c; c = c->next, i++) {
         if (cJSON_IsObject(node))
@@ -386,7 +401,7 @@ int cfg_merge_member(struct config *cfg, struct strbuf *path, cJSON *dst, cJSON 
         return -1;
     }
     if (cJSON_IsObject(old) && cJSON_IsObject(item)) {
-        origin_add(cfg, path->buf, where_of(from, item), xstrdup("{mapping}"), from->layer);
+        origin_add(cfg, path->buf, where_of(from, item), xstrdup("{mapping}"), from->layer, false);
         int rc = cfg_merge_object(cfg, path, old, item, from, 0, err, errlen);
         cJSON_Delete(item);
         return rc;
@@ -854,7 +869,7 @@ char *config_closest_key(const struct config *cfg, const char *section, const ch
 static void explain_records(const struct config *cfg, struct strbuf *b,
                             const struct cfg_origin_entry *e)
 {
-    int mapping = e->n > 1 && strcmp(e->v[e->n - 1].text, "{mapping}") == 0;
+    int mapping = e->n > 1 && !e->v[e->n - 1].raw && strcmp(e->v[e->n - 1].text, "{mapping}") == 0;
     int width = 0;
     for (size_t i = 0; i < e->n; i++) {
         int w = (int)strlen(e->v[i].where);
@@ -865,8 +880,11 @@ static void explain_records(const struct config *cfg, struct strbuf *b,
         char label[96];
         snprintf(label, sizeof label, "%s%s", o->layer == CFG_LAYER_ENV ? "env " : "",
                  o->layer == CFG_LAYER_OVERRIDE ? "override" : layer_name(cfg, o->layer));
-        sb_addf(b, "  %-*s  %-12s  %s%s\n", width, o->where, label, o->text,
+        struct strbuf shown = STRBUF_INIT;
+        if (o->raw) quote_into(&shown, cfg, o->text, 60);
+        sb_addf(b, "  %-*s  %-12s  %s%s\n", width, o->where, label, o->raw ? shown.buf : o->text,
                 i + 1 == e->n && !mapping ? "   <- wins" : "");
+        sb_release(&shown);
     }
     if (mapping && e->n > 1)
         sb_adds(b, "  (mappings merge: each file above contributes its keys, later ones win)\n");
@@ -887,7 +905,7 @@ char *config_explain(const struct config *cfg, const char *section, const char *
                 near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "");
         free(near);
     } else {
-        char *val = value_text(node, sec == CFG_CREDENTIALS, 200);
+        char *val = value_text(cfg, node, sec == CFG_CREDENTIALS, 200);
         const struct cfg_origin_entry *e = origin_nearest(cfg, path.buf);
         sb_addf(&b, "%s: %s = %s\n", cfg_section_names[sec], key, val ? val : "?");
         free(val);

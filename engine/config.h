@@ -153,7 +153,10 @@ enum cfg_section { CFG_PARAMETERS, CFG_CATALOG, CFG_AZUREML, CFG_CREDENTIALS, CF
 enum cfg_layer { CFG_LAYER_BASE, CFG_LAYER_ENV, CFG_LAYER_OVERRIDE };
 
 /* One place a value was set; a canonical path ("parameters\x1fmodel\x1flr") keeps them all. */
-struct cfg_origin { char *where; char *text; enum cfg_layer layer; };
+/* text: a one-line picture of the value set there, or with `raw` the string
+ * value itself, quoted only when shown (masked first: quoting a secret would
+ * hide it from the masker, and cutting it would show its start) */
+struct cfg_origin { char *where; char *text; enum cfg_layer layer; bool raw; };
 struct cfg_origin_entry { char *path; struct cfg_origin *v; size_t n, cap; };
 struct cfg_origins {
     struct cfg_origin_entry **v; size_t n, cap;    /* every path ever recorded */

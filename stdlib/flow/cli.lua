@@ -1560,6 +1560,20 @@ local function write_output(out, text)
   if err then script_error("cannot write " .. err) end
 end
 
+-- v with every string masked (the configuration's secrets), tables copied:
+-- before a format escapes them (DOT's \", JSON's \u003c in a page), after
+-- which the masker would no longer find a secret that holds such a character.
+local function masked(v, seen)
+  if type(v) == "string" then return require("flow.config").redact(v) end
+  if type(v) ~= "table" then return v end
+  seen = seen or {}
+  if seen[v] then return seen[v] end
+  local t = {}
+  seen[v] = t
+  for k, x in pairs(v) do t[masked(k, seen)] = masked(x, seen) end
+  return setmetatable(t, getmetatable(v))
+end
+
 local function cmd_viz(args)
   local opts, pos = parse_args("viz", args)
   if opts.help then print(HELP.viz) return 0 end
@@ -1594,8 +1608,10 @@ local function cmd_viz(args)
         st.log = l and viz.tail(l.files[1], 40) or nil
       end
     end
+    m = masked(m)
     text = require("flow.viz_html").html(m, { title = "flow viz: " .. path, run = run_id })
   else
+    m = masked(m)
     text = fmt == "dot" and viz.dot(m) or viz.mermaid(m)
   end
   text = require("flow.config").redact(text)   -- (a command's text may embed a credential)

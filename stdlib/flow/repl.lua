@@ -25,7 +25,10 @@ local M = {}
 
 local MAX_DEPTH, MAX_ITEMS, MAX_STRING, WIDTH = 3, 20, 300, 78
 
+-- (masked before it is quoted and cut: %q's escapes would hide a secret
+-- from the masker, and the cut would show its start)
 local function quoted(s)
+  s = redact(s)
   if #s > MAX_STRING then
     return string.format("%q", s:sub(1, MAX_STRING)):gsub("\\\n", "\\n") .. string.format("… (%d bytes)", #s)
   end
@@ -296,6 +299,7 @@ local function traceback(e)
   if util.is_setup_error(e) then return e.setup_error end
   if util.is_fs_error(e) then return e.fs_error end
   if type(e) == "table" and type(rawget(e, "script")) == "string" then return e.script end     -- (cli's script_error)
+  if type(e) == "table" and type(rawget(e, "usage")) == "string" then return e.usage end       -- (cli's usage_error)
   local tb = debug.traceback(tostring(e), 2)
   -- the REPL's own frames say nothing to the user
   tb = tb:gsub("\n[^\n]*flow/repl%.lua[^\n]*.*$", "")
@@ -312,7 +316,12 @@ local function evaluate(f, out)
   end
   if r.n > 1 then
     local parts = {}
-    for i = 2, r.n do parts[#parts + 1] = M.show(r[i]) end
+    for i = 2, r.n do
+      -- (a value whose metamethods raise, __pairs or __len, is said so: it
+      -- ended the session)
+      local ok, text = pcall(M.show, r[i])
+      parts[#parts + 1] = ok and text or string.format("<%s: cannot be shown: %s>", type(r[i]), tostring(text))
+    end
     out:write(redact(table.concat(parts, "\t")), "\n")
   end
   out:flush()

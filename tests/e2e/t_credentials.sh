@@ -372,3 +372,34 @@ L
     not_contains "$OUT$ERR" "$SECRET" "output"
     not_contains "$OUT$ERR" "$TOKEN" "output"
 }
+
+# A secret holding a quote or a '<', or longer than what is shown of a
+# value, is masked where flow quotes, escapes or cuts text: flow config
+# --explain, the REPL and flow viz masked after escaping ("hunt\"er…" was
+# no longer the secret) or cutting (the first 300 bytes showed).
+test_escaped_and_long_secrets_are_masked() {
+    write conf/local/credentials.yml <<'Y'
+db:
+  password: 'hunt"er<2>secret'
+  long: ${env:FLOW_TEST_LONG}
+Y
+    write conf/base/parameters.yml <<'Y'
+note: 'hunt"er<2>secret'
+long: ${env:FLOW_TEST_LONG}
+Y
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = [[echo 'hunt"er<2>secret' > ${outputs.o}]], outputs = "o", name = "leak" } }
+L
+    export FLOW_TEST_LONG=$(head -c 600 /dev/zero | tr '\0' k)
+    run_flow 0 config --explain note
+    local all="$OUT$ERR"
+    run_flow 0 config --explain long
+    all="$all$OUT$ERR"
+    printf 'params\nparams.long\nstep("leak").command\n' | "$FLOW" repl >repl.txt 2>&1
+    run_flow 0 viz --format html
+    all="$all$(cat repl.txt)$OUT$ERR"
+    not_contains "$all" 'hunt' "what flow printed"
+    not_contains "$all" 'kkkkkkkkkkkkkkkk' "what flow printed"
+    contains "$(cat repl.txt)" '"***"'
+    unset FLOW_TEST_LONG
+}
