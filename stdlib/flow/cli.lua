@@ -585,7 +585,11 @@ local function conf_from(conf, dir)
 end
 
 -- Load the script, run its top level, return the chosen pipeline.
-local function load_pipeline(path, name)
+-- `describing`: the command that only describes the pipeline (flow list,
+-- viz, compile, catalog list; a shell's Tab completion runs flow list), for
+-- which a script that runs pipelines of its own (flow.run) is refused at its
+-- first flow.run, before any step runs.
+local function load_pipeline(path, name, describing)
   local dir, base = path:match("^(.*)/([^/]*)$")
   local chunk, err = core.load_script(path, path)
   if not chunk then
@@ -602,11 +606,14 @@ local function load_pipeline(path, name)
   _G.flow = flow
   _G.print = M.print
   local runs_before = runner.runs_started
+  runner.describing = describing and { command = describing, script = path } or nil
   local ok, ret = xpcall(chunk, function(e)
     if util.is_fs_error(e) then return e end   -- a driver's flow.run met the disk, not a bug
+    if describing and util.is_setup_error(e) then return e end
     return debug.traceback(util.error_message(e), 2)
   end)
-  if not ok and util.is_fs_error(ret) then error(ret, 0) end
+  runner.describing = nil
+  if not ok and (util.is_fs_error(ret) or util.is_setup_error(ret)) then error(ret, 0) end
   if not ok then script_error(util.user_traceback(ret)) end
   if ret ~= nil then
     if pipeline.is_node(ret) then ret = pipeline.pipeline({ ret }) end
@@ -926,14 +933,15 @@ local function pipeline_to_list(opts, pos, cmd)
   local path = script_path(pos, cmd)
   core.ui_setup("quiet")
   set_defaults(opts)
-  return load_pipeline(path, opts.pipeline), fmt
+  local p = load_pipeline(path, opts.pipeline, "flow " .. cmd)
+  if not p then usage_error("%s returns no pipeline; flow %s needs a script that returns one", path, cmd) end
+  return p, fmt
 end
 
 local function cmd_list(args)
   local opts, pos = parse_args("list", args)
   if opts.help then print(HELP.list) return 0 end
   local p, fmt = pipeline_to_list(opts, pos, "list")
-  if not p then return 0 end
   local rows = list_rows(p, opts)
   if fmt == "json" then
     -- Every key present (null when absent), and lists as arrays even when empty.
@@ -1011,7 +1019,6 @@ local function cmd_catalog(args)
   if pos[1] ~= "list" then usage_error("unknown catalog command '%s' (there is: list)", pos[1]) end
   table.remove(pos, 1)
   local p, fmt = pipeline_to_list(opts, pos, "catalog list")
-  if not p then return 0 end
   local rows = catalog_rows(p)
   if fmt == "json" then
     for _, r in ipairs(rows) do       -- every key present (null when absent), lists as arrays
@@ -1587,8 +1594,8 @@ local function cmd_viz(args)
   local path = script_path(pos, "viz")
   core.ui_setup("quiet")
   set_defaults(opts)
-  local p = load_pipeline(path, opts.pipeline)
-  if not p then usage_error("%s ran its own pipelines; flow viz needs a script that returns one", path) end
+  local p = load_pipeline(path, opts.pipeline, "flow viz")
+  if not p then usage_error("%s returns no pipeline; flow viz needs a script that returns one", path) end
   local viz = require("flow.viz")
   local states, run_id
   if opts.run then
@@ -1629,8 +1636,8 @@ local function cmd_compile(args)
   local path = script_path(pos, "compile")
   core.ui_setup("normal")
   set_defaults(opts)
-  local p = load_pipeline(path, opts.pipeline)
-  if not p then usage_error("%s ran its own pipelines; flow compile needs a script that returns one", path) end
+  local p = load_pipeline(path, opts.pipeline, "flow compile")
+  if not p then usage_error("%s returns no pipeline; flow compile needs a script that returns one", path) end
   local compile = require("flow.compile")
   local plan = runner.prepare(p, slicing_options(opts))
   local text = compile.yaml(compile.document(compile.model(plan, runner.defaults), base_dir))

@@ -431,3 +431,26 @@ L
     run_flow 0 run -n --env local --env local -j 2 -j2 --force --force
     contains "$OUT" "1 of 1 selected steps would run"
 }
+
+# flow list, viz, compile and catalog list describe a pipeline: a driver
+# script (one that runs pipelines of its own with flow.run) is refused at
+# its first flow.run, before any step runs.  `flow list driver.lua` ran
+# the driver's steps and exited 0 printing nothing, and the shells' Tab
+# completion of --nodes (flow list --format json) ran them too.
+test_describing_commands_refuse_a_driver_before_it_runs() {
+    write driver.lua <<'L'
+local p = pipeline{ node{ command = "date >> side_effect", name = "train" } }
+flow.run(p, { force = true })
+L
+    local cmd
+    for cmd in list viz compile "catalog list"; do
+        run_flow 2 $cmd driver.lua
+        contains "$ERR" "flow $cmd describes a pipeline without running it, and driver.lua runs pipelines of its own (flow.run)"
+    done
+    [ ! -e side_effect ] || { echo "a step ran: $(cat side_effect)"; return 1; }
+    printf 'return 1 == 1 and nil\n' > empty.lua
+    run_flow 2 list empty.lua
+    contains "$ERR" "empty.lua defines no pipeline"
+    run_flow 0 run driver.lua
+    [ -s side_effect ] || { echo "flow run did not run the driver"; return 1; }
+}
