@@ -786,14 +786,12 @@ local function resume_args(opts, pos)
     util.setup_error(string.format("--resume: run %s had a credential among its arguments, which flow "
                                    .. "does not store; run it again with the same arguments instead", start.run))
   end
-  local completed, started, finished = {}, {}, nil
+  local completed, finished = {}, nil
   for _, ev in ipairs(events) do
     if ev.event == "step_end" and (ev.status == "ok" or ev.status == "up to date") then completed[ev.step] = true end
-    if ev.event == "step_start" and type(ev.step) == "string" then started[ev.step] = true end
     if ev.event == "run_end" then finished = ev.code end
   end
-  for step in pairs(completed) do started[step] = nil end
-  return start, completed, finished, dir, M.unfinished_jobs(events), started
+  return start, completed, finished, dir, M.unfinished_jobs(events)
 end
 
 -- The Azure ML jobs of a run's journal whose steps did not complete: {[step]
@@ -833,7 +831,7 @@ local function cmd_run(args)
   local opts, pos = parse_args("run", args)
   if opts.help then print(HELP.run) return 0 end
   if not opts.resume then return run_with(opts, pos, args) end
-  local start, completed, finished, dir, remote_jobs, started = resume_args(opts, pos)
+  local start, completed, finished, dir, remote_jobs = resume_args(opts, pos)
   if finished == 0 then
     core.ui_setup(opts.quiet and "quiet" or "normal", opts.progress or "auto")
     core.ui_info(string.format("run %s finished successfully: nothing to resume", start.run))
@@ -851,7 +849,7 @@ local function cmd_run(args)
   end
   if opts.quiet then orig.verbose = nil elseif opts.verbose then orig.quiet = nil end
   return run_with(orig, orig_pos, start.args, { run = start.run, completed = completed, remote_jobs = remote_jobs,
-                                                params_hash = start.params_hash, started = started })
+                                                params_hash = start.params_hash })
 end
 
 -- --submit-pipeline hands the whole run to Azure ML: what only a run here

@@ -258,7 +258,6 @@ local function new_run(plan, opts, run_id, st)
     force = opts.force, explain = opts.explain, command_line = opts.command_line,
     keep_values = opts.keep_values,     -- (a sweep's trials: true, or {step name = true}: flow.values)
     completed = opts.resume and opts.resume.completed or {},
-    resumed_started = opts.resume and opts.resume.started,   -- steps that started there, not recorded done
     sweep_job = opts.sweep_job, on_sweep_trials = opts.sweep_trials,     -- (flow.sweep_job)
     sweep_step = opts.sweep_job and opts.sweep_job.step,                  -- the step it runs, or nil
     defaults = M.defaults, run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,

@@ -380,11 +380,11 @@ end
 
 -- Whether a file (or folder) committed at `final` may replace what is there
 -- now.  A file replaces a file.  A folder replaces a directory that is the
--- dataset's own output of its step's last run, an empty one, one in .flow/,
--- or one the step may have made in the run this one resumes (killed after
--- its commit, before its record); any other directory (one the catalog path
--- names by mistake: src/, data/) is not deleted but moved aside into the
--- run's directory, with a warning (Run:commit).  A file replaces a folder,
+-- dataset's own output of its step's last run, an empty one, or one in
+-- .flow/; any other directory (one the catalog path names by mistake: src/,
+-- data/; or the step's own commit of a run killed before it was recorded,
+-- which nothing tells apart) is not deleted but moved aside into the run's
+-- directory, with a warning (Run:commit).  A file replaces a folder,
 -- or a folder a file (its type changed), only when that is the dataset's own
 -- output of the last run; anything else there the commit would delete: the
 -- step fails naming it.
@@ -399,10 +399,8 @@ function Run:check_replaced(d, e, from, final, n)
   local same = was and was.path and cache.realpath(was.path) == cache.realpath(final)
   if same and (there == made or self.hc:file(final) == was.hash) then return end
   if there == "directory" and made == "directory" then
-    if not (self.resumed_started and self.resumed_started[n.name]) then
-      self.aside = self.aside or {}
-      self.aside[final] = true
-    end
+    self.aside = self.aside or {}
+    self.aside[final] = true
     return
   end
   error(step_failure { message = string.format("step '%s': output '%s' is stored at %s, which is a %s that "
@@ -440,20 +438,26 @@ function Run:ready_to_commit(n, from)
 end
 
 -- A directory at `final` that no run recorded as output d's (check_replaced),
--- moved into the run's directory rather than deleted by the commit.
+-- moved into the run's directory rather than deleted by the commit; beside
+-- itself when that is another file system (a rename cannot cross one).
 function Run:move_aside(d, final, n)
   self.aside[final] = nil
   local dir = self.run_dir .. "/replaced"
   local dest = dir .. "/" .. core.safe_name(final)
   local ok, err = pcall(core.mkdir_p, dir)
   if ok then ok, err = os.rename(final, dest) end
+  if not ok and tostring(err):find("cross%-device") then
+    dest = final:gsub("/+$", "") .. ".replaced-" .. self.run_id
+    ok, err = os.rename(final, dest)
+  end
   if not ok then
     error(step_failure { message = string.format("step '%s': output '%s' is stored at %s, a directory no run "
       .. "recorded as its output, which could not be moved aside (%s): give '%s' a path of its own, or remove %s",
       n.name, d, final, tostring(util.is_fs_error(err) and err.fs_error or err), d, final) })
   end
   core.ui_warn(string.format("step '%s': output '%s' replaced the directory %s, which no run recorded as its "
-    .. "output: what it held is in %s (flow clean removes it with the run)", n.name, d, final, dest))
+    .. "output: what it held is in %s%s", n.name, d, final, dest,
+    dest:find("^%.flow/") and " (flow clean removes it with the run)" or ""))
 end
 
 -- Move a finished file or folder into place; record where and its hash.
