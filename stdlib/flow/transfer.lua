@@ -177,11 +177,14 @@ end
 -- on a datastore is emptied (an empty folder uploaded, which deletes what is
 -- under it: blob.h), as a folder output here starts empty: an earlier run's
 -- files would stay beside what the job writes, read as its, and the folder
--- would hash as it was.
+-- would hash as it was.  Its copy here goes too: the record of the run that
+-- made what was emptied no longer stands (a job that fails now must not
+-- leave the step up to date for the earlier parameters, its folder gone).
 function Run:clear_datastore_folders(n)
   for _, io in ipairs(n.outputs) do
     local e = self.cat:entry(io.dataset)
     if e.uri and e.type == "folder" then
+      core.remove_tree(self.cat:save_path(e))
       local empty = self.tmp_dir .. "/empty~"
       core.mkdir_p(empty)
       local r, why = self.aml:transfer { op = "upload", datastore = e.datastore, blob = e.blob, path = empty,

@@ -352,7 +352,7 @@ Y
 return pipeline{
   node{ command = "for f in $(echo ${params.files} | tr , ' '); do echo $f > ${outputs.feats}/$f.txt; done",
         outputs = "feats", name = "make" },
-  node{ command = "ls ${inputs.feats} | tr '\n' ' ' > ${outputs.more}/seen.txt; for f in $(echo ${params.files} | tr , ' '); do echo $f > ${outputs.more}/$f.txt; done",
+  node{ command = "[ ${params.files} != x ] || exit 3; ls ${inputs.feats} | tr '\n' ' ' > ${outputs.more}/seen.txt; for f in $(echo ${params.files} | tr , ' '); do echo $f > ${outputs.more}/$f.txt; done",
         inputs = "feats", outputs = "more", name = "job", tags = { "aml" } },
   node{ command = "ls ${inputs.more} | tr '\n' ' ' > ${outputs.listing}", inputs = "more", outputs = "listing",
         name = "count" },
@@ -365,6 +365,12 @@ L
     equals "$(blob_get p11/more/seen.txt)" "a.txt " "what the job saw after the producer wrote one file"
     equals "$(blob_get p11/feats/b.txt)" "HTTP 404" "a file the producer no longer writes"
     equals "$(cat data/listing.txt)" "a.txt seen.txt " "what the reader here saw after the job wrote one file"
+    # a job that fails once its folder was emptied leaves no record standing
+    # for the parameters before: the job runs again (it was up to date, its
+    # folder empty)
+    run_flow 1 run --env prod --params files=x
+    run_flow 0 run --env prod --params files=a
+    equals "$(blob_get p11/more/seen.txt)" "a.txt " "the folder, made again"
     no_secrets
 }
 
