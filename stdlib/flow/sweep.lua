@@ -471,7 +471,9 @@ end
 local function trial_number(values, keys, params)
   for i, v in ipairs(values) do
     local same = true
-    for _, k in ipairs(keys) do same = same and (v[k] == params[k] or tostring(v[k]) == tostring(params[k])) end
+    for _, k in ipairs(keys) do
+      same = same and (v[k] == params[k] or report.value_text(v[k]) == report.value_text(params[k]))
+    end
     if same then return i end
   end
 end
@@ -560,6 +562,7 @@ local function table_cells(order, keys, metric, best)
 end
 
 local function csv_field(v)
+  if type(v) == "table" or v == core.json_null then v = core.json_encode(v) end    -- (--grid k=[1,2], k=null)
   v = v == nil and "" or tostring(v)
   if v:find('[,"\n\r]') then v = '"' .. v:gsub('"', '""') .. '"' end
   return v
@@ -573,13 +576,12 @@ local function results_csv(order, keys, metric)
   for i, h in ipairs(head) do head[i] = csv_field(h) end
   lines[1] = table.concat(head, ",")
   for _, t in ipairs(order) do
-    local row = { t.trial }
-    for _, k in ipairs(keys) do row[#row + 1] = t.params[k] end
-    row[#row + 1] = t.metric
-    row[#row + 1] = t.status
-    row[#row + 1] = string.format("%.3f", t.elapsed)
-    row[#row + 1] = t.run_id
-    row[#row + 1] = t.error
+    -- (by position: a value that is nil, a failed trial's metric, leaves its
+    -- column empty; #row + 1 put the next value there, under its heading)
+    local row, at = { t.trial }, 1
+    for _, k in ipairs(keys) do at = at + 1; row[at] = t.params[k] end
+    row[at + 1], row[at + 2], row[at + 3] = t.metric, t.status, string.format("%.3f", t.elapsed)
+    row[at + 4], row[at + 5] = t.run_id, t.error
     local cells = {}
     for i = 1, #head do cells[i] = csv_field(row[i]) end
     lines[#lines + 1] = table.concat(cells, ",")
@@ -675,6 +677,12 @@ local function resumed(o, level)
     if ev.event == "run_end" then finished = ev.code == 0 end
     if ev.event == "remote_job" and ev.step == aml.step and type(ev.job) == "string" then
       jobs[aml.step] = { job = ev.job, fp = ev.fp or "" }
+    end
+  end
+  -- a null value (--grid k=null) reads back as no value: it is null again
+  for _, t in ipairs(saved.trials) do
+    for _, k in ipairs(spec.keys) do
+      if type(t) == "table" and t[k] == nil then t[k] = core.json_null end
     end
   end
   return opts, spec, saved.trials, id, done, aml and { plan = aml, run = prior, jobs = jobs, finished = finished } or nil

@@ -46,13 +46,13 @@ end
 local function category_axis(values)
   local slots, labels = {}, {}
   for _, v in ipairs(values) do
-    local k = tostring(v)
+    local k = M.value_text(v)
     if not slots[k] then labels[#labels + 1] = k; slots[k] = #labels end
   end
   local n = #labels
   local ticks = {}
   for i, l in ipairs(labels) do ticks[i] = { (i - 0.5) / n, l } end
-  return function(v) return (slots[tostring(v)] - 0.5) / n end, ticks
+  return function(v) return (slots[M.value_text(v)] - 0.5) / n end, ticks
 end
 
 -- The frame of a chart: <svg>, its title, axes and tick labels; returns the

@@ -477,6 +477,17 @@ L
     contains "$ERR" "trial 2/9: flag=true n=null"
     contains "$ERR" "flow: error: trial 2/9: step 's' (pipeline.lua:1) reads parameter 'n', which is null"
     contains "$ERR" "trial 3/9: flag=true n=[1,2]"
+    # results.csv: JSON for a list or null, and each value under its heading
+    # (a failed trial's missing metric shifted its status there)
+    local csv; csv=$(cat .flow/sweeps/*/results.csv)
+    contains "$csv" '3,true,"[1,2]",1,ok,'
+    contains "$csv" '2,true,null,,failed,'
+    not_contains "$(cat .flow/sweeps/*/report.html)" "table: 0x" "the report"
+    # resumed, a null is null again (it was no value: the trial ran as n=1)
+    run_flow 0 sweep --resume
+    contains "$ERR" "resumed"
+    not_contains "$OUT" "n=nil"
+    contains "$OUT" "null"
 }
 
 # A swept key that cannot be set (a key under a number) would fail every
