@@ -29,6 +29,7 @@ local state_mod = require("flow.state")
 local credentials = require("flow.credentials")
 local plan_mod = require("flow.plan")
 local catalog = require("flow.catalog")
+local dag = require("flow.dag")
 local values = require("flow.values")
 local execute = require("flow.execute")
 local failure = require("flow.failure")
@@ -89,42 +90,62 @@ local function cancelled_failure(n, c, calling)
   return step_failure { message = string.format("step '%s' stopped (interrupted)", n.name), quiet = true }
 end
 
--- Runs at once in one process (flow.spawn) must not write one file: the
--- second would replace the first's output under the first's record, its
--- readers would read the other run's bytes, and later runs would trust the
--- record.  A run claims each path the catalog keeps when one of its steps is
--- about to write there, until it ends; a step of another run that would
--- write a claimed path fails at once, naming both.  (flow.sweep refuses
--- such trials before they start.)
-local claims = {}          -- path -> the run holding it
+-- Runs at once in one process (flow.spawn) must not share a file that one
+-- of them writes: the second writer would replace the first's output under
+-- the first's record, a reader would read the other run's bytes and record
+-- them as its own producer's, and later runs would trust either record.  A
+-- run claims each path the catalog keeps as one of its steps is about to
+-- write it, or to read it (not a versioned one's: each run reads and writes
+-- versions of its own), until the run ends; a step whose claim meets another
+-- run's (a write against either, a read against a write) fails at once,
+-- naming the other run.  (flow.sweep refuses such trials before they start.)
+local claims = {}          -- path -> {[run] = "w" | "r"}
 
--- nil, or the failure of step n, whose output would be written where a
--- run at once writes; else its outputs' paths are claimed for this run.
-function Run:claim_outputs(n)
-  local mine = {}
+local function catalog_path(self, e)
+  return (e.uri and e.uri .. "/" or "") .. self.cat:save_path(e):gsub("^%./", ""):gsub("//+", "/")
+end
+
+-- nil, or the failure of step n, which would write a file a run at once
+-- reads or writes, or read one it writes; else its paths are claimed.
+function Run:claim_paths(n)
+  local want = {}          -- path -> {how =, io =, input =}
   for _, io in ipairs(n.outputs) do
     local e = self.cat:entry(io.dataset)
-    if catalog.persisted(e) then
-      local path = (e.uri and e.uri .. "/" or "") .. self.cat:save_path(e):gsub("^%./", ""):gsub("//+", "/")
-      local holder = claims[path]
-      if holder and holder ~= self then
-        return step_failure { no_retry = true, message = string.format("step '%s': output '%s' (%s) is written by "
-          .. "another run at once (%s): two runs at once (flow.spawn) must not write one file; make '%s' versioned, "
-          .. "give each run a path of its own, or run them one after the other", n.name, io.dataset, path,
-          holder.label or holder.run_id, io.dataset) }
-      end
-      mine[#mine + 1] = path
+    if catalog.persisted(e) then want[catalog_path(self, e)] = { how = "w", io = io } end
+  end
+  for _, io in ipairs(n.inputs) do
+    local e = not dag.is_param_input(io.dataset) and self.cat:entry(io.dataset)
+    if e and catalog.persisted(e) and not e.versioned then
+      local path = catalog_path(self, e)
+      want[path] = want[path] or { how = "r", io = io, input = true }
     end
   end
-  for _, path in ipairs(mine) do
-    claims[path] = self
+  for _, path in ipairs(util.sorted_keys(want)) do
+    local w = want[path]
+    for run, how in pairs(claims[path] or {}) do
+      if run ~= self and (w.how == "w" or how == "w") then
+        return step_failure { no_retry = true, message = string.format("step '%s': %s '%s' (%s) is %s by another "
+          .. "run at once (%s): runs at once (flow.spawn) must not share a file that one of them writes; make '%s' "
+          .. "versioned, give each run a path of its own, or run them one after the other", n.name,
+          w.input and "input" or "output", w.io.dataset, path, how == "w" and "written" or "read",
+          run.label or run.run_id, w.io.dataset) }
+      end
+    end
+  end
+  for path, w in pairs(want) do
+    claims[path] = claims[path] or {}
+    if claims[path][self] ~= "w" then claims[path][self] = w.how end
     self.claimed[#self.claimed + 1] = path
   end
 end
 
 local function release_claims(run)
   for _, path in ipairs(run.claimed) do
-    if claims[path] == run then claims[path] = nil end
+    local holders = claims[path]
+    if holders then
+      holders[run] = nil
+      if next(holders) == nil then claims[path] = nil end
+    end
   end
 end
 
@@ -132,7 +153,7 @@ end
 -- deadline is engine/step.c's, which the guard and a process's wait read.)
 function Run:attempt(n, i)
   if self.claimed and not self.remote[i] then
-    local clash = self:claim_outputs(n)
+    local clash = self:claim_paths(n)
     if clash then return false, clash end
   end
   local body = self.remote[i] and self.run_remote or n.kind == "func" and self.run_function or self.run_command

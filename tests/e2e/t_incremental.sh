@@ -507,7 +507,7 @@ L
     run_flow 0 run driver.lua
     contains "$OUT" "A model-x=0.2 0"
     contains "$OUT" "B nil 1"
-    contains "$ERR" "step 'train': output 'model' (data/model.txt) is written by another run at once (A): two runs at once (flow.spawn) must not write one file"
+    contains "$ERR" "step 'train': output 'model' (data/model.txt) is written by another run at once (A): runs at once (flow.spawn) must not share a file that one of them writes"
     equals "$(cat data/model.txt)" "model-x=0.2" "the model"
     rm data/model.txt
     write conf/base/catalog.yml <<'Y'
@@ -516,6 +516,24 @@ Y
     run_flow 0 run driver.lua
     contains "$OUT" "A model-x=0.2 0"
     contains "$OUT" "B model-x=1"
+    # a reader is a claim too: A's train is up to date and its evaluate reads
+    # the model while B writes it (evaluate read B's model, recorded as A's)
+    rm -rf data .flow
+    write conf/base/catalog.yml <<'Y'
+model: {type: text, path: data/model.txt}
+Y
+    run_flow 0 run --nodes train --params x=0.2
+    write driver.lua <<'L'
+local p = dofile("pipeline.lua")
+local a = flow.spawn(flow.run, p, { params = { x = 0.2, d = 1.5 }, label = "A" })
+local b = flow.spawn(flow.run, p, { params = { x = 1 }, nodes = "train", label = "B" })
+local r = flow.wait_all{ a, b }
+print("A " .. r[1].code .. " B " .. r[2].code)
+L
+    run_flow 0 run driver.lua
+    contains "$OUT" "A 0 B 1"
+    contains "$ERR" "step 'train': output 'model' (data/model.txt) is read by another run at once (A)"
+    equals "$(cat data/model.txt)" "model-x=0.2" "the model"
 }
 
 # The same with two runs at once (flow.spawn): one replaces the producer's
