@@ -577,8 +577,8 @@ end
 local function conf_from(conf, dir)
   if conf:sub(1, 1) == "/" then return conf end
   local cwd = core.cwd()
-  local abs = cwd .. "/" .. conf:gsub("^%./", "")
-  local script_dir = dir:sub(1, 1) == "/" and dir or cwd .. "/" .. dir:gsub("^%./", "")
+  local abs = (cwd .. "/" .. conf:gsub("^%./", "")):gsub("//+", "/")
+  local script_dir = (dir:sub(1, 1) == "/" and dir or cwd .. "/" .. dir:gsub("^%./", "")):gsub("//+", "/")
   script_dir = script_dir:gsub("/+$", "")
   if abs:sub(1, #script_dir + 1) == script_dir .. "/" then return abs:sub(#script_dir + 2) end
   return abs
@@ -849,7 +849,8 @@ local function cmd_run(args)
   end
   if opts.quiet then orig.verbose = nil elseif opts.verbose then orig.quiet = nil end
   return run_with(orig, orig_pos, start.args, { run = start.run, completed = completed, remote_jobs = remote_jobs,
-                                                params_hash = start.params_hash })
+                                                params_hash = start.params_hash,
+                                                cwd = type(start.cwd) == "string" and start.cwd or nil })
 end
 
 -- --submit-pipeline hands the whole run to Azure ML: what only a run here
@@ -874,7 +875,8 @@ function run_with(opts, pos, args, resume)
   set_log_format(opts)
   core.ui_setup(opts.quiet and "quiet" or opts.verbose and "verbose" or "normal", progress)
   set_defaults(opts)
-  runner.defaults.args, runner.defaults.cwd = args, core.cwd()
+  -- (a resumed run's arguments are the run's, and so is where they were given)
+  runner.defaults.args, runner.defaults.cwd = args, resume and resume.cwd or core.cwd()
   if resume then
     core.ui_info(string.format(opts["dry-run"] and "what resuming run %s would do:" or "resuming run %s", resume.run))
   end

@@ -373,3 +373,22 @@ L
     run_flow 0 run --resume
     contains "$ERR" "resuming run $outer"
 }
+
+# A run started from outside its project with a relative --conf resumes,
+# and its resumed run resumes again, from the project (the resumed run
+# recorded the project as where its arguments were given: --conf
+# proj/conf2 was no such directory the second time).
+test_a_relative_conf_survives_a_resume_of_a_resume() {
+    mkdir -p proj/conf2/base
+    echo 'x: 1' > proj/conf2/base/parameters.yml
+    write proj/pipeline.lua <<'L'
+return pipeline{ node{ command = "test -e ok && echo x=${params.x}", name = "s" } }
+L
+    run_flow 1 run proj/pipeline.lua --conf proj//conf2
+    cd proj
+    run_flow 1 run --resume
+    run_flow 1 run --resume
+    touch ok
+    run_flow 0 run --resume -v
+    contains "$ERR" "x=1"
+}
