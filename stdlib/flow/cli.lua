@@ -1641,10 +1641,6 @@ local function cmd_compile(args)
   local compile = require("flow.compile")
   local plan = runner.prepare(p, slicing_options(opts))
   local text = compile.yaml(compile.document(compile.model(plan, runner.defaults), base_dir))
-  if require("flow.config").redact(text) ~= text then    -- (a parameter set to a credential's value)
-    script_error("flow compile: the pipeline job would hold a credential's value (a parameter or env value set to "
-      .. "one), and flow writes no secret to a file; a step on Azure ML gets its secrets from the workspace's Key Vault")
-  end
   if out then write_output(out, text) else io.write(text) end
   -- (the rules az ml reads, as the code snapshot reads them; a file that
   -- cannot be read is for the snapshot to report)

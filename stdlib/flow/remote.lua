@@ -285,13 +285,29 @@ function M.command_line(run, n, fail)
   for _, ns in ipairs({ "inputs", "outputs" }) do
     for k, io in ipairs(n[ns]) do by_arg[ns][io.arg] = by_arg[ns][io.arg] or k end
   end
+  local redact = require("flow.config").redact
+  -- a parameter's value as the job's text, refused when it holds a
+  -- credential's value (a parameter read from the same ${env:X} as one):
+  -- the job's command line and environment are visible in Azure ML studio.
+  -- (Only what a parameter puts there: the command's own words are the
+  -- user's, and a credential's user name may well be one of them.)
+  local function param_text(v, key)
+    if type(v) == "string" and redact(v) ~= v then
+      return nil, string.format("${params.%s} holds a credential's value (a parameter set to one): a step on Azure "
+        .. "ML cannot be given credentials by flow (its command line and environment are visible in Azure ML "
+        .. "studio); use the workspace's Key Vault", key)
+    end
+    return v
+  end
   local function lookup(ns, key)
     if ns == "credentials" then
       return nil, string.format("${credentials.%s}: a step on Azure ML cannot be given credentials by flow "
         .. "(its command line and environment are visible in Azure ML studio); use the workspace's Key Vault", key)
     end
     if ns == "params" then
-      return swept[require("flow.pipeline").command_param(n, key)] or params_mod.command_text(run.settings, n, key)
+      local v, err = swept[require("flow.pipeline").command_param(n, key)] or params_mod.command_text(run.settings, n, key)
+      if not v then return nil, err end
+      return param_text(v, key)
     end
     local k = by_arg[ns][key]
     if not k then return nil, string.format("${%s.%s}: the step has no %s named '%s'", ns, key, ns:sub(1, -2), key) end
@@ -301,7 +317,7 @@ function M.command_line(run, n, fail)
     local param = dag.is_param_input(io.dataset)
     if not param then return "${{inputs." .. names.inputs[k] .. "}}" end
     if swept[param] then return swept[param] end
-    return params_mod.text(params_mod.of_input(run.settings, param))
+    return param_text(params_mod.text(params_mod.of_input(run.settings, param)), param)
   end
   local function expand(s, quote)
     local out, err = core.expand(s, function(ns, key)
@@ -357,19 +373,6 @@ function M.job_spec(run, n, place, name, fail, inputs, outputs)
   local line, env
   if n.kind == "command" then line, env = M.command_line(run, n, fail)
   else line, env = M.flow_line(run, n), { FLOW_IN_AZUREML_JOB = "1" } end
-  -- a parameter (or env value) that holds a credential's value, as
-  -- ${env:X} both may read: the job's command line and environment are
-  -- visible in Azure ML studio, so it is refused as ${credentials.x} is
-  local redact = require("flow.config").redact
-  local where = redact(line) ~= line and "its command line" or nil
-  for k, v in pairs(env or {}) do
-    if not where and type(v) == "string" and redact(v) ~= v then where = "its environment variable " .. k end
-  end
-  if where then
-    fail(where .. " would hold a credential's value (a parameter or env value set to one): a step on Azure ML "
-         .. "cannot be given credentials by flow (its command line and environment are visible in Azure ML studio); "
-         .. "use the workspace's Key Vault")
-  end
   local rec = run.records[n.name]
   return {
     name = name, display_name = n.name, command = line, env = env, inputs = inputs, outputs = outputs,
