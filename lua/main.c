@@ -34,6 +34,11 @@ static void open_standard_fds(void)
     }
 }
 
+/* A write to a pipe nobody reads: noted, for check_stdout (errno is long
+ * gone by then; the write itself fails with EPIPE). */
+static volatile sig_atomic_t pipe_closed;
+static void note_closed_pipe(int sig) { (void)sig; pipe_closed = 1; }
+
 /* What flow printed that could not be written (a full disk, a closed
  * descriptor: `flow viz > /dev/full`) is an error, as it is for coreutils,
  * not a silent exit 0; a reader that went away (`flow runs | head`) is not. */
@@ -41,13 +46,12 @@ static int check_stdout(int code)
 {
     errno = 0;
     bool failed = fflush(stdout) != 0 || ferror(stdout);
-    if (!failed || errno == EPIPE) return code;
+    if (!failed || errno == EPIPE || pipe_closed) return code;    /* a reader that went away is no failure */
     ui_error("cannot write to standard output: %s", stdout_was_closed ? "it is closed"
              : errno ? strerror(errno) : "a write failed");
     return code == 0 ? 2 : code;
 }
 
-static void ignore_signal(int sig) { (void)sig; }
 
 int main(int argc, char **argv)
 {
@@ -58,7 +62,7 @@ int main(int argc, char **argv)
      * must not kill flow before it records its run: a write to it fails with
      * EPIPE instead (check_stdout).  A handler, not SIG_IGN: an exec resets a
      * handler, so a step's processes (io.popen's too) still get the default. */
-    struct sigaction pipe_sa = { .sa_handler = ignore_signal };
+    struct sigaction pipe_sa = { .sa_handler = note_closed_pipe };
     sigemptyset(&pipe_sa.sa_mask);
     sigaction(SIGPIPE, &pipe_sa, NULL);
     char err[256];

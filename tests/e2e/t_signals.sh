@@ -160,6 +160,17 @@ L
     contains "$(tr -d ' \t\n' < .flow/runs/latest/run.json)" '"status":"ok"'
     contains "$(cat .flow/runs/latest/journal.jsonl)" '"event":"run_end"'
     equals "$(cat yes.txt)" "y" "a step's pipe"
+    # a write that failed early is no error at the end (it exited 2: "cannot
+    # write to standard output")
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = function() for i = 1, 2000 do print("line " .. i) end return 1 end, outputs = "o", name = "p" } }
+L
+    set +e
+    "$FLOW" run 2>stderr.txt | head -1 >/dev/null
+    status=${PIPESTATUS[0]}
+    set -e
+    equals "$status" 0 "flow's exit status after an early failed write"
+    not_contains "$(cat stderr.txt)" "cannot write to standard output"
 }
 
 # After a kill -9, the project's lock lasts until the reaper has stopped the
