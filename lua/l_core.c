@@ -520,6 +520,24 @@ static int l_sort_bytes(lua_State *L)
  * process shows. */
 #define LOCK_WAIT_TRIES 150           /* 15 s: the reaper's 5 s grace, and then some */
 
+/* Whether process pid is gone: no such process, or a zombie (killed, its
+ * parent yet to reap it). */
+static bool process_gone(long pid)
+{
+    if (pid <= 0) return false;
+    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return false;
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    return rp && rp[1] == ' ' && rp[2] == 'Z';
+}
+
 static int l_lock(lua_State *L)
 {
     const char *path = luaL_checkstring(L, 1);
@@ -533,8 +551,8 @@ static int l_lock(lua_State *L)
         ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
         buf[n > 0 ? n : 0] = 0;
         long holder = strtol(buf, NULL, 10);
-        bool gone = holder > 0 && kill((pid_t)holder, 0) != 0 && errno == ESRCH;
-        if (!gone || tries == LOCK_WAIT_TRIES) {
+        /* (Ctrl-C ends the wait: the loop's signal descriptor holds it) */
+        if (!process_gone(holder) || tries == LOCK_WAIT_TRIES || loop_interrupts(flow_state_loop(L)) > 0) {
             close(fd);
             lua_pushboolean(L, 0);
             lua_pushstring(L, buf);
