@@ -201,7 +201,7 @@ static size_t n_lingering, cap_lingering;
 static void end_lingering(size_t i)
 {
     struct lingering *g = lingering[i];
-    proctree_groups(g->pgid, &g->groups, &g->n_groups, &g->cap_groups);
+    proctree_groups(g->pgid, getpgrp(), &g->groups, &g->n_groups, &g->cap_groups);
     proctree_signal(g->pgid, g->groups, g->n_groups, SIGKILL);
     reaper_forget(g->pgid);            /* before the reap, while the pid cannot be reused */
     waitpid(g->pgid, NULL, 0);         /* a zombie already: no wait */
@@ -458,7 +458,7 @@ struct proc *proc_spawn(struct loop *loop, const struct proc_spec *spec,
 /* Its group, and the groups of its descendants outside it (proctree.h). */
 static void signal_tree(struct proc *p, int sig)
 {
-    proctree_groups(p->pid, &p->groups, &p->n_groups, &p->cap_groups);
+    proctree_groups(p->pid, getpgrp(), &p->groups, &p->n_groups, &p->cap_groups);
     proctree_signal(p->pid, p->groups, p->n_groups, sig);
 }
 

@@ -65,7 +65,7 @@ static int by_pid(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-void proctree_groups(pid_t pgid, pid_t **groups, size_t *n, size_t *cap)
+void proctree_groups(pid_t pgid, pid_t flow_group, pid_t **groups, size_t *n, size_t *cap)
 {
     if (pgid <= 0) return;
     struct pinfo *v;
@@ -85,8 +85,8 @@ void proctree_groups(pid_t pgid, pid_t **groups, size_t *n, size_t *cap)
             bool in = (parent && parent->in) || listed(*groups, *n, v[i].pgid);
             if (in) {
                 v[i].in = grew = true;
-                /* never flow's own group (nor init's): a process that joined it is not the step's alone */
-                if (v[i].pgid != pgid && v[i].pgid > 1 && v[i].pgid != self && !listed(*groups, *n, v[i].pgid)) {
+                if (v[i].pgid != pgid && v[i].pgid > 1 && v[i].pgid != self && v[i].pgid != flow_group &&
+                    !listed(*groups, *n, v[i].pgid)) {
                     ARRAY_GROW(*groups, *n, *cap);
                     (*groups)[(*n)++] = v[i].pgid;
                 }

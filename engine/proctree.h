@@ -17,8 +17,10 @@
 
 /* The process groups other than `pgid` that hold a descendant of one of its
  * members (or of theirs), added to *groups (n, cap: an ARRAY_GROW array)
- * unless already there.  Reads /proc; finds nothing where it cannot. */
-void proctree_groups(pid_t pgid, pid_t **groups, size_t *n, size_t *cap);
+ * unless already there; never `flow_group` (flow's own, where a process
+ * that joined it is not the step's alone), nor the caller's.  Reads /proc;
+ * finds nothing where it cannot. */
+void proctree_groups(pid_t pgid, pid_t flow_group, pid_t **groups, size_t *n, size_t *cap);
 
 /* Signals group pgid, then each of groups[0..n). */
 void proctree_signal(pid_t pgid, const pid_t *groups, size_t n, int sig);

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -72,7 +73,9 @@ bool reaper_start(void)
         posix_spawnattr_t attr;
         sigset_t none;
         sigemptyset(&none);
-        char *argv[] = { "flow", REAPER_ARG, NULL };
+        char group[24];
+        snprintf(group, sizeof group, "%ld", (long)getpgrp());     /* flow's: never one of a step's (proctree.h) */
+        char *argv[] = { "flow", REAPER_ARG, group, NULL };
         if ((rc = posix_spawn_file_actions_init(&fa)) == 0) {
             if ((rc = posix_spawnattr_init(&attr)) == 0) {
                 if (!(rc = posix_spawn_file_actions_adddup2(&fa, sv[1], REAPER_FD)) &&
@@ -148,7 +151,7 @@ static bool any_alive(const pid_t *groups, size_t n)
 
 static void woken(int sig) { (void)sig; }
 
-int reaper_main(void)
+int reaper_main(pid_t flow_group)
 {
     /* It lives exactly as long as flow: the signals that stop a run are for flow. */
     static const int ignored[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP, SIGTTIN, SIGTTOU };
@@ -196,11 +199,11 @@ int reaper_main(void)
          * to their descendants' own groups too (proctree.h), found now and
          * again before the SIGKILL. */
         size_t n_steps = n;
-        for (size_t i = 0; i < n_steps; i++) proctree_groups(groups[i], &groups, &n, &cap);
+        for (size_t i = 0; i < n_steps; i++) proctree_groups(groups[i], flow_group, &groups, &n, &cap);
         for (size_t i = 0; i < n; i++) kill(-groups[i], SIGTERM);
         struct timespec tick = { 0, 100 * 1000 * 1000 };
         for (int t = 0; t < GRACE_S * 10 && any_alive(groups, n); t++) nanosleep(&tick, NULL);
-        for (size_t i = 0; i < n_steps; i++) proctree_groups(groups[i], &groups, &n, &cap);
+        for (size_t i = 0; i < n_steps; i++) proctree_groups(groups[i], flow_group, &groups, &n, &cap);
         for (size_t i = 0; i < n; i++) kill(-groups[i], SIGKILL);
     }
     free(groups);

@@ -42,7 +42,8 @@ void reaper_hold(int fd);
 /* At flow's exit: the reaper ends (at once when nothing is listed) and is reaped. */
 void reaper_stop(void);
 
-/* main() of the hidden mode: the socket is file descriptor 3. */
-int reaper_main(void);
+/* main() of the hidden mode (argv: REAPER_ARG, flow's process group): the
+ * socket is file descriptor 3. */
+int reaper_main(pid_t flow_group);
 
 #endif

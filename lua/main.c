@@ -56,7 +56,8 @@ static int check_stdout(int code)
 int main(int argc, char **argv)
 {
     open_standard_fds();
-    if (argc == 2 && strcmp(argv[1], REAPER_ARG) == 0) return reaper_main();
+    if (argc >= 2 && argc <= 3 && strcmp(argv[1], REAPER_ARG) == 0)
+        return reaper_main(argc == 3 ? (pid_t)strtol(argv[2], NULL, 10) : 0);
     if (access("/proc/self/exe", X_OK) == 0) reaper_init("/proc/self/exe");
     /* A reader that goes away (`flow run | head`, Ctrl-C reaching `tee` too)
      * must not kill flow before it records its run: a write to it fails with

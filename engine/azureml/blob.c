@@ -877,7 +877,9 @@ static void on_answer(void *arg, const struct http_response *resp)
         }
     } else if ((r->kind == R_CREATE && (ok || resp->status == 409)) || (r->kind == R_METADATA && ok)) {
         x->complete = true;
-    } else if (r->kind == R_DELETE && (ok || resp->status == 404)) {
+    } else if (r->kind == R_DELETE && (ok || resp->status == 404 || resp->status == 409)) {
+        /* (409: a directory of an account with a hierarchical namespace that
+         * still holds blobs; it is left, and what it holds is not stale) */
         x->deletes_left--;
         check_complete(x);
     } else if (!ok) {
