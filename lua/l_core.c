@@ -519,6 +519,7 @@ static int l_sort_bytes(lua_State *L)
  * reaper with it; the file holds the holder's pid for the message another
  * process shows. */
 #define LOCK_WAIT_TRIES 150           /* 15 s: the reaper's 5 s grace, and then some */
+static int lock_fd = -1;              /* lock()'s, held until unlock() or the end */
 
 /* Whether process pid is gone: no such process, or a zombie (killed, its
  * parent yet to reap it). */
@@ -566,8 +567,22 @@ static int l_lock(lua_State *L)
     int len = snprintf(pid, sizeof pid, "%ld", (long)getpid());
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) { /* the pid is only for messages */ }
     reaper_hold(fd);                 /* and as long as its reaper, after a kill -9 */
+    lock_fd = fd;
     lua_pushboolean(L, 1);           /* fd stays open: the lock lives as long as the process */
     return 1;
+}
+
+/* unlock(): the lock lock() took released, for the reaper's copy too (one
+ * open file: flock's lock is the open file's). */
+static int l_unlock(lua_State *L)
+{
+    (void)L;
+    if (lock_fd >= 0) {
+        flock(lock_fd, LOCK_UN);
+        close(lock_fd);
+        lock_fd = -1;
+    }
+    return 0;
 }
 
 static int l_cwd(lua_State *L)
@@ -703,6 +718,7 @@ static const luaL_Reg core_funcs[] = {
     { "list_dir", l_list_dir },
     { "sort_bytes", l_sort_bytes },
     { "lock", l_lock },
+    { "unlock", l_unlock },
     { "readlink", l_readlink },
     { "open_files", l_open_files },
     { "code", l_code },

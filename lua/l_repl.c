@@ -12,6 +12,7 @@
  * The line editor (engine/line_editor.h) waits on the event loop, so a
  * Ctrl-C at the prompt ends the line, not flow. */
 #include "flowlua.h"
+#include <signal.h>
 #include "line_editor.h"
 #include "loop.h"
 #include "util.h"
@@ -138,6 +139,17 @@ static int l_reset_interrupts(lua_State *L)
     return 0;
 }
 
+/* terminated() -> the signal that asks the session to end (SIGTERM, or
+ * SIGHUP: its terminal closed), or nil: a Ctrl-C only stops what runs. */
+static int l_terminated(lua_State *L)
+{
+    struct loop *loop = flow_state_loop(L);
+    int sig = loop_interrupts(loop) > 0 ? loop_first_signal(loop) : 0;
+    if (sig == SIGTERM || sig == SIGHUP) lua_pushinteger(L, sig);
+    else lua_pushnil(L);
+    return 1;
+}
+
 static int l_isatty(lua_State *L)
 {
     lua_pushboolean(L, isatty((int)luaL_checkinteger(L, 1)));
@@ -154,6 +166,7 @@ static const luaL_Reg editor_methods[] = {
 static const luaL_Reg repl_funcs[] = {
     { "open", l_open },
     { "reset_interrupts", l_reset_interrupts },
+    { "terminated", l_terminated },
     { "isatty", l_isatty },
     { NULL, NULL },
 };

@@ -142,7 +142,10 @@ local function bind(env, project)
   env.run = function(opts)
     need("run")
     if opts ~= nil and type(opts) ~= "table" then error("run: expected a table of options, as flow.run takes", 2) end
-    return runner.run(project.pipeline, opts or {}, 2)
+    -- the project's lock ends with the run: an idle session does not keep
+    -- every flow run and flow clean out of the project
+    local _ <close> = setmetatable({}, { __close = function() require("flow.state").unlock() end })
+    return runner.run(project.pipeline, opts or {}, 3)      -- (not a tail call: 3 is this chunk's caller)
   end
   -- load("dataset"): its value, through the catalog, or as the last run left it
   env.load = function(name)
@@ -187,6 +190,7 @@ local function bind(env, project)
     end
     local bytes, why = catalog.encode(e, value)
     if not bytes then error(string.format("save: dataset '%s': %s", name, why), 2) end
+    if e.versioned then cat.save_version = catalog.save_stamp(core.time()) end   -- a version of its own each time
     local path = cat:save_path(e)
     core.mkdir_p(path:match("^(.*)/[^/]*$") or ".")
     core.write_atomic(path, bytes)
@@ -309,6 +313,7 @@ end
 -- Runs one complete chunk; prints what it returns.  Returns false on error.
 local function evaluate(f, out)
   local r = table.pack(xpcall(f, traceback))
+  if repl_c.terminated() then return false end   -- SIGTERM, SIGHUP: the session ends (M.main)
   repl_c.reset_interrupts()                  -- a Ctrl-C ended what it stopped, not the session
   if not r[1] then
     io.stderr:write("error: ", redact(tostring(r[2])), "\n")
@@ -362,6 +367,8 @@ function M.main(project)
       if f then
         failed = not evaluate(f, io.stdout) or failed
         buf = nil
+        local sig = repl_c.terminated()
+        if sig then return 128 + sig end       -- (a read that waits here is not interrupted)
       elseif err ~= "incomplete" then
         io.stderr:write("error: ", redact(err), "\n")
         failed, buf = true, nil
@@ -383,6 +390,8 @@ function M.main(project)
   local buf
   while true do
     local line = ed:read(buf and ">> " or "> ")
+    local sig = repl_c.terminated()              -- SIGTERM, or SIGHUP (its terminal closed): it ends
+    if sig then ed:close(); return 128 + sig end
     if line == nil then io.stdout:write("\n") break end
     if line == false then
       buf = nil                                  -- Ctrl-C: the chunk so far is dropped

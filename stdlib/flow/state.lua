@@ -45,6 +45,13 @@ function M.lock()
   locked = true
 end
 
+-- The lock released (flow repl, after its run{}: the session goes on idle).
+function M.unlock()
+  if not locked then return end
+  core.unlock()
+  locked = false
+end
+
 -- Output records keyed by dataset name, each a table.
 local function valid_outputs(outputs)
   if type(outputs) ~= "table" then return false end

@@ -11,6 +11,7 @@ SCRIPT is a file of steps, one per line:
     expect REGEX     wait (10 s at most) until the screen's text since the last
                      expect matches REGEX (Python re, DOTALL)
     sleep SECONDS
+    signal NAME      send the program signal SIGNAME (TERM, HUP)
     exit N           wait (10 s at most) for the program to exit with status N
 Everything the program wrote is printed at the end (and on failure, with what
 was expected); the exit status is 0 when every step held, 1 otherwise.
@@ -19,6 +20,7 @@ import os
 import pty
 import re
 import select
+import signal
 import sys
 import time
 
@@ -67,6 +69,8 @@ def main(argv):
         verb, _, arg = step.partition(" ")
         if verb == "send":
             os.write(fd, unescape(arg))
+        elif verb == "signal":
+            os.kill(pid, getattr(signal, "SIG" + arg))
         elif verb == "sleep":
             end = time.time() + float(arg)
             while time.time() < end:

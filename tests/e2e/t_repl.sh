@@ -149,3 +149,34 @@ test_reload_of_a_broken_script_says_why() {
     not_contains "$(cat err.txt)" "table: 0x"
     not_contains "$(cat err.txt)" "stack traceback"
 }
+
+# SIGTERM at the prompt ends the session (exit 143), and SIGHUP, its
+# terminal closed, too (129): both only redrew the prompt, kill -9 alone
+# ended it.
+test_sigterm_and_sighup_end_the_session() {
+    repl_project
+    drive 'expect > ' 'signal TERM' 'exit 143'
+    drive 'expect > ' 'signal HUP' 'exit 129'
+}
+
+# The session after run{}: the project's lock is released (an idle session
+# kept every flow run and flow clean out: "another flow run is using this
+# project"), save() of a versioned dataset makes a version each time (one
+# version was overwritten), and a value whose metamethods raise is said
+# (it ended the session, "internal error").
+test_a_session_after_run_holds_no_lock_and_saves_versions() {
+    repl_project
+    write conf/base/catalog.yml <<'Y'
+notes: {type: json, path: data/notes.json, versioned: true}
+Y
+    ( printf 'save("notes", { a = 1 })\nsave("notes", { a = 2 })\nr = run{}\nos.execute("sleep 2")\nsetmetatable({}, { __pairs = function() error("boom") end })\nprint("alive")\n' |
+        "$FLOW" repl >repl.txt 2>&1 ) &
+    local pid=$!
+    for _ in $(seq 100); do [ -e .flow/runs/latest ] && break; sleep 0.05; done
+    sleep 0.5
+    run_flow 0 run
+    wait "$pid"
+    equals "$(ls data/notes.json | wc -l)" 2 "versions saved"
+    contains "$(cat repl.txt)" "<table: cannot be shown: stdin:1: boom>"
+    contains "$(cat repl.txt)" "alive"
+}
