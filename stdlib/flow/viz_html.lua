@@ -93,7 +93,7 @@ local function svg_node(out, item)
   if item.kind then
     out[#out + 1] = string.format('<g class="node step %s" data-id="%s" data-name="%s" data-tags="%s" tabindex="0">'
       .. '<rect x="%d" y="%d" width="%d" height="%d" rx="8"/><text x="%d" y="%d">%s</text>%s</g>',
-      item.state and ("state-" .. STATE_CLASS[item.state]) or "", item.id, esc(item.name),
+      item.state and STATE_CLASS[item.state] and ("state-" .. STATE_CLASS[item.state]) or "", item.id, esc(item.name),
       esc(table.concat(item.tags, " ")), x, y, NODE_W, NODE_H, x + 10, y + 18, esc(short(item.name, 26)),
       string.format('<text class="sub" x="%d" y="%d">%s</text>', x + 10, y + 34,
         esc(short(item.state and (item.state .. (item.elapsed and string.format(" · %.2fs", item.elapsed) or ""))
