@@ -99,7 +99,7 @@ static int run_fake(struct fake *f, struct dag *d, const struct sched_options *o
     f->wait = xcalloc(d->n_steps, sizeof *f->wait);
     f->lists = xcalloc(d->n_steps, sizeof *f->lists);
     f->pool_of = opt->pool_of;
-    struct sched_executor ex = { f, fake_start, fake_cancel, NULL };
+    struct sched_executor ex = { f, fake_start, fake_cancel, NULL, NULL };
     struct sched *s = sched_new(d, f->loop, opt, &ex, NULL);
     f->s = s;
     int code = sched_run(s);
@@ -211,7 +211,7 @@ static void test_two_runs_share_the_loop(void)
     for (int k = 0; k < 2; k++) {
         fs[k]->wait = xcalloc(4, sizeof *fs[k]->wait);
         fs[k]->lists = xcalloc(4, sizeof *fs[k]->lists);
-        struct sched_executor ex = { fs[k], fake_start, fake_cancel, NULL };
+        struct sched_executor ex = { fs[k], fake_start, fake_cancel, NULL, NULL };
         s[k] = fs[k]->s = sched_new(ds[k], loop, &opt, &ex, NULL);
         sched_begin(s[k]);
     }
@@ -302,7 +302,7 @@ static void test_released_slot_lets_another_step_start(void)
     struct sched_options opt = { .jobs = 1 };
     f.wait = xcalloc(d->n_steps, sizeof *f.wait);
     f.lists = xcalloc(d->n_steps, sizeof *f.lists);
-    struct sched_executor ex = { &f, release_then_wait_start, fake_cancel, NULL };
+    struct sched_executor ex = { &f, release_then_wait_start, fake_cancel, NULL, NULL };
     f.s = sched_new(d, f.loop, &opt, &ex, NULL);
     double t0 = monotonic_seconds();
     CHECK(sched_run(f.s) == 0);
