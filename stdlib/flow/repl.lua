@@ -247,17 +247,35 @@ local function keys_of(t, methods)
 end
 
 -- Candidates for line[start+1 .. finish] (readline's word), in env.
+-- Whether text ends inside a string literal ("…' or '…"; a backslash
+-- escapes): no name is completed there.
+local function open_string(text)
+  local quote, i = nil, 1
+  while i <= #text do
+    local c = text:sub(i, i)
+    if quote and c == "\\" then i = i + 1
+    elseif quote and c == quote then quote = nil
+    elseif not quote and (c == '"' or c == "'") then quote = c end
+    i = i + 1
+  end
+  return quote ~= nil
+end
+
 local function candidates(env, project, line, start, finish)
   local word = line:sub(start + 1, finish)
   local before = line:sub(1, start)
   local pool
-  local fn = before:match("([%a_][%w_]*)%s*%(%s*[\"']$")
+  -- inside a name's string: what it holds before the word (readline breaks
+  -- words at '.', so in step("ns.n1") the word is n1 and "ns." comes before)
+  local fn, typed = before:match("([%a_][%w_]*)%s*%(%s*[\"']([^\"']*)$")
+  local in_nodes = before:match("nodes%s*=%s*[\"']([^\"']*)$")
   if fn == "load" or fn == "save" then
     pool = project.pipeline and datasets_of(project.pipeline) or {}
-  elseif fn == "step" or before:match("nodes%s*=%s*[\"'][^\"']*$") then
+  elseif fn == "step" or in_nodes then
     pool = {}
     for i, n in ipairs(project.pipeline and project.pipeline.nodes or {}) do pool[i] = n.name end
-  elseif before:match("[\"']$") then
+    typed = fn == "step" and typed or in_nodes:match("[^,]*$")    -- (nodes = "a,b": the last name)
+  elseif open_string(before) then
     pool = {}
   else
     local path, sep = before:match("([%a_][%w_%.]*)([%.:])$")
@@ -274,8 +292,9 @@ local function candidates(env, project, line, start, finish)
     end
   end
   local out = {}
+  local prefix = (fn == "load" or fn == "save" or fn == "step" or in_nodes) and typed or ""
   for _, c in ipairs(pool) do
-    if c:sub(1, #word) == word then out[#out + 1] = c end
+    if c:sub(1, #prefix + #word) == prefix .. word then out[#out + 1] = c:sub(#prefix + 1) end
   end
   table.sort(out)
   return out

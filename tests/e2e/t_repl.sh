@@ -61,6 +61,21 @@ test_completion() {
           'send \x04' 'exit 0'
 }
 
+# A name with a dot (a namespaced step, ns.train) completes after the dot
+# too: readline breaks words there, and the part before it was taken for a
+# table's path (nothing completed).
+test_completion_of_dotted_names() {
+    write pipeline.lua <<'L'
+local inner = pipeline{ node{ func = function() return 1 end, outputs = "a", name = "train" },
+                        node{ func = function(a) return a end, inputs = "a", outputs = "b", name = "test" } }
+return pipeline{ pipeline{ inner, namespace = "ns" } }
+L
+    drive 'expect > $' \
+          'send step("ns.tr\t' 'expect ns\.train' 'send ").name\n' 'expect "ns\.train"' \
+          'send run{ nodes = "ns.te\t' 'expect ns\.test' 'send \x03' 'expect > $' \
+          'send \x04' 'exit 0'
+}
+
 test_helpers_run_load_save_step_reload() {
     repl_project
     echo 'notes: {type: text, path: data/notes.txt}' >>conf/base/catalog.yml
