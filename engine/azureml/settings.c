@@ -225,6 +225,19 @@ static int load_env_vars(struct load *l)
         }
         if (cJSON_IsBool(e)) value = xstrdup(cJSON_IsTrue(e) ? "true" : "false");
         else if (get_string(l, key, true, &value) != 0) return -1;
+        /* a credential's value (read from the same ${env:X} as one) would be
+         * every job's, visible in Azure ML studio: refused, as a step's
+         * ${credentials.x} is */
+        char *masked = config_redact(l->cfg, value);
+        bool secret = strcmp(masked, "***") == 0 && strcmp(value, "***") != 0;
+        free(masked);
+        if (secret) {
+            free(value);
+            errf(l->err, l->errlen, "%s: environment_variables: '%s' holds a credential's value, which a job's "
+                 "environment would show in Azure ML studio; give jobs their secrets from the workspace's Key Vault",
+                 where(l, key), e->string);
+            return -1;
+        }
         l->s->env_vars[l->s->n_env_vars++] = (struct aml_env_var){ xstrdup(e->string), value };
     }
     qsort(l->s->env_vars, l->s->n_env_vars, sizeof *l->s->env_vars, cmp_var);

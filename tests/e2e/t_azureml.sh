@@ -648,5 +648,15 @@ return pipeline{
 }
 L
     run_flow 0 compile --env prod -o job.yml
+    # the same value as one of azureml.yml's environment_variables: every job's
+    cat >>conf/prod/azureml.yml <<'Y'
+  API_KEY: ${env:FLOW_TEST_KEY}
+Y
+    write conf/prod/credentials.yml <<'Y'
+api: ${env:FLOW_TEST_KEY}
+Y
+    run_flow 2 compile --env prod -o job.yml
+    contains "$ERR" "environment_variables: 'API_KEY' holds a credential's value"
+    not_contains "$OUT$ERR" "hunter2-param-secret" "flow's output"
     unset FLOW_TEST_KEY
 }
