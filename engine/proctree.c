@@ -13,10 +13,9 @@
 
 struct pinfo { pid_t pid, ppid, pgid; bool in; };
 
-/* One process's pid, parent and group from /proc/<pid>/stat ("pid (comm)
- * state ppid pgrp ...": comm may hold spaces and parentheses, so the
- * fields are read after its last ')'). */
-static bool read_stat(pid_t pid, struct pinfo *out)
+/* "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses,
+ * so the fields are read after its last ')'. */
+bool proctree_stat(pid_t pid, char *state, pid_t *ppid, pid_t *pgid)
 {
     char path[64], buf[512];
     snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
@@ -27,11 +26,18 @@ static bool read_stat(pid_t pid, struct pinfo *out)
     if (r <= 0) return false;
     buf[r] = '\0';
     const char *rp = strrchr(buf, ')');
-    char state;
-    long ppid, pgrp;
-    if (!rp || sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3) return false;
-    *out = (struct pinfo){ .pid = pid, .ppid = (pid_t)ppid, .pgid = (pid_t)pgrp };
+    long parent, group;
+    if (!rp || sscanf(rp + 1, " %c %ld %ld", state, &parent, &group) != 3) return false;
+    *ppid = (pid_t)parent;
+    *pgid = (pid_t)group;
     return true;
+}
+
+static bool read_stat(pid_t pid, struct pinfo *out)
+{
+    char state;
+    *out = (struct pinfo){ .pid = pid };
+    return proctree_stat(pid, &state, &out->ppid, &out->pgid);
 }
 
 static size_t scan(struct pinfo **out)

@@ -12,6 +12,7 @@
 #ifndef FLOW_PROCTREE_H
 #define FLOW_PROCTREE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -21,6 +22,10 @@
  * that joined it is not the step's alone), nor the caller's.  Reads /proc;
  * finds nothing where it cannot. */
 void proctree_groups(pid_t pgid, pid_t flow_group, pid_t **groups, size_t *n, size_t *cap);
+
+/* Process pid's state letter (R, S, Z …), parent and group, from
+ * /proc/<pid>/stat; false when it is gone or cannot be read. */
+bool proctree_stat(pid_t pid, char *state, pid_t *ppid, pid_t *pgid);
 
 /* Signals group pgid, then each of groups[0..n). */
 void proctree_signal(pid_t pgid, const pid_t *groups, size_t n, int sig);

@@ -7,6 +7,7 @@
 #include "template.h"
 #include "json_text.h"
 #include "loop.h"
+#include "proctree.h"
 #include "reaper.h"
 #include "ui.h"
 #include "util.h"
@@ -527,16 +528,9 @@ static bool process_gone(long pid)
 {
     if (pid <= 0) return false;
     if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return false;
-    buf[n] = '\0';
-    const char *rp = strrchr(buf, ')');
-    return rp && rp[1] == ' ' && rp[2] == 'Z';
+    char state;
+    pid_t ppid, pgid;
+    return proctree_stat((pid_t)pid, &state, &ppid, &pgid) && state == 'Z';
 }
 
 static int l_lock(lua_State *L)
