@@ -161,7 +161,8 @@ local function model_job(ctx, i, key_of)
   if n.kind == "command" then
     job.command, env = remote.command_line(ctx.run, n, function(msg) step_error(n, "%s", msg) end)
   else
-    job.command, env = remote.flow_line(ctx.run, n), { FLOW_IN_AZUREML_JOB = "1" }
+    job.command, env = remote.flow_line(ctx.run, n, function(msg) step_error(n, "%s", msg) end),
+                       { FLOW_IN_AZUREML_JOB = "1" }
   end
   job.env = {}
   for k, v in pairs(info.environment_variables) do job.env[k] = v end

@@ -351,13 +351,22 @@ end
 
 -- The job's command for a Lua function step: flow itself, inside the job,
 -- runs that one step of the same script, pipeline and configuration (a step
--- only a registered pipeline has is no step of __default__).
-function M.flow_line(run, n)
+-- only a registered pipeline has is no step of __default__).  `fail(msg)`
+-- raises: a --params holding a credential's value (--params key=$SECRET)
+-- would put it on the job's command line, visible in Azure ML studio.
+function M.flow_line(run, n, fail)
   local d = run.defaults
   local words = { "flow", "run", d.script, "--nodes", n.name }
   if d.pipeline then words[#words + 1] = "--pipeline=" .. d.pipeline end
   if d.env then words[#words + 1] = "--env=" .. d.env end
-  if d.params_spec then words[#words + 1] = "--params=" .. d.params_spec end
+  if d.params_spec then
+    if require("flow.config").redact(d.params_spec) ~= d.params_spec then
+      fail("--params holds a credential's value, and a Lua step on Azure ML is run there with the same --params "
+           .. "(on its job's command line, visible in Azure ML studio); give the job its secrets from the "
+           .. "workspace's Key Vault")
+    end
+    words[#words + 1] = "--params=" .. d.params_spec
+  end
   if d.conf then             -- relative to the project, whose files are the job's working directory
     local root = core.cwd() .. "/"
     local conf = d.conf:sub(1, #root) == root and d.conf:sub(#root + 1) or d.conf
@@ -372,7 +381,7 @@ end
 function M.job_spec(run, n, place, name, fail, inputs, outputs)
   local line, env
   if n.kind == "command" then line, env = M.command_line(run, n, fail)
-  else line, env = M.flow_line(run, n), { FLOW_IN_AZUREML_JOB = "1" } end
+  else line, env = M.flow_line(run, n, fail), { FLOW_IN_AZUREML_JOB = "1" } end
   local rec = run.records[n.name]
   return {
     name = name, display_name = n.name, command = line, env = env, inputs = inputs, outputs = outputs,

@@ -658,5 +658,21 @@ Y
     run_flow 2 compile --env prod -o job.yml
     contains "$ERR" "environment_variables: 'API_KEY' holds a credential's value"
     not_contains "$OUT$ERR" "hunter2-param-secret" "flow's output"
+    # a Lua step's job runs flow with the run's --params: one holding a
+    # credential's value is refused there too
+    sed -i '/API_KEY/d' conf/prod/azureml.yml
+    sed -i 's/^environment:.*/environment: {name: "flow-runtime@latest", flow_installed: true}/' conf/prod/azureml.yml
+    write pipeline.lua <<'L'
+return pipeline{ node{ func = distributed_job<framework = "pytorch", nodes = 2>(function(e) return e end),
+                       inputs = "params:epochs", outputs = "m", name = "fit" } }
+L
+    rm -f job.yml
+    run_flow 2 compile --env prod --params epochs=hunter2-param-secret -o job.yml
+    contains "$ERR" "--params holds a credential's value"
+    [ ! -e job.yml ] || { echo "a job file was written"; return 1; }
+    run_flow 1 run --env prod --params epochs=hunter2-param-secret
+    contains "$ERR" "--params holds a credential's value"
+    not_contains "$(requests_of jobs.put)" "hunter2-param-secret" "a job"
+    not_contains "$OUT$ERR" "hunter2-param-secret" "flow's output"
     unset FLOW_TEST_KEY
 }
