@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static bool stdout_was_closed;
@@ -42,11 +43,19 @@ static void note_closed_pipe(int sig) { (void)sig; pipe_closed = 1; }
 /* What flow printed that could not be written (a full disk, a closed
  * descriptor: `flow viz > /dev/full`) is an error, as it is for coreutils,
  * not a silent exit 0; a reader that went away (`flow runs | head`) is not. */
+/* (a SIGPIPE may have come from a step's io.popen: only a pipe or a
+ * socket on stdout makes it stdout's) */
+static bool stdout_is_pipe(void)
+{
+    struct stat st;
+    return fstat(1, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+}
+
 static int check_stdout(int code)
 {
     errno = 0;
     bool failed = fflush(stdout) != 0 || ferror(stdout);
-    if (!failed || errno == EPIPE || pipe_closed) return code;    /* a reader that went away is no failure */
+    if (!failed || errno == EPIPE || (pipe_closed && stdout_is_pipe())) return code;   /* its reader went away */
     ui_error("cannot write to standard output: %s", stdout_was_closed ? "it is closed"
              : errno ? strerror(errno) : "a write failed");
     return code == 0 ? 2 : code;

@@ -426,11 +426,18 @@ end
 
 -- flow.run(p, opts) -> result {status =, code =, outputs =, steps =, run_id =}
 -- Graph errors raise {graph_error = message}; step failures are in the result.
-function M.run(p, opts, level)
-  if M.describing then      -- (cli.lua's load_pipeline, for flow list and the like)
+-- In a script flow list (viz, compile, catalog list; the shells' Tab
+-- completion) only describes: its first flow.run, flow.sweep or flow.spawn
+-- is refused, before anything runs (cli.lua's load_pipeline sets it).
+function M.refuse_if_describing(what)
+  if M.describing then
     util.setup_error(string.format("%s describes a pipeline without running it, and %s runs pipelines of its own "
-      .. "(flow.run): give it a script that returns pipeline{...}", M.describing.command, M.describing.script))
+      .. "(%s): give it a script that returns pipeline{...}", M.describing.command, M.describing.script, what))
   end
+end
+
+function M.run(p, opts, level)
+  M.refuse_if_describing("flow.run")
   opts = opts or {}
   if type(opts) ~= "table" then util.fail((level or 1) + 1, "flow.run: options must be a table, got %s", type(opts)) end
   if M.child then return execute.run_child(M.child, pipeline.is_node(p) and pipeline.pipeline({ p }) or p) end

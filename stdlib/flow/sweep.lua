@@ -679,12 +679,15 @@ local function resumed(o, level)
       jobs[aml.step] = { job = ev.job, fp = ev.fp or "" }
     end
   end
-  -- a null value (--grid k=null) reads back as no value: it is null again
-  for _, t in ipairs(saved.trials) do
+  -- a null value (--grid k=null) reads back as no value: it is null again,
+  -- in the trials to run and in those done
+  local function nulls_back(t)
     for _, k in ipairs(spec.keys) do
       if type(t) == "table" and t[k] == nil then t[k] = core.json_null end
     end
   end
+  for _, t in ipairs(saved.trials) do nulls_back(t) end
+  for _, t in pairs(done) do nulls_back(t.params) end
   return opts, spec, saved.trials, id, done, aml and { plan = aml, run = prior, jobs = jobs, finished = finished } or nil
 end
 
@@ -692,6 +695,7 @@ end
 -- metrics =, status =, elapsed =, run_id =, error =}), with .best (the best
 -- trial, or nil when none succeeded with the metric), .id and .dir.
 function M.sweep(o)
+  runner.refuse_if_describing("flow.sweep")
   local p, spec, values, id, done, aml, trial_plan, shared
   if type(o) == "table" and o.resume ~= nil then
     p = check_pipeline(o.pipeline, 2)

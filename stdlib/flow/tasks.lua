@@ -26,6 +26,7 @@ function M.is_task(v) return getmetatable(v) == Task end
 
 -- flow.spawn(fn, ...) -> a task that calls fn(...) when flow.wait_all starts it.
 function M.spawn(fn, ...)
+  require("flow.runner").refuse_if_describing("flow.spawn")
   if type(fn) ~= "function" then util.fail(2, "flow.spawn: expected a function, got %s", type(fn)) end
   local args = table.pack(...)
   local t = setmetatable({ status = "new" }, Task)

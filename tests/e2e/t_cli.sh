@@ -448,6 +448,21 @@ L
         contains "$ERR" "flow $cmd describes a pipeline without running it, and driver.lua runs pipelines of its own (flow.run)"
     done
     [ ! -e side_effect ] || { echo "a step ran: $(cat side_effect)"; return 1; }
+    # flow.sweep and flow.spawn too (a sweep caught the refusal of each
+    # trial's flow.run, and ran on; a driver may catch what flow.wait_all raises)
+    write sweeper.lua <<'L'
+local p = pipeline{ node{ command = "date >> side_effect", name = "train" } }
+flow.sweep{ pipeline = p, grid = { k = { 1, 2 } }, metric = "m" }
+L
+    write spawner.lua <<'L'
+local p = pipeline{ node{ command = "date >> side_effect", name = "train" } }
+pcall(flow.wait_all, { flow.spawn(flow.run, p) })
+L
+    run_flow 2 list sweeper.lua
+    contains "$ERR" "flow list describes a pipeline without running it, and sweeper.lua runs pipelines of its own (flow.sweep)"
+    run_flow 2 list spawner.lua
+    contains "$ERR" "spawner.lua runs pipelines of its own (flow.spawn)"
+    [ ! -e side_effect ] && [ ! -d .flow/sweeps ] || { echo "something ran"; return 1; }
     printf 'return 1 == 1 and nil\n' > empty.lua
     run_flow 2 list empty.lua
     contains "$ERR" "empty.lua defines no pipeline"

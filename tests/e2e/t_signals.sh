@@ -171,6 +171,20 @@ L
     set -e
     equals "$status" 0 "flow's exit status after an early failed write"
     not_contains "$(cat stderr.txt)" "cannot write to standard output"
+    # a SIGPIPE of a step's own (its io.popen's reader gone) is not stdout's:
+    # a full stdout is still an error (it exited 0, the output lost)
+    write pipeline.lua <<'L'
+return pipeline{ node{ name = "s", func = function()
+  local f = io.popen("true", "w"); os.execute("sleep 0.3")
+  f:write(string.rep("x", 100000)); f:flush(); f:close()
+  print(string.rep("out ", 10)) end } }
+L
+    set +e
+    "$FLOW" run >/dev/full 2>stderr.txt
+    status=$?
+    set -e
+    equals "$status" 2 "flow's exit status with a full stdout"
+    contains "$(cat stderr.txt)" "cannot write to standard output"
 }
 
 # After a kill -9, the project's lock lasts until the reaper has stopped the

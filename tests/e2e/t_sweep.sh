@@ -490,6 +490,23 @@ L
     contains "$OUT" "null"
 }
 
+# A completed trial's null is null too when the sweep is resumed: its
+# report's chart indexed a value it had no slot for (internal error, and
+# results.csv rewritten with the null gone).
+test_a_resumed_sweep_keeps_a_done_trials_null() {
+    write conf/base/parameters.yml <<'Y'
+cfg: {k: 5}
+Y
+    write pipeline.lua <<'L'
+return pipeline{ node{ name = "s", inputs = { "params:cfg" }, metrics = true, func = function(cfg)
+  if cfg.k == 1 and not io.open("ok") then error("first time") end; flow.log_metric("m", 1) end } }
+L
+    run_flow 0 sweep --grid cfg.k=null,1 --metric m
+    touch ok
+    run_flow 0 sweep --resume
+    contains "$(cat .flow/sweeps/*/results.csv)" "1,null,1,ok,"
+}
+
 # A swept key that cannot be set (a key under a number) would fail every
 # trial alike, the reason only in results.json: it is the sweep's error,
 # exit 2, before any trial runs.  A value that breaks one trial still fails
