@@ -30,6 +30,7 @@ struct loop {
     unsigned long next_timer_id;
     int interrupts;
     int first_signal;               /* the signal of the first interrupt, 0 before */
+    bool ending;                    /* a SIGTERM or SIGHUP came, whatever came first */
     double looked_at;               /* monotonic: loop_interrupts_recent's last read of sigfd */
     sigset_t saved_mask;
 };
@@ -153,6 +154,7 @@ static void drain_signals(struct loop *loop)
     struct signalfd_siginfo si;
     while (read(loop->sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
         if (!loop->interrupts) loop->first_signal = (int)si.ssi_signo;
+        if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGHUP) loop->ending = true;
         loop->interrupts++;
     }
 }
@@ -217,6 +219,14 @@ void loop_reset_interrupts(struct loop *loop)
     drain_signals(loop);
     loop->interrupts = 0;
     loop->first_signal = 0;
+    loop->ending = false;
+}
+
+int loop_ending_signal(struct loop *loop)
+{
+    loop_interrupts(loop);                 /* what the descriptor holds */
+    if (!loop->ending) return 0;
+    return loop->first_signal == SIGTERM || loop->first_signal == SIGHUP ? loop->first_signal : SIGTERM;
 }
 
 int loop_first_signal(struct loop *loop)

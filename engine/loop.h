@@ -47,6 +47,9 @@ int loop_interrupts_recent(struct loop *loop);
 void loop_reset_interrupts(struct loop *loop);
 /* Which signal the first of them was (0: none yet): flow exits 129 after SIGHUP. */
 int loop_first_signal(struct loop *loop);
+/* SIGTERM or SIGHUP if one came since the last reset, whatever came before
+ * it (the first of them when it was one), else 0: flow repl ends on it. */
+int loop_ending_signal(struct loop *loop);
 /* The signal mask children must be started with (everything unblocked). */
 void loop_child_sigmask(void *sigset_out);
 

@@ -143,9 +143,8 @@ static int l_reset_interrupts(lua_State *L)
  * SIGHUP: its terminal closed), or nil: a Ctrl-C only stops what runs. */
 static int l_terminated(lua_State *L)
 {
-    struct loop *loop = flow_state_loop(L);
-    int sig = loop_interrupts(loop) > 0 ? loop_first_signal(loop) : 0;
-    if (sig == SIGTERM || sig == SIGHUP) lua_pushinteger(L, sig);
+    int sig = loop_ending_signal(flow_state_loop(L));      /* (after a Ctrl-C too: a supervisor's INT, TERM) */
+    if (sig) lua_pushinteger(L, sig);
     else lua_pushnil(L);
     return 1;
 }

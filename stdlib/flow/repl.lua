@@ -408,8 +408,10 @@ function M.main(project)
                                          .. "reload()", project.script, project.env or "local") or ""))
   local buf
   while true do
-    local line = ed:read(buf and ">> " or "> ")
     local sig = repl_c.terminated()              -- SIGTERM, or SIGHUP (its terminal closed): it ends
+    if sig then ed:close(); return 128 + sig end
+    local line = ed:read(buf and ">> " or "> ")
+    sig = repl_c.terminated()
     if sig then ed:close(); return 128 + sig end
     if line == nil then io.stdout:write("\n") break end
     if line == false then

@@ -172,6 +172,8 @@ test_sigterm_and_sighup_end_the_session() {
     repl_project
     drive 'expect > ' 'signal TERM' 'exit 143'
     drive 'expect > ' 'signal HUP' 'exit 129'
+    # a SIGTERM after a Ctrl-C (as a supervisor escalates) still ends it
+    drive 'expect > ' 'send os.execute("sleep 2")\n' 'sleep 0.3' 'signal INT' 'sleep 0.2' 'signal TERM' 'exit 143'
 }
 
 # The session after run{}: the project's lock is released (an idle session
