@@ -162,6 +162,7 @@ int reaper_main(pid_t flow_group)
     sigaction(REAPER_WAKE, &wake, NULL);
     pid_t *groups = NULL;
     size_t n = 0, cap = 0;
+    int held = -1;                 /* the project's lock, reaper_hold's: closed at the end, by the exit */
     /* flow sends two messages a step (watch, forget).  Woken for each, the
      * reaper would cost a run of many short steps two context switches a
      * step on both sides; so it takes what has gathered, then sleeps a
@@ -185,7 +186,16 @@ int reaper_main(pid_t flow_group)
         }
         if (r != (ssize_t)sizeof v) break;           /* 0: flow is gone */
         wait = false;
-        if (v == 0) continue;                          /* an fd to hold (above) */
+        if (v == 0) {                                  /* an fd to hold (above): the newest lock, the old one closed */
+            struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+            if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(c), sizeof fd);
+                if (held >= 0) close(held);
+                held = fd;
+            }
+            continue;
+        }
         if (v > 0) {
             ARRAY_GROW(groups, n, cap);
             groups[n++] = v;

@@ -851,6 +851,16 @@ static void on_head_changed(struct xfer *x, size_t i, const struct http_response
     start_prepare(x, i);
 }
 
+/* A Delete Blob of a hierarchical namespace's directory that is not empty:
+ * 409 with that error code (any other 409, SnapshotsPresent say, is a
+ * failure: the blob would stay). */
+static bool directory_not_empty(const struct http_response *resp)
+{
+    const char *code = http_response_header(resp, "x-ms-error-code");
+    return resp->status == 409 && code &&
+           (strcmp(code, "DirectoryNotEmpty") == 0 || strcmp(code, "DirectoryIsNotEmpty") == 0);
+}
+
 static void on_answer(void *arg, const struct http_response *resp)
 {
     struct req *r = arg;
@@ -877,9 +887,9 @@ static void on_answer(void *arg, const struct http_response *resp)
         }
     } else if ((r->kind == R_CREATE && (ok || resp->status == 409)) || (r->kind == R_METADATA && ok)) {
         x->complete = true;
-    } else if (r->kind == R_DELETE && (ok || resp->status == 404 || resp->status == 409)) {
-        /* (409: a directory of an account with a hierarchical namespace that
-         * still holds blobs; it is left, and what it holds is not stale) */
+    } else if (r->kind == R_DELETE && (ok || resp->status == 404 || directory_not_empty(resp))) {
+        /* (a directory of an account with a hierarchical namespace that still
+         * holds blobs is left: what it holds is not stale) */
         x->deletes_left--;
         check_complete(x);
     } else if (!ok) {
