@@ -472,7 +472,7 @@ local function trial_number(values, keys, params)
   for i, v in ipairs(values) do
     local same = true
     for _, k in ipairs(keys) do
-      same = same and (v[k] == params[k] or report.value_text(v[k]) == report.value_text(params[k]))
+      same = same and (v[k] == params[k] or report.exact_text(v[k]) == report.exact_text(params[k]))
     end
     if same then return i end
   end
@@ -562,8 +562,7 @@ local function table_cells(order, keys, metric, best)
 end
 
 local function csv_field(v)
-  if type(v) == "table" or v == core.json_null then v = core.json_encode(v) end    -- (--grid k=[1,2], k=null)
-  v = v == nil and "" or tostring(v)
+  v = v == nil and "" or report.exact_text(v)              -- (--grid k=[1,2], k=null: as JSON)
   if v:find('[,"\n\r]') then v = '"' .. v:gsub('"', '""') .. '"' end
   return v
 end

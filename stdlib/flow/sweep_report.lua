@@ -23,6 +23,13 @@ function M.value_text(v)
 end
 local num = M.value_text
 
+-- A value as text that tells every two values apart (0.3 and 0.30000001,
+-- which value_text's 6 digits do not), a list or null as JSON.
+function M.exact_text(v)
+  if type(v) == "table" or v == core.json_null then return core.json_encode(v) end
+  return tostring(v)
+end
+
 -- An axis over the numbers in `values`: a function from value to [0, 1], its
 -- ticks ({value, label}), and whether it is logarithmic (all positive,
 -- spanning more than three decades: learning rates, a diverged loss).
@@ -45,14 +52,16 @@ end
 -- A category axis: each distinct value (in first-seen order) at its slot.
 local function category_axis(values)
   local slots, labels = {}, {}
+  -- a slot per value as written (0.3 and 0.30000001 apart), labelled as shown
+  local key = M.exact_text
   for _, v in ipairs(values) do
-    local k = M.value_text(v)
-    if not slots[k] then labels[#labels + 1] = k; slots[k] = #labels end
+    local k = key(v)
+    if not slots[k] then labels[#labels + 1] = M.value_text(v); slots[k] = #labels end
   end
   local n = #labels
   local ticks = {}
   for i, l in ipairs(labels) do ticks[i] = { (i - 0.5) / n, l } end
-  return function(v) return (slots[M.value_text(v)] - 0.5) / n end, ticks
+  return function(v) return (slots[key(v)] - 0.5) / n end, ticks
 end
 
 -- The frame of a chart: <svg>, its title, axes and tick labels; returns the
