@@ -636,7 +636,8 @@ local function check_paths(nodes, commands, cat, produced, project_files)
   -- other type names a directory by mistake (a text dataset at data/01_raw).
   -- And .flow/ is flow's own, but for the datasets it keeps in .flow/data.
   local flow_dir = key_of(".flow/x"):sub(1, -3)
-  for _, key in ipairs(util.sorted_keys(owner_d)) do
+  local keys = util.sorted_keys(owner_d)      -- (for both checks below)
+  for _, key in ipairs(keys) do
     local mine = owner_e[key].uri or key:sub(1, #data_dir + 1) == data_dir .. "/"   -- (a datastore's copy is flow's)
     if not mine and (key == flow_dir or key:sub(1, #flow_dir + 1) == flow_dir .. "/") then
       graph_error(string.format("%s is stored at %s, inside .flow/, where flow keeps its own state; give it a "
@@ -659,7 +660,7 @@ local function check_paths(nodes, commands, cat, produced, project_files)
   -- either, inside conf/, or at a folder holding either, overwrites them.
   for _, f in ipairs(project_files) do
     local own = key_of(f.path)
-    for _, key in ipairs(util.sorted_keys(owner_d)) do
+    for _, key in ipairs(keys) do
       local d = owner_d[key]
       local how = key == own and "which is" or own:sub(1, #key + 1) == key .. "/" and "which holds"
                   or f.dir and key:sub(1, #own + 1) == own .. "/" and "inside"
