@@ -159,15 +159,16 @@ end
 -- Each cell is masked first, as print's text is (a catalog path, a tag or an
 -- error may hold a credential's value).
 function M.print_table(cells)
-  local width = {}
-  for _, row in ipairs(cells) do
+  local width, shown = {}, {}
+  for r, row in ipairs(cells) do
+    shown[r] = {}
     for c, v in ipairs(row) do
       v = config.redact(v)
-      row[c] = v
+      shown[r][c] = v
       width[c] = math.max(width[c] or 0, utf8.len(v) or #v)
     end
   end
-  for _, row in ipairs(cells) do
+  for _, row in ipairs(shown) do
     local parts = {}
     for c, v in ipairs(row) do
       parts[c] = c == #row and v or v .. string.rep(" ", width[c] - (utf8.len(v) or #v))
