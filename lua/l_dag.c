@@ -335,6 +335,95 @@ static int l_is_param_input(lua_State *L)
     return 1;
 }
 
+/* Appends value idx to the list at `list` (its length kept in *n). */
+static void append(lua_State *L, int list, lua_Integer *n, int idx)
+{
+    lua_pushvalue(L, idx);
+    lua_rawseti(L, list, ++*n);
+}
+
+/* Appends step index i to the list at `list`. */
+static void append_index(lua_State *L, int list, lua_Integer *n, lua_Integer i)
+{
+    lua_pushinteger(L, i);
+    lua_rawseti(L, list, ++*n);
+}
+
+/* Whether field `key` of the table at idx is true as Lua has it (neither nil
+ * nor false: a `retries = 0` counts). */
+static bool field_set(lua_State *L, int idx, const char *key)
+{
+    lua_getfield(L, idx, key);
+    bool set = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return set;
+}
+
+/* scan(nodes) -> {produced =, pending =, commands =, pooled =, distributed =,
+ * reporting =, keepers =}: the plan's one pass over its steps (flow.plan's
+ * prepare says what each holds).  An entry whose dataset is not a string is
+ * skipped: build reports it.  A loop of 100,000 steps, which in Lua was as
+ * long as building the graph. */
+enum { SC_NODES = 1, SC_PRODUCED, SC_PENDING, SC_COMMANDS, SC_POOLED, SC_DISTRIBUTED, SC_REPORTING, SC_KEEPERS,
+       SC_N_LISTS = SC_KEEPERS - SC_PRODUCED + 1 };
+static const char *const SCAN_FIELDS[SC_N_LISTS] = {
+    "produced", "pending", "commands", "pooled", "distributed", "reporting", "keepers"
+};
+
+static int l_scan(lua_State *L)
+{
+    luaL_checktype(L, SC_NODES, LUA_TTABLE);
+    lua_settop(L, SC_NODES);
+    lua_Integer n_nodes = (lua_Integer)lua_rawlen(L, SC_NODES);
+    lua_createtable(L, 0, n_nodes > INT_MAX ? INT_MAX : (int)n_nodes);      /* produced: about one each */
+    for (int k = SC_PENDING; k <= SC_KEEPERS; k++) lua_newtable(L);
+    lua_Integer len[SC_KEEPERS + 1] = { 0 };
+    for (lua_Integer i = 1; lua_rawgeti(L, SC_NODES, i) != LUA_TNIL; i++) {     /* ipairs, raw */
+        int n = lua_gettop(L);
+        lua_getfield(L, n, "inputs");
+        for (lua_Integer k = 1; lua_istable(L, n + 1) && lua_rawgeti(L, n + 1, k) != LUA_TNIL; k++) {
+            if (lua_type(L, -1) == LUA_TTABLE && lua_getfield(L, -1, "dataset") == LUA_TSTRING) {
+                lua_pushvalue(L, -1);
+                if (lua_rawget(L, SC_PRODUCED) == LUA_TNIL) {
+                    append_index(L, SC_PENDING, &len[SC_PENDING], i);
+                    append(L, SC_PENDING, &len[SC_PENDING], -2);
+                }
+            }
+            lua_settop(L, n + 1);
+        }
+        lua_getfield(L, n, "name");
+        int name = lua_gettop(L);
+        bool metrics_out = false;
+        lua_getfield(L, n, "outputs");
+        for (lua_Integer k = 1; lua_istable(L, name + 1) && lua_rawgeti(L, name + 1, k) != LUA_TNIL; k++) {
+            if (lua_type(L, -1) == LUA_TTABLE && lua_getfield(L, -1, "dataset") == LUA_TSTRING) {
+                lua_pushvalue(L, name);
+                lua_rawset(L, SC_PRODUCED);
+                const char *arg = flow_field_string(L, -1, "arg");
+                metrics_out = metrics_out || (arg && strcmp(arg, "metrics") == 0);
+            }
+            lua_settop(L, name + 1);
+        }
+        const char *kind = flow_field_string(L, n, "kind");
+        bool command = kind && strcmp(kind, "command") == 0;
+        bool pool = field_set(L, n, "pool"), dist = field_set(L, n, "dist"), metrics = field_set(L, n, "metrics");
+        if (command) append_index(L, SC_COMMANDS, &len[SC_COMMANDS], i);
+        if (pool) append_index(L, SC_POOLED, &len[SC_POOLED], i);
+        if (dist) append_index(L, SC_DISTRIBUTED, &len[SC_DISTRIBUTED], i);
+        if (metrics || (metrics_out && command)) append_index(L, SC_REPORTING, &len[SC_REPORTING], i);
+        if (metrics || pool || dist || field_set(L, n, "timeout") || field_set(L, n, "retries"))
+            append_index(L, SC_KEEPERS, &len[SC_KEEPERS], i);
+        lua_settop(L, SC_KEEPERS);
+    }
+    lua_settop(L, SC_KEEPERS);
+    lua_createtable(L, 0, SC_N_LISTS);
+    for (int k = 0; k < SC_N_LISTS; k++) {
+        lua_pushvalue(L, SC_PRODUCED + k);
+        lua_setfield(L, -2, SCAN_FIELDS[k]);
+    }
+    return 1;
+}
+
 /* The counts of a distributed_job, in enum dist_count's order. */
 static const char *const COUNT_NAMES[] = { "num_nodes", "processes_per_node", "parameter_server_count", NULL };
 
@@ -383,6 +472,7 @@ static int l_check_local(lua_State *L)
 
 static const luaL_Reg dag_funcs[] = {
     { "build", l_build },
+    { "scan", l_scan },
     { "is_param_input", l_is_param_input },
     { "dist_count", l_dist_count },
     { "check_local", l_check_local },
