@@ -939,6 +939,65 @@ static int l_bind_pipeline(lua_State *L)
     return bind_closure(L, LUA_TFUNCTION, l_pipeline);
 }
 
+/* take_nodes(items, i, out, count, by_name) -> count, j: pipeline{}'s
+ * common case, for compose (pipeline.lua).  Appends items[i], items[i + 1],
+ * ... to out[count + 1 ...] while each is a node (its class is upvalue 1)
+ * whose name by_name does not hold yet, recording by_name[name] = its
+ * position; returns the new count and j, the first item it left (nil, or
+ * one for compose to place).  Items are read as ipairs reads them. */
+static int l_take_nodes(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    lua_Integer i = luaL_checkinteger(L, 2);
+    luaL_checktype(L, 3, LUA_TTABLE);
+    lua_Integer count = luaL_checkinteger(L, 4);
+    luaL_checktype(L, 5, LUA_TTABLE);
+    lua_settop(L, 5);
+    for (; lua_geti(L, 1, i) != LUA_TNIL && has_class(L, 6, 1); i++) {
+        lua_getfield(L, 6, "name");
+        lua_pushvalue(L, 7);
+        if (lua_rawget(L, 5) != LUA_TNIL) break;        /* a name met before: compose's add_step */
+        lua_pop(L, 1);
+        lua_pushvalue(L, 6);
+        lua_rawseti(L, 3, ++count);
+        lua_pushinteger(L, count);
+        lua_rawset(L, 5);                                /* by_name[name] = count */
+        lua_settop(L, 5);
+    }
+    lua_pushinteger(L, count);
+    lua_pushinteger(L, i);
+    return 2;
+}
+
+/* bind_take_nodes(Node) -> take_nodes */
+static int l_bind_take_nodes(lua_State *L)
+{
+    return bind_closure(L, LUA_TTABLE, l_take_nodes);
+}
+
+/* unknown_key(t, fields) -> a key of t that is neither a whole number (a
+ * list item's) nor a key of the set `fields`, or nothing.  pipeline{}'s
+ * options check, which met each of 100,000 list keys in Lua. */
+static int l_unknown_key(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_settop(L, 2);
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+        lua_pop(L, 1);
+        if (lua_isinteger(L, -1)) continue;
+        lua_pushvalue(L, -1);
+        if (lua_type(L, -1) != LUA_TNUMBER && lua_rawget(L, 2) != LUA_TNIL && lua_toboolean(L, -1)) {
+            lua_pop(L, 1);
+            continue;
+        }
+        lua_pop(L, 1);
+        return 1;
+    }
+    return 0;
+}
+
 /* check_name(s, what [, level]): raises "<what>: '<s>' <problem>" at `level`
  * (as error's; 1 is the caller) when s cannot name a dataset or a step. */
 static int l_check_name(lua_State *L)
@@ -984,10 +1043,12 @@ static const luaL_Reg pipeline_funcs[] = {
     { "bind", l_bind },
     { "bind_command", l_bind_command },
     { "bind_pipeline", l_bind_pipeline },
+    { "bind_take_nodes", l_bind_take_nodes },
     { "check_name", l_check_name },
     { "tags", l_tags },
     { "name_problem", l_name_problem },
     { "first_hole", l_first_hole },
+    { "unknown_key", l_unknown_key },
     { NULL, NULL }
 };
 

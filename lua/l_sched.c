@@ -422,8 +422,12 @@ static bool *read_selected(lua_State *L, int opts, size_t n)
 
 /* opts.pools ({name = size, ...}, 0 = unbounded) and opts.pool ({[i] = name})
  * into opt; the arrays are userdata left on the stack, so a bad value raises
- * without leaking.  Without opts.pools: one pool of `jobs` slots. */
-static void read_pools(lua_State *L, int opts, size_t n_steps, struct sched_options *opt)
+ * without leaking.  Without opts.pools: one pool of `jobs` slots.  A step
+ * opts.pool leaves out is in its kind's pool: `local` for a command, `lua`
+ * for a Lua step (specs says which), so that the stdlib hands over only the
+ * few steps placed otherwise, not a table of 100,000 names. */
+static void read_pools(lua_State *L, int opts, size_t n_steps, const struct step_spec *specs,
+                       struct sched_options *opt)
 {
     if (lua_getfield(L, opts, "pools") != LUA_TTABLE) { lua_pop(L, 1); return; }
     int pools = lua_gettop(L);
@@ -442,7 +446,7 @@ static void read_pools(lua_State *L, int opts, size_t n_steps, struct sched_opti
     lua_getfield(L, opts, "pool");
     for (size_t i = 0; i < n_steps; i++) {
         lua_rawgeti(L, -1, (lua_Integer)i + 1);
-        const char *name = lua_isstring(L, -1) ? lua_tostring(L, -1) : "local";
+        const char *name = lua_isstring(L, -1) ? lua_tostring(L, -1) : specs[i].command ? "local" : "lua";
         size_t j = 0;
         while (j < n && strcmp(p[j].name, name) != 0) j++;
         if (j == n) luaL_error(L, "pools: step %d is in pool '%s', which is not in pools", (int)i + 1, name);
@@ -506,8 +510,8 @@ static struct run *make_run(lua_State *L, lua_State *thread)
     struct sched_options opt = { .jobs = (int)jobs, .keep_going = lua_toboolean(L, -1) };
     lua_pop(L, 2);
     /* everything that may raise, before anything is allocated */
-    read_pools(L, 2, dag->n_steps, &opt);
     struct step_runner_options ropt = { .specs = read_specs(L, 2, dag->n_steps) };
+    read_pools(L, 2, dag->n_steps, ropt.specs, &opt);
     if (lua_getfield(L, 2, "journal") != LUA_TNIL) {
         ropt.journal = flow_check_journal(L, -1);
         ropt.pool = flow_work_pool(L);

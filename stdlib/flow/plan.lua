@@ -697,10 +697,17 @@ local FILES_A_STEP, FILES_KEPT = 4, 64
 function M.pools(plan, jobs)
   local sizes = { ["local"] = jobs, lua = jobs, remote = 0 }
   for name, size in pairs(plan.settings.pools or {}) do sizes[name] = size end
-  local of, steps = {}, {}
-  for i, n in ipairs(plan.nodes) do
-    local pool = n.pool or (plan.remote[i] and "remote") or (n.kind == "func" and "lua" or "local")
-    of[i], steps[pool] = pool, (steps[pool] or 0) + 1
+  -- of[i]: only the steps not in their kind's pool (sched.run places the
+  -- others), counted out of it
+  local nodes, of = plan.nodes, {}
+  local steps = { ["local"] = #plan.commands, lua = #nodes - #plan.commands }
+  local function place(i, pool)
+    local own = nodes[i].kind == "command" and "local" or "lua"
+    of[i], steps[own], steps[pool] = pool, steps[own] - 1, (steps[pool] or 0) + 1
+  end
+  for _, i in ipairs(plan.pooled) do place(i, nodes[i].pool) end
+  for i in pairs(plan.remote) do
+    if not nodes[i].pool then place(i, "remote") end
   end
   local at_once, total = {}, 0             -- how many steps each local pool may run at once
   for name, count in pairs(steps) do
@@ -790,7 +797,8 @@ function M.prepare(p, opts, defaults, level)
   if mode == "local" then check_local_ranks(nodes, sc.distributed, dists, selected, remote) end
   return { nodes = p.nodes, settings = settings, dists = dists, graph = g, selected = selected,
            mode = mode, cat = cat, started = started, free_readers = free_readers, remote = remote, aml = aml,
-           on_datastore = on_datastore, reporting = sc.reporting, keepers = sc.keepers }
+           on_datastore = on_datastore, reporting = sc.reporting, keepers = sc.keepers, commands = sc.commands,
+           pooled = sc.pooled }
 end
 
 return M
