@@ -50,6 +50,7 @@ M.running = 0                  -- runs under way in this process (a step's own f
 local is_failure, step_failure = failure.is, failure.new
 local first_line = failure.first_line
 local printing, step_secrets = execute.printing, execute.step_secrets
+local NONE = {}                    -- (an empty list to loop over)
 
 M.resolve_dist = plan_mod.resolve_dist
 M.build_graph = plan_mod.build_graph
@@ -180,33 +181,38 @@ function Run:attempt_body(i, k)
   local co = coroutine.running()
   local to = printing[co]           -- the coroutine's, kept for the next step it runs
   if to then to.run, to.n = self, n else printing[co] = { run = self, n = n } end
-  if n.metrics then metrics.collect(co, n, self.on_log) end
+  local reports = n.metrics
+  if reports then metrics.collect(co, n, self.on_log) end
   local ok, err = self:attempt(n, i)
-  local logged = n.metrics and metrics.logged(co)
+  local logged = reports and metrics.logged(co)
   to = printing[co]
   to.run, to.n = nil, nil
-  if n.metrics then metrics.stop(co) end
+  if reports then metrics.stop(co) end
   if rec.print_log then rec.print_log:close(); rec.print_log = nil end
   if ok then
-    local paths                       -- (nil: none, as for most Lua steps)
-    for _, io in ipairs(n.outputs) do
-      local out = rec.outputs and rec.outputs[io.dataset]
+    local paths, outs = nil, rec.outputs        -- (nil: none, as for most Lua steps)
+    for _, io in ipairs(outs and n.outputs or NONE) do
+      local out = outs[io.dataset]
       if out and out.path then
         paths = paths or {}
         paths[#paths + 1] = out.path
       end
     end
-    local m = metrics.with_logged(rec.metrics, logged)
-    rec.metrics = m and next(m.values) and m or nil
+    if rec.metrics or logged then
+      local m = metrics.with_logged(rec.metrics, logged)
+      rec.metrics = m and next(m.values) and m or nil
+    end
     -- the journal's, and the state record's (as text already from a step run in C)
-    local outputs = rec.outputs_json or rec.outputs and util.record_json(rec.outputs)
+    local outputs = rec.outputs_json or outs and util.record_json(outs)
     rec.outputs, rec.outputs_json = nil, nil    -- engine/step.c records them: a run of 100,000 steps keeps no copy
     -- nor the record itself, unless the result needs it (why it ran, what it reported)
-    if not rec.reason and not rec.metrics then self.records[n.name] = nil end
+    local m = rec.metrics
+    if not rec.reason and not m then self.records[n.name] = nil end
+    if not (paths or rec.exit_code or rec.remote or m) then return true, { outputs = outputs } end   -- most steps
     return true, { outputs = outputs, paths = paths, exit_code = rec.exit_code,
                    remote = rec.remote and util.record_json(rec.remote),
-                   metrics = rec.metrics and util.record_json(rec.metrics.values),
-                   series = rec.metrics and rec.metrics.series and util.record_json(rec.metrics.series) }
+                   metrics = m and util.record_json(m.values),
+                   series = m and m.series and util.record_json(m.series) }
   end
   local f = is_failure(err)
   local text = f and err.message or tostring(err)
@@ -284,6 +290,8 @@ local function new_run(plan, opts, run_id, st)
     defaults = M.defaults, run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
   }, Run)
   self.reporting = plan.reporting           -- the steps that report metrics
+  self.may_keep = {}                        -- the only steps Run:keeps_values may find keeping theirs
+  for _, i in ipairs(plan.keepers) do self.may_keep[i] = true end
   -- a step's record, made when it is first used: a no-op run uses none
   setmetatable(self.records, { __index = function(records, name)
     local rec = {}

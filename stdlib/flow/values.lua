@@ -98,7 +98,7 @@ end
 -- keeps no record of it) names them by the run.
 function Run:unkept_namer(n, i)
   local keep = self.keep_values          -- (a sweep's trials: true, or the steps they share)
-  if keep == true or (keep and keep[n.name]) or self:keeps_values(n, i) or #n.outputs == 0 then
+  if keep == true or (keep and keep[n.name]) or (self.may_keep[i] and self:keeps_values(n, i)) or #n.outputs == 0 then
     return nil
   end
   local unread = self.unread
