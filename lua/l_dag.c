@@ -297,6 +297,28 @@ static int l_unread_outputs(lua_State *L)
     return 1;
 }
 
+/* dag:reader_counts() -> {dataset = n}: how many inputs of the graph's
+ * steps name each dataset; parameters are not datasets and have no entry. */
+static int l_reader_counts(lua_State *L)
+{
+    struct dag *dag = *check_dag(L, 1);
+    lua_settop(L, 1);
+    lua_createtable(L, 0, dag->n_datasets > INT_MAX ? INT_MAX : (int)dag->n_datasets);
+    for (size_t i = 0; i < dag->n_steps; i++) {
+        const struct dag_step *s = &dag->steps[i];
+        for (size_t k = 0; k < s->n_inputs; k++) {
+            if (dag_is_param_input(s->inputs[k].dataset)) continue;
+            lua_pushstring(L, s->inputs[k].dataset);
+            lua_pushvalue(L, -1);
+            lua_Integer n = lua_rawget(L, 2) == LUA_TNUMBER ? lua_tointeger(L, -1) : 0;
+            lua_pop(L, 1);
+            lua_pushinteger(L, n + 1);
+            lua_rawset(L, 2);
+        }
+    }
+    return 1;
+}
+
 static int l_count(lua_State *L)
 {
     lua_pushinteger(L, (lua_Integer)(*check_dag(L, 1))->n_steps);
@@ -318,6 +340,7 @@ static const luaL_Reg dag_methods[] = {
     { "producer", l_producer },
     { "count", l_count },
     { "unread_outputs", l_unread_outputs },
+    { "reader_counts", l_reader_counts },
     { "downstream", l_downstream },
     { "upstream", l_upstream },
     { NULL, NULL }

@@ -208,6 +208,7 @@ function Run:attempt_body(i, k)
     -- nor the record itself, unless the result needs it (why it ran, what it reported)
     local m = rec.metrics
     if not rec.reason and not m then self.records[n.name] = nil end
+    self:release_inputs(n)
     if not (paths or rec.exit_code or rec.remote or m) then return true, { outputs = outputs } end   -- most steps
     return true, { outputs = outputs, paths = paths, exit_code = rec.exit_code,
                    remote = rec.remote and util.record_json(rec.remote),

@@ -45,6 +45,33 @@ function Run:value_of(d)
   return v.value
 end
 
+-- After step n ended well: each input no other step of the graph still has
+-- to read is let go, so that a pipeline handing on large values (data
+-- frames, models) holds each only while a step still needs it, not to the
+-- run's end.  Every step of the graph counts, selected or not, run or found
+-- up to date: only one that ends well here counts down, so a value a step
+-- may still ask for (a retry, a producer called again for its reader, one
+-- the run left out) is kept, as is every output nothing reads (the run's
+-- result).  The counts are made when the first step ends, not for a run in
+-- which none runs.
+function Run:release_inputs(n)
+  local left = self.readers_left
+  if not left then
+    left = self.graph:reader_counts()
+    self.readers_left = left
+  end
+  for _, io in ipairs(n.inputs) do
+    local d = io.dataset
+    local c = left[d]
+    if c == 1 then
+      left[d] = nil
+      self.values[d] = nil
+    elseif c then
+      left[d] = c - 1
+    end
+  end
+end
+
 -- The value a Lua function receives for input `io`.
 function Run:input_value(n, io)
   local v = self.values[io.dataset]

@@ -478,6 +478,43 @@ L
     equals "$OUT" "$(printf 'met\n\tmet\n')" "what each step's wait saw"
 }
 
+# A memory value is let go once every step that reads it has ended well:
+# a later step of the same run finds it collected (a weak reference to it
+# gone), while a value a step still has to read, and an output nothing reads
+# (the run's result), stay.  A reader that fails and is tried again still
+# gets its input.
+test_a_value_is_let_go_after_its_last_reader() {
+    write pipeline.lua <<'L'
+local seen = setmetatable({}, { __mode = "v" })
+local function big(tag) local t = { tag = tag }; seen[tag] = t; return t end
+local tries = 0
+return pipeline{
+  node{ name = "make_a", outputs = "a", func = function() return big("a") end },
+  node{ name = "make_b", outputs = "b", func = function() return big("b") end },
+  node{ name = "read_a1", inputs = "a", outputs = "a1", func = function(a) return a.tag end },
+  node{ name = "read_a2", inputs = "a", outputs = "a2", retries = 1, func = function(a)
+    tries = tries + 1
+    if tries == 1 then error("first try fails") end
+    return a.tag
+  end },
+  node{ name = "look", inputs = { "a1", "a2" }, outputs = "looked", func = function()
+    collectgarbage(); collectgarbage()
+    return string.format("a %s, b %s", seen.a and "kept" or "collected", seen.b and "kept" or "collected")
+  end },
+  node{ name = "read_b", inputs = { "b", "looked" }, outputs = "out", func = function(b, looked)
+    return looked .. ", then b is " .. b.tag
+  end },
+}
+L
+    write driver.lua <<'L'
+local r = flow.run(dofile("pipeline.lua"), { jobs = 1 })
+print(r.status, r.outputs.out)
+L
+    run_flow 0 run driver.lua
+    equals "$OUT" "$(printf 'ok\ta collected, b kept, then b is b')" "what the run kept"
+    contains "$ERR" "first try fails"
+}
+
 # A script may set a locale whose decimal point is a comma (os.setlocale):
 # the numbers flow keeps and writes still use a '.', so a value restored on
 # the next run is the value the step returned (it was kept as "return 0,5",
