@@ -57,6 +57,8 @@ struct dag_step {
     char **tags;
     size_t n_tags;
     struct dag_dist dist;
+    int retries;                    /* further attempts after a failure, 0 to 1,000,000 */
+    double timeout;                 /* seconds per attempt; 0: none */
     int udata;                      /* the owner's handle for this step */
     /* Filled by dag_finalize: unique upstream and downstream step indices
      * (slices of one array in the graph's arena). */

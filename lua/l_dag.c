@@ -125,6 +125,19 @@ static void read_dist(lua_State *L, int t, struct dag_dist *dist)
     }
 }
 
+/* retries and timeout (node{} checked them; anything else reads as none):
+ * read here, in the one pass over the step tables, so that the scheduler
+ * need not go through 100,000 of them again. */
+static void read_limits(lua_State *L, int idx, struct dag_step *spec)
+{
+    lua_getfield(L, idx, "retries");
+    lua_Integer retries = lua_tointeger(L, -1);
+    spec->retries = retries < 0 ? 0 : retries > 1000000 ? 1000000 : (int)retries;
+    lua_getfield(L, idx, "timeout");
+    spec->timeout = lua_tonumber(L, -1);
+    lua_pop(L, 2);
+}
+
 /* Adds the step table at `idx`, whose distribution is the value at `dist`;
  * on error leaves a message in err. */
 static long add_step(lua_State *L, struct scratch *sc, struct dag *dag, int idx, int dist, int udata, char *err,
@@ -141,6 +154,7 @@ static long add_step(lua_State *L, struct scratch *sc, struct dag *dag, int idx,
     spec.outputs = read_io(L, sc, SCRATCH_OUTPUTS, idx, "outputs", &spec.n_outputs, &nul);
     spec.tags = read_strings(L, sc, SCRATCH_TAGS, idx, "tags", &spec.n_tags);
     read_dist(L, dist, &spec.dist);
+    read_limits(L, idx, &spec);
     spec.udata = udata;
     long rc = -1;
     if (nul)
@@ -155,10 +169,11 @@ static long add_step(lua_State *L, struct scratch *sc, struct dag *dag, int idx,
 }
 
 /* build(steps, declared_datasets [, dists]) -> dag | raises "message".  A step
- * is any table with name, kind, inputs, outputs, tags and optionally where (a
- * node{} as it is: no copy per step); the messages name each step with its
- * where ("'a' (pipeline.lua:3)").  dists[i], when dists is given, is step i's
- * distribution in place of the step's own dist field. */
+ * is any table with name, kind, inputs, outputs, tags and optionally where,
+ * retries and timeout (a node{} as it is: no copy per step); the messages
+ * name each step with its where ("'a' (pipeline.lua:3)").  dists[i], when
+ * dists is given, is step i's distribution in place of the step's own dist
+ * field. */
 static int l_build(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);

@@ -459,28 +459,17 @@ static void read_pools(lua_State *L, int opts, size_t n_steps, const struct step
     opt->pool_of = pool_of;
 }
 
-/* Each step's retries, timeout and kind, from opts.nodes (plan.nodes), into a
- * userdata left on the stack. */
-static struct step_spec *read_specs(lua_State *L, int opts, size_t n)
+/* Each step's retries, timeout and kind, from the graph (dag.build read
+ * them from the step tables), into a userdata left on the stack. */
+static struct step_spec *read_specs(lua_State *L, const struct dag *dag)
 {
+    size_t n = dag->n_steps;
     struct step_spec *specs = lua_newuserdatauv(L, (n + 1) * sizeof *specs, 0);
     memset(specs, 0, (n + 1) * sizeof *specs);
-    if (lua_getfield(L, opts, "nodes") != LUA_TTABLE) { lua_pop(L, 1); return specs; }
     for (size_t i = 0; i < n; i++) {
-        if (lua_rawgeti(L, -1, (lua_Integer)i + 1) == LUA_TTABLE) {
-            lua_getfield(L, -1, "retries");
-            lua_Integer retries = lua_tointeger(L, -1);
-            specs[i].retries = retries < 0 ? 0 : retries > 1000000 ? 1000000 : (int)retries;
-            lua_getfield(L, -2, "timeout");
-            specs[i].timeout = lua_tonumber(L, -1);
-            lua_getfield(L, -3, "kind");
-            const char *kind = lua_tostring(L, -1);
-            specs[i].command = kind && strcmp(kind, "command") == 0;
-            lua_pop(L, 3);
-        }
-        lua_pop(L, 1);
+        const struct dag_step *s = &dag->steps[i];
+        specs[i] = (struct step_spec){ .retries = s->retries, .timeout = s->timeout, .command = s->kind == STEP_COMMAND };
     }
-    lua_pop(L, 1);
     return specs;
 }
 
@@ -510,7 +499,7 @@ static struct run *make_run(lua_State *L, lua_State *thread)
     struct sched_options opt = { .jobs = (int)jobs, .keep_going = lua_toboolean(L, -1) };
     lua_pop(L, 2);
     /* everything that may raise, before anything is allocated */
-    struct step_runner_options ropt = { .specs = read_specs(L, 2, dag->n_steps) };
+    struct step_runner_options ropt = { .specs = read_specs(L, dag) };
     read_pools(L, 2, dag->n_steps, ropt.specs, &opt);
     if (lua_getfield(L, 2, "journal") != LUA_TNIL) {
         ropt.journal = flow_check_journal(L, -1);

@@ -484,7 +484,7 @@ function M.run(p, opts, level)
   local code, states, elapsed, run_rec, jerr
   local sched_opts = {
     jobs = jobs, pools = pools, pool = pool_of, keep_going = opts.keep_going, selected = plan.selected,
-    nodes = plan.nodes, journal = self.journal, run_id = run_id, label = self.label,
+    journal = self.journal, run_id = run_id, label = self.label,
     state = self.state.store, check = self.check,
   }
   local body = {
