@@ -28,9 +28,18 @@ const char *json_format_float(double d, char buf[40])
 void json_number(struct strbuf *sb, double d)
 {
     if (isnan(d) || isinf(d)) { sb_adds(sb, "null"); return; }
-    if (d == floor(d) && fabs(d) <= 2147483647.0) { sb_addf(sb, "%d", (int)d); return; }
+    if (d == floor(d) && fabs(d) <= 2147483647.0) { json_integer(sb, (long long)d); return; }
     char buf[32];
     sb_adds(sb, json_format_double(d, buf));
+}
+
+void json_integer(struct strbuf *sb, long long v)
+{
+    char buf[24], *p = buf + sizeof buf;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do *--p = (char)('0' + u % 10); while ((u /= 10) > 0);
+    if (v < 0) *--p = '-';
+    sb_add(sb, p, (size_t)(buf + sizeof buf - p));
 }
 
 void json_seconds(struct strbuf *sb, double d)

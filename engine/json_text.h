@@ -19,6 +19,9 @@ const char *json_format_float(double d, char buf[40]);
 /* A number: an integer when it is one (within int's range), else
  * json_format_double's text; null for NaN and infinities. */
 void json_number(struct strbuf *sb, double d);
+/* v in decimal, as "%lld" writes it, without printf (a field of every step's
+ * journal line and run.json entry). */
+void json_integer(struct strbuf *sb, long long v);
 /* Seconds (a time of day or a duration), to the microsecond: digits made
  * with integer arithmetic, "12.5" for 12.500000.  A run of 100,000 steps
  * writes 400,000 of them, and printf's float conversion (twice, with the

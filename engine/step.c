@@ -653,7 +653,7 @@ static void seconds_or_null(struct strbuf *sb, const char *k, bool present, doub
 static void integer_or_null(struct strbuf *sb, const char *k, bool present, long long v)
 {
     json_key(sb, k);
-    if (present) sb_addf(sb, "%lld", v);
+    if (present) json_integer(sb, v);
     else sb_adds(sb, "null");
 }
 

@@ -8,6 +8,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -111,6 +112,26 @@ static void test_json_seconds(void)
         sb_release(&sb);
     }
     CHECK(ok);
+}
+
+/* Integers (attempts, exit codes) as "%lld" writes them, the extremes too. */
+static void test_json_integer(void)
+{
+    const long long vs[] = { 0, 7, -7, 10, 2147483647LL, -2147483648LL, LLONG_MAX, LLONG_MIN };
+    for (size_t k = 0; k < sizeof vs / sizeof *vs; k++) {
+        char want[32];
+        snprintf(want, sizeof want, "%lld", vs[k]);
+        struct strbuf sb = STRBUF_INIT;
+        json_integer(&sb, vs[k]);
+        CHECK_STR(sb.buf, want);
+        sb_release(&sb);
+    }
+    struct strbuf sb = STRBUF_INIT;
+    json_number(&sb, -0.0);
+    json_number(&sb, 3.0);
+    json_number(&sb, 2.5);
+    CHECK_STR(sb.buf, "032.5");
+    sb_release(&sb);
 }
 
 static void check_string(const char *s, const char *want)
@@ -254,6 +275,7 @@ int main(void)
     RUN(test_ptrmap_put_get_grow);
     RUN(test_read_file_max);
     RUN(test_json_seconds);
+    RUN(test_json_integer);
     RUN(test_json_string);
     RUN(test_json_string_utf8_is_always_valid);
     RUN(test_dir_list_unlisted);
