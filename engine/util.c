@@ -97,7 +97,6 @@ void sb_add(struct strbuf *sb, const char *s, size_t n)
 }
 
 void sb_adds(struct strbuf *sb, const char *s) { sb_add(sb, s, strlen(s)); }
-void sb_addc(struct strbuf *sb, char c) { sb_add(sb, &c, 1); }
 
 void sb_vaddf(struct strbuf *sb, const char *fmt, va_list ap)
 {

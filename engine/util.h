@@ -32,7 +32,14 @@ struct strbuf {
 #define STRBUF_INIT { NULL, 0, 0 }
 void sb_add(struct strbuf *sb, const char *s, size_t n);
 void sb_adds(struct strbuf *sb, const char *s);
-void sb_addc(struct strbuf *sb, char c);
+/* Inline: the journal, run.json and every record add millions of single
+ * bytes (3 % of a 100,000-step run's instructions as a call each). */
+static inline void sb_addc(struct strbuf *sb, char c)
+{
+    if (sb->len + 2 > sb->cap) { sb_add(sb, &c, 1); return; }
+    sb->buf[sb->len++] = c;
+    sb->buf[sb->len] = '\0';
+}
 void sb_addf(struct strbuf *sb, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sb_vaddf(struct strbuf *sb, const char *fmt, va_list ap);
 /* Shortens the string to its first len bytes (a no-op when it is not longer). */
