@@ -420,12 +420,21 @@ static bool *read_selected(lua_State *L, int opts, size_t n)
     return sel;
 }
 
+/* The index of pool `name` among the n pools p, or n when none has it. */
+static size_t pool_index(const struct sched_pool *p, size_t n, const char *name)
+{
+    size_t j = 0;
+    while (j < n && strcmp(p[j].name, name) != 0) j++;
+    return j;
+}
+
 /* opts.pools ({name = size, ...}, 0 = unbounded) and opts.pool ({[i] = name})
  * into opt; the arrays are userdata left on the stack, so a bad value raises
  * without leaking.  Without opts.pools: one pool of `jobs` slots.  A step
- * opts.pool leaves out is in its kind's pool: `local` for a command, `lua`
- * for a Lua step (specs says which), so that the stdlib hands over only the
- * few steps placed otherwise, not a table of 100,000 names. */
+ * opts.pool leaves out is in its kind's pool, opts.kind_pools = {command =
+ * name, func = name} (the stdlib's rule; `local` for both without it), so
+ * that the stdlib hands over only the few steps placed otherwise, not a
+ * table of 100,000 names.  specs says each step's kind. */
 static void read_pools(lua_State *L, int opts, size_t n_steps, const struct step_spec *specs,
                        struct sched_options *opt)
 {
@@ -442,13 +451,20 @@ static void read_pools(lua_State *L, int opts, size_t n_steps, const struct step
             luaL_error(L, "pools: each is name = size (a whole number ≥ 0; 0 is unbounded)");
         p[k++] = (struct sched_pool){ lua_tostring(L, -2), (size_t)size };  /* the name is held by opts */
     }
+    const char *kind_pool[2] = { "local", "local" };     /* a Lua step's, a command's; held by opts */
+    if (lua_getfield(L, opts, "kind_pools") == LUA_TTABLE) {
+        const char *func = flow_field_string(L, -1, "func"), *command = flow_field_string(L, -1, "command");
+        if (func) kind_pool[0] = func;
+        if (command) kind_pool[1] = command;
+    }
+    lua_pop(L, 1);
+    size_t kind_index[2] = { pool_index(p, n, kind_pool[0]), pool_index(p, n, kind_pool[1]) };
     size_t *pool_of = lua_newuserdatauv(L, (n_steps + 1) * sizeof *pool_of, 0);
     lua_getfield(L, opts, "pool");
     for (size_t i = 0; i < n_steps; i++) {
         lua_rawgeti(L, -1, (lua_Integer)i + 1);
-        const char *name = lua_isstring(L, -1) ? lua_tostring(L, -1) : specs[i].command ? "local" : "lua";
-        size_t j = 0;
-        while (j < n && strcmp(p[j].name, name) != 0) j++;
+        const char *name = lua_isstring(L, -1) ? lua_tostring(L, -1) : kind_pool[specs[i].command];
+        size_t j = lua_isstring(L, -1) ? pool_index(p, n, name) : kind_index[specs[i].command];
         if (j == n) luaL_error(L, "pools: step %d is in pool '%s', which is not in pools", (int)i + 1, name);
         pool_of[i] = j;
         lua_pop(L, 1);

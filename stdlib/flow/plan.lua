@@ -680,8 +680,9 @@ local function check_pools(nodes, pooled, settings)
   end
 end
 
--- sched.run's pools (name = size, 0 unbounded) and each step's pool: its own
--- `pool =`, else `lua` for a Lua step and `local` for a command.  `local`
+-- sched.run's pools (name = size, 0 unbounded), the steps placed in a pool
+-- other than their kind's ({[i] = name}) and the kinds' pools: a step's pool
+-- is its own `pool =`, else `lua` for a Lua step and `local` for a command.  `local`
 -- holds -j slots.  Lua steps have a pool of their own, as large: their code
 -- runs on flow's one thread, so what the pool bounds is how many can wait at
 -- once (on flow.sh, os.execute, a retry's back-off), and Lua steps neither
@@ -694,15 +695,16 @@ end
 -- as far as they need, so that -j 100000 lowers -j (and says so) rather than
 -- failing a step with "Too many open files".
 local FILES_A_STEP, FILES_KEPT = 4, 64
+local KIND_POOLS = { command = "local", func = "lua" }   -- a step's pool when it names none (sched.run applies it)
 function M.pools(plan, jobs)
   local sizes = { ["local"] = jobs, lua = jobs, remote = 0 }
   for name, size in pairs(plan.settings.pools or {}) do sizes[name] = size end
   -- of[i]: only the steps not in their kind's pool (sched.run places the
   -- others), counted out of it
   local nodes, of = plan.nodes, {}
-  local steps = { ["local"] = #plan.commands, lua = #nodes - #plan.commands }
+  local steps = { [KIND_POOLS.command] = #plan.commands, [KIND_POOLS.func] = #nodes - #plan.commands }
   local function place(i, pool)
-    local own = nodes[i].kind == "command" and "local" or "lua"
+    local own = KIND_POOLS[nodes[i].kind]
     of[i], steps[own], steps[pool] = pool, steps[own] - 1, (steps[pool] or 0) + 1
   end
   for _, i in ipairs(plan.pooled) do place(i, nodes[i].pool) end
@@ -723,7 +725,7 @@ function M.pools(plan, jobs)
       .. "any pool of flow.yml) is lowered to fit", limit, most))
     for name, n in pairs(at_once) do sizes[name] = math.max(1, n * most // total) end
   end
-  return sizes, of
+  return sizes, of, KIND_POOLS
 end
 
 -- {dataset = step name} of what the selected steps save (a version pinned

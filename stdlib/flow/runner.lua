@@ -470,7 +470,7 @@ function M.run(p, opts, level)
   local _running <close> = setmetatable({}, { __close = function() M.running = M.running - 1 end })
   if opts.started then opts.started(run_id) end      -- (flow.sweep keeps the id of a sweep job's run)
   local jobs = opts.jobs or core.cpu_count()
-  local pools, pool_of = M.pools(plan, jobs)
+  local pools, pool_of, kind_pools = M.pools(plan, jobs)
   if plan.aml then
     local any = plan.on_datastore                 -- a dataset the catalog keeps on a datastore
     for i in pairs(plan.remote) do any = any or not plan.selected or plan.selected[i] end
@@ -483,8 +483,8 @@ function M.run(p, opts, level)
   if not self.force and not self.explain then self.check = self:engine_check(plan) end
   local code, states, elapsed, run_rec, jerr
   local sched_opts = {
-    jobs = jobs, pools = pools, pool = pool_of, keep_going = opts.keep_going, selected = plan.selected,
-    journal = self.journal, run_id = run_id, label = self.label,
+    jobs = jobs, pools = pools, pool = pool_of, kind_pools = kind_pools, keep_going = opts.keep_going,
+    selected = plan.selected, journal = self.journal, run_id = run_id, label = self.label,
     state = self.state.store, check = self.check,
   }
   local body = {
