@@ -133,6 +133,9 @@ int flow_raise(lua_State *L, const char *msg);
 int flow_raise_fs(lua_State *L, const char *msg);
 /* Field `key` of the table at idx as a string (it stays alive in the table), or NULL. */
 const char *flow_field_string(lua_State *L, int idx, const char *key);
+/* Whether field `key` of the table at idx is true as Lua has it (neither nil nor
+ * false: a `retries = 0` is). */
+bool flow_field_bool(lua_State *L, int idx, const char *key);
 /* The catalog entry of dataset d (a string at index d) as Catalog:entry
  * finds it without searching the patterns (flow.catalog): pushes exact[d]
  * or, when the catalog has patterns, memo[d] (the tables at exact and memo),

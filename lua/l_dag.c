@@ -387,16 +387,6 @@ static void append_index(lua_State *L, int list, lua_Integer *n, lua_Integer i)
     lua_rawseti(L, list, ++*n);
 }
 
-/* Whether field `key` of the table at idx is true as Lua has it (neither nil
- * nor false: a `retries = 0` counts). */
-static bool field_set(lua_State *L, int idx, const char *key)
-{
-    lua_getfield(L, idx, key);
-    bool set = lua_toboolean(L, -1);
-    lua_pop(L, 1);
-    return set;
-}
-
 /* scan(nodes) -> {produced =, pending =, commands =, pooled =, distributed =,
  * reporting =, keepers =}: the plan's one pass over its steps (flow.plan's
  * prepare says what each holds).  An entry whose dataset is not a string is
@@ -444,12 +434,13 @@ static int l_scan(lua_State *L)
         }
         const char *kind = flow_field_string(L, n, "kind");
         bool command = kind && strcmp(kind, "command") == 0;
-        bool pool = field_set(L, n, "pool"), dist = field_set(L, n, "dist"), metrics = field_set(L, n, "metrics");
+        bool pool = flow_field_bool(L, n, "pool"), dist = flow_field_bool(L, n, "dist");
+        bool metrics = flow_field_bool(L, n, "metrics");
         if (command) append_index(L, SC_COMMANDS, &len[SC_COMMANDS], i);
         if (pool) append_index(L, SC_POOLED, &len[SC_POOLED], i);
         if (dist) append_index(L, SC_DISTRIBUTED, &len[SC_DISTRIBUTED], i);
         if (metrics || (metrics_out && command)) append_index(L, SC_REPORTING, &len[SC_REPORTING], i);
-        if (metrics || pool || dist || field_set(L, n, "timeout") || field_set(L, n, "retries"))
+        if (metrics || pool || dist || flow_field_bool(L, n, "timeout") || flow_field_bool(L, n, "retries"))
             append_index(L, SC_KEEPERS, &len[SC_KEEPERS], i);
         lua_settop(L, SC_KEEPERS);
     }

@@ -196,23 +196,6 @@ static void release(struct step_run *st)
     step_wait_list_clear(&st->waits);     /* their owners (the coroutine's userdata) free them */
 }
 
-static const char *field_string(lua_State *co, int t, const char *key)
-{
-    lua_getfield(co, t, key);
-    /* only a string: converting a number would allocate, which may raise */
-    const char *s = lua_type(co, -1) == LUA_TSTRING ? lua_tostring(co, -1) : NULL;   /* the table keeps it alive */
-    lua_pop(co, 1);
-    return s;
-}
-
-static bool field_bool(lua_State *co, int t, const char *key)
-{
-    lua_getfield(co, t, key);
-    bool b = lua_toboolean(co, -1);
-    lua_pop(co, 1);
-    return b;
-}
-
 /* The attempt's results on the coroutine's stack, `ok, info` (see
  * runner.lua's Run:attempt_body), as an outcome whose strings live on that
  * stack.  Nothing here may raise (it runs inside the scheduler): the paths'
@@ -231,11 +214,11 @@ static void read_outcome(lua_State *co, int nres, struct step_outcome *o)
         o->exit_code = (int)lua_tointeger(co, -1);
     }
     lua_pop(co, 1);
-    o->remote_json = field_string(co, t, "remote");
+    o->remote_json = flow_field_string(co, t, "remote");
     if (o->ok) {
-        o->outputs_json = field_string(co, t, "outputs");
-        o->metrics_json = field_string(co, t, "metrics");
-        o->series_json = field_string(co, t, "series");
+        o->outputs_json = flow_field_string(co, t, "outputs");
+        o->metrics_json = flow_field_string(co, t, "metrics");
+        o->series_json = flow_field_string(co, t, "series");
         lua_getfield(co, t, "paths");
         if (lua_istable(co, -1)) {
             size_t n = lua_rawlen(co, -1);
@@ -250,13 +233,13 @@ static void read_outcome(lua_State *co, int nres, struct step_outcome *o)
         lua_pop(co, 1);
         return;
     }
-    o->message = field_string(co, t, "message");
-    o->report = field_string(co, t, "report");
-    o->stderr_tail = field_string(co, t, "tail");
-    o->reason = field_string(co, t, "reason");
-    o->timed_out = field_bool(co, t, "timed_out");
-    o->interrupted = field_bool(co, t, "interrupted");
-    o->final = field_bool(co, t, "final");
+    o->message = flow_field_string(co, t, "message");
+    o->report = flow_field_string(co, t, "report");
+    o->stderr_tail = flow_field_string(co, t, "tail");
+    o->reason = flow_field_string(co, t, "reason");
+    o->timed_out = flow_field_bool(co, t, "timed_out");
+    o->interrupted = flow_field_bool(co, t, "interrupted");
+    o->final = flow_field_bool(co, t, "final");
 }
 
 /* An attempt that ended in an error of the engine's own (not the step's). */

@@ -82,6 +82,14 @@ const char *flow_field_string(lua_State *L, int idx, const char *key)
     return s;
 }
 
+bool flow_field_bool(lua_State *L, int idx, const char *key)
+{
+    lua_getfield(L, idx, key);
+    bool set = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    return set;
+}
+
 bool flow_push_known_entry(lua_State *L, int exact, int memo, int d, bool patterns)
 {
     d = lua_absindex(L, d);

@@ -285,14 +285,13 @@ function M.command_line(run, n, fail)
   for _, ns in ipairs({ "inputs", "outputs" }) do
     for k, io in ipairs(n[ns]) do by_arg[ns][io.arg] = by_arg[ns][io.arg] or k end
   end
-  local redact = require("flow.config").redact
   -- a parameter's value as the job's text, refused when it holds a
   -- credential's value (a parameter read from the same ${env:X} as one):
   -- the job's command line and environment are visible in Azure ML studio.
   -- (Only what a parameter puts there: the command's own words are the
   -- user's, and a credential's user name may well be one of them.)
   local function param_text(v, key)
-    if type(v) == "string" and redact(v) ~= v then
+    if type(v) == "string" and util.holds_secret(v) then
       return nil, string.format("${params.%s} holds a credential's value (a parameter set to one): a step on Azure "
         .. "ML cannot be given credentials by flow (its command line and environment are visible in Azure ML "
         .. "studio); use the workspace's Key Vault", key)
@@ -360,7 +359,7 @@ function M.flow_line(run, n, fail)
   if d.pipeline then words[#words + 1] = "--pipeline=" .. d.pipeline end
   if d.env then words[#words + 1] = "--env=" .. d.env end
   if d.params_spec then
-    if require("flow.config").redact(d.params_spec) ~= d.params_spec then
+    if util.holds_secret(d.params_spec) then
       fail("--params holds a credential's value, and a Lua step on Azure ML is run there with the same --params "
            .. "(on its job's command line, visible in Azure ML studio); give the job its secrets from the "
            .. "workspace's Key Vault")
