@@ -446,8 +446,9 @@ static void read_pools(lua_State *L, int opts, size_t n_steps, const struct step
     lua_getfield(L, opts, "pool");
     for (size_t i = 0; i < n_steps; i++) {
         lua_rawgeti(L, -1, (lua_Integer)i + 1);
-        const char *name = lua_isstring(L, -1) ? lua_tostring(L, -1) : kind_pool[specs[i].command];
-        size_t j = lua_isstring(L, -1) ? pool_index(p, n, name) : kind_index[specs[i].command];
+        bool named = lua_isstring(L, -1);
+        const char *name = named ? lua_tostring(L, -1) : kind_pool[specs[i].command];
+        size_t j = named ? pool_index(p, n, name) : kind_index[specs[i].command];
         if (j == n) luaL_error(L, "pools: step %d is in pool '%s', which is not in pools", (int)i + 1, name);
         pool_of[i] = j;
         lua_pop(L, 1);

@@ -50,7 +50,6 @@ M.running = 0                  -- runs under way in this process (a step's own f
 local is_failure, step_failure = failure.is, failure.new
 local first_line = failure.first_line
 local printing, step_secrets = execute.printing, execute.step_secrets
-local NONE = {}                    -- (an empty list to loop over)
 
 M.resolve_dist = plan_mod.resolve_dist
 M.build_graph = plan_mod.build_graph
@@ -191,11 +190,13 @@ function Run:attempt_body(i, k)
   if rec.print_log then rec.print_log:close(); rec.print_log = nil end
   if ok then
     local paths, outs = nil, rec.outputs        -- (nil: none, as for most Lua steps)
-    for _, io in ipairs(outs and n.outputs or NONE) do
-      local out = outs[io.dataset]
-      if out and out.path then
-        paths = paths or {}
-        paths[#paths + 1] = out.path
+    if outs then
+      for _, io in ipairs(n.outputs) do
+        local out = outs[io.dataset]
+        if out and out.path then
+          paths = paths or {}
+          paths[#paths + 1] = out.path
+        end
       end
     end
     if rec.metrics or logged then

@@ -132,7 +132,7 @@ end
 -- keeps no record of it) names them by the run.
 function Run:unkept_namer(n, i)
   local keep = self.keep_values          -- (a sweep's trials: true, or the steps they share)
-  if keep == true or (keep and keep[n.name]) or (self.may_keep[i] and self:keeps_values(n, i)) or #n.outputs == 0 then
+  if keep == true or (keep and keep[n.name]) or self:keeps_values(n, i) or #n.outputs == 0 then
     return nil
   end
   local unread = self.unread
@@ -157,8 +157,10 @@ end
 -- pool, nor under its own timeout and retries, its metrics and ranks not
 -- its own.  A record of such a step whose value was not kept (made before
 -- it had one of these) does not stand: it runs again (Run:outputs_changed,
--- and engine/uptodate.c told by Run:engine_check).
+-- and engine/uptodate.c told by Run:engine_check).  Only a step among the
+-- plan's keepers may (asked of every step that runs, the rest is not read).
 function Run:keeps_values(n, i)
+  if not self.may_keep[i] then return false end
   return (n.metrics or n.pool or n.timeout or (n.retries or 0) > 0 or (self.mode == "local" and self.dists[i]))
          and true or false
 end
