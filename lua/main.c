@@ -40,17 +40,17 @@ static void open_standard_fds(void)
 static volatile sig_atomic_t pipe_closed;
 static void note_closed_pipe(int sig) { (void)sig; pipe_closed = 1; }
 
-/* What flow printed that could not be written (a full disk, a closed
- * descriptor: `flow viz > /dev/full`) is an error, as it is for coreutils,
- * not a silent exit 0; a reader that went away (`flow runs | head`) is not. */
-/* (a SIGPIPE may have come from a step's io.popen: only a pipe or a
- * socket on stdout makes it stdout's) */
+/* Whether stdout is a pipe or a socket: only then is a SIGPIPE its reader's
+ * (one may have come from a step's io.popen). */
 static bool stdout_is_pipe(void)
 {
     struct stat st;
     return fstat(1, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
 }
 
+/* What flow printed that could not be written (a full disk, a closed
+ * descriptor: `flow viz > /dev/full`) is an error, as it is for coreutils,
+ * not a silent exit 0; a reader that went away (`flow runs | head`) is not. */
 static int check_stdout(int code)
 {
     errno = 0;

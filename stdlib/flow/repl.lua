@@ -246,7 +246,6 @@ local function keys_of(t, methods)
   return out
 end
 
--- Candidates for line[start+1 .. finish] (readline's word), in env.
 -- Whether text ends inside a string literal ("…' or '…"; a backslash
 -- escapes): no name is completed there.
 local function open_string(text)
@@ -261,6 +260,7 @@ local function open_string(text)
   return quote ~= nil
 end
 
+-- Candidates for line[start+1 .. finish] (readline's word), in env.
 local function candidates(env, project, line, start, finish)
   local word = line:sub(start + 1, finish)
   local before = line:sub(1, start)
