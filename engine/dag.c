@@ -21,6 +21,7 @@ void dag_free(struct dag *dag)
     free(dag->steps);
     free(dag->datasets);
     free(dag->order);
+    free(dag->read);
     strmap_free(&dag->step_index);
     strmap_free(&dag->dataset_index);
     arena_free(&dag->mem);
@@ -73,12 +74,18 @@ void dag_reserve(struct dag *dag, size_t n_steps)
 
 /* An input's or output's arg is its dataset's name unless the step names it
  * otherwise: one string for both. */
-static struct dag_io *copy_io(struct arena *mem, const struct dag_io *io, size_t n)
+/* A copy of s for the graph: s itself when the caller's strings outlive it. */
+static char *keep_string(struct dag *dag, const char *s)
 {
-    struct dag_io *c = arena_calloc(mem, n, sizeof *c);
+    return dag->borrowed_names ? (char *)s : arena_strdup(&dag->mem, s);
+}
+
+static struct dag_io *copy_io(struct dag *dag, const struct dag_io *io, size_t n)
+{
+    struct dag_io *c = arena_calloc(&dag->mem, n, sizeof *c);
     for (size_t i = 0; i < n; i++) {
-        c[i].dataset = arena_strdup(mem, io[i].dataset);
-        c[i].arg = io[i].arg && strcmp(io[i].arg, io[i].dataset) != 0 ? arena_strdup(mem, io[i].arg) : c[i].dataset;
+        c[i].dataset = keep_string(dag, io[i].dataset);
+        c[i].arg = io[i].arg && strcmp(io[i].arg, io[i].dataset) != 0 ? keep_string(dag, io[i].arg) : c[i].dataset;
     }
     return c;
 }
@@ -118,15 +125,15 @@ long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_
     ARRAY_GROW(dag->steps, dag->n_steps, dag->cap_steps);
     struct dag_step *s = &dag->steps[dag->n_steps];
     *s = *spec;
-    s->name = arena_strdup(mem, spec->name);
+    s->name = keep_string(dag, spec->name);
     /* the steps a loop makes share one line: one copy for a run of them */
     const struct dag_step *prev = dag->n_steps ? &dag->steps[dag->n_steps - 1] : NULL;
     s->where = prev && prev->where && spec->where && strcmp(prev->where, spec->where) == 0
-               ? prev->where : arena_strdup(mem, spec->where);
-    s->inputs = copy_io(mem, spec->inputs, spec->n_inputs);
-    s->outputs = copy_io(mem, spec->outputs, spec->n_outputs);
+               ? prev->where : spec->where ? keep_string(dag, spec->where) : NULL;
+    s->inputs = copy_io(dag, spec->inputs, spec->n_inputs);
+    s->outputs = copy_io(dag, spec->outputs, spec->n_outputs);
     s->tags = arena_calloc(mem, spec->n_tags, sizeof *s->tags);
-    for (size_t i = 0; i < spec->n_tags; i++) s->tags[i] = arena_strdup(mem, spec->tags[i]);
+    for (size_t i = 0; i < spec->n_tags; i++) s->tags[i] = keep_string(dag, spec->tags[i]);
     s->dist.num_nodes_ref = arena_strdup(mem, spec->dist.num_nodes_ref);
     s->dist.processes_per_node_ref = arena_strdup(mem, spec->dist.processes_per_node_ref);
     s->deps = s->dependents = NULL;
@@ -163,6 +170,20 @@ void dag_mark_read(const struct dag *dag, bool *read)
             if (d >= 0) read[d] = true;
         }
     }
+}
+
+bool dag_outputs_all_read(struct dag *dag, size_t i)
+{
+    if (!dag->read) {
+        dag->read = xcalloc(dag->n_datasets + 1, sizeof *dag->read);
+        dag_mark_read(dag, dag->read);
+    }
+    const struct dag_step *s = &dag->steps[i];
+    for (size_t k = 0; k < s->n_outputs; k++) {
+        long d = dag_find_dataset(dag, s->outputs[k].dataset);
+        if (d < 0 || !dag->read[d]) return false;
+    }
+    return s->n_outputs > 0;
 }
 
 const char *dag_framework_name(enum dist_framework f)

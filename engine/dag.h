@@ -79,7 +79,12 @@ struct dag {
     size_t n_datasets, cap_datasets;
     struct strmap step_index, dataset_index;     /* keys: the names in `mem` */
     struct arena mem;               /* every step's and dataset's strings and lists */
+    bool borrowed_names;            /* set before the first step: the strings of the steps given
+                                     * (names, where, inputs, outputs, tags) are the caller's and
+                                     * outlive the graph, which keeps pointers to them, not copies
+                                     * (the steps' records, l_dag.c) */
     size_t *order;                  /* topological order, after dag_finalize */
+    bool *read;                     /* read[d]: some step reads dataset d (made on first use) */
 };
 
 struct dag *dag_new(void);
@@ -114,6 +119,9 @@ long dag_find_step(const struct dag *dag, const char *name);
 long dag_find_dataset(const struct dag *dag, const char *name);
 /* Sets read[d] for each dataset d some step reads (read has n_datasets flags). */
 void dag_mark_read(const struct dag *dag, bool *read);
+/* Whether step i has outputs and some step reads each of them (after
+ * dag_finalize). */
+bool dag_outputs_all_read(struct dag *dag, size_t i);
 const char *dag_framework_name(enum dist_framework f);
 
 #endif

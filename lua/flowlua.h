@@ -10,6 +10,7 @@
 #include <lua.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct loop;
 
@@ -144,6 +145,33 @@ bool flow_field_bool(lua_State *L, int idx, const char *key);
 bool flow_push_known_entry(lua_State *L, int exact, int memo, int d, bool patterns);
 /* A userdata metatable `name` with `methods` as __index and `gc` as __gc. */
 void flow_new_class(lua_State *L, const char *name, const struct luaL_Reg *methods, lua_CFunction gc);
+
+/* Nodes as handles on records of declared steps (node_decl.c). */
+struct step_decls;
+struct step_decl;
+/* Pushes the store node{} adds to (made on first use), and returns it. */
+struct step_decls *flow_push_current_decls(lua_State *L);
+/* The record behind the node at idx, with its store and id; NULL when idx
+ * holds no node.  The pointer is valid until a record is added. */
+const struct step_decl *flow_node_decl(lua_State *L, int idx, struct step_decls **decls, uint32_t *id);
+/* Pushes the store of the node at idx (flow_node_decl found it one): what
+ * keeps its records' strings alive. */
+void flow_push_node_store(lua_State *L, int idx);
+/* Adds *rec (its lists already in the store) to the store at `decls`, with
+ * the body at `body` and the extras table at `extras` (0: none); pushes its
+ * node, of class `cls`. */
+void flow_node_add(lua_State *L, int decls, const struct step_decl *rec, int body, int extras, int cls);
+/* Push the body (function or command) of the node at idx, or its extra
+ * field `key` (dist, cmd_params, origin); nil for none or no node.  Return
+ * the type pushed. */
+int flow_node_push_body(lua_State *L, int idx);
+int flow_node_push_extra(lua_State *L, int idx, const char *key);
+/* Makes the Node class at cls read its fields from records (__index, with
+ * the empty tags list at no_tags) and refuse writes (__newindex). */
+void flow_node_class(lua_State *L, int cls, int no_tags);
+int flow_l_derive(lua_State *L);
+int flow_l_same_decl(lua_State *L);
+int flow_l_new_store(lua_State *L);
 
 /* flow.cache.state (l_state.c): adds `state` to the module table on top of the stack. */
 void flow_open_state_store(lua_State *L);

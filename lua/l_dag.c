@@ -2,6 +2,7 @@
  * and validates the graph.  The userdata owns the struct dag. */
 #include "flowlua.h"
 #include "dag.h"
+#include "step_decl.h"
 #include "util.h"
 
 #include <lauxlib.h>
@@ -47,63 +48,6 @@ static void *scratch(lua_State *L, struct scratch *sc, int which, size_t n, size
     return memset(sc->p[which], 0, (n + 1) * size);
 }
 
-/* Field `key` of the table at idx when it is a string (a number's text would
- * be a new string nothing keeps alive); *nul is set if it holds a NUL byte:
- * the graph keys names by C string, so "a\0b" and "a\0c" would be one.
- * node{} refuses such names; this holds for any other caller. */
-static const char *name_field(lua_State *L, int idx, const char *key, bool *nul)
-{
-    size_t len = 0;
-    const char *s = lua_getfield(L, idx, key) == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
-    lua_pop(L, 1);                  /* the table keeps the string alive */
-    if (s && strlen(s) != len) *nul = true;
-    return s;
-}
-
-/* Reads {{arg=, dataset=}, ...} at field `key` into a scratch array that
- * points into the Lua strings (dag_add_step copies them).  An entry without
- * a dataset is left NULL for add_step to report. */
-static struct dag_io *read_io(lua_State *L, struct scratch *sc, int which, int idx, const char *key, size_t *n,
-                              bool *nul)
-{
-    lua_getfield(L, idx, key);
-    *n = lua_istable(L, -1) ? lua_rawlen(L, -1) : 0;
-    struct dag_io *io = scratch(L, sc, which, *n, sizeof *io);
-    int list = lua_gettop(L);
-    for (size_t i = 0; i < *n; i++) {
-        if (lua_rawgeti(L, list, (lua_Integer)i + 1) == LUA_TTABLE) {
-            io[i].dataset = (char *)name_field(L, list + 1, "dataset", nul);
-            io[i].arg = (char *)flow_field_string(L, list + 1, "arg");
-        }
-        lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-    return io;
-}
-
-static bool every_dataset_named(const struct dag_io *io, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!io[i].dataset) return false;
-    return true;
-}
-
-/* Strings only (a number's text would be a new string nothing keeps alive). */
-static char **read_strings(lua_State *L, struct scratch *sc, int which, int idx, const char *key, size_t *n)
-{
-    lua_getfield(L, idx, key);
-    *n = lua_istable(L, -1) ? lua_rawlen(L, -1) : 0;
-    char **v = scratch(L, sc, which, *n, sizeof *v);
-    size_t k = 0;
-    for (size_t i = 0; i < *n; i++) {
-        if (lua_rawgeti(L, -1, (lua_Integer)i + 1) == LUA_TSTRING) v[k++] = (char *)lua_tostring(L, -1);
-        lua_pop(L, 1);
-    }
-    lua_pop(L, 1);
-    *n = k;
-    return v;
-}
-
 static enum dist_framework framework_of(const char *s)
 {
     if (!s) return DIST_NONE;
@@ -125,77 +69,90 @@ static void read_dist(lua_State *L, int t, struct dag_dist *dist)
     }
 }
 
-/* retries and timeout (node{} checked them; anything else reads as none):
- * read here, in the one pass over the step tables, so that the scheduler
- * need not go through 100,000 of them again. */
-static void read_limits(lua_State *L, int idx, struct dag_step *spec)
+/* The inputs (or outputs) of record `rec` of store d as the graph takes them:
+ * pointers to the store's strings, which outlive the call. */
+static struct dag_io *read_io(lua_State *L, struct scratch *sc, int which, const struct step_decls *d,
+                              struct step_decl rec, bool outputs)
 {
-    lua_getfield(L, idx, "retries");
-    lua_Integer retries = lua_tointeger(L, -1);
-    spec->retries = retries < 0 ? 0 : retries > 1000000 ? 1000000 : (int)retries;
-    lua_getfield(L, idx, "timeout");
-    spec->timeout = lua_tonumber(L, -1);
-    lua_pop(L, 2);
+    uint32_t n = outputs ? rec.n_outputs : rec.n_inputs, first = rec.io + (outputs ? rec.n_inputs : 0);
+    struct dag_io *io = scratch(L, sc, which, n, sizeof *io);
+    for (uint32_t i = 0; i < n; i++) {
+        struct step_io e = d->io[first + i];
+        io[i] = (struct dag_io){ (char *)step_decls_str(d, e.arg), (char *)step_decls_str(d, e.dataset) };
+    }
+    return io;
 }
 
-/* Adds the step table at `idx`, whose distribution is the value at `dist`;
- * on error leaves a message in err. */
+/* Adds the node at `idx` (its record), whose distribution is the value at
+ * `dist`; on error leaves a message in err. */
 static long add_step(lua_State *L, struct scratch *sc, struct dag *dag, int idx, int dist, int udata, char *err,
                      size_t errlen)
 {
-    struct dag_step spec = { 0 };
-    bool nul = false;
-    spec.name = (char *)name_field(L, idx, "name", &nul);
-    if (!spec.name) { errf(err, errlen, "a step without a name"); return -1; }
-    spec.where = (char *)flow_field_string(L, idx, "where");
-    const char *kind = flow_field_string(L, idx, "kind");
-    spec.kind = kind && strcmp(kind, "command") == 0 ? STEP_COMMAND : STEP_FUNC;
-    spec.inputs = read_io(L, sc, SCRATCH_INPUTS, idx, "inputs", &spec.n_inputs, &nul);
-    spec.outputs = read_io(L, sc, SCRATCH_OUTPUTS, idx, "outputs", &spec.n_outputs, &nul);
-    spec.tags = read_strings(L, sc, SCRATCH_TAGS, idx, "tags", &spec.n_tags);
+    struct step_decls *d;
+    const struct step_decl *r = flow_node_decl(L, idx, &d, NULL);
+    if (!r) {
+        errf(err, errlen, "step %d is not a node{}", udata);
+        return -1;
+    }
+    struct step_decl rec = *r;          /* (a scratch array's allocation may run finalizers, which may add nodes) */
+    struct dag_step spec = {
+        .name = (char *)step_decls_str(d, rec.name),
+        .where = (char *)step_decls_str(d, rec.where),
+        .kind = rec.kind == STEP_DECL_COMMAND ? STEP_COMMAND : STEP_FUNC,
+        .n_inputs = rec.n_inputs, .n_outputs = rec.n_outputs, .n_tags = rec.n_tags,
+        /* the scheduler's bound: more retries would never be reached */
+        .retries = rec.retries > 1000000 ? 1000000 : rec.retries,
+        .timeout = rec.flags & STEP_TIMEOUT ? rec.timeout : 0,
+        .udata = udata,
+    };
+    spec.inputs = read_io(L, sc, SCRATCH_INPUTS, d, rec, false);
+    spec.outputs = read_io(L, sc, SCRATCH_OUTPUTS, d, rec, true);
+    spec.tags = scratch(L, sc, SCRATCH_TAGS, rec.n_tags, sizeof *spec.tags);
+    for (uint32_t i = 0; i < rec.n_tags; i++) spec.tags[i] = (char *)step_decls_str(d, d->tags[rec.tags + i]);
     read_dist(L, dist, &spec.dist);
-    read_limits(L, idx, &spec);
-    spec.udata = udata;
-    long rc = -1;
-    if (nul)
-        errf(err, errlen, "step '%s': a step or dataset name contains a NUL byte", spec.name);
-    else if (!every_dataset_named(spec.inputs, spec.n_inputs))
-        errf(err, errlen, "step %s: an input without dataset", spec.name);
-    else if (!every_dataset_named(spec.outputs, spec.n_outputs))
-        errf(err, errlen, "step %s: an output without dataset", spec.name);
-    else
-        rc = dag_add_step(dag, &spec, err, errlen);
-    return rc;
+    return dag_add_step(dag, &spec, err, errlen);
 }
 
-/* build(steps, declared_datasets [, dists]) -> dag | raises "message".  A step
- * is any table with name, kind, inputs, outputs, tags and optionally where,
- * retries and timeout (a node{} as it is: no copy per step); the messages
- * name each step with its where ("'a' (pipeline.lua:3)").  dists[i], when
- * dists is given, is step i's distribution in place of the step's own dist
- * field. */
+/* build(nodes, declared_datasets [, dists]) -> dag | raises "message".  Each
+ * step is read from its node's record (node_decl.c); the messages name each
+ * step with its where ("'a' (pipeline.lua:3)").  dists[i], when dists is
+ * given, is step i's distribution in place of the node's own dist. */
 static int l_build(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
-    struct dag **ud = lua_newuserdatauv(L, sizeof *ud, 0);
+    lua_settop(L, 3);
+    struct dag **ud = lua_newuserdatauv(L, sizeof *ud, 1);      /* 4 */
     *ud = dag_new();
     luaL_setmetatable(L, DAG_MT);
+    (*ud)->borrowed_names = true;       /* the records' strings: their stores are kept below */
+    lua_newtable(L);                    /* 5: {store = true}, the graph's user value */
+    lua_pushvalue(L, -1);
+    lua_setiuservalue(L, 4, 1);
     char err[4096];
     size_t n = lua_rawlen(L, 1);
     dag_reserve(*ud, n);
     bool dists = lua_istable(L, 3);
     struct scratch sc = { .base = lua_gettop(L) + 1 };
     for (int k = 0; k < N_SCRATCH; k++) lua_pushnil(L);
+    const void *last_store = NULL;      /* (a pipeline's steps mostly share one) */
     for (size_t i = 1; i <= n; i++) {
         lua_rawgeti(L, 1, (lua_Integer)i);
         int step = lua_gettop(L);
         if (dists) lua_rawgeti(L, 3, (lua_Integer)i);
         else lua_getfield(L, step, "dist");
         long rc = add_step(L, &sc, *ud, step, step + 1, (int)i, err, sizeof err);
+        if (rc >= 0) {
+            flow_push_node_store(L, step);
+            if (lua_topointer(L, -1) != last_store) {
+                last_store = lua_topointer(L, -1);
+                lua_pushboolean(L, 1);
+                lua_rawset(L, 5);
+            }
+        }
         lua_settop(L, step - 1);
         if (rc < 0) return flow_raise(L, err);
     }
-    lua_settop(L, sc.base - 1);     /* the graph on top */
+    lua_settop(L, 4);               /* the graph on top */
     if (lua_istable(L, 2))
         for (lua_Integer i = 1; i <= (lua_Integer)lua_rawlen(L, 2); i++) {
             lua_rawgeti(L, 2, i);
@@ -334,6 +291,52 @@ static int l_reader_counts(lua_State *L)
     return 1;
 }
 
+/* dag:outputs_all_read(i) -> whether step i has outputs and steps of the
+ * graph read each of them. */
+static int l_outputs_all_read(lua_State *L)
+{
+    struct dag *dag = *check_dag(L, 1);
+    lua_pushboolean(L, dag_outputs_all_read(dag, check_step(L, dag, 2)));
+    return 1;
+}
+
+/* dag:count_down(i, left, values, let_go): step i has ended well; for each
+ * of its inputs d that `left` (reader_counts's) counts, one reader less, and
+ * at the last one left[d] = nil and, when values holds d, values[d] =
+ * let_go.  (flow.values' release_inputs, over the graph's own lists.) */
+static int l_count_down(lua_State *L)
+{
+    struct dag *dag = *check_dag(L, 1);
+    const struct dag_step *s = &dag->steps[check_step(L, dag, 2)];
+    luaL_checktype(L, 3, LUA_TTABLE);
+    luaL_checktype(L, 4, LUA_TTABLE);
+    lua_settop(L, 5);
+    for (size_t k = 0; k < s->n_inputs; k++) {
+        lua_pushstring(L, s->inputs[k].dataset);            /* 6 */
+        lua_pushvalue(L, 6);
+        int t = lua_rawget(L, 3);
+        lua_Integer c = t == LUA_TNUMBER ? lua_tointeger(L, 7) : 0;
+        lua_settop(L, 6);
+        if (c == 1) {
+            lua_pushvalue(L, 6);
+            lua_pushnil(L);
+            lua_rawset(L, 3);
+            lua_pushvalue(L, 6);
+            if (lua_rawget(L, 4) != LUA_TNIL) {
+                lua_pushvalue(L, 6);
+                lua_pushvalue(L, 5);
+                lua_rawset(L, 4);
+            }
+        } else if (c > 1) {
+            lua_pushvalue(L, 6);
+            lua_pushinteger(L, c - 1);
+            lua_rawset(L, 3);
+        }
+        lua_settop(L, 5);
+    }
+    return 0;
+}
+
 static int l_count(lua_State *L)
 {
     lua_pushinteger(L, (lua_Integer)(*check_dag(L, 1))->n_steps);
@@ -355,7 +358,9 @@ static const luaL_Reg dag_methods[] = {
     { "producer", l_producer },
     { "count", l_count },
     { "unread_outputs", l_unread_outputs },
+    { "outputs_all_read", l_outputs_all_read },
     { "reader_counts", l_reader_counts },
+    { "count_down", l_count_down },
     { "downstream", l_downstream },
     { "upstream", l_upstream },
     { NULL, NULL }
@@ -389,9 +394,8 @@ static void append_index(lua_State *L, int list, lua_Integer *n, lua_Integer i)
 
 /* scan(nodes) -> {produced =, pending =, commands =, pooled =, distributed =,
  * reporting =, keepers =}: the plan's one pass over its steps (flow.plan's
- * prepare says what each holds).  An entry whose dataset is not a string is
- * skipped: build reports it.  A loop of 100,000 steps, which in Lua was as
- * long as building the graph. */
+ * prepare says what each holds), over the nodes' records.  A loop of
+ * 100,000 steps, which in Lua was as long as building the graph. */
 enum { SC_NODES = 1, SC_PRODUCED, SC_PENDING, SC_COMMANDS, SC_POOLED, SC_DISTRIBUTED, SC_REPORTING, SC_KEEPERS,
        SC_N_LISTS = SC_KEEPERS - SC_PRODUCED + 1 };
 static const char *const SCAN_FIELDS[SC_N_LISTS] = {
@@ -407,42 +411,36 @@ static int l_scan(lua_State *L)
     for (int k = SC_PENDING; k <= SC_KEEPERS; k++) lua_newtable(L);
     lua_Integer len[SC_KEEPERS + 1] = { 0 };
     for (lua_Integer i = 1; lua_rawgeti(L, SC_NODES, i) != LUA_TNIL; i++) {     /* ipairs, raw */
-        int n = lua_gettop(L);
-        lua_getfield(L, n, "inputs");
-        for (lua_Integer k = 1; lua_istable(L, n + 1) && lua_rawgeti(L, n + 1, k) != LUA_TNIL; k++) {
-            if (lua_type(L, -1) == LUA_TTABLE && lua_getfield(L, -1, "dataset") == LUA_TSTRING) {
-                lua_pushvalue(L, -1);
-                if (lua_rawget(L, SC_PRODUCED) == LUA_TNIL) {
-                    append_index(L, SC_PENDING, &len[SC_PENDING], i);
-                    append(L, SC_PENDING, &len[SC_PENDING], -2);
-                }
+        struct step_decls *d;
+        const struct step_decl *r = flow_node_decl(L, -1, &d, NULL);
+        if (!r) return luaL_error(L, "scan: step %d is not a node{}", (int)i);
+        struct step_decl rec = *r;      /* (pushing a string may run finalizers, which may add nodes) */
+        lua_settop(L, SC_KEEPERS);
+        for (uint32_t k = 0; k < rec.n_inputs; k++) {
+            lua_pushstring(L, step_decls_str(d, d->io[rec.io + k].dataset));
+            lua_pushvalue(L, -1);
+            if (lua_rawget(L, SC_PRODUCED) == LUA_TNIL) {
+                append_index(L, SC_PENDING, &len[SC_PENDING], i);
+                append(L, SC_PENDING, &len[SC_PENDING], -2);
             }
-            lua_settop(L, n + 1);
+            lua_settop(L, SC_KEEPERS);
         }
-        lua_getfield(L, n, "name");
-        int name = lua_gettop(L);
         bool metrics_out = false;
-        lua_getfield(L, n, "outputs");
-        for (lua_Integer k = 1; lua_istable(L, name + 1) && lua_rawgeti(L, name + 1, k) != LUA_TNIL; k++) {
-            if (lua_type(L, -1) == LUA_TTABLE && lua_getfield(L, -1, "dataset") == LUA_TSTRING) {
-                lua_pushvalue(L, name);
-                lua_rawset(L, SC_PRODUCED);
-                const char *arg = flow_field_string(L, -1, "arg");
-                metrics_out = metrics_out || (arg && strcmp(arg, "metrics") == 0);
-            }
-            lua_settop(L, name + 1);
+        for (uint32_t k = 0; k < rec.n_outputs; k++) {
+            struct step_io o = d->io[rec.io + rec.n_inputs + k];
+            lua_pushstring(L, step_decls_str(d, o.dataset));
+            lua_pushstring(L, step_decls_str(d, rec.name));
+            lua_rawset(L, SC_PRODUCED);
+            metrics_out = metrics_out || strcmp(step_decls_str(d, o.arg), "metrics") == 0;
         }
-        const char *kind = flow_field_string(L, n, "kind");
-        bool command = kind && strcmp(kind, "command") == 0;
-        bool pool = flow_field_bool(L, n, "pool"), dist = flow_field_bool(L, n, "dist");
-        bool metrics = flow_field_bool(L, n, "metrics");
+        bool command = rec.kind == STEP_DECL_COMMAND, pool = rec.pool != 0, dist = rec.flags & STEP_DIST;
+        bool metrics = rec.flags & STEP_METRICS;
         if (command) append_index(L, SC_COMMANDS, &len[SC_COMMANDS], i);
         if (pool) append_index(L, SC_POOLED, &len[SC_POOLED], i);
         if (dist) append_index(L, SC_DISTRIBUTED, &len[SC_DISTRIBUTED], i);
         if (metrics || (metrics_out && command)) append_index(L, SC_REPORTING, &len[SC_REPORTING], i);
-        if (metrics || pool || dist || flow_field_bool(L, n, "timeout") || flow_field_bool(L, n, "retries"))
+        if (metrics || pool || dist || (rec.flags & STEP_TIMEOUT) || rec.retries > 0)
             append_index(L, SC_KEEPERS, &len[SC_KEEPERS], i);
-        lua_settop(L, SC_KEEPERS);
     }
     lua_settop(L, SC_KEEPERS);
     lua_createtable(L, 0, SC_N_LISTS);

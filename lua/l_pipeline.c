@@ -1,7 +1,9 @@
 /* l_pipeline.c — module flow.pipeline_c: node{} and flow.command, the one
  * implementation of their rules (fields, body, inputs/outputs, tags, names,
  * retries, timeout, argv) and of every error they report.  A benchmark builds
- * 100,000 nodes in a loop; this is where that time goes, so it is C.
+ * 100,000 nodes in a loop; this is where that time goes, so it is C.  node{}
+ * writes each step as a record (engine/step_decl.h) and returns a handle on
+ * it (node_decl.c).
  *
  * stdlib/flow/pipeline.lua and command.lua own the classes (Node, Command,
  * Distributed) and hand them to bind(); pipeline{} composition (namespaces,
@@ -10,9 +12,11 @@
  *
  * Errors name the user's file:line as error(msg, level) would: `level`
  * counts frames from the C function (1 is its caller).  Nothing here holds C
- * heap memory, so a Lua error anywhere cannot leak. */
+ * heap memory of its own (what a node{} adds to the store is the store's,
+ * a userdata's), so a Lua error anywhere cannot leak. */
 #include "flowlua.h"
 #include "azureml/settings.h"
+#include "step_decl.h"
 #include "suggest.h"
 #include "utf8.h"
 
@@ -24,11 +28,12 @@
 
 /* Upvalues of the closures bind() returns, then node's cache of its last
  * where() string. */
-enum { UP_NODE = 1, UP_COMMAND, UP_DISTRIBUTED, UP_UTIL, N_UP = UP_UTIL, UP_WHERE_KEY, UP_WHERE, UP_NO_TAGS, UP_IO };
+enum { UP_NODE = 1, UP_COMMAND, UP_DISTRIBUTED, UP_UTIL, N_UP = UP_UTIL, UP_WHERE_KEY, UP_WHERE, N_NODE_UP = UP_WHERE };
 
-/* What the cached where() string was made of: a loop of node{} calls asks
- * for the same line again and again, and formatting it is a snprintf. */
-struct where_key { int line; char src[LUA_IDSIZE]; };
+/* What the cached where() string was made of, and its id in the store
+ * (by serial) that interned it last: a loop of node{} calls asks for the
+ * same line again and again, and formatting it is a snprintf. */
+struct where_key { int line; char src[LUA_IDSIZE]; uint64_t decls; name_id id; };
 
 /* error(fmt..., level): the message with the position of frame `level`.
  * Does not return (lua_error longjmps). */
@@ -284,12 +289,54 @@ static int l_command(lua_State *L)
  * l_node; the error lists the names sorted. */
 enum { S_FUNC = 3, S_COMMAND, S_INPUTS, S_OUTPUTS, S_NAME, S_TAGS, S_RETRIES, S_TIMEOUT, S_POOL,
        S_ENV, S_COMPUTE, S_ENVIRONMENT, S_INSTANCE_TYPE, S_SHM_SIZE, S_INPUT_MODE, S_OUTPUT_MODE, S_METRICS,
-       S_NODE, S_BODY };
+       S_DECLS, S_BODY, S_DIST, S_IOBUF, S_IOBUF_OUT, S_TAG_LIST };
 static const char *const node_fields[] = {
     "func", "command", "inputs", "outputs", "name", "tags", "retries", "timeout", "pool", "env",
     "compute", "environment", "instance_type", "shm_size", "input_mode", "output_mode", "metrics",
 };
 #define N_NODE_FIELDS (sizeof node_fields / sizeof *node_fields)
+
+/* After the fields' slots: the store the node goes to, its body (function or
+ * command), its distribution, the buffers of inputs and outputs past
+ * DRAFT_INLINE, and its list of tags. */
+
+/* What node{} has read so far: the record, and the inputs and outputs it
+ * appends to the store once every field is checked.  (Appending them as
+ * they are read could interleave with a node{} that a user's __index or
+ * __tostring calls meanwhile, and a record's inputs and outputs are one
+ * run of the store's array.)  On the C stack: an error just drops it. */
+#define DRAFT_INLINE 8
+struct draft {
+    struct step_decls *decls;
+    struct step_decl rec;
+    struct step_io *io[2];              /* inputs, outputs */
+    uint32_t n_io[2], cap_io[2];
+    struct step_io inline_io[2][DRAFT_INLINE];
+    name_id aml[STEP_N_AML];
+    bool has_aml;
+};
+
+/* The id of the string at idx (node{} has checked it holds no NUL). */
+static name_id intern(lua_State *L, struct draft *dr, int idx)
+{
+    name_id id = step_decls_intern(dr->decls, lua_tostring(L, idx));
+    if (!id) luaL_error(L, "node: more than 4,294,967,294 names");
+    return id;
+}
+
+/* Adds an input (which 0) or an output (1) to the draft. */
+static void draft_io(lua_State *L, struct draft *dr, int which, name_id arg, name_id dataset)
+{
+    if (dr->n_io[which] == dr->cap_io[which]) {     /* a userdata in slot S_IOBUF + which: the collector owns it */
+        uint32_t cap = dr->cap_io[which] * 2;
+        struct step_io *more = lua_newuserdatauv(L, cap * sizeof *more, 0);
+        memcpy(more, dr->io[which], dr->n_io[which] * sizeof *more);
+        lua_replace(L, S_IOBUF + which);
+        dr->io[which] = more;
+        dr->cap_io[which] = cap;
+    }
+    dr->io[which][dr->n_io[which]++] = (struct step_io){ arg, dataset };
+}
 
 static int cmp_names(const void *a, const void *b)
 {
@@ -322,7 +369,7 @@ static void bad_field(lua_State *L, int level)
  * other key.  A spec with a metatable is read through it (spec.func). */
 static void read_spec(lua_State *L, int level)
 {
-    lua_settop(L, S_NODE - 1);         /* absent fields read as nil */
+    lua_settop(L, S_DECLS - 1);        /* absent fields read as nil */
     lua_pushnil(L);
     while (lua_next(L, 1)) {           /* key, value */
         int slot = 0;
@@ -347,12 +394,12 @@ static void read_spec(lua_State *L, int level)
     }
 }
 
-/* The user's frame, and where(): "short_src:line", or "?". */
-static bool user_frame(lua_State *L, int level, lua_Debug *ar)
+/* The user's frame, and where() into the draft: "short_src:line", or "?". */
+static bool user_frame(lua_State *L, int level, lua_Debug *ar, struct draft *dr)
 {
     bool found = lua_getstack(L, level, ar) && lua_getinfo(L, "Sl", ar);
     if (!found || ar->currentline < 0) {
-        lua_pushliteral(L, "?");
+        dr->rec.where = step_decls_intern(dr->decls, "?");
         return found;
     }
     struct where_key *key = lua_touserdata(L, lua_upvalueindex(UP_WHERE_KEY));
@@ -361,13 +408,21 @@ static bool user_frame(lua_State *L, int level, lua_Debug *ar)
         lua_replace(L, lua_upvalueindex(UP_WHERE));
         key->line = ar->currentline;
         memcpy(key->src, ar->short_src, sizeof key->src);
+        key->decls = 0;
     }
-    lua_pushvalue(L, lua_upvalueindex(UP_WHERE));
+    if (key->decls != dr->decls->serial) {
+        lua_pushvalue(L, lua_upvalueindex(UP_WHERE));
+        key->id = intern(L, dr, -1);
+        key->decls = dr->decls->serial;
+        lua_pop(L, 1);
+    }
+    dr->rec.where = key->id;
     return found;
 }
 
-/* func or command: sets kind, fn, cmd and dist of the node. */
-static void set_body(lua_State *L, int level)
+/* func or command: the draft's kind, the body in S_BODY (the function or
+ * the command) and the distribution in S_DIST. */
+static void set_body(lua_State *L, struct draft *dr, int level)
 {
     bool has_func = !lua_isnil(L, S_FUNC), has_command = !lua_isnil(L, S_COMMAND);
     /* spec.func ~= nil and spec.func or spec.command */
@@ -377,18 +432,15 @@ static void set_body(lua_State *L, int level)
     if (lua_isnil(L, S_BODY))
         fail(L, level, "node: a step needs func = <function> or command = <flow.command or argv list or string>");
     if (has_class(L, S_BODY, UP_DISTRIBUTED)) {
-        lua_getfield(L, S_BODY, "dist");
-        lua_setfield(L, S_NODE, "dist");
+        if (lua_getfield(L, S_BODY, "dist") != LUA_TNIL) dr->rec.flags |= STEP_DIST;
+        lua_replace(L, S_DIST);
         lua_getfield(L, S_BODY, "target");
         lua_replace(L, S_BODY);
     }
     int t = lua_type(L, S_BODY);
     if (t == LUA_TFUNCTION) {
         if (has_command) fail(L, level, "node: command must be a command, not a function (use func =)");
-        lua_pushliteral(L, "func");
-        lua_setfield(L, S_NODE, "kind");
-        lua_pushvalue(L, S_BODY);
-        lua_setfield(L, S_NODE, "fn");
+        dr->rec.kind = STEP_DECL_FUNC;
         return;
     }
     bool is_cmd = has_class(L, S_BODY, UP_COMMAND);
@@ -399,9 +451,8 @@ static void set_body(lua_State *L, int level)
     } else {
         fail(L, level, "node: func must be a function or a flow.command, got %s", luaL_typename(L, S_BODY));
     }
-    lua_setfield(L, S_NODE, "cmd");
-    lua_pushliteral(L, "command");
-    lua_setfield(L, S_NODE, "kind");
+    lua_replace(L, S_BODY);
+    dr->rec.kind = STEP_DECL_COMMAND;
 }
 
 /* Lua's string order (lvm.c l_strcmp): strcoll per '\0'-separated segment. */
@@ -418,33 +469,6 @@ static int lua_strcmp(const char *l, size_t ll, const char *r, size_t lr)
     }
 }
 
-/* Pushes {arg = <value at arg>, dataset = <value at dataset>}. */
-static void push_io(lua_State *L, int arg, int dataset)
-{
-    lua_createtable(L, 0, 2);
-    lua_pushvalue(L, arg);
-    lua_setfield(L, -2, "arg");
-    lua_pushvalue(L, dataset);
-    lua_setfield(L, -2, "dataset");
-}
-
-/* The entry of a dataset a step names by itself ({arg = d, dataset = d}: a
- * list's or a lone name's), one table for every step that names it: a
- * dataset is an output of one step and an input of others, and a pipeline of
- * 100,000 steps holds 300,000 such entries otherwise.  The cache (upvalue
- * UP_IO of node) holds them weakly.  Nothing changes an entry once made. */
-static void push_named_io(lua_State *L, int name)
-{
-    int cache = lua_upvalueindex(UP_IO);
-    lua_pushvalue(L, name);
-    if (lua_rawget(L, cache) == LUA_TTABLE) return;
-    lua_pop(L, 1);
-    push_io(L, name, name);
-    lua_pushvalue(L, name);
-    lua_pushvalue(L, -2);
-    lua_rawset(L, cache);
-}
-
 /* '""' for an empty string, else the type's name: how a bad entry is shown. */
 static const char *shown_kind(lua_State *L, int idx)
 {
@@ -457,11 +481,8 @@ static bool nonempty_string(lua_State *L, int idx)
 }
 
 /* inputs/outputs as a list: each entry a dataset name. */
-static void push_io_list(lua_State *L, int v, const char *what, int level)
+static void read_io_list(lua_State *L, struct draft *dr, int which, int v, const char *what, int level)
 {
-    lua_Integer n = (lua_Integer)lua_rawlen(L, v);
-    lua_createtable(L, (int)(n > 64 ? 0 : n), 0);
-    int out = lua_gettop(L);
     for (lua_Integer i = 1;; i++) {    /* ipairs */
         if (lua_geti(L, v, i) == LUA_TNIL) break;
         int name = lua_gettop(L);
@@ -469,8 +490,8 @@ static void push_io_list(lua_State *L, int v, const char *what, int level)
             fail(L, level, "node: %s[%d] must be a dataset name (a non-empty string), got %s", what, (int)i,
                  shown_kind(L, name));
         check_name(L, name, "node: ", what, level);
-        push_named_io(L, name);
-        lua_rawseti(L, out, i);
+        name_id id = intern(L, dr, name);
+        draft_io(L, dr, which, id, id);
         lua_pop(L, 1);
     }
     lua_pop(L, 1);
@@ -523,13 +544,11 @@ static void push_sorted_keys(lua_State *L, int v)
 }
 
 /* inputs/outputs as a map {arg = dataset}, in sorted key order. */
-static void push_io_map(lua_State *L, int v, const char *what, int level)
+static void read_io_map(lua_State *L, struct draft *dr, int which, int v, const char *what, int level)
 {
     push_sorted_keys(L, v);
     int keys = lua_gettop(L);
     lua_Integer n = (lua_Integer)lua_rawlen(L, keys);
-    lua_createtable(L, (int)(n > 64 ? 0 : n), 0);
-    int out = lua_gettop(L);
     for (lua_Integer i = 1; i <= n; i++) {
         lua_rawgeti(L, keys, i);
         int k = lua_gettop(L);
@@ -542,40 +561,35 @@ static void push_io_map(lua_State *L, int v, const char *what, int level)
                  shown_kind(L, d));
         }
         check_name(L, d, "node: ", what, level);
-        push_io(L, k, d);
-        lua_rawseti(L, out, i);
-        lua_settop(L, out);
+        if (strlen(lua_tostring(L, k)) != lua_rawlen(L, k))
+            fail(L, level, "node: %s: the name of an argument holds a NUL byte (\\0)", what);
+        draft_io(L, dr, which, intern(L, dr, k), intern(L, dr, d));
+        lua_settop(L, keys);
     }
-    lua_remove(L, keys);
+    lua_settop(L, keys - 1);
 }
 
-/* inputs/outputs: sets the node's <what> and <what>_style. */
-static void set_io(lua_State *L, int v, const char *what, const char *style_field, int level)
+/* inputs (which 0) or outputs (1): a name, a list (positional, the
+ * default) or a map, into the draft. */
+static void set_io(lua_State *L, struct draft *dr, int which, int v, const char *what, int level)
 {
-    bool map = false;                   /* a name or a list (positional, the default: no field) or a map */
     lua_Integer hole;
     int t = lua_type(L, v);
-    if (t == LUA_TNIL) {
-        lua_createtable(L, 0, 0);
-    } else if (t == LUA_TSTRING) {
+    if (t == LUA_TNIL) return;
+    if (t == LUA_TSTRING) {
         check_name(L, v, "node: ", what, level);
-        lua_createtable(L, 1, 0);
-        push_named_io(L, v);
-        lua_rawseti(L, -2, 1);
+        name_id id = intern(L, dr, v);
+        draft_io(L, dr, which, id, id);
     } else if (t != LUA_TTABLE) {
         fail(L, level, "node: %s must be a dataset name, a list of names or a map, got %s", what, lua_typename(L, t));
     } else if ((hole = first_hole(L, v)) != 0) {
         fail(L, level, "node: %s[%d] is nil (a misspelt or unset variable?)", what, (int)hole);
     } else if (is_list(L, v)) {
-        push_io_list(L, v, what, level);
+        read_io_list(L, dr, which, v, what, level);
     } else {
-        push_io_map(L, v, what, level);
-        map = true;
+        read_io_map(L, dr, which, v, what, level);
+        dr->rec.flags |= which ? STEP_OUTPUTS_MAP : STEP_INPUTS_MAP;
     }
-    lua_setfield(L, S_NODE, what);
-    if (!map) return;
-    lua_pushliteral(L, "map");
-    lua_setfield(L, S_NODE, style_field);
 }
 
 /* tags: a copy of the list of strings (a string is a list of one). */
@@ -651,7 +665,7 @@ static bool push_variable_name(lua_State *L, lua_Debug *ar, bool have_frame, int
 }
 
 /* The name: spec.name, or the variable holding func (or command). */
-static void set_name(lua_State *L, lua_Debug *ar, bool have_frame, int level)
+static void set_name(lua_State *L, struct draft *dr, lua_Debug *ar, bool have_frame, int level)
 {
     if (!lua_isnil(L, S_NAME)) {
         if (!nonempty_string(L, S_NAME)) fail(L, level, "node: name must be a non-empty string");
@@ -659,14 +673,12 @@ static void set_name(lua_State *L, lua_Debug *ar, bool have_frame, int level)
         lua_pushvalue(L, S_NAME);
     } else {
         int body = !lua_isnil(L, S_FUNC) && lua_toboolean(L, S_FUNC) ? S_FUNC : S_COMMAND;
-        if (!push_variable_name(L, ar, have_frame, body)) {
-            lua_getfield(L, S_NODE, "kind");
-            bool func = strcmp(lua_tostring(L, -1), "func") == 0;
+        if (!push_variable_name(L, ar, have_frame, body))
             fail(L, level, "node: this step has no name and its %s is not held in a variable: add name = \"...\"",
-                 func ? "function" : "command");
-        }
+                 dr->rec.kind == STEP_DECL_FUNC ? "function" : "command");
     }
-    lua_setfield(L, S_NODE, "name");
+    dr->rec.name = intern(L, dr, -1);
+    lua_pop(L, 1);
 }
 
 /* Whether the values at a and b are the same once turned into text (the
@@ -688,18 +700,15 @@ static bool same_text(lua_State *L, int a, int b)
  * error.  ${credentials.…} in a value reaches the process through its
  * environment only (flow.credentials), and the fingerprint covers the values
  * as written, as it does the command's env. */
-static void set_env(lua_State *L, int level)
+static void set_env(lua_State *L, struct draft *dr, int level)
 {
     if (lua_isnil(L, S_ENV)) return;
-    lua_getfield(L, S_NODE, "kind");
-    bool func = strcmp(lua_tostring(L, -1), "func") == 0;
-    lua_pop(L, 1);
-    if (func)
+    if (dr->rec.kind == STEP_DECL_FUNC)
         fail(L, level, "node: env = {...} is the environment of a command's process; this step runs a Lua "
              "function (func =), which has no process of its own: pass the values as parameters or inputs");
     if (lua_type(L, S_ENV) != LUA_TTABLE)
         fail(L, level, "node: env must be a table of NAME = value, got %s", luaL_typename(L, S_ENV));
-    lua_getfield(L, S_NODE, "cmd");
+    lua_pushvalue(L, S_BODY);
     int cmd = lua_gettop(L);
     lua_createtable(L, 0, 4);          /* the copy of the command */
     int copy = lua_gettop(L);
@@ -754,28 +763,27 @@ static void set_env(lua_State *L, int level)
     lua_setfield(L, copy, "env");
     lua_pushvalue(L, lua_upvalueindex(UP_COMMAND));
     lua_setmetatable(L, copy);
-    lua_setfield(L, S_NODE, "cmd");
+    lua_replace(L, S_BODY);
     lua_settop(L, cmd - 1);
 }
 
 /* retries (default 0), timeout (util.parse_duration) and pool (a name,
  * checked against flow.yml when the run is planned). */
-static void set_limits(lua_State *L, int level)
+static void set_limits(lua_State *L, struct draft *dr, int level)
 {
     if (!lua_isnil(L, S_POOL)) {
         if (lua_type(L, S_POOL) != LUA_TSTRING || lua_rawlen(L, S_POOL) == 0)
             fail(L, level, "node: pool must be the name of a pool (flow.yml pools:), got %s",
                  lua_type(L, S_POOL) == LUA_TSTRING ? "\"\"" : luaL_typename(L, S_POOL));
-        lua_pushvalue(L, S_POOL);
-        lua_setfield(L, S_NODE, "pool");
+        if (strlen(lua_tostring(L, S_POOL)) != lua_rawlen(L, S_POOL))
+            fail(L, level, "node: pool holds a NUL byte (\\0)");
+        dr->rec.pool = intern(L, dr, S_POOL);
     }
     if (!lua_isnil(L, S_RETRIES)) {
         if (!lua_isinteger(L, S_RETRIES) || lua_tointeger(L, S_RETRIES) < 0)
             fail(L, level, "node: retries must be a non-negative integer");
-        if (lua_tointeger(L, S_RETRIES) > 0) {        /* 0, the default, is left out */
-            lua_pushvalue(L, S_RETRIES);
-            lua_setfield(L, S_NODE, "retries");
-        }
+        lua_Integer retries = lua_tointeger(L, S_RETRIES);    /* (the graph bounds it further) */
+        dr->rec.retries = retries > INT32_MAX ? INT32_MAX : (int32_t)retries;
     }
     if (lua_isnil(L, S_TIMEOUT)) return;
     lua_getfield(L, lua_upvalueindex(UP_UTIL), "parse_duration");
@@ -784,14 +792,16 @@ static void set_limits(lua_State *L, int level)
     if (!lua_toboolean(L, -1))
         fail(L, level, "node: timeout must be seconds or a duration like \"90s\", \"30m\", \"1h30m\", got %s",
              push_tostring(L, S_TIMEOUT));
-    lua_setfield(L, S_NODE, "timeout");
+    dr->rec.timeout = lua_tonumber(L, -1);
+    dr->rec.flags |= STEP_TIMEOUT | (lua_isinteger(L, -1) ? STEP_TIMEOUT_INTEGER : 0);
+    lua_pop(L, 1);
 }
 
 /* Where the step runs on Azure ML, when it does (azureml.yml's settings,
  * for this step): compute, environment, instance_type, shm_size, input_mode,
  * output_mode, each a non-empty string; a compute is an Azure ML name, a
  * shm_size a size, a mode one of Azure ML's delivery modes. */
-static void set_azureml(lua_State *L, int level)
+static void set_azureml(lua_State *L, struct draft *dr, int level)
 {
     static const char *const names[] = { "compute", "environment", "instance_type", "shm_size", "input_mode",
                                          "output_mode" };
@@ -812,27 +822,25 @@ static void set_azureml(lua_State *L, int level)
                  "- and _), got \"%s\"" : slot == S_SHM_SIZE ? "node: shm_size must be a size like \"16g\" or "
                  "\"512m\", got \"%s\"" : slot == S_INPUT_MODE ? "node: input_mode must be ReadOnlyMount or Download, "
                  "got \"%s\"" : "node: output_mode must be ReadWriteMount or Upload, got \"%s\"", v);
-        lua_pushvalue(L, slot);
-        lua_setfield(L, S_NODE, names[k]);
+        dr->aml[k] = intern(L, dr, slot);
+        dr->has_aml = true;
     }
 }
 
 /* metrics = true: the Lua function returns its metrics (a table) after its
  * outputs.  A command reports them in the file ${outputs.metrics}. */
-static void set_metrics(lua_State *L, int level)
+static void set_metrics(lua_State *L, struct draft *dr, int level)
 {
     if (lua_isnil(L, S_METRICS) || (lua_isboolean(L, S_METRICS) && !lua_toboolean(L, S_METRICS))) return;
     if (!lua_isboolean(L, S_METRICS))
         fail(L, level, "node: metrics must be true or false, got %s", luaL_typename(L, S_METRICS));
-    lua_getfield(L, S_NODE, "kind");
-    bool func = strcmp(lua_tostring(L, -1), "func") == 0;
-    lua_pop(L, 1);
-    if (!func)
+    if (dr->rec.kind != STEP_DECL_FUNC)
         fail(L, level, "node: metrics = true is for Lua function steps (they return their metrics after their "
              "outputs); a command writes its metrics as JSON to ${outputs.metrics}: add an output named metrics");
-    lua_pushboolean(L, 1);
-    lua_setfield(L, S_NODE, "metrics");
+    dr->rec.flags |= STEP_METRICS;
 }
+
+static void add_record(lua_State *L, struct draft *dr);
 
 /* node(spec [, level]) -> the node.  `level` is the user's frame (1: the
  * caller of node). */
@@ -844,26 +852,61 @@ static int l_node(lua_State *L)
     if (lua_type(L, 1) != LUA_TTABLE || has_class(L, 1, UP_NODE))
         fail(L, level, "node: expected node{func = ..., inputs = ..., outputs = ...}, got %s", luaL_typename(L, 1));
     read_spec(L, level);
-    lua_createtable(L, 0, 8);           /* S_NODE: a plain step's fields, defaults left out */
-    lua_pushnil(L);                     /* S_BODY */
+    struct draft dr = { .decls = flow_push_current_decls(L) };   /* S_DECLS */
+    for (int k = 0; k < 2; k++) {
+        dr.io[k] = dr.inline_io[k];
+        dr.cap_io[k] = DRAFT_INLINE;
+    }
+    lua_settop(L, S_TAG_LIST);          /* S_BODY ... S_TAG_LIST: nil */
     lua_Debug ar;
-    bool have_frame = user_frame(L, level, &ar);
-    lua_setfield(L, S_NODE, "where");
-    set_body(L, level);
-    set_env(L, level);
-    set_io(L, S_INPUTS, "inputs", "input_style", level);
-    set_io(L, S_OUTPUTS, "outputs", "output_style", level);
-    if (lua_isnil(L, S_TAGS)) lua_pushvalue(L, lua_upvalueindex(UP_NO_TAGS));
-    else push_tags(L, S_TAGS, "node", level);
-    lua_setfield(L, S_NODE, "tags");
-    set_name(L, &ar, have_frame, level);
-    set_limits(L, level);
-    set_azureml(L, level);
-    set_metrics(L, level);
-    lua_settop(L, S_NODE);
-    lua_pushvalue(L, lua_upvalueindex(UP_NODE));
-    lua_setmetatable(L, S_NODE);
+    bool have_frame = user_frame(L, level, &ar, &dr);
+    set_body(L, &dr, level);
+    set_env(L, &dr, level);
+    set_io(L, &dr, 0, S_INPUTS, "inputs", level);
+    set_io(L, &dr, 1, S_OUTPUTS, "outputs", level);
+    if (!lua_isnil(L, S_TAGS)) {
+        push_tags(L, S_TAGS, "node", level);
+        lua_replace(L, S_TAG_LIST);
+    }
+    set_name(L, &dr, &ar, have_frame, level);
+    set_limits(L, &dr, level);
+    set_azureml(L, &dr, level);
+    set_metrics(L, &dr, level);
+    add_record(L, &dr);
     return 1;
+}
+
+/* Appends the draft's lists to the store and the record after them; pushes
+ * the node.  No user code runs from here on. */
+static void add_record(lua_State *L, struct draft *dr)
+{
+    struct step_decls *d = dr->decls;
+    struct step_decl *rec = &dr->rec;
+    rec->io = (uint32_t)d->n_io;
+    rec->n_inputs = dr->n_io[0];
+    rec->n_outputs = dr->n_io[1];
+    for (int k = 0; k < 2; k++)
+        for (uint32_t i = 0; i < dr->n_io[k]; i++)
+            if (step_decls_add_io(d, dr->io[k][i]) == UINT32_MAX) luaL_error(L, "node: too many inputs and outputs");
+    rec->tags = (uint32_t)d->n_tags;
+    for (lua_Integer i = 1; lua_istable(L, S_TAG_LIST) && lua_rawgeti(L, S_TAG_LIST, i) != LUA_TNIL; i++) {
+        if (step_decls_add_tag(d, intern(L, dr, -1)) == UINT32_MAX) luaL_error(L, "node: too many tags");
+        rec->n_tags++;
+        lua_pop(L, 1);
+    }
+    if (dr->has_aml) {
+        rec->aml = step_decls_add_aml(d, dr->aml);
+        if (rec->aml == UINT32_MAX) luaL_error(L, "node: too many steps");
+        rec->flags |= STEP_AML;
+    }
+    int extras = 0;
+    if (rec->flags & STEP_DIST) {
+        lua_createtable(L, 0, 1);
+        lua_pushvalue(L, S_DIST);
+        lua_setfield(L, -2, "dist");
+        extras = lua_gettop(L);
+    }
+    flow_node_add(L, S_DECLS, rec, S_BODY, extras, lua_upvalueindex(UP_NODE));
 }
 
 /* ---- the module ---------------------------------------------------------- */
@@ -879,23 +922,20 @@ static int l_bind(lua_State *L)
 {
     for (int i = 1; i <= N_UP; i++) luaL_checktype(L, i, LUA_TTABLE);
     lua_settop(L, N_UP);
-    struct where_key *key = lua_newuserdatauv(L, sizeof *key, 0);
-    key->line = -1;                    /* matches no line */
-    key->src[0] = '\0';
-    lua_pushliteral(L, "?");
     /* the tags of every node given none: one read-only empty list */
     lua_newtable(L);
     lua_createtable(L, 0, 1);
     lua_pushcfunction(L, no_tags_newindex);
     lua_setfield(L, -2, "__newindex");
     lua_setmetatable(L, -2);
-    /* the entries of datasets named by themselves (push_named_io), weakly */
-    lua_newtable(L);
-    lua_createtable(L, 0, 1);
-    lua_pushliteral(L, "v");
-    lua_setfield(L, -2, "__mode");
-    lua_setmetatable(L, -2);
-    lua_pushcclosure(L, l_node, UP_IO);
+    flow_node_class(L, UP_NODE, lua_gettop(L));
+    lua_settop(L, N_UP);
+    struct where_key *key = lua_newuserdatauv(L, sizeof *key, 0);
+    key->line = -1;                    /* matches no line */
+    key->src[0] = '\0';
+    key->decls = 0;                    /* no store's serial */
+    lua_pushliteral(L, "?");
+    lua_pushcclosure(L, l_node, N_NODE_UP);
     return 1;
 }
 
@@ -954,7 +994,10 @@ static int l_take_nodes(lua_State *L)
     luaL_checktype(L, 5, LUA_TTABLE);
     lua_settop(L, 5);
     for (; lua_geti(L, 1, i) != LUA_TNIL && has_class(L, 6, 1); i++) {
-        lua_getfield(L, 6, "name");
+        struct step_decls *d;
+        const struct step_decl *r = flow_node_decl(L, 6, &d, NULL);
+        if (!r) break;                                   /* (a Node is a node) */
+        lua_pushstring(L, step_decls_str(d, r->name));
         lua_pushvalue(L, 7);
         if (lua_rawget(L, 5) != LUA_TNIL) break;        /* a name met before: compose's add_step */
         lua_pop(L, 1);
@@ -973,6 +1016,12 @@ static int l_take_nodes(lua_State *L)
 static int l_bind_take_nodes(lua_State *L)
 {
     return bind_closure(L, LUA_TTABLE, l_take_nodes);
+}
+
+/* bind_derive(Node) -> derive(n, changes) (node_decl.c) */
+static int l_bind_derive(lua_State *L)
+{
+    return bind_closure(L, LUA_TTABLE, flow_l_derive);
 }
 
 /* unknown_key(t, fields) -> a key of t that is neither a whole number (a
@@ -1044,6 +1093,9 @@ static const luaL_Reg pipeline_funcs[] = {
     { "bind_command", l_bind_command },
     { "bind_pipeline", l_bind_pipeline },
     { "bind_take_nodes", l_bind_take_nodes },
+    { "bind_derive", l_bind_derive },
+    { "same_decl", flow_l_same_decl },
+    { "new_store", flow_l_new_store },
     { "check_name", l_check_name },
     { "tags", l_tags },
     { "name_problem", l_name_problem },

@@ -37,6 +37,7 @@
 #include "hash.h"
 #include "json_text.h"
 #include "serialize.h"
+#include "step_decl.h"
 
 #include <lauxlib.h>
 #include <stdbool.h>
@@ -45,7 +46,7 @@
 
 #define MAX_OUTPUTS 64
 
-enum { A_VALUES = 1, A_NODE, A_CAT, A_INLINE_MAX, A_RECOMPUTE, S_INPUTS, S_OUTPUTS, S_EXACT, S_MEMO };
+enum { A_VALUES = 1, A_NODE, A_CAT, A_INLINE_MAX, A_RECOMPUTE, S_EXACT, S_MEMO };
 
 /* Whether field `key` of the table at idx is the string `want`. */
 static bool field_is(lua_State *L, int idx, const char *key, const char *want)
@@ -54,35 +55,40 @@ static bool field_is(lua_State *L, int idx, const char *key, const char *want)
     return s && strcmp(s, want) == 0;
 }
 
-/* Pushes entry k of the io list at `list` and its dataset name (a string,
- * else false is returned with both popped). */
-static bool push_io(lua_State *L, int list, lua_Integer k)
+/* The step: its record (read from the node's, not from Lua lists that a
+ * read of n.inputs would make), a copy, and its store. */
+struct step_view { struct step_decls *d; struct step_decl rec; };
+
+static bool view_of_node(lua_State *L, struct step_view *v)
 {
-    if (lua_rawgeti(L, list, k) != LUA_TTABLE) {
-        lua_pop(L, 1);
-        return false;
-    }
-    if (lua_getfield(L, -1, "dataset") != LUA_TSTRING) {
-        lua_pop(L, 2);
-        return false;
-    }
+    const struct step_decl *r = flow_node_decl(L, A_NODE, &v->d, NULL);
+    if (!r) return false;
+    v->rec = *r;                        /* (pushing a string may run finalizers, which may add records) */
     return true;
 }
 
+/* Pushes the dataset of input k (1-based; output k with `outputs`), or its
+ * argument's name with `arg`. */
+static void push_io_name(lua_State *L, const struct step_view *v, bool outputs, lua_Integer k, bool arg)
+{
+    struct step_io io = v->d->io[v->rec.io + (outputs ? v->rec.n_inputs : 0) + (uint32_t)k - 1];
+    lua_pushstring(L, step_decls_str(v->d, arg ? io.arg : io.dataset));
+}
+
 /* Every output a memory dataset. */
-static bool outputs_in_memory(lua_State *L, lua_Integer n_out)
+static bool outputs_in_memory(lua_State *L, const struct step_view *v)
 {
     lua_getfield(L, A_CAT, "patterns");
     bool patterns = lua_istable(L, -1) && lua_rawlen(L, -1) > 0;
     lua_pop(L, 1);
-    for (lua_Integer k = 1; k <= n_out; k++) {
-        if (!push_io(L, S_OUTPUTS, k)) return false;
+    for (lua_Integer k = 1; k <= v->rec.n_outputs; k++) {
+        push_io_name(L, v, true, k, false);
         if (!flow_push_known_entry(L, S_EXACT, S_MEMO, -1, patterns)) {
-            lua_pop(L, 2);
+            lua_pop(L, 1);
             return false;
         }
         bool memory = lua_isnil(L, -1) || field_is(L, -1, "type", "memory");
-        lua_pop(L, 3);
+        lua_pop(L, 2);
         if (!memory) return false;
     }
     return true;
@@ -169,30 +175,30 @@ static int l_copy(lua_State *L)
 /* Pushes the value of every input (a table of them by argument name when
  * the step takes a map): false, with nothing left pushed, when one is not
  * loaded in memory yet.  Returns the number of arguments in *nargs. */
-static bool push_inputs(lua_State *L, int *nargs)
+static bool push_inputs(lua_State *L, const struct step_view *v, int *nargs)
 {
     int top = lua_gettop(L);
-    lua_Integer n_in = (lua_Integer)lua_rawlen(L, S_INPUTS);
-    bool map = field_is(L, A_NODE, "input_style", "map");
+    lua_Integer n_in = v->rec.n_inputs;
+    bool map = v->rec.flags & STEP_INPUTS_MAP;
     if (n_in > 1000000 || !lua_checkstack(L, (int)n_in + 8)) return false;    /* the stdlib says why */
     if (map) lua_createtable(L, 0, (int)(n_in > 64 ? 64 : n_in));
     for (lua_Integer k = 1; k <= n_in; k++) {
-        if (!push_io(L, S_INPUTS, k) || lua_rawget(L, A_VALUES) != LUA_TTABLE ||
-            lua_getfield(L, -1, "loaded") != LUA_TBOOLEAN || !lua_toboolean(L, -1)) {
-            lua_settop(L, top);                  /* (an io entry without a dataset: the stdlib's) */
+        push_io_name(L, v, false, k, false);
+        if (lua_rawget(L, A_VALUES) != LUA_TTABLE || lua_getfield(L, -1, "loaded") != LUA_TBOOLEAN ||
+            !lua_toboolean(L, -1)) {
+            lua_settop(L, top);
             return false;
         }
         lua_pop(L, 1);
-        lua_getfield(L, -1, "value");            /* io, entry, value */
+        lua_getfield(L, -1, "value");            /* entry, value */
         own_copy(L, -1);
         if (map) {
-            lua_getfield(L, -3, "arg");
+            push_io_name(L, v, false, k, true);
             lua_insert(L, -2);
-            lua_rawset(L, -5);                   /* t[io.arg] = value */
-            lua_pop(L, 2);
-        } else {
-            lua_replace(L, -3);
+            lua_rawset(L, -4);                   /* t[io.arg] = value */
             lua_pop(L, 1);
+        } else {
+            lua_replace(L, -2);
         }
     }
     *nargs = lua_gettop(L) - top;
@@ -201,7 +207,7 @@ static bool push_inputs(lua_State *L, int *nargs)
 
 /* The result that output k gets (pushed), or false with nothing pushed
  * when the results do not give it: results base+1 .. base+nres. */
-static bool push_result(lua_State *L, int base, int nres, bool map, lua_Integer k)
+static bool push_result(lua_State *L, const struct step_view *v, int base, int nres, bool map, lua_Integer k)
 {
     if (map) {
         /* a table with a metatable is the stdlib's: its __index may wait
@@ -211,10 +217,8 @@ static bool push_result(lua_State *L, int base, int nres, bool map, lua_Integer 
             lua_pop(L, 1);
             return false;
         }
-        lua_rawgeti(L, S_OUTPUTS, k);
-        lua_getfield(L, -1, "arg");
+        push_io_name(L, v, true, k, true);
         lua_rawget(L, base + 1);
-        lua_remove(L, -2);
     } else {
         if (k > nres) return false;
         lua_pushvalue(L, base + (int)k);
@@ -311,9 +315,11 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
     /* a call with LUA_MULTRET leaves no room above its results: made here
      * (what hand_over needs first, then the values and their texts) */
     luaL_checkstack(L, 8, "too many results");
-    lua_Integer n_out = (lua_Integer)lua_rawlen(L, S_OUTPUTS);
+    struct step_view v;
+    if (!view_of_node(L, &v)) return luaL_error(L, "internal error: a step's node went while it ran");
+    lua_Integer n_out = v.rec.n_outputs;
     lua_Integer inline_max = lua_tointeger(L, A_INLINE_MAX);
-    bool map = field_is(L, A_NODE, "output_style", "map");
+    bool map = v.rec.flags & STEP_OUTPUTS_MAP;
     bool may_unkeep = lua_isfunction(L, A_RECOMPUTE);   /* false: every value is kept */
     int unkept = 0;
     /* util.holds_secret is the stdlib's; more outputs than this, rare, too */
@@ -321,7 +327,7 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
         return hand_over(L, base, nres);
     int vals = lua_gettop(L);
     for (lua_Integer k = 1; k <= n_out; k++) {           /* value k at vals + 2k - 1, its text above it */
-        if (!push_result(L, base, nres, map, k)) {
+        if (!push_result(L, &v, base, nres, map, k)) {
             lua_settop(L, vals);
             return hand_over(L, base, nres);
         }
@@ -347,24 +353,22 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
     }
     struct ready r[MAX_OUTPUTS];
     for (lua_Integer k = 1; k <= n_out; k++) {
-        int v = vals + 2 * (int)k - 1;
+        int val = vals + 2 * (int)k - 1;
         size_t len;
         struct ready *o = &r[k - 1];
-        o->text = lua_tolstring(L, v + 1, &len);
-        if (!push_io(L, S_OUTPUTS, k))                      /* io, d; checked before the call */
-            return luaL_error(L, "internal error: the outputs of a step changed while it ran");
-        o->d = lua_tostring(L, -1);
+        o->text = lua_tolstring(L, val + 1, &len);
+        push_io_name(L, &v, true, k, false);
+        o->d = lua_tostring(L, -1);                         /* kept alive as a key of A_VALUES */
         if (o->text) sha256_hex(o->text, len, o->hash);
         else recompute_key(L, fp, o->d, o->hash);
         lua_createtable(L, 0, 3);
         lua_pushstring(L, o->hash);
         lua_setfield(L, -2, "hash");
-        lua_pushvalue(L, v);
+        lua_pushvalue(L, val);
         lua_setfield(L, -2, "value");
         lua_pushboolean(L, 1);
         lua_setfield(L, -2, "loaded");
         lua_rawset(L, A_VALUES);
-        lua_pop(L, 1);
     }
     push_records_json(L, r, (size_t)n_out);
     return 1;
@@ -379,16 +383,16 @@ static int l_call(lua_State *L)
     luaL_checktype(L, A_CAT, LUA_TTABLE);
     luaL_argcheck(L, luaL_checkinteger(L, A_INLINE_MAX) > 0, A_INLINE_MAX, "a positive size");
     if (!lua_isnoneornil(L, A_RECOMPUTE)) luaL_checktype(L, A_RECOMPUTE, LUA_TFUNCTION);
-    lua_getfield(L, A_NODE, "inputs");
-    lua_getfield(L, A_NODE, "outputs");
+    struct step_view v;
+    if (!view_of_node(L, &v)) return 0;
     lua_getfield(L, A_CAT, "exact");
     lua_getfield(L, A_CAT, "memo");
-    for (int i = S_INPUTS; i <= S_MEMO; i++)
+    for (int i = S_EXACT; i <= S_MEMO; i++)
         if (!lua_istable(L, i)) return 0;
-    if (!outputs_in_memory(L, (lua_Integer)lua_rawlen(L, S_OUTPUTS))) return 0;
-    if (lua_getfield(L, A_NODE, "fn") != LUA_TFUNCTION) return 0;
+    if (!outputs_in_memory(L, &v)) return 0;
+    if (flow_node_push_body(L, A_NODE) != LUA_TFUNCTION) return 0;
     int base = lua_gettop(L) - 1, nargs;                   /* the results replace fn and its arguments */
-    if (!push_inputs(L, &nargs)) return 0;
+    if (!push_inputs(L, &v, &nargs)) return 0;
     lua_callk(L, nargs, LUA_MULTRET, base, finish);
     return finish(L, LUA_OK, base);
 }

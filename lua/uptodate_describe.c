@@ -154,7 +154,7 @@ static const char *known_command_code(lua_State *L, struct checker *c, int cmd, 
 static long known_params(lua_State *L, struct checker *c, const struct dag_step *step, int n, int templates)
 {
     size_t np = 0;
-    int renames = lua_getfield(L, n, "cmd_params") == LUA_TTABLE ? lua_gettop(L) : 0;
+    int renames = flow_node_push_extra(L, n, "cmd_params") == LUA_TTABLE ? lua_gettop(L) : 0;
     bool line = templates && lua_type(L, templates) == LUA_TSTRING;
     size_t n_templates = !templates ? 0 : line ? 1 : (size_t)lua_rawlen(L, templates);
     for (size_t t = 0; t < n_templates + step->n_inputs; t++) {
@@ -209,15 +209,12 @@ static int describe_known(lua_State *L, struct checker *c, size_t i)
     if (lua_rawgeti(L, X_REMOTE, (lua_Integer)i + 1) != LUA_TNIL) return -1;
     lua_rawgeti(L, X_NODES, (lua_Integer)i + 1);
     int n = lua_gettop(L);
-    const char *kind = flow_field_string(L, n, "kind");
-    if (!kind) return -1;
-    bool command = strcmp(kind, "command") == 0;
-    if (!command && strcmp(kind, "func") != 0) return -1;
+    bool command = step->kind == STEP_COMMAND;
     if (lua_type(L, X_SWEEP) == LUA_TSTRING && strcmp(step->name, lua_tostring(L, X_SWEEP)) == 0) return -1;
     struct utd_step spec = { 0 };
     int templates = 0, names = 0;
     if (command) {
-        if (lua_getfield(L, n, "cmd") != LUA_TTABLE) return -1;
+        if (flow_node_push_body(L, n) != LUA_TTABLE) return -1;
         int cmd = lua_gettop(L);
         if (!(spec.code.s = known_command_code(L, c, cmd, &spec.code.len))) return -1;
         int entry = lua_gettop(L);
@@ -231,7 +228,7 @@ static int describe_known(lua_State *L, struct checker *c, size_t i)
         }
         templates = lua_gettop(L);
     } else {
-        if (lua_getfield(L, n, "fn") != LUA_TFUNCTION) return -1;
+        if (flow_node_push_body(L, n) != LUA_TFUNCTION) return -1;
         if (!(spec.code.s = known_fn_hash(L, lua_gettop(L), &spec.code.len))) return -1;
     }
     long np = known_params(L, c, step, n, templates);

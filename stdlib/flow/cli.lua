@@ -606,6 +606,7 @@ local function load_pipeline(path, name, describing)
   _G.flow = flow
   _G.print = M.print
   local runs_before = runner.runs_started
+  pipeline.new_store()
   runner.describing = describing and { command = describing, script = path } or nil
   local ok, ret = xpcall(chunk, function(e)
     if util.is_fs_error(e) then return e end   -- a driver's flow.run met the disk, not a bug

@@ -191,13 +191,14 @@ local function may_need(n, cat_creds)
 end
 
 -- Before anything runs: every selected command step's credentials resolve
--- (and are registered as secrets).  Returns {node = env table} for the steps
--- that get any.
-function M.check(nodes, settings, cat, selected)
+-- (and are registered as secrets).  `commands`: the indices of the command
+-- steps among `nodes`.  Returns {node = env table} for the steps that get any.
+function M.check(nodes, commands, settings, cat, selected)
   local by_node = {}
   local cat_creds = catalog_has_credentials(cat)
-  for i, n in ipairs(nodes) do
-    if n.kind == "command" and (not selected or selected[i]) and may_need(n, cat_creds) then
+  for _, i in ipairs(commands) do
+    local n = nodes[i]
+    if (not selected or selected[i]) and may_need(n, cat_creds) then
       local env = M.step_env(n, settings, cat)
       if next(env) then by_node[n] = env end
     end

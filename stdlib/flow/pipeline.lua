@@ -8,8 +8,10 @@ local command = require("flow.command")
 local distributed = require("flow.distributed")
 
 local M = {}
+-- A node is a read-only handle on its record in C (lua/node_decl.c): its
+-- fields (name, where, kind, inputs, outputs, tags, fn, cmd, ...) are made
+-- from the record when read.
 local Node = { __name = "flow.node" }
-Node.__index = Node
 local Pipeline = { __name = "flow.pipeline" }
 Pipeline.__index = Pipeline
 
@@ -35,23 +37,31 @@ local function parse_tags(tags, level)
   return t
 end
 
+-- new_store(): the nodes declared from now on have records of their own,
+-- which go when the last of those nodes does (a script's load starts one,
+-- so a REPL's reloads do not pile records up).
+M.new_store = pipeline_c.new_store
+
 local first_hole = pipeline_c.first_hole
 local take_nodes = pipeline_c.bind_take_nodes(Node)
 local unknown_key = pipeline_c.unknown_key
+local derive = pipeline_c.bind_derive(Node)
+local same_decl = pipeline_c.same_decl
 
--- Copy of node `n` with datasets and name renamed by `rename(dataset)`.
-local function renamed(n, rename, prefix)
-  local c = setmetatable({}, Node)
-  for k, v in pairs(n) do c[k] = v end
-  c.inputs, c.outputs = {}, {}
-  for i, io in ipairs(n.inputs) do c.inputs[i] = { arg = io.arg, dataset = rename(io.dataset) } end
-  for i, io in ipairs(n.outputs) do c.outputs[i] = { arg = io.arg, dataset = rename(io.dataset) } end
+-- Copy of node `n` with datasets and name renamed by `rename(dataset)`, and
+-- the fields of `changes` (derive's) set.
+local function renamed(n, rename, prefix, changes)
+  changes = changes or {}
+  local inputs, outputs = {}, {}
+  for i, io in ipairs(n.inputs) do inputs[i] = { arg = io.arg, dataset = rename(io.dataset) } end
+  for i, io in ipairs(n.outputs) do outputs[i] = { arg = io.arg, dataset = rename(io.dataset) } end
+  changes.inputs, changes.outputs = inputs, outputs
   if prefix then
-    c.name = prefix .. "." .. n.name
-    c.namespace = n.namespace and (prefix .. "." .. n.namespace) or prefix   -- outer.inner, for flow viz
+    changes.name = prefix .. "." .. n.name
+    changes.namespace = n.namespace and (prefix .. "." .. n.namespace) or prefix   -- outer.inner, for flow viz
   end
-  c.origin = n.origin or n
-  return c
+  changes.origin = n.origin or n
+  return derive(n, changes)
 end
 
 -- A remap option: {"a", "b"} keeps those names, {a = "x"} renames a to x.
@@ -204,16 +214,17 @@ local function namespaced(nodes, ns, inputs, outputs, params)
   end
   local out = {}
   for i, n in ipairs(nodes) do
-    local c = renamed(n, rename, ns)
-    if n.kind == "command" then c.cmd_params = command_params(n, rename_param) end
+    local changes = {}
+    if n.kind == "command" then changes.cmd_params = command_params(n, rename_param) end
     local d = n.dist
     if d and (d.num_nodes_ref or d.processes_per_node_ref) then   -- its counts read parameters too
-      c.dist = {}
-      for k, v in pairs(d) do c.dist[k] = v end
-      c.dist.num_nodes_ref = d.num_nodes_ref and rename(d.num_nodes_ref)
-      c.dist.processes_per_node_ref = d.processes_per_node_ref and rename(d.processes_per_node_ref)
+      local dist = {}
+      for k, v in pairs(d) do dist[k] = v end
+      dist.num_nodes_ref = d.num_nodes_ref and rename(d.num_nodes_ref)
+      dist.processes_per_node_ref = d.processes_per_node_ref and rename(d.processes_per_node_ref)
+      changes.dist = dist
     end
-    out[i] = c
+    out[i] = renamed(n, rename, ns, changes)
   end
   return out
 end
@@ -235,16 +246,11 @@ end
 -- Node identity: Kedro's (the name, inputs and outputs) and, since flow
 -- runs what it is given, the same body and settings.  Where each was
 -- written does not count, nor do tags (the step kept carries both sets).
-local not_identity = { where = true, origin = true, tags = true }
+-- The record's fields are compared in C; the Lua values here.
 local function same_step(a, b)
   if rawequal(a, b) then return true end
-  for k, v in pairs(a) do
-    if not not_identity[k] and not same_value(v, rawget(b, k)) then return false end
-  end
-  for k in pairs(b) do
-    if not not_identity[k] and rawget(a, k) == nil then return false end
-  end
-  return true
+  return same_decl(a, b) and same_value(a.fn, b.fn) and same_value(a.cmd, b.cmd)
+     and same_value(a.dist, b.dist) and same_value(a.cmd_params, b.cmd_params)
 end
 
 -- Step n with `tags` added to its own (n itself when it has them all).
@@ -255,10 +261,9 @@ local function with_tags(n, tags)
     if not have[t] then have[t] = true; extra[#extra + 1] = t end
   end
   if #extra == 0 then return n end
-  local c = renamed(n, function(d) return d end)
-  c.tags = { table.unpack(n.tags) }
-  for _, t in ipairs(extra) do c.tags[#c.tags + 1] = t end
-  return c
+  local tags = { table.unpack(n.tags) }
+  for _, t in ipairs(extra) do tags[#tags + 1] = t end
+  return derive(n, { tags = tags, origin = n.origin or n })
 end
 
 -- How item i of a list is named in errors: "item 3", "item 2 of item 3".

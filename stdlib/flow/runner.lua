@@ -209,7 +209,7 @@ function Run:attempt_body(i, k)
     -- nor the record itself, unless the result needs it (why it ran, what it reported)
     local m = rec.metrics
     if not rec.reason and not m then self.records[n.name] = nil end
-    self:release_inputs(n)
+    self:release_inputs(i)
     if not (paths or rec.exit_code or rec.remote or m) then return true, { outputs = outputs } end   -- most steps
     return true, { outputs = outputs, paths = paths, exit_code = rec.exit_code,
                    remote = rec.remote and util.record_json(rec.remote),
@@ -452,8 +452,11 @@ function M.run(p, opts, level)
   if type(opts) ~= "table" then util.fail((level or 1) + 1, "flow.run: options must be a table, got %s", type(opts)) end
   if M.child then return execute.run_child(M.child, pipeline.is_node(p) and pipeline.pipeline({ p }) or p) end
   local plan = M.prepare(p, opts, (level or 1) + 1)
-  local secrets = credentials.check(plan.nodes, plan.settings, plan.cat, plan.selected)
-  for _, n in ipairs(plan.nodes) do step_secrets[n] = secrets[n] end
+  local secrets = credentials.check(plan.nodes, plan.commands, plan.settings, plan.cat, plan.selected)
+  for _, i in ipairs(plan.commands) do       -- (only command steps get any)
+    local n = plan.nodes[i]
+    step_secrets[n] = secrets[n]
+  end
   state_mod.lock()
   local run_id = core.run_id(state_mod.RUNS)
   local self = new_run(plan, opts, run_id, tasks.shared("state", function() return state_mod.load(run_id) end))

@@ -45,7 +45,7 @@ function Run:value_of(d)
   return v.value
 end
 
--- After step n ended well: each input no other step of the graph still has
+-- After step i ended well: each input no other step of the graph still has
 -- to read is let go, so that a pipeline handing on large values (data
 -- frames, models) holds each only while a step still needs it, not to the
 -- run's end.  Every step of the graph counts, selected or not, run or found
@@ -61,22 +61,13 @@ local LET_GO = setmetatable({}, { __index = function(_, field)
         .. ")", 2)
 end })
 
-function Run:release_inputs(n)
+function Run:release_inputs(i)
   local left = self.readers_left
   if not left then
     left = self.graph:reader_counts()
     self.readers_left = left
   end
-  for _, io in ipairs(n.inputs) do
-    local d = io.dataset
-    local c = left[d]
-    if c == 1 then
-      left[d] = nil
-      if rawget(self.values, d) then self.values[d] = LET_GO end
-    elseif c then
-      left[d] = c - 1
-    end
-  end
+  self.graph:count_down(i, left, self.values, LET_GO)    -- (C: over the graph's lists, not n.inputs)
 end
 
 -- The value a Lua function receives for input `io`.
@@ -132,17 +123,8 @@ end
 -- keeps no record of it) names them by the run.
 function Run:unkept_namer(n, i)
   local keep = self.keep_values          -- (a sweep's trials: true, or the steps they share)
-  if keep == true or (keep and keep[n.name]) or self:keeps_values(n, i) or #n.outputs == 0 then
-    return nil
-  end
-  local unread = self.unread
-  if not unread then
-    unread = {}
-    for _, d in ipairs(self.graph:unread_outputs()) do unread[d] = true end
-    self.unread = unread
-  end
-  for _, io in ipairs(n.outputs) do
-    if unread[io.dataset] then return nil end
+  if keep == true or (keep and keep[n.name]) or self:keeps_values(n, i) or not self.graph:outputs_all_read(i) then
+    return nil                          -- (an output no step reads is the run's result: kept)
   end
   local namer = self.namer
   if not namer then

@@ -339,17 +339,33 @@ Y
     equals "$(cat data/left.txt)" "gone" "the scratch file after the commit"
 }
 
+# The graph is built from node{}s' records only, and no way of making a
+# node lets a NUL into a name (the graph keys names by C string: "a\0b" and
+# "a\0c" would be one).
 test_the_graph_refuses_a_nul_in_a_name_from_any_caller() {
     write check.lua <<'L'
 local dag = require("flow.dag")
-local steps = { { name = "s", kind = "func", inputs = {}, outputs = { { arg = "x", dataset = "a\0b" } } },
-                { name = "t", kind = "func", inputs = {}, outputs = { { arg = "x", dataset = "a\0c" } } } }
+local steps = { { name = "s", kind = "func", inputs = {}, outputs = { { arg = "x", dataset = "a\0b" } } } }
 local ok, err = pcall(dag.build, steps, {})
-io.open("result", "w"):write(tostring(ok) .. ": " .. tostring(err)):close()
+local out = { tostring(ok) .. ": " .. tostring(err) }
+local f = function() end
+for _, spec in ipairs({ { func = f, name = "s", outputs = "a\0b" }, { func = f, name = "s\0t" },
+                        { func = f, name = "s", inputs = { ["x\0y"] = "a" } }, { func = f, name = "s", pool = "p\0q" } }) do
+  ok, err = pcall(node, spec)
+  out[#out + 1] = tostring(ok) .. ": " .. tostring(err):gsub("^check%.lua:%d+: ", "")
+end
+ok, err = pcall(pipeline, { node{ func = f, name = "s" }, namespace = "n\0s" })
+out[#out + 1] = tostring(ok) .. ": " .. tostring(err):gsub("^check%.lua:%d+: ", "")
+io.open("result", "w"):write(table.concat(out, "\n")):close()
 return pipeline{}
 L
     run_flow 0 run check.lua
-    equals "$(cat result)" "false: step 's': a step or dataset name contains a NUL byte"
+    equals "$(cat result)" "false: step 1 is not a node{}
+false: node: outputs: 'a\\0b' contains a control character
+false: node: name: 's\\0t' contains a control character
+false: node: inputs: the name of an argument holds a NUL byte (\\0)
+false: node: pool holds a NUL byte (\\0)
+false: pipeline: namespace: 'n\\0s' contains a control character"
 }
 
 # A quick Lua step's file output is flushed before the step is done: a

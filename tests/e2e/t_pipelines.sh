@@ -226,6 +226,39 @@ L
     contains "$OUT" "namespaced	ns.y	y	x"
 }
 
+# A node is a read-only handle on its record in C: every field reads as
+# node{} was given it (a table field is the same table at each read), pairs()
+# lists the fields it has, and writing one is an error naming what to do.
+# A namespaced copy is a new record that keeps its original's body.
+test_a_node_reads_as_it_was_declared_and_is_read_only() {
+    write pipeline.lua <<'L'
+local function f(x) return x end
+local a = node{ func = f, name = "a", inputs = { "x", "params:lr" }, outputs = { o = "y" }, tags = { "t1", "t2" },
+                retries = 2, timeout = 90, pool = "gpu", metrics = true }
+local c = node{ command = { "echo", "${outputs.o}" }, outputs = { o = "z" }, name = "c", timeout = "1m30s",
+                compute = "cpu-cluster", environment = "env:1", env = { A = "1" } }
+print("a", a.name, a.kind, a.where, a.retries, a.timeout, a.pool, a.metrics, a.input_style, a.output_style,
+      rawequal(a.fn, f), #a.inputs, a.inputs[2].dataset, a.outputs[1].arg, a.outputs[1].dataset,
+      table.concat(a.tags, ","), rawequal(a.inputs, a.inputs), rawequal(a.tags, a.tags), a.cmd, a.dist)
+print("c", c.kind, c.cmd.argv[1], c.cmd.env.A, c.timeout, c.compute, c.environment, c.instance_type, c.fn, #c.tags)
+local keys = {}
+for k in pairs(c) do keys[#keys + 1] = k end
+print("pairs", table.concat(keys, ","))
+print("write", select(2, pcall(function() a.name = "b" end)):match("a node is read%-only.*"))
+local ns = pipeline{ a, namespace = "ns", parameters = { "lr" }, tags = "extra" }.nodes[1]
+print("ns", ns.name, ns.namespace, rawequal(ns.fn, f), ns.inputs[1].dataset, ns.inputs[2].dataset,
+      ns.outputs[1].arg, ns.outputs[1].dataset, table.concat(ns.tags, ","), ns.retries, ns.pool,
+      rawequal(ns.origin, a), ns.where == a.where)
+return pipeline{}
+L
+    run_flow 0 list
+    contains "$OUT" "a	a	func	pipeline.lua:2	2	90	gpu	true	nil	map	true	2	params:lr	o	y	t1,t2	true	true	nil	nil"
+    contains "$OUT" "c	command	echo	1	90	cpu-cluster	env:1	nil	nil	0"
+    contains "$OUT" "pairs	name,where,kind,inputs,outputs,output_style,tags,timeout,cmd,compute,environment"
+    contains "$OUT" "write	a node is read-only (pipeline{ namespace =, inputs =, outputs =, tags = } makes a changed copy)"
+    contains "$OUT" "ns	ns.a	ns	true	ns.x	params:lr	o	ns.y	t1,t2,extra	2	gpu	true	true"
+}
+
 test_errors_name_every_culprit() {
     write pipeline.lua <<'L'
 local function f(x) return 1 end

@@ -119,22 +119,28 @@ static void test_spawn_and_group_results(void)
            "assert(g2 == nil and e2:find('command not found'), e2)\n");
 }
 
+/* dag.build takes node{}s (their records): anything else is refused, and a
+ * graph it refuses leaves nothing behind (its scratch arrays grown first). */
 static void test_dag_build_bad_step_frees_what_was_read(void)
 {
-    lua_ok("local dag = require('flow.dag')\n"
-           "local ok, e = pcall(dag.build, { { name = 'a', outputs = { { arg = 'x' } } } }, {})\n"
-           "assert(not ok and e:find('step a: an output without dataset'), e)\n"
-           "local g = dag.build({ { name = 'b', tags = { 7, 't' }, outputs = { { dataset = 'd' } } } }, {})\n"
+    lua_ok("local dag, flow = require('flow.dag'), require('flow')\n"
+           "local ok, e = pcall(dag.build, { { name = 'a', outputs = { { dataset = 'x' } } } }, {})\n"
+           "assert(not ok and e:find('step 1 is not a node{}'), e)\n"
+           "local g = dag.build({ flow.node{ func = print, name = 'b', tags = 't', outputs = 'd' } }, {})\n"
            "assert(g:count() == 1)\n");
-    no_growth("local dag = require('flow.dag')\n"
+    no_growth("local dag, flow = require('flow.dag'), require('flow')\n"
               "local inputs = {}\n"
-              "for i = 1, 512 do inputs[i] = { dataset = 'd' .. i } end\n"
-              "local steps = { { name = 'a', inputs = inputs, outputs = { {} } } }\n"
-              "for i = 1, 2000 do assert(not pcall(dag.build, steps, {})) end\n");
+              "for i = 1, 512 do inputs[i] = 'd' .. i end\n"
+              "local a = flow.node{ func = print, name = 'a', inputs = inputs, tags = inputs }\n"
+              "local b = flow.node{ func = print, name = 'b', outputs = 'd1' }\n"
+              "for i = 1, 2000 do\n"
+              "  assert(not pcall(dag.build, { a }, {}))                  -- d2 ... made by no step\n"
+              "  assert(not pcall(dag.build, { a, b, {} }, {}))           -- not a node\n"
+              "end\n");
 }
 
-/* The runner hands dag.build its node{} tables as they are (no spec table
- * per step): fields read through the Node class's __index. */
+/* The runner hands dag.build its node{}s as they are: the graph is built
+ * from their records. */
 static void test_dag_build_reads_nodes_as_they_are(void)
 {
     lua_ok("local dag, flow = require('flow.dag'), require('flow')\n"
@@ -145,6 +151,48 @@ static void test_dag_build_reads_nodes_as_they_are(void)
            "assert(g:count() == 2 and g:producer('y') == 2 and g:deps(2)[1] == 1)\n"
            "local ok, e = pcall(dag.build, { a, a }, {}, {})\n"
            "assert(not ok and e:find(\"two steps are named 'a'\"), e)\n");
+}
+
+/* A node's record lives in its store, and a store as long as one of its
+ * nodes does: loading a script again (new_store) lets the last load's records
+ * go.  A node{} that raises half-way leaves nothing behind either.  (Each
+ * new store may sit where a freed one was: node{}'s cache of its line's id
+ * must not take it for the old one.) */
+static void test_node_records_go_with_their_nodes(void)
+{
+    no_growth("local flow, pipeline = require('flow'), require('flow.pipeline')\n"
+              "for k = 1, 50 do\n"
+              "  pipeline.new_store()\n"
+              "  local nodes = {}\n"
+              "  for i = 1, 1000 do\n"
+              "    nodes[i] = flow.node{ func = print, name = 's' .. i, inputs = { 'd' .. i, 'e' .. i },\n"
+              "                          outputs = { o = 'x' .. i }, tags = 't' .. i }\n"
+              "  end\n"
+              "  local p = pipeline.pipeline{ pipeline.pipeline(nodes), namespace = 'ns' }\n"
+              "  assert(#p == 1000 and p.nodes[1000].name == 'ns.s1000')\n"
+              "  local many = {}\n"
+              "  for i = 1, 40 do many[i] = 'm' .. i end\n"
+              "  assert(not pcall(flow.node, { func = print, name = 'bad', inputs = many, outputs = { 'ok', 7 } }))\n"
+              "end\n");
+    lua_ok("local flow, pipeline = require('flow'), require('flow.pipeline')\n"
+           "pipeline.new_store()\n"
+           "local a = flow.node{ func = print, name = 'a', outputs = 'x' }\n"
+           "pipeline.new_store()\n"
+           "collectgarbage()\n"
+           "local b = flow.node{ func = print, name = 'b', inputs = 'x' }\n"
+           "local g = require('flow.dag').build({ a, b }, {}, {})\n"
+           "assert(g:count() == 2 and g:producer('x') == 1 and a.name == 'a')\n"
+           "local c = flow.node{ func = print, name = 'a', outputs = 'x' }\n"
+           "assert(#pipeline.pipeline{ a, c } == 1, 'the same step from two stores is one step')\n"
+           "local function make(k) return flow.node{ func = print, name = 's' .. k, outputs = 'd' .. k } end\n"
+           "local where = make(0).where\n"
+           "for k = 1, 20 do\n"
+           "  pipeline.new_store()\n"
+           "  assert(make(k).where == where, 'a store where a freed one was')\n"
+           "  pipeline.new_store()\n"
+           "  collectgarbage()\n"
+           "  collectgarbage()\n"
+           "end\n");
 }
 
 /* An allocator that refuses every new or growing block while `refusing`:
@@ -195,12 +243,12 @@ static void walk_out_of_memory(const char *method)
 
 static void test_dag_walk_out_of_memory_frees_its_arrays(void)
 {
-    lua_ok("local dag = require('flow.dag')\n"
+    lua_ok("local dag, flow = require('flow.dag'), require('flow')\n"
            "local steps = {}\n"
            "seeds = {}\n"
            "for i = 1, 20000 do\n"
-           "  steps[i] = { name = 's' .. i, outputs = { { dataset = 'd' .. i } },\n"
-           "               inputs = i > 1 and { { dataset = 'd' .. (i - 1) } } or {} }\n"
+           "  steps[i] = flow.node{ func = print, name = 's' .. i, outputs = 'd' .. i,\n"
+           "                        inputs = i > 1 and 'd' .. (i - 1) or nil }\n"
            "  seeds[i] = i\n"
            "end\n"
            "g = dag.build(steps, {})\n");
@@ -378,32 +426,17 @@ static void test_stdlib_search_out_of_memory_frees_the_names(void)
     CHECK(out_of_memory_calls("return package.searchers[2], 'flow.' .. string.rep('x', 200000)") > 0);
 }
 
-/* dag.build reads a step through its metatable: an __index that raises
- * leaves no scratch array behind. */
-static void test_dag_build_raising_index_frees_the_scratch(void)
-{
-    no_growth("local dag = require('flow.dag')\n"
-              "local inputs = {}\n"
-              "for i = 1, 512 do inputs[i] = { dataset = 'd' .. i } end\n"
-              "local mt = { __index = function(_, k) if k == 'tags' then error('no tags') end end }\n"
-              "local steps = { setmetatable({ name = 'a', inputs = inputs, outputs = {} }, mt) }\n"
-              "for i = 1, 2000 do\n"
-              "  local ok, e = pcall(dag.build, steps, {})\n"
-              "  assert(not ok and e:find('no tags'), e)\n"
-              "end\n");
-}
-
 /* sched.run's C state (its steps, selection, scheduler, coroutines and their
  * references) belongs to a to-be-closed userdata, and nothing inside the
  * scheduler raises: a step whose coroutine cannot be made fails, and a memory
  * error anywhere leaks nothing. */
 static void test_sched_run_out_of_memory_frees_its_state(void)
 {
-    lua_ok("local dag = require('flow.dag')\n"
+    lua_ok("local dag, flow = require('flow.dag'), require('flow')\n"
            "local nodes = {}\n"
            "for i = 1, 40 do\n"
-           "  nodes[i] = { name = 's' .. i, outputs = { { dataset = 'd' .. i } },\n"
-           "               inputs = i > 1 and { { dataset = 'd' .. (i - 1) } } or {} }\n"
+           "  nodes[i] = flow.node{ func = print, name = 's' .. i, outputs = 'd' .. i,\n"
+           "                        inputs = i > 1 and 'd' .. (i - 1) or nil }\n"
            "end\n"
            "sched_graph = dag.build(nodes, {}, {})\n"
            "sched_body = { attempt = function(i, k)\n"
@@ -436,6 +469,7 @@ int main(void)
     RUN(test_dag_build_bad_step_frees_what_was_read);
     RUN(test_dag_build_reads_nodes_as_they_are);
     RUN(test_dag_walk_out_of_memory_frees_its_arrays);
+    RUN(test_node_records_go_with_their_nodes);
     RUN(test_read_file_out_of_memory_frees_the_buffer);
     RUN(test_list_dir_out_of_memory_frees_the_names);
     RUN(test_json_decode_out_of_memory_frees_the_tree);
@@ -445,7 +479,6 @@ int main(void)
     RUN(test_expand_and_refs_out_of_memory_free_their_copies);
     RUN(test_config_strings_out_of_memory_are_freed);
     RUN(test_stdlib_search_out_of_memory_frees_the_names);
-    RUN(test_dag_build_raising_index_frees_the_scratch);
     RUN(test_sched_run_out_of_memory_frees_its_state);
     flow_state_close(L);
     if (chdir("/") != 0) perror("/");

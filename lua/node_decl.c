@@ -1,0 +1,518 @@
+/* node_decl.c — a node as Lua sees it: a handle {id, store} on its record in
+ * a store of declared steps (engine/step_decl.h).  node{} (l_pipeline.c)
+ * writes the record; the graph (l_dag.c) and the C passes read records;
+ * Lua code that reads a node's field gets it made from the record, a list
+ * (inputs, outputs, tags) once, kept beside the handle so that each read
+ * gives the same table.  A node is read-only.
+ *
+ * The store is a userdata with two user values: bodies[id + 1], each step's
+ * Lua function or command, and extras[id + 1], a table of the fields only a
+ * few steps have and that are Lua values (dist, cmd_params, origin).  Each
+ * handle holds its store, so a store lives as long as a node of it does;
+ * node{} adds to the state's current one, which each script load replaces
+ * (new_store), so a REPL's reloads do not pile records up. */
+#include "flowlua.h"
+#include "step_decl.h"
+
+#include <lauxlib.h>
+#include <string.h>
+
+#define DECLS_MT "flow.step_decls"
+#define CURRENT_KEY "flow.step_decls.current"
+enum { UV_BODIES = 1, UV_EXTRAS, N_UV = UV_EXTRAS };
+enum { H_ID = 1, H_DECLS, H_TABLES };   /* the handle's slots; H_TABLES: see node_index */
+
+/* The store's userdata.  Every read of a node's field finds its store in the
+ * handle, and luaL_testudata (a registry lookup) was a third of the cost of
+ * such a read: the userdata's size and this mark tell a store apart as
+ * surely, since Lua code cannot write a userdata's bytes. */
+#define DECLS_MAGIC 0x666c6f77646563ULL  /* "flowdec" */
+struct decls_ud { uint64_t magic; struct step_decls d; };
+
+static int decls_gc(lua_State *L)
+{
+    struct decls_ud *u = luaL_checkudata(L, 1, DECLS_MT);
+    step_decls_free(&u->d);
+    return 0;
+}
+
+/* The store at idx, or NULL. */
+static struct step_decls *to_decls(lua_State *L, int idx)
+{
+    struct decls_ud *u = lua_touserdata(L, idx);         /* (a light userdata's rawlen is 0) */
+    if (!u || lua_rawlen(L, idx) != sizeof *u || u->magic != DECLS_MAGIC) return NULL;
+    return &u->d;
+}
+
+/* Pushes a new, empty store. */
+static struct step_decls *push_new_decls(lua_State *L)
+{
+    struct decls_ud *u = lua_newuserdatauv(L, sizeof *u, N_UV);
+    memset(u, 0, sizeof *u);            /* what __gc may free before init */
+    struct step_decls *d = &u->d;
+    if (luaL_newmetatable(L, DECLS_MT)) {
+        lua_pushcfunction(L, decls_gc);
+        lua_setfield(L, -2, "__gc");
+    }
+    lua_setmetatable(L, -2);
+    for (int uv = 1; uv <= N_UV; uv++) {
+        lua_newtable(L);
+        lua_setiuservalue(L, -2, uv);
+    }
+    step_decls_init(d);
+    u->magic = DECLS_MAGIC;
+    return d;
+}
+
+struct step_decls *flow_push_current_decls(lua_State *L)
+{
+    lua_getfield(L, LUA_REGISTRYINDEX, CURRENT_KEY);
+    struct step_decls *current = to_decls(L, -1);
+    if (current) return current;
+    lua_pop(L, 1);
+    struct step_decls *d = push_new_decls(L);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, LUA_REGISTRYINDEX, CURRENT_KEY);
+    return d;
+}
+
+/* new_store(): the nodes declared from now on go to a new store. */
+int flow_l_new_store(lua_State *L)
+{
+    push_new_decls(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, CURRENT_KEY);
+    return 0;
+}
+
+const struct step_decl *flow_node_decl(lua_State *L, int idx, struct step_decls **decls, uint32_t *id)
+{
+    if (lua_type(L, idx) != LUA_TTABLE) return NULL;
+    idx = lua_absindex(L, idx);
+    lua_rawgeti(L, idx, H_DECLS);
+    struct step_decls *d = to_decls(L, -1);
+    lua_rawgeti(L, idx, H_ID);
+    lua_Integer i = lua_tointeger(L, -1);
+    lua_pop(L, 2);                      /* the handle keeps the store alive */
+    if (!d || i < 0 || (size_t)i >= d->n_recs) return NULL;
+    *decls = d;
+    if (id) *id = (uint32_t)i;
+    return &d->recs[i];
+}
+
+void flow_push_node_store(lua_State *L, int idx)
+{
+    lua_rawgeti(L, idx, H_DECLS);
+}
+
+void flow_node_add(lua_State *L, int decls, const struct step_decl *rec, int body, int extras, int cls)
+{
+    decls = lua_absindex(L, decls);
+    body = lua_absindex(L, body);
+    if (extras) extras = lua_absindex(L, extras);
+    uint32_t id = step_decls_add(to_decls(L, decls), rec);
+    if (id == UINT32_MAX) luaL_error(L, "node: more than 4,294,967,294 steps");
+    lua_getiuservalue(L, decls, UV_BODIES);
+    lua_pushvalue(L, body);
+    lua_rawseti(L, -2, (lua_Integer)id + 1);
+    lua_pop(L, 1);
+    if (extras) {
+        lua_getiuservalue(L, decls, UV_EXTRAS);
+        lua_pushvalue(L, extras);
+        lua_rawseti(L, -2, (lua_Integer)id + 1);
+        lua_pop(L, 1);
+    }
+    lua_createtable(L, 2, 0);
+    lua_pushinteger(L, id);
+    lua_rawseti(L, -2, H_ID);
+    lua_pushvalue(L, decls);
+    lua_rawseti(L, -2, H_DECLS);
+    lua_pushvalue(L, cls);
+    lua_setmetatable(L, -2);
+}
+
+/* ---- fields ------------------------------------------------------------- */
+
+enum field {
+    F_NAME, F_WHERE, F_NAMESPACE, F_KIND, F_INPUTS, F_OUTPUTS, F_INPUT_STYLE, F_OUTPUT_STYLE, F_TAGS, F_RETRIES,
+    F_TIMEOUT, F_POOL, F_METRICS, F_FN, F_CMD, F_DIST, F_CMD_PARAMS, F_ORIGIN,
+    F_AML,                              /* then the STEP_N_AML settings, in enum step_aml's order */
+};
+static const char *const field_names[] = {
+    "name", "where", "namespace", "kind", "inputs", "outputs", "input_style", "output_style", "tags", "retries",
+    "timeout", "pool", "metrics", "fn", "cmd", "dist", "cmd_params", "origin",
+    "compute", "environment", "instance_type", "shm_size", "input_mode", "output_mode",
+};
+#define N_FIELDS (sizeof field_names / sizeof *field_names)
+
+/* Upvalues of the __index closure: the Node class (for its methods), the
+ * weak cache of {arg = d, dataset = d} entries, the empty tags list, and
+ * {field name = enum field}. */
+enum { UP_CLASS = 1, UP_IO_CACHE, UP_NO_TAGS, UP_FIELDS, N_INDEX_UP = UP_FIELDS };
+
+static void push_name(lua_State *L, const struct step_decls *d, name_id id)
+{
+    if (id) lua_pushstring(L, step_decls_str(d, id));
+    else lua_pushnil(L);
+}
+
+/* {arg = a, dataset = ds}: one table for every entry that names a dataset by
+ * itself (a list's, a lone name's), held weakly by the cache: a dataset is an
+ * output of one step and an input of others.  Nothing changes an entry. */
+static void push_io_entry(lua_State *L, const struct step_decls *d, struct step_io io)
+{
+    int cache = lua_upvalueindex(UP_IO_CACHE);
+    bool named = io.arg == io.dataset;
+    push_name(L, d, io.dataset);
+    if (named) {
+        lua_pushvalue(L, -1);
+        if (lua_rawget(L, cache) == LUA_TTABLE) {
+            lua_remove(L, -2);
+            return;
+        }
+        lua_pop(L, 1);
+    }
+    lua_createtable(L, 0, 2);
+    lua_pushvalue(L, -2);
+    lua_setfield(L, -2, "dataset");
+    if (named) lua_pushvalue(L, -2);
+    else push_name(L, d, io.arg);
+    lua_setfield(L, -2, "arg");
+    if (named) {
+        lua_pushvalue(L, -2);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, cache);
+    }
+    lua_remove(L, -2);
+}
+
+/* The list of inputs (or outputs) of record `rec` (a copy: pushing may run a
+ * collection, whose finalizers may add records and move the arrays). */
+static void push_io_list(lua_State *L, const struct step_decls *d, struct step_decl rec, bool outputs)
+{
+    uint32_t first = rec.io + (outputs ? rec.n_inputs : 0), n = outputs ? rec.n_outputs : rec.n_inputs;
+    lua_createtable(L, (int)(n > 64 ? 64 : n), 0);
+    for (uint32_t i = 0; i < n; i++) {
+        push_io_entry(L, d, d->io[first + i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+}
+
+static void push_tags(lua_State *L, const struct step_decls *d, struct step_decl rec)
+{
+    if (rec.n_tags == 0) {
+        lua_pushvalue(L, lua_upvalueindex(UP_NO_TAGS));
+        return;
+    }
+    lua_createtable(L, (int)(rec.n_tags > 64 ? 64 : rec.n_tags), 0);
+    for (uint32_t i = 0; i < rec.n_tags; i++) {
+        push_name(L, d, d->tags[rec.tags + i]);
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+}
+
+/* Pushes uservalue `uv` of the store at `decls`, entry id + 1, and, when
+ * `key`, that table's field `key`. */
+static void push_side(lua_State *L, int decls, int uv, uint32_t id, const char *key)
+{
+    lua_getiuservalue(L, decls, uv);
+    lua_rawgeti(L, -1, (lua_Integer)id + 1);
+    lua_remove(L, -2);
+    if (!key) return;
+    if (lua_istable(L, -1)) lua_getfield(L, -1, key);
+    else lua_pushnil(L);
+    lua_remove(L, -2);
+}
+
+/* Pushes what uservalue `uv` of its store holds for the node at idx (and
+ * that table's field `key`, when given); nil for a value that is not a node. */
+static int push_node_side(lua_State *L, int idx, int uv, const char *key)
+{
+    idx = lua_absindex(L, idx);
+    struct step_decls *d;
+    uint32_t id;
+    if (!flow_node_decl(L, idx, &d, &id)) {
+        lua_pushnil(L);
+        return LUA_TNIL;
+    }
+    lua_rawgeti(L, idx, H_DECLS);
+    push_side(L, lua_gettop(L), uv, id, key);
+    lua_remove(L, -2);
+    return lua_type(L, -1);
+}
+
+int flow_node_push_body(lua_State *L, int idx)
+{
+    return push_node_side(L, idx, UV_BODIES, NULL);
+}
+
+int flow_node_push_extra(lua_State *L, int idx, const char *key)
+{
+    return push_node_side(L, idx, UV_EXTRAS, key);
+}
+
+/* Pushes field f of the record (nil when it has none). */
+static void push_field(lua_State *L, int decls, const struct step_decls *d, uint32_t id, struct step_decl rec,
+                       int f)
+{
+    bool func = rec.kind == STEP_DECL_FUNC;
+    switch (f) {
+    case F_NAME: push_name(L, d, rec.name); return;
+    case F_WHERE: push_name(L, d, rec.where); return;
+    case F_NAMESPACE: push_name(L, d, rec.namespace_); return;
+    case F_POOL: push_name(L, d, rec.pool); return;
+    case F_KIND:
+        if (func) lua_pushliteral(L, "func");
+        else lua_pushliteral(L, "command");
+        return;
+    case F_INPUTS: push_io_list(L, d, rec, false); return;
+    case F_OUTPUTS: push_io_list(L, d, rec, true); return;
+    case F_INPUT_STYLE: case F_OUTPUT_STYLE:
+        if (rec.flags & (f == F_INPUT_STYLE ? STEP_INPUTS_MAP : STEP_OUTPUTS_MAP)) lua_pushliteral(L, "map");
+        else lua_pushnil(L);
+        return;
+    case F_TAGS: push_tags(L, d, rec); return;
+    case F_RETRIES:
+        if (rec.retries > 0) lua_pushinteger(L, rec.retries);
+        else lua_pushnil(L);
+        return;
+    case F_TIMEOUT:
+        if (rec.flags & STEP_TIMEOUT_INTEGER) lua_pushinteger(L, (lua_Integer)rec.timeout);
+        else if (rec.flags & STEP_TIMEOUT) lua_pushnumber(L, rec.timeout);
+        else lua_pushnil(L);
+        return;
+    case F_METRICS:
+        if (rec.flags & STEP_METRICS) lua_pushboolean(L, 1);
+        else lua_pushnil(L);
+        return;
+    case F_FN: case F_CMD:
+        if (func == (f == F_FN)) push_side(L, decls, UV_BODIES, id, NULL);
+        else lua_pushnil(L);
+        return;
+    case F_DIST: case F_CMD_PARAMS: case F_ORIGIN:
+        push_side(L, decls, UV_EXTRAS, id, field_names[f]);
+        return;
+    default:                            /* the Azure ML settings */
+        push_name(L, d, rec.flags & STEP_AML ? d->aml[rec.aml][f - F_AML] : 0);
+    }
+}
+
+/* Node.__index(node, key): a field of its record, else the class's. */
+static int node_index(lua_State *L)
+{
+    lua_settop(L, 2);
+    lua_pushvalue(L, 2);
+    int f = lua_rawget(L, lua_upvalueindex(UP_FIELDS)) == LUA_TNUMBER ? (int)lua_tointeger(L, 3) : -1;
+    /* a list is made once and kept beside the handle (not in it: a field in
+     * the handle would let a write through, past __newindex), so that each
+     * read gives the same table; a read of one made already is this lookup */
+    bool list = f == F_INPUTS || f == F_OUTPUTS || f == F_TAGS;
+    if (list && lua_type(L, 1) == LUA_TTABLE && lua_rawgeti(L, 1, H_TABLES) == LUA_TTABLE) {    /* 4 */
+        lua_pushvalue(L, 2);
+        if (lua_rawget(L, 4) != LUA_TNIL) return 1;
+    }
+    lua_settop(L, 2);
+    struct step_decls *d;
+    uint32_t id;
+    const struct step_decl *r = f >= 0 ? flow_node_decl(L, 1, &d, &id) : NULL;
+    if (!r) {                           /* the class's (not a field, or not a node) */
+        lua_rawget(L, lua_upvalueindex(UP_CLASS));
+        return 1;
+    }
+    struct step_decl rec = *r;
+    lua_rawgeti(L, 1, H_DECLS);         /* 3: the store */
+    push_field(L, 3, d, id, rec, f);
+    if (!list || (f == F_TAGS && rec.n_tags == 0)) return 1;
+    if (lua_rawgeti(L, 1, H_TABLES) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_createtable(L, 0, 2);
+        lua_pushvalue(L, -1);
+        lua_rawseti(L, 1, H_TABLES);
+    }
+    lua_pushvalue(L, 2);
+    lua_pushvalue(L, 4);
+    lua_rawset(L, 5);
+    lua_settop(L, 4);
+    return 1;
+}
+
+/* The iterator of pairs(node): the fields the node has, in field_names'
+ * order (state: the node; control: the last key). */
+static int node_next(lua_State *L)
+{
+    lua_settop(L, 2);
+    size_t f = 0;
+    if (!lua_isnil(L, 2)) {
+        lua_pushvalue(L, 2);
+        if (lua_rawget(L, lua_upvalueindex(1)) != LUA_TNUMBER) return luaL_error(L, "pairs: no such field of a node");
+        f = (size_t)lua_tointeger(L, -1) + 1;
+    }
+    for (; f < N_FIELDS; f++) {
+        lua_settop(L, 2);
+        lua_pushstring(L, field_names[f]);
+        if (lua_gettable(L, 1) != LUA_TNIL) {      /* through __index */
+            lua_pushstring(L, field_names[f]);
+            lua_insert(L, -2);
+            return 2;
+        }
+    }
+    lua_pushnil(L);
+    return 1;
+}
+
+/* Node.__pairs(node) -> next, node, nil */
+static int node_pairs(lua_State *L)
+{
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_pushvalue(L, 1);
+    lua_pushnil(L);
+    return 3;
+}
+
+static int node_newindex(lua_State *L)
+{
+    return luaL_error(L, "a node is read-only (pipeline{ namespace =, inputs =, outputs =, tags = } makes a "
+                      "changed copy)");
+}
+
+void flow_node_class(lua_State *L, int cls, int no_tags)
+{
+    cls = lua_absindex(L, cls);
+    no_tags = lua_absindex(L, no_tags);
+    lua_pushvalue(L, cls);
+    lua_newtable(L);                    /* the io entries' cache, weak */
+    lua_createtable(L, 0, 1);
+    lua_pushliteral(L, "v");
+    lua_setfield(L, -2, "__mode");
+    lua_setmetatable(L, -2);
+    lua_pushvalue(L, no_tags);
+    lua_createtable(L, 0, (int)N_FIELDS);
+    for (size_t f = 0; f < N_FIELDS; f++) {
+        lua_pushinteger(L, (lua_Integer)f);
+        lua_setfield(L, -2, field_names[f]);
+    }
+    lua_pushvalue(L, -1);               /* the fields, for pairs */
+    lua_insert(L, -5);
+    lua_pushcclosure(L, node_index, N_INDEX_UP);
+    lua_setfield(L, cls, "__index");
+    lua_pushcclosure(L, node_next, 1);
+    lua_pushcclosure(L, node_pairs, 1);
+    lua_setfield(L, cls, "__pairs");
+    lua_pushcfunction(L, node_newindex);
+    lua_setfield(L, cls, "__newindex");
+}
+
+/* ---- derived nodes and node identity ----------------------------------- */
+
+/* The id of the string at idx in store d, or an error naming `what`. */
+static name_id intern_arg(lua_State *L, struct step_decls *d, int idx, const char *what)
+{
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    if (!s || strlen(s) != len) luaL_error(L, "derive: %s must be a string without NUL bytes", what);
+    name_id id = step_decls_intern(d, s);
+    if (!id) luaL_error(L, "derive: more than 4,294,967,294 names");
+    return id;
+}
+
+/* Appends the {arg =, dataset =} entries of the list at idx; returns their count. */
+static uint32_t append_io(lua_State *L, struct step_decls *d, int idx, uint32_t *first)
+{
+    uint32_t n = 0;
+    for (lua_Integer i = 1; lua_rawgeti(L, idx, i) == LUA_TTABLE; i++, n++) {
+        lua_getfield(L, -1, "arg");
+        lua_getfield(L, -2, "dataset");
+        struct step_io io = { intern_arg(L, d, -2, "an argument"), intern_arg(L, d, -1, "a dataset") };
+        uint32_t at = step_decls_add_io(d, io);
+        if (at == UINT32_MAX) luaL_error(L, "derive: too many inputs and outputs");
+        if (n == 0) *first = at;
+        lua_pop(L, 3);
+    }
+    lua_pop(L, 1);
+    return n;
+}
+
+/* derive(n, changes) -> a copy of node n with `changes` = {name =,
+ * namespace =, inputs =, outputs =, tags =, dist =, cmd_params =, origin =}
+ * (each optional; inputs and outputs lists of {arg =, dataset =}, tags a
+ * list of strings).  pipeline{}'s namespaces, mappings and tags make their
+ * steps with it. */
+int flow_l_derive(lua_State *L)
+{
+    struct step_decls *d;
+    uint32_t id;
+    const struct step_decl *r = flow_node_decl(L, 1, &d, &id);
+    luaL_argcheck(L, r != NULL, 1, "not a node");
+    luaL_checktype(L, 2, LUA_TTABLE);
+    struct step_decl rec = *r;
+    lua_settop(L, 2);
+    lua_rawgeti(L, 1, H_DECLS);         /* 3 */
+    if (lua_getfield(L, 2, "name") != LUA_TNIL) rec.name = intern_arg(L, d, -1, "name");
+    if (lua_getfield(L, 2, "namespace") != LUA_TNIL) rec.namespace_ = intern_arg(L, d, -1, "namespace");
+    lua_settop(L, 3);
+    bool new_in = lua_getfield(L, 2, "inputs") == LUA_TTABLE;      /* 4 */
+    bool new_out = lua_getfield(L, 2, "outputs") == LUA_TTABLE;    /* 5 */
+    if (new_in || new_out) {            /* inputs then outputs, side by side */
+        uint32_t first = (uint32_t)d->n_io, old = rec.io, n_in;
+        if (new_in) {
+            n_in = append_io(L, d, 4, &first);
+        } else {
+            for (uint32_t i = 0; i < rec.n_inputs; i++) step_decls_add_io(d, d->io[old + i]);
+            n_in = rec.n_inputs;
+        }
+        if (new_out) {
+            uint32_t out_first = 0;
+            rec.n_outputs = append_io(L, d, 5, &out_first);
+        } else {
+            for (uint32_t i = 0; i < rec.n_outputs; i++) step_decls_add_io(d, d->io[old + rec.n_inputs + i]);
+        }
+        rec.io = first;
+        rec.n_inputs = n_in;
+    }
+    if (lua_getfield(L, 2, "tags") == LUA_TTABLE) {                 /* 6 */
+        rec.n_tags = 0;
+        rec.tags = (uint32_t)d->n_tags;
+        for (lua_Integer i = 1; lua_rawgeti(L, 6, i) != LUA_TNIL; i++, rec.n_tags++) {
+            if (step_decls_add_tag(d, intern_arg(L, d, -1, "a tag")) == UINT32_MAX)
+                luaL_error(L, "derive: too many tags");
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+    }
+    lua_settop(L, 3);
+    lua_createtable(L, 0, 3);           /* 4: the extras, the node's then the changes' */
+    push_side(L, 3, UV_EXTRAS, id, NULL);
+    if (lua_istable(L, -1)) {
+        lua_pushnil(L);
+        while (lua_next(L, 5)) {
+            lua_pushvalue(L, -2);
+            lua_insert(L, -2);
+            lua_rawset(L, 4);
+        }
+    }
+    lua_settop(L, 4);
+    static const char *const extras[] = { "dist", "cmd_params", "origin" };
+    for (int k = 0; k < 3; k++) {
+        if (lua_getfield(L, 2, extras[k]) == LUA_TNIL) lua_pop(L, 1);
+        else lua_setfield(L, 4, extras[k]);
+    }
+    lua_pushnil(L);
+    bool any = lua_next(L, 4) != 0;
+    lua_settop(L, 4);
+    push_side(L, 3, UV_BODIES, id, NULL);                           /* 5 */
+    lua_pushvalue(L, lua_upvalueindex(1));                          /* 6: the Node class */
+    flow_node_add(L, 3, &rec, 5, any ? 4 : 0, 6);
+    return 1;
+}
+
+/* same_decl(a, b) -> whether nodes a and b declare the same step apart from
+ * where they were written and their tags (step_decls_same); their bodies and
+ * extras are for the caller to compare. */
+int flow_l_same_decl(lua_State *L)
+{
+    struct step_decls *da, *db;
+    const struct step_decl *a = flow_node_decl(L, 1, &da, NULL), *b = flow_node_decl(L, 2, &db, NULL);
+    luaL_argcheck(L, a != NULL, 1, "not a node");
+    luaL_argcheck(L, b != NULL, 2, "not a node");
+    lua_pushboolean(L, step_decls_same(da, a, db, b));
+    return 1;
+}
