@@ -171,6 +171,8 @@ int flow_node_push_extra(lua_State *L, int idx, const char *key);
 void flow_node_class(lua_State *L, int cls, int no_tags);
 int flow_l_derive(lua_State *L);
 int flow_l_same_decl(lua_State *L);
+int flow_l_io_datasets(lua_State *L);
+int flow_l_has_arg(lua_State *L);
 int flow_l_new_store(lua_State *L);
 
 /* flow.cache.state (l_state.c): adds `state` to the module table on top of the stack. */

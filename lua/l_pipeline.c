@@ -1095,6 +1095,8 @@ static const luaL_Reg pipeline_funcs[] = {
     { "bind_take_nodes", l_bind_take_nodes },
     { "bind_derive", l_bind_derive },
     { "same_decl", flow_l_same_decl },
+    { "io_datasets", flow_l_io_datasets },
+    { "has_arg", flow_l_has_arg },
     { "new_store", flow_l_new_store },
     { "check_name", l_check_name },
     { "tags", l_tags },

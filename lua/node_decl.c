@@ -504,6 +504,46 @@ int flow_l_derive(lua_State *L)
     return 1;
 }
 
+/* io_datasets(n, outputs) -> {dataset, ...}: node n's input (or, with
+ * `outputs`, output) datasets in order, a new list of strings: what the
+ * plan's checks of each command step walk, without making the node's lists
+ * of {arg =, dataset =} entries, which would stay with it. */
+int flow_l_io_datasets(lua_State *L)
+{
+    struct step_decls *d;
+    const struct step_decl *r = flow_node_decl(L, 1, &d, NULL);
+    luaL_argcheck(L, r != NULL, 1, "not a node");
+    bool outputs = lua_toboolean(L, 2);
+    struct step_decl rec = *r;          /* (pushing may run finalizers, which may add records) */
+    uint32_t n = outputs ? rec.n_outputs : rec.n_inputs, first = rec.io + (outputs ? rec.n_inputs : 0);
+    lua_createtable(L, (int)(n > 64 ? 64 : n), 0);
+    for (uint32_t i = 0; i < n; i++) {
+        lua_pushstring(L, step_decls_str(d, d->io[first + i].dataset));
+        lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    return 1;
+}
+
+/* has_arg(n, outputs, key) -> whether one of node n's inputs (or, with
+ * `outputs`, outputs) is named `key` (${inputs.key}, ${outputs.key}). */
+int flow_l_has_arg(lua_State *L)
+{
+    size_t len;
+    const char *key = luaL_checklstring(L, 3, &len);    /* (first: it may allocate, and run finalizers) */
+    bool outputs = lua_toboolean(L, 2);
+    struct step_decls *d;
+    const struct step_decl *r = flow_node_decl(L, 1, &d, NULL);
+    luaL_argcheck(L, r != NULL, 1, "not a node");
+    size_t id;
+    bool found = false;
+    if (strlen(key) == len && strmap_get(&d->ids, key, &id)) {     /* a name never interned is no argument */
+        uint32_t n = outputs ? r->n_outputs : r->n_inputs, first = r->io + (outputs ? r->n_inputs : 0);
+        for (uint32_t i = 0; i < n && !found; i++) found = d->io[first + i].arg == (name_id)id;
+    }
+    lua_pushboolean(L, found);
+    return 1;
+}
+
 /* same_decl(a, b) -> whether nodes a and b declare the same step apart from
  * where they were written and their tags (step_decls_same); their bodies and
  * extras are for the caller to compare. */

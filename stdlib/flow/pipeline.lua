@@ -42,6 +42,13 @@ end
 -- so a REPL's reloads do not pile records up).
 M.new_store = pipeline_c.new_store
 
+-- io_datasets(n, outputs): n's input (or output) dataset names, a new list;
+-- has_arg(n, outputs, key): whether one of them is named key.  From the
+-- record, for the checks that walk every command step (n.inputs would make
+-- lists that stay with the node).
+M.io_datasets = pipeline_c.io_datasets
+M.has_arg = pipeline_c.has_arg
+
 local first_hole = pipeline_c.first_hole
 local take_nodes = pipeline_c.bind_take_nodes(Node)
 local unknown_key = pipeline_c.unknown_key

@@ -156,8 +156,7 @@ end
 local function check_params(nodes, which, settings, params_of, templates, produced)
   for _, i in ipairs(which) do
     local n = nodes[i]
-    for _, io in ipairs(n.inputs) do
-      local d = io.dataset
+    for _, d in ipairs(pipeline.io_datasets(n, false)) do
       if not produced[d] then
         local key = params_of[d]
         if type(key) == "string" then check_param(n, key, settings) end
@@ -181,11 +180,6 @@ end
 -- graph, so a typo stops the run before any step starts.
 local TEMPLATE_NAMESPACES = { "inputs", "outputs", "params" }
 
-local function has_arg(list, key)
-  for _, io in ipairs(list) do if io.arg == key then return true end end
-  return false
-end
-
 local function check_templates(nodes, commands, templates)
   for _, i in ipairs(commands) do
     local n = nodes[i]
@@ -193,8 +187,8 @@ local function check_templates(nodes, commands, templates)
       local t = templates[s]
       for _, ref in ipairs(t.refs) do
         local ns, key = ref[1], ref[2]
-        local list = (ns == "inputs" and n.inputs) or (ns == "outputs" and n.outputs)
-        if list and not has_arg(list, key) then
+        if (ns == "inputs" or ns == "outputs") and not pipeline.has_arg(n, ns == "outputs", key) then
+          local list = ns == "inputs" and n.inputs or n.outputs
           local args = {}
           for _, io in ipairs(list) do args[io.arg] = true end
           local names = util.sorted_keys(args)
@@ -550,7 +544,7 @@ local function check_paths(nodes, commands, cat, produced, project_files)
   end
   local by_command = {}
   for _, i in ipairs(commands) do
-    for _, io in ipairs(nodes[i].outputs) do by_command[io.dataset] = true end
+    for _, d in ipairs(pipeline.io_datasets(nodes[i], true)) do by_command[d] = true end
   end
   -- Only a pattern or a command gives a dataset a path not claimed above:
   -- a Lua step's memory values (most datasets, often) need no look.  A
@@ -591,8 +585,8 @@ local function check_paths(nodes, commands, cat, produced, project_files)
     end
   end
   local function place_all(n, command)
-    for _, io in ipairs(n.inputs) do place(io.dataset, command) end
-    for _, io in ipairs(n.outputs) do place(io.dataset, command) end
+    for _, d in ipairs(pipeline.io_datasets(n, false)) do place(d, command) end
+    for _, d in ipairs(pipeline.io_datasets(n, true)) do place(d, command) end
   end
   if patterns then
     for _, n in ipairs(nodes) do place_all(n, n.kind == "command") end
