@@ -72,14 +72,14 @@ void dag_reserve(struct dag *dag, size_t n_steps)
     strmap_reserve(&dag->dataset_index, n_steps);
 }
 
-/* An input's or output's arg is its dataset's name unless the step names it
- * otherwise: one string for both. */
 /* A copy of s for the graph: s itself when the caller's strings outlive it. */
 static char *keep_string(struct dag *dag, const char *s)
 {
     return dag->borrowed_names ? (char *)s : arena_strdup(&dag->mem, s);
 }
 
+/* An input's or output's arg is its dataset's name unless the step names it
+ * otherwise: one string for both. */
 static struct dag_io *copy_io(struct dag *dag, const struct dag_io *io, size_t n)
 {
     struct dag_io *c = arena_calloc(&dag->mem, n, sizeof *c);
@@ -161,8 +161,10 @@ long dag_find_dataset(const struct dag *dag, const char *name)
     return strmap_get(&dag->dataset_index, name, &idx) ? (long)idx : -1;
 }
 
-void dag_mark_read(const struct dag *dag, bool *read)
+const bool *dag_read_flags(struct dag *dag)
 {
+    if (dag->read) return dag->read;
+    bool *read = dag->read = xcalloc(dag->n_datasets + 1, sizeof *read);
     for (size_t i = 0; i < dag->n_steps; i++) {
         const struct dag_step *s = &dag->steps[i];
         for (size_t k = 0; k < s->n_inputs; k++) {
@@ -170,18 +172,16 @@ void dag_mark_read(const struct dag *dag, bool *read)
             if (d >= 0) read[d] = true;
         }
     }
+    return read;
 }
 
 bool dag_outputs_all_read(struct dag *dag, size_t i)
 {
-    if (!dag->read) {
-        dag->read = xcalloc(dag->n_datasets + 1, sizeof *dag->read);
-        dag_mark_read(dag, dag->read);
-    }
+    const bool *read = dag_read_flags(dag);
     const struct dag_step *s = &dag->steps[i];
     for (size_t k = 0; k < s->n_outputs; k++) {
         long d = dag_find_dataset(dag, s->outputs[k].dataset);
-        if (d < 0 || !dag->read[d]) return false;
+        if (d < 0 || !read[d]) return false;
     }
     return s->n_outputs > 0;
 }

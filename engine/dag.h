@@ -84,7 +84,7 @@ struct dag {
                                      * outlive the graph, which keeps pointers to them, not copies
                                      * (the steps' records, l_dag.c) */
     size_t *order;                  /* topological order, after dag_finalize */
-    bool *read;                     /* read[d]: some step reads dataset d (made on first use) */
+    bool *read;                     /* dag_read_flags's, made on first use */
 };
 
 struct dag *dag_new(void);
@@ -117,8 +117,9 @@ void dag_mark_upstream(const struct dag *dag, const size_t *seeds, size_t n, boo
 
 long dag_find_step(const struct dag *dag, const char *name);
 long dag_find_dataset(const struct dag *dag, const char *name);
-/* Sets read[d] for each dataset d some step reads (read has n_datasets flags). */
-void dag_mark_read(const struct dag *dag, bool *read);
+/* read[d]: whether some step reads dataset d (after dag_finalize; made on
+ * the first call, the graph keeps it). */
+const bool *dag_read_flags(struct dag *dag);
 /* Whether step i has outputs and some step reads each of them (after
  * dag_finalize). */
 bool dag_outputs_all_read(struct dag *dag, size_t i);

@@ -169,6 +169,9 @@ int flow_node_push_extra(lua_State *L, int idx, const char *key);
 /* Makes the Node class at cls read its fields from records (__index, with
  * the empty tags list at no_tags) and refuse writes (__newindex). */
 void flow_node_class(lua_State *L, int cls, int no_tags);
+/* The id of the string at idx in store d; raises when it is not a string
+ * without NUL bytes, or past 2^32 - 1 names. */
+uint32_t flow_decls_intern(lua_State *L, struct step_decls *d, int idx);
 int flow_l_derive(lua_State *L);
 int flow_l_same_decl(lua_State *L);
 int flow_l_io_datasets(lua_State *L);

@@ -74,7 +74,7 @@ static void read_dist(lua_State *L, int t, struct dag_dist *dist)
 static struct dag_io *read_io(lua_State *L, struct scratch *sc, int which, const struct step_decls *d,
                               struct step_decl rec, bool outputs)
 {
-    uint32_t n = outputs ? rec.n_outputs : rec.n_inputs, first = rec.io + (outputs ? rec.n_inputs : 0);
+    uint32_t n = step_io_count(&rec, outputs), first = step_io_first(&rec, outputs);
     struct dag_io *io = scratch(L, sc, which, n, sizeof *io);
     for (uint32_t i = 0; i < n; i++) {
         struct step_io e = d->io[first + i];
@@ -247,14 +247,11 @@ static int l_downstream(lua_State *L) { return walk(L, true); }
 static int l_upstream(lua_State *L) { return walk(L, false); }
 
 /* dag:unread_outputs() -> {dataset, ...}: what steps make and no step reads
- * (a run's free outputs), in step order.  The flags are a userdata: the
- * Lua calls after it may raise. */
+ * (a run's free outputs), in step order. */
 static int l_unread_outputs(lua_State *L)
 {
     struct dag *dag = *check_dag(L, 1);
-    bool *read = lua_newuserdatauv(L, dag->n_datasets + 1, 0);
-    memset(read, 0, dag->n_datasets + 1);
-    dag_mark_read(dag, read);
+    const bool *read = dag_read_flags(dag);
     lua_newtable(L);
     lua_Integer k = 0;
     for (size_t i = 0; i < dag->n_steps; i++) {
@@ -417,7 +414,7 @@ static int l_scan(lua_State *L)
         struct step_decl rec = *r;      /* (pushing a string may run finalizers, which may add nodes) */
         lua_settop(L, SC_KEEPERS);
         for (uint32_t k = 0; k < rec.n_inputs; k++) {
-            lua_pushstring(L, step_decls_str(d, d->io[rec.io + k].dataset));
+            lua_pushstring(L, step_decls_str(d, d->io[step_io_first(&rec, false) + k].dataset));
             lua_pushvalue(L, -1);
             if (lua_rawget(L, SC_PRODUCED) == LUA_TNIL) {
                 append_index(L, SC_PENDING, &len[SC_PENDING], i);
@@ -427,7 +424,7 @@ static int l_scan(lua_State *L)
         }
         bool metrics_out = false;
         for (uint32_t k = 0; k < rec.n_outputs; k++) {
-            struct step_io o = d->io[rec.io + rec.n_inputs + k];
+            struct step_io o = d->io[step_io_first(&rec, true) + k];
             lua_pushstring(L, step_decls_str(d, o.dataset));
             lua_pushstring(L, step_decls_str(d, rec.name));
             lua_rawset(L, SC_PRODUCED);

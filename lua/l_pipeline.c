@@ -316,12 +316,10 @@ struct draft {
     bool has_aml;
 };
 
-/* The id of the string at idx (node{} has checked it holds no NUL). */
+/* The id of the string at idx (node{} has checked it, with its own message). */
 static name_id intern(lua_State *L, struct draft *dr, int idx)
 {
-    name_id id = step_decls_intern(dr->decls, lua_tostring(L, idx));
-    if (!id) luaL_error(L, "node: more than 4,294,967,294 names");
-    return id;
+    return flow_decls_intern(L, dr->decls, idx);
 }
 
 /* Adds an input (which 0) or an output (1) to the draft. */

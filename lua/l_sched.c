@@ -459,8 +459,8 @@ static void read_pools(lua_State *L, int opts, size_t n_steps, const struct step
     opt->pool_of = pool_of;
 }
 
-/* Each step's retries, timeout and kind, from the graph (dag.build read
- * them from the step tables), into a userdata left on the stack. */
+/* Each step's retries, timeout and kind, from the graph (dag.build took
+ * them from the steps' records), into a userdata left on the stack. */
 static struct step_spec *read_specs(lua_State *L, const struct dag *dag)
 {
     size_t n = dag->n_steps;

@@ -71,7 +71,7 @@ static bool view_of_node(lua_State *L, struct step_view *v)
  * argument's name with `arg`. */
 static void push_io_name(lua_State *L, const struct step_view *v, bool outputs, lua_Integer k, bool arg)
 {
-    struct step_io io = v->d->io[v->rec.io + (outputs ? v->rec.n_inputs : 0) + (uint32_t)k - 1];
+    struct step_io io = v->d->io[step_io_first(&v->rec, outputs) + (uint32_t)k - 1];
     lua_pushstring(L, step_decls_str(v->d, arg ? io.arg : io.dataset));
 }
 

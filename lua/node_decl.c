@@ -189,7 +189,7 @@ static void push_io_entry(lua_State *L, const struct step_decls *d, struct step_
  * collection, whose finalizers may add records and move the arrays). */
 static void push_io_list(lua_State *L, const struct step_decls *d, struct step_decl rec, bool outputs)
 {
-    uint32_t first = rec.io + (outputs ? rec.n_inputs : 0), n = outputs ? rec.n_outputs : rec.n_inputs;
+    uint32_t first = step_io_first(&rec, outputs), n = step_io_count(&rec, outputs);
     lua_createtable(L, (int)(n > 64 ? 64 : n), 0);
     for (uint32_t i = 0; i < n; i++) {
         push_io_entry(L, d, d->io[first + i]);
@@ -403,28 +403,36 @@ void flow_node_class(lua_State *L, int cls, int no_tags)
 
 /* ---- derived nodes and node identity ----------------------------------- */
 
-/* The id of the string at idx in store d, or an error naming `what`. */
-static name_id intern_arg(lua_State *L, struct step_decls *d, int idx, const char *what)
+name_id flow_decls_intern(lua_State *L, struct step_decls *d, int idx)
 {
     size_t len;
-    const char *s = lua_tolstring(L, idx, &len);
-    if (!s || strlen(s) != len) luaL_error(L, "derive: %s must be a string without NUL bytes", what);
+    const char *s = lua_type(L, idx) == LUA_TSTRING ? lua_tolstring(L, idx, &len) : NULL;
+    if (!s || strlen(s) != len) luaL_error(L, "a step's name, dataset, argument or tag must be a string without NUL bytes");
     name_id id = step_decls_intern(d, s);
-    if (!id) luaL_error(L, "derive: more than 4,294,967,294 names");
+    if (!id) luaL_error(L, "more than 4,294,967,294 names in one script's steps");
     return id;
 }
 
-/* Appends the {arg =, dataset =} entries of the list at idx; returns their count. */
-static uint32_t append_io(lua_State *L, struct step_decls *d, int idx, uint32_t *first)
+static void add_io(lua_State *L, struct step_decls *d, struct step_io io)
+{
+    if (step_decls_add_io(d, io) == UINT32_MAX) luaL_error(L, "derive: too many inputs and outputs");
+}
+
+/* Appends the copy's inputs (or outputs): the {arg =, dataset =} entries of
+ * the list at idx when it is one, else those of `old`, the node's record.
+ * Returns how many. */
+static uint32_t append_io(lua_State *L, struct step_decls *d, int idx, struct step_decl old, bool outputs)
 {
     uint32_t n = 0;
+    if (!lua_istable(L, idx)) {
+        uint32_t first = step_io_first(&old, outputs);
+        for (n = 0; n < step_io_count(&old, outputs); n++) add_io(L, d, d->io[first + n]);
+        return n;
+    }
     for (lua_Integer i = 1; lua_rawgeti(L, idx, i) == LUA_TTABLE; i++, n++) {
         lua_getfield(L, -1, "arg");
         lua_getfield(L, -2, "dataset");
-        struct step_io io = { intern_arg(L, d, -2, "an argument"), intern_arg(L, d, -1, "a dataset") };
-        uint32_t at = step_decls_add_io(d, io);
-        if (at == UINT32_MAX) luaL_error(L, "derive: too many inputs and outputs");
-        if (n == 0) *first = at;
+        add_io(L, d, (struct step_io){ flow_decls_intern(L, d, -2), flow_decls_intern(L, d, -1) });
         lua_pop(L, 3);
     }
     lua_pop(L, 1);
@@ -446,33 +454,20 @@ int flow_l_derive(lua_State *L)
     struct step_decl rec = *r;
     lua_settop(L, 2);
     lua_rawgeti(L, 1, H_DECLS);         /* 3 */
-    if (lua_getfield(L, 2, "name") != LUA_TNIL) rec.name = intern_arg(L, d, -1, "name");
-    if (lua_getfield(L, 2, "namespace") != LUA_TNIL) rec.namespace_ = intern_arg(L, d, -1, "namespace");
+    if (lua_getfield(L, 2, "name") != LUA_TNIL) rec.name = flow_decls_intern(L, d, -1);
+    if (lua_getfield(L, 2, "namespace") != LUA_TNIL) rec.namespace_ = flow_decls_intern(L, d, -1);
     lua_settop(L, 3);
-    bool new_in = lua_getfield(L, 2, "inputs") == LUA_TTABLE;      /* 4 */
-    bool new_out = lua_getfield(L, 2, "outputs") == LUA_TTABLE;    /* 5 */
-    if (new_in || new_out) {            /* inputs then outputs, side by side */
-        uint32_t first = (uint32_t)d->n_io, old = rec.io, n_in;
-        if (new_in) {
-            n_in = append_io(L, d, 4, &first);
-        } else {
-            for (uint32_t i = 0; i < rec.n_inputs; i++) step_decls_add_io(d, d->io[old + i]);
-            n_in = rec.n_inputs;
-        }
-        if (new_out) {
-            uint32_t out_first = 0;
-            rec.n_outputs = append_io(L, d, 5, &out_first);
-        } else {
-            for (uint32_t i = 0; i < rec.n_outputs; i++) step_decls_add_io(d, d->io[old + rec.n_inputs + i]);
-        }
-        rec.io = first;
-        rec.n_inputs = n_in;
-    }
+    lua_getfield(L, 2, "inputs");       /* 4 */
+    lua_getfield(L, 2, "outputs");      /* 5 */
+    struct step_decl old = rec;         /* the copy's inputs, then its outputs, side by side */
+    rec.io = (uint32_t)d->n_io;
+    rec.n_inputs = append_io(L, d, 4, old, false);
+    rec.n_outputs = append_io(L, d, 5, old, true);
     if (lua_getfield(L, 2, "tags") == LUA_TTABLE) {                 /* 6 */
         rec.n_tags = 0;
         rec.tags = (uint32_t)d->n_tags;
         for (lua_Integer i = 1; lua_rawgeti(L, 6, i) != LUA_TNIL; i++, rec.n_tags++) {
-            if (step_decls_add_tag(d, intern_arg(L, d, -1, "a tag")) == UINT32_MAX)
+            if (step_decls_add_tag(d, flow_decls_intern(L, d, -1)) == UINT32_MAX)
                 luaL_error(L, "derive: too many tags");
             lua_pop(L, 1);
         }
@@ -515,7 +510,7 @@ int flow_l_io_datasets(lua_State *L)
     luaL_argcheck(L, r != NULL, 1, "not a node");
     bool outputs = lua_toboolean(L, 2);
     struct step_decl rec = *r;          /* (pushing may run finalizers, which may add records) */
-    uint32_t n = outputs ? rec.n_outputs : rec.n_inputs, first = rec.io + (outputs ? rec.n_inputs : 0);
+    uint32_t n = step_io_count(&rec, outputs), first = step_io_first(&rec, outputs);
     lua_createtable(L, (int)(n > 64 ? 64 : n), 0);
     for (uint32_t i = 0; i < n; i++) {
         lua_pushstring(L, step_decls_str(d, d->io[first + i].dataset));
@@ -537,7 +532,7 @@ int flow_l_has_arg(lua_State *L)
     size_t id;
     bool found = false;
     if (strlen(key) == len && strmap_get(&d->ids, key, &id)) {     /* a name never interned is no argument */
-        uint32_t n = outputs ? r->n_outputs : r->n_inputs, first = r->io + (outputs ? r->n_inputs : 0);
+        uint32_t n = step_io_count(r, outputs), first = step_io_first(r, outputs);
         for (uint32_t i = 0; i < n && !found; i++) found = d->io[first + i].arg == (name_id)id;
     }
     lua_pushboolean(L, found);

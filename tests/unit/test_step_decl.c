@@ -55,9 +55,10 @@ static void test_records_keep_their_lists(void)
     const struct step_decl *r = &d.recs[s[150]];
     CHECK_STR(step_decls_str(&d, r->name), "s150");
     CHECK(r->n_inputs == 1 && r->n_outputs == 1);
-    CHECK_STR(step_decls_str(&d, step_inputs(&d, r)[0].dataset), "d150");
-    CHECK_STR(step_decls_str(&d, step_outputs(&d, r)[0].dataset), "d151");
-    CHECK(d.recs[s[0]].n_inputs == 0 && step_outputs(&d, &d.recs[s[0]])[0].dataset == step_decls_intern(&d, "d1"));
+    CHECK(step_io_count(r, false) == 1 && step_io_count(r, true) == 1);
+    CHECK_STR(step_decls_str(&d, d.io[step_io_first(r, false)].dataset), "d150");
+    CHECK_STR(step_decls_str(&d, d.io[step_io_first(r, true)].dataset), "d151");
+    CHECK(d.recs[s[0]].n_inputs == 0 && d.io[step_io_first(&d.recs[s[0]], true)].dataset == step_decls_intern(&d, "d1"));
     name_id aml[STEP_N_AML] = { step_decls_intern(&d, "gpu") };
     CHECK(step_decls_add_aml(&d, aml) == 0);
     CHECK(d.aml[0][AML_COMPUTE] == aml[0] && d.aml[0][AML_ENVIRONMENT] == 0);
