@@ -7,9 +7,9 @@ Q       := $(if $(V),,@)
 PKGS    := lua5.4 libcjson libcurl libcrypto yaml-0.1 readline expat
 # What the flow binary links: libcurl is opened when first needed
 # (engine/azureml/curl_lib.h), so that its 28 libraries do not load at every
-# start; readline likewise, when `flow repl` first reads a terminal
-# (engine/line_editor.c).
-LINK_PKGS := lua5.4 libcjson libcrypto yaml-0.1 expat
+# start; libcrypto likewise, at the first hash (engine/crypto_lib.h); readline
+# when `flow repl` first reads a terminal (engine/line_editor.c).
+LINK_PKGS := lua5.4 libcjson yaml-0.1 expat
 BUILD   := build
 WARN    := -Wall -Wextra -Wconversion -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 # CI builds with WERROR=1: a warning fails the build.
@@ -31,8 +31,9 @@ pkg_check   = $(pkg_tool)$(if $(pkg_missing),$(error missing packages (pkg-confi
 pkg_config  = $(pkg_check)$(shell pkg-config $(1) $(PKGS))
 PKG_CFLAGS = $(eval PKG_CFLAGS := $(call pkg_config,--cflags))$(PKG_CFLAGS)
 PKG_LIBS   = $(eval PKG_LIBS := $(pkg_check)$(shell pkg-config --libs $(LINK_PKGS)) -ldl -lpthread)$(PKG_LIBS)
-# Unit tests may call libcurl themselves (a plain request beside flow's client).
-TEST_LIBS  = $(PKG_LIBS) $(shell pkg-config --libs libcurl)
+# Unit tests may call libcurl and libcrypto themselves (a plain request beside
+# flow's client, a signature checked by OpenSSL directly).
+TEST_LIBS  = $(PKG_LIBS) $(shell pkg-config --libs libcurl libcrypto)
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -iquote engine -iquote lua -iquote $(BUILD) $(PKG_CFLAGS) -MMD -MP
 
 ENGINE_SRC := $(wildcard engine/*.c engine/azureml/*.c)

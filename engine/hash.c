@@ -8,14 +8,12 @@
  * has them; should one drop them, this file goes back to EVP_MD_fetch.  A
  * fingerprint is not a security boundary, so a FIPS provider's view of
  * SHA-256 does not matter here; TLS and HMAC stay on EVP (engine/azureml/). */
-#define OPENSSL_SUPPRESS_DEPRECATED
+#include "crypto_lib.h"     /* first: it allows the deprecated SHA256_* */
 #include "hash.h"
 #include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/crypto.h>
-#include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,27 +33,30 @@ static void no_sha256(const char *what)
 
 struct hasher *hasher_new(void)
 {
+    const struct crypto_lib *ossl = crypto_lib();
     struct hasher *h = xmalloc(sizeof *h);
-    if (SHA256_Init(&h->ctx) != 1) no_sha256("SHA256_Init");
+    if (ossl->SHA256_Init(&h->ctx) != 1) no_sha256("SHA256_Init");
     return h;
 }
 
 void hasher_update(struct hasher *h, const void *data, size_t len)
 {
-    if (len && SHA256_Update(&h->ctx, data, len) != 1) no_sha256("SHA256_Update");
+    const struct crypto_lib *ossl = crypto_lib();
+    if (len && ossl->SHA256_Update(&h->ctx, data, len) != 1) no_sha256("SHA256_Update");
 }
 
 void hasher_finish(struct hasher *h, char hex[SHA256_HEX_SIZE])
 {
+    const struct crypto_lib *ossl = crypto_lib();
     static const char digits[] = "0123456789abcdef";
     unsigned char md[SHA256_DIGEST_LENGTH];
-    if (SHA256_Final(md, &h->ctx) != 1) no_sha256("SHA256_Final");
+    if (ossl->SHA256_Final(md, &h->ctx) != 1) no_sha256("SHA256_Final");
     for (unsigned int i = 0; i < SHA256_DIGEST_LENGTH; i++) {
         hex[2 * i] = digits[md[i] >> 4];
         hex[2 * i + 1] = digits[md[i] & 15];
     }
     hex[2 * SHA256_DIGEST_LENGTH] = '\0';
-    if (SHA256_Init(&h->ctx) != 1) no_sha256("SHA256_Init");
+    if (ossl->SHA256_Init(&h->ctx) != 1) no_sha256("SHA256_Init");
 }
 
 void hasher_copy(struct hasher *dst, const struct hasher *src)
@@ -66,7 +67,7 @@ void hasher_copy(struct hasher *dst, const struct hasher *src)
 void hasher_free(struct hasher *h)
 {
     if (!h) return;
-    OPENSSL_cleanse(&h->ctx, sizeof h->ctx);
+    wipe(&h->ctx, sizeof h->ctx);
     free(h);
 }
 

@@ -3,7 +3,6 @@
 #include "hash.h"
 
 #include <dirent.h>
-#include <openssl/crypto.h>
 #include <stdbool.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -62,10 +61,15 @@ void set_string(char **slot, const char *s)
     *slot = copy;
 }
 
+void wipe(void *p, size_t n)
+{
+    if (p) explicit_bzero(p, n);
+}
+
 void wipe_free(char *s)
 {
     if (!s) return;
-    OPENSSL_cleanse(s, strlen(s));
+    wipe(s, strlen(s));
     free(s);
 }
 

@@ -17,8 +17,11 @@ char *xstrndup(const char *s, size_t n);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* *slot becomes a copy of s (or NULL), its old string freed. */
 void set_string(char **slot, const char *s);
-/* Frees a string that held a secret (a token, a client secret, a SAS) after
- * overwriting it, so that freed memory does not keep it.  NULL is fine. */
+/* Overwrites n bytes that held a secret (a token, a client secret, a key, a
+ * SAS) in a way the compiler keeps (glibc's explicit_bzero), so that freed
+ * or reused memory does not keep it.  NULL is fine. */
+void wipe(void *p, size_t n);
+/* Frees a string that held a secret after wiping it.  NULL is fine. */
 void wipe_free(char *s);
 
 /* Grow an array `p` of `n` items with capacity `cap` so one more item fits. */

@@ -4,7 +4,7 @@
  *
  * Secrets (the client secret, MSI_SECRET, IDENTITY_HEADER, assertions,
  * tokens, the form bodies and headers that carry them) are wiped with
- * OPENSSL_cleanse before their memory is freed, and never go into a message. */
+ * wipe() before their memory is freed, and never go into a message. */
 #include "azureml/auth.h"
 #include "azureml/auth_parse.h"
 #include "azureml/cert.h"
@@ -13,7 +13,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <openssl/crypto.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -355,7 +354,7 @@ static char *read_token_file(struct aml_auth *a)
     size_t start = strspn(text, " \t\r\n"), len = size;
     while (len > start && isspace((unsigned char)text[len - 1])) len--;
     char *assertion = xstrndup(text + start, len - start);
-    OPENSSL_cleanse(text, size);
+    wipe(text, size);
     free(text);
     if (!assertion[0] || !aml_token_safe(assertion)) {
         fail(a, "%s: %s is %s", a->what, a->token_file, assertion[0] ? "not a token (it holds spaces or control characters)" : "empty");
@@ -433,7 +432,7 @@ static void cli_exited(struct proc *p, void *arg)
     } else {
         aml_cli_failure(code, timed_out, proc_stderr_tail(p), a->why_no_mi, msg, sizeof msg);
     }
-    OPENSSL_cleanse(out, out_len);
+    wipe(out, out_len);
     proc_free(p);
     if (ok) finish(a, token, expires_on, NULL);
     else fail(a, "%s", msg);

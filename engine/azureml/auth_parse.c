@@ -4,7 +4,6 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
-#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +93,7 @@ static bool take_token(cJSON *obj, const char *name, char **token, char *err, si
     }
     bool safe = aml_token_safe(t->valuestring);
     if (safe) *token = xstrdup(t->valuestring);
-    OPENSSL_cleanse(t->valuestring, strlen(t->valuestring));
+    wipe(t->valuestring, strlen(t->valuestring));
     if (!safe) errf(err, errlen, "the %s holds characters a bearer token cannot", name);
     return safe;
 }
@@ -113,7 +112,7 @@ static cJSON *parse_object(const char *text, char *err, size_t errlen)
 static void wipe_delete(cJSON *node)
 {
     for (cJSON *c = node; c; c = c->next) {
-        if (cJSON_IsString(c) && c->valuestring) OPENSSL_cleanse(c->valuestring, strlen(c->valuestring));
+        if (cJSON_IsString(c) && c->valuestring) wipe(c->valuestring, strlen(c->valuestring));
         if (c->child) wipe_delete(c->child);
     }
 }

@@ -19,11 +19,10 @@
 #include "hash.h"
 #include "nofollow.h"
 #include "strmap.h"
+#include "crypto_lib.h"
 #include "util.h"
 #include "work.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -177,18 +176,21 @@ struct xfer {
 
 static void base64_of(const unsigned char *data, size_t n, char *out)
 {
-    EVP_EncodeBlock((unsigned char *)out, data, (int)n);
+    const struct crypto_lib *ossl = crypto_lib();
+    ossl->EVP_EncodeBlock((unsigned char *)out, data, (int)n);
 }
 
 /* Decoded bytes of a base64 string, malloc'd; NULL if it is not base64. */
 static unsigned char *base64_decode(const char *s, size_t *out_len)
 {
+    const struct crypto_lib *ossl = crypto_lib();
     size_t n = strlen(s);
     if (n == 0 || n % 4 != 0) return NULL;
     unsigned char *out = xmalloc(n / 4 * 3 + 1);
-    int len = EVP_DecodeBlock(out, (const unsigned char *)s, (int)n);
+    int len = ossl->EVP_DecodeBlock(out, (const unsigned char *)s, (int)n);
     if (len < 0) {
-        OPENSSL_clear_free(out, n / 4 * 3 + 1);     /* part of a key */
+        wipe(out, n / 4 * 3 + 1);     /* part of a key */
+        free(out);
         return NULL;
     }
     /* EVP_DecodeBlock counts the padding as zero bytes */
@@ -261,7 +263,7 @@ struct blob_container *blob_container_new(struct http_client *http, struct work_
 void blob_container_free(struct blob_container *c)
 {
     if (!c) return;
-    if (c->key) OPENSSL_cleanse(c->key, c->key_len);
+    if (c->key) wipe(c->key, c->key_len);
     free(c->key);
     wipe_free(c->sas);
     free(c->url);
@@ -1071,12 +1073,13 @@ static void job_unlink(struct xfer *x, struct job *j)
  * blocks is set; -1 with a message (errno ECANCELED once stop is set). */
 static int md5_fd(struct job *j, int fd, uint64_t size, bool blocks, unsigned char whole[16])
 {
+    const struct crypto_lib *ossl = crypto_lib();
     size_t n_blocks = blocks ? block_count(size) : 0;
     if (blocks) j->block_md5 = xcalloc(n_blocks ? n_blocks : 1, sizeof *j->block_md5);
-    EVP_MD_CTX *all = EVP_MD_CTX_new(), *blk = EVP_MD_CTX_new();
+    EVP_MD_CTX *all = ossl->EVP_MD_CTX_new(), *blk = ossl->EVP_MD_CTX_new();
     if (!all || !blk) abort();                 /* out of memory, as util.h's */
-    EVP_DigestInit_ex(all, EVP_md5(), NULL);
-    EVP_DigestInit_ex(blk, EVP_md5(), NULL);
+    ossl->EVP_DigestInit_ex(all, ossl->EVP_md5(), NULL);
+    ossl->EVP_DigestInit_ex(blk, ossl->EVP_md5(), NULL);
     unsigned char *buf = xmalloc(READ_CHUNK);
     uint64_t pos = 0;
     int rc = 0;
@@ -1097,18 +1100,18 @@ static int md5_fd(struct job *j, int fd, uint64_t size, bool blocks, unsigned ch
             rc = -1;
             break;
         }
-        EVP_DigestUpdate(all, buf, (size_t)got);
-        EVP_DigestUpdate(blk, buf, (size_t)got);
+        ossl->EVP_DigestUpdate(all, buf, (size_t)got);
+        ossl->EVP_DigestUpdate(blk, buf, (size_t)got);
         pos += (uint64_t)got;
         if (blocks && (pos % BLOB_BLOCK_SIZE == 0 || pos == size)) {
-            EVP_DigestFinal_ex(blk, j->block_md5[(pos - 1) / BLOB_BLOCK_SIZE], NULL);
-            EVP_DigestInit_ex(blk, EVP_md5(), NULL);
+            ossl->EVP_DigestFinal_ex(blk, j->block_md5[(pos - 1) / BLOB_BLOCK_SIZE], NULL);
+            ossl->EVP_DigestInit_ex(blk, ossl->EVP_md5(), NULL);
         }
     }
-    if (rc == 0) EVP_DigestFinal_ex(all, whole, NULL);
+    if (rc == 0) ossl->EVP_DigestFinal_ex(all, whole, NULL);
     free(buf);
-    EVP_MD_CTX_free(all);
-    EVP_MD_CTX_free(blk);
+    ossl->EVP_MD_CTX_free(all);
+    ossl->EVP_MD_CTX_free(blk);
     return rc;
 }
 

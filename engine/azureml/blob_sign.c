@@ -1,11 +1,8 @@
 /* blob_sign.c — see blob_sign.h. */
 #include "azureml/blob_sign.h"
 
+#include "crypto_lib.h"
 #include "util.h"
-
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include <ctype.h>
 #include <stdbool.h>
@@ -168,6 +165,7 @@ static char *string_to_sign(const char *account, const char *method, const char 
 char *blob_shared_key(const char *account, const unsigned char *key_raw, size_t key_len, const char *method,
                       const char *url, const char *const *headers)
 {
+    const struct crypto_lib *ossl = crypto_lib();
     const char *sep = strstr(url, "://");
     if (!sep) return NULL;
     const char *path = sep + 3 + strcspn(sep + 3, "/?#");
@@ -179,11 +177,11 @@ char *blob_shared_key(const char *account, const unsigned char *key_raw, size_t 
     free(query);
     unsigned char mac[EVP_MAX_MD_SIZE];
     unsigned int mac_len = 0;
-    bool ok = HMAC(EVP_sha256(), key_raw, (int)key_len, (const unsigned char *)sts, strlen(sts), mac, &mac_len);
+    bool ok = ossl->HMAC(ossl->EVP_sha256(), key_raw, (int)key_len, (const unsigned char *)sts, strlen(sts), mac, &mac_len);
     free(sts);
     if (!ok) return NULL;
     char sig[EVP_MAX_MD_SIZE * 2];
-    EVP_EncodeBlock((unsigned char *)sig, mac, (int)mac_len);
-    OPENSSL_cleanse(mac, sizeof mac);
+    ossl->EVP_EncodeBlock((unsigned char *)sig, mac, (int)mac_len);
+    wipe(mac, sizeof mac);
     return xasprintf("SharedKey %s:%s", account, sig);
 }

@@ -1,17 +1,11 @@
 /* cert.c — see cert.h.  OpenSSL 3 (libcrypto) does the parsing, hashing and
  * signing; cJSON writes the JWT's two JSON parts. */
 #include "azureml/cert.h"
+#include "crypto_lib.h"
 #include "util.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <openssl/bio.h>
-#include <openssl/crypto.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/rand.h>
-#include <openssl/x509.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,9 +21,10 @@ struct aml_cert {
 
 char *aml_base64url(const unsigned char *data, size_t n)
 {
+    const struct crypto_lib *ossl = crypto_lib();
     /* EVP_EncodeBlock writes 4 characters per 3 bytes (padded) and a NUL. */
     char *out = xmalloc(4 * ((n + 2) / 3) + 1);
-    int len = EVP_EncodeBlock((unsigned char *)out, data, (int)n);
+    int len = ossl->EVP_EncodeBlock((unsigned char *)out, data, (int)n);
     while (len > 0 && out[len - 1] == '=') len--;
     out[len] = '\0';
     for (int i = 0; i < len; i++) {
@@ -41,8 +36,9 @@ char *aml_base64url(const unsigned char *data, size_t n)
 
 bool aml_uuid4(char out[37])
 {
+    const struct crypto_lib *ossl = crypto_lib();
     unsigned char b[16];
-    if (RAND_bytes(b, sizeof b) != 1) return false;
+    if (ossl->RAND_bytes(b, sizeof b) != 1) return false;
     b[6] = (unsigned char)((b[6] & 0x0f) | 0x40);      /* version 4 */
     b[8] = (unsigned char)((b[8] & 0x3f) | 0x80);      /* RFC 4122 variant */
     snprintf(out, 37, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
@@ -66,13 +62,14 @@ static int password_cb(char *buf, int size, int rwflag, void *u)
 static bool read_key(struct aml_cert *c, const char *text, size_t len, const char *path, const char *password,
                      char *err, size_t errlen)
 {
-    BIO *bio = BIO_new_mem_buf(text, (int)len);
+    const struct crypto_lib *ossl = crypto_lib();
+    BIO *bio = ossl->BIO_new_mem_buf(text, (int)len);
     if (!bio) { errf(err, errlen, "%s: out of memory in OpenSSL", path); return false; }
-    c->key = PEM_read_bio_PrivateKey(bio, NULL, password_cb, (void *)password);
-    BIO_free(bio);
-    ERR_clear_error();
+    c->key = ossl->PEM_read_bio_PrivateKey(bio, NULL, password_cb, (void *)password);
+    ossl->BIO_free(bio);
+    ossl->ERR_clear_error();
     if (c->key) {
-        if (EVP_PKEY_get_base_id(c->key) == EVP_PKEY_RSA) return true;
+        if (ossl->EVP_PKEY_get_base_id(c->key) == EVP_PKEY_RSA) return true;
         errf(err, errlen, "%s: the private key is not an RSA key (RS256 client assertions need one)", path);
         return false;
     }
@@ -91,31 +88,32 @@ static bool read_key(struct aml_cert *c, const char *text, size_t len, const cha
 
 static bool read_cert(struct aml_cert *c, const char *text, size_t len, const char *path, char *err, size_t errlen)
 {
-    BIO *bio = BIO_new_mem_buf(text, (int)len);
+    const struct crypto_lib *ossl = crypto_lib();
+    BIO *bio = ossl->BIO_new_mem_buf(text, (int)len);
     if (!bio) { errf(err, errlen, "%s: out of memory in OpenSSL", path); return false; }
     /* The first certificate is the client's own; any that follow are its chain. */
-    X509 *x = PEM_read_bio_X509(bio, NULL, password_cb, NULL);
-    BIO_free(bio);
-    ERR_clear_error();
+    X509 *x = ossl->PEM_read_bio_X509(bio, NULL, password_cb, NULL);
+    ossl->BIO_free(bio);
+    ossl->ERR_clear_error();
     if (!x) { errf(err, errlen, "%s: no certificate in this PEM file (it must hold the key and the certificate)", path); return false; }
     bool ok = false;
-    if (X509_check_private_key(x, c->key) != 1) {
+    if (ossl->X509_check_private_key(x, c->key) != 1) {
         errf(err, errlen, "%s: the certificate does not belong to the private key", path);
     } else {
         unsigned char *der = NULL;
-        int n = i2d_X509(x, &der);
+        int n = ossl->i2d_X509(x, &der);
         unsigned char sha1[EVP_MAX_MD_SIZE];
         unsigned int sha1_len = 0;
-        if (n > 0 && EVP_Digest(der, (size_t)n, sha1, &sha1_len, EVP_sha1(), NULL) == 1) {
+        if (n > 0 && ossl->EVP_Digest(der, (size_t)n, sha1, &sha1_len, ossl->EVP_sha1(), NULL) == 1) {
             c->x5t = aml_base64url(sha1, sha1_len);
             ok = true;
         } else {
             errf(err, errlen, "%s: cannot compute the certificate's thumbprint", path);
         }
-        OPENSSL_free(der);
+        ossl->CRYPTO_free(der, __FILE__, __LINE__);
     }
-    ERR_clear_error();
-    X509_free(x);
+    ossl->ERR_clear_error();
+    ossl->X509_free(x);
     return ok;
 }
 
@@ -129,7 +127,7 @@ struct aml_cert *aml_cert_load(const char *path, const char *password, char *err
     }
     struct aml_cert *c = xcalloc(1, sizeof *c);
     bool ok = read_key(c, text, len, path, password, err, errlen) && read_cert(c, text, len, path, err, errlen);
-    OPENSSL_cleanse(text, len);          /* it held the private key */
+    wipe(text, len);          /* it held the private key */
     free(text);
     if (!ok) { aml_cert_free(c); return NULL; }
     return c;
@@ -137,8 +135,9 @@ struct aml_cert *aml_cert_load(const char *path, const char *password, char *err
 
 void aml_cert_free(struct aml_cert *c)
 {
+    const struct crypto_lib *ossl = crypto_lib();
     if (!c) return;
-    EVP_PKEY_free(c->key);
+    ossl->EVP_PKEY_free(c->key);
     free(c->x5t);
     free(c);
 }
@@ -179,21 +178,22 @@ static void add_number(cJSON *o, const char *name, double value)
 /* RS256: RSASSA-PKCS1-v1_5 with SHA-256 over "header.claims". */
 static unsigned char *sign(EVP_PKEY *key, const char *input, size_t *sig_len)
 {
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    const struct crypto_lib *ossl = crypto_lib();
+    EVP_MD_CTX *md = ossl->EVP_MD_CTX_new();
     EVP_PKEY_CTX *pctx = NULL;
     unsigned char *sig = NULL;
     size_t n = 0;
-    if (md && EVP_DigestSignInit(md, &pctx, EVP_sha256(), NULL, key) == 1 &&
-        EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_PKCS1_PADDING) == 1 &&
-        EVP_DigestSign(md, NULL, &n, (const unsigned char *)input, strlen(input)) == 1) {
+    if (md && ossl->EVP_DigestSignInit(md, &pctx, ossl->EVP_sha256(), NULL, key) == 1 &&
+        ossl->EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_PKCS1_PADDING) == 1 &&
+        ossl->EVP_DigestSign(md, NULL, &n, (const unsigned char *)input, strlen(input)) == 1) {
         sig = xmalloc(n);
-        if (EVP_DigestSign(md, sig, &n, (const unsigned char *)input, strlen(input)) != 1) {
+        if (ossl->EVP_DigestSign(md, sig, &n, (const unsigned char *)input, strlen(input)) != 1) {
             free(sig);
             sig = NULL;
         }
     }
-    EVP_MD_CTX_free(md);
-    ERR_clear_error();
+    ossl->EVP_MD_CTX_free(md);
+    ossl->ERR_clear_error();
     *sig_len = n;
     return sig;
 }

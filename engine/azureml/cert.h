@@ -28,7 +28,7 @@ const char *aml_cert_x5t(const struct aml_cert *c);
 /* A client assertion: header {"alg":"RS256","typ":"JWT","x5t":…}, claims
  * aud = audience (the token URL), iss = sub = client_id, jti = a random
  * UUID, nbf = iat = now, exp = now + 600; signed.  Malloc'd (the caller
- * wipes it with OPENSSL_cleanse before freeing), or NULL with a message. */
+ * wipes it with wipe() before freeing), or NULL with a message. */
 char *aml_cert_assertion(const struct aml_cert *c, const char *audience, const char *client_id, time_t now,
                          char *err, size_t errlen);
 

@@ -12,7 +12,6 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
-#include <openssl/crypto.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -241,7 +240,7 @@ static void on_pending_upload(void *arg, const struct http_response *resp)
         struct blob_container_spec spec = { .url = url, .sas = q + 1 };
         code->container = blob_container_new(code->client->http, code->client->pool, &spec, err, sizeof err);
         free(url);
-        OPENSSL_cleanse(sas->valuestring, strlen(sas->valuestring));    /* a SAS is a credential */
+        wipe(sas->valuestring, strlen(sas->valuestring));    /* a SAS is a credential */
     }
     cJSON_Delete(root);
     if (!code->container) {

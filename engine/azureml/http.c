@@ -10,7 +10,6 @@
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
-#include <openssl/crypto.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -329,11 +328,6 @@ struct http_client *http_client_new(struct loop *loop, const struct http_options
         return NULL;
     }
     return c;
-}
-
-static void wipe(char *s, size_t n)
-{
-    if (s) OPENSSL_cleanse(s, n);
 }
 
 /* What a transfer held may be a secret (a bearer token in a header, a client

@@ -443,6 +443,28 @@ L
     contains "$ERR" "was loaded"
 }
 
+# Nor do they map the libraries that later work needs: libcrypto is opened at
+# the first hash (engine/crypto_lib.h), libcurl at the first request,
+# readline when `flow repl` reads a terminal.  A run that hashes opens libcrypto.
+test_version_and_help_open_no_library_they_do_not_need() {
+    command -v strace >/dev/null 2>&1 || skip "no strace"
+    export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0   # LeakSanitizer refuses ptrace
+    local args lib
+    for args in --version help; do
+        strace -f -e trace=open,openat -o trace.txt "$FLOW" $args >/dev/null 2>&1 ||
+            skip "strace cannot trace here"
+        for lib in libcrypto libcurl libreadline; do
+            not_contains "$(cat trace.txt)" "$lib" "libraries opened by flow $args"
+        done
+    done
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "touch ${outputs.x}", outputs = "x", name = "cmd" } }
+L
+    strace -f -e trace=open,openat -o trace.txt "$FLOW" run >/dev/null 2>&1
+    contains "$(cat trace.txt)" "libcrypto.so.3" "libraries opened by a run"
+    not_contains "$(cat trace.txt)" "libcurl" "libraries opened by a local run"
+}
+
 # The stdlib is embedded as Lua bytecode (tools/embed.c), not as source: its
 # comments are not in the binary.
 test_stdlib_is_embedded_as_bytecode() {

@@ -3,6 +3,8 @@
  * arena, bounded file reads. */
 #include "arena.h"
 #include "check.h"
+#include "crypto_lib.h"
+#include "hash.h"
 #include "json_text.h"
 #include "strmap.h"
 #include "util.h"
@@ -269,6 +271,34 @@ static void test_strmap_borrowed_keys(void)
     arena_free(&a);
 }
 
+/* libcrypto is opened at the first hash: a missing library or function is a
+ * message naming it; the one loaded hashes as the standard says. */
+static void test_crypto_lib_open(void)
+{
+    struct crypto_lib lib;
+    char err[512];
+    CHECK(crypto_lib_open("libflow-no-such-crypto.so.9", &lib, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "cannot load libcrypto (libflow-no-such-crypto.so.9)");
+    CHECK_CONTAINS(err, "libssl3");
+    CHECK(crypto_lib_open("libc.so.6", &lib, err, sizeof err) == -1);
+    CHECK_CONTAINS(err, "libc.so.6 has no SHA256_Init: OpenSSL 3 is needed");
+    CHECK(crypto_lib_open(CRYPTO_LIB_SONAME, &lib, err, sizeof err) == 0);
+    CHECK(crypto_lib() != NULL && crypto_lib()->SHA256_Init == lib.SHA256_Init);
+    char hex[SHA256_HEX_SIZE];
+    sha256_hex("abc", 3, hex);                  /* FIPS 180-2's first example */
+    CHECK_STR(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+/* wipe() zeroes what it is given, and takes NULL. */
+static void test_wipe(void)
+{
+    char secret[] = "client-secret";
+    wipe(secret, sizeof secret);
+    for (size_t i = 0; i < sizeof secret; i++) CHECK(secret[i] == 0);
+    wipe(NULL, 8);
+    wipe_free(NULL);
+}
+
 int main(void)
 {
     RUN(test_strbuf_truncate);
@@ -281,5 +311,7 @@ int main(void)
     RUN(test_dir_list_unlisted);
     RUN(test_arena);
     RUN(test_strmap_borrowed_keys);
+    RUN(test_crypto_lib_open);
+    RUN(test_wipe);
     return CHECK_DONE("util");
 }

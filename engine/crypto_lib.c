@@ -1,0 +1,48 @@
+/* crypto_lib.c — see crypto_lib.h. */
+#include "crypto_lib.h"
+
+#include "util.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static struct crypto_lib lib;
+static char load_error[512];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+int crypto_lib_open(const char *soname, struct crypto_lib *out, char *err, size_t errlen)
+{
+    void *h = dlopen(soname, RTLD_LAZY | RTLD_LOCAL);
+    if (!h) {
+        errf(err, errlen, "cannot load libcrypto (%s): %s; it comes with Debian's libssl3 package "
+             "(`make deps` installs it)", soname, dlerror());
+        return -1;
+    }
+    /* Never unloaded: digests and keys it returns live as long as the process. */
+#define CRYPTO_LIB_LOAD(name)                                                                                \
+    if (!(*(void **)&out->name = dlsym(h, #name))) {                                                         \
+        errf(err, errlen, "%s has no %s: OpenSSL 3 is needed", soname, #name);                               \
+        dlclose(h);                                                                                          \
+        return -1;                                                                                           \
+    }
+    CRYPTO_LIB_FUNCTIONS(CRYPTO_LIB_LOAD)
+#undef CRYPTO_LIB_LOAD
+    return 0;
+}
+
+static void load(void)
+{
+    crypto_lib_open(CRYPTO_LIB_SONAME, &lib, load_error, sizeof load_error);  /* a failure leaves its message */
+}
+
+const struct crypto_lib *crypto_lib(void)
+{
+    pthread_once(&once, load);
+    if (load_error[0]) {
+        fprintf(stderr, "flow: %s\n", load_error);
+        abort();
+    }
+    return &lib;
+}
