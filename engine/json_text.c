@@ -121,3 +121,82 @@ void json_string_utf8(struct strbuf *sb, const char *s)
     escape(s, true, put_sb, sb);
     sb_addc(sb, '"');
 }
+
+/* ---- cJSON_Print's layout, without cJSON ----------------------------------- */
+
+static void add_tabs(struct strbuf *sb, size_t n)
+{
+    while (n--) sb_addc(sb, '\t');
+}
+
+static bool json_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/* The index past the string that opens at s[i] (its closing quote's + 1). */
+static size_t string_end(const char *s, size_t len, size_t i)
+{
+    for (i++; i < len && s[i] != '"'; i++)
+        if (s[i] == '\\') i++;
+    return i < len ? i + 1 : len;
+}
+
+void json_indent(struct strbuf *out, const char *s, size_t len)
+{
+    /* What each open container is, '{' or '['; cJSON's depth is its height. */
+    char *kinds = NULL;
+    size_t depth = 0, cap = 0;
+    char prev = 0;                               /* the last token's first byte */
+    for (size_t i = 0; i < len;) {
+        char c = s[i];
+        if (json_space(c)) { i++; continue; }
+        bool in_object = depth > 0 && kinds[depth - 1] == '{';
+        if (c == '"') {
+            size_t end = string_end(s, len, i);
+            sb_add(out, s + i, end - i);
+            i = end;
+            prev = c;
+            continue;
+        }
+        switch (c) {
+        case '{':
+        case '[':
+            ARRAY_GROW(kinds, depth, cap);
+            kinds[depth++] = c;
+            sb_addc(out, c);
+            if (c == '{') {
+                sb_addc(out, '\n');
+                size_t j = i + 1;
+                while (j < len && json_space(s[j])) j++;
+                if (j >= len || s[j] != '}') add_tabs(out, depth);     /* its first member's line */
+            }
+            break;
+        case '}':
+        case ']':
+            if (c == '}' && prev != '{') sb_addc(out, '\n');
+            if (c == '}') add_tabs(out, depth ? depth - 1 : 0);
+            sb_addc(out, c);
+            if (depth) depth--;
+            break;
+        case ',':
+            sb_addc(out, ',');
+            if (in_object) {
+                sb_addc(out, '\n');
+                add_tabs(out, depth);
+            } else {
+                sb_addc(out, ' ');
+            }
+            break;
+        case ':':
+            sb_adds(out, ":\t");
+            break;
+        default:                                 /* a number or a literal, as it is */
+            sb_addc(out, c);
+            break;
+        }
+        prev = c;
+        i++;
+    }
+    free(kinds);
+}

@@ -721,7 +721,7 @@ struct summary_stream { const struct step_runner *r; const struct step_summary *
 
 /* run.json, written as it is made: never the whole document in memory
  * (100,000 steps make 16 MB).  A small run's is indented, for whoever
- * reads it: made whole, then printed again by cJSON. */
+ * reads it: made whole, then laid out as cJSON_Print would (json_indent). */
 static int write_summary_stream(int fd, void *ctx)
 {
     const struct summary_stream *s = ctx;
@@ -740,14 +740,10 @@ static int write_summary_stream(int fd, void *ctx)
     }
     sb_adds(&sb, "]}");
     if (rc == 0 && n <= PRETTY_MAX) {
-        cJSON *o = cJSON_ParseWithLength(sb.buf, sb.len);
-        char *text = o ? cJSON_Print(o) : NULL;
-        cJSON_Delete(o);
-        if (text) {                                      /* else (out of memory) compact, as written */
-            sb_truncate(&sb, 0);
-            sb_adds(&sb, text);
-            cJSON_free(text);
-        }
+        struct strbuf pretty = STRBUF_INIT;
+        json_indent(&pretty, sb.buf, sb.len);
+        sb_release(&sb);
+        sb = pretty;
     }
     sb_addc(&sb, '\n');
     if (rc == 0) rc = write_all(fd, sb.buf, sb.len);

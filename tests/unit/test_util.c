@@ -9,6 +9,7 @@
 #include "strmap.h"
 #include "util.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -271,6 +272,44 @@ static void test_strmap_borrowed_keys(void)
     arena_free(&a);
 }
 
+/* json_indent lays out JSON text as cJSON_Print does after a parse (run.json
+ * was made that way), without parsing: the same bytes for each of these. */
+static void test_json_indent_is_cjson_print(void)
+{
+    static const char *const docs[] = {
+        "{}", "[]", "{\"a\":1}", "[1,2,3]", "{\"a\":{},\"b\":[],\"c\":[{}]}",
+        "{\"code\":0,\"steps\":[{\"name\":\"s\",\"metrics\":{\"loss\":0.5,\"tags\":[\"x\",\"y\"]},\"ok\":true},"
+        "{\"name\":\"t\",\"metrics\":null,\"ok\":false}]}",
+        "{\"q\":\"a \\\" quote, a {brace} and [bracket]: kept\",\"u\":\"\\u0001 \\\\\"}",
+        "[[[1,[2]],{\"deep\":{\"deeper\":{\"deepest\":[{},{\"x\":-3}]}}}]]",
+        "\"just a string\"", "42", "null",
+    };
+    for (size_t k = 0; k < sizeof docs / sizeof *docs; k++) {
+        cJSON *tree = cJSON_Parse(docs[k]);
+        CHECK(tree != NULL);
+        char *want = cJSON_Print(tree);
+        struct strbuf got = STRBUF_INIT;
+        json_indent(&got, docs[k], strlen(docs[k]));
+        CHECK_STR(got.buf, want);
+        cJSON_free(want);
+        cJSON_Delete(tree);
+        sb_release(&got);
+    }
+    /* whitespace between tokens (a fragment written pretty) is dropped */
+    struct strbuf got = STRBUF_INIT;
+    json_indent(&got, " { \"a\" :\n [ 1 , 2 ] } ", 22);
+    CHECK_STR(got.buf, "{\n\t\"a\":\t[1, 2]\n}");
+    sb_release(&got);
+    /* text that is not JSON is rearranged, never read past its end */
+    static const char *const bad[] = { "{\"open", "}}]]", "{\"a\":\"\\", "[{,:" };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        json_indent(&got, bad[k], strlen(bad[k]));
+        CHECK(got.buf != NULL);
+        sb_truncate(&got, 0);
+    }
+    sb_release(&got);
+}
+
 /* libcrypto is opened at the first hash: a missing library or function is a
  * message naming it; the one loaded hashes as the standard says. */
 static void test_crypto_lib_open(void)
@@ -311,6 +350,7 @@ int main(void)
     RUN(test_dir_list_unlisted);
     RUN(test_arena);
     RUN(test_strmap_borrowed_keys);
+    RUN(test_json_indent_is_cjson_print);
     RUN(test_crypto_lib_open);
     RUN(test_wipe);
     return CHECK_DONE("util");
