@@ -135,9 +135,8 @@ struct aml_cert *aml_cert_load(const char *path, const char *password, char *err
 
 void aml_cert_free(struct aml_cert *c)
 {
-    const struct crypto_lib *ossl = crypto_lib();
     if (!c) return;
-    ossl->EVP_PKEY_free(c->key);
+    crypto_lib()->EVP_PKEY_free(c->key);
     free(c->x5t);
     free(c);
 }
