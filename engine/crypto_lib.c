@@ -6,7 +6,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
+#include <unistd.h>
 
 /* RTLD_DEEPBIND: libcrypto's own 3,000 bound-now relocations then resolve in
  * libcrypto (and libc) first, not after a search of the 8 objects flow was
@@ -53,8 +53,11 @@ const struct crypto_lib *crypto_lib(void)
 {
     pthread_once(&once, load);
     if (load_error[0]) {
+        /* As the dynamic loader ended flow when libcrypto was linked: the
+         * installation is broken, nothing flow does can go on (this may be
+         * a pool thread, hence _exit; what flow writes survives a kill). */
         fprintf(stderr, "flow: %s\n", load_error);
-        abort();
+        _exit(127);
     }
     return &lib;
 }

@@ -52,8 +52,9 @@ struct crypto_lib {
 };
 
 /* libcrypto's functions, loaded once per process, from any thread.  Never
- * NULL: like xmalloc's out of memory, a missing libcrypto (a broken
- * installation; `make deps` installs it) is a message naming it and abort. */
+ * NULL: a missing libcrypto (a broken installation; `make deps` installs it)
+ * is a message naming it and exit status 127, as when the dynamic loader
+ * could not start a flow linked with it. */
 const struct crypto_lib *crypto_lib(void);
 
 /* Fills *out from the library `soname` (crypto_lib's, and tests'): 0, or -1

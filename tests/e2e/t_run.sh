@@ -465,6 +465,24 @@ L
     not_contains "$(cat trace.txt)" "libcurl" "libraries opened by a local run"
 }
 
+# A libcrypto that is not OpenSSL 3 (a broken installation: here a copy of
+# another library under its name) stops a run at its first hash with a
+# message naming it and status 127, as the dynamic loader did when flow was
+# linked with it; `flow --version` never opens it.
+test_a_broken_libcrypto_is_a_message_not_a_crash() {
+    mkdir -p fakelib
+    cp "$(ldconfig -p | sed -n 's/.*libcjson\.so\.1 .*=> //p' | head -n 1)" fakelib/libcrypto.so.3 ||
+        skip "no libcjson.so.1 to stand in for libcrypto"
+    LD_LIBRARY_PATH=$PWD/fakelib run_flow 0 --version
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "touch ${outputs.x}", outputs = "x", name = "cmd" } }
+L
+    LD_LIBRARY_PATH=$PWD/fakelib run_flow 127 run
+    contains "$ERR" "flow: libcrypto.so.3 has no SHA256_Init: OpenSSL 3 is needed"
+    not_contains "$ERR" "Aborted"
+    [ ! -e core ] || { echo "a core dump"; return 1; }
+}
+
 # The stdlib is embedded as Lua bytecode (tools/embed.c), not as source: its
 # comments are not in the binary.
 test_stdlib_is_embedded_as_bytecode() {
