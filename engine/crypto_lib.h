@@ -7,9 +7,10 @@
  * program linked with -lcrypto 2.1 ms), for `--version`, `--help`, `flow
  * repl` and the shell completions, which never hash.  So flow opens libcrypto
  * with dlopen on first use, as it opens libcurl (azureml/curl_lib.h), and
- * calls it through this table (crypto_lib.c says how it is opened).  Each pointer has the type of OpenSSL's
- * declaration of the function (__typeof__), so calls are checked as before,
- * and the flow binary does not link libcrypto: a direct call would not link.
+ * calls it through this table (crypto_lib.c says how it is opened).  Each
+ * pointer has the type of OpenSSL's declaration of the function
+ * (__typeof__), so calls are checked as before, and the flow binary does not
+ * link libcrypto: a direct call would not link.
  * The headers still come from libssl-dev through pkg-config; at run time
  * Debian's libssl3 package provides the library (libcurl needs it too, and
  * the process then has one copy: the same soname loads once).
