@@ -4,12 +4,13 @@
 CC      ?= cc
 # `make V=1` shows the full commands.
 Q       := $(if $(V),,@)
-PKGS    := lua5.4 libcjson libcurl libcrypto yaml-0.1 readline expat
+PKGS    := lua5.4 libcjson libcurl libcrypto libmd yaml-0.1 readline expat
 # What the flow binary links: libcurl is opened when first needed
 # (engine/azureml/curl_lib.h), so that its 28 libraries do not load at every
-# start; libcrypto likewise, at the first hash (engine/crypto_lib.h); readline
+# start; libcrypto likewise, at the first hash of more than 8 KiB (libmd,
+# linked, hashes the small ones: engine/hash.c, engine/crypto_lib.h); readline
 # when `flow repl` first reads a terminal (engine/line_editor.c).
-LINK_PKGS := lua5.4 libcjson yaml-0.1 expat
+LINK_PKGS := lua5.4 libcjson libmd yaml-0.1 expat
 BUILD   := build
 WARN    := -Wall -Wextra -Wconversion -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 # CI builds with WERROR=1: a warning fails the build.

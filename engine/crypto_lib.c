@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 static struct crypto_lib lib;
 static char load_error[512];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static atomic_bool loaded;
 
 int crypto_lib_open(const char *soname, struct crypto_lib *out, char *err, size_t errlen)
 {
@@ -46,11 +48,18 @@ int crypto_lib_open(const char *soname, struct crypto_lib *out, char *err, size_
 
 static void load(void)
 {
-    crypto_lib_open(CRYPTO_LIB_SONAME, &lib, load_error, sizeof load_error);  /* a failure leaves its message */
+    /* a failure leaves its message */
+    if (crypto_lib_open(CRYPTO_LIB_SONAME, &lib, load_error, sizeof load_error) == 0) atomic_store(&loaded, true);
+}
+
+bool crypto_lib_loaded(void)
+{
+    return atomic_load_explicit(&loaded, memory_order_acquire);
 }
 
 const struct crypto_lib *crypto_lib(void)
 {
+    if (crypto_lib_loaded()) return &lib;       /* (every hash asks: no pthread_once each time) */
     pthread_once(&once, load);
     if (load_error[0]) {
         /* As the dynamic loader ended flow when libcrypto was linked: the

@@ -1,11 +1,11 @@
-/* crypto_lib.h — OpenSSL's libcrypto, loaded the first time flow hashes,
- * signs or encodes something.
+/* crypto_lib.h — OpenSSL's libcrypto, loaded the first time flow hashes
+ * more than a few KiB (hash.c), signs or encodes something.
  *
  * Linked the usual way, libcrypto is mapped and relocated at every start of
  * flow: some 3,400 symbol relocations, 1.3 ms of `flow --version`'s 3.1 ms on
  * the machine of bench/RESULTS.md (an empty C program takes 0.8 ms, the same
  * program linked with -lcrypto 2.1 ms), for `--version`, `--help`, `flow
- * repl` and the shell completions, which never hash.  So flow opens libcrypto
+ * repl`, the shell completions and a no-op run, which never use it.  So flow opens libcrypto
  * with dlopen on first use, as it opens libcurl (azureml/curl_lib.h), and
  * calls it through this table (crypto_lib.c says how it is opened).  Each
  * pointer has the type of OpenSSL's declaration of the function
@@ -32,6 +32,7 @@
 #include <openssl/rsa.h>
 #include <openssl/sha.h>
 #include <openssl/x509.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /* The soname of OpenSSL 3's libcrypto (Debian's libssl3). */
@@ -57,6 +58,9 @@ struct crypto_lib {
  * is a message naming it and exit status 127, as when the dynamic loader
  * could not start a flow linked with it. */
 const struct crypto_lib *crypto_lib(void);
+
+/* Whether crypto_lib() has loaded libcrypto: a cheap test, from any thread. */
+bool crypto_lib_loaded(void);
 
 /* Fills *out from the library `soname` (crypto_lib's, and tests'): 0, or -1
  * with a message naming the library and what is missing. */

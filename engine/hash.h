@@ -8,6 +8,11 @@
 
 #define SHA256_HEX_SIZE 65          /* 64 hex digits and a NUL */
 
+/* Up to this many bytes a hasher keeps what it is given, to hash it at the
+ * end with libmd while the process's small budget lasts; past them OpenSSL
+ * takes over (hash.c says why). */
+#define HASHER_SMALL (8 * 1024)
+
 struct hasher;
 
 /* Never NULL: like xmalloc, a missing SHA-256 implementation aborts. */
@@ -21,6 +26,9 @@ void hasher_free(struct hasher *h);
 void hasher_copy(struct hasher *dst, const struct hasher *src);
 
 void sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_SIZE]);
+/* Sets what libmd may still hash in this process, in bytes (tests: 0 makes
+ * every hash OpenSSL's, SIZE_MAX every small one libmd's). */
+void hash_set_small_budget(size_t bytes);
 
 /* Reads fd to its end in 64 KiB chunks.  -1 with errno set on a read error. */
 int hash_fd(int fd, char hex[SHA256_HEX_SIZE]);

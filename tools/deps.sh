@@ -4,7 +4,7 @@
 set -eu
 
 # pkg-config name -> Debian package
-BUILD="lua5.4:liblua5.4-dev libcjson:libcjson-dev libcurl:libcurl4-openssl-dev libcrypto:libssl-dev yaml-0.1:libyaml-dev readline:libreadline-dev expat:libexpat1-dev"
+BUILD="lua5.4:liblua5.4-dev libcjson:libcjson-dev libcurl:libcurl4-openssl-dev libcrypto:libssl-dev libmd:libmd-dev yaml-0.1:libyaml-dev readline:libreadline-dev expat:libexpat1-dev"
 
 missing=""
 command -v pkg-config >/dev/null 2>&1 || missing="pkg-config"

@@ -444,8 +444,10 @@ L
 }
 
 # Nor do they map the libraries that later work needs: libcrypto is opened at
-# the first hash (engine/crypto_lib.h), libcurl at the first request,
-# readline when `flow repl` reads a terminal.  A run that hashes opens libcrypto.
+# the first hash of more than a few KiB (engine/hash.c; libmd hashes less),
+# libcurl at the first request, readline when `flow repl` reads a terminal.
+# A run whose hashes are all small opens none of them, a no-op rerun neither;
+# an output of 100 KB is hashed by OpenSSL.
 test_version_and_help_open_no_library_they_do_not_need() {
     command -v strace >/dev/null 2>&1 || skip "no strace"
     export ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0   # LeakSanitizer refuses ptrace
@@ -460,13 +462,21 @@ test_version_and_help_open_no_library_they_do_not_need() {
     write pipeline.lua <<'L'
 return pipeline{ node{ command = "touch ${outputs.x}", outputs = "x", name = "cmd" } }
 L
+    for args in run "run (a no-op)"; do
+        strace -f -e trace=open,openat -o trace.txt "$FLOW" run >/dev/null 2>&1
+        for lib in libcrypto libcurl; do
+            not_contains "$(cat trace.txt)" "$lib" "libraries opened by a local $args"
+        done
+    done
+    write pipeline.lua <<'L'
+return pipeline{ node{ command = "head -c 100000 /dev/zero > ${outputs.y}", outputs = "y", name = "big" } }
+L
     strace -f -e trace=open,openat -o trace.txt "$FLOW" run >/dev/null 2>&1
-    contains "$(cat trace.txt)" "libcrypto.so.3" "libraries opened by a run"
-    not_contains "$(cat trace.txt)" "libcurl" "libraries opened by a local run"
+    contains "$(cat trace.txt)" "libcrypto.so.3" "libraries opened by a run that hashes 100 KB"
 }
 
 # A libcrypto that is not OpenSSL 3 (a broken installation: here a copy of
-# another library under its name) stops a run at its first hash with a
+# another library under its name) stops a run at its first large hash with a
 # message naming it and status 127, as the dynamic loader did when flow was
 # linked with it; `flow --version` never opens it.
 test_a_broken_libcrypto_is_a_message_not_a_crash() {
@@ -475,7 +485,7 @@ test_a_broken_libcrypto_is_a_message_not_a_crash() {
         skip "no libcjson.so.1 to stand in for libcrypto"
     LD_LIBRARY_PATH=$PWD/fakelib run_flow 0 --version
     write pipeline.lua <<'L'
-return pipeline{ node{ command = "touch ${outputs.x}", outputs = "x", name = "cmd" } }
+return pipeline{ node{ command = "head -c 100000 /dev/zero > ${outputs.y}", outputs = "y", name = "big" } }
 L
     LD_LIBRARY_PATH=$PWD/fakelib run_flow 127 run
     contains "$ERR" "flow: libcrypto.so.3 has no SHA256_Init: OpenSSL 3 is needed"

@@ -10,6 +10,7 @@
 #include "util.h"
 
 #include <cjson/cJSON.h>
+#include <sha2.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -328,6 +329,123 @@ static void test_crypto_lib_open(void)
     CHECK_STR(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
+static void hex_of(const unsigned char *md, char hex[SHA256_HEX_SIZE])
+{
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}
+
+/* Two implementations of SHA-256 (hash.c): libmd for what fits in a
+ * hasher's first HASHER_SMALL bytes while the process's small budget lasts,
+ * OpenSSL past them or after.  With the budget unlimited and with none, at
+ * every length around the switch, fed whole or in pieces, copied half-way
+ * (hasher_copy), the hasher and sha256_hex give what OpenSSL alone and libmd
+ * alone give.  (libcrypto is loaded by then, which makes hashers start on
+ * OpenSSL: the small path is checked first, by a run of its own below.) */
+static int size_order(const void *a, const void *b)
+{
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void check_sha256_paths(size_t up_to)
+{
+    size_t max = 3 * HASHER_SMALL + 100;
+    unsigned char *data = malloc(max);
+    for (size_t i = 0; i < max; i++) data[i] = (unsigned char)(i * 2654435761u >> 13);
+    static const size_t pieces[] = { 1, 7, 64, 1000, HASHER_SMALL - 1, HASHER_SMALL, HASHER_SMALL + 1 };
+    size_t lengths[64], n_len = 0;
+    for (size_t k = 0; k < 40; k++) lengths[n_len++] = k * 97;
+    for (long d = -3; d <= 3; d++) {
+        lengths[n_len++] = (size_t)((long)HASHER_SMALL + d);
+        lengths[n_len++] = (size_t)((long)(2 * HASHER_SMALL) + d);
+    }
+    lengths[n_len++] = max;
+    qsort(lengths, n_len, sizeof *lengths, size_order);
+    for (size_t k = 0; k < n_len && lengths[k] <= up_to; k++) {
+        size_t len = lengths[k];
+        unsigned char md[32];
+        char want[SHA256_HEX_SIZE], got[SHA256_HEX_SIZE], libmd[SHA256_HEX_SIZE];
+        SHA256(data, len, md);                                   /* OpenSSL, linked into this test */
+        hex_of(md, want);
+        SHA2_CTX ctx;
+        SHA256Init(&ctx);
+        SHA256Update(&ctx, data, len);
+        SHA256Final(md, &ctx);
+        hex_of(md, libmd);
+        CHECK_STR(libmd, want);
+        sha256_hex(data, len, got);
+        CHECK_STR(got, want);
+        for (size_t p = 0; p < sizeof pieces / sizeof *pieces; p++) {
+            struct hasher *h = hasher_new(), *copy = hasher_new();
+            size_t half = len / 2, at = 0;
+            while (at < len) {
+                size_t step = len - at < pieces[p] ? len - at : pieces[p];
+                if (at <= half && half < at + step) {            /* the copy goes on from the middle */
+                    hasher_update(h, data + at, half - at);
+                    hasher_copy(copy, h);
+                    hasher_update(h, data + half, at + step - half);
+                    hasher_update(copy, data + half, len - half);
+                } else {
+                    hasher_update(h, data + at, step);
+                }
+                at += step;
+            }
+            if (len == 0) hasher_copy(copy, h);
+            hasher_finish(h, got);
+            CHECK_STR(got, want);
+            hasher_finish(copy, got);
+            CHECK_STR(got, want);
+            hasher_update(h, data, len);                         /* a finished hasher starts over */
+            hasher_finish(h, got);
+            CHECK_STR(got, want);
+            hasher_free(h);
+            hasher_free(copy);
+        }
+    }
+    free(data);
+}
+
+static void test_sha256_small_and_big_agree(void)
+{
+    CHECK(!crypto_lib_loaded());            /* (this test runs first) */
+    hash_set_small_budget(SIZE_MAX);
+    check_sha256_paths(HASHER_SMALL);       /* libmd alone */
+    CHECK(!crypto_lib_loaded());
+    /* a hasher that kept HASHER_SMALL - 10 bytes, to go past them below */
+    static unsigned char text[HASHER_SMALL + 90];
+    for (size_t i = 0; i < sizeof text; i++) text[i] = (unsigned char)(i % 251);
+    struct hasher *crossing = hasher_new();
+    hasher_update(crossing, text, HASHER_SMALL - 10);
+    /* small hashes go to libmd until they would have cost about what loading
+     * libcrypto does (each call counts 64 bytes more); then to OpenSSL */
+    char hex[SHA256_HEX_SIZE];
+    hash_set_small_budget(2 * (3 + 64));
+    for (int k = 0; k < 3; k++) {
+        CHECK(!crypto_lib_loaded());
+        sha256_hex("abc", 3, hex);          /* FIPS 180-2's first example */
+        CHECK_STR(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+    CHECK(crypto_lib_loaded());
+    char want[SHA256_HEX_SIZE];
+    unsigned char md[32];
+    SHA256(text, sizeof text, md);
+    hex_of(md, want);
+    /* a hasher made now keeps nothing: a copy of the kept bytes goes to OpenSSL */
+    struct hasher *late = hasher_new();
+    hasher_copy(late, crossing);
+    hasher_update(late, text + HASHER_SMALL - 10, 100);
+    hasher_finish(late, hex);
+    CHECK_STR(hex, want);
+    hasher_free(late);
+    /* past HASHER_SMALL, OpenSSL goes on from what the hasher kept */
+    hasher_update(crossing, text + HASHER_SMALL - 10, 100);
+    hasher_finish(crossing, hex);
+    CHECK_STR(hex, want);
+    hasher_free(crossing);
+    hash_set_small_budget(SIZE_MAX);
+    check_sha256_paths(SIZE_MAX);           /* OpenSSL, once it is loaded */
+}
+
 /* wipe() zeroes what it is given, and takes NULL. */
 static void test_wipe(void)
 {
@@ -340,6 +458,7 @@ static void test_wipe(void)
 
 int main(void)
 {
+    RUN(test_sha256_small_and_big_agree);   /* first: before anything loads libcrypto */
     RUN(test_strbuf_truncate);
     RUN(test_ptrmap_put_get_grow);
     RUN(test_read_file_max);
