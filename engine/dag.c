@@ -72,7 +72,8 @@ void dag_reserve(struct dag *dag, size_t n_steps)
     strmap_reserve(&dag->dataset_index, n_steps);
 }
 
-/* A copy of s for the graph: s itself when the caller's strings outlive it. */
+/* A copy of s for the graph: s itself when the caller's strings outlive it.
+ * NULL stays NULL. */
 static char *keep_string(struct dag *dag, const char *s)
 {
     return dag->borrowed_names ? (char *)s : arena_strdup(&dag->mem, s);
@@ -129,7 +130,7 @@ long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_
     /* the steps a loop makes share one line: one copy for a run of them */
     const struct dag_step *prev = dag->n_steps ? &dag->steps[dag->n_steps - 1] : NULL;
     s->where = prev && prev->where && spec->where && strcmp(prev->where, spec->where) == 0
-               ? prev->where : spec->where ? keep_string(dag, spec->where) : NULL;
+               ? prev->where : keep_string(dag, spec->where);
     s->inputs = copy_io(dag, spec->inputs, spec->n_inputs);
     s->outputs = copy_io(dag, spec->outputs, spec->n_outputs);
     s->tags = arena_calloc(mem, spec->n_tags, sizeof *s->tags);

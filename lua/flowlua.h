@@ -149,6 +149,8 @@ void flow_new_class(lua_State *L, const char *name, const struct luaL_Reg *metho
 /* Nodes as handles on records of declared steps (node_decl.c). */
 struct step_decls;
 struct step_decl;
+/* Registers the stores' class (luaopen_flow_pipeline_c, before any store). */
+void flow_open_decls(lua_State *L);
 /* Pushes the store node{} adds to (made on first use), and returns it. */
 struct step_decls *flow_push_current_decls(lua_State *L);
 /* The record behind the node at idx, with its store and id; NULL when idx

@@ -1106,6 +1106,7 @@ static const luaL_Reg pipeline_funcs[] = {
 
 int luaopen_flow_pipeline_c(lua_State *L)
 {
+    flow_open_decls(L);
     luaL_newlib(L, pipeline_funcs);
     return 1;
 }

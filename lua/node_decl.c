@@ -50,11 +50,7 @@ static struct step_decls *push_new_decls(lua_State *L)
     struct decls_ud *u = lua_newuserdatauv(L, sizeof *u, N_UV);
     memset(u, 0, sizeof *u);            /* what __gc may free before init */
     struct step_decls *d = &u->d;
-    if (luaL_newmetatable(L, DECLS_MT)) {
-        lua_pushcfunction(L, decls_gc);
-        lua_setfield(L, -2, "__gc");
-    }
-    lua_setmetatable(L, -2);
+    luaL_setmetatable(L, DECLS_MT);     /* (flow_open_decls made it) */
     for (int uv = 1; uv <= N_UV; uv++) {
         lua_newtable(L);
         lua_setiuservalue(L, -2, uv);
@@ -74,6 +70,12 @@ struct step_decls *flow_push_current_decls(lua_State *L)
     lua_pushvalue(L, -1);
     lua_setfield(L, LUA_REGISTRYINDEX, CURRENT_KEY);
     return d;
+}
+
+void flow_open_decls(lua_State *L)
+{
+    static const luaL_Reg no_methods[] = { { NULL, NULL } };
+    flow_new_class(L, DECLS_MT, no_methods, decls_gc);
 }
 
 /* new_store(): the nodes declared from now on go to a new store. */
@@ -459,10 +461,12 @@ int flow_l_derive(lua_State *L)
     lua_settop(L, 3);
     lua_getfield(L, 2, "inputs");       /* 4 */
     lua_getfield(L, 2, "outputs");      /* 5 */
-    struct step_decl old = rec;         /* the copy's inputs, then its outputs, side by side */
-    rec.io = (uint32_t)d->n_io;
-    rec.n_inputs = append_io(L, d, 4, old, false);
-    rec.n_outputs = append_io(L, d, 5, old, true);
+    if (lua_istable(L, 4) || lua_istable(L, 5)) {  /* else the copy shares the node's: records never change */
+        struct step_decl old = rec;     /* the copy's inputs, then its outputs, side by side */
+        rec.io = (uint32_t)d->n_io;
+        rec.n_inputs = append_io(L, d, 4, old, false);
+        rec.n_outputs = append_io(L, d, 5, old, true);
+    }
     if (lua_getfield(L, 2, "tags") == LUA_TTABLE) {                 /* 6 */
         rec.n_tags = 0;
         rec.tags = (uint32_t)d->n_tags;

@@ -56,9 +56,8 @@ local derive = pipeline_c.bind_derive(Node)
 local same_decl = pipeline_c.same_decl
 
 -- Copy of node `n` with datasets and name renamed by `rename(dataset)`, and
--- the fields of `changes` (derive's) set.
+-- the fields of `changes` (derive's, a table of the caller's) set.
 local function renamed(n, rename, prefix, changes)
-  changes = changes or {}
   local inputs, outputs = {}, {}
   for i, io in ipairs(n.inputs) do inputs[i] = { arg = io.arg, dataset = rename(io.dataset) } end
   for i, io in ipairs(n.outputs) do outputs[i] = { arg = io.arg, dataset = rename(io.dataset) } end
