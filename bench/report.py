@@ -171,7 +171,7 @@ def main():
                     continue
                 ok = r["wall"] < lim
                 oks.append(ok)
-                bits.append("%s %s mean (target < %g ms): %s; peak RSS %s MB" % (
+                bits.append("%s %s median (target < %g ms): %s; peak RSS %s MB" % (
                     label, fmt_ms(r["wall"]), lim * 1000, "met" if ok else "missed", fmt_mb(r["rss"])))
                 cells.append(fmt_ms(r["wall"]))
             res = "missed" if False in oks else "not measured" if None in oks else "met"
@@ -408,7 +408,7 @@ def main():
         w("hyperfine -N (no shell), after warm-up runs; the pipeline is one `touch` command step, so "
           "after the first warm-up run every timed `flow run` finds it up to date. Peak RSS from one more run.")
         w("")
-        w("| command | mean | target | ÷ target | peak RSS (MB) | runs | how |")
+        w("| command | median | target | ÷ target | peak RSS (MB) | runs | how |")
         w("|---|--:|--:|--:|--:|--:|---|")
         lims = dict((tool, lim) for tool, _, lim in TARGETS[-1]["parts"])
         for r in one:

@@ -389,7 +389,7 @@ SECTION=startup
 rm -rf "$DISK/one"
 python3 "$HERE/gen.py" 1 "$DISK/one" --one || { say "generation failed for the one-step pipeline"; exit 2; }
 dir=$DISK/one/flow-one
-one_step() {    # one_step LABEL ARGS... -> record a row: mean wall over many runs
+one_step() {    # one_step LABEL ARGS... -> record a row: median wall over many runs (as every other row)
   local label=$1; shift
   local args=("$@") json=$WORK/hyperfine-$label.json
   time_once "$dir" "$FLOW" "${args[@]}"   # the peak RSS of one run, and does it work at all?
@@ -408,8 +408,8 @@ one_step() {    # one_step LABEL ARGS... -> record a row: mean wall over many ru
     stats=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"][0]; print("%.6f %.6f %.6f %d" % (r["mean"], r["stddev"] or 0, r["median"], len(r["times"])))' "$json" 2>/dev/null)
     if [ -n "$stats" ]; then
       set -- $stats
-      say "$(printf '%-22s %9.2f ms mean, %.2f ms median %8s MB' "$label" "$(awk -v s="$1" 'BEGIN{print s*1000}')" "$(awk -v s="$3" 'BEGIN{print s*1000}')" "$(mb "$rss")")"
-      record startup "$label" 1 "$1" "$rss" "$4" "" "hyperfine -N: mean of $4 runs, ± $(awk -v s="$2" 'BEGIN{printf "%.2f", s*1000}') ms, median $(awk -v s="$3" 'BEGIN{printf "%.2f", s*1000}') ms"
+      say "$(printf '%-22s %9.2f ms median, %.2f ms mean %8s MB' "$label" "$(awk -v s="$3" 'BEGIN{print s*1000}')" "$(awk -v s="$1" 'BEGIN{print s*1000}')" "$(mb "$rss")")"
+      record startup "$label" 1 "$3" "$rss" "$4" "" "hyperfine -N: median of $4 runs; mean $(awk -v s="$1" 'BEGIN{printf "%.2f", s*1000}') ± $(awk -v s="$2" 'BEGIN{printf "%.2f", s*1000}') ms"
       return
     fi
   fi
@@ -420,7 +420,7 @@ one_step() {    # one_step LABEL ARGS... -> record a row: mean wall over many ru
   for ((i = 0; i < HF_RUNS; i++)); do "$FLOW" "${args[@]}" >/dev/null 2>&1; done
   t1=${EPOCHREALTIME/./}
   cd "$ROOT" || return
-  record startup "$label" 1 "$(awk -v d=$((t1 - t0)) -v r="$HF_RUNS" 'BEGIN{printf "%.6f", d/r/1e6}')" "$rss" "$HF_RUNS" "" "loop of $HF_RUNS runs (hyperfine $(have hyperfine && echo failed || echo 'not installed'))"
+  record startup "$label" 1 "$(awk -v d=$((t1 - t0)) -v r="$HF_RUNS" 'BEGIN{printf "%.6f", d/r/1e6}')" "$rss" "$HF_RUNS" "" "mean of a loop of $HF_RUNS runs, not a median (hyperfine $(have hyperfine && echo failed || echo 'not installed'))"
 }
 say "start-up: hyperfine, $HF_RUNS runs after $HF_WARMUP warm-up"
 one_step flow-version --version
