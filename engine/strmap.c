@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static unsigned hash_str(const char *s)
+static uint32_t hash_str(const char *s)
 {
-    unsigned h = 2166136261u;
+    uint32_t h = 2166136261u;
     for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
     return h;
 }
@@ -23,7 +23,7 @@ void strmap_free(struct strmap *m)
     m->count = m->cap = 0;
 }
 
-static struct strmap_slot *find_slot(const struct strmap *m, const char *key, unsigned h)
+static struct strmap_slot *find_slot(const struct strmap *m, const char *key, uint32_t h)
 {
     size_t mask = m->cap - 1;
     for (size_t i = h & mask; ; i = (i + 1) & mask) {
@@ -55,15 +55,16 @@ void strmap_reserve(struct strmap *m, size_t n)
 
 void strmap_put(struct strmap *m, const char *key, size_t value)
 {
+    if (value > UINT32_MAX) out_of_memory(value);      /* (an index that large: its array could not exist) */
     if (!fits(m->count + 1, m->cap)) rehash(m, m->cap ? m->cap * 2 : 16);
-    unsigned h = hash_str(key);
+    uint32_t h = hash_str(key);
     struct strmap_slot *s = find_slot(m, key, h);
     if (!s->key) {
         s->key = m->borrowed_keys ? (char *)key : xstrdup(key);
         s->hash = h;
         m->count++;
     }
-    s->value = value;
+    s->value = (uint32_t)value;
 }
 
 bool strmap_get(const struct strmap *m, const char *key, size_t *value)
