@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,11 +34,19 @@
 #define FRAME_LEN 12
 #define COMPACT_MIN_RECORDS 64
 
+/* A record this process put keeps only what the engine reads in memory
+ * (`own`: its name, fingerprint and outputs in one block); its payload is
+ * in `pend` until written, then in the file, read back when its body is
+ * asked for or the file is rewritten.  A run of 100,000 steps held 440 bytes
+ * a step of payloads until its end, 17 % of its peak; it now holds about 180. */
 struct slot {
-    struct state_rec rec;               /* pointers into blob */
-    const unsigned char *blob;          /* the encoded payload */
-    size_t blob_len;
-    bool owned, dirty;                  /* blob malloc'd (a put); not yet saved */
+    struct state_rec rec;               /* a mapped record's strings in the map; a put's in own (body NULL) */
+    void *own;                          /* a put's block, or NULL (a mapped record: rec.outs is its own) */
+    union {
+        const unsigned char *mapped;    /* a mapped record's payload */
+        uint64_t at;                    /* a put's payload: its offset in the file followed by pend */
+    } where;
+    uint32_t len, crc;                  /* the payload's length and CRC (its frame's) */
 };
 
 struct state_store {
@@ -49,8 +58,18 @@ struct state_store {
     size_t n, cap;
     struct strmap index;                /* name -> slot */
     size_t file_records;                /* records in the file, superseded ones included */
-    size_t dirty;
+    int fd;                             /* the file, once this process has written it; or -1 */
+    uint64_t file_end;                  /* where pend's first frame goes in the file */
+    struct strbuf pend;                 /* the frames not in the file yet */
+    size_t n_pend;                      /* ... how many */
+    unsigned char *scratch;             /* a payload read back from the file */
+    size_t scratch_cap;
+    dev_t dev;                          /* the file as this store last read or wrote it */
+    ino_t ino;
     bool rewrite;                       /* the file is missing, unusable or has a torn tail */
+    bool streaming;                     /* puts are written before the save (state_store_stream) */
+    bool unsynced;                      /* frames written since the last fdatasync */
+    bool streaming_failed;              /* a write before the save failed: the save tries again */
     struct state_store_stats stats;
 };
 
@@ -201,15 +220,18 @@ bad:
 
 /* ---- the index ------------------------------------------------------------------ */
 
-static void set_slot(struct state_store *s, const unsigned char *blob, size_t len, bool owned,
-                     const struct state_rec *rec, bool dirty)
+static void release_slot(struct slot *sl)
+{
+    if (sl->own) free(sl->own);
+    else free(sl->rec.outs);
+}
+
+/* Makes *sl step rec->name's slot, replacing (and releasing) its old one. */
+static void set_slot(struct state_store *s, const struct slot *sl)
 {
     size_t i;
-    if (strmap_get(&s->index, rec->name, &i)) {
-        struct slot *old = &s->slots[i];
-        free(old->rec.outs);
-        if (old->owned) free((void *)old->blob);
-        if (old->dirty) s->dirty--;
+    if (strmap_get(&s->index, sl->rec.name, &i)) {
+        release_slot(&s->slots[i]);
     } else {
         if (s->n == s->cap) {
             s->cap = s->cap ? s->cap * 2 : 256;
@@ -217,9 +239,8 @@ static void set_slot(struct state_store *s, const unsigned char *blob, size_t le
         }
         i = s->n++;
     }
-    s->slots[i] = (struct slot){ .rec = *rec, .blob = blob, .blob_len = len, .owned = owned, .dirty = dirty };
-    strmap_put(&s->index, rec->name, i);     /* the key is copied: the old name may be freed */
-    if (dirty) s->dirty++;
+    s->slots[i] = *sl;
+    strmap_put(&s->index, sl->rec.name, i);     /* the key is copied: the old name may be freed */
 }
 
 static void scan(struct state_store *s)
@@ -241,7 +262,8 @@ static void scan(struct state_store *s)
         /* A later record replaces an earlier one only if it is not older (as journals fold). */
         const struct state_rec *old = state_store_get(s, rec.name);
         if (old && old->time > rec.time) { free(rec.outs); continue; }
-        set_slot(s, payload, len, false, &rec, false);
+        set_slot(s, &(struct slot){ .rec = rec, .where.mapped = payload, .len = (uint32_t)len,
+                                    .crc = get_u32(payload - 4) });
     }
     s->stats.torn_bytes = (size_t)(end - p);
     if (p < end) s->rewrite = true;
@@ -251,6 +273,7 @@ struct state_store *state_store_open(const char *path, const char **warning, cha
 {
     if (warning) *warning = NULL;
     struct state_store *s = xcalloc(1, sizeof *s);
+    s->fd = -1;
     s->path = xstrdup(path);
     char *dir = path_parent(path);
     s->values_dir = xasprintf("%s/values", dir);
@@ -283,6 +306,8 @@ struct state_store *state_store_open(const char *path, const char **warning, cha
     }
     size_t size = (size_t)st.st_size;
     s->stats.file_bytes = size;
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
     s->rewrite = true;
     if (size > STATE_STORE_MAX_FILE) {
         if (warning) *warning = "is too large to be read";
@@ -296,6 +321,7 @@ struct state_store *state_store_open(const char *path, const char **warning, cha
         }
         s->map = m;
         s->map_len = size;
+        s->file_end = size;
         if (size < MAGIC_LEN || memcmp(m, MAGIC, MAGIC_LEN) != 0) {
             if (warning) *warning = "is not a flow state file (or flow's format changed)";
         } else {
@@ -311,11 +337,11 @@ struct state_store *state_store_open(const char *path, const char **warning, cha
 void state_store_free(struct state_store *s)
 {
     if (!s) return;
-    for (size_t i = 0; i < s->n; i++) {
-        free(s->slots[i].rec.outs);
-        if (s->slots[i].owned) free((void *)s->slots[i].blob);
-    }
+    for (size_t i = 0; i < s->n; i++) release_slot(&s->slots[i]);
     free(s->slots);
+    if (s->fd >= 0) close(s->fd);
+    sb_release(&s->pend);
+    free(s->scratch);
     strmap_free(&s->index);
     if (s->map) munmap(s->map, s->map_len);
     free(s->path);
@@ -360,6 +386,91 @@ static size_t encoded_size(const struct state_rec *rec)
     return n;
 }
 
+/* ---- writing -------------------------------------------------------------------- */
+
+static char *copy_text(char **at, const char *text)
+{
+    size_t len = strlen(text ? text : "") + 1;
+    char *to = *at;
+    memcpy(to, text ? text : "", len);
+    *at += len;
+    return to;
+}
+
+/* A put's block: its outputs, then its strings; rec points into it. */
+static void *own_copy(const struct state_rec *src, struct state_rec *rec)
+{
+    size_t n = src->n_outs, bytes = n * sizeof(struct state_out) + strlen(src->name) + strlen(src->fp) + 2;
+    for (size_t i = 0; i < n; i++) {
+        const struct state_out *o = &src->outs[i];
+        bytes += strlen(o->dataset) + (o->path ? strlen(o->path) : 0) + (o->hash ? strlen(o->hash) : 0) + 3;
+    }
+    char *block = xmalloc(bytes), *at = block + n * sizeof(struct state_out);
+    struct state_out *outs = (struct state_out *)(void *)block;
+    *rec = (struct state_rec){ .name = copy_text(&at, src->name), .fp = copy_text(&at, src->fp),
+                               .body_len = src->body ? src->body_len : 0, .time = src->time,
+                               .n_outs = n, .outs = n ? outs : NULL };
+    for (size_t i = 0; i < n; i++) {
+        const struct state_out *o = &src->outs[i];
+        outs[i] = (struct state_out){ .kind = o->kind, .dataset = copy_text(&at, o->dataset),
+                                      .path = copy_text(&at, o->path), .hash = copy_text(&at, o->hash) };
+    }
+    return block;
+}
+
+static int pwrite_all(int fd, const void *buf, size_t len, uint64_t at)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t w = pwrite(fd, p, len, (off_t)at);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            return -1;
+        }
+        p += w;
+        len -= (size_t)w;
+        at += (uint64_t)w;
+    }
+    return 0;
+}
+
+/* The file, opened for reading back and writing at its end (never through a link). */
+static int open_file(struct state_store *s, char *err, size_t errlen)
+{
+    if (s->fd >= 0) return 0;
+    char oerr[512];
+    s->fd = nofollow_open(s->path, O_RDWR, 0, oerr, sizeof oerr);
+    if (s->fd < 0) errf(err, errlen, "%s", oerr);
+    return s->fd < 0 ? -1 : 0;
+}
+
+/* A put's payload: in pend, or read back from the file into scratch and
+ * checked against its CRC (a file changed under the run is an error, not
+ * a wrong record).  NULL with errno set. */
+static const unsigned char *put_payload(struct state_store *s, const struct slot *sl)
+{
+    if (sl->where.at >= s->file_end) return (const unsigned char *)s->pend.buf + (sl->where.at - s->file_end);
+    char err[512];
+    if (open_file(s, err, sizeof err) != 0) return NULL;
+    if (s->scratch_cap < (size_t)sl->len + 1) {
+        free(s->scratch);
+        s->scratch_cap = (size_t)sl->len + 1;
+        s->scratch = xmalloc(s->scratch_cap);
+    }
+    ssize_t got;
+    do got = pread(s->fd, s->scratch, sl->len, (off_t)sl->where.at);
+    while (got < 0 && errno == EINTR);
+    if (got != (ssize_t)sl->len || state_store_crc32(s->scratch, sl->len) != sl->crc) {
+        if (got >= 0) errno = EIO;
+        return NULL;
+    }
+    s->scratch[sl->len] = '\0';
+    return s->scratch;
+}
+
+static void stream(struct state_store *s);
+
 int state_store_put(struct state_store *s, const struct state_rec *rec, char *err, size_t errlen)
 {
     if (!rec->name || !rec->name[0]) {
@@ -386,43 +497,65 @@ int state_store_put(struct state_store *s, const struct state_rec *rec, char *er
              (size_t)STATE_STORE_MAX_RECORD);
         return -1;
     }
-    /* Sized to fit: a record kept for each of 100,000 steps, in a buffer
-     * grown by doubling, held 51 MB where its bytes take 44. */
-    struct strbuf sb = { xmalloc(size + 1), 0, size + 1 };
-    encode(&sb, rec);
-    size_t len = sb.len;
-    unsigned char *blob = (unsigned char *)sb_detach(&sb);
-    struct state_rec copy = { 0 };
-    if (!decode(blob, len, &copy)) {              /* what the checks above let through always decodes */
-        free(blob);
+    size_t start = s->pend.len;
+    put_u32(&s->pend, FRAME_MARK);
+    put_u32(&s->pend, (uint32_t)size);
+    put_u32(&s->pend, 0);                               /* its CRC, once the payload is there */
+    size_t payload_at = s->pend.len;
+    encode(&s->pend, rec);
+    if (s->pend.len - payload_at != size) {             /* (encoded_size is the encoding's length) */
+        sb_truncate(&s->pend, start);
         errf(err, errlen, "the state record of step %s cannot be stored", rec->name);
         return -1;
     }
-    set_slot(s, blob, len, true, &copy, true);
+    uint32_t crc = state_store_crc32(s->pend.buf + payload_at, size);
+    unsigned char *c = (unsigned char *)s->pend.buf + start + 8;
+    c[0] = (unsigned char)crc, c[1] = (unsigned char)(crc >> 8), c[2] = (unsigned char)(crc >> 16),
+    c[3] = (unsigned char)(crc >> 24);
+    struct slot sl = { .where.at = s->file_end + payload_at, .len = (uint32_t)size, .crc = crc };
+    sl.own = own_copy(rec, &sl.rec);
+    set_slot(s, &sl);
+    s->n_pend++;
+    if (s->streaming && s->pend.len >= STATE_STORE_STREAM_BYTES) stream(s);
     return 0;
 }
 
 struct state_store_stats state_store_stats(const struct state_store *s) { return s->stats; }
 
-/* The frames of the store's records, written to fd a chunk at a time (a
- * save of 100,000 records holds a chunk, not a second copy of the file):
- * the whole file, its magic and every record, or (an append) only the
- * records not in the file yet.  0, or -1 with errno set. */
+const char *state_store_body(struct state_store *s, const struct state_rec *rec, size_t *len)
+{
+    const struct slot *sl = (const struct slot *)(const void *)((const char *)rec - offsetof(struct slot, rec));
+    *len = rec->body_len;
+    if (!sl->own) return rec->body;
+    const unsigned char *payload = put_payload(s, sl);
+    if (!payload) return NULL;
+    /* time, name, fingerprint, then the body's length and bytes */
+    return (const char *)payload + 8 + 5 + strlen(rec->name) + 5 + strlen(rec->fp) + 4;
+}
+
+/* The whole file: its magic and every live record, a chunk of frames to a
+ * write (a save of 100,000 records holds a chunk, not a second copy of the
+ * file), each put's new offset in at[].  0, or -1 with errno set. */
 #define WRITE_CHUNK (256 * 1024)
-struct frames { const struct state_store *s; bool whole; };
+struct frames { struct state_store *s; uint64_t *at; };
 
 static int write_frames(int fd, void *ctx)
 {
-    const struct frames *w = ctx;
+    struct frames *w = ctx;
+    struct state_store *s = w->s;
     struct strbuf out = { 0 };
-    if (w->whole) sb_add(&out, MAGIC, MAGIC_LEN);
+    sb_add(&out, MAGIC, MAGIC_LEN);
+    uint64_t written = 0;
     int rc = 0;
-    for (size_t i = 0; i < w->s->n && rc == 0; i++) {
-        const struct slot *sl = &w->s->slots[i];
-        if (!w->whole && !sl->dirty) continue;
-        frame(&out, sl->blob, sl->blob_len);
+    for (size_t i = 0; i < s->n && rc == 0; i++) {
+        const struct slot *sl = &s->slots[i];
+        const unsigned char *payload = sl->own ? put_payload(s, sl) : sl->where.mapped;
+        if (!payload) { rc = -1; break; }
+        frame(&out, payload, sl->len);
+        w->at[i] = written + out.len - sl->len;
         if (out.len >= WRITE_CHUNK) {
             rc = write_all(fd, out.buf, out.len);
+            written += out.len;
             sb_truncate(&out, 0);
         }
     }
@@ -433,45 +566,103 @@ static int write_frames(int fd, void *ctx)
     return rc;
 }
 
-static int append(struct state_store *s, char *err, size_t errlen)
+/* Writes every live record to a new file renamed into place (synced), and
+ * points the puts at their new places in it. */
+static int rewrite(struct state_store *s, char *err, size_t errlen)
 {
-    char oerr[512];
-    int fd = nofollow_open(s->path, O_WRONLY | O_APPEND, 0, oerr, sizeof oerr);
-    if (fd < 0) { errf(err, errlen, "%s", oerr); return -1; }
-    /* Whole records, in order: a crash leaves them and at most one torn
-     * record at the end, which the next open ignores and the next save
-     * rewrites away. */
-    int rc = write_frames(fd, &(struct frames){ s, false }) == 0 && fdatasync(fd) == 0 ? 0 : -1;
-    int e = errno;
-    if (close(fd) != 0 && rc == 0) { rc = -1; e = errno; }
-    if (rc != 0) errf(err, errlen, "cannot write %s: %s", s->path, strerror(e));
+    char *dir = path_parent(s->path);
+    int rc = nofollow_mkdir_p(dir, 0777, err, errlen);
+    free(dir);
+    if (rc != 0) return -1;
+    struct frames w = { s, xcalloc(s->n + 1, sizeof *w.at) };
+    rc = nofollow_write_atomic_with(s->path, write_frames, &w, err, errlen);
+    if (rc == 0) {
+        uint64_t end = MAGIC_LEN;
+        for (size_t i = 0; i < s->n; i++) {
+            if (s->slots[i].own) s->slots[i].where.at = w.at[i];
+            end = w.at[i] + s->slots[i].len;
+        }
+        if (s->fd >= 0) close(s->fd);                  /* the file it read is not the file now */
+        s->fd = -1;
+        s->file_end = end;
+        struct stat st;
+        if (lstat(s->path, &st) == 0) s->dev = st.st_dev, s->ino = st.st_ino;
+        sb_truncate(&s->pend, 0);
+        s->n_pend = 0;
+        s->file_records = s->n;
+        s->rewrite = s->unsynced = false;
+    }
+    free(w.at);
     return rc;
 }
 
-static int rewrite(struct state_store *s, char *err, size_t errlen)
+/* Whether the file at the path is still the one this store read or last
+ * wrote, as it left it.  Another writer (a second store on the file) would
+ * make this store's offsets wrong, and appending where it thinks the end is
+ * would overwrite that writer's records: its records go to a new file. */
+static bool still_ours(const struct state_store *s)
 {
-    return nofollow_write_atomic_with(s->path, write_frames, &(struct frames){ s, true }, err, errlen);
+    struct stat st;
+    return lstat(s->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_dev == s->dev && st.st_ino == s->ino &&
+           (uint64_t)st.st_size == s->file_end;
 }
 
-bool state_store_unsaved(const struct state_store *s) { return s->dirty > 0 || s->rewrite; }
+/* Writes pend at the end of the file (no sync). */
+static int write_pend(struct state_store *s, char *err, size_t errlen)
+{
+    if (!still_ours(s)) {
+        errf(err, errlen, "%s changed under this run (another flow wrote it)", s->path);
+        s->rewrite = true;
+        return -1;
+    }
+    if (open_file(s, err, errlen) != 0) return -1;
+    if (pwrite_all(s->fd, s->pend.buf, s->pend.len, s->file_end) != 0) {
+        /* whole records, then part of one: the next save must not write after it */
+        errf(err, errlen, "cannot write %s: %s", s->path, strerror(errno));
+        s->rewrite = true;
+        return -1;
+    }
+    s->file_end += s->pend.len;
+    s->file_records += s->n_pend;
+    sb_truncate(&s->pend, 0);
+    s->n_pend = 0;
+    s->unsynced = true;
+    return 0;
+}
+
+/* Before the save: what pend holds goes to the file (made first if it must
+ * be), unsynced; a failure leaves it to the save, which says why. */
+static void stream(struct state_store *s)
+{
+    if (s->streaming_failed) return;
+    char err[512];
+    if ((s->rewrite ? rewrite(s, err, sizeof err) : write_pend(s, err, sizeof err)) != 0) s->streaming_failed = true;
+}
+
+void state_store_stream(struct state_store *s) { s->streaming = true; }
+
+bool state_store_unsaved(const struct state_store *s) { return s->n_pend > 0 || s->unsynced || s->rewrite; }
 
 int state_store_save(struct state_store *s, char *err, size_t errlen)
 {
     if (!state_store_unsaved(s)) return 0;
-    if (s->dirty == 0 && s->n == 0 && s->stats.file_bytes == 0) return 0;   /* nothing to write, nothing there */
-    size_t after = s->file_records + s->dirty;
+    if (s->n == 0 && s->n_pend == 0 && s->stats.file_bytes == 0) return 0;   /* nothing to write, nothing there */
+    if (!s->rewrite && !still_ours(s)) s->rewrite = true;    /* (write_pend's reason) */
+    size_t after = s->file_records + s->n_pend;
     bool compact = s->rewrite || (after >= COMPACT_MIN_RECORDS && after > 2 * s->n);
-    int rc = compact ? rewrite(s, err, errlen) : append(s, err, errlen);
+    int rc = compact ? rewrite(s, err, errlen) : write_pend(s, err, errlen);
+    if (rc == 0 && !compact && fdatasync(s->fd) != 0) {
+        errf(err, errlen, "cannot write %s: %s", s->path, strerror(errno));
+        rc = -1;
+    }
     if (rc != 0) {
         /* an append that failed part-way left whole records and a torn one
-         * at the end: the next save must not append after it, or the next
-         * open would stop at the torn record and lose what follows */
+         * at the end (and a failed sync, pages that may never reach the
+         * disk): the next save rewrites the file */
         s->rewrite = true;
         return -1;
     }
-    for (size_t i = 0; i < s->n; i++) s->slots[i].dirty = false;
-    s->file_records = compact ? s->n : after;
-    s->dirty = 0;
-    s->rewrite = false;
+    s->unsynced = false;
+    s->streaming_failed = false;
     return 0;
 }

@@ -1,9 +1,13 @@
 /* statestore.h — each step's last successful run, kept between runs in one
  * append-only file of checksummed records (.flow/cache/state.log; the
  * format is in docs/data.md).  Opening reads the file once (mmap) and indexes
- * the newest record of each step; a run's new records are appended at the
- * end of the run in one write and one fdatasync, and the file is rewritten
- * (temporary file + rename) when most of it is superseded records.
+ * the newest record of each step.  A run's new records are appended as they come,
+ * STATE_STORE_STREAM_BYTES of them to a write, without a sync (the file is
+ * made first when it is missing or unusable); the save writes the rest and
+ * makes them all durable with one fdatasync, and the file is rewritten
+ * (temporary file + rename) when most of it is superseded records.  Of a
+ * record it has written, the store keeps in memory only what the engine
+ * reads (its fingerprint and outputs) and reads the body back on demand.
  *
  * A record holds what the engine itself checks — the step's fingerprint and
  * its outputs (dataset, path, content hash) — and an opaque body (JSON of
@@ -18,6 +22,7 @@
 
 #define STATE_STORE_MAX_FILE ((size_t)1 << 31)   /* a larger file is not read (every step runs) */
 #define STATE_STORE_MAX_RECORD ((size_t)1 << 26)
+#define STATE_STORE_STREAM_BYTES ((size_t)64 * 1024)     /* new records written ahead of the save */
 
 /* One output: kind 'f' (a file or folder at path), 'm' (a memory value),
  * 'u' (a value that could not be cached: no hash). */
@@ -27,7 +32,8 @@ struct state_out {
 };
 
 struct state_rec {
-    const char *name, *fp, *body;
+    const char *name, *fp;
+    const char *body;                         /* NULL for a record put by this process: state_store_body */
     size_t body_len;
     double time;
     size_t n_outs;
@@ -47,18 +53,31 @@ const char *state_store_values_dir(const struct state_store *s);
 void state_store_free(struct state_store *s);
 
 const struct state_rec *state_store_get(const struct state_store *s, const char *name);
+/* The body of rec (one of s's records, as get or at returned it): in the
+ * mapped file, or read back for a record put by this process (valid until
+ * the next call).  NULL with errno set when it cannot be read back, or its
+ * bytes are no longer what was written (the file changed under the run). */
+const char *state_store_body(struct state_store *s, const struct state_rec *rec, size_t *len);
 /* Live records in no particular order: i from 0 to state_store_count() - 1. */
 size_t state_store_count(const struct state_store *s);
 const struct state_rec *state_store_at(const struct state_store *s, size_t i);
 
-/* Records (copies) rec as step rec->name's last successful run, replacing any.
+/* Records (copies) rec as step rec->name's last successful run, replacing any;
+ * its record may be written to the file before the save (no sync: a crash
+ * leaves whole records, and at most one torn one at the end).  A write that
+ * fails here is the save's to try again and report.
  * -1 with a message, the store unchanged, when rec cannot be a record: an
  * empty name, or more than STATE_STORE_MAX_RECORD bytes encoded. */
 int state_store_put(struct state_store *s, const struct state_rec *rec, char *err, size_t errlen);
 
+/* From now on, puts are written to the file as they come (a run's store,
+ * under the project's lock).  Without it they wait for the save, so that a
+ * command that only reads (and folds journals in) writes nothing. */
+void state_store_stream(struct state_store *s);
+
 /* Whether puts (or a rewrite) wait for state_store_save. */
 bool state_store_unsaved(const struct state_store *s);
-/* Makes every put durable: appends them (one write, one fdatasync), or
+/* Makes every put durable: appends those not written yet and syncs, or
  * rewrites the file with only live records (temporary file, rename) when
  * superseded or damaged records take more than half of it.  Never follows a
  * link under .flow.  -1 with a message naming the file. */

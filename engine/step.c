@@ -8,6 +8,7 @@
 #include "json_text.h"
 #include "commit.h"
 #include "nofollow.h"
+#include "statestore.h"
 #include "step_record.h"
 #include "ui.h"
 #include "uptodate.h"
@@ -551,6 +552,7 @@ struct step_runner *step_runner_new(const struct dag *dag, struct loop *loop, co
     r->journal = opt->journal;
     r->pool = opt->pool;
     r->state = opt->state;
+    if (r->state) state_store_stream(r->state);   /* records to the file as steps end, not all at the run's end */
     r->check = opt->check;
     r->run_id = opt->run_id ? redacted(opt->run_id) : NULL;
     size_t n = dag->n_steps;

@@ -18,6 +18,8 @@
 #include "step_record.h"
 
 #include <lauxlib.h>
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #define STATE_CLASS "flow.StateStore"
@@ -45,11 +47,21 @@ static int l_state_open(lua_State *L)
 static int l_state_get(lua_State *L)
 {
     struct state_store *s = flow_check_state_store(L, 1);
-    const struct state_rec *r = state_store_get(s, luaL_checkstring(L, 2));
+    const char *name = luaL_checkstring(L, 2);
+    const struct state_rec *r = state_store_get(s, name);
     if (!r) return 0;
+    size_t len;
+    const char *body = state_store_body(s, r, &len);
+    if (!body) {
+        char err[512];
+        snprintf(err, sizeof err, "cannot read the record of step %s back from the state file: %s", name,
+                 strerror(errno));
+        return flow_raise_fs(L, err);
+    }
+    lua_pushlstring(L, body, len);                  /* (first: the body may be in a buffer a put would move) */
     lua_pushstring(L, r->fp);
     lua_pushnumber(L, r->time);
-    lua_pushlstring(L, r->body, r->body_len);
+    lua_rotate(L, -3, -1);                          /* fp, time, body */
     for (size_t i = 0; i < r->n_outs; i++)
         if (r->outs[i].kind != 'f') return 3;
     lua_createtable(L, 0, (int)r->n_outs);

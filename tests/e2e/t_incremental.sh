@@ -783,6 +783,48 @@ json.dump({"version": 1, "steps": steps}, open(".flow/cache/state.json", "w"))
     equals "$(ran)" "" "steps run after the migration, twice"
 }
 
+# A run writes its records to state.log as its steps end (64 KiB at a
+# time), not only at its end: killed while its last step runs, it leaves
+# whole records of the steps that ended, and the journal the rest, so the
+# next run runs only the step that was killed.
+test_a_killed_run_leaves_whole_records_behind() {
+    write pipeline.lua <<'L'
+local nodes = {}
+for i = 1, 600 do
+  nodes[#nodes + 1] = node { name = "v" .. i, func = function() return string.rep("x", 40) .. i end,
+                             outputs = { "d" .. i } }
+end
+nodes[#nodes + 1] = node { name = "last", inputs = { "d600" }, outputs = { "done" },
+                           command = "sleep ${params.nap}; echo > ${outputs.done}" }
+return pipeline(nodes)
+L
+    write conf/base/parameters.yml <<'Y'
+nap: 0
+Y
+    run_flow_bg run -q --params nap=30
+    for i in $(seq 300); do
+        grep -q '"step":"last"' .flow/runs/latest/journal.jsonl 2>/dev/null && break
+        sleep 0.1
+    done
+    kill -9 "$FLOW_PID"; wait "$FLOW_PID" 2>/dev/null || true
+    [ -s .flow/cache/state.log ] || { echo "the killed run wrote no records"; return 1; }
+    python3 - <<'P' || return 1
+import struct
+d = open(".flow/cache/state.log", "rb").read()
+assert d[:8] == b"FLOWST01", d[:8]
+p, n = 8, 0
+while p < len(d):
+    mark, length, _ = struct.unpack_from("<III", d, p)
+    assert mark == 0x31525346 and p + 12 + length <= len(d), ("a torn record at", p)
+    p, n = p + 12 + length, n + 1
+assert n >= 150, n
+P
+    run_flow 0 run -v --params nap=0
+    equals "$(printf '%s\n' "$ERR" | grep -c '  done  ')" 1 "steps run after the kill"
+    contains "$ERR" "  done     last"
+    not_contains "$ERR" "damaged"
+}
+
 test_a_torn_state_tail_is_ignored() {
     incr_project
     run_flow 0 run

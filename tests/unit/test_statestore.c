@@ -18,6 +18,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <errno.h>
 #include <unistd.h>
 
 static char root[64];
@@ -29,6 +31,15 @@ static void put_step(struct state_store *s, const char *name, const char *fp, do
     struct state_rec r = { .name = name, .fp = fp, .body = "{\"parts\":{}}", .body_len = 12, .time = time,
                            .n_outs = 2, .outs = outs };
     CHECK(state_store_put(s, &r, err, sizeof err) == 0);
+}
+
+/* The record's body, never NULL (a test fails instead). */
+static const char *body_of(struct state_store *s, const struct state_rec *r)
+{
+    size_t len = 0;
+    const char *b = state_store_body(s, r, &len);
+    CHECK(b != NULL && len == r->body_len);
+    return b ? b : "";
 }
 
 static off_t file_size(const char *path)
@@ -293,8 +304,9 @@ static void test_a_step_record_from_its_json(void)
     o = out_named(r, "gone");
     CHECK(o && o->kind == 'm');
     /* a memory value among them: the output records are in the body */
-    CHECK(r && strncmp(r->body, "{\"parts\":{\"code\":\"ab\"},\"outputs\":{\"model\"", 40) == 0);
-    CHECK(r && strstr(r->body, "},\"metrics\":{\"values\":{\"loss\":0.5}}}") != NULL);
+    const char *body = r ? body_of(s, r) : NULL;
+    CHECK(body && strncmp(body, "{\"parts\":{\"code\":\"ab\"},\"outputs\":{\"model\"", 40) == 0);
+    CHECK(body && strstr(body, "},\"metrics\":{\"values\":{\"loss\":0.5}}}") != NULL);
 
     /* files only: the record's own fields say it all */
     rec.name = "fit";
@@ -303,14 +315,14 @@ static void test_a_step_record_from_its_json(void)
     CHECK(step_record_put(s, &rec, err, sizeof err) == 0);
     r = state_store_get(s, "fit");
     CHECK(r && r->body_len == strlen("{\"parts\":{\"code\":\"ab\"}}") &&
-          memcmp(r->body, "{\"parts\":{\"code\":\"ab\"}}", r->body_len) == 0);
+          memcmp(body_of(s, r), "{\"parts\":{\"code\":\"ab\"}}", r->body_len) == 0);
 
     /* no outputs, no parts */
     rec.name = "noop";
     rec.outputs_json = rec.parts_json = NULL;
     CHECK(step_record_put(s, &rec, err, sizeof err) == 0);
     r = state_store_get(s, "noop");
-    CHECK(r && r->n_outs == 0 && r->body_len == 2 && memcmp(r->body, "{}", 2) == 0);
+    CHECK(r && r->n_outs == 0 && r->body_len == 2 && memcmp(body_of(s, r), "{}", 2) == 0);
 
     /* not a record: refused with a message, the store as it was */
     size_t before = state_store_count(s);
@@ -371,9 +383,12 @@ static void test_a_large_save_is_written_in_chunks(void)
 }
 
 /* An append cut short (here by RLIMIT_FSIZE, as a full disk would) leaves
- * whole records and a torn one at the end of the file; the next save
- * rewrites the file instead of appending after the torn bytes, so that a
- * reopen finds every record. */
+ * whole records and a torn one at the end of the file.  The records are
+ * written as they are put (a chunk at a time), so the cut comes there: the
+ * put still succeeds (the record is kept for the save), the save that
+ * follows fails too (it must now rewrite the file, which does not fit
+ * either), and once there is room the next save rewrites the file instead
+ * of appending after the torn bytes, so that a reopen finds every record. */
 static void test_a_failed_append_makes_the_next_save_rewrite(void)
 {
     struct state_store *s = reopen("cut.log", NULL);
@@ -383,17 +398,19 @@ static void test_a_failed_append_makes_the_next_save_rewrite(void)
         put_step(s, name, "fp", i);
     }
     CHECK(state_store_save(s, err, sizeof err) == 0);
-    put_numbered(s, 4000, 1, 0, 0);
     struct rlimit old;
     CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
     struct rlimit cut = old;
-    cut.rlim_cur = (rlim_t)file_size("cut.log") + 300 * 1024;      /* inside the second chunk */
+    cut.rlim_cur = (rlim_t)file_size("cut.log") + 300 * 1024;      /* inside the fifth chunk */
     void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
     CHECK(setrlimit(RLIMIT_FSIZE, &cut) == 0);
+    state_store_stream(s);
+    put_numbered(s, 4000, 1, 0, 0);
+    CHECK(file_size("cut.log") == (off_t)cut.rlim_cur);              /* whole records, then a torn one */
     CHECK(state_store_save(s, err, sizeof err) != 0);
+    CHECK(strstr(err, "cut.log") != NULL);
     CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
     signal(SIGXFSZ, was);
-    CHECK(file_size("cut.log") == (off_t)cut.rlim_cur);              /* whole records, then a torn one */
     CHECK(state_store_unsaved(s));
     CHECK(state_store_save(s, err, sizeof err) == 0);
     state_store_free(s);
@@ -401,7 +418,163 @@ static void test_a_failed_append_makes_the_next_save_rewrite(void)
     s = reopen("cut.log", &w);
     CHECK(w == NULL);
     CHECK(state_store_count(s) == 4100);
+    CHECK(state_store_stats(s).torn_bytes == 0 && state_store_stats(s).damaged == 0);
     CHECK(state_store_get(s, "step_3999") != NULL && state_store_get(s, "first_0") != NULL);
+    state_store_free(s);
+}
+
+/* ---- records written before the save ---------------------------------------- */
+
+/* Step gen_<i>'s record of generation g: a body that says which it is. */
+static void put_generation(struct state_store *s, int i, int g)
+{
+    char name[32], fp[80], body[96];
+    snprintf(name, sizeof name, "gen_%d", i);
+    snprintf(fp, sizeof fp, "%064d", i * 10 + g);
+    int blen = snprintf(body, sizeof body, "{\"parts\":{\"step\":%d,\"generation\":%d}}", i, g);
+    struct state_out outs[1] = { { 'v', "value", "", "0123456789abcdef0123456789abcdef" } };
+    struct state_rec r = { .name = name, .fp = fp, .body = body, .body_len = (size_t)blen, .time = g,
+                           .n_outs = 1, .outs = outs };
+    CHECK(state_store_put(s, &r, err, sizeof err) == 0);
+}
+
+/* How many of gen_0 .. gen_<n-1> s holds at generation g, body and all. */
+static int count_generation(struct state_store *s, int n, int g)
+{
+    int right = 0;
+    for (int i = 0; i < n; i++) {
+        char name[32], want[96];
+        snprintf(name, sizeof name, "gen_%d", i);
+        snprintf(want, sizeof want, "{\"parts\":{\"step\":%d,\"generation\":%d}}", i, g);
+        const struct state_rec *r = state_store_get(s, name);
+        size_t len = 0;
+        const char *body = r ? state_store_body(s, r, &len) : NULL;
+        right += body && len == strlen(want) && memcmp(body, want, len) == 0 && r->n_outs == 1 &&
+                 strcmp(r->outs[0].dataset, "value") == 0;
+    }
+    return right;
+}
+
+/* A store made where nothing is yet (not even its folder) writes its
+ * records as they come: before the save the file holds whole records only,
+ * the bodies of those written are read back from it (and of those not yet
+ * written, from memory), and a body changed in the file under the store is
+ * an error, not a wrong body. */
+static void test_records_are_written_as_they_come(void)
+{
+    struct state_store *s = reopen("fresh/cache/state.log", NULL);
+    for (int i = 0; i < 300; i++) put_generation(s, i, 1);
+    CHECK(file_size("fresh/cache/state.log") == -1);    /* not a run's store (yet): nothing written */
+    state_store_stream(s);
+    for (int i = 300; i < 3000; i++) put_generation(s, i, 1);
+    off_t early = file_size("fresh/cache/state.log");
+    CHECK(early > (off_t)STATE_STORE_STREAM_BYTES);
+    struct state_store *other = reopen("fresh/cache/state.log", NULL);
+    size_t seen = state_store_count(other);
+    CHECK(seen > 1000 && seen < 3000);
+    CHECK(state_store_stats(other).torn_bytes == 0 && state_store_stats(other).damaged == 0);
+    CHECK(count_generation(other, (int)seen, 1) == (int)seen);
+    state_store_free(other);
+    CHECK(count_generation(s, 3000, 1) == 3000);
+    CHECK(state_store_unsaved(s));
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    CHECK(!state_store_unsaved(s));
+    CHECK(count_generation(s, 3000, 1) == 3000);
+
+    size_t len;
+    char *d = read_file("fresh/cache/state.log", &len);
+    char *at = d ? memmem(d, len, "\"step\":7,", 9) : NULL;
+    CHECK(at != NULL);
+    if (at) {
+        int fd = open("fresh/cache/state.log", O_WRONLY);
+        CHECK(fd >= 0 && pwrite(fd, "8", 1, (at - d) + 8) == 1);
+        if (fd >= 0) close(fd);
+    }
+    free(d);
+    const struct state_rec *r = state_store_get(s, "gen_7");
+    errno = 0;
+    CHECK(r && state_store_body(s, r, &len) == NULL && errno == EIO);
+    state_store_free(s);
+}
+
+/* A process that ends without saving (a kill) leaves the records it had
+ * written, whole, and nothing torn. */
+static void test_a_kill_before_the_save_keeps_what_was_written(void)
+{
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        struct state_store *s = state_store_open("killed.log", NULL, err, sizeof err);
+        if (s) state_store_stream(s);
+        for (int i = 0; s && i < 3000; i++) put_generation(s, i, 1);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+    struct state_store *s = reopen("killed.log", NULL);
+    size_t n = state_store_count(s);
+    CHECK(n > 1000 && n < 3000);
+    CHECK(state_store_stats(s).torn_bytes == 0 && state_store_stats(s).damaged == 0);
+    CHECK(count_generation(s, (int)n, 1) == (int)n);
+    state_store_free(s);
+}
+
+/* Records of three kinds in one rewrite: read from the file when it was
+ * opened, put and written since, put and not written yet; the rewrite
+ * (most of the file superseded) keeps each step's newest. */
+static void test_a_rewrite_keeps_records_of_every_kind(void)
+{
+    struct state_store *s = reopen("mixed.log", NULL);
+    for (int i = 0; i < 1000; i++) put_generation(s, i, 1);
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    s = reopen("mixed.log", NULL);                      /* gen 1 of 0..999: mapped */
+    state_store_stream(s);
+    for (int g = 2; g <= 5; g++)
+        for (int i = 500; i < 2000; i++) put_generation(s, i, g);
+    off_t before = file_size("mixed.log");
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    CHECK(file_size("mixed.log") < before);             /* rewritten */
+    CHECK(count_generation(s, 500, 1) == 500);
+    state_store_free(s);
+    s = reopen("mixed.log", NULL);
+    CHECK(state_store_count(s) == 2000 && state_store_stats(s).file_bytes == (size_t)file_size("mixed.log"));
+    CHECK(count_generation(s, 500, 1) == 500);
+    int newest = 0;
+    for (int i = 500; i < 2000; i++) {
+        char name[32], want[96];
+        snprintf(name, sizeof name, "gen_%d", i);
+        snprintf(want, sizeof want, "{\"parts\":{\"step\":%d,\"generation\":5}}", i);
+        const struct state_rec *r = state_store_get(s, name);
+        size_t len;
+        const char *body = r ? state_store_body(s, r, &len) : NULL;
+        newest += body && len == strlen(want) && memcmp(body, want, len) == 0;
+    }
+    CHECK(newest == 1500);
+    state_store_free(s);
+}
+
+/* Two stores on one file (a run's, and another that saved meanwhile): the
+ * run's does not write where it thinks the end is, over the other's
+ * records, but rewrites the file with the records it knows. */
+static void test_a_file_changed_under_the_store_is_rewritten(void)
+{
+    struct state_store *s = reopen("two.log", NULL);
+    for (int i = 0; i < 10; i++) put_generation(s, i, 1);
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    s = reopen("two.log", NULL);
+    state_store_stream(s);
+    struct state_store *other = reopen("two.log", NULL);
+    for (int i = 0; i < 2000; i++) put_generation(other, i, 20000);   /* (records of another length) */
+    CHECK(state_store_save(other, err, sizeof err) == 0);
+    state_store_free(other);
+    for (int i = 0; i < 1000; i++) put_generation(s, i, 3);   /* its stream sees the change and stops */
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    s = reopen("two.log", NULL);
+    CHECK(state_store_stats(s).torn_bytes == 0 && state_store_stats(s).damaged == 0);
+    CHECK(count_generation(s, 1000, 3) == 1000);
     state_store_free(s);
 }
 
@@ -442,6 +615,10 @@ int main(void)
     RUN(test_a_step_record_from_its_json);
     RUN(test_a_large_save_is_written_in_chunks);
     RUN(test_a_failed_append_makes_the_next_save_rewrite);
+    RUN(test_records_are_written_as_they_come);
+    RUN(test_a_kill_before_the_save_keeps_what_was_written);
+    RUN(test_a_rewrite_keeps_records_of_every_kind);
+    RUN(test_a_file_changed_under_the_store_is_rewritten);
     if (chdir("/") == 0) {
         char *cmd = xasprintf("rm -rf '%s'", root);
         if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
