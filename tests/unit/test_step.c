@@ -331,8 +331,10 @@ static void test_a_recorded_step_gets_its_state_record(void)
     CHECK(r && strcmp(r->fp, "f00d") == 0 && r->time > 0);
     CHECK(r && r->n_outs == 1 && r->outs[0].kind == 'f' && strcmp(r->outs[0].dataset, "d") == 0 &&
           strcmp(r->outs[0].path, "out") == 0 && strcmp(r->outs[0].hash, "ab") == 0);
-    CHECK(r && r->body_len == strlen("{\"parts\":{\"code\":\"c0de\"}}") &&
-          memcmp(r->body, "{\"parts\":{\"code\":\"c0de\"}}", r->body_len) == 0);
+    size_t blen = 0;
+    const char *body = r ? state_store_body(run_state, r, &blen) : NULL;
+    CHECK(body && blen == strlen("{\"parts\":{\"code\":\"c0de\"}}") &&
+          memcmp(body, "{\"parts\":{\"code\":\"c0de\"}}", blen) == 0);
     CHECK(state_store_get(run_state, "s1") == NULL);           /* no fingerprint: no record */
     CHECK(state_store_unsaved(run_state));
     state_store_free(run_state);
