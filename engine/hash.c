@@ -126,7 +126,7 @@ static void small_sha256(const void *data, size_t len, char hex[SHA256_HEX_SIZE]
         SHA256Init(&ctx);
         SHA256Update(&ctx, data, len);
         SHA256Final(md, &ctx);
-        wipe(&ctx, sizeof ctx);
+        wipe(&ctx, sizeof ctx);            /* what was hashed may have been a secret's text */
     } else {
         /* (not OpenSSL's SHA256(): in OpenSSL 3 it is an EVP digest, see above) */
         const struct crypto_lib *ossl = crypto_lib();
@@ -134,6 +134,7 @@ static void small_sha256(const void *data, size_t len, char hex[SHA256_HEX_SIZE]
         if (ossl->SHA256_Init(&ctx) != 1 || ossl->SHA256_Update(&ctx, data, len) != 1 ||
             ossl->SHA256_Final(md, &ctx) != 1)
             no_sha256("SHA256_*");
+        wipe(&ctx, sizeof ctx);
     }
     to_hex(md, hex);
 }

@@ -115,10 +115,16 @@ uint32_t state_store_crc32(const void *data, size_t n)
 
 /* ---- encoding ---------------------------------------------------------------- */
 
+static void set_u32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8), p[2] = (unsigned char)(v >> 16),
+    p[3] = (unsigned char)(v >> 24);
+}
+
 static void put_u32(struct strbuf *sb, uint32_t v)
 {
-    unsigned char b[4] = { (unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
-                           (unsigned char)(v >> 24) };
+    unsigned char b[4];
+    set_u32(b, v);
     sb_add(sb, (const char *)b, 4);
 }
 
@@ -154,11 +160,20 @@ static void encode(struct strbuf *sb, const struct state_rec *rec)
     }
 }
 
-static void frame(struct strbuf *out, const unsigned char *payload, size_t len)
+/* A frame's header, at p: its marker, the payload's length and its CRC. */
+static void set_frame(unsigned char *p, uint32_t len, uint32_t crc)
 {
-    put_u32(out, FRAME_MARK);
-    put_u32(out, (uint32_t)len);
-    put_u32(out, state_store_crc32(payload, len));
+    set_u32(p, FRAME_MARK);
+    set_u32(p + 4, len);
+    set_u32(p + 8, crc);
+}
+
+/* Appends the frame of a payload whose CRC is known (checked when it was read). */
+static void frame(struct strbuf *out, const unsigned char *payload, uint32_t len, uint32_t crc)
+{
+    unsigned char h[FRAME_LEN];
+    set_frame(h, len, crc);
+    sb_add(out, (const char *)h, FRAME_LEN);
     sb_add(out, (const char *)payload, len);
 }
 
@@ -498,9 +513,7 @@ int state_store_put(struct state_store *s, const struct state_rec *rec, char *er
         return -1;
     }
     size_t start = s->pend.len;
-    put_u32(&s->pend, FRAME_MARK);
-    put_u32(&s->pend, (uint32_t)size);
-    put_u32(&s->pend, 0);                               /* its CRC, once the payload is there */
+    sb_add(&s->pend, "\0\0\0\0\0\0\0\0\0\0\0\0", FRAME_LEN);   /* the frame's header, once the payload is there */
     size_t payload_at = s->pend.len;
     encode(&s->pend, rec);
     if (s->pend.len - payload_at != size) {             /* (encoded_size is the encoding's length) */
@@ -509,9 +522,7 @@ int state_store_put(struct state_store *s, const struct state_rec *rec, char *er
         return -1;
     }
     uint32_t crc = state_store_crc32(s->pend.buf + payload_at, size);
-    unsigned char *c = (unsigned char *)s->pend.buf + start + 8;
-    c[0] = (unsigned char)crc, c[1] = (unsigned char)(crc >> 8), c[2] = (unsigned char)(crc >> 16),
-    c[3] = (unsigned char)(crc >> 24);
+    set_frame((unsigned char *)s->pend.buf + start, (uint32_t)size, crc);
     struct slot sl = { .where.at = s->file_end + payload_at, .len = (uint32_t)size, .crc = crc };
     sl.own = own_copy(rec, &sl.rec);
     set_slot(s, &sl);
@@ -537,7 +548,7 @@ const char *state_store_body(struct state_store *s, const struct state_rec *rec,
  * write (a save of 100,000 records holds a chunk, not a second copy of the
  * file), each put's new offset in at[].  0, or -1 with errno set. */
 #define WRITE_CHUNK (256 * 1024)
-struct frames { struct state_store *s; uint64_t *at; };
+struct frames { struct state_store *s; uint64_t *at, end; };
 
 static int write_frames(int fd, void *ctx)
 {
@@ -551,7 +562,7 @@ static int write_frames(int fd, void *ctx)
         const struct slot *sl = &s->slots[i];
         const unsigned char *payload = sl->own ? put_payload(s, sl) : sl->where.mapped;
         if (!payload) { rc = -1; break; }
-        frame(&out, payload, sl->len);
+        frame(&out, payload, sl->len, sl->crc);
         w->at[i] = written + out.len - sl->len;
         if (out.len >= WRITE_CHUNK) {
             rc = write_all(fd, out.buf, out.len);
@@ -560,6 +571,7 @@ static int write_frames(int fd, void *ctx)
         }
     }
     if (rc == 0 && out.len) rc = write_all(fd, out.buf, out.len);
+    w->end = written + out.len;
     int e = errno;
     sb_release(&out);
     errno = e;
@@ -574,17 +586,14 @@ static int rewrite(struct state_store *s, char *err, size_t errlen)
     int rc = nofollow_mkdir_p(dir, 0777, err, errlen);
     free(dir);
     if (rc != 0) return -1;
-    struct frames w = { s, xcalloc(s->n + 1, sizeof *w.at) };
+    struct frames w = { s, xcalloc(s->n + 1, sizeof *w.at), 0 };
     rc = nofollow_write_atomic_with(s->path, write_frames, &w, err, errlen);
     if (rc == 0) {
-        uint64_t end = MAGIC_LEN;
-        for (size_t i = 0; i < s->n; i++) {
+        for (size_t i = 0; i < s->n; i++)
             if (s->slots[i].own) s->slots[i].where.at = w.at[i];
-            end = w.at[i] + s->slots[i].len;
-        }
         if (s->fd >= 0) close(s->fd);                  /* the file it read is not the file now */
         s->fd = -1;
-        s->file_end = end;
+        s->file_end = w.end;
         struct stat st;
         if (lstat(s->path, &st) == 0) s->dev = st.st_dev, s->ino = st.st_ino;
         sb_truncate(&s->pend, 0);
