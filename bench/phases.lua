@@ -8,14 +8,24 @@
 -- the wrappers), then loads and returns the pipeline named by $PIPELINE (an
 -- absolute path).  Prints CPU seconds (os.clock: the whole process, pool
 -- threads included) per phase and the size of the Lua heap after it on
--- stderr.  Nested phases are included in their parent's time.  What runs once
+-- stderr, with the process's resident memory and its peak so far.  Nested phases are included in their parent's time.  What runs once
 -- per step (the "step:" lines) is summed over the run and printed when
 -- sched.run returns; a step that yields (a command, a commit on the pool)
 -- counts what ran meanwhile too.  A profiling aid: not used by run.sh.
 local clock = os.clock
+-- The process's resident memory now and its peak so far (Linux), in MB.
+local function rss()
+  local f = io.open("/proc/self/status")
+  if not f then return 0, 0 end
+  local text = f:read("a")
+  f:close()
+  local now, peak = text:match("VmRSS:%s*(%d+)"), text:match("VmHWM:%s*(%d+)")
+  return (tonumber(peak) or 0) / 1024, (tonumber(now) or 0) / 1024
+end
 local function line(label, t)
-  io.stderr:write(string.format("phase  %-50s %8.3f s   Lua heap %7.1f MB\n", label, t,
-                                collectgarbage("count") / 1024))
+  local now, peak = rss()
+  io.stderr:write(string.format("phase  %-50s %8.3f s   Lua heap %7.1f MB   RSS %6.1f MB (peak %6.1f)\n", label, t,
+                                collectgarbage("count") / 1024, now, peak))
 end
 
 -- t[name] timed on each call, a line each time.

@@ -4,13 +4,13 @@
 #include "command_path.h"
 #include "proctree.h"
 #include "reaper.h"
+#include "spawn.h"
 #include "ui.h"
 #include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,38 +332,6 @@ static char **build_env(char *const *extra, size_t *n_out)
     return env;
 }
 
-/* 0, or an errno value with nothing left to destroy. */
-static int setup_spawn(const struct proc_spec *spec, int out_w, int err_w,
-                       posix_spawn_file_actions_t *fa, posix_spawnattr_t *attr)
-{
-    int rc = posix_spawn_file_actions_init(fa);
-    if (rc != 0) return rc;
-    if ((rc = posix_spawn_file_actions_addopen(fa, 0, "/dev/null", O_RDONLY, 0)) != 0 ||
-        (rc = posix_spawn_file_actions_adddup2(fa, out_w, 1)) != 0 ||
-        (rc = posix_spawn_file_actions_adddup2(fa, err_w, 2)) != 0 ||
-        (spec->cwd && (rc = posix_spawn_file_actions_addchdir_np(fa, spec->cwd)) != 0) ||
-        (rc = posix_spawnattr_init(attr)) != 0) {
-        posix_spawn_file_actions_destroy(fa);
-        return rc;
-    }
-    sigset_t mask, defaults;
-    loop_child_sigmask(&mask);
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGINT);
-    sigaddset(&defaults, SIGTERM);
-    sigaddset(&defaults, SIGPIPE);
-    sigaddset(&defaults, SIGCHLD);
-    if ((rc = posix_spawnattr_setsigmask(attr, &mask)) != 0 ||
-        (rc = posix_spawnattr_setsigdefault(attr, &defaults)) != 0 ||
-        (rc = posix_spawnattr_setpgroup(attr, 0)) != 0 ||
-        (rc = posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-                                             POSIX_SPAWN_SETPGROUP)) != 0) {
-        posix_spawn_file_actions_destroy(fa);
-        posix_spawnattr_destroy(attr);
-    }
-    return rc;
-}
-
 static int start(struct proc *p, const struct proc_spec *spec, char *err, size_t errlen)
 {
     int out[2], errp[2];
@@ -373,28 +341,26 @@ static int start(struct proc *p, const struct proc_spec *spec, char *err, size_t
         close(out[0]); close(out[1]);
         return -1;
     }
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    int rc = setup_spawn(spec, out[1], errp[1], &fa, &attr);
-    if (rc != 0) {
-        errf(err, errlen, "cannot run %s: %s", spec->argv[0], strerror(rc));
-        close(out[0]); close(out[1]); close(errp[0]); close(errp[1]);
-        return -1;
-    }
+    sigset_t mask, defaults;
+    loop_child_sigmask(&mask);
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGTERM);
+    sigaddset(&defaults, SIGPIPE);
+    sigaddset(&defaults, SIGCHLD);
     size_t n_env;
     char **env = build_env(spec->env_extra, &n_env);
+    struct spawn_plan plan = { .argv = spec->argv, .envp = env, .stdout_fd = out[1], .stderr_fd = errp[1],
+                               .cwd = spec->cwd, .mask = &mask, .defaults = &defaults };
     reaper_start();
     /* argv[0] where PATH had it when first looked up (command_path.h); if it
      * is gone since, or was never found there, posix_spawnp looks itself. */
     const char *exe = command_path_find(spec->argv[0]);
-    bool found = exe != NULL;
-    if (found) rc = posix_spawn(&p->pid, exe, &fa, &attr, spec->argv, env);
-    if (found && rc == ENOENT) command_path_forget(spec->argv[0]);
-    if (!found || rc == ENOENT) rc = posix_spawnp(&p->pid, spec->argv[0], &fa, &attr, spec->argv, env);
+    int rc = exe ? spawn_at(exe, &plan, &p->pid) : ENOENT;
+    if (exe && rc == ENOENT) command_path_forget(spec->argv[0]);
+    if (rc == ENOENT) rc = spawn_search(&plan, &p->pid);
     if (rc == 0) reaper_watch(p->pid);   /* at once: flow may be killed at any moment */
     free(env);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
     close(out[1]);
     close(errp[1]);
     p->out_fd = out[0];

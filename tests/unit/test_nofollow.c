@@ -75,6 +75,10 @@ static void test_a_link_on_the_way_is_refused(void)
     CHECK(nofollow_symlink("1", ".flow/runs/latest", err, sizeof err) != 0);
     CHECK(nofollow_remove_tree(".flow/runs/file", err, sizeof err) != 0);
     CHECK_CONTAINS(err, "cannot remove .flow/runs/file: .flow/runs is a symbolic link");
+    /* nothing there behind the link is no reason to accept it (the one-call
+     * check for a missing path must not say "missing" through a link) */
+    CHECK(nofollow_remove_tree(".flow/runs/none", err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "cannot remove .flow/runs/none: .flow/runs is a symbolic link");
     char *s = get("victim/file");
     CHECK_STR(s, "precious");
     free(s);
@@ -151,6 +155,9 @@ static void test_remove_tree_never_follows(void)
     CHECK_STR(s, "precious");
     free(s);
     CHECK(nofollow_remove_tree(".flow/nothing/here", err, sizeof err) == 0);   /* missing: fine */
+    put(".flow/plain", "x");                                                       /* a file on the way is not */
+    CHECK(nofollow_remove_tree(".flow/plain/here", err, sizeof err) != 0);
+    CHECK_CONTAINS(err, ".flow/plain is not a directory");
     CHECK(nofollow_remove_tree(".flow/tmp/none", err, sizeof err) == 0);
 }
 
