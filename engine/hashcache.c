@@ -105,7 +105,7 @@ static void remember(struct hashcache *hc, const char *path, const char *hex,
         ARRAY_GROW(hc->entries, hc->n, hc->cap);
         i = hc->n++;
         hc->entries[i].path = xstrdup(path);
-        strmap_put(&hc->index, path, i);
+        strmap_put(&hc->index, hc->entries[i].path, i);     /* (the index borrows the entry's) */
     }
     struct entry *e = &hc->entries[i];
     memcpy(e->hex, hex, SHA256_HEX_SIZE);
@@ -182,6 +182,7 @@ struct hashcache *hashcache_load(const char *file)
 {
     struct hashcache *hc = xcalloc(1, sizeof *hc);
     pthread_mutex_init(&hc->mu, NULL);
+    hc->index.borrowed_keys = true;           /* each entry's path: one copy, not two */
     hc->file = xstrdup(file);
     size_t len;
     char *text = read_file(file, &len);

@@ -22,6 +22,7 @@ struct description {
 
 struct step {
     bool passed, no_record;
+    unsigned char early;                    /* 1 + utd_decide_early's verdict, until asked; or 0 */
     bool keeps_values;                      /* utd_keeps_values: a value not kept does not stand */
     char fresh_fp[SHA256_HEX_SIZE];         /* the fingerprint of the record that made it fresh, or "" */
     const char *name;                       /* the graph's (not copied) */
@@ -125,8 +126,10 @@ void utd_set_step(struct utd *u, size_t i, const struct utd_step *spec)
 {
     if (i >= u->n_steps) return;
     struct step *s = &u->steps[i];
+    bool keeps = s->keeps_values;            /* (utd_keeps_values may come first) */
     clear_step(s);
     s->name = spec->name;
+    s->keeps_values = keeps;
     struct description *d = s->d = xmalloc(sizeof *d + description_space(spec) + 1);
     /* the arrays first (pointer-aligned: the struct's size is, and every
      * member of theirs is pointer-sized) */
@@ -385,9 +388,11 @@ static enum utd_verdict no_record(struct utd *u, struct step *s)
     return v;
 }
 
-enum utd_verdict utd_decide(struct utd *u, size_t i)
+/* Step i's verdict, its description freed.  Up to date marks it fresh at
+ * once (its consumers' inputs are its record's outputs); the rest of what a
+ * verdict sets waits for the scheduler's question (account). */
+static enum utd_verdict decide(struct utd *u, size_t i)
 {
-    if (i >= u->n_steps || !u->steps[i].d) return UTD_CANNOT_TELL;
     struct step *s = &u->steps[i];
     const struct state_rec *r = state_store_get(u->store, s->name);
     enum utd_verdict v = UTD_CANNOT_TELL;
@@ -395,8 +400,17 @@ enum utd_verdict utd_decide(struct utd *u, size_t i)
     if (!r) v = no_record(u, s);
     else if (utd_fingerprint(u, i, hex) == 0 && strcmp(hex, r->fp) == 0 && outputs_hold(u, s->d, r, s->keeps_values))
         v = UTD_UP_TO_DATE;
+    if (v == UTD_UP_TO_DATE) mark_fresh(s, r->fp);
+    forget_description(s);              /* asked once a run: 100,000 descriptions are not kept to its end */
+    return v;
+}
+
+/* The verdict given to the scheduler: the step's flags and the counts (a
+ * step decided early whose question never comes, in a run that stopped,
+ * is counted nowhere and was not "without a record" for the run's result). */
+static enum utd_verdict account(struct utd *u, struct step *s, enum utd_verdict v)
+{
     if (v == UTD_UP_TO_DATE) {
-        mark_fresh(s, r->fp);
         s->passed = true;
         u->stats.passed++;
     } else if (v == UTD_NO_RECORD) {
@@ -405,8 +419,31 @@ enum utd_verdict utd_decide(struct utd *u, size_t i)
     } else {
         u->stats.undecided++;
     }
-    forget_description(s);              /* asked once a run: 100,000 descriptions are not kept to its end */
     return v;
+}
+
+enum utd_verdict utd_decide(struct utd *u, size_t i)
+{
+    if (i >= u->n_steps) return UTD_CANNOT_TELL;
+    struct step *s = &u->steps[i];
+    if (s->early) {
+        enum utd_verdict v = (enum utd_verdict)(s->early - 1);
+        s->early = 0;
+        return account(u, s, v);
+    }
+    return s->d ? account(u, s, decide(u, i)) : UTD_CANNOT_TELL;
+}
+
+bool utd_decide_early(struct utd *u, size_t i)
+{
+    if (i >= u->n_steps || !u->steps[i].d || u->steps[i].early) return false;
+    const struct description *d = u->steps[i].d;
+    for (size_t k = 0; k < d->n_inputs; k++) {
+        size_t p = d->inputs[k].producer;
+        if (p != UTD_NO_PRODUCER && (p >= u->n_steps || !u->steps[p].fresh_fp[0])) return false;
+    }
+    u->steps[i].early = (unsigned char)(1 + decide(u, i));
+    return true;
 }
 
 bool utd_take_fingerprint(struct utd *u, size_t i, char **fp, char **parts_json)

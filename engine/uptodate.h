@@ -98,6 +98,15 @@ enum utd_verdict {
  * parts, so a step that was never run costs the stdlib nothing either. */
 enum utd_verdict utd_decide(struct utd *u, size_t i);
 
+/* Decides step i now, and keeps the verdict for utd_decide, when every
+ * producer of its inputs in the run is fresh already (a step whose producer
+ * will run must wait for that run's outputs): the describer calls it as it
+ * goes, producers first, so that a no-op rerun holds one description at a
+ * time rather than all of them until the scheduler asks (3 MB of 10,000
+ * command steps: the run's peak).  Only for a check the scheduler will ask
+ * about every described step (not with --force).  Whether it decided. */
+bool utd_decide_early(struct utd *u, size_t i);
+
 /* Whether utd_decide said step i is up to date; that it has no record. */
 bool utd_passed(const struct utd *u, size_t i);
 bool utd_no_record(const struct utd *u, size_t i);

@@ -262,8 +262,11 @@ static void list_catalog_names(lua_State *L, struct checker *c)
 
 /* chk:describe(ctx) -> whether any step was described, and how many were
  * described here (without ctx.fallback).  Describes every
- * selected step: those describe_known can, in C; the others through
- * ctx.fallback(i) -> described (which names a step it cannot describe).
+ * selected step, producers first: those describe_known can, in C; the
+ * others through ctx.fallback(i) -> described (which names a step it cannot
+ * describe).  A step whose producers in the run are all fresh by then is
+ * decided at once (utd_decide_early): the check's steps are the run's, and
+ * the scheduler asks about each (with its keepers marked before this).
  * ctx = {nodes =, fn_memo = hasher.memo, protos = hasher.protos, params =
  * {key = hash}, code_memo =, refs =, cat_memo =, cat_exact =, patterns =
  * whether the catalog has patterns, dists =, remote =, sweep_step =
@@ -282,20 +285,21 @@ int flow_uptodate_describe(lua_State *L)
     list_catalog_names(L, c);
     bool described = false;
     lua_Integer here = 0;
-    for (size_t i = 0; i < c->dag->n_steps; i++) {
+    for (size_t k = 0; k < c->dag->n_steps; k++) {
+        size_t i = c->dag->order[k];
         if (c->selected && !c->selected[i]) continue;
         int r = describe_known(L, c, i);
         lua_settop(L, X_TOP);
-        if (r >= 0) {
-            described = described || r > 0;
-            here += r > 0;
-            continue;
+        if (r < 0) {
+            lua_pushvalue(L, X_FALLBACK);
+            lua_pushinteger(L, (lua_Integer)i + 1);
+            lua_call(L, 1, 1);
+            r = lua_toboolean(L, -1) ? 2 : 0;
+            lua_settop(L, X_TOP);
         }
-        lua_pushvalue(L, X_FALLBACK);
-        lua_pushinteger(L, (lua_Integer)i + 1);
-        lua_call(L, 1, 1);
-        described = described || lua_toboolean(L, -1);
-        lua_settop(L, X_TOP);
+        described = described || r > 0;
+        here += r == 1;
+        if (r > 0) utd_decide_early(c->u, i);
     }
     lua_pushboolean(L, described);
     lua_pushinteger(L, here);

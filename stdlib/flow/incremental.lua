@@ -210,6 +210,10 @@ function Run:engine_check(plan)
     chk:name(i)
     return false
   end
+  -- (the keepers first: chk:describe decides the steps it can at once)
+  for _, i in ipairs(plan.keepers) do
+    if (not selected or selected[i]) and self:keeps_values(nodes[i], i) then chk:keeps(i) end
+  end
   local described, in_c = chk:describe {
     nodes = nodes, fn_memo = self.hasher.memo, protos = self.hasher.protos, params = self.memo.params,
     code_memo = self.memo.code, refs = self.memo.refs, cat_memo = self.cat.memo, cat_exact = self.cat.exact,
@@ -217,9 +221,6 @@ function Run:engine_check(plan)
     dists = self.dists, remote = self.remote, sweep_step = self.sweep_step, fallback = describe }
   self.described_in_c = in_c          -- (FLOW_DEBUG_UPTODATE's line, runner.lua)
   if not described then return nil end
-  for _, i in ipairs(plan.keepers) do
-    if (not selected or selected[i]) and self:keeps_values(nodes[i], i) then chk:keeps(i) end
-  end
   local state = self.state
   setmetatable(self.values, { __index = function(values, d)
     local p = type(d) == "string" and g:producer(d)

@@ -457,6 +457,7 @@ function M.run(p, opts, level)
     local n = plan.nodes[i]
     step_secrets[n] = secrets[n]
   end
+  collectgarbage()
   state_mod.lock()
   local run_id = core.run_id(state_mod.RUNS)
   local self = new_run(plan, opts, run_id, tasks.shared("state", function() return state_mod.load(run_id) end))

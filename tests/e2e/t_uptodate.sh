@@ -121,6 +121,30 @@ test_a_changed_output_is_noticed() {
     equals "$(cat data/report.txt)" "hi"
 }
 
+# Steps listed before the steps that make their inputs: the engine describes
+# them producers first and decides each at once when its producers passed
+# (engine/uptodate.c: utd_decide_early); one whose producer runs again
+# waits, and is decided in the engine once that run's record is put.
+test_steps_listed_before_their_producers_are_decided_in_the_engine() {
+    write pipeline.lua <<'L'
+return pipeline {
+  node { name = "c", command = { "cp", "${inputs.b}", "${outputs.c}" }, inputs = { b = "b" }, outputs = { c = "c" } },
+  node { name = "b", command = { "cp", "${inputs.a}", "${outputs.b}" }, inputs = { a = "a" }, outputs = { b = "b" } },
+  node { name = "a", command = { "sh", "-c", "echo made > $0", "${outputs.a}" }, outputs = { a = "a" } },
+}
+L
+    run_flow 0 run
+    contains "$ERR" "3 done"
+    FLOW_DEBUG_UPTODATE=1 run_flow 0 run
+    contains "$ERR" "0 done, 3 up to date"
+    equals "$(engine_line)" "flow: up-to-date check: 3 passed in the engine, 0 left to Lua"
+    echo "edited" > .flow/data/a
+    FLOW_DEBUG_UPTODATE=1 run_flow 0 run
+    contains "$ERR" "1 done, 2 up to date"
+    equals "$(engine_line)" "flow: up-to-date check: 2 passed in the engine, 1 left to Lua"
+    equals "$(cat .flow/data/c)" "made"
+}
+
 # Lua steps of many shapes: upvalues (a number, a nested table), a script
 # global, a project module, params: and parameters inputs, one dataset read
 # twice, a value small enough to live in its record, a large one that

@@ -224,6 +224,69 @@ static void test_memory_outputs(void)
     CHECK(!passes_with_output('c', "", h));
 }
 
+/* utd_decide_early: a step is decided as it is described when its
+ * producers are fresh, and the scheduler's question later gets that
+ * verdict; one whose producer has not passed waits for the question; the
+ * counts and flags are the question's (a run that stops before asking
+ * counts nothing); a keeper marked before its description stays one. */
+static void test_a_step_is_decided_early_once_its_producers_are_fresh(void)
+{
+    struct hashcache *hc;
+    struct state_store *st;
+    struct utd *u = two_steps("state-early.log", &hc, &st);
+    char fp0[SHA256_HEX_SIZE], fp1[SHA256_HEX_SIZE];
+    CHECK(utd_fingerprint(u, 0, fp0) == 0);
+    record(st, "make", fp0, "o", "out.txt");
+    utd_mark_fresh(u, 0, fp0);
+    CHECK(utd_fingerprint(u, 1, fp1) == 0);
+    record(st, "use", fp1, "p", "p.txt");
+    utd_free(u);
+
+    /* the next run: both decided as described, producer first */
+    u = utd_new(2, hc, st);
+    describe_step(u, 1);
+    CHECK(!utd_decide_early(u, 1));                /* its producer has not passed yet */
+    describe_step(u, 0);
+    CHECK(utd_decide_early(u, 0));
+    CHECK(!utd_passed(u, 0) && utd_stats(u).passed == 0);   /* not asked yet */
+    CHECK(utd_decide_early(u, 1));                 /* now it can be */
+    write_text("out.txt", "changed after the check\n");   /* (asked later, the verdict stands) */
+    CHECK(utd_decide(u, 0) == UTD_UP_TO_DATE && utd_passed(u, 0));
+    CHECK(utd_decide(u, 1) == UTD_UP_TO_DATE);
+    CHECK(utd_decide(u, 1) == UTD_CANNOT_TELL);    /* asked once */
+    CHECK(utd_stats(u).passed == 2 && utd_stats(u).undecided == 0);
+    utd_free(u);
+
+    /* a producer that fails the check leaves its consumer to the question */
+    u = utd_new(2, hc, st);
+    describe_step(u, 0);
+    CHECK(utd_decide_early(u, 0));
+    describe_step(u, 1);
+    CHECK(!utd_decide_early(u, 1));
+    CHECK(utd_decide(u, 0) == UTD_CANNOT_TELL);
+    write_text("out.txt", "made\n");
+    utd_free(u);
+
+    /* a keeper stays one when described after utd_keeps_values: its memory
+     * output's record, which kept no value, does not stand */
+    u = utd_new(1, hc, st);
+    utd_keeps_values(u, 0);
+    const char *outs[] = { "v" };
+    utd_set_step(u, 0, &(struct utd_step){ .name = "keeper", .code = S("fn"), .outputs = S("v\0memory\0"),
+                                           .outputs_named = outs, .n_outputs = 1 });
+    char fp[SHA256_HEX_SIZE], h[SHA256_HEX_SIZE];
+    CHECK(utd_fingerprint(u, 0, fp) == 0);
+    sha256_hex("return 1", 8, h);
+    struct state_out out = { 't', "v", "", h };      /* a value its run did not keep */
+    CHECK(state_store_put(st, &(struct state_rec){ .name = "keeper", .fp = fp, .body = "{}", .body_len = 2,
+                                                   .n_outs = 1, .outs = &out }, err, sizeof err) == 0);
+    CHECK(utd_decide_early(u, 0));
+    CHECK(utd_decide(u, 0) == UTD_CANNOT_TELL);
+    utd_free(u);
+    state_store_free(st);
+    hashcache_free(hc);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/flow-test-uptodate-XXXXXX");
@@ -232,6 +295,7 @@ int main(void)
     RUN(test_passes_only_with_record_and_outputs);
     RUN(test_memory_outputs);
     RUN(test_a_record_another_run_replaced_is_not_trusted);
+    RUN(test_a_step_is_decided_early_once_its_producers_are_fresh);
     if (chdir("/") == 0) {
         char *cmd = xasprintf("rm -rf '%s'", root);
         if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
