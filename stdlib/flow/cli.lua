@@ -614,7 +614,6 @@ local function load_pipeline(path, name, describing)
     return debug.traceback(util.error_message(e), 2)
   end)
   runner.describing = nil
-  collectgarbage()
   if not ok and (util.is_fs_error(ret) or util.is_setup_error(ret)) then error(ret, 0) end
   if not ok then script_error(util.user_traceback(ret)) end
   if ret ~= nil then
