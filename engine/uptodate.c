@@ -437,6 +437,10 @@ enum utd_verdict utd_decide(struct utd *u, size_t i)
 bool utd_decide_early(struct utd *u, size_t i)
 {
     if (i >= u->n_steps || !u->steps[i].d || u->steps[i].early) return false;
+    /* one without a record would hold the fingerprint and parts it runs with
+     * from now until it starts (a first run of 100,000 independent steps:
+     * all of them at once): it is decided when asked, as a slot frees */
+    if (!state_store_get(u->store, u->steps[i].name)) return false;
     const struct description *d = u->steps[i].d;
     for (size_t k = 0; k < d->n_inputs; k++) {
         size_t p = d->inputs[k].producer;

@@ -103,8 +103,10 @@ enum utd_verdict utd_decide(struct utd *u, size_t i);
  * will run must wait for that run's outputs): the describer calls it as it
  * goes, producers first, so that a no-op rerun holds one description at a
  * time rather than all of them until the scheduler asks (3 MB of 10,000
- * command steps: the run's peak).  Only for a check the scheduler will ask
- * about every described step (not with --force).  Whether it decided. */
+ * command steps: the run's peak).  Not a step without a record, whose
+ * fingerprint would wait in memory until it starts.  Only for a check the
+ * scheduler will ask about every described step (not with --force).
+ * Whether it decided. */
 bool utd_decide_early(struct utd *u, size_t i);
 
 /* Whether utd_decide said step i is up to date; that it has no record. */

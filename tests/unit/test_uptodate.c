@@ -226,14 +226,16 @@ static void test_memory_outputs(void)
 
 /* utd_decide_early: a step is decided as it is described when its
  * producers are fresh, and the scheduler's question later gets that
- * verdict; one whose producer has not passed waits for the question; the
- * counts and flags are the question's (a run that stops before asking
- * counts nothing); a keeper marked before its description stays one. */
+ * verdict; one whose producer has not passed, or without a record, waits
+ * for the question; the counts and flags are the question's (a run that
+ * stops before asking counts nothing); a keeper marked before its
+ * description stays one. */
 static void test_a_step_is_decided_early_once_its_producers_are_fresh(void)
 {
     struct hashcache *hc;
     struct state_store *st;
     struct utd *u = two_steps("state-early.log", &hc, &st);
+    CHECK(!utd_decide_early(u, 0));                /* no record: decided when asked */
     char fp0[SHA256_HEX_SIZE], fp1[SHA256_HEX_SIZE];
     CHECK(utd_fingerprint(u, 0, fp0) == 0);
     record(st, "make", fp0, "o", "out.txt");
