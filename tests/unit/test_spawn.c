@@ -22,9 +22,9 @@ extern char **environ;
 static char dir[] = "/tmp/flow-test-spawn-XXXXXX";
 
 /* What a child sees of itself, asked of programs that change none of it:
- * its signal sets and process group (/proc/self/status; not grep, which
- * catches SIGSEGV itself), its descriptors
- * (ls's own, so also the one it lists with), its directory. */
+ * its signal sets and process group (/proc/self/status, by cat: grep
+ * catches SIGSEGV itself), its descriptors (ls's own, so also the one it
+ * lists with), its directory. */
 static char *const reports[][5] = {
     { "cat", "/proc/self/status", NULL },
     { "ls", "-l", "/proc/self/fd/", NULL },
@@ -37,7 +37,7 @@ static char *read_all(const char *path)
 {
     FILE *f = fopen(path, "r");
     if (!f) return xstrdup("");
-    struct strbuf sb = { 0 };
+    struct strbuf sb = STRBUF_INIT;
     char buf[4096];
     size_t n;
     while ((n = fread(buf, 1, sizeof buf, f)) > 0) sb_add(&sb, buf, n);
