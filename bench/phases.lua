@@ -8,8 +8,9 @@
 -- the wrappers), then loads and returns the pipeline named by $PIPELINE (an
 -- absolute path).  Prints CPU seconds (os.clock: the whole process, pool
 -- threads included) per phase and the size of the Lua heap after it on
--- stderr, with the process's resident memory and its peak so far.  Nested phases are included in their parent's time.  What runs once
--- per step (the "step:" lines) is summed over the run and printed when
+-- stderr, with the process's resident memory and its peak so far.  Nested
+-- phases are included in their parent's time.  What runs once per step
+-- (the "step:" lines) is summed over the run and printed when
 -- sched.run returns; a step that yields (a command, a commit on the pool)
 -- counts what ran meanwhile too.  A profiling aid: not used by run.sh.
 local clock = os.clock
@@ -20,7 +21,7 @@ local function rss()
   local text = f:read("a")
   f:close()
   local now, peak = text:match("VmRSS:%s*(%d+)"), text:match("VmHWM:%s*(%d+)")
-  return (tonumber(peak) or 0) / 1024, (tonumber(now) or 0) / 1024
+  return (tonumber(now) or 0) / 1024, (tonumber(peak) or 0) / 1024
 end
 local function line(label, t)
   local now, peak = rss()
