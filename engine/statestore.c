@@ -143,6 +143,11 @@ static void put_f64(struct strbuf *sb, double d)
     put_u32(sb, (uint32_t)(u >> 32));
 }
 
+/* What encode writes besides the bytes themselves: a time, and for each
+ * string its length before it and a NUL after it. */
+#define TIME_LEN 8
+#define STR_EXTRA 5
+
 /* The payload of rec (without its frame). */
 static void encode(struct strbuf *sb, const struct state_rec *rec)
 {
@@ -158,6 +163,13 @@ static void encode(struct strbuf *sb, const struct state_rec *rec)
         put_str(sb, o->path ? o->path : "", o->path ? strlen(o->path) : 0);
         put_str(sb, o->hash ? o->hash : "", o->hash ? strlen(o->hash) : 0);
     }
+}
+
+/* Where encode put rec's body bytes in its payload: after the time, the
+ * name, the fingerprint and the body's length. */
+static size_t body_offset(const struct state_rec *rec)
+{
+    return TIME_LEN + STR_EXTRA + strlen(rec->name) + STR_EXTRA + strlen(rec->fp) + 4;
 }
 
 /* A frame's header, at p: its marker, the payload's length and its CRC. */
@@ -189,8 +201,8 @@ static bool get_str(struct reader *r, const char **s, size_t *len_out)
     *s = (const char *)r->p + 4;
     if (len_out) *len_out = len;
     if (memchr(*s, '\0', len)) return false;   /* a name or path with a NUL is damage */
-    r->p += 5 + len;
-    r->left -= 5 + len;
+    r->p += STR_EXTRA + len;
+    r->left -= STR_EXTRA + len;
     return true;
 }
 
@@ -198,17 +210,17 @@ static bool get_str(struct reader *r, const char **s, size_t *len_out)
 static bool decode(const unsigned char *p, size_t len, struct state_rec *rec)
 {
     struct reader r = { p, len };
-    if (r.left < 8) return false;
+    if (r.left < TIME_LEN) return false;
     uint64_t u = (uint64_t)get_u32(r.p) | (uint64_t)get_u32(r.p + 4) << 32;
     memcpy(&rec->time, &u, sizeof rec->time);
-    r.p += 8; r.left -= 8;
+    r.p += TIME_LEN; r.left -= TIME_LEN;
     if (!get_str(&r, &rec->name, NULL) || !get_str(&r, &rec->fp, NULL)) return false;
     const char *body;
     if (r.left < 4) return false;
     size_t blen = get_u32(r.p);
     if (blen >= r.left - 4 || r.p[4 + blen] != '\0') return false;
     body = (const char *)r.p + 4;                          /* the body may hold any byte */
-    r.p += 5 + blen; r.left -= 5 + blen;
+    r.p += STR_EXTRA + blen; r.left -= STR_EXTRA + blen;
     rec->body = body;
     rec->body_len = blen;
     if (r.left < 4) return false;
@@ -382,7 +394,7 @@ const struct state_rec *state_store_at(const struct state_store *s, size_t i)
 /* The payload's size for rec, or SIZE_MAX when it cannot be a record. */
 static size_t encoded_size(const struct state_rec *rec)
 {
-    size_t n = 8 + 3 * 5 + 4, lim = STATE_STORE_MAX_RECORD;
+    size_t n = TIME_LEN + 3 * STR_EXTRA + 4, lim = STATE_STORE_MAX_RECORD;
     size_t parts[3] = { strlen(rec->name), strlen(rec->fp), rec->body ? rec->body_len : 0 };
     for (int k = 0; k < 3; k++) {
         if (parts[k] > lim) return SIZE_MAX;
@@ -396,7 +408,7 @@ static size_t encoded_size(const struct state_rec *rec)
             if (l[k] > lim) return SIZE_MAX;
             n += l[k];
         }
-        n += 1 + 3 * 5;
+        n += 1 + 3 * STR_EXTRA;
     }
     return n;
 }
@@ -540,8 +552,7 @@ const char *state_store_body(struct state_store *s, const struct state_rec *rec,
     if (!sl->own) return rec->body;
     const unsigned char *payload = put_payload(s, sl);
     if (!payload) return NULL;
-    /* time, name, fingerprint, then the body's length and bytes */
-    return (const char *)payload + 8 + 5 + strlen(rec->name) + 5 + strlen(rec->fp) + 4;
+    return (const char *)payload + body_offset(rec);
 }
 
 /* The whole file: its magic and every live record, a chunk of frames to a

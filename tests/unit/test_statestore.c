@@ -523,17 +523,25 @@ static void test_a_kill_before_the_save_keeps_what_was_written(void)
     state_store_free(s);
 }
 
+/* A store on `path` streaming its puts, after a save of generation g of
+ * steps 0..n-1 there (read back mapped). */
+static struct state_store *streaming_after_a_save(const char *path, int n, int g)
+{
+    struct state_store *s = reopen(path, NULL);
+    for (int i = 0; i < n; i++) put_generation(s, i, g);
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    s = reopen(path, NULL);
+    state_store_stream(s);
+    return s;
+}
+
 /* Records of three kinds in one rewrite: read from the file when it was
  * opened, put and written since, put and not written yet; the rewrite
  * (most of the file superseded) keeps each step's newest. */
 static void test_a_rewrite_keeps_records_of_every_kind(void)
 {
-    struct state_store *s = reopen("mixed.log", NULL);
-    for (int i = 0; i < 1000; i++) put_generation(s, i, 1);
-    CHECK(state_store_save(s, err, sizeof err) == 0);
-    state_store_free(s);
-    s = reopen("mixed.log", NULL);                      /* gen 1 of 0..999: mapped */
-    state_store_stream(s);
+    struct state_store *s = streaming_after_a_save("mixed.log", 1000, 1);   /* gen 1 of 0..999: mapped */
     for (int g = 2; g <= 5; g++)
         for (int i = 500; i < 2000; i++) put_generation(s, i, g);
     off_t before = file_size("mixed.log");
@@ -553,12 +561,7 @@ static void test_a_rewrite_keeps_records_of_every_kind(void)
  * records, but rewrites the file with the records it knows. */
 static void test_a_file_changed_under_the_store_is_rewritten(void)
 {
-    struct state_store *s = reopen("two.log", NULL);
-    for (int i = 0; i < 10; i++) put_generation(s, i, 1);
-    CHECK(state_store_save(s, err, sizeof err) == 0);
-    state_store_free(s);
-    s = reopen("two.log", NULL);
-    state_store_stream(s);
+    struct state_store *s = streaming_after_a_save("two.log", 10, 1);
     struct state_store *other = reopen("two.log", NULL);
     for (int i = 0; i < 2000; i++) put_generation(other, i, 20000);   /* (records of another length) */
     CHECK(state_store_save(other, err, sizeof err) == 0);
