@@ -54,6 +54,16 @@ name_id step_decls_intern(struct step_decls *r, const char *s)
         return (uint32_t)(n)++;                                                  \
     } while (0)
 
+bool step_decls_has_arg(const struct step_decls *r, const struct step_decl *s, bool outputs, const char *key)
+{
+    size_t id;
+    if (!strmap_get(&r->ids, key, &id)) return false;
+    uint32_t n = step_io_count(s, outputs), first = step_io_first(s, outputs);
+    for (uint32_t i = 0; i < n; i++)
+        if (r->io[first + i].arg == (name_id)id) return true;
+    return false;
+}
+
 uint32_t step_decls_add_io(struct step_decls *r, struct step_io io)
 {
     APPEND(r->io, r->n_io, r->cap_io, io);

@@ -96,6 +96,10 @@ static inline uint32_t step_io_count(const struct step_decl *s, bool outputs)
     return outputs ? s->n_outputs : s->n_inputs;
 }
 
+/* Whether one of s's inputs (outputs false) or outputs is named `key`
+ * (${inputs.key}, ${outputs.key}); a name the store never interned is none. */
+bool step_decls_has_arg(const struct step_decls *r, const struct step_decl *s, bool outputs, const char *key);
+
 /* Whether a (of store ra) and b (of rb) declare the same step apart from
  * where they were written and their tags: Kedro's node identity (name,
  * inputs, outputs) and every setting.  Their bodies are the owner's to

@@ -177,6 +177,9 @@ uint32_t flow_decls_intern(lua_State *L, struct step_decls *d, int idx);
 int flow_l_derive(lua_State *L);
 int flow_l_same_decl(lua_State *L);
 int flow_l_io_datasets(lua_State *L);
+int flow_l_io_names(lua_State *L);
+/* command_refs.c */
+int flow_l_command_refs(lua_State *L);
 int flow_l_has_arg(lua_State *L);
 int flow_l_new_store(lua_State *L);
 

@@ -58,45 +58,55 @@ static bool has_class(lua_State *L, int idx, int up)
     return same;
 }
 
-/* util.is_list: a table with as many keys as its length (#, so __len). */
-static bool is_list(lua_State *L, int idx)
-{
-    if (lua_type(L, idx) != LUA_TTABLE) return false;
-    lua_Integer n = 0;
-    lua_pushnil(L);
-    while (lua_next(L, idx)) {
-        lua_pop(L, 1);
-        n++;
-    }
-    if (!lua_getmetatable(L, idx)) return n == (lua_Integer)lua_rawlen(L, idx);
-    lua_pop(L, 1);
-    return n == luaL_len(L, idx);   /* # through __len, as util.is_list's */
-}
+/* What one walk of a table's keys (raw) tells: how many there are, how many
+ * are positive integers, and the largest of those. */
+struct key_count { lua_Integer all, positive, max; };
 
-/* The first nil below the largest positive integer key of the table at idx
- * (raw), or 0 when its integer keys run 1..n without a gap.  ipairs and #
- * stop at such a nil, so { a, b, c } with b a misspelt (so nil) variable
- * would silently lose b and c; the callers report the position instead. */
-static lua_Integer first_hole(lua_State *L, int idx)
+static struct key_count count_keys(lua_State *L, int idx)
 {
     idx = lua_absindex(L, idx);
-    lua_Integer count = 0, max = 0;
+    struct key_count c = { 0, 0, 0 };
     lua_pushnil(L);
     while (lua_next(L, idx)) {
         lua_pop(L, 1);
+        c.all++;
         if (!lua_isinteger(L, -1)) continue;
         lua_Integer k = lua_tointeger(L, -1);
         if (k < 1) continue;
-        count++;
-        if (k > max) max = k;
+        c.positive++;
+        if (k > c.max) c.max = k;
     }
-    if (count == max) return 0;
-    for (lua_Integer i = 1; i < max; i++) {
+    return c;
+}
+
+/* util.is_list of the table at idx, whose keys c counted: as many keys as
+ * its length (#, so __len). */
+static bool counted_is_list(lua_State *L, int idx, struct key_count c)
+{
+    if (!lua_getmetatable(L, idx)) return c.all == (lua_Integer)lua_rawlen(L, idx);
+    lua_pop(L, 1);
+    return c.all == luaL_len(L, idx);   /* # through __len, as util.is_list's */
+}
+
+/* The first nil below the largest positive integer key of the table at idx
+ * (raw), whose keys c counted, or 0 when its integer keys run 1..n without
+ * a gap.  ipairs and # stop at such a nil, so { a, b, c } with b a misspelt
+ * (so nil) variable would silently lose b and c; the callers report the
+ * position instead. */
+static lua_Integer counted_first_hole(lua_State *L, int idx, struct key_count c)
+{
+    if (c.positive == c.max) return 0;
+    for (lua_Integer i = 1; i < c.max; i++) {
         bool nil = lua_rawgeti(L, idx, i) == LUA_TNIL;
         lua_pop(L, 1);
         if (nil) return i;
     }
     return 0;
+}
+
+static lua_Integer first_hole(lua_State *L, int idx)
+{
+    return counted_first_hole(L, idx, count_keys(L, idx));
 }
 
 /* tostring(v) without the type name of a failure: pushes it, returns it. */
@@ -508,8 +518,10 @@ static void push_sorted_keys(lua_State *L, int v)
         lua_pop(L, 1);
         if (n == MAX_SORTED) break;
         lua_pushvalue(L, -1);
-        push_tostring(L, -1);
-        lua_replace(L, -2);
+        if (lua_type(L, -1) != LUA_TSTRING) {   /* (a string is its own text: no call) */
+            push_tostring(L, -1);
+            lua_replace(L, -2);
+        }
         lua_pushvalue(L, -2);
         n++;
     }
@@ -572,6 +584,7 @@ static void read_io_map(lua_State *L, struct draft *dr, int which, int v, const 
 static void set_io(lua_State *L, struct draft *dr, int which, int v, const char *what, int level)
 {
     lua_Integer hole;
+    struct key_count keys;
     int t = lua_type(L, v);
     if (t == LUA_TNIL) return;
     if (t == LUA_TSTRING) {
@@ -580,9 +593,9 @@ static void set_io(lua_State *L, struct draft *dr, int which, int v, const char 
         draft_io(L, dr, which, id, id);
     } else if (t != LUA_TTABLE) {
         fail(L, level, "node: %s must be a dataset name, a list of names or a map, got %s", what, lua_typename(L, t));
-    } else if ((hole = first_hole(L, v)) != 0) {
+    } else if ((hole = counted_first_hole(L, v, keys = count_keys(L, v))) != 0) {
         fail(L, level, "node: %s[%d] is nil (a misspelt or unset variable?)", what, (int)hole);
-    } else if (is_list(L, v)) {
+    } else if (counted_is_list(L, v, keys)) {
         read_io_list(L, dr, which, v, what, level);
     } else {
         read_io_map(L, dr, which, v, what, level);
@@ -605,11 +618,13 @@ static void push_tags(lua_State *L, int tags, const char *what, int level)
         lua_rawseti(L, -2, 1);
         return;
     }
+    struct key_count keys = { 0, 0, 0 };
     if (t == LUA_TTABLE) {
-        lua_Integer hole = first_hole(L, tags);
+        lua_Integer hole = counted_first_hole(L, tags, keys = count_keys(L, tags));
         if (hole) fail(L, level, "%s: tags[%d] is nil (a misspelt or unset variable?)", what, (int)hole);
     }
-    if (!is_list(L, tags)) fail(L, level, "%s: tags must be a string or a list of strings", what);
+    if (t != LUA_TTABLE || !counted_is_list(L, tags, keys))
+        fail(L, level, "%s: tags must be a string or a list of strings", what);
     lua_Integer n = luaL_len(L, tags);
     for (lua_Integer i = 1;; i++) {    /* ipairs checks each */
         int at = lua_geti(L, tags, i);
@@ -1094,6 +1109,8 @@ static const luaL_Reg pipeline_funcs[] = {
     { "bind_derive", l_bind_derive },
     { "same_decl", flow_l_same_decl },
     { "io_datasets", flow_l_io_datasets },
+    { "io_names", flow_l_io_names },
+    { "command_refs", flow_l_command_refs },
     { "has_arg", flow_l_has_arg },
     { "new_store", flow_l_new_store },
     { "check_name", l_check_name },

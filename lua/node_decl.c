@@ -523,6 +523,94 @@ int flow_l_io_datasets(lua_State *L)
     return 1;
 }
 
+/* The names io_names has met: a bit per name id of the first node's store
+ * (`own`), and a table (at `other`) for a name that store never interned (a
+ * node of another store can have one).  A name is marked in one of them
+ * only, whichever store its node is of. */
+struct names_met {
+    const struct step_decls *own;
+    unsigned char *bits;
+    size_t n_bits;
+    int other;
+};
+
+/* Whether the name was met before; marks it met. */
+static bool met_before(lua_State *L, struct names_met *m, const struct step_decls *d, name_id id)
+{
+    size_t own_id = id;
+    if (d != m->own && !strmap_get(&m->own->ids, step_decls_str(d, id), &own_id)) own_id = m->n_bits;
+    if (own_id < m->n_bits) {
+        bool was = m->bits[own_id / 8] & (1u << (own_id % 8));
+        m->bits[own_id / 8] |= (unsigned char)(1u << (own_id % 8));
+        return was;
+    }
+    lua_pushstring(L, step_decls_str(d, id));
+    lua_pushvalue(L, -1);
+    bool was = lua_rawget(L, m->other) != LUA_TNIL;
+    lua_pop(L, 1);
+    if (was) {
+        lua_pop(L, 1);
+        return true;
+    }
+    lua_pushboolean(L, 1);
+    lua_rawset(L, m->other);
+    return false;
+}
+
+/* Appends to the list at `list` each dataset of record r's inputs (or
+ * outputs) not met before. */
+static void push_new_names(lua_State *L, struct names_met *m, struct step_decls *d, const struct step_decl *r,
+                           bool outputs, int list)
+{
+    struct step_decl rec = *r;          /* (pushing may run finalizers, which may add records) */
+    uint32_t n = step_io_count(&rec, outputs), first = step_io_first(&rec, outputs);
+    for (uint32_t i = 0; i < n; i++) {
+        name_id id = d->io[first + i].dataset;
+        if (met_before(L, m, d, id)) continue;
+        lua_pushstring(L, step_decls_str(d, id));
+        lua_rawseti(L, list, (lua_Integer)lua_rawlen(L, list) + 1);
+    }
+}
+
+/* io_names(nodes, indices, which) -> {dataset, ...}: the datasets the steps
+ * nodes[i] (i in the list `indices`) read ("inputs"), write ("outputs") or
+ * both ("all": a step's inputs, then its outputs), each once, in the order
+ * first met.  For the plan's checks, which would otherwise make a list per
+ * step (io_datasets) only to find the same names again and again. */
+int flow_l_io_names(lua_State *L)
+{
+    luaL_checktype(L, 1, LUA_TTABLE);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    static const char *const whiches[] = { "inputs", "outputs", "all", NULL };
+    int which = luaL_checkoption(L, 3, NULL, whiches);
+    lua_settop(L, 3);
+    lua_newtable(L);                    /* 4: the list */
+    lua_newtable(L);                    /* 5: the names met, of no store's bits */
+    struct names_met met = { NULL, NULL, 0, 5 };
+    lua_Integer n = (lua_Integer)lua_rawlen(L, 2);
+    for (lua_Integer k = 1; k <= n; k++) {
+        lua_rawgeti(L, 2, k);
+        lua_Integer i = lua_tointeger(L, -1);
+        lua_pop(L, 1);
+        lua_rawgeti(L, 1, i);
+        struct step_decls *d;
+        const struct step_decl *r = flow_node_decl(L, -1, &d, NULL);
+        if (!r) return luaL_error(L, "io_names: nodes[%d] is not a node", (int)i);
+        if (!met.own) {                 /* the bits: a userdata, so an error cannot leak them */
+            met.own = d;
+            met.n_bits = d->n_strs;
+            met.bits = lua_newuserdatauv(L, met.n_bits / 8 + 1, 0);
+            memset(met.bits, 0, met.n_bits / 8 + 1);
+            lua_replace(L, 3);          /* (`which` is read) */
+        }
+        if (which != 1) push_new_names(L, &met, d, r, false, 4);
+        if (which != 0) push_new_names(L, &met, d, r, true, 4);
+        lua_pop(L, 1);
+    }
+    lua_settop(L, 4);
+    return 1;
+}
+
 /* has_arg(n, outputs, key) -> whether one of node n's inputs (or, with
  * `outputs`, outputs) is named `key` (${inputs.key}, ${outputs.key}). */
 int flow_l_has_arg(lua_State *L)
@@ -533,13 +621,7 @@ int flow_l_has_arg(lua_State *L)
     struct step_decls *d;
     const struct step_decl *r = flow_node_decl(L, 1, &d, NULL);
     luaL_argcheck(L, r != NULL, 1, "not a node");
-    size_t id;
-    bool found = false;
-    if (strlen(key) == len && strmap_get(&d->ids, key, &id)) {     /* a name never interned is no argument */
-        uint32_t n = step_io_count(r, outputs), first = step_io_first(r, outputs);
-        for (uint32_t i = 0; i < n && !found; i++) found = d->io[first + i].arg == (name_id)id;
-    }
-    lua_pushboolean(L, found);
+    lua_pushboolean(L, strlen(key) == len && step_decls_has_arg(d, r, outputs, key));
     return 1;
 }
 

@@ -26,7 +26,6 @@
 local core = require("flow.core")
 local dag = require("flow.dag")
 local util = require("flow.util")
-local command = require("flow.command")
 
 local M = {}
 
@@ -169,8 +168,6 @@ function M.step_env(n, settings, cat)
   return env
 end
 
-local REF = "${credentials."
-
 -- Whether any entry of the catalog (by name or pattern) names a credentials block.
 local function catalog_has_credentials(cat)
   for _, e in pairs(cat.exact) do if e.credentials then return true end end
@@ -178,27 +175,19 @@ local function catalog_has_credentials(cat)
   return false
 end
 
--- Whether step_env(n, …) could find anything (or anything wrong): a
--- "${credentials." in the command's words, its shell line or an env value,
--- or (cat_creds) a catalog entry with credentials that it might read or
--- write.  Most steps have none: they skip step_env and its tables.
-local function may_need(n, cat_creds)
-  if cat_creds then return true end
-  for _, s in ipairs(command.template_strings(n.cmd)) do
-    if s:find(REF, 1, true) then return true end
-  end
-  return false
-end
-
 -- Before anything runs: every selected command step's credentials resolve
 -- (and are registered as secrets).  `commands`: the indices of the command
--- steps among `nodes`.  Returns {node = env table} for the steps that get any.
-function M.check(nodes, commands, settings, cat, selected)
+-- steps among `nodes`; `readers`: those with "${credentials." in the
+-- command's words, its shell line or an env value (pipeline.command_refs).
+-- Only they can find anything (or anything wrong), unless the catalog has an
+-- entry with credentials that any step might read or write; most steps
+-- have none, and skip step_env and its tables.  Returns {node = env table}
+-- for the steps that get any.
+function M.check(nodes, commands, readers, settings, cat, selected)
   local by_node = {}
-  local cat_creds = catalog_has_credentials(cat)
-  for _, i in ipairs(commands) do
+  for _, i in ipairs(catalog_has_credentials(cat) and commands or readers) do
     local n = nodes[i]
-    if (not selected or selected[i]) and may_need(n, cat_creds) then
+    if not selected or selected[i] then
       local env = M.step_env(n, settings, cat)
       if next(env) then by_node[n] = env end
     end

@@ -45,8 +45,17 @@ M.new_store = pipeline_c.new_store
 -- io_datasets(n, outputs): n's input (or output) dataset names, a new list;
 -- has_arg(n, outputs, key): whether one of them is named key.  From the
 -- record, for the checks that walk every command step (n.inputs would make
--- lists that stay with the node).
+-- lists that stay with the node).  io_names(nodes, indices, which): the
+-- datasets the steps nodes[i] read ("inputs"), write ("outputs") or both
+-- ("all"), each once, in the order first met: one list for a whole check.
 M.io_datasets = pipeline_c.io_datasets
+M.io_names = pipeline_c.io_names
+-- command_refs(nodes, commands) -> wrong, params, credentials: of the
+-- command steps nodes[i] (i in `commands`), the first whose template strings
+-- have a ${inputs.x}/${outputs.y} naming nothing or a malformed reference
+-- (nil if none), and the lists of those with a ${params.…} reference and of
+-- those with "${credentials." (lua/command_refs.c).
+M.command_refs = pipeline_c.command_refs
 M.has_arg = pipeline_c.has_arg
 
 local first_hole = pipeline_c.first_hole

@@ -152,17 +152,30 @@ end
 
 -- Every "params:" input and ${params.} reference must exist before anything runs.
 -- (After the graph is built: a dataset some step produces is no parameter.)
--- `which`: the indices of the steps that can read one (commands, "params:" readers).
-local function check_params(nodes, which, settings, params_of, templates, produced)
+-- `which`: the indices of the steps that can read one (commands, "params:" readers);
+-- `refs`: pipeline.command_refs's answer (its .params: the command steps with
+-- a ${params.} reference).  Only those steps are looked at, and the inputs
+-- only when one of the names read is a parameter's: each step in `which`
+-- order, as the message names the first step found wanting.
+local function check_params(nodes, which, settings, params_of, templates, produced, refs)
+  local reads_params = false
+  for _, d in ipairs(pipeline.io_names(nodes, which, "inputs")) do
+    if not produced[d] and type(params_of[d]) == "string" then reads_params = true break end
+  end
+  if not reads_params and #refs.params == 0 then return end
+  local has_refs = {}
+  for _, i in ipairs(refs.params) do has_refs[i] = true end
   for _, i in ipairs(which) do
     local n = nodes[i]
-    for _, d in ipairs(pipeline.io_datasets(n, false)) do
-      if not produced[d] then
-        local key = params_of[d]
-        if type(key) == "string" then check_param(n, key, settings) end
+    if reads_params then
+      for _, d in ipairs(pipeline.io_datasets(n, false)) do
+        if not produced[d] then
+          local key = params_of[d]
+          if type(key) == "string" then check_param(n, key, settings) end
+        end
       end
     end
-    if n.kind == "command" then
+    if has_refs[i] then
       for _, s in ipairs(command.template_strings(n.cmd)) do
         local t = templates[s]
         if t.params then
@@ -180,35 +193,39 @@ end
 -- graph, so a typo stops the run before any step starts.
 local TEMPLATE_NAMESPACES = { "inputs", "outputs", "params" }
 
-local function check_templates(nodes, commands, templates)
-  for _, i in ipairs(commands) do
-    local n = nodes[i]
-    for _, s in ipairs(command.template_strings(n.cmd)) do
-      local t = templates[s]
-      for _, ref in ipairs(t.refs) do
-        local ns, key = ref[1], ref[2]
-        if (ns == "inputs" or ns == "outputs") and not pipeline.has_arg(n, ns == "outputs", key) then
-          local list = ns == "inputs" and n.inputs or n.outputs
-          local args = {}
-          for _, io in ipairs(list) do args[io.arg] = true end
-          local names = util.sorted_keys(args)
-          local hint = util.did_you_mean(key, names)
-          if hint == "" then
-            hint = #names > 0 and string.format(" (its %s: %s)", ns, table.concat(names, ", "))
-                   or string.format(" (it declares no %s)", ns)
-          end
-          graph_error(string.format("step '%s' (%s): ${%s.%s}: the step has no %s named '%s'%s", n.name, n.where,
-            ns, key, ns == "inputs" and "input" or "output", key, hint))
+-- Raises for step n's first wrong reference, if it has one.
+local function check_step_templates(n, templates)
+  for _, s in ipairs(command.template_strings(n.cmd)) do
+    local t = templates[s]
+    for _, ref in ipairs(t.refs) do
+      local ns, key = ref[1], ref[2]
+      if (ns == "inputs" or ns == "outputs") and not pipeline.has_arg(n, ns == "outputs", key) then
+        local list = ns == "inputs" and n.inputs or n.outputs
+        local args = {}
+        for _, io in ipairs(list) do args[io.arg] = true end
+        local names = util.sorted_keys(args)
+        local hint = util.did_you_mean(key, names)
+        if hint == "" then
+          hint = #names > 0 and string.format(" (its %s: %s)", ns, table.concat(names, ", "))
+                 or string.format(" (it declares no %s)", ns)
         end
-      end
-      local err = t.err
-      if err then
-        local ns = err:match("^unknown reference '%${([^.}]*)%.")   -- template.c names the reference
-        graph_error(string.format("step '%s' (%s): %s%s", n.name, n.where, err,
-                                  ns and util.did_you_mean(ns, TEMPLATE_NAMESPACES) or ""))
+        graph_error(string.format("step '%s' (%s): ${%s.%s}: the step has no %s named '%s'%s", n.name, n.where,
+          ns, key, ns == "inputs" and "input" or "output", key, hint))
       end
     end
+    local err = t.err
+    if err then
+      local ns = err:match("^unknown reference '%${([^.}]*)%.")   -- template.c names the reference
+      graph_error(string.format("step '%s' (%s): %s%s", n.name, n.where, err,
+                                ns and util.did_you_mean(ns, TEMPLATE_NAMESPACES) or ""))
+    end
   end
+end
+
+-- `refs.wrong`: the first command step command_refs found wrong (or nil):
+-- the one whose message this makes.
+local function check_templates(nodes, refs, templates)
+  if refs.wrong then check_step_templates(nodes[refs.wrong], templates) end
 end
 
 local run_fields = { jobs = true, keep_going = true, params = true, verbose = true, env = true,
@@ -543,9 +560,7 @@ local function check_paths(nodes, commands, cat, produced, project_files)
     if catalog.persisted(e) then claim(key_of(e.path), e.path, name, e) end
   end
   local by_command = {}
-  for _, i in ipairs(commands) do
-    for _, d in ipairs(pipeline.io_datasets(nodes[i], true)) do by_command[d] = true end
-  end
+  for _, d in ipairs(pipeline.io_names(nodes, commands, "outputs")) do by_command[d] = true end
   -- Only a pattern or a command gives a dataset a path not claimed above:
   -- a Lua step's memory values (most datasets, often) need no look.  A
   -- dataset's places depend only on its name and on whether a command reads
@@ -590,8 +605,8 @@ local function check_paths(nodes, commands, cat, produced, project_files)
   end
   if patterns then
     for _, n in ipairs(nodes) do place_all(n, n.kind == "command") end
-  else
-    for _, i in ipairs(commands) do place_all(nodes[i], true) end
+  else                        -- (each name once, in the order place_all would meet it)
+    for _, d in ipairs(pipeline.io_names(nodes, commands, "all")) do place(d, true) end
   end
   local data_dir = key_of(DATA .. "/x"):sub(1, -3)
   local meet = folders
@@ -774,9 +789,11 @@ function M.prepare(p, opts, defaults, level)
   check_missing_inputs(free_readers, cat, produced, params_of)
   check_paths(nodes, sc.commands, cat, produced, project_files(defaults))
   local g = M.build_graph(nodes, dists, declared)
-  check_params(nodes, merged(sc.commands, param_readers), settings, params_of, templates, produced)
+  local refs = {}
+  refs.wrong, refs.params, refs.credentials = pipeline.command_refs(nodes, sc.commands)
+  check_params(nodes, merged(sc.commands, param_readers), settings, params_of, templates, produced, refs)
   check_pools(nodes, sc.pooled, settings)
-  check_templates(nodes, sc.commands, templates)
+  check_templates(nodes, refs, templates)
   local selected = select_steps(p.nodes, g, opts, level)
   cat:check_load_versions(selected_outputs(nodes, selected, produced))
   local mode = opts.distributed or defaults.distributed
@@ -794,7 +811,7 @@ function M.prepare(p, opts, defaults, level)
   return { nodes = p.nodes, settings = settings, dists = dists, graph = g, selected = selected,
            mode = mode, cat = cat, started = started, free_readers = free_readers, remote = remote, aml = aml,
            on_datastore = on_datastore, reporting = sc.reporting, keepers = sc.keepers, commands = sc.commands,
-           pooled = sc.pooled }
+           pooled = sc.pooled, credential_readers = refs.credentials }
 end
 
 return M

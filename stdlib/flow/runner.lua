@@ -453,7 +453,8 @@ function M.run(p, opts, level)
   if type(opts) ~= "table" then util.fail((level or 1) + 1, "flow.run: options must be a table, got %s", type(opts)) end
   if M.child then return execute.run_child(M.child, pipeline.is_node(p) and pipeline.pipeline({ p }) or p) end
   local plan = M.prepare(p, opts, (level or 1) + 1)
-  local secrets = credentials.check(plan.nodes, plan.commands, plan.settings, plan.cat, plan.selected)
+  local secrets = credentials.check(plan.nodes, plan.commands, plan.credential_readers, plan.settings, plan.cat,
+                                 plan.selected)
   for _, i in ipairs(plan.commands) do       -- (only command steps get any)
     local n = plan.nodes[i]
     step_secrets[n] = secrets[n]

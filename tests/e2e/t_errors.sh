@@ -340,6 +340,44 @@ L
     [ ! -e load-ran ] || { echo "a step ran before the template was checked"; return 1; }
 }
 
+# The plan finds the command steps to look at in one pass in C
+# (lua/command_refs.c), then words the message in Lua: a wrong reference,
+# an undefined ${params.}, an undefined ${credentials.} late among many
+# right steps, in an argument, a shell line or an env value, are each found,
+# and the first wrong step in the pipeline's order is the one named.
+test_a_wrong_step_among_many_right_ones_is_found() {
+    write pipeline.lua <<'L'
+local bad = tonumber(os.getenv("BAD") or "0")
+local nodes = {}
+for i = 1, 60 do
+  local spec = { command = { "touch", "${outputs.o}" }, outputs = { o = "d" .. i }, name = "s" .. i }
+  if i > 1 then spec.inputs = { a = "d" .. (i - 1) } end
+  if i == 30 and bad == 1 then spec.command = { "cp", "${inputs.b}", "${outputs.o}" } end
+  if i == 40 and (bad == 1 or bad == 2) then
+    spec.command = flow.command{ "sh", "-c", 'touch "$OUT"', env = { OUT = "${outputs.oo}" } }
+  end
+  if i == 45 and bad == 3 then spec.command = "touch ${outputs.o} # ${params.missing}" end
+  if i == 50 and bad == 4 then
+    spec.command = flow.command{ "touch", "${outputs.o}", env = { K = "${credentials.nope}" } }
+  end
+  nodes[#nodes + 1] = node(spec)
+end
+return pipeline(nodes)
+L
+    touch ran
+    BAD=1 run_flow 2 run
+    contains "$ERR" "step 's30' (pipeline.lua:14): \${inputs.b}: the step has no input named 'b' (did you mean 'a'?)"
+    BAD=2 run_flow 2 run
+    contains "$ERR" "step 's40' (pipeline.lua:14): \${outputs.oo}: the step has no output named 'oo' (did you mean 'o'?)"
+    BAD=3 run_flow 2 run
+    contains "$ERR" "step 's45' (pipeline.lua:14) reads parameter 'missing', which is not defined in environment 'local'"
+    BAD=4 run_flow 2 run
+    contains "$ERR" "step 's50' (pipeline.lua:14): env K: credential 'nope' is not defined in environment 'local'"
+    [ ! -e .flow/data/d1 ] || { echo "a step ran before the plan was checked"; return 1; }
+    BAD=5 run_flow 0 run -q
+    [ -e .flow/data/d60 ] || { echo "the right pipeline did not run"; return 1; }
+}
+
 # An error value that is not a message (error({}), error(nil)) is named by
 # its type at the script's line, not shown as "table: 0x55…" or "nil"; a
 # precompiled script is refused naming the file.

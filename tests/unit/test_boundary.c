@@ -195,6 +195,74 @@ static void test_node_records_go_with_their_nodes(void)
            "end\n");
 }
 
+/* The plan's one-pass helpers (pipeline.io_names, lua/node_decl.c;
+ * pipeline.command_refs, lua/command_refs.c) agree with the walks they
+ * replace, done here in Lua over the same nodes: each name once, in the
+ * order a walk of the steps meets it, across two stores too; the first step
+ * whose templates check_templates refuses; the steps with a ${params.…}
+ * reference and with "${credentials.". */
+static void test_plan_helpers_agree_with_the_walks_they_replace(void)
+{
+    lua_ok("local flow, pipeline = require('flow'), require('flow.pipeline')\n"
+           "local command, core = require('flow.command'), require('flow.core')\n"
+           "pipeline.new_store()\n"
+           "local early = flow.node{ command = 'cat ${inputs.a} > ${outputs.o}', name = 'e',\n"
+           "                         inputs = { a = 'x0' }, outputs = { o = 'y0' } }\n"
+           "pipeline.new_store()\n"
+           "local nodes = { early }\n"
+           "local specs = {\n"
+           "  { 'touch', '${outputs.o}' }, { 'cp', '${inputs.a}', '${outputs.o}' }, 'echo ${params.lr} > ${outputs.o}',\n"
+           "  flow.command{ 'sh', '-c', 'x', env = { K = '${credentials.db.password}', O = '${outputs.o}' } },\n"
+           "  { 'cp', '${inputs.b}', '${outputs.o}' }, 'echo ${outputs.o', { 'x', '$${credentials.y}', '${outputs.o}' },\n"
+           "  flow.command{ 'x', env = { P = '${params.a.b}', Q = 7 } }, { 'echo', '${inputs.zz}' },\n"
+           "}\n"
+           "for i, c in ipairs(specs) do\n"
+           "  nodes[#nodes + 1] = flow.node{ command = c, name = 'n' .. i, inputs = { a = 'x' .. (i % 3) },\n"
+           "                                 outputs = { o = 'y' .. i } }\n"
+           "end\n"
+           "nodes[#nodes + 1] = flow.node{ func = print, name = 'f', inputs = { 'x1', 'y2' }, outputs = 'z' }\n"
+           "local all = {}\n"
+           "for i = 1, #nodes do all[i] = i end\n"
+           "local commands = {}\n"
+           "for i, n in ipairs(nodes) do if n.kind == 'command' then commands[#commands + 1] = i end end\n"
+           "for _, which in ipairs({ 'inputs', 'outputs', 'all' }) do\n"
+           "  local want, seen = {}, {}\n"
+           "  for _, i in ipairs(all) do\n"
+           "    local lists = which == 'all' and { false, true } or { which == 'outputs' }\n"
+           "    for _, outputs in ipairs(lists) do\n"
+           "      for _, d in ipairs(pipeline.io_datasets(nodes[i], outputs)) do\n"
+           "        if not seen[d] then seen[d] = true; want[#want + 1] = d end\n"
+           "      end\n"
+           "    end\n"
+           "  end\n"
+           "  local got = pipeline.io_names(nodes, all, which)\n"
+           "  assert(table.concat(got, ' ') == table.concat(want, ' '), which .. ': ' .. table.concat(got, ' '))\n"
+           "end\n"
+           "local wrong, params, creds = nil, {}, {}\n"
+           "for _, i in ipairs(commands) do\n"
+           "  local n, bad, p, c = nodes[i], false, false, false\n"
+           "  for _, s in ipairs(command.template_strings(n.cmd)) do\n"
+           "    local refs, err = core.template_refs(s)\n"
+           "    if err then bad = true end\n"
+           "    for _, r in ipairs(refs) do\n"
+           "      if r[1] == 'params' then p = true end\n"
+           "      if (r[1] == 'inputs' or r[1] == 'outputs') and not pipeline.has_arg(n, r[1] == 'outputs', r[2]) then\n"
+           "        bad = true\n"
+           "      end\n"
+           "    end\n"
+           "    if s:find('${credentials.', 1, true) then c = true end\n"
+           "  end\n"
+           "  if bad and not wrong then wrong = i end\n"
+           "  if p then params[#params + 1] = i end\n"
+           "  if c then creds[#creds + 1] = i end\n"
+           "end\n"
+           "local w, p, c = pipeline.command_refs(nodes, commands)\n"
+           "assert(wrong == 6 and w == wrong, tostring(w))\n"
+           "assert(table.concat(p, ',') == table.concat(params, ',') and #p == 2, table.concat(p, ','))\n"
+           "assert(table.concat(c, ',') == table.concat(creds, ',') and #c == 2, table.concat(c, ','))\n"
+           "assert(pipeline.command_refs(nodes, { 1, 2, 3 }) == nil)\n");
+}
+
 /* An allocator that refuses every new or growing block while `refusing`:
  * Lua raises "not enough memory" (LUA_ERRMEM) from the first allocation. */
 static lua_Alloc real_alloc;
@@ -477,6 +545,7 @@ int main(void)
     RUN(test_dag_build_reads_nodes_as_they_are);
     RUN(test_dag_walk_out_of_memory_frees_its_arrays);
     RUN(test_node_records_go_with_their_nodes);
+    RUN(test_plan_helpers_agree_with_the_walks_they_replace);
     RUN(test_read_file_out_of_memory_frees_the_buffer);
     RUN(test_list_dir_out_of_memory_frees_the_names);
     RUN(test_json_decode_out_of_memory_frees_the_tree);

@@ -59,6 +59,12 @@ static void test_records_keep_their_lists(void)
     CHECK_STR(step_decls_str(&d, d.io[step_io_first(r, false)].dataset), "d150");
     CHECK_STR(step_decls_str(&d, d.io[step_io_first(r, true)].dataset), "d151");
     CHECK(d.recs[s[0]].n_inputs == 0 && d.io[step_io_first(&d.recs[s[0]], true)].dataset == step_decls_intern(&d, "d1"));
+    /* an argument is looked for among the inputs or the outputs asked for (${inputs.x}, ${outputs.y}) */
+    CHECK(step_decls_has_arg(&d, r, false, "d150") && !step_decls_has_arg(&d, r, true, "d150"));
+    CHECK(step_decls_has_arg(&d, r, true, "d151") && !step_decls_has_arg(&d, r, false, "d151"));
+    CHECK(!step_decls_has_arg(&d, r, false, "s150"));        /* interned, but no argument of it */
+    CHECK(!step_decls_has_arg(&d, r, false, "never seen"));
+    CHECK(!step_decls_has_arg(&d, &d.recs[s[0]], false, "d0"));
     name_id aml[STEP_N_AML] = { step_decls_intern(&d, "gpu") };
     CHECK(step_decls_add_aml(&d, aml) == 0);
     CHECK(d.aml[0][AML_COMPUTE] == aml[0] && d.aml[0][AML_ENVIRONMENT] == 0);
