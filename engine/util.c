@@ -243,6 +243,14 @@ static bool portable_byte(unsigned char c, bool first)
            c == '-' || c == '_' || (c == '.' && !first) || c >= 0x80;
 }
 
+bool safe_file_name_is_itself(const char *name, size_t len)
+{
+    if (len == 0 || len > SAFE_NAME_MAX || memchr(name, '\0', len)) return false;
+    for (size_t i = 0; i < len; i++)
+        if (!portable_byte((unsigned char)name[i], i == 0)) return false;
+    return true;
+}
+
 char *safe_file_name(const char *name)
 {
     struct strbuf sb = STRBUF_INIT;

@@ -4,6 +4,7 @@
 #define FLOW_UTIL_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -84,6 +85,9 @@ int bytes_compare(const char *a, size_t alen, const char *b, size_t blen);
  * start and gets "~" and 16 hex digits of its SHA-256.  Never "" and never
  * contains '+' or '~' otherwise, so either can join two of them.  Caller frees. */
 char *safe_file_name(const char *name);
+/* Whether safe_file_name of these len bytes is the bytes themselves (a name
+ * of portable characters, short enough): its callers can skip the copy. */
+bool safe_file_name_is_itself(const char *name, size_t len);
 
 double monotonic_seconds(void);
 /* Seconds since the epoch (the time of day, for records and logs). */

@@ -298,7 +298,13 @@ static int l_remove_tree(lua_State *L)
 
 static int l_safe_name(lua_State *L)
 {
-    char *s = safe_file_name(luaL_checkstring(L, 1));
+    size_t len;
+    const char *name = luaL_checklstring(L, 1, &len);
+    if (safe_file_name_is_itself(name, len)) {      /* most names: no copy */
+        lua_settop(L, 1);
+        return 1;
+    }
+    char *s = safe_file_name(name);
     flow_push_owned(L, s, strlen(s), free);
     return 1;
 }

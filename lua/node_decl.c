@@ -557,13 +557,13 @@ static bool met_before(lua_State *L, struct names_met *m, const struct step_decl
     return false;
 }
 
-/* Appends to the list at `list` each dataset of record r's inputs (or
- * outputs) not met before. */
-static void push_new_names(lua_State *L, struct names_met *m, struct step_decls *d, const struct step_decl *r,
+/* Appends to the list at `list` each dataset of record rec's inputs (or
+ * outputs) not met before.  rec is a copy: pushing may run finalizers, which
+ * may add records (and move the array). */
+static void push_new_names(lua_State *L, struct names_met *m, struct step_decls *d, const struct step_decl *rec,
                            bool outputs, int list)
 {
-    struct step_decl rec = *r;          /* (pushing may run finalizers, which may add records) */
-    uint32_t n = step_io_count(&rec, outputs), first = step_io_first(&rec, outputs);
+    uint32_t n = step_io_count(rec, outputs), first = step_io_first(rec, outputs);
     for (uint32_t i = 0; i < n; i++) {
         name_id id = d->io[first + i].dataset;
         if (met_before(L, m, d, id)) continue;
@@ -596,6 +596,7 @@ int flow_l_io_names(lua_State *L)
         struct step_decls *d;
         const struct step_decl *r = flow_node_decl(L, -1, &d, NULL);
         if (!r) return luaL_error(L, "io_names: nodes[%d] is not a node", (int)i);
+        struct step_decl rec = *r;      /* (see push_new_names) */
         if (!met.own) {                 /* the bits: a userdata, so an error cannot leak them */
             met.own = d;
             met.n_bits = d->n_strs;
@@ -603,8 +604,8 @@ int flow_l_io_names(lua_State *L)
             memset(met.bits, 0, met.n_bits / 8 + 1);
             lua_replace(L, 3);          /* (`which` is read) */
         }
-        if (which != 1) push_new_names(L, &met, d, r, false, 4);
-        if (which != 0) push_new_names(L, &met, d, r, true, 4);
+        if (which != 1) push_new_names(L, &met, d, &rec, false, 4);
+        if (which != 0) push_new_names(L, &met, d, &rec, true, 4);
         lua_pop(L, 1);
     }
     lua_settop(L, 4);

@@ -71,12 +71,37 @@ static void test_long_names_fit_a_file_name_and_stay_distinct(void)
     free(eb);
 }
 
+/* The shortcut a caller may take (core.safe_name returns such a name as it
+ * is) agrees with the encoding: true exactly when the name comes back
+ * unchanged. */
+static void test_names_that_encode_to_themselves_are_known(void)
+{
+    char at_max[201], past_max[202];
+    memset(at_max, 'a', 200);
+    at_max[200] = '\0';
+    memset(past_max, 'a', 201);
+    past_max[201] = '\0';
+    static const char *const names[] = { "train_set", "ns.model-v2", "modèle", "m/n", "50%", "a b", ".hidden",
+                                         "a.", "..", ".", "", "a+b", "x~1", "A-Z_09", "\xff", "tab\there", NULL };
+    for (size_t i = 0; names[i]; i++) {
+        char *e = safe_file_name(names[i]);
+        CHECK(safe_file_name_is_itself(names[i], strlen(names[i])) == (strcmp(e, names[i]) == 0));
+        free(e);
+    }
+    CHECK(safe_file_name_is_itself(at_max, 200) && !safe_file_name_is_itself(past_max, 201));
+    char *e = safe_file_name(past_max);
+    CHECK(strcmp(e, past_max) != 0);
+    free(e);
+    CHECK(!safe_file_name_is_itself("a\0b", 3));       /* (a Lua string may hold a NUL) */
+}
+
 int main(void)
 {
     RUN(test_readable_names_stay_as_they_are);
     RUN(test_unsafe_bytes_are_percent_encoded);
     RUN(test_different_names_give_different_files);
     RUN(test_long_names_fit_a_file_name_and_stay_distinct);
+    RUN(test_names_that_encode_to_themselves_are_known);
     free(enc("x"));
     return CHECK_DONE("names");
 }
