@@ -94,15 +94,10 @@ int flow_l_command_refs(lua_State *L)
     lua_newtable(L);                    /* 5: credentials */
     lua_Integer n = (lua_Integer)lua_rawlen(L, 2);
     for (lua_Integer k = 1; k <= n; k++) {
-        lua_rawgeti(L, 2, k);
-        lua_Integer i = lua_tointeger(L, -1);
-        lua_pop(L, 1);
-        lua_rawgeti(L, 1, i);
         struct step_decls *d;
-        const struct step_decl *rec = flow_node_decl(L, -1, &d, NULL);
-        if (!rec) return luaL_error(L, "command_refs: nodes[%d] is not a node", (int)i);
-        struct step_decl copy = *rec;   /* (a finalizer run by a Lua call below may add records) */
-        struct look lk = { d, &copy, false, false, false };
+        struct step_decl rec;
+        lua_Integer i = flow_push_listed_node(L, 1, 2, k, "command_refs", &d, &rec);
+        struct look lk = { d, &rec, false, false, false };
         if (flow_node_push_body(L, -1) == LUA_TTABLE) look_at_command(L, lua_gettop(L), &lk);
         lua_pop(L, 2);
         if (lk.wrong && lua_isnil(L, 3)) {

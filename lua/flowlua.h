@@ -178,6 +178,13 @@ int flow_l_derive(lua_State *L);
 int flow_l_same_decl(lua_State *L);
 int flow_l_io_datasets(lua_State *L);
 int flow_l_io_names(lua_State *L);
+/* For a pass over the steps nodes[i], i in the list `indices` (the tables at
+ * those slots): pushes the k-th listed node, copies its record into *rec (a
+ * copy: a finalizer run by a later Lua call may add records and move the
+ * array) and its store into *d, and returns i; raises naming `who` if it is
+ * no node. */
+lua_Integer flow_push_listed_node(lua_State *L, int nodes, int indices, lua_Integer k, const char *who,
+                                  struct step_decls **d, struct step_decl *rec);
 /* command_refs.c */
 int flow_l_command_refs(lua_State *L);
 int flow_l_has_arg(lua_State *L);

@@ -523,6 +523,19 @@ int flow_l_io_datasets(lua_State *L)
     return 1;
 }
 
+lua_Integer flow_push_listed_node(lua_State *L, int nodes, int indices, lua_Integer k, const char *who,
+                                  struct step_decls **d, struct step_decl *rec)
+{
+    lua_rawgeti(L, indices, k);
+    lua_Integer i = lua_tointeger(L, -1);
+    lua_pop(L, 1);
+    lua_rawgeti(L, nodes, i);
+    const struct step_decl *r = flow_node_decl(L, -1, d, NULL);
+    if (!r) luaL_error(L, "%s: nodes[%d] is not a node", who, (int)i);
+    *rec = *r;
+    return i;
+}
+
 /* The names io_names has met: a bit per name id of the first node's store
  * (`own`), and a table (at `other`) for a name that store never interned (a
  * node of another store can have one).  A name is marked in one of them
@@ -589,14 +602,9 @@ int flow_l_io_names(lua_State *L)
     struct names_met met = { NULL, NULL, 0, 5 };
     lua_Integer n = (lua_Integer)lua_rawlen(L, 2);
     for (lua_Integer k = 1; k <= n; k++) {
-        lua_rawgeti(L, 2, k);
-        lua_Integer i = lua_tointeger(L, -1);
-        lua_pop(L, 1);
-        lua_rawgeti(L, 1, i);
         struct step_decls *d;
-        const struct step_decl *r = flow_node_decl(L, -1, &d, NULL);
-        if (!r) return luaL_error(L, "io_names: nodes[%d] is not a node", (int)i);
-        struct step_decl rec = *r;      /* (see push_new_names) */
+        struct step_decl rec;
+        flow_push_listed_node(L, 1, 2, k, "io_names", &d, &rec);
         if (!met.own) {                 /* the bits: a userdata, so an error cannot leak them */
             met.own = d;
             met.n_bits = d->n_strs;
