@@ -215,6 +215,11 @@ static void test_what_cannot_run_is_reported_and_reaped(void)
 
 int main(void)
 {
+    /* From every disposition at its default, whatever started the tests left:
+     * a shell's background job ignores SIGINT and SIGQUIT, and an ignored
+     * signal stays ignored in the child (the test's own SIGHUP is that case). */
+    for (int sig = 1; sig < NSIG; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);    /* (glibc's own two refuse: harmless) */
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     RUN(test_both_ways_start_the_child_alike);
     RUN(test_what_cannot_run_is_reported_and_reaped);
