@@ -6,7 +6,8 @@
  * strings in Lua: for a ${inputs.x} or ${outputs.y} naming nothing or a
  * malformed reference (check_templates), for ${params.…} (check_params), for
  * "${credentials." (credentials.check).  Three walks that find nothing in
- * nearly every run were a fifth of a no-op rerun of 10,000 command steps.
+ * nearly every run took about 25 ms of a 0.2 s no-op rerun of 10,000
+ * command steps.
  * Here the walk says which steps to look at; the Lua checks then look at
  * those only, as before, and word every message (check_templates: the first
  * step found wrong, whose message it makes; the others: the few steps
