@@ -458,16 +458,9 @@ static int write_entries(int fd, void *ctx)
         if (strchr(e->path, '\n')) continue;
         sb_addf(&sb, "%s %lld %lld %lld %llu %llu %lld %s\n", e->hex, e->st.size, e->st.mtime_ns,
                 e->st.ctime_ns, e->st.ino, e->st.dev, e->hashed_at_ns, e->path);
-        if (sb.len >= SAVE_CHUNK) {
-            rc = write_all(fd, sb.buf, sb.len);
-            sb_truncate(&sb, 0);
-        }
+        rc = sb_write_some(&sb, fd, SAVE_CHUNK, NULL);
     }
-    if (rc == 0) rc = write_all(fd, sb.buf, sb.len);
-    int e = errno;
-    sb_release(&sb);
-    errno = e;
-    return rc;
+    return sb_write_last(&sb, fd, rc);
 }
 
 static int save_locked(struct hashcache *hc, char *err, size_t errlen)

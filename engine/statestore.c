@@ -575,18 +575,10 @@ static int write_frames(int fd, void *ctx)
         if (!payload) { rc = -1; break; }
         frame(&out, payload, sl->len, sl->crc);
         w->at[i] = written + out.len - sl->len;
-        if (out.len >= WRITE_CHUNK) {
-            rc = write_all(fd, out.buf, out.len);
-            written += out.len;
-            sb_truncate(&out, 0);
-        }
+        rc = sb_write_some(&out, fd, WRITE_CHUNK, &written);
     }
-    if (rc == 0 && out.len) rc = write_all(fd, out.buf, out.len);
     w->end = written + out.len;
-    int e = errno;
-    sb_release(&out);
-    errno = e;
-    return rc;
+    return sb_write_last(&out, fd, rc);
 }
 
 /* Writes every live record to a new file renamed into place (synced), and

@@ -743,10 +743,7 @@ static int write_summary_stream(int fd, void *ctx)
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (i > 0) sb_addc(&sb, ',');
         summary_step(&sb, s->r, i);
-        if (n > PRETTY_MAX && sb.len >= SUMMARY_CHUNK) {
-            rc = write_all(fd, sb.buf, sb.len);
-            sb_truncate(&sb, 0);
-        }
+        if (n > PRETTY_MAX) rc = sb_write_some(&sb, fd, SUMMARY_CHUNK, NULL);
     }
     sb_adds(&sb, "]}");
     if (rc == 0 && n <= PRETTY_MAX) {
@@ -756,11 +753,7 @@ static int write_summary_stream(int fd, void *ctx)
         sb = pretty;
     }
     sb_addc(&sb, '\n');
-    if (rc == 0) rc = write_all(fd, sb.buf, sb.len);
-    int e = errno;
-    sb_release(&sb);
-    errno = e;
-    return rc;
+    return sb_write_last(&sb, fd, rc);
 }
 
 void step_runner_set_metrics(struct step_runner *r, size_t i, const char *metrics_json, const char *series_json)

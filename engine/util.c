@@ -197,6 +197,24 @@ int write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
+int sb_write_some(struct strbuf *sb, int fd, size_t at_least, uint64_t *written)
+{
+    if (sb->len < at_least || sb->len == 0) return 0;
+    if (write_all(fd, sb->buf, sb->len) != 0) return -1;
+    if (written) *written += sb->len;
+    sb_truncate(sb, 0);
+    return 0;
+}
+
+int sb_write_last(struct strbuf *sb, int fd, int rc)
+{
+    if (rc == 0) rc = sb_write_some(sb, fd, 0, NULL);
+    int e = errno;
+    sb_release(sb);
+    errno = e;
+    return rc;
+}
+
 char *read_file(const char *path, size_t *len)
 {
     return read_file_max(path, SIZE_MAX, len);

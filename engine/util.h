@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* Out of memory is not a condition the engine can recover from: print and abort. */
@@ -66,6 +67,13 @@ char *read_file(const char *path, size_t *len);
 char *read_file_max(const char *path, size_t max, size_t *len);
 /* write() all of buf, retrying on EINTR and short writes; -1 with errno. */
 int write_all(int fd, const void *buf, size_t len);
+/* For a file written as it is made (nofollow's write_with callbacks), with
+ * its text built in sb: once sb holds `at_least` bytes, writes them and
+ * empties it, adding their count to *written when given; 0 or -1 (errno).
+ * sb_write_last then writes what is left if rc is 0, releases sb, and
+ * returns rc with errno as the write left it. */
+int sb_write_some(struct strbuf *sb, int fd, size_t at_least, uint64_t *written);
+int sb_write_last(struct strbuf *sb, int fd, int rc);
 /* The entries of dir but "." and "..", sorted bytewise; NULL with errno on
  * failure.  The directory is closed on return, so a walk holds no fds. */
 char **dir_list(const char *dir, size_t *count);

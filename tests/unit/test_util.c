@@ -486,10 +486,43 @@ static void test_wipe(void)
     wipe_free(NULL);
 }
 
+/* A file written as it is made: what sb holds goes out once it reaches the
+ * threshold (counted), the rest at the end; a failed write says so with
+ * its errno, and the buffer is released either way. */
+static void test_strbuf_written_in_pieces(void)
+{
+    char path[] = "/tmp/flow-test-pieces-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    struct strbuf sb = STRBUF_INIT;
+    uint64_t written = 0;
+    sb_adds(&sb, "abc");
+    CHECK(sb_write_some(&sb, fd, 4, &written) == 0 && written == 0 && sb.len == 3);   /* not yet */
+    sb_adds(&sb, "def");
+    CHECK(sb_write_some(&sb, fd, 4, &written) == 0 && written == 6 && sb.len == 0);
+    sb_adds(&sb, "gh");
+    CHECK(sb_write_last(&sb, fd, 0) == 0 && sb.buf == NULL);
+    close(fd);
+    size_t len;
+    char *text = read_file(path, &len);
+    CHECK(text && len == 8 && strcmp(text, "abcdefgh") == 0);
+    free(text);
+    unlink(path);
+    sb_adds(&sb, "lost");
+    CHECK(sb_write_some(&sb, -1, 1, NULL) == -1 && errno == EBADF && sb.len == 4);
+    sb_adds(&sb, "x");
+    errno = 0;
+    CHECK(sb_write_last(&sb, -1, 0) == -1 && errno == EBADF && sb.buf == NULL);
+    sb_adds(&sb, "y");
+    errno = EIO;                                   /* an earlier failure: nothing more written */
+    CHECK(sb_write_last(&sb, -1, -1) == -1 && errno == EIO && sb.buf == NULL);
+}
+
 int main(void)
 {
     RUN(test_sha256_small_and_big_agree);   /* first: before anything loads libcrypto */
     RUN(test_strbuf_truncate);
+    RUN(test_strbuf_written_in_pieces);
     RUN(test_ptrmap_put_get_grow);
     RUN(test_read_file_max);
     RUN(test_json_seconds);
