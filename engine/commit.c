@@ -36,10 +36,12 @@ char *path_base(const char *path)
 
 /* ---- fsync ------------------------------------------------------------------ */
 
-static int fsync_path(const char *path, int flags, char *err, size_t errlen)
+/* gone_ok: a path that is not there (ENOENT) is not an error: nothing to sync. */
+static int fsync_path(const char *path, int flags, bool gone_ok, char *err, size_t errlen)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | flags);
     int e = fd < 0 ? errno : 0;
+    if (fd < 0 && e == ENOENT && gone_ok) return 0;
     if (fd >= 0) {
         if (fsync(fd) != 0) e = errno;
         if (close(fd) != 0 && !e) e = errno;
@@ -53,7 +55,12 @@ static int fsync_path(const char *path, int flags, char *err, size_t errlen)
 
 int fsync_dir(const char *path, char *err, size_t errlen)
 {
-    return fsync_path(path, O_DIRECTORY, err, errlen);
+    return fsync_path(path, O_DIRECTORY, false, err, errlen);
+}
+
+int fsync_dir_present(const char *path, char *err, size_t errlen)
+{
+    return fsync_path(path, O_DIRECTORY, true, err, errlen);
 }
 
 
@@ -64,6 +71,7 @@ static int each_entry(struct strbuf *path, int (*fn)(struct strbuf *, void *), v
 {
     size_t n = 0;
     char **names = dir_list(path->buf, &n);
+    if (!names && errno == ENOENT) return 0;                      /* gone meanwhile: see fsync_tree */
     if (!names) {
         errf(err, errlen, "cannot read %s: %s", path->buf, strerror(errno));
         return -1;
@@ -83,19 +91,20 @@ static int each_entry(struct strbuf *path, int (*fn)(struct strbuf *, void *), v
 
 struct errbuf { char *err; size_t errlen; };
 
-/* Files first, then the directory that names them. */
+/* Files first, then the directory that names them; what is gone is skipped. */
 static int sync_entry(struct strbuf *path, void *arg)
 {
     struct errbuf *e = arg;
     struct stat st;
     if (lstat(path->buf, &st) != 0) {
+        if (errno == ENOENT) return 0;
         errf(e->err, e->errlen, "cannot sync %s: %s", path->buf, strerror(errno));
         return -1;
     }
-    if (S_ISREG(st.st_mode)) return fsync_path(path->buf, O_NOFOLLOW, e->err, e->errlen);
+    if (S_ISREG(st.st_mode)) return fsync_path(path->buf, O_NOFOLLOW, true, e->err, e->errlen);
     if (!S_ISDIR(st.st_mode)) return 0;      /* a symlink lives in its directory's entries */
     if (each_entry(path, sync_entry, e, e->err, e->errlen) != 0) return -1;
-    return fsync_path(path->buf, O_DIRECTORY, e->err, e->errlen);
+    return fsync_path(path->buf, O_DIRECTORY, true, e->err, e->errlen);
 }
 
 int fsync_tree(const char *path, char *err, size_t errlen)

@@ -17,8 +17,13 @@ char *path_base(const char *path);
 /* Each returns 0, or -1 with a message naming the path in err. */
 int fsync_dir(const char *path, char *err, size_t errlen);
 /* Every regular file and directory under `path` (a file or a directory);
- * symlinks are not followed. */
+ * symlinks are not followed.  What is not there (ENOENT), before or during
+ * the walk, is skipped, as fsync_dir_present skips a directory that is not:
+ * a step's consumers may start before its outputs are flushed (step.c's
+ * group commit), and one may remove what it read; what is gone has nothing
+ * to lose. */
 int fsync_tree(const char *path, char *err, size_t errlen);
+int fsync_dir_present(const char *path, char *err, size_t errlen);
 
 /* Copies src (a file, a symlink or a directory tree; links are copied as
  * links) to dst, which must not exist, syncing what it writes.  On failure

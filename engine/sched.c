@@ -22,11 +22,11 @@ struct sched {
     enum step_state *state;
     size_t *pending;               /* unfinished upstream steps */
     double *started, *finished;
-    bool *slot_freed;              /* running, but its pool slot given back (sched_step_release_slot) */
     struct pool *pools;
     size_t n_pools;
     size_t *pool_of;               /* each step's pool */
     size_t running;                /* in all pools */
+    size_t holds;                  /* ends held back (sched_hold): the run is not over */
     bool stopping, interrupted, failed;
     bool over;                     /* sched_poll found the run ended */
     int interrupts_seen;
@@ -89,7 +89,6 @@ struct sched *sched_new(const struct dag *dag, struct loop *loop, const struct s
     s->pending = xcalloc(n, sizeof *s->pending);
     s->started = xcalloc(n, sizeof *s->started);
     s->finished = xcalloc(n, sizeof *s->finished);
-    s->slot_freed = xcalloc(n, sizeof *s->slot_freed);
     init_pools(s, opt, dag->n_steps);
     return s;
 }
@@ -101,7 +100,6 @@ void sched_free(struct sched *s)
     free(s->pending);
     free(s->started);
     free(s->finished);
-    free(s->slot_freed);
     for (size_t k = 0; k < s->n_pools; k++) free(s->pools[k].ready.a);
     free(s->pools);
     free(s->pool_of);
@@ -140,6 +138,14 @@ static void release_dependents(struct sched *s, size_t i)
     }
 }
 
+/* Nothing new starts; what waits between attempts may give up. */
+static void stop_starting(struct sched *s)
+{
+    if (s->stopping) return;
+    s->stopping = true;
+    if (s->ex.stopping) s->ex.stopping(s->ex.ctx, s);
+}
+
 void sched_step_done(struct sched *s, size_t i, bool ok)
 {
     /* A step that ends badly once Ctrl-C or SIGTERM arrived was stopped, not
@@ -149,7 +155,7 @@ void sched_step_done(struct sched *s, size_t i, bool ok)
     s->state[i] = ok ? STEP_DONE : stopped ? STEP_INTERRUPTED : STEP_FAILED;
     s->finished[i] = monotonic_seconds();
     s->running--;
-    sched_step_release_slot(s, i);
+    s->pools[s->pool_of[i]].running--;
     if (s->obs.step_finished) s->obs.step_finished(s->obs.ctx, s, i);
     if (ok) {
         release_dependents(s, i);
@@ -157,17 +163,18 @@ void sched_step_done(struct sched *s, size_t i, bool ok)
     }
     if (!stopped) s->failed = true;
     mark_not_run_downstream(s, i);
-    if (!s->opt.keep_going && !s->stopping) {
-        s->stopping = true;
-        if (s->ex.stopping) s->ex.stopping(s->ex.ctx, s);
-    }
+    if (!s->opt.keep_going) stop_starting(s);
 }
 
-void sched_step_release_slot(struct sched *s, size_t i)
+void sched_hold(struct sched *s) { s->holds++; }
+void sched_unhold(struct sched *s) { if (s->holds) s->holds--; }
+
+void sched_step_failed_late(struct sched *s, size_t i)
 {
-    if (s->slot_freed[i]) return;
-    s->slot_freed[i] = true;
-    s->pools[s->pool_of[i]].running--;
+    s->state[i] = STEP_FAILED;
+    s->failed = true;
+    mark_not_run_downstream(s, i);
+    stop_starting(s);
 }
 
 /* Steps whose outputs are up to date finish at once, without a pool slot. */
@@ -252,6 +259,10 @@ bool sched_poll(struct sched *s)
         handle_interrupts(s, false);
     }
     if (s->running) return false;
+    if (s->holds) {
+        if (s->ex.quiet) s->ex.quiet(s->ex.ctx, s);
+        if (s->holds) return false;
+    }
     handle_interrupts(s, true);  /* a signal that made the last step fail */
     for (size_t k = 0; k < s->n_pools; k++)
         while (s->pools[k].ready.n) s->state[heap_pop(&s->pools[k].ready)] = STEP_NOT_RUN;

@@ -49,6 +49,9 @@ struct sched_executor {
     /* Optional: a step failed and the run stops (no keep_going): what waits
      * between a step's attempts may give up; a running attempt goes on. */
     void (*stopping)(void *ctx, struct sched *s);
+    /* Optional: nothing runs and nothing can start, but the run still waits
+     * on ends held back (sched_hold): finish them now rather than later. */
+    void (*quiet)(void *ctx, struct sched *s);
 };
 
 /* Progress reports, for the UI.  An up-to-date step is reported finished
@@ -89,10 +92,16 @@ bool sched_poll(struct sched *s);
 /* 0 if all selected steps succeeded, 1 if any failed, 130 if interrupted. */
 int sched_code(const struct sched *s);
 void sched_step_done(struct sched *s, size_t i, bool ok);
-/* Step i still runs, but no longer needs its pool slot (its process is gone
- * and it waits only for the disk to flush what it made): another step of its
- * pool may start.  sched_step_done later does not give the slot back twice. */
-void sched_step_release_slot(struct sched *s, size_t i);
+/* A step may be done for its dependents before its end is recorded (its
+ * outputs made durable and its journal line written, engine/step.c): each
+ * such end holds the run open until it is released, so the run is not over
+ * while one is outstanding. */
+void sched_hold(struct sched *s);
+void sched_unhold(struct sched *s);
+/* Step i, done, could not have its end recorded: it failed after all, and
+ * the run stops (keep_going or not: what failed is the disk, not a step).
+ * Dependents it had already let start run on; no other step starts. */
+void sched_step_failed_late(struct sched *s, size_t i);
 
 const struct dag *sched_dag(const struct sched *s);
 struct loop *sched_loop(const struct sched *s);

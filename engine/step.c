@@ -25,6 +25,7 @@
 
 #define FLUSH_EVERY 0.05        /* seconds: the most a kill loses of the journal */
 #define HELD_LINES_MAX (64 * 1024)   /* bytes of journal lines an up-to-date step may leave held */
+#define HELD_PATHS_MAX 4096     /* outputs a batch may hold before it is flushed, whatever the time */
 #define BACKOFF_MAX 60.0
 #define PRETTY_MAX 1000         /* run.json is indented up to this many steps */
 
@@ -38,6 +39,7 @@ struct life {
     double deadline;             /* monotonic; 0: none */
     bool has_exit_code, timed_out, ok;
     bool cancelled;              /* the scheduler stopped it (Ctrl-C) */
+    bool held;                   /* done for the scheduler, its end not yet recorded (sched_hold) */
     bool given_up;               /* its retries given up: the run stops after a failure */
     int exit_code;
     char *error;                 /* the first line of the last failure, redacted */
@@ -178,7 +180,7 @@ static void flush_outputs(void *arg)
     qsort(parents, n, sizeof *parents, compare_strings);
     for (size_t k = 0; k < n && job->rc == 0; k++)
         if ((k == 0 || strcmp(parents[k], parents[k - 1]) != 0) &&
-            fsync_dir(parents[k], job->err, sizeof job->err) != 0)
+            fsync_dir_present(parents[k], job->err, sizeof job->err) != 0)
             job->rc = -1;
     for (size_t k = 0; k < n; k++) free(parents[k]);
     free(parents);
@@ -316,11 +318,13 @@ static void put_record(struct step_runner *r, size_t i)
     l->fp = l->parts = l->outputs = NULL;
 }
 
-/* The step's end is written (or could not be): it is over. */
+/* The step's end is written (or could not be): it is over.  A step the
+ * scheduler was told of already (held) fails now if its end was lost. */
 static void end_recorded(struct step_runner *r, size_t i, bool written, const char *why)
 {
     struct life *l = life_of(r, i);
     if (l->ok && written && l->fp && r->state) put_record(r, i);
+    bool was_ok = l->ok;
     if (l->ok && !written) {
         /* Its outputs are in place, but with no record of them the step is not done. */
         char *msg = xasprintf("step '%s' ran, but its end cannot be recorded: %s", step_name(r, i), why);
@@ -331,7 +335,13 @@ static void end_recorded(struct step_runner *r, size_t i, bool written, const ch
         report(r, i);
     }
     l->phase = PHASE_OVER;
-    sched_step_done(r->sched, i, l->ok);
+    if (!l->held) {
+        sched_step_done(r->sched, i, l->ok);
+        return;
+    }
+    l->held = false;
+    if (was_ok && !l->ok) sched_step_failed_late(r->sched, i);
+    sched_unhold(r->sched);
 }
 
 static void end_step(struct step_runner *r, size_t i, const struct step_outcome *o)
@@ -356,22 +366,34 @@ static void end_step(struct step_runner *r, size_t i, const struct step_outcome 
             ARRAY_GROW(r->held.paths, r->held.n_paths, r->held.cap_paths);
             r->held.paths[r->held.n_paths++] = xstrdup(o->paths[k]);
         }
-    /* A step that put outputs in place is done only once they are flushed and
-     * its line written: its dependents may read, move or delete them, and a
-     * record of it must never name an output the disk may lose.  Only a step
-     * with nothing to flush (memory values) may end before its line is out. */
+    /* A record of a step must never name an output the disk may lose: its
+     * line is written with its batch, once the batch's outputs are flushed,
+     * and its record put then (end_recorded).  Only a step with nothing to
+     * flush (memory values) may end before its line is out. */
     bool flush = r->specs[i].command || l->finished - l->started >= FLUSH_EVERY || !o->ok ||
                  (o->ok && o->n_paths > 0) || monotonic_seconds() - r->flushed_at >= FLUSH_EVERY;
     if (!flush) { end_recorded(r, i, true, NULL); return; }
-    /* written with its batch: the step is over once the line is.  Waiting
-     * for the disk needs no slot of its pool: another step may start, and
-     * its end joins the next batch (one flush for many steps) */
     ARRAY_GROW(r->held.steps, r->held.n_steps, r->held.cap_steps);
     r->held.steps[r->held.n_steps++] = i;
-    /* (a failed step keeps its slot until it is recorded: the run may have
-     * to stop, and nothing new may start meanwhile) */
-    if (o->ok) sched_step_release_slot(r->sched, i);
-    start_flush(r);
+    if (!o->ok) {
+        /* A failed step keeps its slot until it is recorded: the run may
+         * have to stop, and nothing new may start meanwhile. */
+        start_flush(r);
+        return;
+    }
+    /* A step that succeeded is done for its dependents now, not once the
+     * disk has flushed its outputs: they read what is in place, and the
+     * journal still has every line after the outputs it names, and a
+     * producer's line before its consumers' (batches go out in order).  Its
+     * end waits for the batch, which the flush timer (FLUSH_EVERY), a full
+     * batch or a quiet scheduler (exec_quiet) sends: one flush for the
+     * outputs of many steps, off every step's path.  The run is not over
+     * until it is recorded (sched_hold); if that fails, the step fails then. */
+    l->held = true;
+    if (r->check && l->fp) utd_mark_ran(r->check, i, o->outputs_json);
+    sched_hold(r->sched);
+    sched_step_done(r->sched, i, true);
+    if (r->held.n_paths >= HELD_PATHS_MAX) start_flush(r);
 }
 
 static void run_attempt(struct step_runner *r, size_t i)
@@ -469,7 +491,8 @@ static int exec_start(void *ctx, struct sched *s, size_t i)
         start_line(r, i, &line);
         hold_line(r, line.buf, line.len, true);
         sb_release(&line);
-        if (monotonic_seconds() - r->flushed_at >= FLUSH_EVERY && !r->in_flight && !r->held.n_paths) {
+        if (monotonic_seconds() - r->flushed_at >= FLUSH_EVERY && !r->in_flight && !r->held.n_paths &&
+            !r->held.n_steps) {
             /* a step whose start cannot be recorded does not run */
             struct batch b = take_held(r);
             r->flushed_at = monotonic_seconds();
@@ -521,6 +544,15 @@ static void exec_stopping(void *ctx, struct sched *s)
     }
 }
 
+/* Nothing runs and nothing can start: what is held goes out now rather than
+ * when the flush timer fires (the run's last steps, a chain's next step). */
+static void exec_quiet(void *ctx, struct sched *s)
+{
+    struct step_runner *r = ctx;
+    (void)s;
+    if (r->held.n_steps || r->held.lines.len) start_flush(r);
+}
+
 static bool exec_up_to_date(void *ctx, struct sched *s, size_t i)
 {
     struct step_runner *r = ctx;
@@ -542,7 +574,7 @@ static bool exec_up_to_date(void *ctx, struct sched *s, size_t i)
 
 struct sched_executor step_runner_executor(struct step_runner *r)
 {
-    return (struct sched_executor){ r, exec_start, exec_cancel, exec_up_to_date, exec_stopping };
+    return (struct sched_executor){ r, exec_start, exec_cancel, exec_up_to_date, exec_stopping, exec_quiet };
 }
 
 /* ---- the runner ---- */

@@ -11,15 +11,20 @@
  * - a failed attempt is retried `retries` times, after 1 s, 2 s, 4 s … 60 s
  *   (a cancellable timer: Ctrl-C ends the wait and the step), unless the run
  *   was interrupted;
- * - journal lines are written in batches: at once after a step that ran a
- *   command, put outputs in place, took 50 ms or more, or failed, else when
- *   the last write is 50 ms old — 100,000 quick Lua steps make a few hundred
- *   writes.  A step that put outputs in place is over only once its batch is
- *   written (its dependents may move what it made);
+ * - journal lines are written in batches: when the oldest line held is 50 ms
+ *   old, when 4,096 outputs wait to be flushed, when a step fails, or when
+ *   nothing runs and nothing can start — 100,000 quick Lua steps make a few
+ *   hundred writes, 10,000 quick commands a few hundred flushes;
  * - group commit: before a batch is written, the outputs its steps made are
  *   flushed (data of each file or tree, then its directory) in one job on the
  *   work pool; the journal then appends the batch and syncs it.  So after a
- *   power loss a step_end line on disk always names outputs that are on disk;
+ *   power loss a step_end line on disk always names outputs that are on disk,
+ *   and a producer's line comes before its consumers' (batches go in order).
+ *   A step that succeeded is done for the scheduler at once — its dependents
+ *   start on what is in place, not after the disk — but the run is over only
+ *   once every end is recorded (sched_hold), and one whose batch cannot be
+ *   flushed or written fails then, and stops the run.  A failed step keeps
+ *   its slot until its end is recorded;
  * - once a step's end is recorded, its state record (step_record.h: its
  *   fingerprint, parts and output records, as its step_end line has them)
  *   goes into the state store, and the up-to-date check may use it for the

@@ -5,6 +5,7 @@
 #include "statestore.h"
 #include "util.h"
 
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -20,6 +21,11 @@ struct description {
     size_t n_params, n_files, n_inputs, n_outs;
 };
 
+/* An output of a step that ran in this run, its record still to come. */
+struct ran_out {
+    char *dataset, *hash;
+};
+
 struct step {
     bool passed, no_record;
     unsigned char early;                    /* 1 + utd_decide_early's verdict, until asked; or 0 */
@@ -28,6 +34,8 @@ struct step {
     const char *name;                       /* the graph's (not copied) */
     char *fp, *parts_json;                  /* utd_decide's, for a step without a record */
     struct description *d;                  /* NULL: never described, or decided */
+    struct ran_out *ran;                    /* utd_mark_ran's, until the record is put; NULL: none */
+    size_t n_ran;
 };
 
 /* find_parts's arrays, reused from decision to decision (grown, never shrunk). */
@@ -55,8 +63,20 @@ static void forget_description(struct step *s)
     s->d = NULL;
 }
 
+static void forget_ran(struct step *s)
+{
+    for (size_t k = 0; k < s->n_ran; k++) {
+        free(s->ran[k].dataset);
+        free(s->ran[k].hash);
+    }
+    free(s->ran);
+    s->ran = NULL;
+    s->n_ran = 0;
+}
+
 static void clear_step(struct step *s)
 {
+    forget_ran(s);
     free(s->fp);
     free(s->parts_json);
     forget_description(s);
@@ -170,7 +190,38 @@ static void mark_fresh(struct step *s, const char *fp)
 
 void utd_mark_fresh(struct utd *u, size_t i, const char *fp)
 {
-    if (i < u->n_steps) mark_fresh(&u->steps[i], fp);
+    if (i >= u->n_steps) return;
+    mark_fresh(&u->steps[i], fp);
+    forget_ran(&u->steps[i]);                /* its record says the same from now */
+}
+
+void utd_mark_ran(struct utd *u, size_t i, const char *outputs_json)
+{
+    if (i >= u->n_steps || !outputs_json) return;
+    struct step *s = &u->steps[i];
+    forget_ran(s);
+    cJSON *outs = cJSON_Parse(outputs_json);
+    size_t n = (size_t)cJSON_GetArraySize(outs);
+    s->ran = xcalloc(n + 1, sizeof *s->ran);
+    for (const cJSON *o = cJSON_IsObject(outs) ? outs->child : NULL; o; o = o->next) {
+        /* what input_hash takes from a record: a hash, of anything but a
+         * value that could not be cached (step_record.c's kind 'u') */
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "hash");
+        const cJSON *unc = cJSON_GetObjectItemCaseSensitive(o, "uncacheable");
+        bool uncached = !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "path")) && unc &&
+                        !cJSON_IsNull(unc) && !cJSON_IsFalse(unc);
+        if (!o->string || !cJSON_IsString(h) || !h->valuestring[0] || uncached) continue;
+        s->ran[s->n_ran++] = (struct ran_out){ xstrdup(o->string), xstrdup(h->valuestring) };
+    }
+    cJSON_Delete(outs);
+}
+
+/* What step p's run in this process made of dataset (len bytes), or NULL. */
+static const char *ran_hash(const struct step *p, const char *dataset, size_t len)
+{
+    for (size_t k = 0; k < p->n_ran; k++)
+        if (strlen(p->ran[k].dataset) == len && memcmp(p->ran[k].dataset, dataset, len) == 0) return p->ran[k].hash;
+    return NULL;
 }
 
 void utd_keeps_values(struct utd *u, size_t i)
@@ -212,6 +263,7 @@ static const char *input_hash(struct utd *u, const struct utd_input *in, char bu
          * the store) may have put a record of its own since */
         if (in->producer >= u->n_steps) return NULL;
         const struct step *p = &u->steps[in->producer];
+        if (p->ran) return ran_hash(p, in->dataset.s, in->dataset.len);
         if (!p->fresh_fp[0] || !p->name) return NULL;
         const struct state_rec *r = state_store_get(u->store, p->name);
         if (!r || strcmp(r->fp, p->fresh_fp) != 0) return NULL;
@@ -444,7 +496,8 @@ bool utd_decide_early(struct utd *u, size_t i)
     const struct description *d = u->steps[i].d;
     for (size_t k = 0; k < d->n_inputs; k++) {
         size_t p = d->inputs[k].producer;
-        if (p != UTD_NO_PRODUCER && (p >= u->n_steps || !u->steps[p].fresh_fp[0])) return false;
+        if (p != UTD_NO_PRODUCER && (p >= u->n_steps || (!u->steps[p].fresh_fp[0] && !u->steps[p].ran)))
+            return false;
     }
     u->steps[i].early = (unsigned char)(1 + decide(u, i));
     return true;

@@ -82,6 +82,12 @@ void utd_keeps_values(struct utd *u, size_t i);
  * finds up to date. */
 void utd_mark_fresh(struct utd *u, size_t i, const char *fp);
 
+/* Step i ran in this run and succeeded, with the output records of
+ * outputs_json (its end's): its consumers may take their inputs' hashes
+ * from these before its record is put, which waits for its outputs to be
+ * flushed (step.c's group commit), while they already run. */
+void utd_mark_ran(struct utd *u, size_t i, const char *outputs_json);
+
 /* Step i's fingerprint as it is now, into hex: 0, or 1 when this check
  * cannot tell (then hex is unset). */
 int utd_fingerprint(struct utd *u, size_t i, char hex[SHA256_HEX_SIZE]);

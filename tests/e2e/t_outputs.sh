@@ -368,9 +368,10 @@ false: node: pool holds a NUL byte (\\0)
 false: pipeline: namespace: 'n\\0s' contains a control character"
 }
 
-# A quick Lua step's file output is flushed before the step is done: a
-# command reading it may then delete it (the flush once ran after the consumer
-# had started and failed it, naming the producer's file).
+# A step's consumers start before its outputs are flushed (group commit,
+# engine/step.c): a command reading a quick Lua step's file may delete it
+# before the flush, which skips what is gone rather than fail the producer
+# (and the consumer, whose line shares its batch) naming the file.
 test_a_consumer_may_remove_what_a_quick_step_wrote() {
     write conf/base/catalog.yml <<'Y'
 x: {type: text, path: data/a.txt}

@@ -677,6 +677,13 @@ static void test_fsync_helpers(void)
     free(p);
     CHECK(fsync_dir("/nonexistent-dir", err, sizeof err) != 0);
     CHECK_CONTAINS(err, "cannot sync /nonexistent-dir");
+    /* what a consumer removed before the batch was flushed is skipped; what
+     * cannot be reached for another reason is not */
+    CHECK(fsync_tree("/nonexistent-dir/out", err, sizeof err) == 0);
+    CHECK(fsync_dir_present("/nonexistent-dir", err, sizeof err) == 0);
+    CHECK(fsync_tree("/dev/null/out", err, sizeof err) != 0);
+    CHECK_CONTAINS(err, "cannot sync /dev/null/out");
+    CHECK(fsync_dir_present("/dev/null/dir", err, sizeof err) != 0);
     char *parent = path_parent("a/b/"), *base = path_base("a/b/");
     CHECK_STR(parent, "a");
     CHECK_STR(base, "b");

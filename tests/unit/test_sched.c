@@ -99,7 +99,7 @@ static int run_fake(struct fake *f, struct dag *d, const struct sched_options *o
     f->wait = xcalloc(d->n_steps, sizeof *f->wait);
     f->lists = xcalloc(d->n_steps, sizeof *f->lists);
     f->pool_of = opt->pool_of;
-    struct sched_executor ex = { f, fake_start, fake_cancel, NULL, NULL };
+    struct sched_executor ex = { f, fake_start, fake_cancel, NULL, NULL, NULL };
     struct sched *s = sched_new(d, f->loop, opt, &ex, NULL);
     f->s = s;
     int code = sched_run(s);
@@ -211,7 +211,7 @@ static void test_two_runs_share_the_loop(void)
     for (int k = 0; k < 2; k++) {
         fs[k]->wait = xcalloc(4, sizeof *fs[k]->wait);
         fs[k]->lists = xcalloc(4, sizeof *fs[k]->lists);
-        struct sched_executor ex = { fs[k], fake_start, fake_cancel, NULL, NULL };
+        struct sched_executor ex = { fs[k], fake_start, fake_cancel, NULL, NULL, NULL };
         s[k] = fs[k]->s = sched_new(ds[k], loop, &opt, &ex, NULL);
         sched_begin(s[k]);
     }
@@ -277,41 +277,62 @@ static void test_graceful_cancel_alone_stops_cooperating_steps(void)
     dag_free(d);
 }
 
-/* ---- a step that gives its slot back before it is done ---------------------- */
+/* ---- ends held back: sched_hold, quiet, a late failure ------------------ */
 
-/* Step s0 releases its slot as soon as it starts (as a step waiting only for
- * its outputs to be flushed does) and stays running for a long time; with one
- * slot, s1 must still start and finish first. */
-static int release_then_wait_start(void *ctx, struct sched *s, size_t i)
+struct held_fake {
+    struct fake f;
+    size_t held, quiet_calls;
+};
+
+/* Each step's end is held (as step.c holds one until its outputs are
+ * flushed): done for the scheduler, the run open until it is released. */
+static void timer_done_held(struct step_wait *w, void *arg)
 {
-    int rc = fake_start(ctx, s, i);
-    if (i == 0) sched_step_release_slot(s, 0);
-    return rc;
+    struct fake *f = arg;
+    size_t i = index_of(f, w);
+    step_wait_free(w);
+    f->wait[i] = NULL;
+    f->running--;
+    sched_hold(f->s);
+    sched_step_done(f->s, i, true);
+    if (i == 1) sched_step_failed_late(f->s, 0);    /* s0's end turns out lost */
+    ((struct held_fake *)f)->held++;
 }
 
-static void end_s0_after_s1(struct fake *f, size_t i)
+static int held_start(void *ctx, struct sched *s, size_t i)
 {
-    if (i == 1 && f->wait[0]) step_wait_cancel(f->wait[0], CANCEL_GRACEFUL);
+    struct fake *f = ctx;
+    f->s = s;
+    if (++f->running > f->peak) f->peak = f->running;
+    f->wait[i] = step_wait_timer(f->loop, f->seconds[i], timer_done_held, f);
+    step_wait_attach(&f->lists[i], f->wait[i]);
+    return 0;
 }
 
-static void test_released_slot_lets_another_step_start(void)
+static void release_held(void *ctx, struct sched *s)
 {
-    struct dag *d = independent_steps(2);
-    static const double secs[2] = { 60, 0.001 };
-    struct fake f = { .loop = new_loop(), .seconds = secs, .on_finish = end_s0_after_s1 };
+    struct held_fake *h = ctx;
+    h->quiet_calls++;
+    for (; h->held; h->held--) sched_unhold(s);
+}
+
+static void test_held_ends_keep_the_run_open_and_may_fail_late(void)
+{
+    struct dag *d = independent_steps(3);
+    static const double secs[3] = { 0.001, 0.001, 0.001 };
+    struct held_fake h = { .f = { .loop = new_loop(), .seconds = secs } };
     struct sched_options opt = { .jobs = 1 };
-    f.wait = xcalloc(d->n_steps, sizeof *f.wait);
-    f.lists = xcalloc(d->n_steps, sizeof *f.lists);
-    struct sched_executor ex = { &f, release_then_wait_start, fake_cancel, NULL, NULL };
-    f.s = sched_new(d, f.loop, &opt, &ex, NULL);
-    double t0 = monotonic_seconds();
-    CHECK(sched_run(f.s) == 0);
-    CHECK(monotonic_seconds() - t0 < 30);                /* s1 did not wait for s0's 60 s */
-    CHECK(f.peak == 2);                                  /* both ran at once with one slot */
-    CHECK(sched_pool_running(f.s, 0) == 0);              /* the slot was not given back twice */
-    CHECK(sched_pool_peak(f.s, 0) == 1);
-    free_fake(&f);
-    loop_free(f.loop);
+    h.f.wait = xcalloc(d->n_steps, sizeof *h.f.wait);
+    h.f.lists = xcalloc(d->n_steps, sizeof *h.f.lists);
+    struct sched_executor ex = { &h, held_start, fake_cancel, NULL, NULL, release_held };
+    h.f.s = sched_new(d, h.f.loop, &opt, &ex, NULL);
+    CHECK(sched_run(h.f.s) == 1);
+    CHECK(h.quiet_calls >= 1 && h.held == 0);        /* over only once every end was released */
+    CHECK(sched_state(h.f.s, 0) == STEP_FAILED);
+    CHECK(sched_state(h.f.s, 1) == STEP_DONE);
+    CHECK(sched_state(h.f.s, 2) == STEP_NOT_RUN);     /* the run stopped: nothing new started */
+    free_fake(&h.f);
+    loop_free(h.f.loop);
     dag_free(d);
 }
 
@@ -323,7 +344,7 @@ int main(void)
     RUN(test_remote_waits_hold_no_local_slot);
     RUN(test_graceful_cancel_alone_stops_cooperating_steps);
     RUN(test_interrupt_cancels_graceful_then_forced);
-    RUN(test_released_slot_lets_another_step_start);
     RUN(test_two_runs_share_the_loop);
+    RUN(test_held_ends_keep_the_run_open_and_may_fail_late);
     return CHECK_DONE("sched");
 }

@@ -289,6 +289,43 @@ static void test_a_step_is_decided_early_once_its_producers_are_fresh(void)
     hashcache_free(hc);
 }
 
+/* utd_mark_ran: a producer that ran in this run, its record still to come
+ * (its outputs not yet flushed), gives its consumer the input hash its end
+ * reported: the same fingerprint the record gives once put; nothing
+ * without a hash, or for a value that could not be cached. */
+static void test_a_producer_that_ran_speaks_before_its_record(void)
+{
+    struct hashcache *hc;
+    struct state_store *st;
+    struct utd *u = two_steps("state-ran.log", &hc, &st);
+    char fp0[SHA256_HEX_SIZE], fp1_ran[SHA256_HEX_SIZE], fp1_rec[SHA256_HEX_SIZE], hex[SHA256_HEX_SIZE];
+    CHECK(utd_fingerprint(u, 0, fp0) == 0);
+    CHECK(utd_fingerprint(u, 1, fp1_ran) == 1);                 /* its producer has said nothing */
+    enum hash_kind kind;
+    CHECK(hashcache_hash(hc, "out.txt", hex, &kind, err, sizeof err) == 0);
+    char *outs = xasprintf("{\"o\":{\"hash\":\"%s\",\"path\":\"out.txt\"}}", hex);
+    utd_mark_ran(u, 0, outs);
+    CHECK(utd_fingerprint(u, 1, fp1_ran) == 0);
+    record(st, "make", fp0, "o", "out.txt");                   /* the record, once flushed */
+    utd_mark_fresh(u, 0, fp0);
+    CHECK(utd_fingerprint(u, 1, fp1_rec) == 0);
+    CHECK(strcmp(fp1_ran, fp1_rec) == 0);
+    utd_free(u);
+    free(outs);
+
+    u = utd_new(2, hc, st);
+    describe(u);
+    utd_mark_ran(u, 0, "{\"o\":{\"hash\":\"\",\"path\":\"out.txt\"}}");          /* no hash */
+    CHECK(utd_fingerprint(u, 1, fp1_ran) == 1);
+    utd_mark_ran(u, 0, "{\"o\":{\"hash\":\"ab\",\"uncacheable\":true}}");          /* not cached */
+    CHECK(utd_fingerprint(u, 1, fp1_ran) == 1);
+    utd_mark_ran(u, 0, "not json");
+    CHECK(utd_fingerprint(u, 1, fp1_ran) == 1);
+    utd_free(u);
+    state_store_free(st);
+    hashcache_free(hc);
+}
+
 int main(void)
 {
     snprintf(root, sizeof root, "/tmp/flow-test-uptodate-XXXXXX");
@@ -298,6 +335,7 @@ int main(void)
     RUN(test_memory_outputs);
     RUN(test_a_record_another_run_replaced_is_not_trusted);
     RUN(test_a_step_is_decided_early_once_its_producers_are_fresh);
+    RUN(test_a_producer_that_ran_speaks_before_its_record);
     if (chdir("/") == 0) {
         char *cmd = xasprintf("rm -rf '%s'", root);
         if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
