@@ -9,7 +9,7 @@
 # rerun, `flow --version` and a one-step `flow run`, 50 Lua steps handing on
 # large values (no target); then issue 13's Azure ML dispatch, flow beside
 # the Azure ML SDK (bench/aml.sh).  Knobs (environment):
-# BENCH_SIZES, BENCH_LUA_N, BENCH_VALUES_N, BENCH_REPS, BENCH_NOOP_REPS, BENCH_LONG,
+# BENCH_SIZES, BENCH_LUA_N, BENCH_VALUES_N, BENCH_REPS, BENCH_LARGE_REPS, BENCH_NOOP_REPS, BENCH_LONG,
 # BENCH_SNAKEMAKE, BENCH_TMPFS, BENCH_SYNC, BENCH_HYPERFINE_RUNS,
 # BENCH_HYPERFINE_WARMUP, BENCH_AML (and aml.sh's BENCH_AML_*), BENCH_WORK,
 # BENCH_RESULTS, FLOW; see bench/README.md.
@@ -46,6 +46,7 @@ SIZES=${BENCH_SIZES:-$D_SIZES}        # "SMALL LARGE": the 1,000-step rows and t
 LUA_N=${BENCH_LUA_N:-$D_LUA_N}
 VALUES_N=${BENCH_VALUES_N:-$D_VALUES_N}
 REPS=${BENCH_REPS:-3}                 # alternating rounds of every full run
+LARGE_REPS=${BENCH_LARGE_REPS:-5}     # ... of the 10,000-step row's (on ext4 its runs vary by a fifth)
 NOOP_REPS=${BENCH_NOOP_REPS:-5}       # alternating rounds of every no-op rerun
 LONG=${BENCH_LONG:-120}               # a tool whose first run takes longer (s) is run once only
 SNAKEMAKE=${BENCH_SNAKEMAKE:-$D_SNAKEMAKE}
@@ -58,7 +59,7 @@ JOBS=2                                # the same -j for every tool
 SNAKEMAKE_LIMIT=600                   # seconds, per Snakemake run
 
 read -r N_SMALL N_LARGE EXTRA <<<"$SIZES"
-for v in "$N_SMALL" "${N_LARGE:-}" "$LUA_N" "$VALUES_N" "$REPS" "$NOOP_REPS" "$LONG" "$HF_RUNS" "$HF_WARMUP"; do
+for v in "$N_SMALL" "${N_LARGE:-}" "$LUA_N" "$VALUES_N" "$REPS" "$LARGE_REPS" "$NOOP_REPS" "$LONG" "$HF_RUNS" "$HF_WARMUP"; do
   is_uint "$v" && [ "$v" -gt 0 ] || { say "BENCH_SIZES must be two positive numbers (\"1000 10000\"), the other numeric knobs positive integers"; exit 2; }
 done
 [ -z "${EXTRA:-}" ] || { say "BENCH_SIZES takes two numbers, the N of the 1,000-step rows and of the 10,000-step rows: got '$SIZES'"; exit 2; }
@@ -361,7 +362,7 @@ MACHINE=$WORK/machine.tsv
   printf 'GNU time\t%s\n' "$(dpkg-query -W -f '${Version}' time 2>/dev/null || /usr/bin/time --version 2>&1 | head -n 1)"
   printf 'python3\t%s\n' "$(python3 --version 2>&1)"
   printf 'sh\t%s\n' "$(readlink -f /bin/sh)"
-  printf 'settings\t%s\n' "N = $N_SMALL and $N_LARGE command steps, $LUA_N Lua steps, $VALUES_N steps handing on large values; $REPS alternating rounds per full run, $NOOP_REPS per no-op rerun (a tool over $LONG s: once); hyperfine $HF_RUNS runs after $HF_WARMUP warm-up; sync after cleaning: $([ "$SYNC" = 1 ] && echo yes || echo no)$([ $QUICK -eq 1 ] && echo '; --quick (smoke test)')"
+  printf 'settings\t%s\n' "N = $N_SMALL and $N_LARGE command steps, $LUA_N Lua steps, $VALUES_N steps handing on large values; $REPS alternating rounds per full run ($LARGE_REPS at N = $N_LARGE), $NOOP_REPS per no-op rerun (a tool over $LONG s: once); hyperfine $HF_RUNS runs after $HF_WARMUP warm-up; sync after cleaning: $([ "$SYNC" = 1 ] && echo yes || echo no)$([ $QUICK -eq 1 ] && echo '; --quick (smoke test)')"
 } >"$MACHINE"
 say "machine: $(nproc) CPUs, $(awk -F'\t' '$1=="cpu"{print $2}' "$MACHINE"), $(awk -F'\t' '$1=="memory"{print $2}' "$MACHINE"), load $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -449,8 +450,8 @@ fi
 SECTION=disk-large
 gen "$N_LARGE" "$DISK/$N_LARGE"
 peers "$N_LARGE"
-say "N=$N_LARGE on $(fstype "$WORK"): ${TOOLS[*]}, $REPS rounds, then $NOOP_REPS rounds of no-op reruns"
-alternate "$SECTION" full "$N_LARGE" "$REPS" "$DISK/$N_LARGE" "N=$N_LARGE $(fstype "$WORK") full" "${TOOLS[@]}"
+say "N=$N_LARGE on $(fstype "$WORK"): ${TOOLS[*]}, $LARGE_REPS rounds, then $NOOP_REPS rounds of no-op reruns"
+alternate "$SECTION" full "$N_LARGE" "$LARGE_REPS" "$DISK/$N_LARGE" "N=$N_LARGE $(fstype "$WORK") full" "${TOOLS[@]}"
 SECTION=noop-large
 if [ ${#OK_TOOLS[@]} -gt 0 ]; then
   alternate "$SECTION" rerun "$N_LARGE" "$NOOP_REPS" "$DISK/$N_LARGE" "N=$N_LARGE no-op rerun" "${OK_TOOLS[@]}"
