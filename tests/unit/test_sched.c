@@ -52,6 +52,7 @@ struct fake {
     int graceful, forced;          /* cancels seen */
     bool ignore_graceful;          /* a step that does not stop at the first Ctrl-C */
     void (*on_finish)(struct fake *f, size_t i);
+    void (*timer_done)(struct step_wait *w, void *arg);   /* NULL: timer_done */
 };
 
 
@@ -62,13 +63,20 @@ static size_t index_of(struct fake *f, struct step_wait *w)
     return i;
 }
 
-static void timer_done(struct step_wait *w, void *arg)
+/* Step i's timer w is over: which step it was. */
+static size_t timer_over(struct fake *f, struct step_wait *w)
 {
-    struct fake *f = arg;
     size_t i = index_of(f, w);
     step_wait_free(w);
     f->wait[i] = NULL;
     f->running--;
+    return i;
+}
+
+static void timer_done(struct step_wait *w, void *arg)
+{
+    struct fake *f = arg;
+    size_t i = timer_over(f, w);
     f->finished_in[f->pool_of ? f->pool_of[i] : 0]++;
     sched_step_done(f->s, i, true);
     if (f->on_finish) f->on_finish(f, i);
@@ -79,7 +87,7 @@ static int fake_start(void *ctx, struct sched *s, size_t i)
     struct fake *f = ctx;
     f->s = s;
     if (++f->running > f->peak) f->peak = f->running;
-    f->wait[i] = step_wait_timer(f->loop, f->seconds[i], timer_done, f);
+    f->wait[i] = step_wait_timer(f->loop, f->seconds[i], f->timer_done ? f->timer_done : timer_done, f);
     step_wait_attach(&f->lists[i], f->wait[i]);
     return 0;
 }
@@ -289,24 +297,11 @@ struct held_fake {
 static void timer_done_held(struct step_wait *w, void *arg)
 {
     struct fake *f = arg;
-    size_t i = index_of(f, w);
-    step_wait_free(w);
-    f->wait[i] = NULL;
-    f->running--;
+    size_t i = timer_over(f, w);
     sched_hold(f->s);
     sched_step_done(f->s, i, true);
     if (i == 1) sched_step_failed_late(f->s, 0);    /* s0's end turns out lost */
     ((struct held_fake *)f)->held++;
-}
-
-static int held_start(void *ctx, struct sched *s, size_t i)
-{
-    struct fake *f = ctx;
-    f->s = s;
-    if (++f->running > f->peak) f->peak = f->running;
-    f->wait[i] = step_wait_timer(f->loop, f->seconds[i], timer_done_held, f);
-    step_wait_attach(&f->lists[i], f->wait[i]);
-    return 0;
 }
 
 static void release_held(void *ctx, struct sched *s)
@@ -320,11 +315,11 @@ static void test_held_ends_keep_the_run_open_and_may_fail_late(void)
 {
     struct dag *d = independent_steps(3);
     static const double secs[3] = { 0.001, 0.001, 0.001 };
-    struct held_fake h = { .f = { .loop = new_loop(), .seconds = secs } };
+    struct held_fake h = { .f = { .loop = new_loop(), .seconds = secs, .timer_done = timer_done_held } };
     struct sched_options opt = { .jobs = 1 };
     h.f.wait = xcalloc(d->n_steps, sizeof *h.f.wait);
     h.f.lists = xcalloc(d->n_steps, sizeof *h.f.lists);
-    struct sched_executor ex = { &h, held_start, fake_cancel, NULL, NULL, release_held };
+    struct sched_executor ex = { &h, fake_start, fake_cancel, NULL, NULL, release_held };
     h.f.s = sched_new(d, h.f.loop, &opt, &ex, NULL);
     CHECK(sched_run(h.f.s) == 1);
     CHECK(h.quiet_calls >= 1 && h.held == 0);        /* over only once every end was released */

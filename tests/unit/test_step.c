@@ -316,30 +316,70 @@ static void test_a_step_whose_outputs_cannot_be_flushed_fails_late(void)
     dag_free(d);
 }
 
+/* A run with a journal, a work pool and an output file in a directory of
+ * its own: what a test of the flush needs. */
+struct pooled {
+    char dir[64], err[512];
+    char *jpath, *out;
+    struct loop *loop;
+    struct work_pool *pool;
+    struct journal *j;
+    struct sched *s;               /* pooled_start's, of one slot */
+};
+
+static void pooled_open(struct pooled *p, const char *name)
+{
+    snprintf(p->dir, sizeof p->dir, "/tmp/flow-test-step-%s-XXXXXX", name);
+    if (!mkdtemp(p->dir)) { perror("mkdtemp"); exit(2); }
+    p->jpath = xasprintf("%s/journal.jsonl", p->dir);
+    p->out = xasprintf("%s/out", p->dir);
+    FILE *fh = fopen(p->out, "w");
+    CHECK(fh && fputs("x", fh) >= 0 && fclose(fh) == 0);
+    p->loop = new_loop();
+    p->pool = work_pool_new(p->loop, 1, p->err, sizeof p->err);
+    p->j = journal_open(p->jpath, p->err, sizeof p->err);
+    CHECK(p->pool && p->j);
+}
+
+/* f's steps of d, run by a step runner with p's journal and pool. */
+static void pooled_start(struct pooled *p, struct fake *f, struct dag *d, const struct step_spec *specs)
+{
+    struct step_body body = { f, fake_attempt, fake_cancel, NULL, fake_fingerprint };
+    struct step_runner_options opt = { .journal = p->j, .pool = p->pool, .run_id = "r1", .specs = specs };
+    f->r = step_runner_new(d, p->loop, &opt, &body);
+    struct sched_executor ex = step_runner_executor(f->r);
+    struct sched_options so = { .jobs = 1 };
+    p->s = sched_new(d, p->loop, &so, &ex, NULL);
+}
+
+/* Closes the journal (its text returned, to free) and removes everything. */
+static char *pooled_close(struct pooled *p)
+{
+    work_pool_free(p->pool);
+    CHECK(journal_close(p->j, p->err, sizeof p->err) == 0);
+    char *text = read_file(p->jpath, NULL);
+    loop_free(p->loop);
+    unlink(p->out);
+    unlink(p->jpath);
+    rmdir(p->dir);
+    free(p->out);
+    free(p->jpath);
+    return text;
+}
+
 /* A step's dependent starts before the step's end is written (its outputs
  * are flushed later, with others'), and the run is over only once every
  * end is: the journal has them all, in the steps' order. */
 static void test_dependents_start_before_the_flush(void)
 {
-    char err[512], dir[] = "/tmp/flow-test-step-early-XXXXXX";
-    if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
-    char *jpath = xasprintf("%s/journal.jsonl", dir), *out = xasprintf("%s/out", dir);
-    FILE *fh = fopen(out, "w");
-    CHECK(fh && fputs("x", fh) >= 0 && fclose(fh) == 0);
-    struct loop *loop = new_loop();
-    struct work_pool *pool = work_pool_new(loop, 1, err, sizeof err);
-    struct journal *j = journal_open(jpath, err, sizeof err);
-    CHECK(pool && j);
+    struct pooled p;
+    pooled_open(&p, "early");
     struct dag *d = chain(3);
-    struct fake f = { .loop = loop, .wait = { 0.001, 0.001, 0.001 }, .path = { out, out, out } };
+    struct fake f = { .loop = p.loop, .wait = { 0.001, 0.001, 0.001 }, .path = { p.out, p.out, p.out } };
     struct step_spec specs[3] = { { 0 }, { 0 }, { 0 } };
-    struct step_body body = { &f, fake_attempt, fake_cancel, NULL, fake_fingerprint };
-    struct step_runner_options opt = { .journal = j, .pool = pool, .run_id = "r1", .specs = specs };
-    f.r = step_runner_new(d, loop, &opt, &body);
-    struct sched_executor ex = step_runner_executor(f.r);
-    struct sched_options so = { .jobs = 1 };
-    struct sched *s = sched_new(d, loop, &so, &ex, NULL);
-    journal_path_seen = jpath;
+    pooled_start(&p, &f, d, specs);
+    struct sched *s = p.s;
+    journal_path_seen = p.jpath;
     CHECK(sched_run(s) == 0);
     journal_path_seen = NULL;
     for (size_t i = 0; i < 3; i++) CHECK(sched_state(s, i) == STEP_DONE);
@@ -347,25 +387,18 @@ static void test_dependents_start_before_the_flush(void)
     CHECK(journal_at_start[1] && !strstr(journal_at_start[1], "\"status\":\"ok\",\"step\":\"s0\""));
     CHECK(journal_at_start[2] && !strstr(journal_at_start[2], "\"status\":\"ok\",\"step\":\"s1\""));
     /* the run's end waited for every step's: all three lines, in order */
-    char *text = read_file(jpath, NULL);
+    char *text = read_file(p.jpath, NULL);
     const char *p0 = text ? strstr(text, "\"status\":\"ok\",\"step\":\"s0\"") : NULL;
     const char *p1 = text ? strstr(text, "\"status\":\"ok\",\"step\":\"s1\"") : NULL;
     const char *p2 = text ? strstr(text, "\"status\":\"ok\",\"step\":\"s2\"") : NULL;
     CHECK(p0 && p1 && p2 && p0 < p1 && p1 < p2);
     free(text);
-    CHECK(step_runner_finish(f.r, s, 0, err, sizeof err) == 0);
+    CHECK(step_runner_finish(f.r, s, 0, p.err, sizeof p.err) == 0);
     sched_free(s);
     step_runner_free(f.r);
-    work_pool_free(pool);
-    CHECK(journal_close(j, err, sizeof err) == 0);
     for (size_t i = 0; i < 3; i++) { free(journal_at_start[i]); journal_at_start[i] = NULL; }
     dag_free(d);
-    loop_free(loop);
-    unlink(out);
-    unlink(jpath);
-    rmdir(dir);
-    free(out);
-    free(jpath);
+    free(pooled_close(&p));
 }
 
 /* A step with a fingerprint gets its record once its end is recorded: the
@@ -408,43 +441,24 @@ static void test_a_recorded_step_gets_its_state_record(void)
  * touching nothing of the runner (ASan would see it), and ends no step. */
 static void test_a_flush_outlives_its_freed_runner(void)
 {
-    char err[512], dir[] = "/tmp/flow-test-step-orphan-XXXXXX";
-    if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
-    char *jpath = xasprintf("%s/journal.jsonl", dir), *out = xasprintf("%s/out", dir);
-    FILE *fh = fopen(out, "w");
-    CHECK(fh && fputs("x", fh) >= 0 && fclose(fh) == 0);
-    struct loop *loop = new_loop();
-    struct work_pool *pool = work_pool_new(loop, 1, err, sizeof err);
-    struct journal *j = journal_open(jpath, err, sizeof err);
-    CHECK(pool && j);
+    struct pooled p;
+    pooled_open(&p, "orphan");
     struct dag *d = chain(1);
-    struct fake f = { .loop = loop, .wait = { 0.001 }, .path = { out } };
+    struct fake f = { .loop = p.loop, .wait = { 0.001 }, .path = { p.out } };
     struct step_spec specs[1] = { { .retries = 0 } };
-    struct step_body body = { &f, fake_attempt, fake_cancel, NULL, fake_fingerprint };
-    struct step_runner_options opt = { .journal = j, .pool = pool, .run_id = "r1", .specs = specs };
-    f.r = step_runner_new(d, loop, &opt, &body);
-    struct sched_executor ex = step_runner_executor(f.r);
-    struct sched_options so = { .jobs = 1 };
-    struct sched *s = sched_new(d, loop, &so, &ex, NULL);
+    pooled_start(&p, &f, d, specs);
+    struct sched *s = p.s;
     sched_begin(s);
     sched_poll(s);                                    /* s0 starts: its attempt waits on a timer */
-    while (f.attempts[0] == 0 || f.waiting[0]) loop_run_once(loop, 0.01);
-    /* its attempt is over and its output's flush is on the pool */
+    while (f.attempts[0] == 0 || f.waiting[0]) loop_run_once(p.loop, 0.01);
+    CHECK(!sched_poll(s));             /* its end is held; nothing runs, so its flush goes to the pool */
     sched_free(s);
     step_runner_free(f.r);
-    for (int k = 0; k < 20; k++) loop_run_once(loop, 0.01);   /* the flush's completion arrives */
-    work_pool_free(pool);
-    CHECK(journal_close(j, err, sizeof err) == 0);
-    char *text = read_file(jpath, NULL);                 /* its lines are not written: the step never ended */
+    for (int k = 0; k < 20; k++) loop_run_once(p.loop, 0.01);   /* the flush's completion arrives */
+    char *text = pooled_close(&p);     /* its lines are not written: the step never ended */
     CHECK(text && !strstr(text, "step_end"));
     free(text);
     dag_free(d);
-    loop_free(loop);
-    unlink(out);
-    unlink(jpath);
-    rmdir(dir);
-    free(out);
-    free(jpath);
 }
 
 int main(void)
