@@ -27,6 +27,7 @@ struct sched {
     size_t *pool_of;               /* each step's pool */
     size_t running;                /* in all pools */
     size_t holds;                  /* ends held back (sched_hold): the run is not over */
+    bool *held;                    /* per step: its end is held back */
     bool stopping, interrupted, failed;
     bool over;                     /* sched_poll found the run ended */
     int interrupts_seen;
@@ -89,6 +90,7 @@ struct sched *sched_new(const struct dag *dag, struct loop *loop, const struct s
     s->pending = xcalloc(n, sizeof *s->pending);
     s->started = xcalloc(n, sizeof *s->started);
     s->finished = xcalloc(n, sizeof *s->finished);
+    s->held = xcalloc(n, sizeof *s->held);
     init_pools(s, opt, dag->n_steps);
     return s;
 }
@@ -100,6 +102,7 @@ void sched_free(struct sched *s)
     free(s->pending);
     free(s->started);
     free(s->finished);
+    free(s->held);
     for (size_t k = 0; k < s->n_pools; k++) free(s->pools[k].ready.a);
     free(s->pools);
     free(s->pool_of);
@@ -129,11 +132,21 @@ static void mark_not_run_downstream(struct sched *s, size_t failed)
     free(stack);
 }
 
-static void release_dependents(struct sched *s, size_t i)
+static bool waits_for_record(const struct sched *s, size_t d)
+{
+    return s->opt.after_records && s->opt.after_records[d];
+}
+
+/* Step i is done: its dependents have one step less to wait for; while
+ * its end is held, not those that wait for records: they are released at
+ * its unhold (at_record). */
+static void release_dependents(struct sched *s, size_t i, bool at_record)
 {
     const struct dag_step *st = &s->dag->steps[i];
     for (size_t k = 0; k < st->n_dependents; k++) {
         size_t d = st->dependents[k];
+        bool at_unhold = s->held[i] && waits_for_record(s, d);
+        if (at_unhold != at_record) continue;
         if (--s->pending[d] == 0 && s->state[d] == STEP_WAITING) ready_push(s, d);
     }
 }
@@ -158,7 +171,7 @@ void sched_step_done(struct sched *s, size_t i, bool ok)
     s->pools[s->pool_of[i]].running--;
     if (s->obs.step_finished) s->obs.step_finished(s->obs.ctx, s, i);
     if (ok) {
-        release_dependents(s, i);
+        release_dependents(s, i, false);
         return;
     }
     if (!stopped) s->failed = true;
@@ -166,8 +179,20 @@ void sched_step_done(struct sched *s, size_t i, bool ok)
     if (!s->opt.keep_going) stop_starting(s);
 }
 
-void sched_hold(struct sched *s) { s->holds++; }
-void sched_unhold(struct sched *s) { if (s->holds) s->holds--; }
+void sched_hold(struct sched *s, size_t i)
+{
+    if (s->held[i]) return;
+    s->held[i] = true;
+    s->holds++;
+}
+
+void sched_unhold(struct sched *s, size_t i)
+{
+    if (!s->held[i]) return;
+    if (s->state[i] == STEP_DONE) release_dependents(s, i, true);
+    s->held[i] = false;
+    s->holds--;
+}
 
 void sched_step_failed_late(struct sched *s, size_t i)
 {
@@ -183,7 +208,7 @@ static bool skip_up_to_date(struct sched *s, size_t i)
     if (!s->ex.up_to_date || !s->ex.up_to_date(s->ex.ctx, s, i)) return false;
     s->state[i] = STEP_UP_TO_DATE;
     if (s->obs.step_finished) s->obs.step_finished(s->obs.ctx, s, i);
-    release_dependents(s, i);
+    release_dependents(s, i, false);
     return true;
 }
 
@@ -232,7 +257,7 @@ static void seed_ready(struct sched *s)
      * already exist, which the caller checked. */
     for (size_t k = 0; k < s->dag->n_steps; k++) {
         size_t i = s->dag->order[k];
-        if (s->state[i] == STEP_SKIPPED) release_dependents(s, i);
+        if (s->state[i] == STEP_SKIPPED) release_dependents(s, i, false);
     }
     for (size_t i = 0; i < s->dag->n_steps; i++)
         if (s->state[i] == STEP_WAITING && s->pending[i] == 0) ready_push(s, i);
@@ -259,10 +284,12 @@ bool sched_poll(struct sched *s)
         handle_interrupts(s, false);
     }
     if (s->running) return false;
-    if (s->holds) {
-        if (s->ex.quiet) s->ex.quiet(s->ex.ctx, s);
-        if (s->holds) return false;
+    if (s->holds && s->ex.quiet) {
+        size_t before = s->holds;
+        s->ex.quiet(s->ex.ctx, s);
+        if (s->holds < before) return sched_poll(s);    /* released now: what waited may start */
     }
+    if (s->holds) return false;
     handle_interrupts(s, true);  /* a signal that made the last step fail */
     for (size_t k = 0; k < s->n_pools; k++)
         while (s->pools[k].ready.n) s->state[heap_pop(&s->pools[k].ready)] = STEP_NOT_RUN;

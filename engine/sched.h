@@ -76,6 +76,10 @@ struct sched_options {
     const struct sched_pool *pools;   /* NULL: one pool, "local", of `jobs` slots */
     size_t n_pools;
     const size_t *pool_of;   /* per step, the index of its pool (< n_pools); NULL: pool 0 */
+    /* NULL, or per step: it starts only once the steps it depends on have
+     * their ends recorded, not merely done (sched_hold): a remote job, which
+     * --resume adopts only when what it was given is on record */
+    const bool *after_records;
 };
 
 struct sched *sched_new(const struct dag *dag, struct loop *loop, const struct sched_options *opt,
@@ -93,11 +97,13 @@ bool sched_poll(struct sched *s);
 int sched_code(const struct sched *s);
 void sched_step_done(struct sched *s, size_t i, bool ok);
 /* A step may be done for its dependents before its end is recorded (its
- * outputs made durable and its journal line written, engine/step.c): each
- * such end holds the run open until it is released, so the run is not over
- * while one is outstanding. */
-void sched_hold(struct sched *s);
-void sched_unhold(struct sched *s);
+ * outputs made durable and its journal line written, engine/step.c):
+ * sched_hold(i) before its sched_step_done says so, sched_unhold(i) that it
+ * is recorded (or failed late, after sched_step_failed_late).  The run is
+ * not over while an end is held, and a dependent marked in after_records
+ * waits for its unhold. */
+void sched_hold(struct sched *s, size_t i);
+void sched_unhold(struct sched *s, size_t i);
 /* Step i, done, could not have its end recorded: it failed after all, and
  * the run stops (keep_going or not: what failed is the disk, not a step).
  * Dependents it had already let start run on; no other step starts. */

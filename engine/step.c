@@ -341,7 +341,7 @@ static void end_recorded(struct step_runner *r, size_t i, bool written, const ch
     }
     l->held = false;
     if (was_ok && !l->ok) sched_step_failed_late(r->sched, i);
-    sched_unhold(r->sched);
+    sched_unhold(r->sched, i);
 }
 
 static void end_step(struct step_runner *r, size_t i, const struct step_outcome *o)
@@ -391,7 +391,7 @@ static void end_step(struct step_runner *r, size_t i, const struct step_outcome 
      * until it is recorded (sched_hold); if that fails, the step fails then. */
     l->held = true;
     if (r->check && l->fp) utd_mark_ran(r->check, i, o->outputs_json);
-    sched_hold(r->sched);
+    sched_hold(r->sched, i);
     sched_step_done(r->sched, i, true);
     if (r->held.n_paths >= HELD_PATHS_MAX) start_flush(r);
 }

@@ -21,7 +21,8 @@
  *   power loss a step_end line on disk always names outputs that are on disk,
  *   and a producer's line comes before its consumers' (batches go in order).
  *   A step that succeeded is done for the scheduler at once — its dependents
- *   start on what is in place, not after the disk — but the run is over only
+ *   start on what is in place, not after the disk (but for those the
+ *   scheduler's after_records names: remote jobs) — but the run is over only
  *   once every end is recorded (sched_hold), and one whose batch cannot be
  *   flushed or written fails then, and stops the run.  A failed step keeps
  *   its slot until its end is recorded;

@@ -388,11 +388,11 @@ static void body_fingerprint(void *ctx, size_t i, char **fp, char **parts)
     lua_pop(L, 2);
 }
 
-/* opts.selected ({[i] = bool}) as flags in a userdata left on the stack (a
- * nil there when there is no selection). */
-static bool *read_selected(lua_State *L, int opts, size_t n)
+/* opts[key] ({[i] = truthy}: opts.selected, opts.after_records) as flags in
+ * a userdata left on the stack (a nil there when there is no such table). */
+static bool *read_flags(lua_State *L, int opts, const char *key, size_t n)
 {
-    if (lua_getfield(L, opts, "selected") != LUA_TTABLE) return NULL;
+    if (lua_getfield(L, opts, key) != LUA_TTABLE) return NULL;
     bool *sel = lua_newuserdatauv(L, (n + 1) * sizeof *sel, 0);
     memset(sel, 0, (n + 1) * sizeof *sel);
     for (size_t i = 0; i < n; i++) {
@@ -530,7 +530,8 @@ static struct run *make_run(lua_State *L, lua_State *thread)
     lua_setiuservalue(L, -2, 1);                        /* the DAG its names are in */
     int record_idx = lua_gettop(L);
 
-    opt.selected = read_selected(L, 2, dag->n_steps);   /* userdata, on the stack */
+    opt.selected = read_flags(L, 2, "selected", dag->n_steps);              /* userdata, on the stack */
+    opt.after_records = read_flags(L, 2, "after_records", dag->n_steps);    /* the same */
     run->steps = lua_newuserdatauv(L, (dag->n_steps + 1) * sizeof(struct step_run), 0);
     for (size_t i = 0; i < dag->n_steps; i++)
         run->steps[i] = (struct step_run){ .run = run, .index = i, .co_ref = LUA_NOREF };
@@ -616,10 +617,11 @@ static void give_hook_back(struct run *run)
 }
 
 /* run(dag, {jobs=, keep_going=, selected=, pools=, pool=, nodes=, journal=, run_id=, label=,
- *           state=, check=}, body)
+ *           state=, check=, after_records=}, body)
  *   state: the state store, where each step's record goes once its end is
  *   recorded; check: the engine's up-to-date check (flow.cache.uptodate),
- *   asked first
+ *   asked first; after_records: {[i] = truthy}, the steps that start only
+ *   once the steps they depend on are recorded (sched.h)
  *   body: {attempt = f(i, k) -> ok, info; up_to_date = f(i) -> bool;
  *          fingerprint = f(i) -> fp, parts_json},
  *   up_to_date and fingerprint asked when the check cannot tell

@@ -501,6 +501,9 @@ function M.run(p, opts, level)
     jobs = jobs, pools = pools, pool = pool_of, kind_pools = kind_pools, keep_going = opts.keep_going,
     selected = plan.selected, journal = self.journal, run_id = run_id, label = self.label,
     state = self.state.store, check = self.check,
+    -- a remote job starts once what it is given is on record: --resume adopts
+    -- it only then, and a producer run again would give it other inputs
+    after_records = next(plan.remote) and plan.remote or nil,
   }
   local body = {
     attempt = function(i, k) return self:attempt_body(i, k) end,

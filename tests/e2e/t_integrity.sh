@@ -451,6 +451,28 @@ test_failed_output_sync_records_nothing() {
     equals "$(ran)" "c " "steps run after the failure"
 }
 
+# A step is done for its dependents before its outputs are flushed (group
+# commit): when that flush fails, a dependent may have run already, and the
+# run fails anyway, -k or not: the step says its end was not recorded, the
+# journal has no line saying it ended well, and the next run makes it again.
+test_failed_flush_after_a_dependent_ran_fails_the_run() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "c", outputs = { out = "o" },
+        command = { "sh", "-c", 'echo c >> ran.log; echo made > "$0"', "${outputs.out}" } },
+  node{ name = "d", inputs = { o = "o" }, outputs = { out = "p" },
+        command = { "sh", "-c", 'echo d >> ran.log; cat "$0" > "$1"', "${inputs.o}", "${outputs.out}" } },
+}
+L
+    with_faults fsync "*/.flow/data/o" -- 1 run -k
+    contains "$ERR" "step 'c' ran, but its end cannot be recorded"
+    clean_failure
+    equals "$(ran)" "c d " "steps run: d did not wait for c's flush"
+    not_contains "$(cat .flow/runs/latest/journal.jsonl)" '"status":"ok","step":"c"' "the journal"
+    run_flow 0 run
+    contains " $(ran)" " c " "the steps run again"
+}
+
 test_failed_output_rename_keeps_the_old_output() {
     write conf/base/catalog.yml <<'Y'
 result: {type: json, path: data/result.json}

@@ -287,45 +287,106 @@ static void test_graceful_cancel_alone_stops_cooperating_steps(void)
 
 /* ---- ends held back: sched_hold, quiet, a late failure ------------------ */
 
+/* Each step's end is held (as step.c holds one until its outputs are
+ * flushed): done for the scheduler, the run open until the executor's quiet
+ * hook releases it.  `log` says what happened, in order: "+i" a start, "-i"
+ * an unhold. */
 struct held_fake {
     struct fake f;
-    size_t held, quiet_calls;
+    size_t held[8], n_held, quiet_calls;
+    bool fail_s0_late;                   /* s0's end turns out lost when s1 ends */
+    char log[64];
 };
 
-/* Each step's end is held (as step.c holds one until its outputs are
- * flushed): done for the scheduler, the run open until it is released. */
+static void note(struct held_fake *h, char what, size_t i)
+{
+    size_t n = strlen(h->log);
+    snprintf(h->log + n, sizeof h->log - n, "%c%zu ", what, i);
+}
+
 static void timer_done_held(struct step_wait *w, void *arg)
 {
-    struct fake *f = arg;
-    size_t i = timer_over(f, w);
-    sched_hold(f->s);
-    sched_step_done(f->s, i, true);
-    if (i == 1) sched_step_failed_late(f->s, 0);    /* s0's end turns out lost */
-    ((struct held_fake *)f)->held++;
+    struct held_fake *h = arg;
+    size_t i = timer_over(&h->f, w);
+    sched_hold(h->f.s, i);
+    sched_step_done(h->f.s, i, true);
+    if (i == 1 && h->fail_s0_late) sched_step_failed_late(h->f.s, 0);
+    h->held[h->n_held++] = i;
+}
+
+static int held_start(void *ctx, struct sched *s, size_t i)
+{
+    note(ctx, '+', i);
+    return fake_start(ctx, s, i);
 }
 
 static void release_held(void *ctx, struct sched *s)
 {
     struct held_fake *h = ctx;
     h->quiet_calls++;
-    for (; h->held; h->held--) sched_unhold(s);
+    for (size_t k = 0; k < h->n_held; k++) {
+        note(h, '-', h->held[k]);
+        sched_unhold(s, h->held[k]);
+    }
+    h->n_held = 0;
+}
+
+static int run_held(struct held_fake *h, struct dag *d, const struct sched_options *opt)
+{
+    static const double secs[8] = { 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001, 0.001 };
+    h->f.loop = new_loop();
+    h->f.seconds = secs;
+    h->f.timer_done = timer_done_held;
+    h->f.wait = xcalloc(d->n_steps, sizeof *h->f.wait);
+    h->f.lists = xcalloc(d->n_steps, sizeof *h->f.lists);
+    struct sched_executor ex = { h, held_start, fake_cancel, NULL, NULL, release_held };
+    h->f.s = sched_new(d, h->f.loop, opt, &ex, NULL);
+    return sched_run(h->f.s);
 }
 
 static void test_held_ends_keep_the_run_open_and_may_fail_late(void)
 {
     struct dag *d = independent_steps(3);
-    static const double secs[3] = { 0.001, 0.001, 0.001 };
-    struct held_fake h = { .f = { .loop = new_loop(), .seconds = secs, .timer_done = timer_done_held } };
+    struct held_fake h = { .fail_s0_late = true };
     struct sched_options opt = { .jobs = 1 };
-    h.f.wait = xcalloc(d->n_steps, sizeof *h.f.wait);
-    h.f.lists = xcalloc(d->n_steps, sizeof *h.f.lists);
-    struct sched_executor ex = { &h, fake_start, fake_cancel, NULL, NULL, release_held };
-    h.f.s = sched_new(d, h.f.loop, &opt, &ex, NULL);
-    CHECK(sched_run(h.f.s) == 1);
-    CHECK(h.quiet_calls >= 1 && h.held == 0);        /* over only once every end was released */
+    CHECK(run_held(&h, d, &opt) == 1);
+    CHECK(h.quiet_calls >= 1 && h.n_held == 0);      /* over only once every end was released */
     CHECK(sched_state(h.f.s, 0) == STEP_FAILED);
     CHECK(sched_state(h.f.s, 1) == STEP_DONE);
     CHECK(sched_state(h.f.s, 2) == STEP_NOT_RUN);     /* the run stopped: nothing new started */
+    free_fake(&h.f);
+    loop_free(h.f.loop);
+    dag_free(d);
+}
+
+/* s0 makes d0, which s1 and s2 read; s1 waits for records (after_records,
+ * as a remote job does), s2 does not. */
+static struct dag *fan_out(void)
+{
+    struct dag *d = dag_new();
+    char err[256];
+    char names[3][3] = { "s0", "s1", "s2" }, data[3][3] = { "d0", "d1", "d2" };
+    struct dag_io d0 = { NULL, data[0] }, d1 = { NULL, data[1] }, d2 = { NULL, data[2] };
+    struct dag_step steps[3] = { { .name = names[0], .outputs = &d0, .n_outputs = 1 },
+                                 { .name = names[1], .inputs = &d0, .n_inputs = 1, .outputs = &d1, .n_outputs = 1 },
+                                 { .name = names[2], .inputs = &d0, .n_inputs = 1, .outputs = &d2, .n_outputs = 1 } };
+    for (int k = 0; k < 3; k++)
+        if (dag_add_step(d, &steps[k], err, sizeof err) < 0) { fprintf(stderr, "%s\n", err); exit(2); }
+    if (dag_finalize(d, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); exit(2); }
+    return d;
+}
+
+/* A step that waits for records starts only once its producer's held end is
+ * released; one that does not starts as soon as the producer is done. */
+static void test_a_step_after_records_waits_for_the_unhold(void)
+{
+    struct dag *d = fan_out();
+    static const bool after[3] = { false, true, false };
+    struct held_fake h = { 0 };
+    struct sched_options opt = { .jobs = 2, .after_records = after };
+    CHECK(run_held(&h, d, &opt) == 0);
+    CHECK_STR(h.log, "+0 +2 -0 -2 +1 -1 ");
+    for (size_t i = 0; i < 3; i++) CHECK(sched_state(h.f.s, i) == STEP_DONE);
     free_fake(&h.f);
     loop_free(h.f.loop);
     dag_free(d);
@@ -341,5 +402,6 @@ int main(void)
     RUN(test_interrupt_cancels_graceful_then_forced);
     RUN(test_two_runs_share_the_loop);
     RUN(test_held_ends_keep_the_run_open_and_may_fail_late);
+    RUN(test_a_step_after_records_waits_for_the_unhold);
     return CHECK_DONE("sched");
 }
