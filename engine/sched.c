@@ -186,6 +186,8 @@ void sched_hold(struct sched *s, size_t i)
     s->holds++;
 }
 
+bool sched_held(const struct sched *s, size_t i) { return s->held[i]; }
+
 void sched_unhold(struct sched *s, size_t i)
 {
     if (!s->held[i]) return;

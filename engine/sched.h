@@ -104,6 +104,7 @@ void sched_step_done(struct sched *s, size_t i, bool ok);
  * waits for its unhold. */
 void sched_hold(struct sched *s, size_t i);
 void sched_unhold(struct sched *s, size_t i);
+bool sched_held(const struct sched *s, size_t i);
 /* Step i, done, could not have its end recorded: it failed after all, and
  * the run stops (keep_going or not: what failed is the disk, not a step).
  * Dependents it had already let start run on; no other step starts. */

@@ -39,7 +39,6 @@ struct life {
     double deadline;             /* monotonic; 0: none */
     bool has_exit_code, timed_out, ok;
     bool cancelled;              /* the scheduler stopped it (Ctrl-C) */
-    bool held;                   /* done for the scheduler, its end not yet recorded (sched_hold) */
     bool given_up;               /* its retries given up: the run stops after a failure */
     int exit_code;
     char *error;                 /* the first line of the last failure, redacted */
@@ -335,11 +334,10 @@ static void end_recorded(struct step_runner *r, size_t i, bool written, const ch
         report(r, i);
     }
     l->phase = PHASE_OVER;
-    if (!l->held) {
+    if (!sched_held(r->sched, i)) {
         sched_step_done(r->sched, i, l->ok);
         return;
     }
-    l->held = false;
     if (was_ok && !l->ok) sched_step_failed_late(r->sched, i);
     sched_unhold(r->sched, i);
 }
@@ -368,10 +366,11 @@ static void end_step(struct step_runner *r, size_t i, const struct step_outcome 
         }
     /* A record of a step must never name an output the disk may lose: its
      * line is written with its batch, once the batch's outputs are flushed,
-     * and its record put then (end_recorded).  Only a step with nothing to
-     * flush (memory values) may end before its line is out. */
-    bool flush = r->specs[i].command || l->finished - l->started >= FLUSH_EVERY || !o->ok ||
-                 (o->ok && o->n_paths > 0) || monotonic_seconds() - r->flushed_at >= FLUSH_EVERY;
+     * and its record put then (end_recorded).  Only a quick step with
+     * nothing to flush (memory values) has its record put before its line
+     * is out. */
+    bool flush = r->specs[i].command || l->finished - l->started >= FLUSH_EVERY || !o->ok || o->n_paths > 0 ||
+                 monotonic_seconds() - r->flushed_at >= FLUSH_EVERY;
     if (!flush) { end_recorded(r, i, true, NULL); return; }
     ARRAY_GROW(r->held.steps, r->held.n_steps, r->held.cap_steps);
     r->held.steps[r->held.n_steps++] = i;
@@ -389,7 +388,6 @@ static void end_step(struct step_runner *r, size_t i, const struct step_outcome 
      * batch or a quiet scheduler (exec_quiet) sends: one flush for the
      * outputs of many steps, off every step's path.  The run is not over
      * until it is recorded (sched_hold); if that fails, the step fails then. */
-    l->held = true;
     if (r->check && l->fp) utd_mark_ran(r->check, i, o->outputs_json);
     sched_hold(r->sched, i);
     sched_step_done(r->sched, i, true);

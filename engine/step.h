@@ -52,7 +52,7 @@ struct step_runner;
 struct step_spec {
     int retries;             /* further attempts after a failure, ≥ 0 */
     double timeout;          /* seconds per attempt; 0 = none */
-    bool command;            /* runs a process: its end is written at once */
+    bool command;            /* runs a process: its end goes with the next batch, never ahead of its line */
 };
 
 /* How an attempt ended (step_attempt_done).  Strings are copied. */

@@ -193,8 +193,10 @@ end
 -- graph, so a typo stops the run before any step starts.
 local TEMPLATE_NAMESPACES = { "inputs", "outputs", "params" }
 
--- Raises for step n's first wrong reference, if it has one.
-local function check_step_templates(n, templates)
+-- Raises for step n's first wrong reference, if it has one (prepare asks
+-- for the first step pipeline.command_refs found wrong: the one whose
+-- message this makes).
+local function check_templates(n, templates)
   for _, s in ipairs(command.template_strings(n.cmd)) do
     local t = templates[s]
     for _, ref in ipairs(t.refs) do
@@ -220,12 +222,6 @@ local function check_step_templates(n, templates)
                                 ns and util.did_you_mean(ns, TEMPLATE_NAMESPACES) or ""))
     end
   end
-end
-
--- `refs.wrong`: the first command step command_refs found wrong (or nil):
--- the one whose message this makes.
-local function check_templates(nodes, refs, templates)
-  if refs.wrong then check_step_templates(nodes[refs.wrong], templates) end
 end
 
 local run_fields = { jobs = true, keep_going = true, params = true, verbose = true, env = true,
@@ -793,7 +789,7 @@ function M.prepare(p, opts, defaults, level)
   refs.wrong, refs.params, refs.credentials = pipeline.command_refs(nodes, sc.commands)
   check_params(nodes, merged(sc.commands, param_readers), settings, params_of, templates, produced, refs)
   check_pools(nodes, sc.pooled, settings)
-  check_templates(nodes, refs, templates)
+  if refs.wrong then check_templates(nodes[refs.wrong], templates) end
   local selected = select_steps(p.nodes, g, opts, level)
   cat:check_load_versions(selected_outputs(nodes, selected, produced))
   local mode = opts.distributed or defaults.distributed
