@@ -6,6 +6,16 @@
 
 #include <stdlib.h>
 
+/* How long sched_poll goes on starting steps before it lets the loop turn.
+ * A step may end inside its start (a Lua function that does not yield) and
+ * let its dependents start at once: a chain or a wide layer of such steps
+ * would otherwise run to its end inside one poll, the loop seeing no timer,
+ * no signal and no pool job's completion meanwhile — the group commit's
+ * flush among them, so that none of their ends reached the journal until
+ * the last one (step.h). */
+#define TURN_EVERY 0.01
+#define SKIPS_PER_LOOK 64          /* up-to-date steps decided between two looks at the clock */
+
 /* One pool: its ready steps (earliest declared first) and its slots. */
 struct pool {
     size_t size;                   /* SCHED_UNBOUNDED: no limit */
@@ -30,6 +40,7 @@ struct sched {
     bool *held;                    /* per step: its end is held back */
     bool stopping, interrupted, failed;
     bool over;                     /* sched_poll found the run ended */
+    unsigned long nudge;           /* a timer due now: the loop turns once, then sched_poll goes on */
     int interrupts_seen;
 };
 
@@ -98,6 +109,7 @@ struct sched *sched_new(const struct dag *dag, struct loop *loop, const struct s
 void sched_free(struct sched *s)
 {
     if (!s) return;
+    if (s->nudge) loop_cancel_timer(s->loop, s->nudge);
     free(s->state);
     free(s->pending);
     free(s->started);
@@ -200,6 +212,7 @@ void sched_step_failed_late(struct sched *s, size_t i)
 {
     s->state[i] = STEP_FAILED;
     s->failed = true;
+    if (s->obs.step_failed_late) s->obs.step_failed_late(s->obs.ctx, s, i);
     mark_not_run_downstream(s, i);
     stop_starting(s);
 }
@@ -270,13 +283,21 @@ void sched_begin(struct sched *s)
     seed_ready(s);
 }
 
+static void nudged(void *arg)
+{
+    struct sched *s = arg;
+    s->nudge = 0;
+}
+
 bool sched_poll(struct sched *s)
 {
     if (s->over) return true;
     handle_interrupts(s, true);
-    size_t i;
+    size_t i, skipped = 0;
+    double turn_at = monotonic_seconds() + TURN_EVERY;
     while (!s->stopping && next_ready(s, &i)) {
         if (!skip_up_to_date(s, i)) start_step(s, i);
+        else if (++skipped % SKIPS_PER_LOOK) continue;
         /* A step that blocked the loop (io.popen, os.execute where it cannot
          * yield) may have let Ctrl-C arrive unseen: once seen, nothing new
          * starts.  Not a read of the signal descriptor a step: one every
@@ -284,6 +305,11 @@ bool sched_poll(struct sched *s)
          * a fifth of its time here); a signal that came meanwhile is seen that
          * late, and the steps started in between are cancelled with the rest. */
         handle_interrupts(s, false);
+        if (monotonic_seconds() >= turn_at && !s->stopping) {
+            /* the rest after one turn of the loop, which the timer makes at once */
+            if (!s->nudge) s->nudge = loop_add_timer(s->loop, 0, nudged, s);
+            return false;
+        }
     }
     if (s->running) return false;
     if (s->holds && s->ex.quiet) {

@@ -60,6 +60,9 @@ struct sched_observer {
     void *ctx;
     void (*step_started)(void *ctx, const struct sched *s, size_t i);
     void (*step_finished)(void *ctx, const struct sched *s, size_t i);
+    /* Optional: step i, reported finished (done), failed after all
+     * (sched_step_failed_late). */
+    void (*step_failed_late)(void *ctx, const struct sched *s, size_t i);
 };
 
 #define SCHED_UNBOUNDED 0
@@ -90,7 +93,11 @@ void sched_free(struct sched *s);
 int sched_run(struct sched *s);
 /* The same in steps, for several runs on one loop (flow.spawn): begin, then
  * after each turn of the loop poll, which starts what is ready and says
- * whether the run is over (its states are then final). */
+ * whether the run is over (its states are then final).  A poll starts steps
+ * for at most 10 ms: steps that end inside their start (quick Lua functions)
+ * would otherwise run a whole chain inside it, the loop's timers, signals
+ * and pool completions waiting; it then arms a timer due at once, so that
+ * the loop turns without waiting, and the next poll goes on. */
 void sched_begin(struct sched *s);
 bool sched_poll(struct sched *s);
 /* 0 if all selected steps succeeded, 1 if any failed, 130 if interrupted. */

@@ -55,7 +55,7 @@ struct life {
 struct batch {
     struct strbuf lines;
     bool durable;                /* a line of it must be durable (journal_append) */
-    char **paths;
+    struct held_path { char *path; size_t step; } *paths;   /* an output, and the step that made it */
     size_t n_paths, cap_paths;
     size_t *steps;               /* ending steps, completed once the batch is written */
     size_t n_steps, cap_steps;
@@ -66,6 +66,7 @@ struct flush_job {
     struct batch b;
     int rc;
     char err[1024];
+    size_t failed_path;          /* the path whose flush failed (rc != 0), or n_paths: a directory's */
 };
 
 struct step_runner {
@@ -89,6 +90,8 @@ struct step_runner {
     unsigned long flush_timer;   /* writes what is still held FLUSH_EVERY after it was held; 0: none */
     bool any_started;
     bool stopping;               /* a step failed and the run stops (exec_stopping): no more retries */
+    bool failed_late;            /* ... because a step's end could not be recorded, -k or not */
+    bool detached;               /* the scheduler is gone (step_runner_detach) */
 };
 
 /* text with the configuration's secrets masked (ui.h's redactor); caller frees */
@@ -116,7 +119,7 @@ static const char *step_name(const struct step_runner *r, size_t i)
 static void batch_release(struct batch *b)
 {
     sb_release(&b->lines);
-    for (size_t k = 0; k < b->n_paths; k++) free(b->paths[k]);
+    for (size_t k = 0; k < b->n_paths; k++) free(b->paths[k].path);
     free(b->paths);
     free(b->steps);
     *b = (struct batch){ .lines = STRBUF_INIT };
@@ -172,10 +175,14 @@ static void flush_outputs(void *arg)
     struct flush_job *job = arg;
     size_t n = job->b.n_paths;
     job->rc = 0;
+    job->failed_path = n;
     for (size_t k = 0; k < n && job->rc == 0; k++)
-        if (fsync_tree(job->b.paths[k], job->err, sizeof job->err) != 0) job->rc = -1;
+        if (fsync_tree(job->b.paths[k].path, job->err, sizeof job->err) != 0) {
+            job->rc = -1;
+            job->failed_path = k;
+        }
     char **parents = xcalloc(n + 1, sizeof *parents);
-    for (size_t k = 0; k < n; k++) parents[k] = path_parent(job->b.paths[k]);
+    for (size_t k = 0; k < n; k++) parents[k] = path_parent(job->b.paths[k].path);
     qsort(parents, n, sizeof *parents, compare_strings);
     for (size_t k = 0; k < n && job->rc == 0; k++)
         if ((k == 0 || strcmp(parents[k], parents[k - 1]) != 0) &&
@@ -204,7 +211,21 @@ static void flush_written(void *arg)
     else if (job->b.lines.len && journal_append(r->journal, job->b.lines.buf, job->b.lines.len, job->b.durable, err, sizeof err) != 0)
         rc = -1;
     if (r->in_flight == job) r->in_flight = NULL;
-    for (size_t k = 0; k < job->b.n_steps; k++) end_recorded(r, job->b.steps[k], rc == 0, err);
+    /* A batch is one journal write: its other steps fail with the one whose
+     * output could not be made durable, and say so rather than name a file
+     * of another step's as theirs. */
+    size_t owner = job->rc != 0 && job->failed_path < job->b.n_paths ? job->b.paths[job->failed_path].step : SIZE_MAX;
+    for (size_t k = 0; k < job->b.n_steps; k++) {
+        size_t i = job->b.steps[k];
+        if (owner == SIZE_MAX || owner == i) {
+            end_recorded(r, i, rc == 0, err);
+            continue;
+        }
+        char *why = xasprintf("its journal line was in one batch with step '%s''s, whose output could not be "
+                              "made durable (%s)", step_name(r, owner), err);
+        end_recorded(r, i, false, why);
+        free(why);
+    }
     batch_release(&job->b);
     free(job);
     if (r->flush_wanted && !r->in_flight) {
@@ -338,7 +359,10 @@ static void end_recorded(struct step_runner *r, size_t i, bool written, const ch
         sched_step_done(r->sched, i, l->ok);
         return;
     }
-    if (was_ok && !l->ok) sched_step_failed_late(r->sched, i);
+    if (was_ok && !l->ok) {
+        r->failed_late = true;
+        sched_step_failed_late(r->sched, i);
+    }
     sched_unhold(r->sched, i);
 }
 
@@ -362,7 +386,7 @@ static void end_step(struct step_runner *r, size_t i, const struct step_outcome 
     if (o->ok)
         for (size_t k = 0; k < o->n_paths; k++) {
             ARRAY_GROW(r->held.paths, r->held.n_paths, r->held.cap_paths);
-            r->held.paths[r->held.n_paths++] = xstrdup(o->paths[k]);
+            r->held.paths[r->held.n_paths++] = (struct held_path){ xstrdup(o->paths[k]), i };
         }
     /* A record of a step must never name an output the disk may lose: its
      * line is written with its batch, once the batch's outputs are flushed,
@@ -408,6 +432,7 @@ static void backoff_done(struct step_wait *w, void *arg);
 
 void step_attempt_done(struct step_runner *r, size_t i, const struct step_outcome *o)
 {
+    if (r->detached) return;
     struct life *l = life_of(r, i);
     l->deadline = 0;
     if (o->has_exit_code) {
@@ -447,14 +472,18 @@ static void backoff_done(struct step_wait *w, void *arg)
     size_t i = (size_t)(l - r->lives);
     l->backoff = NULL;
     step_wait_free(w);
+    if (r->detached) return;
     if (l->cancelled || run_interrupted(r)) {
         struct step_outcome o = { .ok = false, .message = l->error, .timed_out = l->timed_out, .interrupted = true };
         end_step(r, i, &o);
         return;
     }
     if (l->given_up) {                   /* its last attempt's failure is its end */
-        ui_warn("step '%s': not retried: the run stops after a failure (-k/--keep-going runs the rest)",
-                step_name(r, i));
+        if (r->failed_late)
+            ui_warn("step '%s': not retried: the run stops, as a step's end could not be recorded", step_name(r, i));
+        else
+            ui_warn("step '%s': not retried: the run stops after a failure (-k/--keep-going runs the rest)",
+                    step_name(r, i));
         struct step_outcome o = { .ok = false, .message = l->error, .report = l->report, .timed_out = l->timed_out };
         end_step(r, i, &o);
         return;
@@ -599,6 +628,15 @@ struct step_runner *step_runner_new(const struct dag *dag, struct loop *loop, co
     r->flushed_at = -1e9;
     r->backoff = opt->backoff > 0 ? opt->backoff : 1.0;
     return r;
+}
+
+void step_runner_detach(struct step_runner *r)
+{
+    stop_flush_timer(r);
+    if (r->in_flight) r->in_flight->r = NULL;
+    r->in_flight = NULL;
+    r->sched = NULL;
+    r->detached = true;
 }
 
 void step_runner_free(struct step_runner *r)

@@ -24,8 +24,10 @@
  *   start on what is in place, not after the disk (but for those the
  *   scheduler's after_records names: remote jobs) — but the run is over only
  *   once every end is recorded (sched_hold), and one whose batch cannot be
- *   flushed or written fails then, and stops the run.  A failed step keeps
- *   its slot until its end is recorded;
+ *   flushed or written fails then, and stops the run (-k or not): a batch is
+ *   one write, so its other steps fail with it, saying they shared it with
+ *   the step whose output could not be flushed.  A failed step keeps its
+ *   slot until its end is recorded;
  * - once a step's end is recorded, its state record (step_record.h: its
  *   fingerprint, parts and output records, as its step_end line has them)
  *   goes into the state store, and the up-to-date check may use it for the
@@ -117,6 +119,11 @@ struct step_runner_options {
 
 struct step_runner *step_runner_new(const struct dag *dag, struct loop *loop, const struct step_runner_options *opt,
                                     const struct step_body *body);
+/* The scheduler is going before the run ended (a run released early): the
+ * runner lets go of it.  Its flush timer stops, a flush on the pool completes
+ * on its own (nothing written), and an attempt or back-off that ends later is
+ * dropped; step_runner_free still follows. */
+void step_runner_detach(struct step_runner *r);
 void step_runner_free(struct step_runner *r);
 
 /* The executor to hand sched_new; the runner learns the scheduler from it. */

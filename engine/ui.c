@@ -346,6 +346,17 @@ static void plain_line(const struct ui_run *run, const struct sched *s, size_t i
             DIM, sched_elapsed(s, i), RESET);
 }
 
+/* Step i, counted done, failed after all: its end could not be recorded. */
+static void step_failed_late(void *ctx, const struct sched *s, size_t i)
+{
+    struct ui_run *run = ctx;
+    if (run->done) run->done--;
+    run->failed++;
+    live_state.dirty = true;
+    if (live) clear_region();
+    plain_line(run, s, i, "FAILED", true);
+}
+
 static void step_started(void *ctx, const struct sched *s, size_t i)
 {
     struct ui_run *run = ctx;
@@ -403,7 +414,7 @@ static void step_finished(void *ctx, const struct sched *s, size_t i)
 
 struct sched_observer ui_run_observer(struct ui_run *r)
 {
-    return (struct sched_observer){ r, step_started, step_finished };
+    return (struct sched_observer){ r, step_started, step_finished, step_failed_late };
 }
 
 struct ui_run *ui_run_begin(const struct dag *dag, const bool *selected, struct loop *loop, const char *label)

@@ -706,6 +706,15 @@ static int run_release(lua_State *L)
     free(run->idle);
     run->idle = NULL;
     run->n_idle = run->cap_idle = 0;
+    if (run->sched && !run->over) {
+        /* released before it ended (a raise): its record, which may outlive
+         * it, must not reach the scheduler from a timer or a flush later */
+        lua_getiuservalue(L, 1, 1);
+        struct step_runner **record = lua_istable(L, -1) && lua_getfield(L, -1, "record") == LUA_TUSERDATA
+                                          ? lua_touserdata(L, -1) : NULL;
+        if (record && *record) step_runner_detach(*record);
+        lua_settop(L, 1);
+    }
     sched_free(run->sched);
     run->sched = NULL;
     return 0;

@@ -466,11 +466,61 @@ return pipeline{
 L
     with_faults fsync "*/.flow/data/o" -- 1 run -k
     contains "$ERR" "step 'c' ran, but its end cannot be recorded"
+    contains "$ERR" "FAILED   c"
+    not_contains "$ERR" "flow: 2 done" "the summary (c counted done)"
     clean_failure
     equals "$(ran)" "c d " "steps run: d did not wait for c's flush"
     not_contains "$(cat .flow/runs/latest/journal.jsonl)" '"status":"ok","step":"c"' "the journal"
     run_flow 0 run
     contains " $(ran)" " c " "the steps run again"
+}
+
+# A chain of Lua steps that never yield runs inside one turn of the
+# scheduler; their file outputs' flushes complete on the pool and must still
+# be written to the journal as the chain goes, not all at its end (a kill
+# would lose the whole chain).  The last step reads the journal: the first
+# step's end must be there, 0.6 s of work after it.
+test_the_journal_follows_a_chain_of_quick_lua_steps() {
+    mkdir -p conf/base
+    for i in $(seq 1 200); do echo "d$i: {type: text, path: data/d$i.txt}"; done > conf/base/catalog.yml
+    write pipeline.lua <<'L'
+local function busy() local t = os.clock() while os.clock() - t < 0.003 do end end
+local function journal()
+  local f = assert(io.open(".flow/runs/latest/journal.jsonl"))
+  local text = f:read("a")
+  f:close()
+  return text
+end
+local n = { node{ name = "s1", outputs = "d1", func = function() busy() return "x" end } }
+for i = 2, 200 do
+  n[i] = node{ name = "s" .. i, inputs = "d" .. (i - 1), outputs = "d" .. i, func = function(x)
+    busy()
+    if i == 200 and not journal():find('"status":"ok","step":"s1"', 1, true) then
+      error("the journal has no end of s1 yet")
+    end
+    return x
+  end }
+end
+return pipeline(n)
+L
+    run_flow 0 run
+    equals "$(ls data | wc -l)" "200" "outputs"
+}
+
+# A step waiting out a retry's back-off when another step's end cannot be
+# recorded is given up, -k or not, and says why (not "-k runs the rest").
+test_a_late_failure_gives_up_retries_even_with_keep_going() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "c", outputs = { out = "o" }, command = { "sh", "-c", 'sleep 0.3; echo made > "$0"', "${outputs.out}" } },
+  node{ name = "r", outputs = { out = "q" }, retries = 1, command = { "sh", "-c", "exit 3" } },
+}
+L
+    with_faults fsync "*/.flow/data/o" -- 1 run -k --log-format json
+    contains "$ERR" "step 'r': not retried: the run stops, as a step's end could not be recorded"
+    not_contains "$ERR" "keep-going runs the rest"
+    contains "$ERR" '"steps":{"done":0,"failed":2,'
+    clean_failure
 }
 
 test_failed_output_rename_keeps_the_old_output() {

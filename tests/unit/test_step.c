@@ -461,6 +461,35 @@ static void test_a_flush_outlives_its_freed_runner(void)
     dag_free(d);
 }
 
+/* A scheduler freed before its run ended (a run released by a raise), the
+ * runner kept (run.json's record outlives the run) and detached: s0's end,
+ * held with the flush timer armed, and s1's attempt, which ends after, reach
+ * nothing of the scheduler (ASan would see it) and write nothing more. */
+static void test_a_detached_runner_outlives_its_scheduler(void)
+{
+    struct pooled p;
+    pooled_open(&p, "detached");
+    struct dag *d = chain(2);
+    struct fake f = { .loop = p.loop, .wait = { 0.001, 0.2 }, .path = { p.out } };
+    struct step_spec specs[2] = { { .retries = 0 }, { .retries = 0 } };
+    pooled_start(&p, &f, d, specs);
+    sched_begin(p.s);
+    while (f.attempts[1] == 0) {                      /* s0 ends, held; s1 starts */
+        sched_poll(p.s);
+        loop_run_once(p.loop, 0.01);
+    }
+    step_runner_detach(f.r);
+    sched_free(p.s);
+    double until = monotonic_seconds() + 0.4;         /* past the flush timer and s1's end */
+    while (monotonic_seconds() < until) loop_run_once(p.loop, 0.05);
+    CHECK(f.waiting[1] == NULL);                      /* s1's attempt did end, and was dropped */
+    step_runner_free(f.r);
+    char *text = pooled_close(&p);
+    CHECK(text && !strstr(text, "step_end"));
+    free(text);
+    dag_free(d);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -473,5 +502,6 @@ int main(void)
     RUN(test_dependents_start_before_the_flush);
     RUN(test_a_recorded_step_gets_its_state_record);
     RUN(test_a_flush_outlives_its_freed_runner);
+    RUN(test_a_detached_runner_outlives_its_scheduler);
     return CHECK_DONE("step");
 }
