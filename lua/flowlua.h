@@ -41,6 +41,9 @@ int flow_load_buffer(lua_State *L, const char *buf, size_t len, const char *chun
  * files through the same reader, desugared.  Call before flow_open_stdlib, whose
  * searcher goes ahead of it. */
 void flow_open_project_loaders(lua_State *L);
+/* core.loaded_source(path) -> the SHA-256 of the text require loaded the
+ * module at path from, or nil (not loaded by require). */
+int flow_l_loaded_source(lua_State *L);
 /* lua_pcall with a traceback handler; on error the message has a traceback. */
 int flow_pcall(lua_State *L, int nargs, int nresults);
 int flow_traceback(lua_State *L);

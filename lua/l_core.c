@@ -686,6 +686,7 @@ static int l_ui_print(lua_State *L)
 static const luaL_Reg core_funcs[] = {
     { "load_script", l_load_script },
     { "load_text", l_load_text },
+    { "loaded_source", flow_l_loaded_source },
     { "ui_error", l_ui_error },
     { "ui_warn", l_ui_warn },
     { "ui_info", l_ui_info },

@@ -4,6 +4,7 @@
  * dofile or loadfile (one file per pipeline, as Kedro projects keep them). */
 #include "flowlua.h"
 #include "desugar.h"
+#include "hash.h"
 #include "util.h"
 
 #include <errno.h>
@@ -115,7 +116,12 @@ int flow_load_file(lua_State *L, const char *path)
  * loaded as it is; `mode` is load's ("t", "b", "bt" or NULL).  No C memory is
  * held across a Lua call that can raise: the name is pushed before the file is
  * read, and lua_load itself runs protected. */
-static int load_project_file(lua_State *L, const char *path, const char *mode)
+/* The registry's table of the modules require loaded: path -> the SHA-256
+ * of the text it ran (flow_loaded_source). */
+static const char sources_key = 'S';
+
+/* `hash`, when not NULL, gets the SHA-256 of the file's text as read. */
+static int load_project_file(lua_State *L, const char *path, const char *mode, char hash[SHA256_HEX_SIZE])
 {
     const char *chunkname = lua_pushfstring(L, "@%s", path);
     size_t len;
@@ -128,6 +134,7 @@ static int load_project_file(lua_State *L, const char *path, const char *mode)
         lua_pushstring(L, ferr);
         return LUA_ERRFILE;
     }
+    if (hash) sha256_hex(buf, len, hash);
     int rc;
     if (len > 0 && buf[0] == LUA_SIGNATURE[0]) {
         rc = luaL_loadbufferx(L, buf, len, chunkname, mode);
@@ -156,7 +163,7 @@ static int l_loadfile(lua_State *L)
     const char *path = luaL_optstring(L, 1, NULL);
     const char *mode = luaL_optstring(L, 2, NULL);
     bool has_env = !lua_isnone(L, 3);
-    int rc = path ? load_project_file(L, path, mode) : luaL_loadfilex(L, NULL, mode);
+    int rc = path ? load_project_file(L, path, mode, NULL) : luaL_loadfilex(L, NULL, mode);
     if (rc != LUA_OK) {
         luaL_pushfail(L);
         lua_insert(L, -2);
@@ -181,7 +188,7 @@ static int l_dofile(lua_State *L)
 {
     const char *path = luaL_optstring(L, 1, NULL);
     lua_settop(L, 1);
-    int rc = path ? load_project_file(L, path, NULL) : luaL_loadfilex(L, NULL, NULL);
+    int rc = path ? load_project_file(L, path, NULL, NULL) : luaL_loadfilex(L, NULL, NULL);
     if (rc != LUA_OK) return lua_error(L);
     lua_callk(L, 0, LUA_MULTRET, 0, dofile_done);
     return dofile_done(L, LUA_OK, 0);
@@ -223,10 +230,33 @@ static int search_project(lua_State *L)
     }
     sb_release(&tried);
     lua_pushnil(L);                    /* the layout below: path under one slot */
-    if (load_project_file(L, path, NULL) != LUA_OK)
+    char hash[SHA256_HEX_SIZE];
+    if (load_project_file(L, path, NULL, hash) != LUA_OK)
         return luaL_error(L, "error loading module '%s' from file '%s':\n\t%s", name, path, lua_tostring(L, -1));
+    /* what the module runs is this text, whatever the file holds later (a
+     * REPL's module edited but not reloaded): its fingerprint's */
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &sources_key) != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_rawsetp(L, LUA_REGISTRYINDEX, &sources_key);
+    }
+    lua_pushstring(L, hash);
+    lua_setfield(L, -2, path);
+    lua_pop(L, 1);
     lua_pushvalue(L, -3);              /* the file name: the loader's second argument */
     return 2;
+}
+
+int flow_l_loaded_source(lua_State *L)
+{
+    const char *path = luaL_checkstring(L, 1);
+    if (lua_rawgetp(L, LUA_REGISTRYINDEX, &sources_key) != LUA_TTABLE) {
+        lua_pushnil(L);
+        return 1;
+    }
+    lua_getfield(L, -1, path);
+    return 1;
 }
 
 void flow_open_project_loaders(lua_State *L)

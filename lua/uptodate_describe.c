@@ -36,11 +36,18 @@ static bool field_string(lua_State *L, int idx, const char *key)
 
 /* The hash of the function at idx that Hasher:fn would give without running
  * Lua: its closure's memo, or its prototype's hash (a function without
- * upvalues but _ENV and no script global).  NULL: the hasher's to make. */
+ * upvalues but _ENV, the script's globals, and no script global named; an
+ * _ENV of its own is a value the hasher hashes).  NULL: the hasher's to make. */
 static const char *known_fn_hash(lua_State *L, int fn, size_t *len)
 {
     lua_pushvalue(L, fn);
     if (lua_rawget(L, X_FN_MEMO) == LUA_TSTRING) return lua_tolstring(L, -1, len);
+    if (lua_getupvalue(L, fn, 1)) {
+        lua_rawgeti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+        bool globals = lua_rawequal(L, -1, -2);
+        lua_pop(L, 2);
+        if (!globals) return NULL;
+    }
     const void *id = flow_proto_id(L, fn);
     if (!id) return NULL;
     lua_pushlightuserdata(L, (void *)id);
@@ -86,14 +93,57 @@ static int compare_spans(const void *a, const void *b)
     return bytes_compare(x->s, x->len, y->s, y->len);
 }
 
+/* Input d's part, as incremental.lua's input_part makes it, added to
+ * c->part: "<" d \0 type, then \0v when versioned, for a dataset the catalog
+ * declares (by name or by a pattern); nothing for a memory value or a
+ * parameter.  *added says which; false when only cat:entry can tell. */
+static bool add_input_part(lua_State *L, struct checker *c, const char *d, bool *added)
+{
+    *added = false;
+    bool patterns = lua_toboolean(L, X_PATTERNS);
+    if (dag_is_param_input(d) || (!patterns && !strmap_get(&c->cat_names, d, NULL))) return true;
+    int top = lua_gettop(L);
+    lua_pushstring(L, d);
+    if (!flow_push_known_entry(L, X_CAT_EXACT, X_CAT_MEMO, -1, patterns)) return false;
+    int e = lua_gettop(L);
+    if (lua_istable(L, e) && flow_field_bool(L, e, "declared")) {
+        const char *type = flow_field_string(L, e, "type");
+        if (!type) return false;
+        sb_addc(&c->part, '<');
+        sb_add(&c->part, d, strlen(d) + 1);
+        sb_adds(&c->part, type);
+        if (flow_field_bool(L, e, "versioned")) sb_add(&c->part, "\0v", 2);
+        *added = true;
+    }
+    lua_settop(L, top);
+    return true;
+}
+
+/* The spans [from, to) sorted by their bytes, added to c->joined each after
+ * a "\n" but the first when `first`; a span equal to the one before it
+ * once. */
+static void join_sorted(struct checker *c, size_t from, size_t to, bool first)
+{
+    for (size_t k = from; k < to; k++) c->spans[k].s = c->part.buf + c->spans[k].at;
+    qsort(c->spans + from, to - from, sizeof *c->spans, compare_spans);
+    for (size_t k = from; k < to; k++) {
+        if (k > from && compare_spans(&c->spans[k], &c->spans[k - 1]) == 0) continue;
+        if (!(first && k == from)) sb_addc(&c->joined, '\n');
+        sb_add(&c->joined, c->spans[k].s, c->spans[k].len);
+    }
+}
+
 /* The outputs' part (Run:static_parts's outputs_part): the one output's
- * part, or each output's sorted and joined with "\n"; "" for none.  false
- * as add_output_part. */
+ * part, or each output's sorted and joined with "\n" ("" for none); then,
+ * after a "\n" each, the sorted parts of its declared inputs (their types:
+ * what the step is handed depends on them as much as on the content).
+ * false as add_output_part. */
 static bool outputs_part(lua_State *L, struct checker *c, const struct dag_step *step, struct fp_str *out)
 {
     sb_truncate(&c->part, 0);
-    if (step->n_outputs > c->cap_spans) {
-        c->cap_spans = 2 * step->n_outputs;
+    size_t n = step->n_outputs + step->n_inputs;
+    if (n > c->cap_spans) {
+        c->cap_spans = 2 * n;
         c->spans = xrealloc(c->spans, c->cap_spans * sizeof *c->spans);
     }
     for (size_t k = 0; k < step->n_outputs; k++) {
@@ -101,17 +151,21 @@ static bool outputs_part(lua_State *L, struct checker *c, const struct dag_step 
         if (!add_output_part(L, c, step->outputs[k].dataset)) return false;
         c->spans[k] = (struct span){ at, c->part.len - at, NULL };
     }
-    if (step->n_outputs < 2) {
+    size_t n_in = step->n_outputs;
+    for (size_t k = 0; k < step->n_inputs; k++) {
+        size_t at = c->part.len;
+        bool added;
+        if (!add_input_part(L, c, step->inputs[k].dataset, &added)) return false;
+        if (added) c->spans[n_in++] = (struct span){ at, c->part.len - at, NULL };
+    }
+    if (step->n_outputs < 2 && n_in == step->n_outputs) {
         *out = (struct fp_str){ c->part.len ? c->part.buf : "", c->part.len };
         return true;
     }
-    for (size_t k = 0; k < step->n_outputs; k++) c->spans[k].s = c->part.buf + c->spans[k].at;
-    qsort(c->spans, step->n_outputs, sizeof *c->spans, compare_spans);
-    sb_truncate(&c->joined, 0);
-    for (size_t k = 0; k < step->n_outputs; k++) {
-        if (k) sb_addc(&c->joined, '\n');
-        sb_add(&c->joined, c->spans[k].s, c->spans[k].len);
-    }
+    sb_truncate(&c->joined, 0);             /* (not empty below: two outputs or an input's part) */
+    if (step->n_outputs == 1) sb_add(&c->joined, c->part.buf, c->spans[0].len);
+    else join_sorted(c, 0, step->n_outputs, true);
+    join_sorted(c, step->n_outputs, n_in, false);
     *out = (struct fp_str){ c->joined.buf, c->joined.len };
     return true;
 }

@@ -1,12 +1,14 @@
 -- flow.fingerprint: what a step's result depends on, as SHA-256 hashes.
 --
 -- A step's fingerprint covers its code (a Lua function's bytecode with the
--- values of its upvalues and of the script globals it names, and the source
--- of the project modules it names or holds and of the Lua files it runs with
+-- values of its upvalues — tables with their metatables — and of the script
+-- globals it names, and the source and present fields of the project
+-- modules it names or holds and the source of the Lua files it runs with
 -- dofile/loadfile given a literal path; a command with
 -- its parameters expanded, plus the content of project files it names, such
--- as src/train.py), the parameters it reads, its distribution settings, its
--- declared outputs and the content hashes of its inputs.  The parts are kept
+-- as src/train.py, in a `sh -c` script too), the parameters it reads, its
+-- distribution settings, its declared outputs and its inputs' catalog types,
+-- and the content hashes of its inputs.  The parts are kept
 -- (shortened) so that `--explain` can say which one changed.
 local core = require("flow.core")
 local params_text = require("flow.params").text
@@ -22,6 +24,18 @@ local builtin_globals = {}
 for k in pairs(_G) do builtin_globals[k] = true end
 for _, k in ipairs({ "node", "pipeline", "distributed_job", "Framework", "flow", "print" }) do
   builtin_globals[k] = true
+end
+
+-- What Lua's libraries held then (string, table, math, ...): a function a
+-- script adds to one (string.trim, called as s:trim()) or puts in place of
+-- one is the script's code, found by its key (Hasher:user_globals).
+local builtin_libs = {}
+for name, lib in pairs(_G) do
+  if type(lib) == "table" and name ~= "_G" and name ~= "package" then
+    local was = {}
+    for k, v in pairs(lib) do was[k] = v end
+    builtin_libs[name] = was
+  end
 end
 
 -- Modules loaded before any script ran (Lua's own libraries, the stdlib's
@@ -46,7 +60,7 @@ function M.hasher()
     if type(mod) == "table" then modules[mod] = name end
   end
   return setmetatable({ memo = {}, active = {}, protos = {}, modules = modules, globals = nil,
-                        module_files = {}, module_hashes = {}, code_modules = {} }, Hasher)
+                        module_files = {}, module_hashes = {}, code_modules = {}, loops = 0 }, Hasher)
 end
 
 -- The names a compiled chunk's string constants may load: each string (a
@@ -84,7 +98,11 @@ function Hasher:module_file(name)
   end
   local text = path and core.read_file(path)
   if text then
-    m = { path = path, hash = cache.sha256(text), deps = {} }
+    -- a module require loaded runs the text it was loaded from, which the
+    -- file may no longer hold (edited in a REPL, not reloaded yet): that
+    -- text's hash, not the file's.  (What it names is read from the file.)
+    local loaded = name:sub(1, 1) ~= "@" and package.loaded[name] ~= nil and core.loaded_source(path)
+    m = { path = path, hash = loaded or cache.sha256(text), deps = {} }
     -- compiled (through the desugarer, as require compiles it), not run: only its constants are read
     local chunk = core.load_text(text, "@" .. path)
     if chunk then
@@ -149,40 +167,92 @@ function Hasher:user_globals()
   return self.globals
 end
 
--- Canonical text of a value (tables by sorted keys; functions by their hash).
+-- What the script added to a library of Lua's or put in place of its own
+-- (string.trim), found once per run: {"string.trim", value, "trim"}.  A
+-- function's code that names the key uses it, whether through the library
+-- or as a method (s:trim() names no "string", nor any global).
+function Hasher:lib_additions()
+  if not self.libs then
+    local g = {}
+    for name, was in pairs(builtin_libs) do
+      local lib = rawget(_G, name)
+      if type(lib) == "table" then
+        for k, v in pairs(lib) do
+          -- (not the stdlib's own wrappers, coroutine.resume and the like: no code of the script's)
+          if type(k) == "string" and not rawequal(was[k], v) and (type(v) ~= "function" or core.code(v)) then
+            g[#g + 1] = { name .. "." .. k, v, k }
+          end
+        end
+      end
+    end
+    table.sort(g, function(a, b) return a[1] < b[1] end)
+    self.libs = g
+  end
+  return self.libs
+end
+
+-- Canonical text of a value (tables by sorted keys; functions by their
+-- hash).  Integers in full (%.17g gave 2^63 - 1 and 2^63 - 2 one text).
 function Hasher:text(v)
   local t = type(v)
   if t == "string" then return "s" .. #v .. ":" .. v end
-  if t == "number" then return (math.type(v) == "integer" and "i" or "f") .. string.format("%.17g", v) end
+  if t == "number" then
+    if math.type(v) == "integer" then return "i" .. string.format("%d", v) end
+    return "f" .. string.format("%.17g", v)
+  end
   if t == "boolean" or t == "nil" then return tostring(v) end
   if t == "function" then return "F" .. self:fn(v) end
   if t == "table" then return "T" .. self:table(v) end
   return "U" .. t               -- userdata, thread: no stable content to hash
 end
 
+-- A value that leads back to one being hashed (a table that holds its
+-- parent, two functions that call each other) is hashed as "cycle" (or
+-- "recursive") there, and so differs with where the walk entered the loop:
+-- what was hashed inside a loop is not kept (self.loops counts them), or
+-- which step was hashed first would decide the others' fingerprints, and
+-- one whose loop changed would keep its old hash.  A value that leads back
+-- to itself only (a recursive function) is kept: its walk always starts at it.
+function Hasher:back_edge(kind)
+  self.loops = self.loops + 1
+  return kind
+end
+
 function Hasher:table(tbl)
   local memo = self.memo[tbl]
   if memo then return memo end
-  local module = self.modules[tbl]
+  if rawequal(tbl, _G) then return "globals" end    -- (a function's globals are hashed by name: Hasher:proto)
+  if self.active[tbl] then return self:back_edge("cycle") end
+  local module, source = self.modules[tbl], nil
   if module then
-    local h = self:module(module)      -- a project module: its source, not its name
-    return "module:" .. module .. (h and (":" .. h) or "")
+    source = self:module(module)       -- a project module: its source, not its name ...
+    if not source then return "module:" .. module end    -- (the stdlib, a C module: they change with flow)
   end
-  if self.active[tbl] then return "cycle" end
   self.active[tbl] = true
+  local loops = self.loops
   local items = {}
-  for k, v in pairs(tbl) do items[#items + 1] = self:text(k) .. "=" .. self:text(v) end
+  for k, v in pairs(tbl) do
+    local kt = rawequal(k, tbl) and "Tcycle" or self:text(k)
+    items[#items + 1] = kt .. "=" .. (rawequal(v, tbl) and "Tcycle" or self:text(v))
+  end
+  -- what a metatable adds (a class's methods, defaults through __index) is the value's too
+  local mt = debug.getmetatable(tbl)
+  if mt ~= nil then items[#items + 1] = "@meta=" .. (rawequal(mt, tbl) and "Tcycle" or self:text(mt)) end
   table.sort(items)
   self.active[tbl] = nil
   local h = cache.sha256("{", table.concat(items, ","), "}")
-  self.memo[tbl] = h
+  -- ... and what the script set in it since
+  if module then h = "module:" .. module .. ":" .. source .. ":" .. h end
+  if self.loops == loops then self.memo[tbl] = h end
   return h
 end
 
 -- What every closure of f's prototype shares, or nil for a C function:
 -- {code =, prefix = SHA-256 state after the code and the project modules it
 -- names, upvalues = {names}, globals = {{name, value} of the script globals
--- its code names}, hash = the whole hash when it has no upvalue}.  Kept per
+-- its code names}, libs = {what the script added to Lua's libraries that its
+-- code names: Hasher:lib_additions}, hash = the whole hash when it has no
+-- upvalue and names none of those}.  Kept per
 -- run by core.proto_id (lua/proto.c); `f` is kept too, so that the prototype
 -- stays alive and no other one can take its id during the run.  Without an id
 -- (the self-check of lua/proto.c failed) it is found again for each closure.
@@ -206,9 +276,15 @@ function Hasher:proto(f)
       end
     end
   end
+  p.libs = {}
+  for _, g in ipairs(self:lib_additions()) do
+    if code:find(g[3], 1, true) then p.libs[#p.libs + 1] = g end
+  end
   -- no upvalue but _ENV, and no script global named: every closure of it
   -- hashes alike (Hasher:fn would join no part)
-  if #p.upvalues == 0 or #p.upvalues == 1 and p.globals and #p.globals == 0 then p.hash = p.prefix:sha256() end
+  if #p.libs == 0 and (#p.upvalues == 0 or #p.upvalues == 1 and p.globals and #p.globals == 0) then
+    p.hash = p.prefix:sha256()
+  end
   if id then self.protos[id] = p end
   return p
 end
@@ -221,23 +297,26 @@ end
 function Hasher:fn(f)
   local memo = self.memo[f]
   if memo then return memo end
-  if self.active[f] then return "recursive" end
+  if self.active[f] then return self:back_edge("recursive") end
   local p = self:proto(f)
   if not p then return "C function" end
-  if p.hash then return p.hash end             -- no upvalue: every closure of it hashes alike
+  -- no upvalue, or only _ENV as the script's globals: every closure of it hashes alike
+  if p.hash and (#p.upvalues == 0 or rawequal(select(2, debug.getupvalue(f, 1)), _G)) then return p.hash end
   self.active[f] = true
+  local loops = self.loops
   local parts = {}
   for i, name in ipairs(p.upvalues) do
-    if name == "_ENV" then
+    local _, v = debug.getupvalue(f, i)
+    if name == "_ENV" and rawequal(v, _G) then
       for _, g in ipairs(p.globals) do parts[#parts + 1] = "G" .. g[1] .. "=" .. self:text(g[2]) end
-    else
-      local _, v = debug.getupvalue(f, i)
-      parts[#parts + 1] = "U" .. name .. "=" .. self:text(v)
+    else                                       -- (an _ENV of its own, `local _ENV = {...}`: a value)
+      parts[#parts + 1] = "U" .. name .. "=" .. (rawequal(v, f) and "Frecursive" or self:text(v))
     end
   end
+  for _, g in ipairs(p.libs) do parts[#parts + 1] = "G" .. g[1] .. "=" .. self:text(g[2]) end
   self.active[f] = nil
   local h = #parts == 0 and p.prefix:sha256() or p.prefix:sha256("\0", table.concat(parts, "\0"))
-  self.memo[f] = h
+  if self.loops == loops then self.memo[f] = h end
   return h
 end
 
@@ -298,6 +377,23 @@ local function shell_words(s)
   return words
 end
 
+-- Shells whose -c option (alone or with others: -ec, -lc) runs its next
+-- argument as a command line.
+local SHELLS = { sh = true, bash = true, dash = true, zsh = true, ksh = true, mksh = true }
+
+-- The script of an argv that runs a shell with -c ({"sh", "-c", "python3
+-- src/train.py"}), or nil.
+local function shell_script(argv)
+  local prog = argv[1] and argv[1]:match("[^/]+$")
+  if not (prog and SHELLS[prog]) then return nil end
+  for k = 2, #argv - 1 do
+    local a = argv[k]
+    if not a:find("^%-") then return nil end          -- a script file, not -c
+    if a:find("^%-%a*c%a*$") then return argv[k + 1] end
+  end
+  return nil
+end
+
 local function command_code(cmd, root)
   local parts, words = {}, {}
   if cmd.shell then
@@ -307,6 +403,11 @@ local function command_code(cmd, root)
     for i, a in ipairs(cmd.argv) do
       words[i] = a
       parts[#parts + 1] = a
+    end
+    -- the files its script names (one word of the argv, which names none)
+    local script = shell_script(cmd.argv)
+    if script then
+      for _, w in ipairs(shell_words(script)) do words[#words + 1] = w end
     end
   end
   if cmd.cwd then parts[#parts + 1] = "cwd=" .. cmd.cwd end
@@ -375,7 +476,7 @@ function M.explain(old, now, is_command)
   diff("inputs", "input")
   diff("files", "file")
   if old.dist ~= now.dist then add("its distribution settings changed") end
-  if old.outputs ~= now.outputs then add("its outputs changed (names, types or paths)") end
+  if old.outputs ~= now.outputs then add("its outputs (names, types or paths) or the catalog types of its inputs changed") end
   if #reasons == 0 then add("its fingerprint changed (flow itself changed how it is computed)") end
   return table.concat(reasons, "; ")
 end

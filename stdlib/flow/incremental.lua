@@ -54,17 +54,42 @@ local function output_part(self, d)
   return d .. "\0" .. e.type .. "\0" .. (e.path or "") .. (e.versioned and "\0v" or "")
 end
 
+-- An input's catalog type (and whether it is versioned), for a dataset the
+-- catalog declares: what the step is handed for it (a string, a table, a
+-- path) depends on it as much as on the content.  nil for a memory value.
+local function input_part(self, d)
+  local e = self.cat:entry(d)
+  if not e.declared then return nil end
+  return "<" .. d .. "\0" .. e.type .. (e.versioned and "\0v" or "")
+end
+
 -- The outputs' part: one string for the usual single output; several sorted
 -- by their bytes, as the engine sorts them (lua/uptodate_describe.c), not by
 -- table.sort's strcoll (which os.setlocale keeps at C's, lua/state.c, but a
--- C module a script loads could change).
+-- C module a script loads could change); then, each after a "\n", the
+-- sorted parts of its declared inputs (once each).
 local function outputs_part(self, n)
-  local outs = n.outputs
-  if #outs == 1 then return output_part(self, outs[1].dataset) end
-  local t = {}
-  for k, io in ipairs(outs) do t[k] = output_part(self, io.dataset) end
-  core.sort_bytes(t)
-  return table.concat(t, "\n")
+  local outs, part = n.outputs, nil
+  if #outs == 1 then
+    part = output_part(self, outs[1].dataset)
+  else
+    local t = {}
+    for k, io in ipairs(outs) do t[k] = output_part(self, io.dataset) end
+    core.sort_bytes(t)
+    part = table.concat(t, "\n")
+  end
+  local ins, seen
+  for _, io in ipairs(n.inputs) do
+    local p = not dag.is_param_input(io.dataset) and input_part(self, io.dataset)
+    if p and not (seen and seen[p]) then
+      ins, seen = ins or {}, seen or {}
+      seen[p] = true
+      ins[#ins + 1] = p
+    end
+  end
+  if not ins then return part end
+  core.sort_bytes(ins)
+  return part .. "\n" .. table.concat(ins, "\n")
 end
 
 -- The parts of step i's fingerprint fixed for the whole run: its code

@@ -94,6 +94,30 @@ test_changed_project_file_reruns_the_command_naming_it() {
     contains "$ERR" "explain: ab is up to date"
 }
 
+# The script of an argv that runs a shell with -c is one word, which names no
+# file; the files its words name count (not what it writes).
+test_a_project_file_a_sh_c_script_names_reruns_it() {
+    write src/train.py <<'P'
+print(1)
+P
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "train", outputs = { o = "model" },
+        command = { "sh", "-c", "touch ran_train; cat src/train.py > ${outputs.o}" } },
+  node{ name = "bash", outputs = { o = "m2" },
+        command = { "/bin/bash", "-ec", "touch ran_bash; cat src/train.py > $0", "${outputs.o}" } },
+}
+L
+    run_flow 0 run
+    rm -f ran_*
+    run_flow 0 run
+    equals "$(ran)" "" "unchanged"
+    echo 'print(2)' >> src/train.py
+    run_flow 0 run --explain
+    equals "$(ran)" "bash train " "after src/train.py changed"
+    contains "$ERR" "explain: train runs: file 'src/train.py' changed"
+}
+
 # What a command writes through a redirection or tee is not a file it
 # reads: named, logs/run.log changed at every run, and the step ran again
 # each time.  A file it reads (< or as an argument) still reruns it.
@@ -150,6 +174,122 @@ L
     equals "$(ran)" "f " "after a global it names changed"
 }
 
+# What a step's values lead to is hashed too: a class's methods through the
+# metatable, defaults through __index, a field the script set in a project
+# module, an _ENV of its own, an integer past 2^53.
+test_metatables_module_fields_and_environments_are_part_of_the_code() {
+    write lib/cfg.lua <<'L'
+local M = { scale = 1 }
+function M.apply(x) return x * M.scale end
+return M
+L
+    write conf/base/parameters.yml <<'Y'
+seed: 1234567890123456789
+Y
+    write pipeline.lua <<'L'
+local cfg = require("lib.cfg")
+cfg.scale = 5
+local Model = {}
+Model.__index = Model
+function Model.predict(self, x) return x * self.w + 100 end
+local m = setmetatable({ w = 3 }, Model)
+local opts = setmetatable({}, { __index = { lr = 0.5 } })
+local h
+do local _ENV = { k = 2 }; h = function(x) return x * k end end
+local function mark(name) io.open("ran_" .. name, "w"):close() end
+return pipeline{
+  node{ name = "module", outputs = "a", func = function() mark("module") return cfg.apply(1) end },
+  node{ name = "class", outputs = "b", func = function() mark("class") return m:predict(1) end },
+  node{ name = "defaults", outputs = "c", func = function() mark("defaults") return opts.lr end },
+  node{ name = "env", outputs = "d", func = function() mark("env") return h(1) end },
+  node{ name = "seed", inputs = "params:seed", outputs = "e", func = function(s) mark("seed") return s end },
+}
+L
+    run_flow 0 run
+    rm -f ran_*
+    run_flow 0 run
+    equals "$(ran)" "" "unchanged"
+    sed -i 's/cfg.scale = 5/cfg.scale = 6/' pipeline.lua
+    run_flow 0 run
+    equals "$(ran)" "module " "after the script set another value in a module"
+    rm -f ran_*
+    sed -i 's/x \* self.w + 100/x * self.w + 101/' pipeline.lua
+    run_flow 0 run
+    equals "$(ran)" "class " "after a method of the value's class changed"
+    rm -f ran_*
+    sed -i 's/lr = 0.5/lr = 0.25/' pipeline.lua
+    run_flow 0 run
+    equals "$(ran)" "defaults " "after a default behind __index changed"
+    rm -f ran_*
+    sed -i 's/_ENV = { k = 2 }/_ENV = { k = 3 }/' pipeline.lua
+    run_flow 0 run
+    equals "$(ran)" "env " "after a value in the function's own _ENV changed"
+    rm -f ran_*
+    sed -i 's/seed: 1234567890123456789/seed: 1234567890123456788/' conf/base/parameters.yml
+    run_flow 0 run
+    equals "$(ran)" "seed " "after a large integer parameter changed by one"
+}
+
+# A function the script adds to a library of Lua's is the script's code: the
+# step that calls it (as a method, naming no "string") reruns when it changes.
+test_functions_added_to_lua_libraries_are_part_of_the_code() {
+    write pipeline.lua <<'L'
+function string.trim(s) return (s:gsub("^%s+", "")) end
+function table.total(t) local s = 0 for _, v in ipairs(t) do s = s + v end return s end
+local function mark(name) io.open("ran_" .. name, "w"):close() end
+return pipeline{
+  node{ name = "trim", outputs = "a", func = function() mark("trim") return ("  hi"):trim() end },
+  node{ name = "total", outputs = "b", func = function() mark("total") return table.total({ 1, 2 }) end },
+  node{ name = "other", outputs = "c", func = function() mark("other") return ("x"):upper() end },
+}
+L
+    run_flow 0 run
+    rm -f ran_*
+    run_flow 0 run
+    equals "$(ran)" "" "unchanged"
+    sed -i 's/"^%s+", ""/"^%s+", "_"/' pipeline.lua
+    run_flow 0 run
+    equals "$(ran)" "trim " "after string.trim changed"
+    rm -f ran_*
+    sed -i 's/s = s + v/s = s + 2 * v/' pipeline.lua
+    run_flow 0 run
+    equals "$(ran)" "total " "after table.total changed"
+}
+
+# Values that lead back to one another (functions that call each other,
+# tables that hold each other) are hashed whichever step the walk starts
+# from: a change in the loop reruns every step that reaches it, in either
+# order of the steps.
+test_loops_in_what_a_step_reaches_are_hashed_whole() {
+    for order in AB BA; do
+        rm -rf .flow ran_*
+        write pipeline.lua <<L
+local f, g
+function f(x) if x <= 0 then return 0 end return g(x - 1) + 1 end
+function g(x) if x <= 0 then return 100 end return f(x - 1) + 2 end
+local model = { lr = 0.7 }
+local opt = { parent = model }
+model.opt = opt
+local function mark(name) io.open("ran_" .. name, "w"):close() end
+local A = node{ name = "A", outputs = "a", func = function() mark("A") return f(3) + model.lr end }
+local B = node{ name = "B", outputs = "b", func = function() mark("B") return g(3) + opt.parent.lr end }
+return pipeline("$order" == "AB" and { A, B } or { B, A })
+L
+        run_flow 0 run
+        rm -f ran_*
+        sed -i 's/return g(x - 1) + 1 end/return g(x - 1) + 5 end/' pipeline.lua
+        run_flow 0 run
+        equals "$(ran)" "A B " "order $order: after a function in the loop changed"
+        rm -f ran_*
+        sed -i 's/lr = 0.7/lr = 0.8/' pipeline.lua
+        run_flow 0 run
+        equals "$(ran)" "A B " "order $order: after a table in the loop changed"
+        rm -f ran_*
+        run_flow 0 run
+        equals "$(ran)" "" "order $order: unchanged"
+    done
+}
+
 test_project_modules_are_part_of_the_code() {
     # a module the step requires at run time, one a module requires, and one
     # held in an upvalue: each is hashed by its source file's content
@@ -194,6 +334,32 @@ L
     run_flow 0 run
     equals "$(ran)" "shifted " "after the module held in an upvalue changed"
     contains "$OUT" "y=90 z=5"
+}
+
+# A module require loaded runs the text it was loaded from: a driver script
+# (or a REPL) that edits it between two runs without loading it again runs
+# the old code, which must not be recorded under the new source's hash; the
+# next process, which loads the new text, runs the step.
+test_a_module_is_hashed_as_it_was_loaded() {
+    write lib/m.lua <<'L'
+return { v = function() return 1 end }
+L
+    write driver.lua <<'L'
+local flow = require("flow")
+local m = require("lib.m")
+local p = pipeline{ node{ name = "s", outputs = "o", func = function() return m.v() end },
+                    node{ name = "show", inputs = "o", func = function(o) print("o=" .. o) end } }
+flow.run(p)
+local f = assert(io.open("lib/m.lua", "w"))
+f:write("return { v = function() return 2 end }\n")
+f:close()
+flow.run(p)
+L
+    run_flow 0 run driver.lua
+    contains "$OUT" "o=1"
+    contains "$ERR" "0 done, 2 up to date"
+    run_flow 0 run driver.lua
+    contains "$OUT" "o=2"
 }
 
 test_modules_with_annotations_and_dofiled_files_are_part_of_the_code() {

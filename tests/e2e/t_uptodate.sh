@@ -353,6 +353,47 @@ test_steps_of_one_function_are_described_in_c_as_the_stdlib_would() {
     equals "$(engine_line)" "flow: up-to-date check: 31 passed in the engine, 0 left to Lua"
 }
 
+# An input's catalog type is in its readers' fingerprints: the same bytes
+# read as text or as JSON are another value.  Three steps of one function
+# expression read three declared datasets (the first through the stdlib,
+# the others described in C); a memory value's reader keeps its fingerprint.
+test_a_changed_input_type_reruns_its_readers() {
+    write conf/base/catalog.yml <<'Y'
+r1: {type: text, path: data/r1.json}
+r2: {type: text, path: data/r2.json}
+r3: {type: text, path: data/r3.json}
+o1: {type: text, path: data/o1.txt}
+o2: {type: text, path: data/o2.txt}
+o3: {type: text, path: data/o3.txt}
+Y
+    mkdir -p data
+    for k in 1 2 3; do echo '[1, 2]' > data/r$k.json; done
+    write pipeline.lua <<'L'
+local steps = { node{ name = "m", outputs = "mem", func = function() return 1 end },
+                node{ name = "usem", inputs = "mem", outputs = "mem2", func = function(x) return x end } }
+for k = 1, 3 do
+  steps[#steps + 1] = node{ name = "c" .. k, inputs = "r" .. k, outputs = "o" .. k, func = function(r) return type(r) end }
+end
+return pipeline(steps)
+L
+    run_flow 0 run
+    equals "$(cat data/o3.txt)" "string" "o3"
+    FLOW_DEBUG_UPTODATE=1 run_flow 0 run
+    contains "$ERR" "flow: described in C: 2 steps"
+    equals "$(engine_line)" "flow: up-to-date check: 5 passed in the engine, 0 left to Lua"
+    sed -i 's/type: text, path: data\/r/type: json, path: data\/r/' conf/base/catalog.yml
+    FLOW_DEBUG_UPTODATE=1 run_flow 0 run
+    contains "$ERR" "3 done, 2 up to date"
+    equals "$(engine_line)" "flow: up-to-date check: 2 passed in the engine, 3 left to Lua"
+    equals "$(cat data/o1.txt) $(cat data/o2.txt) $(cat data/o3.txt)" "table table table" "the outputs"
+    sed -i 's/type: json, path: data\/r/type: text, path: data\/r/' conf/base/catalog.yml
+    run_flow 0 run --explain
+    for k in 1 2 3; do
+        contains "$ERR" "explain: c$k runs: its outputs (names, types or paths) or the catalog types of its inputs changed"
+    done
+    contains "$ERR" "explain: usem is up to date"
+}
+
 # A script that sets its locale leaves the collation at C's: Lua compares
 # strings with strcoll, and under de_DE.UTF-8's collation table.sort ordered
 # what the stdlib hashes (a table's items, a command's env) and the
