@@ -789,7 +789,9 @@ local function resume_args(opts, pos)
   end
   local completed, finished = {}, nil
   for _, ev in ipairs(events) do
-    if ev.event == "step_end" and (ev.status == "ok" or ev.status == "up to date") then completed[ev.step] = true end
+    if ev.event == "step_end" and type(ev.step) == "string" and (ev.status == "ok" or ev.status == "up to date") then
+      completed[ev.step] = true        -- (a damaged line without its step's name: nothing completed)
+    end
     if ev.event == "run_end" then finished = ev.code end
   end
   return start, completed, finished, dir, M.unfinished_jobs(events)

@@ -48,6 +48,13 @@ local GC_BEFORE_RUN_KB = 4096  -- a Lua heap this large is collected once before
 -- flow.run itself, a sweep) can exit with its last run's status.
 M.runs_started, M.last_code = 0, nil
 M.running = 0                  -- runs under way in this process (a step's own flow.run, flow.spawn's)
+-- The project's state while a run is under way: a run a step starts (flow.run
+-- in a step's function) shares it.  Loading its own would fold the journal of
+-- the run around it, half written, and mark that run merged (a kill of it
+-- then lost the steps it had finished), and the outer run's save, finding
+-- the file changed under it, would write its own view over the inner's
+-- records.
+local running_state = nil
 local is_failure, step_failure = failure.is, failure.new
 local first_line = failure.first_line
 local printing, step_secrets = execute.printing, execute.step_secrets
@@ -470,7 +477,8 @@ function M.run(p, opts, level)
   if collectgarbage("count") > GC_BEFORE_RUN_KB then collectgarbage() end
   state_mod.lock()
   local run_id = core.run_id(state_mod.RUNS)
-  local self = new_run(plan, opts, run_id, tasks.shared("state", function() return state_mod.load(run_id) end))
+  local st = tasks.shared("state", function() return M.running > 0 and running_state or state_mod.load(run_id) end)
+  local self = new_run(plan, opts, run_id, st)
   local _ <close> = self.claimed and setmetatable({}, { __close = function() release_claims(self) end }) or nil
   -- Every directory the run writes to, made (or found to be a directory, not
   -- a file or a link) before any step runs: a problem here raises a file-system
@@ -482,7 +490,11 @@ function M.run(p, opts, level)
   core.mkdir_p(state_mod.CACHE)
   self:start_journal(plan, opts)
   M.running = M.running + 1                          -- (start_journal moves latest only when none was under way)
-  local _running <close> = setmetatable({}, { __close = function() M.running = M.running - 1 end })
+  running_state = running_state or st
+  local _running <close> = setmetatable({}, { __close = function()
+    M.running = M.running - 1
+    if M.running == 0 then running_state = nil end
+  end })
   if opts.started then opts.started(run_id) end      -- (flow.sweep keeps the id of a sweep job's run)
   local jobs = opts.jobs or core.cpu_count()
   local pools, pool_of, kind_pools = M.pools(plan, jobs)

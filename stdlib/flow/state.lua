@@ -69,12 +69,23 @@ local function valid(rec)
      and (rec.metrics == nil or type(rec.metrics) == "table" and type(rec.metrics.values) == "table")
 end
 
+-- Whether every value kept inline in output records still has its hash: a
+-- journal line has no checksum of its own (state.log's records have), and a
+-- record folded from a damaged one would be trusted from then on, its
+-- value failing each reader's restore while its producer stayed up to date.
+local function inline_values_hold(outputs)
+  for _, out in pairs(outputs) do
+    if out.value ~= nil and (type(out.value) ~= "string" or cache.sha256(out.value) ~= out.hash) then return false end
+  end
+  return true
+end
+
 -- One step_end line of a journal -> (name, record) when it is a success.
 local function record_of(ev)
   if ev.event ~= "step_end" or ev.status ~= "ok" or type(ev.step) ~= "string" then return nil end
   local rec = { fp = ev.fingerprint, parts = ev.parts, outputs = ev.outputs or {}, time = ev.time,
                 metrics = ev.metrics and { values = ev.metrics, series = ev.series } }
-  if valid(rec) then return ev.step, rec end
+  if valid(rec) and inline_values_hold(rec.outputs) then return ev.step, rec end
 end
 
 -- The events of a journal, or nil when it cannot be read; then the number of
@@ -327,8 +338,23 @@ local function referenced_values(steps)
   return keep
 end
 
+-- The runs whose directory holds an output a step record still points at:
+-- a run among others at once (flow.spawn, a parallel sweep's trials) keeps
+-- its commands' outputs in .flow/runs/<id>/data.
+local function runs_with_outputs(steps)
+  local keep = {}
+  for _, rec in pairs(steps) do
+    for _, out in pairs(rec.outputs or {}) do
+      local id = type(out.path) == "string" and out.path:match("^%.flow/runs/([^/]+)/data/")
+      if id then keep[id] = true end
+    end
+  end
+  return keep
+end
+
 -- flow clean: run directories older than `older` seconds (never the
--- latest run), temporary directories of runs that are over, and with
+-- latest run, nor one holding outputs a record uses), temporary directories
+-- of runs that are over, and with
 -- `cache`, cached values no step record uses and stale file hashes.
 -- Returns counts {runs =, tmp =, values =, hashes =, bytes =}.
 function M.clean(older, with_cache, dry)
@@ -342,9 +368,10 @@ function M.clean(older, with_cache, dry)
     if not dry then core.remove_tree(path) end
   end
   local kept = {}
+  local holding = runs_with_outputs(st.steps)
   for _, id in ipairs(core.list_dir(M.RUNS) or {}) do
     local dir = M.RUNS .. "/" .. id
-    if id ~= "latest" and id ~= latest then
+    if id ~= "latest" and id ~= latest and not holding[id] then
       local t = run_started(dir)
       if older and t and now - t > older then remove(dir); counts.runs = counts.runs + 1
       else kept[#kept + 1] = id end

@@ -953,6 +953,41 @@ json.dump({"version": 1, "steps": steps}, open(".flow/cache/state.json", "w"))
 # time), not only at its end: killed while its last step runs, it leaves
 # whole records of the steps that ended, and the journal the rest, so the
 # next run runs only the step that was killed.
+# A step that runs a pipeline of its own (flow.run in its function) shares
+# the project's state with the run around it: the inner run's records are
+# kept (the outer run's save wrote over them), and a kill of the outer run
+# later loses none of the steps it finished (the inner run folded the outer
+# run's half-written journal and marked it merged).
+test_a_run_inside_a_step_shares_the_state() {
+    write pipeline.lua <<'L'
+local flow = require("flow")
+local function log(s) local f = io.open("exec.log", "a") f:write(s, "\n") f:close() end
+local inner = pipeline{ node{ name = "inner1", outputs = "i1", func = function() log("inner1") return 41 end } }
+flow.register("inner", inner)
+return pipeline{
+  node{ name = "s1", outputs = "a", func = function() log("s1") return 1 end },
+  node{ name = "nest", inputs = "a", outputs = "b", func = function(a) log("nest") return a + flow.run(inner, {}).outputs.i1 end },
+  node{ name = "after", inputs = "b", outputs = "c", func = function(b) log("after") return b + 1 end },
+  node{ name = "slow", inputs = { c = "c" }, outputs = { o = "d" },
+        command = { "sh", "-c", "touch slow_started; sleep ${params.nap}; echo x > $0", "${outputs.o}" } },
+}
+L
+    write conf/base/parameters.yml <<'Y'
+nap: 0
+Y
+    run_flow 0 run
+    run_flow 0 run --pipeline inner --explain
+    contains "$ERR" "explain: inner1 is up to date"
+    rm -rf .flow exec.log slow_started
+    run_flow_bg run -q --params nap=30
+    for i in $(seq 300); do [ -e slow_started ] && break; sleep 0.1; done
+    kill -9 "$FLOW_PID"; wait "$FLOW_PID" 2>/dev/null || true
+    equals "$(tr '\n' ' ' < exec.log)" "s1 nest inner1 after " "the killed run's steps"
+    rm -f exec.log
+    run_flow 0 run --params nap=0
+    equals "$(cat exec.log 2>/dev/null)" "" "steps run again after the kill"
+}
+
 test_a_killed_run_leaves_whole_records_behind() {
     write pipeline.lua <<'L'
 local nodes = {}
@@ -1014,6 +1049,26 @@ L
     run_flow 2 run
     contains "$ERR" "another flow run (pid $pid) is using this project"
     wait $pid
+}
+
+# Runs at once (flow.spawn) keep their commands' outputs in their own run
+# directory: flow clean keeps a run whose directory holds an output a record
+# uses, and what was up to date stays so.
+test_clean_keeps_the_runs_that_hold_outputs_in_use() {
+    write driver.lua <<'L'
+local flow = require("flow")
+local function p(tag) return pipeline{
+  node{ name = "train_" .. tag, outputs = "model_" .. tag,
+        command = { "sh", "-c", 'echo train $0 >> exec.log; echo "m=$0" > "$1"', tag, "${outputs.model_" .. tag .. "}" } },
+} end
+flow.wait_all{ flow.spawn(flow.run, p("a"), {}), flow.spawn(flow.run, p("b"), {}) }
+L
+    run_flow 0 run driver.lua
+    run_flow 0 run driver.lua
+    rm -f exec.log
+    run_flow 0 clean --runs-older-than 0s
+    run_flow 0 run driver.lua
+    equals "$(cat exec.log 2>/dev/null)" "" "steps run again after flow clean"
 }
 
 test_clean_removes_old_runs_and_unused_cache_entries() {

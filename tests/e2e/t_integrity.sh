@@ -304,6 +304,43 @@ test_resume_with_a_damaged_first_line() {
     clean_failure
 }
 
+# A step_end line without its step's name (damaged) completes nothing: the
+# resumed run runs what is not up to date, without a traceback.
+test_resume_with_a_step_line_without_its_name() {
+    small_project
+    sed -i 's/x + 1/error("b broke")/' pipeline.lua
+    run_flow 1 run
+    sed -i 's/"step":"a"/"stap":"a"/' .flow/runs/latest/journal.jsonl
+    contains "$(cat .flow/runs/latest/journal.jsonl)" '"stap":"a"'
+    sed -i 's/error("b broke")/x + 1/' pipeline.lua
+    run_flow 0 run --resume
+    clean_failure
+}
+
+# A journal line whose inline value no longer matches its hash (a journal
+# line has no checksum) is not folded into the state: its step runs again,
+# rather than stay up to date while each reader fails to restore its value.
+test_a_journal_value_that_fails_its_hash_is_not_folded() {
+    small_project
+    run_flow 0 run
+    rm -f ran.log .flow/cache/state.log .flow/cache/merged_runs
+    id=$(readlink .flow/runs/latest)
+    python3 - ".flow/runs/$id/journal.jsonl" <<'P'
+import re, sys
+p = sys.argv[1]
+lines = open(p).read().split("\n")
+for i, l in enumerate(lines):
+    if '"step":"a"' in l and '"status":"ok"' in l:
+        m = re.search(r'"hash":"([0-9a-f])', l)
+        lines[i] = l[:m.start(1)] + ("0" if m.group(1) != "0" else "1") + l[m.start(1) + 1:]
+open(p, "w").write("\n".join(lines))
+P
+    run_flow 0 run
+    equals "$(ran)" "a " "steps run again"
+    run_flow 0 run
+    contains "$ERR" "up to date"
+}
+
 test_damaged_step_records_are_dropped() {
     small_project
     run_flow 0 run
