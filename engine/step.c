@@ -221,8 +221,8 @@ static void flush_written(void *arg)
             end_recorded(r, i, rc == 0, err);
             continue;
         }
-        char *why = xasprintf("its journal line was in one batch with step '%s''s, whose output could not be "
-                              "made durable (%s)", step_name(r, owner), err);
+        char *why = xasprintf("its journal line was in one batch with the end of step '%s', whose output could "
+                              "not be made durable (%s)", step_name(r, owner), err);
         end_recorded(r, i, false, why);
         free(why);
     }

@@ -111,16 +111,16 @@ int flow_load_file(lua_State *L, const char *path)
     return rc;
 }
 
+/* The registry's table of the modules require loaded: path -> the SHA-256
+ * of the text it ran (flow_l_loaded_source). */
+static const char sources_key = 'S';
+
 /* Reads path and pushes its chunk, named "@path" (so messages say "path:line"),
  * or an error message; returns LUA_OK or the error.  A precompiled chunk is
  * loaded as it is; `mode` is load's ("t", "b", "bt" or NULL).  No C memory is
  * held across a Lua call that can raise: the name is pushed before the file is
- * read, and lua_load itself runs protected. */
-/* The registry's table of the modules require loaded: path -> the SHA-256
- * of the text it ran (flow_loaded_source). */
-static const char sources_key = 'S';
-
-/* `hash`, when not NULL, gets the SHA-256 of the file's text as read. */
+ * read, and lua_load itself runs protected.  `hash`, when not NULL, gets the
+ * SHA-256 of the file's text as read. */
 static int load_project_file(lua_State *L, const char *path, const char *mode, char hash[SHA256_HEX_SIZE])
 {
     const char *chunkname = lua_pushfstring(L, "@%s", path);

@@ -28,7 +28,7 @@ end
 
 -- What Lua's libraries held then (string, table, math, ...): a function a
 -- script adds to one (string.trim, called as s:trim()) or puts in place of
--- one is the script's code, found by its key (Hasher:user_globals).
+-- one is the script's code, found by its key (Hasher:lib_additions).
 local builtin_libs = {}
 for name, lib in pairs(_G) do
   if type(lib) == "table" and name ~= "_G" and name ~= "package" then

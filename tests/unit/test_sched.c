@@ -4,6 +4,7 @@
  * executor's own count saw, and what cannot happen would hang, bounded by a
  * long timer, not pass by luck. */
 #include "check.h"
+#include "fixtures.h"
 #include "dag.h"
 #include "loop.h"
 #include "sched.h"
@@ -390,23 +391,6 @@ static void test_a_step_after_records_waits_for_the_unhold(void)
     free_fake(&h.f);
     loop_free(h.f.loop);
     dag_free(d);
-}
-
-/* A chain s0 -> s1 -> ... of n steps. */
-static struct dag *chain(size_t n)
-{
-    struct dag *d = dag_new();
-    char err[256], name[32], in[32], out[32];
-    for (size_t k = 0; k < n; k++) {
-        snprintf(name, sizeof name, "s%zu", k);
-        snprintf(in, sizeof in, "d%zu", k ? k - 1 : 0);
-        snprintf(out, sizeof out, "d%zu", k);
-        struct dag_io i = { NULL, in }, o = { NULL, out };
-        struct dag_step s = { .name = name, .inputs = &i, .n_inputs = k > 0, .outputs = &o, .n_outputs = 1 };
-        if (dag_add_step(d, &s, err, sizeof err) < 0) { fprintf(stderr, "%s\n", err); exit(2); }
-    }
-    if (dag_finalize(d, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); exit(2); }
-    return d;
 }
 
 /* Steps that end inside their start after `spin` seconds of work, as a Lua

@@ -4,6 +4,7 @@
  * lines written, in their order, with the run's end last, and a step's
  * state record put once its end is recorded. */
 #include "check.h"
+#include "fixtures.h"
 #include "dag.h"
 #include "journal.h"
 #include "loop.h"
@@ -18,23 +19,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
-
-/* A chain s0 -> s1 -> ... (each reads the one before) */
-static struct dag *chain(size_t n)
-{
-    struct dag *d = dag_new();
-    char err[256], name[32], in[32], out[32];
-    for (size_t i = 0; i < n; i++) {
-        snprintf(name, sizeof name, "s%zu", i);
-        snprintf(in, sizeof in, "d%zu", i ? i - 1 : 0);
-        snprintf(out, sizeof out, "d%zu", i);
-        struct dag_io o = { NULL, out }, inp = { NULL, in };
-        struct dag_step s = { .name = name, .inputs = &inp, .n_inputs = i ? 1 : 0, .outputs = &o, .n_outputs = 1 };
-        if (dag_add_step(d, &s, err, sizeof err) < 0) { fprintf(stderr, "%s\n", err); exit(2); }
-    }
-    if (dag_finalize(d, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); exit(2); }
-    return d;
-}
 
 static struct loop *new_loop(void)
 {
