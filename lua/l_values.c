@@ -397,9 +397,22 @@ static int l_call(lua_State *L)
     return finish(L, LUA_OK, base);
 }
 
+/* recompute_key(fp, d) -> K: the hash that names value d of a step whose
+ * fingerprint is fp when the value is not kept (flow.values); the one
+ * spelling of it, for the stdlib too. */
+static int l_recompute_key(lua_State *L)
+{
+    const char *fp = luaL_checkstring(L, 1), *d = luaL_checkstring(L, 2);
+    char hash[SHA256_HEX_SIZE];
+    recompute_key(L, fp, d, hash);
+    lua_pushstring(L, hash);
+    return 1;
+}
+
 static const luaL_Reg values_funcs[] = {
     { "call", l_call },
     { "copy", l_copy },
+    { "recompute_key", l_recompute_key },
     { NULL, NULL }
 };
 

@@ -17,6 +17,7 @@
 -- folding is idempotent and order does not matter.
 local core = require("flow.core")
 local cache = require("flow.cache")
+local recompute_key = require("flow.values_c").recompute_key
 local util = require("flow.util")
 local redact = require("flow.config").redact
 
@@ -69,13 +70,16 @@ local function valid(rec)
      and (rec.metrics == nil or type(rec.metrics) == "table" and type(rec.metrics.values) == "table")
 end
 
--- Whether every value kept inline in output records still has its hash: a
+-- Whether every value a record keeps inline still has its hash, and every
+-- value it did not keep the key its fingerprint gives it (flow.values): a
 -- journal line has no checksum of its own (state.log's records have), and a
--- record folded from a damaged one would be trusted from then on, its
--- value failing each reader's restore while its producer stayed up to date.
-local function inline_values_hold(outputs)
-  for _, out in pairs(outputs) do
+-- record folded from a damaged one would be trusted from then on, each
+-- reader failing to restore (or make again) the value while its producer
+-- stayed up to date.
+local function values_hold(rec)
+  for d, out in pairs(rec.outputs) do
     if out.value ~= nil and (type(out.value) ~= "string" or cache.sha256(out.value) ~= out.hash) then return false end
+    if out.recompute and out.hash ~= recompute_key(rec.fp, d) then return false end
   end
   return true
 end
@@ -85,7 +89,7 @@ local function record_of(ev)
   if ev.event ~= "step_end" or ev.status ~= "ok" or type(ev.step) ~= "string" then return nil end
   local rec = { fp = ev.fingerprint, parts = ev.parts, outputs = ev.outputs or {}, time = ev.time,
                 metrics = ev.metrics and { values = ev.metrics, series = ev.series } }
-  if valid(rec) and inline_values_hold(rec.outputs) then return ev.step, rec end
+  if valid(rec) and values_hold(rec) then return ev.step, rec end
 end
 
 -- The events of a journal, or nil when it cannot be read; then the number of

@@ -108,13 +108,9 @@ end
 -- has a timeout or retries, or has an output the catalog persists.  The catalog keeps any value across runs (`type:
 -- lua` for a Lua table).
 
-local RECOMPUTE_PREFIX = "recompute\0"
-
--- K for output d of a step whose fingerprint is fp (the C body's too:
--- lua/l_values.c spells it the same way).
-function M.recompute_key(fp, d)
-  return cache.sha256(RECOMPUTE_PREFIX .. fp .. "\0" .. d)
-end
+-- K for output d of a step whose fingerprint is fp: the C body's
+-- (lua/l_values.c), the one spelling of it.
+M.recompute_key = require("flow.values_c").recompute_key
 
 -- For step i, whose large values need not be kept (see above): a function
 -- returning the fingerprint that names them, called only for a value that
