@@ -317,28 +317,39 @@ test_resume_with_a_step_line_without_its_name() {
     clean_failure
 }
 
+# The first digit of the first output hash in step STEP's successful
+# step_end line of journal FILE, changed.
+damage_output_hash() {
+    python3 - "$1" "$2" <<'P'
+import re, sys
+p, step = sys.argv[1], sys.argv[2]
+lines = open(p).read().split("\n")
+for i, l in enumerate(lines):
+    if '"step":"%s"' % step in l and '"status":"ok"' in l:
+        m = re.search(r'"hash":"([0-9a-f])', l)
+        lines[i] = l[:m.start(1)] + ("0" if m.group(1) != "0" else "1") + l[m.start(1) + 1:]
+open(p, "w").write("\n".join(lines))
+P
+}
+
+# The last run's journal folded in again with STEP's output hash damaged:
+# STEP runs again, alone, and the run after finds everything up to date.
+refold_with_damaged_hash() {
+    rm -f ran.log .flow/cache/state.log .flow/cache/merged_runs
+    damage_output_hash ".flow/runs/$(readlink .flow/runs/latest)/journal.jsonl" "$1"
+    run_flow 0 run
+    equals "$(ran)" "$1 " "steps run again"
+    run_flow 0 run
+    contains "$ERR" "up to date"
+}
+
 # A journal line whose inline value no longer matches its hash (a journal
 # line has no checksum) is not folded into the state: its step runs again,
 # rather than stay up to date while each reader fails to restore its value.
 test_a_journal_value_that_fails_its_hash_is_not_folded() {
     small_project
     run_flow 0 run
-    rm -f ran.log .flow/cache/state.log .flow/cache/merged_runs
-    id=$(readlink .flow/runs/latest)
-    python3 - ".flow/runs/$id/journal.jsonl" <<'P'
-import re, sys
-p = sys.argv[1]
-lines = open(p).read().split("\n")
-for i, l in enumerate(lines):
-    if '"step":"a"' in l and '"status":"ok"' in l:
-        m = re.search(r'"hash":"([0-9a-f])', l)
-        lines[i] = l[:m.start(1)] + ("0" if m.group(1) != "0" else "1") + l[m.start(1) + 1:]
-open(p, "w").write("\n".join(lines))
-P
-    run_flow 0 run
-    equals "$(ran)" "a " "steps run again"
-    run_flow 0 run
-    contains "$ERR" "up to date"
+    refold_with_damaged_hash a
     # a value not kept: its record's key no longer the one its fingerprint gives
     write pipeline.lua <<'L'
 local function note(name) local f = io.open("ran.log", "a") f:write(name, "\n") f:close() end
@@ -349,22 +360,7 @@ return pipeline{
 L
     rm -rf .flow
     run_flow 0 run
-    rm -f ran.log .flow/cache/state.log .flow/cache/merged_runs
-    id=$(readlink .flow/runs/latest)
-    python3 - ".flow/runs/$id/journal.jsonl" <<'P'
-import re, sys
-p = sys.argv[1]
-lines = open(p).read().split("\n")
-for i, l in enumerate(lines):
-    if '"step":"big"' in l and '"recompute":true' in l:
-        m = re.search(r'"hash":"([0-9a-f])', l)
-        lines[i] = l[:m.start(1)] + ("0" if m.group(1) != "0" else "1") + l[m.start(1) + 1:]
-open(p, "w").write("\n".join(lines))
-P
-    run_flow 0 run
-    equals "$(ran)" "big " "steps run again"
-    run_flow 0 run
-    contains "$ERR" "up to date"
+    refold_with_damaged_hash big
 }
 
 test_damaged_step_records_are_dropped() {
