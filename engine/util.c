@@ -222,8 +222,20 @@ char *read_file(const char *path, size_t *len)
 
 char *read_file_max(const char *path, size_t max, size_t *len)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Not blocked by a FIFO planted there (its open waits for a writer, and
+     * flow's signals go to a signalfd): refused, as a script's reader does. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return NULL;
+    struct stat st;
+    int fl, refused = 0;
+    if (fstat(fd, &st) != 0) refused = errno;
+    else if (S_ISFIFO(st.st_mode)) refused = EINVAL;
+    else if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) refused = errno;
+    if (refused) {
+        close(fd);
+        errno = refused;
+        return NULL;
+    }
     struct strbuf sb = STRBUF_INIT;
     char chunk[65536];
     for (;;) {

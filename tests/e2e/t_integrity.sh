@@ -211,6 +211,23 @@ L
 
 # ---- the environment ----------------------------------------------------------
 
+# A FIFO planted where flow keeps its state never blocks a run (its open
+# would wait for a writer, and SIGTERM goes to flow's signalfd): refused,
+# or read as empty, within the time limit.
+test_fifos_in_place_of_state_files_never_block() {
+    small_project
+    for f in .flow/cache/state.log .flow/cache/hashes .flow/cache/merged_runs; do
+        rm -rf .flow
+        run_flow 0 run
+        rm -f "$f"
+        mkfifo "$f"
+        rc=0
+        timeout -s KILL 20 "$FLOW" run -q >/dev/null 2>err.txt || rc=$?
+        [ "$rc" = 0 ] || [ "$rc" = 2 ] || { echo "$f: exit status $rc: $(cat err.txt)"; return 1; }
+        not_contains "$(cat err.txt)" "stack traceback" "$f"
+    done
+}
+
 test_state_paths_that_are_files_give_a_message() {
     small_project
     for p in .flow .flow/runs .flow/cache; do
