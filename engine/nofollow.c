@@ -153,19 +153,8 @@ int nofollow_open(const char *path, int flags, mode_t mode, char *err, size_t er
     char *base, *shown;
     int dfd = open_parent(path, "open", &base, &shown, err, errlen);
     if (dfd < 0) return -1;
-    /* O_NONBLOCK for the open itself: a FIFO planted there would block it
-     * until a writer came (flow's signals go to a signalfd, so not even
-     * SIGTERM ends that wait); the caller's checks then find it is no file. */
-    int fd = openat(dfd, base, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, mode);
+    int fd = open_no_wait(dfd, base, flags | O_NOFOLLOW | O_CLOEXEC, mode);     /* (a FIFO planted there) */
     int e = errno;
-    if (fd >= 0 && !(flags & O_NONBLOCK)) {
-        int fl = fcntl(fd, F_GETFL);
-        if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
-            e = errno;
-            close(fd);
-            fd = -1;
-        }
-    }
     if (fd < 0) {
         char why[768];
         explain(dfd, base, shown, e, why, sizeof why);

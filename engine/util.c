@@ -220,17 +220,29 @@ char *read_file(const char *path, size_t *len)
     return read_file_max(path, SIZE_MAX, len);
 }
 
+int open_no_wait(int dfd, const char *path, int flags, mode_t mode)
+{
+    int fd = openat(dfd, path, flags | O_NONBLOCK, mode);
+    if (fd < 0 || (flags & O_NONBLOCK)) return fd;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
 char *read_file_max(const char *path, size_t max, size_t *len)
 {
-    /* Not blocked by a FIFO planted there (its open waits for a writer, and
-     * flow's signals go to a signalfd): refused, as a script's reader does. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    /* A FIFO planted there is refused, as a script's reader does (open_no_wait). */
+    int fd = open_no_wait(AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) return NULL;
     struct stat st;
-    int fl, refused = 0;
+    int refused = 0;
     if (fstat(fd, &st) != 0) refused = errno;
     else if (S_ISFIFO(st.st_mode)) refused = EINVAL;
-    else if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) refused = errno;
     if (refused) {
         close(fd);
         errno = refused;

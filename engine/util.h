@@ -65,6 +65,11 @@ char *read_file(const char *path, size_t *len);
 /* The same, but a file longer than max bytes fails with EFBIG as soon as more than max
  * bytes were read, so an accidental huge file costs about the limit, not its size. */
 char *read_file_max(const char *path, size_t max, size_t *len);
+/* openat that never waits on a FIFO (its open blocks until the other end
+ * comes, and flow's signals go to a signalfd, so not even SIGTERM would end
+ * that): opened with O_NONBLOCK, which is then cleared unless `flags` asked
+ * for it.  The caller's own checks find what it opened is no file. */
+int open_no_wait(int dfd, const char *path, int flags, mode_t mode);
 /* write() all of buf, retrying on EINTR and short writes; -1 with errno. */
 int write_all(int fd, const void *buf, size_t len);
 /* For a file written as it is made (nofollow's write_with callbacks), with
