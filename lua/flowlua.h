@@ -188,6 +188,11 @@ int flow_l_io_names(lua_State *L);
  * no node. */
 lua_Integer flow_push_listed_node(lua_State *L, int nodes, int indices, lua_Integer k, const char *who,
                                   struct step_decls **d, struct step_decl *rec);
+/* plain_step.c: functions of flow.values_c (the attempt of a plain Lua step) */
+int flow_l_keeps(lua_State *L);
+int flow_l_plain_steps(lua_State *L);
+int flow_l_plain_attempt(lua_State *L);
+int flow_l_plain_done(lua_State *L);
 /* command_refs.c */
 int flow_l_command_refs(lua_State *L);
 int flow_l_has_arg(lua_State *L);

@@ -41,6 +41,7 @@ struct step_run {
     lua_State *co;
     int co_ref;                    /* anchors the coroutine in the registry */
     struct step_wait_list waits;   /* what it is waiting on: processes, timers, jobs */
+    int attempt;                   /* 1, 2, ...: of the attempt running, while one does */
     int guarded;                   /* sched.guard calls running the step's code */
     enum cancel cancel;            /* decided once, reported by the guard */
     lua_Integer exit_code;         /* os.exit's status, for CANCEL_EXIT */
@@ -57,6 +58,12 @@ struct run {
     int code, journal_rc;
     char journal_error[1024];
     int attempt_fn_ref;            /* the stdlib's attempt(i, k) */
+    /* body.plain: the attempt of a plain Lua function step, which C makes
+     * (lua/plain_step.c), and which steps are plain (`plain_steps`, a string
+     * of a byte a step, anchored with the run); LUA_NOREF, NULL: none */
+    int plain_fn_ref;
+    const char *plain_steps;
+    int owner_ref;                 /* opts.owner, what sched.step() names, or LUA_NOREF */
     struct utd *check;             /* the engine's up-to-date check (opts.check), or NULL */
     lua_State *hooked;             /* sched.run's caller, whose hook is off while it runs */
     lua_Hook hook;
@@ -204,6 +211,10 @@ static void read_outcome(lua_State *co, int nres, struct step_outcome *o)
 {
     int top = lua_gettop(co), t = top - nres + 2;
     o->ok = nres > 0 && lua_toboolean(co, top - nres + 1);
+    if (o->ok && nres >= 2 && lua_type(co, t) == LUA_TSTRING) {     /* a plain step's: its outputs */
+        o->outputs_json = lua_tostring(co, t);
+        return;
+    }
     if (nres < 2 || !lua_istable(co, t)) {
         if (!o->ok) o->message = o->report = "internal error: an attempt ended without saying how";
         return;
@@ -325,7 +336,9 @@ static void body_attempt(void *ctx, struct step_runner *r, size_t i, int attempt
     st->guarded = 0;
     st->cancel = CANCEL_NONE;
     st->next_look = 0;
-    lua_rawgeti(st->co, LUA_REGISTRYINDEX, run->attempt_fn_ref);
+    st->attempt = attempt;
+    bool plain = run->plain_steps && run->plain_steps[i];
+    lua_rawgeti(st->co, LUA_REGISTRYINDEX, plain ? run->plain_fn_ref : run->attempt_fn_ref);
     lua_pushinteger(st->co, (lua_Integer)i + 1);
     lua_pushinteger(st->co, attempt);
     resume(st, 2);
@@ -483,6 +496,25 @@ static int optional_ref(lua_State *L, int t, const char *key, bool required)
     return luaL_ref(L, LUA_REGISTRYINDEX);
 }
 
+/* body.plain = {attempt = f(i, k), steps = a byte a step}: the steps whose
+ * byte is not 0 start with f instead of body.attempt.  Leaves `steps` (or
+ * nil) on the stack, for the caller to anchor. */
+static void read_plain(lua_State *L, int body, size_t n_steps, struct run *run)
+{
+    if (lua_getfield(L, body, "plain") != LUA_TTABLE) {
+        lua_pop(L, 1);
+        lua_pushnil(L);
+        return;
+    }
+    int t = lua_gettop(L);
+    size_t len = 0;
+    const char *steps = lua_getfield(L, t, "steps") == LUA_TSTRING ? lua_tolstring(L, -1, &len) : NULL;
+    if (!steps || len != n_steps) luaL_error(L, "run: body.plain.steps must be a string of a byte a step");
+    run->plain_fn_ref = optional_ref(L, t, "attempt", true);
+    run->plain_steps = steps;
+    lua_remove(L, t);
+}
+
 /* The run of sched.run and sched.start: the arguments read, the scheduler and
  * step runner made.  Leaves the run's userdata on top of the stack, its user
  * value a table anchoring what the scheduler points into (the DAG, the
@@ -517,12 +549,15 @@ static struct run *make_run(lua_State *L, lua_State *thread)
      * below (out of memory) releases it. */
     struct run *run = lua_newuserdatauv(L, sizeof *run, 1);
     *run = (struct run){ .L = thread, .check = check, .attempt_fn_ref = LUA_NOREF, .check_fn_ref = LUA_NOREF,
-                         .fingerprint_fn_ref = LUA_NOREF };
+                         .fingerprint_fn_ref = LUA_NOREF, .plain_fn_ref = LUA_NOREF, .owner_ref = LUA_NOREF };
     luaL_setmetatable(L, RUN_CLASS);
     int run_idx = lua_gettop(L);
     run->attempt_fn_ref = optional_ref(L, 3, "attempt", true);
     run->check_fn_ref = optional_ref(L, 3, "up_to_date", false);
     run->fingerprint_fn_ref = optional_ref(L, 3, "fingerprint", false);
+    if (lua_getfield(L, 2, "owner") != LUA_TNIL) run->owner_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+    else lua_pop(L, 1);
+    read_plain(L, 3, dag->n_steps, run);                /* its string stays on the stack: anchored below */
     struct step_runner **record = lua_newuserdatauv(L, sizeof *record, 1);
     *record = NULL;
     luaL_setmetatable(L, RECORD_CLASS);
@@ -617,13 +652,16 @@ static void give_hook_back(struct run *run)
 }
 
 /* run(dag, {jobs=, keep_going=, selected=, pools=, pool=, nodes=, journal=, run_id=, label=,
- *           state=, check=, after_records=}, body)
+ *           state=, check=, after_records=, owner=}, body)
  *   state: the state store, where each step's record goes once its end is
  *   recorded; check: the engine's up-to-date check (flow.cache.uptodate),
  *   asked first; after_records: {[i] = truthy}, the steps that start only
  *   once the steps they depend on are recorded (sched.h)
+ *   owner: what sched.step() names as a step's run (the stdlib's run object)
  *   body: {attempt = f(i, k) -> ok, info; up_to_date = f(i) -> bool;
- *          fingerprint = f(i) -> fp, parts_json},
+ *          fingerprint = f(i) -> fp, parts_json;
+ *          plain = {attempt = g(i, k) -> ok, info | true, outputs_json;
+ *                   steps = a byte a step, not 0 for the steps g attempts}},
  *   up_to_date and fingerprint asked when the check cannot tell
  *   -> code, {state, ...}, {elapsed, ...}, record, journal_error | nil
  * Runs the loop until the run is over.  The record (run.json's,
@@ -697,7 +735,8 @@ static int run_release(lua_State *L)
         ui_run_end(run->ui, run->sched);
         run->ui = NULL;
     }
-    int *refs[] = { &run->attempt_fn_ref, &run->check_fn_ref, &run->fingerprint_fn_ref };
+    int *refs[] = { &run->attempt_fn_ref, &run->check_fn_ref, &run->fingerprint_fn_ref, &run->plain_fn_ref,
+                    &run->owner_ref };
     for (size_t k = 0; k < sizeof refs / sizeof *refs; k++) {
         luaL_unref(L, LUA_REGISTRYINDEX, *refs[k]);
         *refs[k] = LUA_NOREF;
@@ -1061,6 +1100,21 @@ static int l_fingerprint(lua_State *L)
     return 1;
 }
 
+/* step([co]) -> owner, i, k: the run (its opts.owner) and the step whose
+ * attempt k runs on coroutine co (the running one), or nothing: a print()
+ * there goes to that step's log.  (Not a coroutine the step's code made:
+ * its extra space is NULL.) */
+static int l_step(lua_State *L)
+{
+    lua_State *co = lua_isthread(L, 1) ? lua_tothread(L, 1) : L;
+    struct step_run *st = step_of(co);
+    if (!st || st->run->owner_ref == LUA_NOREF) return 0;
+    lua_rawgeti(L, LUA_REGISTRYINDEX, st->run->owner_ref);
+    lua_pushinteger(L, (lua_Integer)st->index + 1);
+    lua_pushinteger(L, st->attempt);
+    return 3;
+}
+
 /* turn(): one turn of the loop, waiting for whatever comes first (flow.wait_all). */
 static int l_turn(lua_State *L)
 {
@@ -1083,6 +1137,7 @@ static const luaL_Reg sched_funcs[] = {
     { "guard", l_guard },
     { "fingerprint", l_fingerprint },
     { "stop_if_due", l_stop_if_due },
+    { "step", l_step },
     { NULL, NULL }
 };
 

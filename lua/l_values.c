@@ -413,6 +413,10 @@ static const luaL_Reg values_funcs[] = {
     { "call", l_call },
     { "copy", l_copy },
     { "recompute_key", l_recompute_key },
+    { "keeps", flow_l_keeps },                  /* plain_step.c */
+    { "plain_steps", flow_l_plain_steps },
+    { "plain_attempt", flow_l_plain_attempt },
+    { "plain_done", flow_l_plain_done },
     { NULL, NULL }
 };
 

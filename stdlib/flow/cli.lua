@@ -683,6 +683,14 @@ local function print_plan(p, opts, resume)
   io.write(string.format("%d of %d selected steps would run\n", runs, #rows))
 end
 
+-- names, sorted and joined by commas; past `max` of them, the count of the
+-- rest (a failure at the start of 10,000 steps is one line, not 100 KB).
+local function name_list(names, max)
+  table.sort(names)
+  if #names <= max then return table.concat(names, ", ") end
+  return string.format("%s and %d more", table.concat(names, ", ", 1, max), #names - max)
+end
+
 -- After a failed run: which steps failed or did not run, and how to go on.
 local function report_failure(result)
   local failed, not_run = {}, {}
@@ -690,11 +698,9 @@ local function report_failure(result)
     if st.state == "failed" then failed[#failed + 1] = name
     elseif st.state == "not run" then not_run[#not_run + 1] = name end
   end
-  table.sort(failed)
-  table.sort(not_run)
   local lines = {}
-  if #failed > 0 then lines[#lines + 1] = "failed: " .. table.concat(failed, ", ") end
-  if #not_run > 0 then lines[#lines + 1] = "not run: " .. table.concat(not_run, ", ") end
+  if #failed > 0 then lines[#lines + 1] = "failed: " .. name_list(failed, 20) end
+  if #not_run > 0 then lines[#lines + 1] = "not run: " .. name_list(not_run, 20) end
   lines[#lines + 1] = "after a fix, finish it with: flow run --resume " .. result.run_id
   core.ui_info(table.concat(lines, "\n"))
 end

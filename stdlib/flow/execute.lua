@@ -4,6 +4,7 @@
 -- with the step's log, its print(), and the failure it ends with.
 -- Methods of the run object (flow.runner mixes them in).
 local core = require("flow.core")
+local sched = require("flow.sched")
 local dag = require("flow.dag")
 local proc = require("flow.proc")
 local util = require("flow.util")
@@ -53,28 +54,33 @@ end
 
 -- The common case, a step of memory values in and out, is called and
 -- recorded in C (lua/l_values.c); it hands back what it does not do itself:
--- the whole step before the call, the results after it.
-local lua_bodies = os.getenv("FLOW_DEBUG_LUA_BODIES") ~= nil     -- (t_outputs.sh compares the two)
+-- the whole step before the call, the results after it.  (A plain step's
+-- attempt does not come here: lua/plain_step.c calls values_c.call itself.)
+M.lua_bodies = os.getenv("FLOW_DEBUG_LUA_BODIES") ~= nil     -- (t_outputs.sh compares the two)
 
 function Run:run_function(n, i)
   local dist = self.mode == "local" and self.dists[i]
-  local rec = self.records[n.name]
-  local results
   local namer = self:unkept_namer(n, i)      -- its large values are not kept (flow.values)
-  if not dist and not n.metrics and not lua_bodies then
-    local json
-    json, results = values_c.call(self.values, n, self.cat, INLINE_MAX, namer)
+  if not dist and not n.metrics and not M.lua_bodies then
+    local json, results = values_c.call(self.values, n, self.cat, INLINE_MAX, namer)
     if json then
       self.bodies_in_c = (self.bodies_in_c or 0) + 1
-      rec.outputs_json = json
+      self.records[n.name].outputs_json = json
       return
     end
+    if results then return self:save_results(n, results, namer) end
   end
-  if not results then
-    local args, count = self:function_args(n)
-    if dist then results = self:run_function_ranks(n, dist, args, count)
-    else results = table.pack(n.fn(table.unpack(args, 1, count))) end
-  end
+  local args, count = self:function_args(n)
+  local results
+  if dist then results = self:run_function_ranks(n, dist, args, count)
+  else results = table.pack(n.fn(table.unpack(args, 1, count))) end
+  self:save_results(n, results, namer)
+end
+
+-- What a Lua step's function returned (table.pack's), saved as its outputs
+-- (and its metrics).
+function Run:save_results(n, results, namer)
+  local rec = self.records[n.name]
   returned_metrics(n, results, rec)
   rec.outputs = self:save_values(n, values.returned_values(n, results), namer)
 end
@@ -391,30 +397,32 @@ M.step_secrets = step_secrets
 -- Every attempt of a step writes to the same log: the first starts it, a
 -- retry adds to it, each under a header of its own.  Returns the header and
 -- whether to append.
-function Run:attempt_header(n)
+function Run:attempt_header(n, attempt)
   local retries = n.retries or 0
   if retries == 0 then return "", false end
-  local attempt = self.records[n.name].attempts or 1
+  attempt = attempt or self.records[n.name].attempts or 1
   return string.format("%s--- attempt %d of %d ---\n", attempt > 1 and "\n" or "", attempt, retries + 1),
          attempt > 1
 end
 
 -- print() in a Lua step: into the step's log like a command's output, and
 -- shown as the pipeline's output: on stdout, prefixed with the step's name
--- under -v, not at all under -q.  Anywhere else it is a plain print.
-local printing = setmetatable({}, { __mode = "k" })     -- step coroutine -> { run =, n = } (n: nil between steps)
-M.printing = printing
+-- under -v, not at all under -q.  Anywhere else (a coroutine the step's code
+-- made included) it is a plain print.
 metrics.step_on = function(co)
-  local p = printing[co]
-  return p and p.n and p.n.name
+  local run, i = sched.step(co)
+  return run and run.nodes[i].name
 end
 
 function M.print(text)
-  local to = printing[coroutine.running()]
-  if to and to.n then to.run:step_print(to.n, text) else core.ui_print(text) end
+  local run, i, k = sched.step()
+  if run then run:step_print(i, text, k) else core.ui_print(text) end
 end
 
-function Run:step_print(n, text)
+-- print() in attempt k of step i.  Its log stays open to the attempt's end
+-- (Run:attempt_end closes it: self.printed[i] says there is one).
+function Run:step_print(i, text, k)
+  local n = self.nodes[i]
   local rec, path = self.records[n.name], self:log_path(n)
   -- A log that cannot be written fails the step, as a command's does.
   local function check(ok, err)
@@ -423,12 +431,13 @@ function Run:step_print(n, text)
     end
     return ok
   end
-  if rec.print_attempt ~= rec.attempts then       -- the first print of this attempt
+  if rec.print_attempt ~= k then       -- the first print of this attempt
     if rec.print_log then rec.print_log:close() end
-    local header, append = self:attempt_header(n)
+    local header, append = self:attempt_header(n, k)
     rec.print_log = check(core.open_write(path, append))   -- never through a link
+    self.printed[i] = true
     check(rec.print_log:write(header))
-    rec.print_attempt = rec.attempts
+    rec.print_attempt = k
   end
   check(rec.print_log:write(redact(text)))
   if core.ui_level() == "quiet" then return end

@@ -37,6 +37,7 @@ local remote = require("flow.remote")
 local metrics = require("flow.metrics")
 local tasks = require("flow.tasks")
 local incremental = require("flow.incremental")
+local values_c = require("flow.values_c")
 
 local M = {}
 
@@ -57,7 +58,7 @@ M.running = 0                  -- runs under way in this process (a step's own f
 local running_state = nil
 local is_failure, step_failure = failure.is, failure.new
 local first_line = failure.first_line
-local printing, step_secrets = execute.printing, execute.step_secrets
+local step_secrets = execute.step_secrets
 
 M.resolve_dist = plan_mod.resolve_dist
 M.build_graph = plan_mod.build_graph
@@ -165,10 +166,16 @@ function Run:attempt(n, i)
     if clash then return false, clash end
   end
   local body = self.remote[i] and self.run_remote or n.kind == "func" and self.run_function or self.run_command
-  local ok, err = sched.guard(on_step_error, body, self, n, i)
+  return self:guarded(n, sched.guard(on_step_error, body, self, n, i))
+end
+
+-- What sched.guard returned for step n: true, or false and the failure (a
+-- traceback for an error of the step's own code).
+function Run:guarded(n, ok, err)
   local calling = self.recomputing and self:recompute_over(coroutine.running())
-  if not ok and err.on_disk then err.message = string.format("step '%s': %s", n.name, err.message) end
-  if ok or is_failure(err) then return ok, err end
+  if ok then return true end
+  if err.on_disk then err.message = string.format("step '%s': %s", n.name, err.message) end
+  if is_failure(err) then return false, err end
   if err.cancelled then return false, cancelled_failure(n, err, calling and self.nodes[calling]) end
   return false, err.traceback
 end
@@ -180,22 +187,44 @@ end
 --          metrics =, series = JSON text (flow.metrics)}
 --   false, {message =, report = what to print (nil: nothing), tail = stderr's last
 --           lines, timed_out =, exit_code =, final = no retry would mend it}
+-- (A plain Lua step's attempt is lua/plain_step.c's, which comes to
+-- Run:plain_tail for what is not common.)
 function Run:attempt_body(i, k)
   local n = self.nodes[i]
   local rec = self.records[n.name]
   rec.attempts, rec.metrics, rec.outputs, rec.outputs_json = k, nil, nil, nil     -- (this attempt's own)
   if self.remote[i] then rec.fp = sched.fingerprint() end     -- its job's name and tags (flow.remote)
   local co = coroutine.running()
-  local to = printing[co]           -- the coroutine's, kept for the next step it runs
-  if to then to.run, to.n = self, n else printing[co] = { run = self, n = n } end
   local reports = n.metrics
   if reports then metrics.collect(co, n, self.on_log) end
   local ok, err = self:attempt(n, i)
   local logged = reports and metrics.logged(co)
-  to = printing[co]
-  to.run, to.n = nil, nil
   if reports then metrics.stop(co) end
+  return self:attempt_end(i, n, ok, err, logged)
+end
+
+-- The stdlib's part of attempt k of plain step i (lua/plain_step.c): what
+-- sched.guard returned for values_c.call there, when the attempt did not
+-- end in C.
+function Run:plain_tail(i, k, ok, json, results)
+  if ok and json == nil and results == nil then return self:attempt_body(i, k) end   -- not called: all the stdlib's
+  local n = self.nodes[i]
+  local rec = self.records[n.name]
+  rec.attempts = k
+  if ok and json then                          -- recorded in C; the step printed
+    rec.outputs_json = json
+    self.bodies_in_c = (self.bodies_in_c or 0) + 1
+  elseif ok then                               -- the results are the stdlib's to save
+    ok, json = sched.guard(on_step_error, self.save_results, self, n, results, self:unkept_namer(n, i))
+  end
+  return self:attempt_end(i, n, self:guarded(n, ok, json))
+end
+
+-- The end of an attempt of step i (n): what Run:attempt_body returns.
+function Run:attempt_end(i, n, ok, err, logged)
+  local rec = self.records[n.name]
   if rec.print_log then rec.print_log:close(); rec.print_log = nil end
+  self.printed[i] = nil
   if ok then
     local paths, outs = nil, rec.outputs        -- (nil: none, as for most Lua steps)
     if outs then
@@ -240,6 +269,25 @@ function Run:attempt_body(i, k)
                   timed_out = f and err.timed_out or nil, exit_code = rec.exit_code,
                   final = f and err.no_retry or nil,         -- (a retry would fail the same way)
                   remote = rec.remote and util.record_json(rec.remote) }
+end
+
+-- body.plain for flow.sched: the attempt of the run's plain Lua steps in C
+-- (lua/plain_step.c), or nil when none is plain.  Not for a run that claims
+-- the paths it writes (runs at once), nor one that keeps values by name (a
+-- sweep's trials), nor under FLOW_DEBUG_LUA_BODIES (execute.lua).
+function Run:plain_body(plan)
+  if self.claimed or self.keep_values ~= nil or execute.lua_bodies then return nil end
+  local steps = values_c.plain_steps(plan.graph, plan.nodes, plan.remote, self.may_keep)
+  if not steps:find("[\1\2]") then return nil end
+  local attempt = values_c.plain_attempt {
+    guard = sched.guard, handler = on_step_error, call = values_c.call, values = self.values, nodes = self.nodes,
+    cat = self.cat, inline_max = state_mod.INLINE_MAX, namer = self:namer(), steps = steps,
+    tail = function(i, k, ...) return self:plain_tail(i, k, ...) end,
+    count_down = self.graph.count_down, graph = self.graph, left = function() return self:readers_left() end,
+    let_go = values.LET_GO,
+    printed = self.printed,
+  }
+  return { attempt = attempt, steps = steps }
 end
 
 -- At step i's start, when the engine's check did not compute its
@@ -300,6 +348,7 @@ local function new_run(plan, opts, run_id, st)
     defaults = M.defaults, run_id = run_id, run_dir = run_dir, log_dir = run_dir .. "/logs", tmp_dir = ".flow/tmp/" .. run_id,
   }, Run)
   self.reporting = plan.reporting           -- the steps that report metrics
+  self.printed = {}                         -- [i]: step i's print() opened its log (Run:step_print)
   self.may_keep = {}                        -- the only steps Run:keeps_values may find keeping theirs
   for _, i in ipairs(plan.keepers) do self.may_keep[i] = true end
   -- a step's record, made when it is first used: a no-op run uses none
@@ -516,11 +565,13 @@ function M.run(p, opts, level)
     -- a remote job starts once what it is given is on record: --resume adopts
     -- it only then, and a producer run again would give it other inputs
     after_records = next(plan.remote) and plan.remote or nil,
+    owner = self,                                    -- what sched.step() names (print() in a step)
   }
   local body = {
     attempt = function(i, k) return self:attempt_body(i, k) end,
     up_to_date = function(i) return self:up_to_date(i) end,
     fingerprint = function(i) return self:take_fingerprint(i) end,
+    plain = self:plain_body(plan),
   }
   -- one of several runs at once: flow.wait_all turns the loop (a task that
   -- cannot yield here, inside a C call such as string.gsub's, runs it itself)
@@ -535,8 +586,9 @@ function M.run(p, opts, level)
     if self.described_in_c then
       io.stderr:write(string.format("flow: described in C: %d steps\n", self.described_in_c))
     end
-    if self.bodies_in_c then         -- (flow.execute's run_function; t_outputs.sh)
-      io.stderr:write(string.format("flow: Lua step bodies in C: %d\n", self.bodies_in_c))
+    local in_c = (self.bodies_in_c or 0) + (body.plain and values_c.plain_done(body.plain.attempt) or 0)
+    if in_c > 0 then                 -- (flow.execute's run_function, plain steps; t_outputs.sh)
+      io.stderr:write(string.format("flow: Lua step bodies in C: %d\n", in_c))
     end
     if self.check then
       local st = self.check:stats()

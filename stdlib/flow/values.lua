@@ -14,6 +14,7 @@ local metrics = require("flow.metrics")
 local sched = require("flow.sched")
 local proc = require("flow.proc")
 local fingerprint = require("flow.fingerprint")
+local values_c = require("flow.values_c")
 
 local step_failure = failure.new
 local graph_error = util.setup_error
@@ -61,13 +62,20 @@ local LET_GO = setmetatable({}, { __index = function(_, field)
         .. ")", 2)
 end })
 
+M.LET_GO = LET_GO                        -- (lua/plain_step.c lets a plain step's inputs go too)
+
 function Run:release_inputs(i)
-  local left = self.readers_left
+  self.graph:count_down(i, self:readers_left(), self.values, LET_GO)    -- (C: over the graph's lists, not n.inputs)
+end
+
+-- The counts release_inputs takes, made when first asked for.
+function Run:readers_left()
+  local left = self.counts_left
   if not left then
     left = self.graph:reader_counts()
-    self.readers_left = left
+    self.counts_left = left
   end
-  self.graph:count_down(i, left, self.values, LET_GO)    -- (C: over the graph's lists, not n.inputs)
+  return left
 end
 
 -- The value a Lua function receives for input `io`.
@@ -122,10 +130,15 @@ function Run:unkept_namer(n, i)
   if keep == true or (keep and keep[n.name]) or self:keeps_values(n, i) or not self.graph:outputs_all_read(i) then
     return nil                          -- (an output no step reads is the run's result: kept)
   end
-  local namer = self.namer
+  return self:namer()
+end
+
+-- The namer of unkept_namer: the fingerprint of the step that calls it.
+function Run:namer()
+  local namer = self.namer_fn
   if not namer then
     namer = function() return sched.fingerprint() or ("run " .. self.run_id) end
-    self.namer = namer
+    self.namer_fn = namer
   end
   return namer
 end
@@ -139,8 +152,7 @@ end
 -- plan's keepers may (asked of every step that runs, the rest is not read).
 function Run:keeps_values(n, i)
   if not self.may_keep[i] then return false end
-  return (n.metrics or n.pool or n.timeout or (n.retries or 0) > 0 or (self.mode == "local" and self.dists[i]))
-         and true or false
+  return values_c.keeps(n, self.mode == "local" and self.dists[i] ~= nil)    -- (lua/plain_step.c's rule)
 end
 
 -- Whether dataset d's value is one not kept that is not in memory yet.

@@ -447,3 +447,18 @@ test_names_must_be_utf8_without_controls_or_empty_parts() {
     printf 'return pipeline{ node{ func = function() return 1 end, outputs = "b", name = "caf\\xc3\\xa9" } }\n' > pipeline.lua
     run_flow 0 list
 }
+
+# A failure at the start of a long chain names at most 20 of the steps it
+# left unrun, then counts the rest: one line, not one name per step.
+test_a_failure_names_at_most_twenty_steps_not_run() {
+    write pipeline.lua <<'L'
+local nodes = { node{ name = "first", outputs = "d0", func = function() error("boom") end } }
+for i = 1, 30 do
+  nodes[#nodes + 1] = node{ name = "s" .. i, inputs = "d" .. (i - 1), outputs = "d" .. i, func = function(x) return x end }
+end
+return pipeline(nodes)
+L
+    run_flow 1 run
+    contains "$ERR" "flow: failed: first"
+    contains "$ERR" "not run: s1, s10, s11, s12, s13, s14, s15, s16, s17, s18, s19, s2, s20, s21, s22, s23, s24, s25, s26, s27 and 10 more"
+}

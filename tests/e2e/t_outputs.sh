@@ -471,6 +471,56 @@ L
     contains "$second" '"status":"ok","step":"yields"'
 }
 
+# A plain step's attempt is C's (lua/plain_step.c) unless it ends in
+# something rare: its print() (the log to close), a retry after an error,
+# results the stdlib saves (a value with a metatable, too few results), a
+# timeout, an error that is no message.  Each must end as under
+# FLOW_DEBUG_LUA_BODIES, where the stdlib does it all: the same messages,
+# logs, journal lines and exit status.
+plain_step_runs() {
+    rm -rf .flow
+    run_flow 1 run -k
+    MSGS=$(printf '%s\n' "$ERR" | sed -E 's/\(([0-9.]+s)\)$/(T)/; s/in [0-9.]+s$/in T/; s/--resume [0-9-]+/--resume ID/')
+    LOGS=$(for f in .flow/runs/latest/logs/*; do echo "-- ${f##*/}"; cat "$f"; done)
+    ENDS=$(step_ends)
+}
+
+test_plain_steps_retry_print_and_fail_as_the_stdlib_does() {
+    write pipeline.lua <<'L'
+local n = 0
+return pipeline{
+  node{ name = "flaky", outputs = "a", retries = 1, func = function()
+          n = n + 1; print("attempt " .. n); if n == 1 then error("first time") end; return n end },
+  node{ name = "shape", inputs = "a", outputs = { "x", "y" }, func = function(a) return a end },
+  node{ name = "meta", inputs = "a", outputs = "m", func = function() print("meta") return setmetatable({}, {}) end },
+  node{ name = "spin", inputs = "a", outputs = "s", timeout = 0.3, func = function() while true do end end },
+  node{ name = "bad", inputs = "m", outputs = "b", func = function() error({ code = 7 }) end },
+  node{ name = "quiet", inputs = "a", outputs = "o", func = function(a) return a + 1 end },
+  node{ name = "loud", inputs = "o", outputs = "l", func = function(o) print("fine", o) return o + 1 end },
+  -- over the inline size: kept by a step that retries, not kept by one that does not
+  node{ name = "kept_big", inputs = "a", outputs = "kb", retries = 1, func = function() return string.rep("y", 600) end },
+  node{ name = "unkept_big", inputs = "a", outputs = "ub", func = function() return string.rep("z", 600) end },
+  node{ name = "reads_big", inputs = { "kb", "ub" }, outputs = "rb", func = function(kb, ub) return #kb + #ub end },
+}
+L
+    FLOW_DEBUG_UPTODATE=1 plain_step_runs
+    local msgs=$MSGS logs=$LOGS ends=$ENDS
+    contains "$msgs" "flow: Lua step bodies in C: 6"       # flaky (2nd attempt), meta, loud (the tail), quiet, unkept_big, reads_big
+    contains "$msgs" "flow: warning: step 'flaky' failed: pipeline.lua:4: first time (attempt 1 of 2); retrying in T"
+    contains "$msgs" "flow: error: step 'shape' returned 1 value but declares 2 outputs (x, y)"
+    contains "$msgs" "flow: error: step 'spin' timed out after 300ms"
+    contains "$msgs" "flow: error: step 'bad' failed: pipeline.lua:8: error raised a table, not a message"
+    contains "$logs" "$(printf -- '-- flaky.log\n--- attempt 1 of 2 ---\nattempt 1\n\n--- attempt 2 of 2 ---\nattempt 2')"
+    contains "$logs" "$(printf -- '-- loud.log\nfine\t3')"
+    contains "$ends" '"kb":{"cached":true'
+    contains "$ends" '"recompute":true'
+    FLOW_DEBUG_UPTODATE=1 FLOW_DEBUG_LUA_BODIES=1 plain_step_runs
+    equals "$(printf '%s\n' "$MSGS" | grep -v 'bodies in C')" "$(printf '%s\n' "$msgs" | grep -v 'bodies in C')" \
+        "the messages"
+    equals "$LOGS" "$logs" "the logs"
+    equals "$ENDS" "$ends" "the journal's step_end lines"
+}
+
 # Steps called in C wait as the stdlib's do: two that each wait in flow.sh
 # for the other to have started both run at once (a call that could not
 # yield would hold the thread, and the first would wait in vain).
