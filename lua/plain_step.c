@@ -107,6 +107,7 @@ static int called(lua_State *L, int status, lua_KContext ctx)
 {
     (void)status;
     (void)ctx;
+    luaL_checkstack(L, 8, NULL);             /* (a call with LUA_MULTRET leaves no room above its results) */
     int top = lua_gettop(L);
     lua_Integer i = lua_tointeger(L, 1);
     if (top == 4 && lua_toboolean(L, 3) && lua_type(L, 4) == LUA_TSTRING &&

@@ -156,8 +156,11 @@ local function check_entry(name, spec, where, pattern)
     if spec.path ~= nil then bad("has a path but no type (one of %s)", table.concat(M.TYPES, ", ")) end
     t = "memory"
   end
-  if not TYPE_SET[t] then
-    bad("unknown type '%s'%s (types: %s)", tostring(t), util.did_you_mean(tostring(t), M.TYPES), table.concat(M.TYPES, ", "))
+  if type(t) ~= "string" then                    -- (type: [1] is a list, not "table: 0x55…")
+    bad("type must be one of %s, got a %s", table.concat(M.TYPES, ", "),
+        type(t) ~= "table" and type(t) or util.is_list(t) and "list" or "mapping")
+  elseif not TYPE_SET[t] then
+    bad("unknown type '%s'%s (types: %s)", t, util.did_you_mean(t, M.TYPES), table.concat(M.TYPES, ", "))
   end
   if t == "memory" then
     if spec.path ~= nil then bad("a memory dataset has no path (give a type such as json to persist it)") end

@@ -178,14 +178,19 @@ function M.print_table(cells)
 end
 
 -- The message of an error value `e` raised by a script, for a message
--- handler: a string or a number as it is; a value with __tostring as that
--- says; any other value (error({}), error(nil)) named by its type at the
--- position of the script's code that raised it, rather than shown as
--- "table: 0x55…" or "nil".
+-- handler: a string as it is; a value with __tostring as that says; a
+-- number after the position of the script's code that raised it (Lua adds
+-- one to a string only); any other value (error({}), error(nil)) named by
+-- its type at that position, rather than shown as "table: 0x55…" or "nil".
 function M.error_message(e)
-  if type(e) == "string" or type(e) == "number" then return tostring(e) end
+  if type(e) == "string" then return e end
   local mt = getmetatable(e)
-  if type(mt) == "table" and mt.__tostring then return tostring(e) end
+  if type(mt) == "table" and mt.__tostring then
+    -- (a __tostring that raises, or returns no string, must not take the
+    -- handler down with it: the value is named as any other then)
+    local ok, text = pcall(tostring, e)
+    if ok and type(text) == "string" then return text end
+  end
   local where = ""
   for level = 3, 30 do                  -- 1: here, 2: the handler
     local info = debug.getinfo(level, "Sl")
@@ -195,6 +200,7 @@ function M.error_message(e)
       break
     end
   end
+  if type(e) == "number" then return where .. tostring(e) end     -- error(42): where, as a message has
   return where .. "error raised " .. (e == nil and "nil" or "a " .. type(e)) .. ", not a message"
 end
 
@@ -206,12 +212,25 @@ local noise = { "<flow>/", "[C]: in ", "(...tail calls...)" }
 function M.user_traceback(tb)
   local msg, rest = tb:match("^(.-)\nstack traceback:\n(.*)$")
   if not msg then return tb end
-  local frames = {}
+  -- a frame that repeats the one before it (a stack overflow's thousands)
+  -- is counted, not shown again; Lua's "...\t(skipping N levels)" stays
+  local frames, last, again = {}, nil, 0
+  local function counted()
+    if again > 0 then frames[#frames + 1] = string.format("\t(the frame above %d more time%s)", again,
+                                                          again == 1 and "" or "s") end
+    again = 0
+  end
   for line in rest:gmatch("[^\n]+") do
     local keep = true
     for _, n in ipairs(noise) do if line:find(n, 1, true) then keep = false break end end
-    if keep then frames[#frames + 1] = line end
+    if keep and line == last then
+      again = again + 1
+    elseif keep then
+      counted()
+      frames[#frames + 1], last = line, line
+    end
   end
+  counted()
   if #frames < 2 then return msg end
   return msg .. "\nstack traceback:\n" .. table.concat(frames, "\n")
 end

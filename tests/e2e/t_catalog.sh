@@ -277,6 +277,15 @@ x: {type: jsn, path: data/x.json}
 Y
     run_flow 2 run
     contains "$ERR" "conf/base/catalog.yml:1: catalog entry 'x': unknown type 'jsn' (did you mean 'json'?)"
+    # a type that is no name is said to be what it is, not "table: 0x55…"
+    local t
+    for t in '[json]:list' '{a: 1}:mapping' '3:number' 'true:boolean'; do
+        printf 'x: {type: %s, path: data/x.json}\n' "${t%:*}" > conf/base/catalog.yml
+        run_flow 2 run
+        contains "$ERR" "conf/base/catalog.yml:1: catalog entry 'x': type must be one of "
+        contains "$ERR" ", got a ${t##*:}"
+        not_contains "$ERR" "0x"
+    done
     write conf/base/catalog.yml <<'Y'
 x:
   type: json

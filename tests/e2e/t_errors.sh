@@ -391,6 +391,18 @@ test_error_values_that_are_not_messages_name_the_line() {
     printf 'error(setmetatable({}, {__tostring = function() return "my error" end}))\n' > pipeline.lua
     run_flow 2 run
     contains "$ERR" "flow: error: my error"
+    # a number is a message without a position: it gets the line's; a
+    # __tostring that fails, or gives no string, does not hide the error
+    printf 'local x = 1\nerror(42)\n' > pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "flow: error: pipeline.lua:2: 42"
+    printf 'error(setmetatable({}, {__tostring = function() error("oops") end}))\n' > pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "flow: error: pipeline.lua:1: error raised a table, not a message"
+    printf 'error(setmetatable({}, {__tostring = function() return {} end}))\n' > pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "flow: error: pipeline.lua:1: error raised a table, not a message"
+    not_contains "$ERR" "<flow>/"
     printf '\033Lua' > pipeline.lua
     run_flow 2 run
     contains "$ERR" "flow: error: pipeline.lua: attempt to load a binary chunk"
@@ -399,11 +411,16 @@ test_error_values_that_are_not_messages_name_the_line() {
 return pipeline{
   node{ func = function() error({ code = 3 }) end, outputs = "x", name = "a" },
   node{ func = function() error() end, outputs = "y", name = "b" },
+  node{ func = function() error(42) end, outputs = "z", name = "c" },
+  node{ func = function() error(setmetatable({}, { __tostring = function() error("oops") end })) end,
+        outputs = "w", name = "d" },
 }
 L
     run_flow 1 run -k
     contains "$ERR" "step 'a' failed: pipeline.lua:2: error raised a table, not a message"
     contains "$ERR" "step 'b' failed: pipeline.lua:3: error raised nil, not a message"
+    contains "$ERR" "step 'c' failed: pipeline.lua:4: 42"
+    contains "$ERR" "step 'd' failed: pipeline.lua:5: error raised a table, not a message"
     not_contains "$ERR" "table: 0x"
 }
 
@@ -461,4 +478,22 @@ L
     run_flow 1 run
     contains "$ERR" "flow: failed: first"
     contains "$ERR" "not run: s1, s10, s11, s12, s13, s14, s15, s16, s17, s18, s19, s2, s20, s21, s22, s23, s24, s25, s26, s27 and 10 more"
+}
+
+# A stack overflow's traceback repeats one frame thousands of times: each
+# run of the same frame is shown once and counted.
+test_a_stack_overflow_shows_its_repeated_frame_once() {
+    write pipeline.lua <<'L'
+return pipeline{
+  node{ name = "deep", outputs = "x", func = function() local function f() return 1 + f() end return f() end },
+}
+L
+    run_flow 1 run
+    contains "$ERR" "step 'deep' failed: pipeline.lua:2: stack overflow"
+    contains "$ERR" "$(printf "\tpipeline.lua:2: in upvalue 'f'\n\t(the frame above 9 more times)")"
+    [ "$(printf '%s\n' "$ERR" | grep -c "in upvalue 'f'")" -le 2 ] || { echo "the frame shown again and again"; return 1; }
+    printf 'local function f() return 1 + f() end\nf()\n' > pipeline.lua
+    run_flow 2 run
+    contains "$ERR" "flow: error: pipeline.lua:1: stack overflow"
+    [ "$(printf '%s\n' "$ERR" | grep -c "in upvalue 'f'")" -le 2 ] || { echo "the frame shown again and again"; return 1; }
 }
