@@ -35,6 +35,9 @@ def main(argv):
     if pid == 0:
         os.environ["TERM"] = "xterm"
         os.environ.setdefault("COLUMNS", "100")
+        # a terminal session's hang-up as a terminal gives it: run under
+        # nohup, the tests' SIGHUP was ignored, and flow (rightly) kept on
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
         os.execvp(cmd[0], cmd)
     seen = b""           # everything
     mark = 0             # where the next expect starts looking

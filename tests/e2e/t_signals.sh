@@ -11,7 +11,9 @@ return pipeline{
   node{ command = "sleep 300 & echo $! > child; wait", name = "long_b" },
 }
 L
-    "$FLOW" run -j 2 >stdout.txt 2>stderr.txt &
+    # (SIGHUP at its default: run under nohup, the tests' is ignored, and
+    # flow, started so, keeps on after a hang-up, as nohup asks)
+    env --default-signal=HUP "$FLOW" run -j 2 >stdout.txt 2>stderr.txt &
     local pid=$!
     for _ in $(seq 100); do [ -s started ] && [ -s child ] && break; sleep 0.05; done
     [ -s started ] || { echo "the step never started"; cat stderr.txt; return 1; }
