@@ -210,7 +210,7 @@ function Run:plain_tail(i, k, ok, json, results)
   if ok and json == nil and results == nil then return self:attempt_body(i, k) end   -- not called: all the stdlib's
   local n = self.nodes[i]
   local rec = self.records[n.name]
-  rec.attempts = k
+  rec.attempts, rec.metrics, rec.outputs, rec.outputs_json = k, nil, nil, nil     -- (as attempt_body's)
   if ok and json then                          -- recorded in C; the step printed
     rec.outputs_json = json
     self.bodies_in_c = (self.bodies_in_c or 0) + 1
