@@ -41,7 +41,6 @@ struct step_run {
     lua_State *co;
     int co_ref;                    /* anchors the coroutine in the registry */
     struct step_wait_list waits;   /* what it is waiting on: processes, timers, jobs */
-    int attempt;                   /* 1, 2, ...: of the attempt running, while one does */
     int guarded;                   /* sched.guard calls running the step's code */
     enum cancel cancel;            /* decided once, reported by the guard */
     lua_Integer exit_code;         /* os.exit's status, for CANCEL_EXIT */
@@ -336,7 +335,6 @@ static void body_attempt(void *ctx, struct step_runner *r, size_t i, int attempt
     st->guarded = 0;
     st->cancel = CANCEL_NONE;
     st->next_look = 0;
-    st->attempt = attempt;
     bool plain = run->plain_steps && run->plain_steps[i];
     lua_rawgeti(st->co, LUA_REGISTRYINDEX, plain ? run->plain_fn_ref : run->attempt_fn_ref);
     lua_pushinteger(st->co, (lua_Integer)i + 1);
@@ -1111,7 +1109,7 @@ static int l_step(lua_State *L)
     if (!st || st->run->owner_ref == LUA_NOREF) return 0;
     lua_rawgeti(L, LUA_REGISTRYINDEX, st->run->owner_ref);
     lua_pushinteger(L, (lua_Integer)st->index + 1);
-    lua_pushinteger(L, st->attempt);
+    lua_pushinteger(L, step_runner_attempt(st->run->runner, st->index));
     return 3;
 }
 

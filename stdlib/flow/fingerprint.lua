@@ -154,6 +154,12 @@ function Hasher:modules_named(f, code)
   return found
 end
 
+-- {name, value, ...} entries sorted by name.
+local function sorted_by_name(list)
+  table.sort(list, function(a, b) return a[1] < b[1] end)
+  return list
+end
+
 -- The script's own globals (names with their values), found once per run.
 function Hasher:user_globals()
   if not self.globals then
@@ -161,8 +167,7 @@ function Hasher:user_globals()
     for k, v in pairs(_G) do
       if type(k) == "string" and not builtin_globals[k] then g[#g + 1] = { k, v } end
     end
-    table.sort(g, function(a, b) return a[1] < b[1] end)
-    self.globals = g
+    self.globals = sorted_by_name(g)
   end
   return self.globals
 end
@@ -185,8 +190,7 @@ function Hasher:lib_additions()
         end
       end
     end
-    table.sort(g, function(a, b) return a[1] < b[1] end)
-    self.libs = g
+    self.libs = sorted_by_name(g)
   end
   return self.libs
 end
