@@ -94,18 +94,19 @@ static struct dag_io *copy_io(struct dag *dag, const struct dag_io *io, size_t n
 /* `name` lives as long as the graph (in its arena): the dataset keeps it. */
 static size_t intern_dataset(struct dag *dag, char *name)
 {
-    size_t idx;
-    if (strmap_get(&dag->dataset_index, name, &idx)) return idx;
+    struct strmap_slot *slot = strmap_slot(&dag->dataset_index, name);
+    if (slot->key) return slot->value;
     ARRAY_GROW(dag->datasets, dag->n_datasets, dag->cap_datasets);
-    idx = dag->n_datasets++;
+    size_t idx = dag->n_datasets++;
     dag->datasets[idx] = (struct dag_dataset){ name, -1, false };
-    strmap_put(&dag->dataset_index, name, idx);
+    strmap_fill(&dag->dataset_index, slot, name, idx);
     return idx;
 }
 
 long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_t errlen)
 {
-    if (strmap_get(&dag->step_index, spec->name, NULL)) {
+    struct strmap_slot *slot = strmap_slot(&dag->step_index, spec->name);   /* (filled last) */
+    if (slot->key) {
         errf(err, errlen, "two steps are named '%s': step names must be unique "
              "(give one of them name = \"...\")", spec->name);
         return -1;
@@ -139,7 +140,7 @@ long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_
     s->dist.processes_per_node_ref = arena_strdup(mem, spec->dist.processes_per_node_ref);
     s->deps = s->dependents = NULL;
     s->n_deps = s->n_dependents = 0;
-    strmap_put(&dag->step_index, s->name, dag->n_steps);
+    strmap_fill(&dag->step_index, slot, s->name, dag->n_steps);
     return (long)dag->n_steps++;
 }
 
@@ -168,10 +169,8 @@ const bool *dag_read_flags(struct dag *dag)
     bool *read = dag->read = xcalloc(dag->n_datasets + 1, sizeof *read);
     for (size_t i = 0; i < dag->n_steps; i++) {
         const struct dag_step *s = &dag->steps[i];
-        for (size_t k = 0; k < s->n_inputs; k++) {
-            long d = dag_find_dataset(dag, s->inputs[k].dataset);
-            if (d >= 0) read[d] = true;
-        }
+        for (size_t k = 0; k < s->n_inputs; k++)
+            if (s->inputs[k].di != DAG_NO_DATASET) read[s->inputs[k].di] = true;
     }
     return read;
 }
@@ -180,10 +179,8 @@ bool dag_outputs_all_read(struct dag *dag, size_t i)
 {
     const bool *read = dag_read_flags(dag);
     const struct dag_step *s = &dag->steps[i];
-    for (size_t k = 0; k < s->n_outputs; k++) {
-        long d = dag_find_dataset(dag, s->outputs[k].dataset);
-        if (d < 0 || !read[d]) return false;
-    }
+    for (size_t k = 0; k < s->n_outputs; k++)
+        if (!read[s->outputs[k].di]) return false;
     return s->n_outputs > 0;
 }
 
@@ -273,7 +270,7 @@ static int assign_producers(struct dag *dag, char *err, size_t errlen)
                      step_ref(&who, s), s->outputs[o].dataset);
                 goto fail;
             }
-            size_t di = intern_dataset(dag, s->outputs[o].dataset);   /* may realloc */
+            size_t di = s->outputs[o].di = intern_dataset(dag, s->outputs[o].dataset);   /* may realloc */
             struct dag_dataset *d = &dag->datasets[di];
             if (d->producer == (long)i) {
                 errf(err, errlen, "step %s lists output '%s' twice", step_ref(&who, s), d->name);
@@ -305,16 +302,17 @@ static int check_missing_inputs(struct dag *dag, char *err, size_t errlen)
     struct strbuf sb = STRBUF_INIT;
     size_t missing = 0;
     for (size_t i = 0; i < dag->n_steps; i++)        /* every input gets its index first */
-        for (size_t k = 0; k < dag->steps[i].n_inputs; k++)
-            if (!dag_is_param_input(dag->steps[i].inputs[k].dataset))
-                intern_dataset(dag, dag->steps[i].inputs[k].dataset);
+        for (size_t k = 0; k < dag->steps[i].n_inputs; k++) {
+            struct dag_io *in = &dag->steps[i].inputs[k];
+            in->di = dag_is_param_input(in->dataset) ? DAG_NO_DATASET : intern_dataset(dag, in->dataset);
+        }
     bool *reported = xcalloc(dag->n_datasets + 1, sizeof *reported);
     for (size_t i = 0; i < dag->n_steps; i++) {
         const struct dag_step *s = &dag->steps[i];
         for (size_t k = 0; k < s->n_inputs; k++) {
             const char *name = s->inputs[k].dataset;
-            if (dag_is_param_input(name)) continue;
-            size_t di = (size_t)dag_find_dataset(dag, name);
+            size_t di = s->inputs[k].di;
+            if (di == DAG_NO_DATASET) continue;
             const struct dag_dataset *d = &dag->datasets[di];
             if (d->producer >= 0 || d->declared || reported[di]) continue;
             reported[di] = true;
@@ -356,8 +354,8 @@ static void build_edges(struct dag *dag)
         struct dag_step *s = &dag->steps[i];
         s->deps = edges + n_edges;
         for (size_t k = 0; k < s->n_inputs; k++) {
-            if (dag_is_param_input(s->inputs[k].dataset)) continue;
-            long p = dag->datasets[dag_find_dataset(dag, s->inputs[k].dataset)].producer;
+            if (s->inputs[k].di == DAG_NO_DATASET) continue;
+            long p = dag->datasets[s->inputs[k].di].producer;
             bool seen = p < 0;
             for (size_t m = 0; m < s->n_deps && !seen; m++) seen = s->deps[m] == (size_t)p;
             if (seen) continue;

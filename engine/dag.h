@@ -13,8 +13,12 @@ enum step_kind { STEP_FUNC, STEP_COMMAND };
 enum dist_framework { DIST_NONE, DIST_PYTORCH, DIST_TENSORFLOW, DIST_MPI };
 
 /* One input or output: `arg` is the name the step uses (a function's table key,
- * `${inputs.arg}`), `dataset` the name in the graph (namespaced). */
-struct dag_io { char *arg, *dataset; };
+ * `${inputs.arg}`), `dataset` the name in the graph (namespaced), and `di`
+ * its index in the graph's datasets, set by dag_finalize (DAG_NO_DATASET for
+ * a parameter input): the graph's passes and its readers index by it rather
+ * than look the name up again, several times a step. */
+#define DAG_NO_DATASET ((size_t)-1)
+struct dag_io { char *arg, *dataset; size_t di; };
 
 /* The counts of a distributed_job step, one rule for a literal count (at
  * node{} and distributed_job{} time), a "params:" count (when a run is

@@ -254,20 +254,26 @@ static void release_slot(struct slot *sl)
 }
 
 /* Makes *sl step rec->name's slot, replacing (and releasing) its old one. */
-static void set_slot(struct state_store *s, const struct slot *sl)
+/* Sets the record of step sl->rec.name; with `newest`, only when it is not
+ * older than the one it would replace (as journals fold).  Returns whether
+ * it was set: false leaves sl the caller's to release. */
+static bool set_slot(struct state_store *s, const struct slot *sl, bool newest)
 {
-    size_t i;
-    if (strmap_get(&s->index, sl->rec.name, &i)) {
-        release_slot(&s->slots[i]);
+    struct strmap_slot *at = strmap_slot(&s->index, sl->rec.name);
+    size_t i = at->value;
+    if (at->key) {
+        if (newest && s->slots[i].rec.time > sl->rec.time) return false;
+        release_slot(&s->slots[i]);      /* (the map's key is its own copy: the old name may go) */
     } else {
         if (s->n == s->cap) {
             s->cap = s->cap ? s->cap * 2 : 256;
             s->slots = xrealloc(s->slots, s->cap * sizeof *s->slots);
         }
         i = s->n++;
+        strmap_fill(&s->index, at, sl->rec.name, i);
     }
     s->slots[i] = *sl;
-    strmap_put(&s->index, sl->rec.name, i);     /* the key is copied: the old name may be freed */
+    return true;
 }
 
 static void scan(struct state_store *s)
@@ -287,10 +293,9 @@ static void scan(struct state_store *s)
             continue;
         }
         /* A later record replaces an earlier one only if it is not older (as journals fold). */
-        const struct state_rec *old = state_store_get(s, rec.name);
-        if (old && old->time > rec.time) { free(rec.outs); continue; }
-        set_slot(s, &(struct slot){ .rec = rec, .where.mapped = payload, .len = (uint32_t)len,
-                                    .crc = get_u32(payload - 4) });
+        if (!set_slot(s, &(struct slot){ .rec = rec, .where.mapped = payload, .len = (uint32_t)len,
+                                         .crc = get_u32(payload - 4) }, true))
+            free(rec.outs);
     }
     s->stats.torn_bytes = (size_t)(end - p);
     if (p < end) s->rewrite = true;
@@ -380,6 +385,12 @@ const struct state_rec *state_store_get(const struct state_store *s, const char 
 {
     size_t i;
     return strmap_get(&s->index, name, &i) ? &s->slots[i].rec : NULL;
+}
+
+size_t state_store_slot(const struct state_store *s, const char *name)
+{
+    size_t i;
+    return strmap_get(&s->index, name, &i) ? i : STATE_STORE_NO_SLOT;
 }
 
 size_t state_store_count(const struct state_store *s) { return s->n; }
@@ -537,7 +548,7 @@ int state_store_put(struct state_store *s, const struct state_rec *rec, char *er
     set_frame((unsigned char *)s->pend.buf + start, (uint32_t)size, crc);
     struct slot sl = { .where.at = s->file_end + payload_at, .len = (uint32_t)size, .crc = crc };
     sl.own = own_copy(rec, &sl.rec);
-    set_slot(s, &sl);
+    set_slot(s, &sl, false);
     s->n_pend++;
     if (s->streaming && s->pend.len >= STATE_STORE_STREAM_BYTES) stream(s);
     return 0;

@@ -53,6 +53,12 @@ const char *state_store_values_dir(const struct state_store *s);
 void state_store_free(struct state_store *s);
 
 const struct state_rec *state_store_get(const struct state_store *s, const char *name);
+/* Where step `name`'s record is, for state_store_at, or STATE_STORE_NO_SLOT.
+ * A slot is the step's for the store's life (a put replaces the record in
+ * it, and none is removed): a caller asking about one step several times a
+ * run looks its name up once. */
+#define STATE_STORE_NO_SLOT ((size_t)-1)
+size_t state_store_slot(const struct state_store *s, const char *name);
 /* The body of rec (one of s's records, as get or at returned it): in the
  * mapped file, or read back for a record put by this process (valid until
  * the next call).  NULL with errno set when it cannot be read back, or its

@@ -36,13 +36,13 @@ void step_decls_free(struct step_decls *r)
 name_id step_decls_intern(struct step_decls *r, const char *s)
 {
     if (!s) return 0;
-    size_t id;
-    if (strmap_get(&r->ids, s, &id)) return (name_id)id;
+    struct strmap_slot *slot = strmap_slot(&r->ids, s);
+    if (slot->key) return (name_id)slot->value;
     if (r->n_strs >= TOO_MANY) return 0;
     ARRAY_GROW(r->strs, r->n_strs, r->cap_strs);
     char *copy = arena_strdup(&r->mem, s);
     r->strs[r->n_strs] = copy;
-    strmap_put(&r->ids, copy, r->n_strs);
+    strmap_fill(&r->ids, slot, copy, r->n_strs);
     return (name_id)r->n_strs++;
 }
 

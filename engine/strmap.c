@@ -56,15 +56,26 @@ void strmap_reserve(struct strmap *m, size_t n)
 void strmap_put(struct strmap *m, const char *key, size_t value)
 {
     if (value > UINT32_MAX) out_of_memory(value);      /* (an index that large: its array could not exist) */
+    struct strmap_slot *s = strmap_slot(m, key);
+    if (!s->key) strmap_fill(m, s, key, value);
+    else s->value = (uint32_t)value;
+}
+
+struct strmap_slot *strmap_slot(struct strmap *m, const char *key)
+{
     if (!fits(m->count + 1, m->cap)) rehash(m, m->cap ? m->cap * 2 : 16);
     uint32_t h = hash_str(key);
     struct strmap_slot *s = find_slot(m, key, h);
-    if (!s->key) {
-        s->key = m->borrowed_keys ? (char *)key : xstrdup(key);
-        s->hash = h;
-        m->count++;
-    }
-    s->value = (uint32_t)value;
+    if (!s->key) s->hash = h;          /* (strmap_fill's; an empty slot's hash is never read) */
+    return s;
+}
+
+void strmap_fill(struct strmap *m, struct strmap_slot *slot, const char *key, size_t value)
+{
+    if (value > UINT32_MAX) out_of_memory(value);
+    slot->key = m->borrowed_keys ? (char *)key : xstrdup(key);
+    slot->value = (uint32_t)value;
+    m->count++;
 }
 
 bool strmap_get(const struct strmap *m, const char *key, size_t *value)

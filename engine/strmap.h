@@ -23,6 +23,12 @@ void strmap_free(struct strmap *m);
 /* Insert or overwrite; value < 2^32 (an index: flow makes no array that long). */
 void strmap_put(struct strmap *m, const char *key, size_t value);
 bool strmap_get(const struct strmap *m, const char *key, size_t *value);
+/* Key's slot: found (its key set, its value the key's), or the empty one
+ * where the key goes (key NULL), after making room for one more.  An empty
+ * one is filled with strmap_fill before any other change to the map:
+ * interning a name takes one probe, where a get and then a put take two. */
+struct strmap_slot *strmap_slot(struct strmap *m, const char *key);
+void strmap_fill(struct strmap *m, struct strmap_slot *slot, const char *key, size_t value);
 /* Room for n keys without growing (a map filled in a known count is not
  * rehashed at every doubling). */
 void strmap_reserve(struct strmap *m, size_t n);

@@ -32,6 +32,7 @@ struct step {
     bool keeps_values;                      /* utd_keeps_values: a value not kept does not stand */
     char fresh_fp[SHA256_HEX_SIZE];         /* the fingerprint of the record that made it fresh, or "" */
     const char *name;                       /* the graph's (not copied) */
+    size_t slot_1;                          /* 1 + its record's state_store_slot; 0: not found yet */
     char *fp, *parts_json;                  /* utd_decide's, for a step without a record */
     struct description *d;                  /* NULL: never described, or decided */
     struct ran_out *ran;                    /* utd_mark_ran's, until the record is put; NULL: none */
@@ -53,6 +54,19 @@ struct utd {
     struct utd_stats stats;
     struct found_space space;
 };
+
+/* Step s's record in the store, or NULL: by its name the first time one is
+ * there, by its slot after (a decision asks up to three times a step: its
+ * own record, early and when decided, and each producer's). */
+static const struct state_rec *record_of(const struct utd *u, struct step *s)
+{
+    if (!s->slot_1) {
+        size_t slot = state_store_slot(u->store, s->name);
+        if (slot == STATE_STORE_NO_SLOT) return NULL;    /* (not remembered: a put may add it) */
+        s->slot_1 = slot + 1;
+    }
+    return state_store_at(u->store, s->slot_1 - 1);
+}
 
 /* What utd_set_step copied, freed: once a step is decided, only its name
  * (its consumers' inputs name its record), its flags and a fingerprint not
@@ -262,10 +276,10 @@ static const char *input_hash(struct utd *u, const struct utd_input *in, char bu
          * a run beside this one (flow.spawn: a parallel sweep's trials share
          * the store) may have put a record of its own since */
         if (in->producer >= u->n_steps) return NULL;
-        const struct step *p = &u->steps[in->producer];
+        struct step *p = &u->steps[in->producer];
         if (p->ran) return ran_hash(p, in->dataset.s, in->dataset.len);
         if (!p->fresh_fp[0] || !p->name) return NULL;
-        const struct state_rec *r = state_store_get(u->store, p->name);
+        const struct state_rec *r = record_of(u, p);
         if (!r || strcmp(r->fp, p->fresh_fp) != 0) return NULL;
         const struct state_out *o = out_named(r, in->dataset.s, in->dataset.len);
         if (!o || o->kind == 'u' || !o->hash[0]) return NULL;
@@ -446,7 +460,7 @@ static enum utd_verdict no_record(struct utd *u, struct step *s)
 static enum utd_verdict decide(struct utd *u, size_t i)
 {
     struct step *s = &u->steps[i];
-    const struct state_rec *r = state_store_get(u->store, s->name);
+    const struct state_rec *r = record_of(u, s);
     enum utd_verdict v = UTD_CANNOT_TELL;
     char hex[SHA256_HEX_SIZE];
     if (!r) v = no_record(u, s);
@@ -492,7 +506,7 @@ bool utd_decide_early(struct utd *u, size_t i)
     /* one without a record would hold the fingerprint and parts it runs with
      * from now until it starts (a first run of 100,000 independent steps:
      * all of them at once): it is decided when asked, as a slot frees */
-    if (!state_store_get(u->store, u->steps[i].name)) return false;
+    if (!record_of(u, &u->steps[i])) return false;
     const struct description *d = u->steps[i].d;
     for (size_t k = 0; k < d->n_inputs; k++) {
         size_t p = d->inputs[k].producer;

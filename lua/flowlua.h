@@ -195,6 +195,8 @@ int flow_l_plain_attempt(lua_State *L);
 int flow_l_plain_done(lua_State *L);
 /* command_refs.c */
 int flow_l_command_refs(lua_State *L);
+/* data_files.c */
+int flow_l_data_file_clash(lua_State *L);
 int flow_l_has_arg(lua_State *L);
 int flow_l_new_store(lua_State *L);
 

@@ -78,7 +78,8 @@ static struct dag_io *read_io(lua_State *L, struct scratch *sc, int which, const
     struct dag_io *io = scratch(L, sc, which, n, sizeof *io);
     for (uint32_t i = 0; i < n; i++) {
         struct step_io e = d->io[first + i];
-        io[i] = (struct dag_io){ (char *)step_decls_str(d, e.arg), (char *)step_decls_str(d, e.dataset) };
+        io[i] = (struct dag_io){ .arg = (char *)step_decls_str(d, e.arg),
+                                 .dataset = (char *)step_decls_str(d, e.dataset) };
     }
     return io;
 }
@@ -257,8 +258,7 @@ static int l_unread_outputs(lua_State *L)
     for (size_t i = 0; i < dag->n_steps; i++) {
         const struct dag_step *s = &dag->steps[i];
         for (size_t o = 0; o < s->n_outputs; o++) {
-            long d = dag_find_dataset(dag, s->outputs[o].dataset);
-            if (d >= 0 && read[d]) continue;
+            if (read[s->outputs[o].di]) continue;
             lua_pushstring(L, s->outputs[o].dataset);
             lua_rawseti(L, -2, ++k);
         }
@@ -423,13 +423,15 @@ static int l_scan(lua_State *L)
             lua_settop(L, SC_KEEPERS);
         }
         bool metrics_out = false;
+        if (rec.n_outputs) lua_pushstring(L, step_decls_str(d, rec.name));      /* (once a step) */
         for (uint32_t k = 0; k < rec.n_outputs; k++) {
             struct step_io o = d->io[step_io_first(&rec, true) + k];
             lua_pushstring(L, step_decls_str(d, o.dataset));
-            lua_pushstring(L, step_decls_str(d, rec.name));
+            lua_pushvalue(L, SC_KEEPERS + 1);
             lua_rawset(L, SC_PRODUCED);
             metrics_out = metrics_out || strcmp(step_decls_str(d, o.arg), "metrics") == 0;
         }
+        lua_settop(L, SC_KEEPERS);
         bool command = rec.kind == STEP_DECL_COMMAND, pool = rec.pool != 0, dist = rec.flags & STEP_DIST;
         bool metrics = rec.flags & STEP_METRICS;
         if (command) append_index(L, SC_COMMANDS, &len[SC_COMMANDS], i);

@@ -1110,6 +1110,7 @@ static const luaL_Reg pipeline_funcs[] = {
     { "same_decl", flow_l_same_decl },
     { "io_datasets", flow_l_io_datasets },
     { "io_names", flow_l_io_names },
+    { "data_file_clash", flow_l_data_file_clash },
     { "command_refs", flow_l_command_refs },
     { "has_arg", flow_l_has_arg },
     { "new_store", flow_l_new_store },

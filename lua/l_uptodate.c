@@ -114,10 +114,10 @@ static size_t graph_step(lua_State *L, const struct checker *c)
  * (values[d]: its hash, or the file or folder at its path; a value is held
  * by the values table, so its strings outlive this call).  false: neither,
  * and the stdlib's check says what is wrong. */
-static bool input_source(lua_State *L, const struct checker *c, const char *d, struct utd_input *in)
+static bool input_source(lua_State *L, const struct checker *c, const struct dag_io *io, struct utd_input *in)
 {
-    long ds = dag_find_dataset(c->dag, d);
-    long p = ds >= 0 ? c->dag->datasets[ds].producer : -1;
+    const char *d = io->dataset;
+    long p = c->dag->datasets[io->di].producer;
     *in = (struct utd_input){ .dataset = { d, strlen(d) }, .producer = UTD_NO_PRODUCER };
     if (p >= 0 && (!c->selected || c->selected[p])) {
         in->producer = (size_t)p;
@@ -150,9 +150,8 @@ bool flow_uptodate_describe_step(lua_State *L, struct checker *c, size_t i, stru
     spec->name = step->name;
     spec->n_inputs = 0;
     for (size_t k = 0; k < step->n_inputs; k++) {
-        const char *d = step->inputs[k].dataset;
-        if (dag_is_param_input(d)) continue;            /* a parameter: among the params */
-        if (!input_source(L, c, d, &a->in[spec->n_inputs++])) {
+        if (step->inputs[k].di == DAG_NO_DATASET) continue;   /* a parameter: among the params */
+        if (!input_source(L, c, &step->inputs[k], &a->in[spec->n_inputs++])) {
             utd_name_step(c->u, i, step->name);
             return false;
         }

@@ -50,6 +50,11 @@ M.new_store = pipeline_c.new_store
 -- ("all"), each once, in the order first met: one list for a whole check.
 M.io_datasets = pipeline_c.io_datasets
 M.io_names = pipeline_c.io_names
+-- data_file_clash(nodes, commands, skip) -> nil or file, first, second: the
+-- first file in .flow/data that two datasets of the command steps would
+-- both be kept at (plan.lua's check_paths, with a catalog without patterns;
+-- lua/data_files.c).
+M.data_file_clash = pipeline_c.data_file_clash
 -- command_refs(nodes, commands) -> wrong, params, credentials: of the
 -- command steps nodes[i] (i in `commands`), the first whose template strings
 -- have a ${inputs.x}/${outputs.y} naming nothing or a malformed reference

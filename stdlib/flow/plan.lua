@@ -599,16 +599,28 @@ local function check_paths(nodes, commands, cat, produced, project_files)
     for _, d in ipairs(pipeline.io_datasets(n, false)) do place(d, command) end
     for _, d in ipairs(pipeline.io_datasets(n, true)) do place(d, command) end
   end
+  -- Whether a catalog path claimed so far lies in .flow/data or a folder
+  -- may hold it: then the files there are claimed as keys too, below.
+  local data_dir = key_of(DATA .. "/x"):sub(1, -3)
+  local function meets()
+    if folders then return true end
+    for key in pairs(owner_d) do
+      if key:sub(1, #data_dir + 1) == data_dir .. "/" then return true end
+    end
+    return false
+  end
+  local meet = false
   if patterns then
     for _, n in ipairs(nodes) do place_all(n, n.kind == "command") end
+    meet = meets()
+  elseif not meets() then     -- (claims nothing more but in .flow/data: the same rule, in C)
+    local skip = {}
+    for d, e in pairs(cat.exact) do skip[d] = catalog.persisted(e) or nil end
+    local file, o, d = pipeline.data_file_clash(nodes, commands, skip)
+    if file then clash(o, cat.exact[o] or MEMORY, d, cat.exact[d] or MEMORY, DATA .. "/" .. file) end
   else                        -- (each name once, in the order place_all would meet it)
     for _, d in ipairs(pipeline.io_names(nodes, commands, "all")) do place(d, true) end
-  end
-  local data_dir = key_of(DATA .. "/x"):sub(1, -3)
-  local meet = folders
-  for key in pairs(owner_d) do
-    if meet then break end
-    meet = key:sub(1, #data_dir + 1) == data_dir .. "/"
+    meet = true
   end
   if meet then
     for _, file in ipairs(util.sorted_keys(data_owner)) do

@@ -225,6 +225,45 @@ L
     contains "$ERR" "dataset 'a' and dataset 'a.json' are both stored at .flow/data/a.json"
 }
 
+# The files flow keeps in .flow/data for commands are checked in C
+# (lua/data_files.c) when the catalog has no patterns, and by check_paths's
+# Lua loop when it has one: each clash here gets one message both ways (an
+# unused pattern sends it the Lua way), and a pipeline without one ("m/n" and
+# "m%2Fn" are kept apart, as m%2Fn and m%252Fn) runs both ways.
+test_data_file_clashes_are_found_alike_with_and_without_catalog_patterns() {
+    local cases=(
+        'node{ func = function() return { 1 } end, outputs = "a", name = "value" },
+         node{ command = "cat ${inputs.a} > ${outputs.o}", inputs = { a = "a" }, outputs = { o = "a.json" }, name = "cmd" },'
+        'node{ func = function() return "t" end, outputs = "r", name = "value" },
+         node{ command = "cat ${inputs.r} > ${outputs.o}", inputs = { r = "r" }, outputs = { o = "r.txt" }, name = "cmd" },'
+        'node{ command = "touch ${outputs.o}", outputs = { o = "m/n" }, name = "one" },
+         node{ command = "touch ${outputs.o}", outputs = { o = "m%2Fn" }, name = "two" },'
+        'node{ command = "touch ${outputs.o}", outputs = { o = "kept.json" }, name = "one" },
+         node{ command = "cat ${inputs.k} > ${outputs.o}", inputs = { k = "kept" }, outputs = { o = "x" }, name = "two" },
+         node{ func = function() return 1 end, outputs = "kept", name = "three" },'
+        'node{ command = "touch ${outputs.o}", outputs = { o = "fine" }, name = "one" },
+         node{ command = "cat ${inputs.f} > ${outputs.o}", inputs = { f = "fine" }, outputs = { o = "fine2" }, name = "two" },'
+    )
+    local want=(2 2 0 2 0) k catalog first
+    for k in "${!cases[@]}"; do
+        first=
+        for catalog in 'kept: {type: memory}' $'kept: {type: memory}
+"{x}_unused": {type: json, path: "data/{x}.json"}'; do
+            rm -rf .flow
+            printf 'return pipeline{
+%s
+}
+' "${cases[$k]}" | write pipeline.lua
+            printf '%s
+' "$catalog" | write conf/base/catalog.yml
+            run_flow "${want[$k]}" run
+            [ "${want[$k]}" = 2 ] || continue
+            contains "$ERR" "are both stored at .flow/data/"
+            if [ -z "$first" ]; then first=$ERR; else equals "$ERR" "$first" "case $k, with a pattern"; fi
+        done
+    done
+}
+
 # A Lua value 'a' that a command reads (flow writes it to .flow/data/a.json
 # for the command), the catalog $1 and one more step $2.
 value_for_a_command() {

@@ -16,7 +16,7 @@ static inline struct dag *chain(size_t n)
         snprintf(name, sizeof name, "s%zu", i);
         snprintf(in, sizeof in, "d%zu", i ? i - 1 : 0);
         snprintf(out, sizeof out, "d%zu", i);
-        struct dag_io o = { NULL, out }, inp = { NULL, in };
+        struct dag_io o = { .dataset = out }, inp = { .dataset = in };
         struct dag_step s = { .name = name, .inputs = &inp, .n_inputs = i ? 1 : 0, .outputs = &o, .n_outputs = 1 };
         if (dag_add_step(d, &s, err, sizeof err) < 0) { fprintf(stderr, "%s\n", err); exit(2); }
     }

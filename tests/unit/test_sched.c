@@ -23,7 +23,7 @@ static struct dag *independent_steps(size_t n)
     for (size_t i = 0; i < n; i++) {
         snprintf(name, sizeof name, "s%zu", i);
         snprintf(out, sizeof out, "d%zu", i);
-        struct dag_io o = { NULL, out };
+        struct dag_io o = { .dataset = out };
         struct dag_step s = { .name = name, .outputs = &o, .n_outputs = 1 };
         if (dag_add_step(d, &s, err, sizeof err) < 0) { fprintf(stderr, "%s\n", err); exit(2); }
     }
@@ -367,7 +367,7 @@ static struct dag *fan_out(void)
     struct dag *d = dag_new();
     char err[256];
     char names[3][3] = { "s0", "s1", "s2" }, data[3][3] = { "d0", "d1", "d2" };
-    struct dag_io d0 = { NULL, data[0] }, d1 = { NULL, data[1] }, d2 = { NULL, data[2] };
+    struct dag_io d0 = { .dataset = data[0] }, d1 = { .dataset = data[1] }, d2 = { .dataset = data[2] };
     struct dag_step steps[3] = { { .name = names[0], .outputs = &d0, .n_outputs = 1 },
                                  { .name = names[1], .inputs = &d0, .n_inputs = 1, .outputs = &d1, .n_outputs = 1 },
                                  { .name = names[2], .inputs = &d0, .n_inputs = 1, .outputs = &d2, .n_outputs = 1 } };

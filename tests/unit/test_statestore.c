@@ -178,6 +178,33 @@ static void test_superseded_records_are_compacted(void)
     state_store_free(s);
 }
 
+/* A put replaces a step's record whatever its time; reading the file back,
+ * a later record replaces an earlier one only when it is not older (as
+ * journals fold).  A step keeps its slot through both, and a name with no
+ * record has none.  (Ten other steps keep the file from being compacted.) */
+static void test_the_newest_record_wins_and_keeps_its_slot(void)
+{
+    struct state_store *s = reopen("newest.log", NULL);
+    char name[32];
+    for (int i = 0; i < 10; i++) { snprintf(name, sizeof name, "s%d", i); put_step(s, name, "v", 1); }
+    put_step(s, "a", "new", 5);
+    put_step(s, "b", "b1", 1);
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    size_t slot = state_store_slot(s, "a");
+    CHECK(slot != STATE_STORE_NO_SLOT && state_store_at(s, slot) == state_store_get(s, "a"));
+    put_step(s, "a", "old", 3);                  /* a put replaces */
+    CHECK(state_store_slot(s, "a") == slot && strcmp(state_store_at(s, slot)->fp, "old") == 0);
+    put_step(s, "b", "b2", 2);
+    CHECK(state_store_slot(s, "nobody") == STATE_STORE_NO_SLOT);
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    s = reopen("newest.log", NULL);              /* the file: a@5 and b@1, then a@3 and b@2 */
+    CHECK(state_store_count(s) == 12);
+    CHECK(state_store_get(s, "a") && strcmp(state_store_get(s, "a")->fp, "new") == 0);
+    CHECK(state_store_get(s, "b") && strcmp(state_store_get(s, "b")->fp, "b2") == 0);
+    state_store_free(s);
+}
+
 static void test_a_link_is_not_read_and_is_replaced(void)
 {
     int fd = open("victim", O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -605,6 +632,7 @@ int main(void)
     RUN(test_damaged_record_is_dropped);
     RUN(test_not_a_state_file);
     RUN(test_superseded_records_are_compacted);
+    RUN(test_the_newest_record_wins_and_keeps_its_slot);
     RUN(test_a_link_is_not_read_and_is_replaced);
     RUN(test_an_empty_name_is_refused);
     RUN(test_an_oversize_record_is_refused);

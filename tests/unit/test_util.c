@@ -303,6 +303,42 @@ static void test_strmap_values_and_growth(void)
     strmap_free(&m);
 }
 
+/* strmap_slot and strmap_fill intern in one probe: the first ask of a name
+ * gives an empty slot that fill makes the name's, a second ask finds it with
+ * its value, and growth between two interns (10,000 names, both key modes)
+ * loses none; fill copies the key unless the map borrows it. */
+static void test_strmap_slot_interns(void)
+{
+    for (int borrowed = 0; borrowed < 2; borrowed++) {
+        struct arena a = ARENA_INIT;
+        struct strmap m = { .borrowed_keys = borrowed };
+        size_t wrong = 0;
+        for (size_t i = 0; i < 10000; i++) {
+            char buf[32];
+            snprintf(buf, sizeof buf, "d_%zu", i);
+            struct strmap_slot *s = strmap_slot(&m, buf);
+            wrong += s->key != NULL;
+            char *key = borrowed ? arena_strdup(&a, buf) : buf;
+            strmap_fill(&m, s, key, i);
+            wrong += (s->key == key) != borrowed;      /* a copy unless borrowed */
+            s = strmap_slot(&m, buf);
+            wrong += !s->key || s->value != i || strcmp(s->key, buf) != 0;
+        }
+        CHECK(wrong == 0 && m.count == 10000);
+        size_t v = 0, found = 0;
+        for (size_t i = 0; i < 10000; i++) {
+            char buf[32];
+            snprintf(buf, sizeof buf, "d_%zu", i);
+            found += strmap_get(&m, buf, &v) && v == i;
+        }
+        CHECK(found == 10000);
+        CHECK(strmap_slot(&m, "absent")->key == NULL && m.count == 10000);   /* asking adds nothing */
+        CHECK(!strmap_get(&m, "absent", NULL));
+        strmap_free(&m);
+        arena_free(&a);
+    }
+}
+
 /* json_indent lays out JSON text as cJSON_Print does after a parse (run.json
  * was made that way), without parsing: the same bytes for each of these. */
 static void test_json_indent_is_cjson_print(void)
@@ -533,6 +569,7 @@ int main(void)
     RUN(test_arena);
     RUN(test_strmap_borrowed_keys);
     RUN(test_strmap_values_and_growth);
+    RUN(test_strmap_slot_interns);
     RUN(test_json_indent_is_cjson_print);
     RUN(test_crypto_lib_open);
     RUN(test_wipe);
