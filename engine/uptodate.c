@@ -26,13 +26,17 @@ struct ran_out {
     char *dataset, *hash;
 };
 
+enum { FP_BYTES = (SHA256_HEX_SIZE - 1) / 2 };   /* a fingerprint's bytes */
+
+/* One a step: 96 bytes on a 64-bit machine (a run of 100,000 steps keeps 100,000). */
 struct step {
     bool passed, no_record;
     unsigned char early;                    /* 1 + utd_decide_early's verdict, until asked; or 0 */
     bool keeps_values;                      /* utd_keeps_values: a value not kept does not stand */
-    char fresh_fp[SHA256_HEX_SIZE];         /* the fingerprint of the record that made it fresh, or "" */
+    bool fresh;                             /* fresh_fp holds the fingerprint of the record that made it fresh */
+    unsigned char fresh_fp[FP_BYTES];
+    uint32_t slot_1;                        /* 1 + its record's state_store_slot; 0: not found yet */
     const char *name;                       /* the graph's (not copied) */
-    size_t slot_1;                          /* 1 + its record's state_store_slot; 0: not found yet */
     char *fp, *parts_json;                  /* utd_decide's, for a step without a record */
     struct description *d;                  /* NULL: never described, or decided */
     struct ran_out *ran;                    /* utd_mark_ran's, until the record is put; NULL: none */
@@ -63,7 +67,8 @@ static const struct state_rec *record_of(const struct utd *u, struct step *s)
     if (!s->slot_1) {
         size_t slot = state_store_slot(u->store, s->name);
         if (slot == STATE_STORE_NO_SLOT) return NULL;    /* (not remembered: a put may add it) */
-        s->slot_1 = slot + 1;
+        if (slot >= UINT32_MAX) return state_store_at(u->store, slot);   /* (not kept: asked each time) */
+        s->slot_1 = (uint32_t)slot + 1;
     }
     return state_store_at(u->store, s->slot_1 - 1);
 }
@@ -196,10 +201,30 @@ void utd_name_step(struct utd *u, size_t i, const char *name)
     u->steps[i].name = name;
 }
 
+/* A fingerprint's 64 lowercase hex digits as its bytes; false for any
+ * other text (two fingerprints are equal exactly when their bytes are). */
+static bool fp_bytes(const char *hex, unsigned char out[FP_BYTES])
+{
+    for (size_t k = 0; k < 2 * FP_BYTES; k++) {
+        char c = hex[k];
+        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0) return false;
+        if (k % 2 == 0) out[k / 2] = (unsigned char)(v << 4);
+        else out[k / 2] |= (unsigned char)v;
+    }
+    return hex[2 * FP_BYTES] == '\0';
+}
+
 static void mark_fresh(struct step *s, const char *fp)
 {
-    bool whole = strlen(fp) == SHA256_HEX_SIZE - 1;
-    memcpy(s->fresh_fp, whole ? fp : "", whole ? SHA256_HEX_SIZE : 1);
+    s->fresh = fp_bytes(fp, s->fresh_fp);
+}
+
+/* Whether record r is still the one that made step p fresh. */
+static bool still_fresh(const struct step *p, const struct state_rec *r)
+{
+    unsigned char now[FP_BYTES];
+    return p->fresh && r && fp_bytes(r->fp, now) && memcmp(now, p->fresh_fp, sizeof now) == 0;
 }
 
 void utd_mark_fresh(struct utd *u, size_t i, const char *fp)
@@ -278,9 +303,9 @@ static const char *input_hash(struct utd *u, const struct utd_input *in, char bu
         if (in->producer >= u->n_steps) return NULL;
         struct step *p = &u->steps[in->producer];
         if (p->ran) return ran_hash(p, in->dataset.s, in->dataset.len);
-        if (!p->fresh_fp[0] || !p->name) return NULL;
+        if (!p->fresh || !p->name) return NULL;
         const struct state_rec *r = record_of(u, p);
-        if (!r || strcmp(r->fp, p->fresh_fp) != 0) return NULL;
+        if (!still_fresh(p, r)) return NULL;
         const struct state_out *o = out_named(r, in->dataset.s, in->dataset.len);
         if (!o || o->kind == 'u' || !o->hash[0]) return NULL;
         return o->hash;
@@ -510,7 +535,7 @@ bool utd_decide_early(struct utd *u, size_t i)
     const struct description *d = u->steps[i].d;
     for (size_t k = 0; k < d->n_inputs; k++) {
         size_t p = d->inputs[k].producer;
-        if (p != UTD_NO_PRODUCER && (p >= u->n_steps || (!u->steps[p].fresh_fp[0] && !u->steps[p].ran)))
+        if (p != UTD_NO_PRODUCER && (p >= u->n_steps || (!u->steps[p].fresh && !u->steps[p].ran)))
             return false;
     }
     u->steps[i].early = (unsigned char)(1 + decide(u, i));
