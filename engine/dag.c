@@ -86,6 +86,7 @@ static struct dag_io *copy_io(struct dag *dag, const struct dag_io *io, size_t n
     struct dag_io *c = arena_calloc(&dag->mem, n, sizeof *c);
     for (size_t i = 0; i < n; i++) {
         c[i].dataset = keep_string(dag, io[i].dataset);
+        c[i].di = DAG_NO_DATASET;                   /* (dag_finalize's) */
         c[i].arg = io[i].arg && strcmp(io[i].arg, io[i].dataset) != 0 ? keep_string(dag, io[i].arg) : c[i].dataset;
     }
     return c;
@@ -180,7 +181,7 @@ bool dag_outputs_all_read(struct dag *dag, size_t i)
     const bool *read = dag_read_flags(dag);
     const struct dag_step *s = &dag->steps[i];
     for (size_t k = 0; k < s->n_outputs; k++)
-        if (!read[s->outputs[k].di]) return false;
+        if (s->outputs[k].di == DAG_NO_DATASET || !read[s->outputs[k].di]) return false;
     return s->n_outputs > 0;
 }
 

@@ -253,7 +253,6 @@ static void release_slot(struct slot *sl)
     else free(sl->rec.outs);
 }
 
-/* Makes *sl step rec->name's slot, replacing (and releasing) its old one. */
 /* Sets the record of step sl->rec.name; with `newest`, only when it is not
  * older than the one it would replace (as journals fold).  Returns whether
  * it was set: false leaves sl the caller's to release. */

@@ -39,6 +39,9 @@ static struct named *list_named(lua_State *L, int nodes, int indices, int skip, 
         total += (size_t)rec.n_inputs + rec.n_outputs;
         lua_pop(L, 1);
     }
+    lua_pushnil(L);
+    bool skips = lua_next(L, skip) != 0;                 /* (most catalogs keep no command's dataset) */
+    lua_settop(L, lua_gettop(L) - (skips ? 2 : 0));
     struct named *all = lua_newuserdatauv(L, (total + 1) * sizeof *all, 0);
     int box = lua_gettop(L);
     size_t at = 0;
@@ -50,9 +53,12 @@ static struct named *list_named(lua_State *L, int nodes, int indices, int skip, 
             uint32_t first = step_io_first(&rec, outputs), count = step_io_count(&rec, outputs);
             for (uint32_t i = 0; i < count && at < total; i++) {
                 const char *name = step_decls_str(d, d->io[first + i].dataset);   /* the store's: the node holds it */
-                lua_pushstring(L, name);
-                bool skipped = lua_rawget(L, skip) != LUA_TNIL;
-                lua_pop(L, 1);
+                bool skipped = false;
+                if (skips) {
+                    lua_pushstring(L, name);
+                    skipped = lua_rawget(L, skip) != LUA_TNIL;
+                    lua_pop(L, 1);
+                }
                 all[at++] = (struct named){ name, outputs == 1, skipped };
             }
         }

@@ -258,7 +258,7 @@ static int l_unread_outputs(lua_State *L)
     for (size_t i = 0; i < dag->n_steps; i++) {
         const struct dag_step *s = &dag->steps[i];
         for (size_t o = 0; o < s->n_outputs; o++) {
-            if (read[s->outputs[o].di]) continue;
+            if (s->outputs[o].di != DAG_NO_DATASET && read[s->outputs[o].di]) continue;
             lua_pushstring(L, s->outputs[o].dataset);
             lua_rawseti(L, -2, ++k);
         }

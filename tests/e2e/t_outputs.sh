@@ -228,8 +228,9 @@ L
 # The files flow keeps in .flow/data for commands are checked in C
 # (lua/data_files.c) when the catalog has no patterns, and by check_paths's
 # Lua loop when it has one: each clash here gets one message both ways (an
-# unused pattern sends it the Lua way), and a pipeline without one ("m/n" and
-# "m%2Fn" are kept apart, as m%2Fn and m%252Fn) runs both ways.
+# unused pattern sends it the Lua way), and a pipeline without one runs both
+# ways: "m/n" and "m%2Fn" are kept apart (as m%2Fn and m%252Fn), and a value
+# the catalog keeps at its own path (v) takes no file there.
 test_data_file_clashes_are_found_alike_with_and_without_catalog_patterns() {
     local cases=(
         'node{ func = function() return { 1 } end, outputs = "a", name = "value" },
@@ -243,19 +244,17 @@ test_data_file_clashes_are_found_alike_with_and_without_catalog_patterns() {
          node{ func = function() return 1 end, outputs = "kept", name = "three" },'
         'node{ command = "touch ${outputs.o}", outputs = { o = "fine" }, name = "one" },
          node{ command = "cat ${inputs.f} > ${outputs.o}", inputs = { f = "fine" }, outputs = { o = "fine2" }, name = "two" },'
+        'node{ func = function() return { 1 } end, outputs = "v", name = "value" },
+         node{ command = "cat ${inputs.v} > ${outputs.o}", inputs = { v = "v" }, outputs = { o = "v.json" }, name = "cmd" },'
     )
-    local want=(2 2 0 2 0) k catalog first
+    local want=(2 2 0 2 0 0) k catalog first
+    local base=$'kept: {type: memory}\nv: {type: json, path: data/v.json}'
     for k in "${!cases[@]}"; do
         first=
-        for catalog in 'kept: {type: memory}' $'kept: {type: memory}
-"{x}_unused": {type: json, path: "data/{x}.json"}'; do
+        for catalog in "$base" "$base"$'\n"{x}_unused": {type: json, path: "data/{x}.json"}'; do
             rm -rf .flow
-            printf 'return pipeline{
-%s
-}
-' "${cases[$k]}" | write pipeline.lua
-            printf '%s
-' "$catalog" | write conf/base/catalog.yml
+            printf 'return pipeline{\n%s\n}\n' "${cases[$k]}" | write pipeline.lua
+            printf '%s\n' "$catalog" | write conf/base/catalog.yml
             run_flow "${want[$k]}" run
             [ "${want[$k]}" = 2 ] || continue
             contains "$ERR" "are both stored at .flow/data/"
