@@ -202,15 +202,19 @@ void utd_name_step(struct utd *u, size_t i, const char *name)
 }
 
 /* A fingerprint's 64 lowercase hex digits as its bytes; false for any
- * other text (two fingerprints are equal exactly when their bytes are). */
+ * other text.  Lowercase only, so that two fingerprints' texts are equal
+ * exactly when their bytes are. */
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
 static bool fp_bytes(const char *hex, unsigned char out[FP_BYTES])
 {
-    for (size_t k = 0; k < 2 * FP_BYTES; k++) {
-        char c = hex[k];
-        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (v < 0) return false;
-        if (k % 2 == 0) out[k / 2] = (unsigned char)(v << 4);
-        else out[k / 2] |= (unsigned char)v;
+    for (size_t k = 0; k < FP_BYTES; k++) {
+        int hi = hex_digit(hex[2 * k]), lo = hi < 0 ? -1 : hex_digit(hex[2 * k + 1]);
+        if (lo < 0) return false;
+        out[k] = (unsigned char)(hi << 4 | lo);
     }
     return hex[2 * FP_BYTES] == '\0';
 }
@@ -220,11 +224,19 @@ static void mark_fresh(struct step *s, const char *fp)
     s->fresh = fp_bytes(fp, s->fresh_fp);
 }
 
-/* Whether record r is still the one that made step p fresh. */
+/* Whether record r is still the one that made step p fresh: its
+ * fingerprint's text is p's bytes in hex. */
 static bool still_fresh(const struct step *p, const struct state_rec *r)
 {
-    unsigned char now[FP_BYTES];
-    return p->fresh && r && fp_bytes(r->fp, now) && memcmp(now, p->fresh_fp, sizeof now) == 0;
+    static const char digits[] = "0123456789abcdef";
+    if (!p->fresh || !r) return false;
+    char hex[SHA256_HEX_SIZE];
+    for (size_t k = 0; k < FP_BYTES; k++) {
+        hex[2 * k] = digits[p->fresh_fp[k] >> 4];
+        hex[2 * k + 1] = digits[p->fresh_fp[k] & 15];
+    }
+    hex[2 * FP_BYTES] = '\0';
+    return strcmp(hex, r->fp) == 0;
 }
 
 void utd_mark_fresh(struct utd *u, size_t i, const char *fp)
