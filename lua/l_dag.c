@@ -266,25 +266,27 @@ static int l_unread_outputs(lua_State *L)
     return 1;
 }
 
-/* dag:reader_counts() -> {dataset = n}: how many inputs of the graph's
- * steps name each dataset; parameters are not datasets and have no entry. */
+/* dag:reader_counts() -> counts: how many inputs of the graph's steps name
+ * each dataset (parameters are not datasets), by the dataset's index; a
+ * userdata only count_down reads.  By index, not a table by name: a run of
+ * 100,000 steps made 200,000 Lua strings for it, and count_down one a
+ * reader. */
+#define COUNTS_MT "flow.dag.reader_counts"
+struct reader_counts { size_t n; uint32_t left[]; };
+
 static int l_reader_counts(lua_State *L)
 {
     struct dag *dag = *check_dag(L, 1);
-    lua_settop(L, 1);
-    lua_createtable(L, 0, dag->n_datasets > INT_MAX ? INT_MAX : (int)dag->n_datasets);
+    size_t n = dag->n_datasets;
+    struct reader_counts *c = lua_newuserdatauv(L, sizeof *c + (n + 1) * sizeof *c->left, 0);
+    c->n = n;
+    memset(c->left, 0, (n + 1) * sizeof *c->left);
     for (size_t i = 0; i < dag->n_steps; i++) {
         const struct dag_step *s = &dag->steps[i];
-        for (size_t k = 0; k < s->n_inputs; k++) {
-            if (dag_is_param_input(s->inputs[k].dataset)) continue;
-            lua_pushstring(L, s->inputs[k].dataset);
-            lua_pushvalue(L, -1);
-            lua_Integer n = lua_rawget(L, 2) == LUA_TNUMBER ? lua_tointeger(L, -1) : 0;
-            lua_pop(L, 1);
-            lua_pushinteger(L, n + 1);
-            lua_rawset(L, 2);
-        }
+        for (size_t k = 0; k < s->n_inputs; k++)
+            if (s->inputs[k].di < n) c->left[s->inputs[k].di]++;      /* (fewer than 2^32 inputs) */
     }
+    luaL_setmetatable(L, COUNTS_MT);
     return 1;
 }
 
@@ -299,35 +301,25 @@ static int l_outputs_all_read(lua_State *L)
 
 /* dag:count_down(i, left, values, let_go): step i has ended well; for each
  * of its inputs d that `left` (reader_counts's) counts, one reader less, and
- * at the last one left[d] = nil and, when values holds d, values[d] =
- * let_go.  (flow.values' release_inputs, over the graph's own lists.) */
+ * at the last one, when values holds d, values[d] = let_go.  (flow.values'
+ * release_inputs, over the graph's own lists.) */
 static int l_count_down(lua_State *L)
 {
     struct dag *dag = *check_dag(L, 1);
     const struct dag_step *s = &dag->steps[check_step(L, dag, 2)];
-    luaL_checktype(L, 3, LUA_TTABLE);
+    struct reader_counts *c = luaL_checkudata(L, 3, COUNTS_MT);
+    luaL_argcheck(L, c->n == dag->n_datasets, 3, "the counts of another graph");
     luaL_checktype(L, 4, LUA_TTABLE);
     lua_settop(L, 5);
     for (size_t k = 0; k < s->n_inputs; k++) {
-        lua_pushstring(L, s->inputs[k].dataset);            /* 6 */
+        size_t di = s->inputs[k].di;
+        if (di >= c->n || c->left[di] == 0 || --c->left[di] > 0) continue;
+        lua_pushstring(L, s->inputs[k].dataset);            /* 6: its last reader has ended */
         lua_pushvalue(L, 6);
-        int t = lua_rawget(L, 3);
-        lua_Integer c = t == LUA_TNUMBER ? lua_tointeger(L, 7) : 0;
-        lua_settop(L, 6);
-        if (c == 1) {
+        if (lua_rawget(L, 4) != LUA_TNIL) {
             lua_pushvalue(L, 6);
-            lua_pushnil(L);
-            lua_rawset(L, 3);
-            lua_pushvalue(L, 6);
-            if (lua_rawget(L, 4) != LUA_TNIL) {
-                lua_pushvalue(L, 6);
-                lua_pushvalue(L, 5);
-                lua_rawset(L, 4);
-            }
-        } else if (c > 1) {
-            lua_pushvalue(L, 6);
-            lua_pushinteger(L, c - 1);
-            lua_rawset(L, 3);
+            lua_pushvalue(L, 5);
+            lua_rawset(L, 4);
         }
         lua_settop(L, 5);
     }
@@ -543,6 +535,8 @@ struct dag *flow_check_dag(lua_State *L, int idx)
 int luaopen_flow_dag(lua_State *L)
 {
     flow_new_class(L, DAG_MT, dag_methods, l_gc);
+    luaL_newmetatable(L, COUNTS_MT);
+    lua_pop(L, 1);
     luaL_newlib(L, dag_funcs);
     return 1;
 }

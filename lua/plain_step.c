@@ -116,7 +116,7 @@ static int called(lua_State *L, int status, lua_KContext ctx)
         if (lua_type(L, UP(U_LEFT)) == LUA_TFUNCTION) {  /* the counts, made when the first step ends */
             lua_pushvalue(L, UP(U_LEFT));
             lua_call(L, 0, 1);
-            luaL_checktype(L, -1, LUA_TTABLE);
+            luaL_checktype(L, -1, LUA_TUSERDATA);
             lua_replace(L, UP(U_LEFT));
         }
         lua_pushvalue(L, UP(U_COUNT_DOWN));        /* its inputs' readers counted down (Run:release_inputs) */
