@@ -406,6 +406,7 @@ static void set_bit(struct produced_bits *b, const struct step_decls *d, name_id
 {
     if (d == b->own && id < b->n) b->bits[id / 8] |= (unsigned char)(1u << (id % 8));
 }
+
 static const char *const SCAN_FIELDS[SC_N_LISTS] = {
     "produced", "pending", "commands", "pooled", "distributed", "reporting", "keepers"
 };
