@@ -204,19 +204,21 @@ void utd_name_step(struct utd *u, size_t i, const char *name)
 /* A fingerprint's 64 lowercase hex digits as its bytes; false for any
  * other text.  Lowercase only, so that two fingerprints' texts are equal
  * exactly when their bytes are. */
-static int hex_digit(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 static bool fp_bytes(const char *hex, unsigned char out[FP_BYTES])
 {
-    for (size_t k = 0; k < FP_BYTES; k++) {
-        int hi = hex_digit(hex[2 * k]), lo = hi < 0 ? -1 : hex_digit(hex[2 * k + 1]);
-        if (lo < 0) return false;
-        out[k] = (unsigned char)(hi << 4 | lo);
+    /* 1 + a digit's value; 0 for any other byte (the NUL too) */
+    static const unsigned char value_1[256] = {
+        ['0'] = 1, ['1'] = 2, ['2'] = 3, ['3'] = 4, ['4'] = 5, ['5'] = 6, ['6'] = 7, ['7'] = 8, ['8'] = 9,
+        ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+    };
+    const unsigned char *h = (const unsigned char *)hex;
+    for (size_t k = 0; k < 2 * FP_BYTES; k += 2) {
+        unsigned hi = value_1[h[k]];
+        unsigned lo = hi ? value_1[h[k + 1]] : 0;     /* (not past a NUL) */
+        if (!lo) return false;
+        out[k / 2] = (unsigned char)((hi - 1) << 4 | (lo - 1));
     }
-    return hex[2 * FP_BYTES] == '\0';
+    return h[2 * FP_BYTES] == '\0';
 }
 
 static void mark_fresh(struct step *s, const char *fp)

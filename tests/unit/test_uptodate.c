@@ -183,6 +183,36 @@ static void test_a_record_another_run_replaced_is_not_trusted(void)
     hashcache_free(hc);
 }
 
+/* Only a fingerprint of 64 lowercase hex digits makes a step fresh (the
+ * check keeps its bytes): a record whose fingerprint is another text (short,
+ * long, uppercase, with a stray byte) tells its consumers nothing, and the
+ * same text in lowercase does. */
+static void test_only_a_whole_fingerprint_makes_a_step_fresh(void)
+{
+    static const char *const bad[] = {
+        "", "abc", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde",   /* 63 */
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0",          /* 65 */
+        "0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF",
+        "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdeg",
+    };
+    static const char good[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    for (size_t k = 0; k <= sizeof bad / sizeof *bad; k++) {
+        const char *fp = k < sizeof bad / sizeof *bad ? bad[k] : good;
+        struct hashcache *hc;
+        struct state_store *st;
+        struct utd *u = two_steps("state-fp.log", &hc, &st);
+        record(st, "make", fp, "o", "out.txt");
+        utd_mark_fresh(u, 0, fp);
+        char fp1[SHA256_HEX_SIZE];
+        int rc = utd_fingerprint(u, 1, fp1);
+        CHECK(rc == (k < sizeof bad / sizeof *bad ? 1 : 0));    /* 1: an input's hash cannot be told */
+        utd_free(u);
+        state_store_free(st);
+        hashcache_free(hc);
+        unlink("state-fp.log");
+    }
+}
+
 /* A memory output: inline in its record ('v', vouched for by the record's
  * checksum), cached in a file ('c', hashed like a file output), or of a
  * kind this check does not decide ('m' from before values said where they
@@ -334,6 +364,7 @@ int main(void)
     RUN(test_passes_only_with_record_and_outputs);
     RUN(test_memory_outputs);
     RUN(test_a_record_another_run_replaced_is_not_trusted);
+    RUN(test_only_a_whole_fingerprint_makes_a_step_fresh);
     RUN(test_a_step_is_decided_early_once_its_producers_are_fresh);
     RUN(test_a_producer_that_ran_speaks_before_its_record);
     if (chdir("/") == 0) {
