@@ -63,10 +63,14 @@ void strmap_put(struct strmap *m, const char *key, size_t value)
 
 struct strmap_slot *strmap_slot(struct strmap *m, const char *key)
 {
-    if (!fits(m->count + 1, m->cap)) rehash(m, m->cap ? m->cap * 2 : 16);
     uint32_t h = hash_str(key);
-    struct strmap_slot *s = find_slot(m, key, h);
-    if (!s->key) s->hash = h;          /* (strmap_fill's; an empty slot's hash is never read) */
+    struct strmap_slot *s = m->cap ? find_slot(m, key, h) : NULL;
+    if (s && s->key) return s;         /* found: the map does not grow for a key it has */
+    if (!fits(m->count + 1, m->cap)) {
+        rehash(m, m->cap ? m->cap * 2 : 16);
+        s = find_slot(m, key, h);
+    }
+    s->hash = h;                       /* (strmap_fill's; an empty slot's hash is never read) */
     return s;
 }
 

@@ -24,7 +24,7 @@ void strmap_free(struct strmap *m);
 void strmap_put(struct strmap *m, const char *key, size_t value);
 bool strmap_get(const struct strmap *m, const char *key, size_t *value);
 /* Key's slot: found (its key set, its value the key's), or the empty one
- * where the key goes (key NULL), after making room for one more.  An empty
+ * where the key goes (key NULL), room for it made first.  An empty
  * one is filled with strmap_fill before any other change to the map:
  * interning a name takes one probe, where a get and then a put take two. */
 struct strmap_slot *strmap_slot(struct strmap *m, const char *key);

@@ -272,13 +272,14 @@ static int l_unread_outputs(lua_State *L)
  * 100,000 steps made 200,000 Lua strings for it, and count_down one a
  * reader. */
 #define COUNTS_MT "flow.dag.reader_counts"
-struct reader_counts { size_t n; uint32_t left[]; };
+struct reader_counts { const struct dag *dag; size_t n; uint32_t left[]; };
 
 static int l_reader_counts(lua_State *L)
 {
     struct dag *dag = *check_dag(L, 1);
     size_t n = dag->n_datasets;
     struct reader_counts *c = lua_newuserdatauv(L, sizeof *c + (n + 1) * sizeof *c->left, 0);
+    c->dag = dag;
     c->n = n;
     memset(c->left, 0, (n + 1) * sizeof *c->left);
     for (size_t i = 0; i < dag->n_steps; i++) {
@@ -308,7 +309,7 @@ static int l_count_down(lua_State *L)
     struct dag *dag = *check_dag(L, 1);
     const struct dag_step *s = &dag->steps[check_step(L, dag, 2)];
     struct reader_counts *c = luaL_checkudata(L, 3, COUNTS_MT);
-    luaL_argcheck(L, c->n == dag->n_datasets, 3, "the counts of another graph");
+    luaL_argcheck(L, c->dag == dag && c->n == dag->n_datasets, 3, "the counts of another graph");
     luaL_checktype(L, 4, LUA_TTABLE);
     lua_settop(L, 5);
     for (size_t k = 0; k < s->n_inputs; k++) {

@@ -331,3 +331,23 @@ test_empty_lists_print_as_json_arrays() {
     run_flow 0 catalog list --format json
     equals "$OUT" "[]" "datasets of an empty pipeline"
 }
+
+# Steps whose records are in two stores (a store per script load; here one
+# made mid-script): the plan's one pass over the steps (dag.scan, which asks
+# a store's bits whether an input was produced before it, and the other
+# store's names the long way) finds every producer whatever the order, and
+# still names an input nothing produces.
+test_steps_of_two_stores_find_their_producers_in_any_order() {
+    write pipeline.lua <<'L'
+local early = node{ func = function(x) return x + 1 end, inputs = "late_out", outputs = "early_out", name = "early" }
+require("flow.pipeline").new_store()
+local late = node{ func = function() return 1 end, outputs = "late_out", name = "late" }
+local last = node{ func = function(a, b) return a + b end, inputs = { "early_out", "late_out", os.getenv("EXTRA") },
+                   outputs = "sum", name = "last" }
+return pipeline{ last, early, late }
+L
+    run_flow 0 run
+    contains "$ERR" "3 done"
+    EXTRA=ghost run_flow 2 run
+    contains "$ERR" "'ghost', needed by 'last' (pipeline.lua:4)"
+}

@@ -337,6 +337,18 @@ static void test_strmap_slot_interns(void)
         strmap_free(&m);
         arena_free(&a);
     }
+    /* a map full to its load limit grows for a new key only, not for one it has */
+    struct strmap m = { 0 };
+    char buf[32];
+    size_t n = 0;
+    do {
+        snprintf(buf, sizeof buf, "k%zu", n);
+        strmap_put(&m, buf, n++);
+    } while ((m.count + 1) * 10 <= m.cap * 7);
+    size_t cap = m.cap;
+    CHECK(strmap_slot(&m, "k0")->key != NULL && m.cap == cap);
+    CHECK(strmap_slot(&m, "new")->key == NULL && m.cap == 2 * cap && m.count == n);
+    strmap_free(&m);
 }
 
 /* json_indent lays out JSON text as cJSON_Print does after a parse (run.json
