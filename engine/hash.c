@@ -91,14 +91,33 @@ void hasher_update(struct hasher *h, const void *data, size_t len)
     if (len && crypto_lib()->SHA256_Update(&h->ctx, data, len) != 1) no_sha256("SHA256_Update");
 }
 
-static void to_hex(const unsigned char md[SHA256_DIGEST_LENGTH], char hex[SHA256_HEX_SIZE])
+_Static_assert(SHA256_SIZE == SHA256_DIGEST_LENGTH, "a SHA-256 digest is 32 bytes");
+
+void sha256_to_hex(const unsigned char md[SHA256_SIZE], char hex[SHA256_HEX_SIZE])
 {
     static const char digits[] = "0123456789abcdef";
-    for (unsigned int i = 0; i < SHA256_DIGEST_LENGTH; i++) {
+    for (unsigned int i = 0; i < SHA256_SIZE; i++) {
         hex[2 * i] = digits[md[i] >> 4];
         hex[2 * i + 1] = digits[md[i] & 15];
     }
-    hex[2 * SHA256_DIGEST_LENGTH] = '\0';
+    hex[2 * SHA256_SIZE] = '\0';
+}
+
+bool sha256_from_hex(const char *hex, unsigned char md[SHA256_SIZE])
+{
+    /* 1 + a digit's value; 0 for any other byte (the NUL too) */
+    static const unsigned char value_1[256] = {
+        ['0'] = 1, ['1'] = 2, ['2'] = 3, ['3'] = 4, ['4'] = 5, ['5'] = 6, ['6'] = 7, ['7'] = 8, ['8'] = 9,
+        ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+    };
+    const unsigned char *h = (const unsigned char *)hex;
+    for (size_t k = 0; k < 2 * SHA256_SIZE; k += 2) {
+        unsigned hi = value_1[h[k]];
+        unsigned lo = hi ? value_1[h[k + 1]] : 0;     /* (not past a NUL) */
+        if (!lo) return false;
+        md[k / 2] = (unsigned char)((hi - 1) << 4 | (lo - 1));
+    }
+    return h[2 * SHA256_SIZE] == '\0';
 }
 
 void hash_set_small_budget(size_t bytes)
@@ -136,7 +155,7 @@ static void small_sha256(const void *data, size_t len, char hex[SHA256_HEX_SIZE]
             no_sha256("SHA256_*");
         wipe(&ctx, sizeof ctx);
     }
-    to_hex(md, hex);
+    sha256_to_hex(md, hex);
 }
 
 void hasher_finish(struct hasher *h, char hex[SHA256_HEX_SIZE])
@@ -144,7 +163,7 @@ void hasher_finish(struct hasher *h, char hex[SHA256_HEX_SIZE])
     if (h->big) {
         unsigned char md[SHA256_DIGEST_LENGTH];
         if (crypto_lib()->SHA256_Final(md, &h->ctx) != 1) no_sha256("SHA256_Final");
-        to_hex(md, hex);
+        sha256_to_hex(md, hex);
     } else {
         small_sha256(h->small, h->n_small, hex);
     }

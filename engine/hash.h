@@ -4,9 +4,11 @@
 #define FLOW_HASH_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #define SHA256_HEX_SIZE 65          /* 64 hex digits and a NUL */
+#define SHA256_SIZE 32              /* the digest's bytes */
 
 /* Up to this many bytes a hasher keeps what it is given, to hash it at the
  * end with libmd while the process's small budget lasts; past them OpenSSL
@@ -26,6 +28,11 @@ void hasher_free(struct hasher *h);
 void hasher_copy(struct hasher *dst, const struct hasher *src);
 
 void sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_SIZE]);
+/* A digest's bytes as the hex this file writes, and back: false for any text
+ * but 64 lowercase hex digits (so two digests' texts are equal exactly when
+ * their bytes are). */
+void sha256_to_hex(const unsigned char md[SHA256_SIZE], char hex[SHA256_HEX_SIZE]);
+bool sha256_from_hex(const char *hex, unsigned char md[SHA256_SIZE]);
 /* Sets what libmd may still hash in this process, in bytes (tests: 0 makes
  * every hash OpenSSL's, SIZE_MAX every small one libmd's). */
 void hash_set_small_budget(size_t bytes);

@@ -26,15 +26,13 @@ struct ran_out {
     char *dataset, *hash;
 };
 
-enum { FP_BYTES = (SHA256_HEX_SIZE - 1) / 2 };   /* a fingerprint's bytes */
-
 /* One a step: 96 bytes on a 64-bit machine (a run of 100,000 steps keeps 100,000). */
 struct step {
     bool passed, no_record;
     unsigned char early;                    /* 1 + utd_decide_early's verdict, until asked; or 0 */
     bool keeps_values;                      /* utd_keeps_values: a value not kept does not stand */
     bool fresh;                             /* fresh_fp holds the fingerprint of the record that made it fresh */
-    unsigned char fresh_fp[FP_BYTES];
+    unsigned char fresh_fp[SHA256_SIZE];      /* (its bytes: sha256_from_hex) */
     uint32_t slot_1;                        /* 1 + its record's state_store_slot; 0: not found yet */
     const char *name;                       /* the graph's (not copied) */
     char *fp, *parts_json;                  /* utd_decide's, for a step without a record */
@@ -201,43 +199,17 @@ void utd_name_step(struct utd *u, size_t i, const char *name)
     u->steps[i].name = name;
 }
 
-/* A fingerprint's 64 lowercase hex digits as its bytes; false for any
- * other text.  Lowercase only, so that two fingerprints' texts are equal
- * exactly when their bytes are. */
-static bool fp_bytes(const char *hex, unsigned char out[FP_BYTES])
-{
-    /* 1 + a digit's value; 0 for any other byte (the NUL too) */
-    static const unsigned char value_1[256] = {
-        ['0'] = 1, ['1'] = 2, ['2'] = 3, ['3'] = 4, ['4'] = 5, ['5'] = 6, ['6'] = 7, ['7'] = 8, ['8'] = 9,
-        ['9'] = 10, ['a'] = 11, ['b'] = 12, ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
-    };
-    const unsigned char *h = (const unsigned char *)hex;
-    for (size_t k = 0; k < 2 * FP_BYTES; k += 2) {
-        unsigned hi = value_1[h[k]];
-        unsigned lo = hi ? value_1[h[k + 1]] : 0;     /* (not past a NUL) */
-        if (!lo) return false;
-        out[k / 2] = (unsigned char)((hi - 1) << 4 | (lo - 1));
-    }
-    return h[2 * FP_BYTES] == '\0';
-}
-
 static void mark_fresh(struct step *s, const char *fp)
 {
-    s->fresh = fp_bytes(fp, s->fresh_fp);
+    s->fresh = sha256_from_hex(fp, s->fresh_fp);
 }
 
-/* Whether record r is still the one that made step p fresh: its
- * fingerprint's text is p's bytes in hex. */
+/* Whether record r is still the one that made step p fresh. */
 static bool still_fresh(const struct step *p, const struct state_rec *r)
 {
-    static const char digits[] = "0123456789abcdef";
     if (!p->fresh || !r) return false;
     char hex[SHA256_HEX_SIZE];
-    for (size_t k = 0; k < FP_BYTES; k++) {
-        hex[2 * k] = digits[p->fresh_fp[k] >> 4];
-        hex[2 * k + 1] = digits[p->fresh_fp[k] & 15];
-    }
-    hex[2 * FP_BYTES] = '\0';
+    sha256_to_hex(p->fresh_fp, hex);
     return strcmp(hex, r->fp) == 0;
 }
 

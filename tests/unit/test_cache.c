@@ -145,6 +145,25 @@ static void test_sha256_vectors(void)
     hasher_free(h);
 }
 
+/* A digest's hex goes back to its bytes and out again unchanged; any other
+ * text (short, long, uppercase, not hex) has no bytes. */
+static void test_sha256_hex_round_trip(void)
+{
+    char hex[SHA256_HEX_SIZE], again[SHA256_HEX_SIZE];
+    unsigned char md[SHA256_SIZE];
+    sha256_hex("abc", 3, hex);
+    CHECK(sha256_from_hex(hex, md) && md[0] == 0xba && md[31] == 0xad);
+    sha256_to_hex(md, again);
+    CHECK_STR(again, hex);
+    static const char *const bad[] = {
+        "", "ba78", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015a",
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad0",
+        "BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD",
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ag",
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) CHECK(!sha256_from_hex(bad[k], md));
+}
+
 static void test_hash_file(void)
 {
     size_t n = 200 * 1000;                 /* several 64 KiB reads */
@@ -978,6 +997,7 @@ int main(void)
     snprintf(root, sizeof root, "/tmp/flow-test-cache-XXXXXX");
     if (!mkdtemp(root)) { perror("mkdtemp"); return 1; }
     RUN(test_sha256_vectors);
+    RUN(test_sha256_hex_round_trip);
     RUN(test_hash_file);
     RUN(test_tree_hash_format);
     RUN(test_tree_hash_changes);
