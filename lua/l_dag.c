@@ -386,27 +386,14 @@ static void append_index(lua_State *L, int list, lua_Integer *n, lua_Integer i)
  * reporting =, keepers =}: the plan's one pass over its steps (flow.plan's
  * prepare says what each holds), over the nodes' records.  A loop of
  * 100,000 steps, which in Lua was as long as building the graph.  Whether an
- * input is produced by a step before it asks a bit per name id of the first
- * node's store (SC_BITS), set for each output of a step of that store: most
- * inputs are, and making each one's Lua string only to find it in
- * `produced` was two thirds of this pass (10 % of a no-op rerun of 100,000
- * steps).  A name without its bit set (another store's, or not produced
- * yet) is looked up in `produced` itself. */
+ * input is produced by a step before it asks the name's bit (SC_BITS,
+ * flowlua.h's name_bits), set for each output: most inputs are, and making
+ * each one's Lua string only to find it in `produced` was two thirds of this
+ * pass (10 % of a no-op rerun of 100,000 steps).  A name without its bit set
+ * (one the first store lacks, or not produced yet) is looked up in
+ * `produced` itself. */
 enum { SC_NODES = 1, SC_PRODUCED, SC_PENDING, SC_COMMANDS, SC_POOLED, SC_DISTRIBUTED, SC_REPORTING, SC_KEEPERS,
        SC_BITS, SC_N_LISTS = SC_KEEPERS - SC_PRODUCED + 1 };
-
-/* The produced-so-far bits of the names of store `own` (n of them). */
-struct produced_bits { const struct step_decls *own; unsigned char *bits; size_t n; };
-
-static bool bit_set(const struct produced_bits *b, const struct step_decls *d, name_id id)
-{
-    return d == b->own && id < b->n && (b->bits[id / 8] & (1u << (id % 8)));
-}
-
-static void set_bit(struct produced_bits *b, const struct step_decls *d, name_id id)
-{
-    if (d == b->own && id < b->n) b->bits[id / 8] |= (unsigned char)(1u << (id % 8));
-}
 
 static const char *const SCAN_FIELDS[SC_N_LISTS] = {
     "produced", "pending", "commands", "pooled", "distributed", "reporting", "keepers"
@@ -420,22 +407,21 @@ static int l_scan(lua_State *L)
     lua_createtable(L, 0, n_nodes > INT_MAX ? INT_MAX : (int)n_nodes);      /* produced: about one each */
     for (int k = SC_PENDING; k <= SC_KEEPERS; k++) lua_newtable(L);
     lua_pushnil(L);                                                             /* SC_BITS */
-    struct produced_bits pb = { NULL, NULL, 0 };
+    struct name_bits pb = { NULL, NULL, 0 };
     lua_Integer len[SC_KEEPERS + 1] = { 0 };
     for (lua_Integer i = 1; lua_rawgeti(L, SC_NODES, i) != LUA_TNIL; i++) {     /* ipairs, raw */
         struct step_decls *d;
         const struct step_decl *r = flow_node_decl(L, -1, &d, NULL);
         if (!r) return luaL_error(L, "scan: step %d is not a node{}", (int)i);
         struct step_decl rec = *r;      /* (pushing a string may run finalizers, which may add nodes) */
-        if (!pb.own) {                  /* a userdata: an error cannot leak it */
-            pb = (struct produced_bits){ d, lua_newuserdatauv(L, d->n_strs / 8 + 1, 0), d->n_strs };
-            memset(pb.bits, 0, pb.n / 8 + 1);
+        if (!pb.own) {
+            flow_name_bits_new(L, &pb, d);
             lua_replace(L, SC_BITS);
         }
         lua_settop(L, SC_BITS);
         for (uint32_t k = 0; k < rec.n_inputs; k++) {
             name_id id = d->io[step_io_first(&rec, false) + k].dataset;
-            if (bit_set(&pb, d, id)) continue;
+            if (flow_name_bit_get(&pb, flow_name_bit(&pb, d, id))) continue;
             lua_pushstring(L, step_decls_str(d, id));
             lua_pushvalue(L, -1);
             if (lua_rawget(L, SC_PRODUCED) == LUA_TNIL) {
@@ -451,7 +437,7 @@ static int l_scan(lua_State *L)
             lua_pushstring(L, step_decls_str(d, o.dataset));
             lua_pushvalue(L, SC_BITS + 1);
             lua_rawset(L, SC_PRODUCED);
-            set_bit(&pb, d, o.dataset);
+            flow_name_bit_put(&pb, flow_name_bit(&pb, d, o.dataset));
             metrics_out = metrics_out || strcmp(step_decls_str(d, o.arg), "metrics") == 0;
         }
         lua_settop(L, SC_BITS);

@@ -536,25 +536,34 @@ lua_Integer flow_push_listed_node(lua_State *L, int nodes, int indices, lua_Inte
     return i;
 }
 
-/* The names io_names has met: a bit per name id of the first node's store
- * (`own`), and a table (at `other`) for a name that store never interned (a
- * node of another store can have one).  A name is marked in one of them
- * only, whichever store its node is of. */
+void flow_name_bits_new(lua_State *L, struct name_bits *b, const struct step_decls *own)
+{
+    *b = (struct name_bits){ own, lua_newuserdatauv(L, own->n_strs / 8 + 1, 0), own->n_strs };
+    memset(b->bits, 0, b->n / 8 + 1);
+}
+
+size_t flow_name_bit(const struct name_bits *b, const struct step_decls *d, uint32_t id)
+{
+    size_t own_id = id;
+    if (d != b->own && !strmap_get(&b->own->ids, step_decls_str(d, id), &own_id)) return b->n;
+    return own_id < b->n ? own_id : b->n;
+}
+
+/* The names io_names has met: the bits of the first node's store, and a
+ * table (at `other`) for a name that store never interned (a node of
+ * another store can have one). */
 struct names_met {
-    const struct step_decls *own;
-    unsigned char *bits;
-    size_t n_bits;
+    struct name_bits bits;
     int other;
 };
 
 /* Whether the name was met before; marks it met. */
 static bool met_before(lua_State *L, struct names_met *m, const struct step_decls *d, name_id id)
 {
-    size_t own_id = id;
-    if (d != m->own && !strmap_get(&m->own->ids, step_decls_str(d, id), &own_id)) own_id = m->n_bits;
-    if (own_id < m->n_bits) {
-        bool was = m->bits[own_id / 8] & (1u << (own_id % 8));
-        m->bits[own_id / 8] |= (unsigned char)(1u << (own_id % 8));
+    size_t k = flow_name_bit(&m->bits, d, id);
+    if (k < m->bits.n) {
+        bool was = flow_name_bit_get(&m->bits, k);
+        flow_name_bit_put(&m->bits, k);
         return was;
     }
     lua_pushstring(L, step_decls_str(d, id));
@@ -599,17 +608,14 @@ int flow_l_io_names(lua_State *L)
     lua_settop(L, 3);
     lua_newtable(L);                    /* 4: the list */
     lua_newtable(L);                    /* 5: the names met, of no store's bits */
-    struct names_met met = { NULL, NULL, 0, 5 };
+    struct names_met met = { { NULL, NULL, 0 }, 5 };
     lua_Integer n = (lua_Integer)lua_rawlen(L, 2);
     for (lua_Integer k = 1; k <= n; k++) {
         struct step_decls *d;
         struct step_decl rec;
         flow_push_listed_node(L, 1, 2, k, "io_names", &d, &rec);
-        if (!met.own) {                 /* the bits: a userdata, so an error cannot leak them */
-            met.own = d;
-            met.n_bits = d->n_strs;
-            met.bits = lua_newuserdatauv(L, met.n_bits / 8 + 1, 0);
-            memset(met.bits, 0, met.n_bits / 8 + 1);
+        if (!met.bits.own) {
+            flow_name_bits_new(L, &met.bits, d);
             lua_replace(L, 3);          /* (`which` is read) */
         }
         if (which != 1) push_new_names(L, &met, d, &rec, false, 4);
