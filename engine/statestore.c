@@ -380,16 +380,15 @@ void state_store_free(struct state_store *s)
     free(s);
 }
 
-const struct state_rec *state_store_get(const struct state_store *s, const char *name)
-{
-    size_t i;
-    return strmap_get(&s->index, name, &i) ? &s->slots[i].rec : NULL;
-}
-
 size_t state_store_slot(const struct state_store *s, const char *name)
 {
     size_t i;
     return strmap_get(&s->index, name, &i) ? i : STATE_STORE_NO_SLOT;
+}
+
+const struct state_rec *state_store_get(const struct state_store *s, const char *name)
+{
+    return state_store_at(s, state_store_slot(s, name));     /* (NO_SLOT is past the end: NULL) */
 }
 
 size_t state_store_count(const struct state_store *s) { return s->n; }

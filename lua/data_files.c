@@ -109,11 +109,12 @@ static size_t first_clash(const struct named *all, size_t n, char **file, size_t
             }
             free(safe);
         }
-        if (owner == SIZE_MAX) {
+        if (owner != SIZE_MAX) {
+            *second = k;
+        } else {
             free(*file);
             *file = NULL;
         }
-        *second = k;
     }
     strmap_free(&by_command);
     strmap_free(&seen);

@@ -191,8 +191,7 @@ end
 -- Run:plain_tail for what is not common.)
 function Run:attempt_body(i, k)
   local n = self.nodes[i]
-  local rec = self.records[n.name]
-  rec.attempts, rec.metrics, rec.outputs, rec.outputs_json = k, nil, nil, nil     -- (this attempt's own)
+  local rec = self:attempt_record(n, k)
   if self.remote[i] then rec.fp = sched.fingerprint() end     -- its job's name and tags (flow.remote)
   local co = coroutine.running()
   local reports = n.metrics
@@ -203,14 +202,20 @@ function Run:attempt_body(i, k)
   return self:attempt_end(i, n, ok, err, logged)
 end
 
+-- Step n's record, started for its attempt k (what an attempt sets is its own).
+function Run:attempt_record(n, k)
+  local rec = self.records[n.name]
+  rec.attempts, rec.metrics, rec.outputs, rec.outputs_json = k, nil, nil, nil
+  return rec
+end
+
 -- The stdlib's part of attempt k of plain step i (lua/plain_step.c): what
 -- sched.guard returned for values_c.call there, when the attempt did not
 -- end in C.
 function Run:plain_tail(i, k, ok, json, results)
   if ok and json == nil and results == nil then return self:attempt_body(i, k) end   -- not called: all the stdlib's
   local n = self.nodes[i]
-  local rec = self.records[n.name]
-  rec.attempts, rec.metrics, rec.outputs, rec.outputs_json = k, nil, nil, nil     -- (as attempt_body's)
+  local rec = self:attempt_record(n, k)
   if ok and json then                          -- recorded in C; the step printed
     rec.outputs_json = json
     self.bodies_in_c = (self.bodies_in_c or 0) + 1
