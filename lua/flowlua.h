@@ -197,6 +197,17 @@ static inline void flow_name_bit_put(struct name_bits *b, size_t k)
 {
     if (k < b->n) b->bits[k / 8] |= (unsigned char)(1u << (k % 8));
 }
+/* produced.c: dag.scan's map of each dataset to the name of the step that
+ * outputs it, by name id in store `own` (the first node's; the userdata
+ * flow_produced_new pushes keeps the store at `store` alive).  set: a later
+ * producer replaces an earlier one; has: whether a producer was set. */
+struct produced;
+struct produced *flow_produced_new(lua_State *L, const struct step_decls *own, int store);
+void flow_produced_set(lua_State *L, int idx, struct produced *p, const struct step_decls *d, uint32_t dataset,
+                       uint32_t producer);
+bool flow_produced_has(lua_State *L, int idx, const struct produced *p, const struct step_decls *d,
+                       uint32_t dataset);
+void flow_open_produced(lua_State *L);
 /* For a pass over the steps nodes[i], i in the list `indices` (the tables at
  * those slots): pushes the k-th listed node, copies its record into *rec (a
  * copy: a finalizer run by a later Lua call may add records and move the

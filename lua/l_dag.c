@@ -368,13 +368,6 @@ static int l_is_param_input(lua_State *L)
     return 1;
 }
 
-/* Appends value idx to the list at `list` (its length kept in *n). */
-static void append(lua_State *L, int list, lua_Integer *n, int idx)
-{
-    lua_pushvalue(L, idx);
-    lua_rawseti(L, list, ++*n);
-}
-
 /* Appends step index i to the list at `list`. */
 static void append_index(lua_State *L, int list, lua_Integer *n, lua_Integer i)
 {
@@ -385,15 +378,12 @@ static void append_index(lua_State *L, int list, lua_Integer *n, lua_Integer i)
 /* scan(nodes) -> {produced =, pending =, commands =, pooled =, distributed =,
  * reporting =, keepers =}: the plan's one pass over its steps (flow.plan's
  * prepare says what each holds), over the nodes' records.  A loop of
- * 100,000 steps, which in Lua was as long as building the graph.  Whether an
- * input is produced by a step before it asks the name's bit (SC_BITS,
- * flowlua.h's name_bits), set for each output: most inputs are, and making
- * each one's Lua string only to find it in `produced` was two thirds of this
- * pass (10 % of a no-op rerun of 100,000 steps).  A name without its bit set
- * (one the first store lacks, or not produced yet) is looked up in
- * `produced` itself. */
+ * 100,000 steps, which in Lua was as long as building the graph.  `produced`
+ * is a map by name id (produced.c), which also says whether an input was
+ * produced by a step before it: most inputs are, and neither needs a Lua
+ * string of the name. */
 enum { SC_NODES = 1, SC_PRODUCED, SC_PENDING, SC_COMMANDS, SC_POOLED, SC_DISTRIBUTED, SC_REPORTING, SC_KEEPERS,
-       SC_BITS, SC_N_LISTS = SC_KEEPERS - SC_PRODUCED + 1 };
+       SC_N_LISTS = SC_KEEPERS - SC_PRODUCED + 1 };
 
 static const char *const SCAN_FIELDS[SC_N_LISTS] = {
     "produced", "pending", "commands", "pooled", "distributed", "reporting", "keepers"
@@ -403,44 +393,34 @@ static int l_scan(lua_State *L)
 {
     luaL_checktype(L, SC_NODES, LUA_TTABLE);
     lua_settop(L, SC_NODES);
-    lua_Integer n_nodes = (lua_Integer)lua_rawlen(L, SC_NODES);
-    lua_createtable(L, 0, n_nodes > INT_MAX ? INT_MAX : (int)n_nodes);      /* produced: about one each */
+    lua_pushnil(L);                                                             /* SC_PRODUCED, at the first node */
     for (int k = SC_PENDING; k <= SC_KEEPERS; k++) lua_newtable(L);
-    lua_pushnil(L);                                                             /* SC_BITS */
-    struct name_bits pb = { NULL, NULL, 0 };
+    struct produced *produced = NULL;
     lua_Integer len[SC_KEEPERS + 1] = { 0 };
     for (lua_Integer i = 1; lua_rawgeti(L, SC_NODES, i) != LUA_TNIL; i++) {     /* ipairs, raw */
         struct step_decls *d;
         const struct step_decl *r = flow_node_decl(L, -1, &d, NULL);
         if (!r) return luaL_error(L, "scan: step %d is not a node{}", (int)i);
         struct step_decl rec = *r;      /* (pushing a string may run finalizers, which may add nodes) */
-        if (!pb.own) {
-            flow_name_bits_new(L, &pb, d);
-            lua_replace(L, SC_BITS);
+        if (!produced) {
+            flow_push_node_store(L, -1);
+            produced = flow_produced_new(L, d, -1);
+            lua_replace(L, SC_PRODUCED);
         }
-        lua_settop(L, SC_BITS);
+        lua_settop(L, SC_KEEPERS);
         for (uint32_t k = 0; k < rec.n_inputs; k++) {
             name_id id = d->io[step_io_first(&rec, false) + k].dataset;
-            if (flow_name_bit_get(&pb, flow_name_bit(&pb, d, id))) continue;
+            if (flow_produced_has(L, SC_PRODUCED, produced, d, id)) continue;
+            append_index(L, SC_PENDING, &len[SC_PENDING], i);
             lua_pushstring(L, step_decls_str(d, id));
-            lua_pushvalue(L, -1);
-            if (lua_rawget(L, SC_PRODUCED) == LUA_TNIL) {
-                append_index(L, SC_PENDING, &len[SC_PENDING], i);
-                append(L, SC_PENDING, &len[SC_PENDING], -2);
-            }
-            lua_settop(L, SC_BITS);
+            lua_rawseti(L, SC_PENDING, ++len[SC_PENDING]);
         }
         bool metrics_out = false;
-        if (rec.n_outputs) lua_pushstring(L, step_decls_str(d, rec.name));      /* (once a step) */
         for (uint32_t k = 0; k < rec.n_outputs; k++) {
             struct step_io o = d->io[step_io_first(&rec, true) + k];
-            lua_pushstring(L, step_decls_str(d, o.dataset));
-            lua_pushvalue(L, SC_BITS + 1);
-            lua_rawset(L, SC_PRODUCED);
-            flow_name_bit_put(&pb, flow_name_bit(&pb, d, o.dataset));
+            flow_produced_set(L, SC_PRODUCED, produced, d, o.dataset, rec.name);
             metrics_out = metrics_out || strcmp(step_decls_str(d, o.arg), "metrics") == 0;
         }
-        lua_settop(L, SC_BITS);
         bool command = rec.kind == STEP_DECL_COMMAND, pool = rec.pool != 0, dist = rec.flags & STEP_DIST;
         bool metrics = rec.flags & STEP_METRICS;
         if (command) append_index(L, SC_COMMANDS, &len[SC_COMMANDS], i);
@@ -451,6 +431,10 @@ static int l_scan(lua_State *L)
             append_index(L, SC_KEEPERS, &len[SC_KEEPERS], i);
     }
     lua_settop(L, SC_KEEPERS);
+    if (!produced) {                    /* no steps: an empty map */
+        lua_newtable(L);
+        lua_replace(L, SC_PRODUCED);
+    }
     lua_createtable(L, 0, SC_N_LISTS);
     for (int k = 0; k < SC_N_LISTS; k++) {
         lua_pushvalue(L, SC_PRODUCED + k);
@@ -525,6 +509,7 @@ int luaopen_flow_dag(lua_State *L)
     flow_new_class(L, DAG_MT, dag_methods, l_gc);
     luaL_newmetatable(L, COUNTS_MT);
     lua_pop(L, 1);
+    flow_open_produced(L);
     luaL_newlib(L, dag_funcs);
     return 1;
 }

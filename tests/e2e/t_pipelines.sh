@@ -350,4 +350,7 @@ L
     contains "$ERR" "3 done"
     EXTRA=ghost run_flow 2 run
     contains "$ERR" "'ghost', needed by 'last' (pipeline.lua:4)"
+    # the suggestion comes from every produced dataset, 'early' of the other store too
+    EXTRA=early_ou run_flow 2 run
+    contains "$ERR" "'early_ou', needed by 'last' (pipeline.lua:4) (did you mean 'early_out'?)"
 }
