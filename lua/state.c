@@ -99,6 +99,8 @@ static void keep_c_locale(lua_State *L)
     lua_pop(L, 1);
 }
 
+#define GC_PAUSE 150     /* the collector's pause, in %: see flow_state_new */
+
 lua_State *flow_state_new(char *err, size_t errlen)
 {
     struct loop *loop = loop_new(err, errlen);
@@ -118,7 +120,18 @@ lua_State *flow_state_new(char *err, size_t errlen)
      * (Lua's default) lets the heap grow to twice what is live before a
      * cycle ends, and the allocator keeps its peak (alloc.c): a first run of
      * 100,000 Lua steps peaked at 248 MB that way and at 225 MB with this,
-     * in the same time (bench/RESULTS.md, section 5). */
+     * in the same time (bench/RESULTS.md, section 5).
+     *
+     * The pause first (set in incremental mode, the only way to set it, then
+     * back to generational while the heap is empty): while the live heap
+     * grows, as a first run's values pile up, a major collection frees too
+     * little, and Lua's generational collector falls back to full
+     * collections spaced by the pause, 200 % by default: the heap doubled
+     * with garbage between two, and which run fell into that regime moved
+     * with how much the plan kept alive before the run (196-200 MB against
+     * 189-195 for 100,000 Lua steps when dag.scan stopped making a table by
+     * name).  At 150 % that run peaks at 183 MB for 1 % more instructions. */
+    lua_gc(L, LUA_GCINC, GC_PAUSE, 0, 0);
     lua_gc(L, LUA_GCGEN, 0, 0);
     lua_setwarnf(L, warn_off, L);
     /* The main thread's extra space is copied into every new thread: NULL
