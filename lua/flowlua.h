@@ -197,17 +197,27 @@ static inline void flow_name_bit_put(struct name_bits *b, size_t k)
 {
     if (k < b->n) b->bits[k / 8] |= (unsigned char)(1u << (k % 8));
 }
-/* produced.c: dag.scan's map of each dataset to the name of the step that
- * outputs it, by name id in store `own` (the first node's; the userdata
- * flow_produced_new pushes keeps the store at `store` alive).  set: a later
- * producer replaces an earlier one; has: whether a producer was set. */
-struct produced;
-struct produced *flow_produced_new(lua_State *L, const struct step_decls *own, int store);
-void flow_produced_set(lua_State *L, int idx, struct produced *p, const struct step_decls *d, uint32_t dataset,
-                       uint32_t producer);
-bool flow_produced_has(lua_State *L, int idx, const struct produced *p, const struct step_decls *d,
-                       uint32_t dataset);
-void flow_open_produced(lua_State *L);
+/* name_map.c: a map from the names of a store of declared steps to a number
+ * each (a table by name as Lua sees it), kept by name id.  Values are names
+ * of the store (read as their strings) or whole numbers.  new pushes an
+ * empty map; meet gives it d, the store of the node at `node`, the first
+ * time (a name of another store is looked up in it by its text, or kept in
+ * a Lua table when it has none).  set_name sets `key` to the name
+ * `value` (both of store d), set_integer to the number; push pushes the
+ * value (nil for none) and returns its type. */
+enum name_map_values { NAME_MAP_NAMES, NAME_MAP_INTEGERS };
+struct name_map;
+struct name_map *flow_name_map_new(lua_State *L, enum name_map_values values);
+struct name_map *flow_check_name_map(lua_State *L, int idx);
+int flow_l_name_positions(lua_State *L);
+void flow_name_map_meet(lua_State *L, int idx, struct name_map *m, const struct step_decls *d, int node);
+void flow_name_map_set_name(lua_State *L, int idx, struct name_map *m, const struct step_decls *d, uint32_t key,
+                            uint32_t value);
+void flow_name_map_set_integer(lua_State *L, int idx, struct name_map *m, const struct step_decls *d, uint32_t key,
+                               uint32_t value);
+int flow_name_map_push(lua_State *L, int idx, const struct name_map *m, const struct step_decls *d, uint32_t key);
+bool flow_name_map_has(lua_State *L, int idx, const struct name_map *m, const struct step_decls *d, uint32_t key);
+void flow_open_name_map(lua_State *L);
 /* For a pass over the steps nodes[i], i in the list `indices` (the tables at
  * those slots): pushes the k-th listed node, copies its record into *rec (a
  * copy: a finalizer run by a later Lua call may add records and move the

@@ -379,7 +379,7 @@ static void append_index(lua_State *L, int list, lua_Integer *n, lua_Integer i)
  * reporting =, keepers =}: the plan's one pass over its steps (flow.plan's
  * prepare says what each holds), over the nodes' records.  A loop of
  * 100,000 steps, which in Lua was as long as building the graph.  `produced`
- * is a map by name id (produced.c), which also says whether an input was
+ * is a map by name id (name_map.c), which also says whether an input was
  * produced by a step before it: most inputs are, and neither needs a Lua
  * string of the name. */
 enum { SC_NODES = 1, SC_PRODUCED, SC_PENDING, SC_COMMANDS, SC_POOLED, SC_DISTRIBUTED, SC_REPORTING, SC_KEEPERS,
@@ -393,24 +393,19 @@ static int l_scan(lua_State *L)
 {
     luaL_checktype(L, SC_NODES, LUA_TTABLE);
     lua_settop(L, SC_NODES);
-    lua_pushnil(L);                                                             /* SC_PRODUCED, at the first node */
+    struct name_map *produced = flow_name_map_new(L, NAME_MAP_NAMES);          /* SC_PRODUCED */
     for (int k = SC_PENDING; k <= SC_KEEPERS; k++) lua_newtable(L);
-    struct produced *produced = NULL;
     lua_Integer len[SC_KEEPERS + 1] = { 0 };
     for (lua_Integer i = 1; lua_rawgeti(L, SC_NODES, i) != LUA_TNIL; i++) {     /* ipairs, raw */
         struct step_decls *d;
         const struct step_decl *r = flow_node_decl(L, -1, &d, NULL);
         if (!r) return luaL_error(L, "scan: step %d is not a node{}", (int)i);
         struct step_decl rec = *r;      /* (pushing a string may run finalizers, which may add nodes) */
-        if (!produced) {
-            flow_push_node_store(L, -1);
-            produced = flow_produced_new(L, d, -1);
-            lua_replace(L, SC_PRODUCED);
-        }
+        flow_name_map_meet(L, SC_PRODUCED, produced, d, -1);      /* (the first node's store) */
         lua_settop(L, SC_KEEPERS);
         for (uint32_t k = 0; k < rec.n_inputs; k++) {
             name_id id = d->io[step_io_first(&rec, false) + k].dataset;
-            if (flow_produced_has(L, SC_PRODUCED, produced, d, id)) continue;
+            if (flow_name_map_has(L, SC_PRODUCED, produced, d, id)) continue;
             append_index(L, SC_PENDING, &len[SC_PENDING], i);
             lua_pushstring(L, step_decls_str(d, id));
             lua_rawseti(L, SC_PENDING, ++len[SC_PENDING]);
@@ -418,7 +413,7 @@ static int l_scan(lua_State *L)
         bool metrics_out = false;
         for (uint32_t k = 0; k < rec.n_outputs; k++) {
             struct step_io o = d->io[step_io_first(&rec, true) + k];
-            flow_produced_set(L, SC_PRODUCED, produced, d, o.dataset, rec.name);
+            flow_name_map_set_name(L, SC_PRODUCED, produced, d, o.dataset, rec.name);
             metrics_out = metrics_out || strcmp(step_decls_str(d, o.arg), "metrics") == 0;
         }
         bool command = rec.kind == STEP_DECL_COMMAND, pool = rec.pool != 0, dist = rec.flags & STEP_DIST;
@@ -431,10 +426,6 @@ static int l_scan(lua_State *L)
             append_index(L, SC_KEEPERS, &len[SC_KEEPERS], i);
     }
     lua_settop(L, SC_KEEPERS);
-    if (!produced) {                    /* no steps: an empty map */
-        lua_newtable(L);
-        lua_replace(L, SC_PRODUCED);
-    }
     lua_createtable(L, 0, SC_N_LISTS);
     for (int k = 0; k < SC_N_LISTS; k++) {
         lua_pushvalue(L, SC_PRODUCED + k);
@@ -509,7 +500,7 @@ int luaopen_flow_dag(lua_State *L)
     flow_new_class(L, DAG_MT, dag_methods, l_gc);
     luaL_newmetatable(L, COUNTS_MT);
     lua_pop(L, 1);
-    flow_open_produced(L);
+    flow_open_name_map(L);
     luaL_newlib(L, dag_funcs);
     return 1;
 }

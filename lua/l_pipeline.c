@@ -995,29 +995,29 @@ static int l_bind_pipeline(lua_State *L)
 /* take_nodes(items, i, out, count, by_name) -> count, j: pipeline{}'s
  * common case, for compose (pipeline.lua).  Appends items[i], items[i + 1],
  * ... to out[count + 1 ...] while each is a node (its class is upvalue 1)
- * whose name by_name does not hold yet, recording by_name[name] = its
- * position; returns the new count and j, the first item it left (nil, or
- * one for compose to place).  Items are read as ipairs reads them. */
+ * whose name by_name (a map of names to positions, names()) does not hold
+ * yet, recording by_name[name] = its position; returns the new count and j,
+ * the first item it left (nil, or one for compose to place).  Items are
+ * read as ipairs reads them. */
 static int l_take_nodes(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_Integer i = luaL_checkinteger(L, 2);
     luaL_checktype(L, 3, LUA_TTABLE);
     lua_Integer count = luaL_checkinteger(L, 4);
-    luaL_checktype(L, 5, LUA_TTABLE);
+    struct name_map *by_name = flow_check_name_map(L, 5);
     lua_settop(L, 5);
     for (; lua_geti(L, 1, i) != LUA_TNIL && has_class(L, 6, 1); i++) {
         struct step_decls *d;
         const struct step_decl *r = flow_node_decl(L, 6, &d, NULL);
         if (!r) break;                                   /* (a Node is a node) */
-        lua_pushstring(L, step_decls_str(d, r->name));
-        lua_pushvalue(L, 7);
-        if (lua_rawget(L, 5) != LUA_TNIL) break;        /* a name met before: compose's add_step */
-        lua_pop(L, 1);
+        name_id name = r->name;                          /* (r may move when the map allocates) */
+        flow_name_map_meet(L, 5, by_name, d, 6);
+        if (flow_name_map_has(L, 5, by_name, d, name)) break;     /* a name met before: compose's add_step */
+        if (count >= UINT32_MAX - 1) return luaL_error(L, "pipeline: more than 4,294,967,294 steps");
         lua_pushvalue(L, 6);
         lua_rawseti(L, 3, ++count);
-        lua_pushinteger(L, count);
-        lua_rawset(L, 5);                                /* by_name[name] = count */
+        flow_name_map_set_integer(L, 5, by_name, d, name, (uint32_t)count);
         lua_settop(L, 5);
     }
     lua_pushinteger(L, count);
@@ -1119,12 +1119,14 @@ static const luaL_Reg pipeline_funcs[] = {
     { "name_problem", l_name_problem },
     { "first_hole", l_first_hole },
     { "unknown_key", l_unknown_key },
+    { "names", flow_l_name_positions },
     { NULL, NULL }
 };
 
 int luaopen_flow_pipeline_c(lua_State *L)
 {
     flow_open_decls(L);
+    flow_open_name_map(L);
     luaL_newlib(L, pipeline_funcs);
     return 1;
 }

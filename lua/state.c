@@ -99,7 +99,7 @@ static void keep_c_locale(lua_State *L)
     lua_pop(L, 1);
 }
 
-#define GC_PAUSE 150     /* the collector's pause, in %: see flow_state_new */
+#define GC_PAUSE 120     /* the collector's pause, in %: see flow_state_new */
 
 lua_State *flow_state_new(char *err, size_t errlen)
 {
@@ -128,9 +128,11 @@ lua_State *flow_state_new(char *err, size_t errlen)
      * little, and Lua's generational collector falls back to full
      * collections spaced by the pause, 200 % by default: the heap doubled
      * with garbage between two, and which run fell into that regime moved
-     * with how much the plan kept alive before the run (196-200 MB against
-     * 189-195 for 100,000 Lua steps when dag.scan stopped making a table by
-     * name).  At 150 % that run peaks at 183 MB for 1 % more instructions. */
+     * with how much the plan kept alive before the run (a first run of
+     * 100,000 Lua steps peaked at 196-200 MB rather than 189-195 when
+     * dag.scan stopped making a table by name).  At 120 % the same run peaks
+     * at 181-186 MB, at 150 % at 187-191, for under 1 % more instructions
+     * (20,000 steps: 2,109 M at 200 %, 2,124 M at 120 %). */
     lua_gc(L, LUA_GCINC, GC_PAUSE, 0, 0);
     lua_gc(L, LUA_GCGEN, 0, 0);
     lua_setwarnf(L, warn_off, L);

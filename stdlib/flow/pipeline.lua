@@ -65,6 +65,7 @@ M.has_arg = pipeline_c.has_arg
 
 local first_hole = pipeline_c.first_hole
 local take_nodes = pipeline_c.bind_take_nodes(Node)
+local new_names = pipeline_c.names     -- by_name below: a map by name id (lua/name_map.c), not a table
 local unknown_key = pipeline_c.unknown_key
 local derive = pipeline_c.bind_derive(Node)
 local same_decl = pipeline_c.same_decl
@@ -347,7 +348,7 @@ local function compose(spec, level)
               util.did_you_mean(tostring(k), util.sorted_keys(pipeline_fields)))
   end
   local nodes = {}
-  collect(spec, nodes, 0, {}, level)
+  collect(spec, nodes, 0, new_names(), level)
   if spec.namespace ~= nil and (type(spec.namespace) ~= "string" or spec.namespace == "") then
     util.fail(level, "pipeline: namespace must be a non-empty string")
   end

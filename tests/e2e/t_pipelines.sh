@@ -203,6 +203,28 @@ L
     contains "$ERR" "two steps are named 'a'"
 }
 
+# pipeline{}'s index of the steps by name (lua/name_map.c) is by the name ids
+# of the first node's store; a node of another store is found by its name's
+# text, or in a table when that store never interned its name.
+test_steps_of_two_stores_are_each_kept_once() {
+    write pipeline.lua <<'L'
+local function f() return 1 end
+local a = node{ func = f, outputs = "x", name = "a" }
+local z = node{ func = f, outputs = "w", name = "z" }
+require("flow.pipeline").new_store()
+local b = node{ func = f, outputs = "x", name = "a" }      -- a's twin, of the second store
+local c = node{ func = f, outputs = "y", name = "c" }
+local p = pipeline{ c, a, b, z, { a, z, c }, pipeline{ b, z } }
+local names = {}
+for _, n in ipairs(p.nodes) do names[#names + 1] = n.name end
+print("steps", table.concat(names, ","))
+return p
+L
+    run_flow 0 run
+    contains "$OUT" "steps	c,a,z"
+    contains "$ERR" "3 done"
+}
+
 # A dataset named by itself (a lone name, or in a list) has one entry table
 # for every step that names it (a pipeline of 100,000 steps keeps a third of
 # the entries); a map's entry, which carries the step's own name for it, is
