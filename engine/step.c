@@ -102,11 +102,16 @@ static char *redacted(const char *text)
     return sb_detach(&sb);
 }
 
+/* s masked, as a JSON string, into sb.  The masked text is made in one
+ * buffer kept for the process (on the loop thread, the only one that writes
+ * these lines), not in a new one each time: a step's name is masked for each
+ * of its journal lines. */
 static void json_redacted(struct strbuf *sb, const char *s)
 {
-    char *safe = redacted(s);
-    json_string(sb, safe);
-    free(safe);
+    static struct strbuf masked;
+    sb_truncate(&masked, 0);
+    ui_redact_span(s, strlen(s), true, &masked);
+    json_string(sb, masked.buf ? masked.buf : "");
 }
 
 static const char *step_name(const struct step_runner *r, size_t i)
@@ -148,9 +153,16 @@ static void flush_tick(void *arg)
 /* A journal line, held for the next batch; `durable`: it records work (a
  * step's start or end), so its batch is synced; a line that records only
  * that nothing ran waits for such a line's sync (journal_append). */
-static void hold_line(struct step_runner *r, const char *line, size_t len, bool durable)
+/* A journal line is written at the end of the held lines (hold_begin's),
+ * then ended (hold_end): not made in a buffer of its own and copied, which
+ * was a malloc, two or three reallocs and a free a line, two lines a step. */
+static struct strbuf *hold_begin(struct step_runner *r)
 {
-    sb_add(&r->held.lines, line, len);
+    return &r->held.lines;
+}
+
+static void hold_end(struct step_runner *r, bool durable)
+{
     sb_addc(&r->held.lines, '\n');              /* (a batch ending in one is appended as it is) */
     r->held.durable = r->held.durable || durable;
     if (!r->flush_timer) r->flush_timer = loop_add_timer(r->loop, FLUSH_EVERY, flush_tick, r);
@@ -379,10 +391,8 @@ static void end_step(struct step_runner *r, size_t i, const struct step_outcome 
     }
     if (o->ok && r->state && l->fp) set_string(&l->outputs, o->outputs_json);
     if (!r->journal) { end_recorded(r, i, true, NULL); return; }
-    struct strbuf line = STRBUF_INIT;
-    step_end_line(r, i, &line, o->ok ? o->outputs_json : NULL, interrupted);
-    hold_line(r, line.buf, line.len, true);
-    sb_release(&line);
+    step_end_line(r, i, hold_begin(r), o->ok ? o->outputs_json : NULL, interrupted);
+    hold_end(r, true);
     if (o->ok)
         for (size_t k = 0; k < o->n_paths; k++) {
             ARRAY_GROW(r->held.paths, r->held.n_paths, r->held.cap_paths);
@@ -514,10 +524,8 @@ static int exec_start(void *ctx, struct sched *s, size_t i)
     l->started = wall_seconds();
     if (r->body.fingerprint) r->body.fingerprint(r->body.ctx, i, &l->fp, &l->parts);
     if (r->journal) {
-        struct strbuf line = STRBUF_INIT;
-        start_line(r, i, &line);
-        hold_line(r, line.buf, line.len, true);
-        sb_release(&line);
+        start_line(r, i, hold_begin(r));
+        hold_end(r, true);
         if (monotonic_seconds() - r->flushed_at >= FLUSH_EVERY && !r->in_flight && !r->held.n_paths &&
             !r->held.n_steps) {
             /* a step whose start cannot be recorded does not run */
@@ -586,12 +594,11 @@ static bool exec_up_to_date(void *ctx, struct sched *s, size_t i)
     r->sched = s;
     if (!r->body.up_to_date || !r->body.up_to_date(r->body.ctx, i)) return false;
     if (r->journal) {
-        struct strbuf line = STRBUF_INIT;
-        sb_adds(&line, "{\"event\":\"step_end\",\"step\":");
-        json_redacted(&line, step_name(r, i));
-        sb_adds(&line, ",\"status\":\"up to date\"}");
-        hold_line(r, line.buf, line.len, false);      /* nothing ran */
-        sb_release(&line);
+        struct strbuf *line = hold_begin(r);
+        sb_adds(line, "{\"event\":\"step_end\",\"step\":");
+        json_redacted(line, step_name(r, i));
+        sb_adds(line, ",\"status\":\"up to date\"}");
+        hold_end(r, false);                            /* nothing ran */
         /* a no-op rerun decides its steps without turning the loop: its lines
          * go out as they add up, not all at its end (1 MB of 10,000 steps) */
         if (r->held.lines.len >= HELD_LINES_MAX) start_flush(r);
@@ -696,14 +703,11 @@ int step_runner_finish(struct step_runner *r, const struct sched *s, int code, c
     for (size_t i = 0; i < n; i++) r->states[i] = sched_state(s, i);
     while (r->in_flight) loop_run_once(r->loop, 0.05);    /* none: ending steps are still running */
     if (!r->journal) return 0;
-    struct strbuf line = STRBUF_INIT;
-    sb_adds(&line, "{\"code\":");
-    sb_addf(&line, "%d", code);
-    sb_adds(&line, ",\"event\":\"run_end\",\"time\":");
-    json_seconds(&line, wall_seconds());
-    sb_addc(&line, '}');
-    hold_line(r, line.buf, line.len, false);      /* synced if anything was */
-    sb_release(&line);
+    struct strbuf *line = hold_begin(r);
+    sb_addf(line, "{\"code\":%d,\"event\":\"run_end\",\"time\":", code);
+    json_seconds(line, wall_seconds());
+    sb_addc(line, '}');
+    hold_end(r, false);                            /* synced if anything was */
     stop_flush_timer(r);                                   /* written here, now */
     struct flush_job job = { .r = r, .b = take_held(r) };
     flush_outputs(&job);

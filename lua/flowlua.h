@@ -181,22 +181,6 @@ int flow_l_derive(lua_State *L);
 int flow_l_same_decl(lua_State *L);
 int flow_l_io_datasets(lua_State *L);
 int flow_l_io_names(lua_State *L);
-/* A bit per name of one store (the first node's of a pass over many): a
- * pass's set of names met, without a Lua string a name.  A name of another
- * store has the bit of the same name in `own`, or none (flow_name_bit gives
- * n: the pass asks Lua then).  The bits live in a userdata pushed by
- * flow_name_bits_new, so that an error cannot leak them. */
-struct name_bits { const struct step_decls *own; unsigned char *bits; size_t n; };
-void flow_name_bits_new(lua_State *L, struct name_bits *b, const struct step_decls *own);
-size_t flow_name_bit(const struct name_bits *b, const struct step_decls *d, uint32_t id);
-static inline bool flow_name_bit_get(const struct name_bits *b, size_t k)
-{
-    return k < b->n && (b->bits[k / 8] & (1u << (k % 8)));
-}
-static inline void flow_name_bit_put(struct name_bits *b, size_t k)
-{
-    if (k < b->n) b->bits[k / 8] |= (unsigned char)(1u << (k % 8));
-}
 /* name_map.c: a map from the names of a store of declared steps to a number
  * each (a table by name as Lua sees it), kept by name id.  Values are names
  * of the store (read as their strings) or whole numbers.  new pushes an

@@ -142,14 +142,17 @@ static bool is_c1(const char *s, size_t i, size_t len)
 static const char *name_problem(const char *s, size_t len)
 {
     if (len == 0) return "is empty";
+    bool ascii = true;                  /* (every name node{} meets is checked: the common byte first) */
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
+        if (c > ' ' && c < 0x7f && c != ',') continue;
         if (c < 0x20 || c == 0x7f) return "contains a control character";
         if (c == ',') return "contains a comma (--nodes, --tags, --from-inputs and --to-outputs split names at commas)";
         if (c == ' ') return "contains a space (a name is one word, so that --nodes, --tags and the other selections can give it)";
         if (is_c1(s, i, len)) return "contains a control character";
+        ascii = false;
     }
-    if (!utf8_valid(s, len, NULL)) return "is not UTF-8 text";
+    if (!ascii && !utf8_valid(s, len, NULL)) return "is not UTF-8 text";
     /* a dot joins a namespace to a name (ns.step): an empty part breaks that */
     if (s[0] == '.' || s[len - 1] == '.' || memmem(s, len, "..", 2))
         return "has an empty part between dots (a dot joins a namespace and a name: ns.name)";
@@ -863,7 +866,8 @@ static int l_node(lua_State *L)
     lua_settop(L, 2);
     luaL_checkstack(L, 40, "node");
     if (lua_type(L, 1) != LUA_TTABLE || has_class(L, 1, UP_NODE))
-        fail(L, level, "node: expected node{func = ..., inputs = ..., outputs = ...}, got %s", luaL_typename(L, 1));
+        fail(L, level, "node: expected node{func = ..., inputs = ..., outputs = ...}, got %s",
+             has_class(L, 1, UP_NODE) ? "a node" : luaL_typename(L, 1));
     read_spec(L, level);
     struct draft dr = { .decls = flow_push_current_decls(L) };   /* S_DECLS */
     for (int k = 0; k < 2; k++) {

@@ -379,7 +379,7 @@ static int l_call(lua_State *L)
 {
     lua_settop(L, A_RECOMPUTE);
     luaL_checktype(L, A_VALUES, LUA_TTABLE);
-    luaL_checktype(L, A_NODE, LUA_TTABLE);
+    luaL_checktype(L, A_NODE, LUA_TUSERDATA);
     luaL_checktype(L, A_CAT, LUA_TTABLE);
     luaL_argcheck(L, luaL_checkinteger(L, A_INLINE_MAX) > 0, A_INLINE_MAX, "a positive size");
     if (!lua_isnoneornil(L, A_RECOMPUTE)) luaL_checktype(L, A_RECOMPUTE, LUA_TFUNCTION);

@@ -4,8 +4,8 @@
  * it, with a Lua table beside it for a name that store never interned (one
  * of a node of another store).
  *
- * Two of the plan's passes over every step kept such a table by name: a Lua
- * string and a table entry a step, the largest costs left in them.
+ * The plan's passes over every step kept such tables by name: a Lua string
+ * and a table entry a step, the largest costs left in them.
  *   - dag.scan's `produced` (each dataset to the name of the step that
  *     outputs it; NAME_MAP_NAMES: a value is a name of the store, read as
  *     its string).  As a table: 12 % of a no-op rerun of 100,000 Lua steps,
@@ -13,6 +13,7 @@
  *   - pipeline{}'s by-name index of the steps collected so far
  *     (NAME_MAP_INTEGERS: a step's position), written by take_nodes in C and
  *     by compose's add_step in Lua.
+ *   - io_names's set of the datasets it has listed (node_decl.c).
  * A name in the array is never also in the table: setting one clears the
  * other.  pairs() gets a table of every entry made whole (an error's
  * suggestions ask for it). */

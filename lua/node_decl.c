@@ -1,9 +1,16 @@
-/* node_decl.c — a node as Lua sees it: a handle {id, store} on its record in
- * a store of declared steps (engine/step_decl.h).  node{} (l_pipeline.c)
- * writes the record; the graph (l_dag.c) and the C passes read records;
- * Lua code that reads a node's field gets it made from the record, a list
- * (inputs, outputs, tags) once, kept beside the handle so that each read
- * gives the same table.  A node is read-only.
+/* node_decl.c — a node as Lua sees it: a handle on its record in a store of
+ * declared steps (engine/step_decl.h), a userdata holding the store and the
+ * record's id.  node{} (l_pipeline.c) writes the record; the graph (l_dag.c)
+ * and the C passes read records; Lua code that reads a node's field gets it
+ * made from the record, a list (inputs, outputs, tags) once, kept beside the
+ * handle so that each read gives the same table.  A node is read-only.
+ *
+ * The handle is a userdata, not a table {id, store}: the passes over
+ * 100,000 steps each read every handle, and a table's two reads (its array
+ * apart from it) were 7 % of a no-op rerun's time, its two blocks and the
+ * collector's traversal of them as much again in node{}.  Lua code sees no
+ * difference but type(): a node's fields, methods, pairs() and tostring()
+ * are its class's.
  *
  * The store is a userdata with two user values: bodies[id + 1], each step's
  * Lua function or command, and extras[id + 1], a table of the fields only a
@@ -20,7 +27,15 @@
 #define DECLS_MT "flow.step_decls"
 #define CURRENT_KEY "flow.step_decls.current"
 enum { UV_BODIES = 1, UV_EXTRAS, N_UV = UV_EXTRAS };
-enum { H_ID = 1, H_DECLS, H_TABLES };   /* the handle's slots; H_TABLES: see node_index */
+
+/* A node's handle: its store (the userdata in user value H_DECLS, which
+ * keeps `d` alive) and its record's id; user value H_TABLES holds the lists
+ * read (see node_index).  Told apart from any other userdata by its size
+ * and mark (Lua code cannot write a userdata's bytes), which costs less
+ * than comparing its metatable. */
+#define NODE_MAGIC 0x666c6f776e6f6465ULL  /* "flownode" */
+struct node_ud { uint64_t magic; struct step_decls *d; uint32_t id; };
+enum { H_DECLS = 1, H_TABLES, N_H = H_TABLES };
 
 /* The store's userdata.  Every read of a node's field finds its store in the
  * handle, and luaL_testudata (a registry lookup) was a third of the cost of
@@ -86,24 +101,26 @@ int flow_l_new_store(lua_State *L)
     return 0;
 }
 
+/* The handle at idx, or NULL. */
+static const struct node_ud *to_node(lua_State *L, int idx)
+{
+    const struct node_ud *u = lua_touserdata(L, idx);  /* (a light userdata's rawlen is 0) */
+    if (!u || lua_rawlen(L, idx) != sizeof *u || u->magic != NODE_MAGIC) return NULL;
+    return u;
+}
+
 const struct step_decl *flow_node_decl(lua_State *L, int idx, struct step_decls **decls, uint32_t *id)
 {
-    if (lua_type(L, idx) != LUA_TTABLE) return NULL;
-    idx = lua_absindex(L, idx);
-    lua_rawgeti(L, idx, H_DECLS);
-    struct step_decls *d = to_decls(L, -1);
-    lua_rawgeti(L, idx, H_ID);
-    lua_Integer i = lua_tointeger(L, -1);
-    lua_pop(L, 2);                      /* the handle keeps the store alive */
-    if (!d || i < 0 || (size_t)i >= d->n_recs) return NULL;
-    *decls = d;
-    if (id) *id = (uint32_t)i;
-    return &d->recs[i];
+    const struct node_ud *u = to_node(L, idx);
+    if (!u || u->id >= u->d->n_recs) return NULL;       /* (the handle keeps the store alive) */
+    *decls = u->d;
+    if (id) *id = u->id;
+    return &u->d->recs[u->id];
 }
 
 void flow_push_node_store(lua_State *L, int idx)
 {
-    lua_rawgeti(L, idx, H_DECLS);
+    lua_getiuservalue(L, idx, H_DECLS);
 }
 
 void flow_node_add(lua_State *L, int decls, const struct step_decl *rec, int body, int extras, int cls)
@@ -123,11 +140,10 @@ void flow_node_add(lua_State *L, int decls, const struct step_decl *rec, int bod
         lua_rawseti(L, -2, (lua_Integer)id + 1);
         lua_pop(L, 1);
     }
-    lua_createtable(L, 2, 0);
-    lua_pushinteger(L, id);
-    lua_rawseti(L, -2, H_ID);
+    struct node_ud *u = lua_newuserdatauv(L, sizeof *u, N_H);
+    *u = (struct node_ud){ NODE_MAGIC, to_decls(L, decls), id };
     lua_pushvalue(L, decls);
-    lua_rawseti(L, -2, H_DECLS);
+    lua_setiuservalue(L, -2, H_DECLS);
     lua_pushvalue(L, cls);
     lua_setmetatable(L, -2);
 }
@@ -236,7 +252,7 @@ static int push_node_side(lua_State *L, int idx, int uv, const char *key)
         lua_pushnil(L);
         return LUA_TNIL;
     }
-    lua_rawgeti(L, idx, H_DECLS);
+    lua_getiuservalue(L, idx, H_DECLS);
     push_side(L, lua_gettop(L), uv, id, key);
     lua_remove(L, -2);
     return lua_type(L, -1);
@@ -304,11 +320,11 @@ static int node_index(lua_State *L)
     lua_settop(L, 2);
     lua_pushvalue(L, 2);
     int f = lua_rawget(L, lua_upvalueindex(UP_FIELDS)) == LUA_TNUMBER ? (int)lua_tointeger(L, 3) : -1;
-    /* a list is made once and kept beside the handle (not in it: a field in
-     * the handle would let a write through, past __newindex), so that each
-     * read gives the same table; a read of one made already is this lookup */
+    /* a list is made once and kept in the handle's user value H_TABLES, so
+     * that each read gives the same table; a read of one made already is
+     * this lookup */
     bool list = f == F_INPUTS || f == F_OUTPUTS || f == F_TAGS;
-    if (list && lua_type(L, 1) == LUA_TTABLE && lua_rawgeti(L, 1, H_TABLES) == LUA_TTABLE) {    /* 4 */
+    if (list && to_node(L, 1) && lua_getiuservalue(L, 1, H_TABLES) == LUA_TTABLE) {    /* 4 */
         lua_pushvalue(L, 2);
         if (lua_rawget(L, 4) != LUA_TNIL) return 1;
     }
@@ -321,14 +337,14 @@ static int node_index(lua_State *L)
         return 1;
     }
     struct step_decl rec = *r;
-    lua_rawgeti(L, 1, H_DECLS);         /* 3: the store */
+    lua_getiuservalue(L, 1, H_DECLS);   /* 3: the store */
     push_field(L, 3, d, id, rec, f);
     if (!list || (f == F_TAGS && rec.n_tags == 0)) return 1;
-    if (lua_rawgeti(L, 1, H_TABLES) != LUA_TTABLE) {
+    if (lua_getiuservalue(L, 1, H_TABLES) != LUA_TTABLE) {
         lua_pop(L, 1);
         lua_createtable(L, 0, 2);
         lua_pushvalue(L, -1);
-        lua_rawseti(L, 1, H_TABLES);
+        lua_setiuservalue(L, 1, H_TABLES);
     }
     lua_pushvalue(L, 2);
     lua_pushvalue(L, 4);
@@ -455,7 +471,7 @@ int flow_l_derive(lua_State *L)
     luaL_checktype(L, 2, LUA_TTABLE);
     struct step_decl rec = *r;
     lua_settop(L, 2);
-    lua_rawgeti(L, 1, H_DECLS);         /* 3 */
+    lua_getiuservalue(L, 1, H_DECLS);   /* 3 */
     if (lua_getfield(L, 2, "name") != LUA_TNIL) rec.name = flow_decls_intern(L, d, -1);
     if (lua_getfield(L, 2, "namespace") != LUA_TNIL) rec.namespace_ = flow_decls_intern(L, d, -1);
     lua_settop(L, 3);
@@ -536,59 +552,17 @@ lua_Integer flow_push_listed_node(lua_State *L, int nodes, int indices, lua_Inte
     return i;
 }
 
-void flow_name_bits_new(lua_State *L, struct name_bits *b, const struct step_decls *own)
-{
-    *b = (struct name_bits){ own, lua_newuserdatauv(L, own->n_strs / 8 + 1, 0), own->n_strs };
-    memset(b->bits, 0, b->n / 8 + 1);
-}
-
-size_t flow_name_bit(const struct name_bits *b, const struct step_decls *d, uint32_t id)
-{
-    size_t own_id = id;
-    if (d != b->own && !strmap_get(&b->own->ids, step_decls_str(d, id), &own_id)) return b->n;
-    return own_id < b->n ? own_id : b->n;
-}
-
-/* The names io_names has met: the bits of the first node's store, and a
- * table (at `other`) for a name that store never interned (a node of
- * another store can have one). */
-struct names_met {
-    struct name_bits bits;
-    int other;
-};
-
-/* Whether the name was met before; marks it met. */
-static bool met_before(lua_State *L, struct names_met *m, const struct step_decls *d, name_id id)
-{
-    size_t k = flow_name_bit(&m->bits, d, id);
-    if (k < m->bits.n) {
-        bool was = flow_name_bit_get(&m->bits, k);
-        flow_name_bit_put(&m->bits, k);
-        return was;
-    }
-    lua_pushstring(L, step_decls_str(d, id));
-    lua_pushvalue(L, -1);
-    bool was = lua_rawget(L, m->other) != LUA_TNIL;
-    lua_pop(L, 1);
-    if (was) {
-        lua_pop(L, 1);
-        return true;
-    }
-    lua_pushboolean(L, 1);
-    lua_rawset(L, m->other);
-    return false;
-}
-
 /* Appends to the list at `list` each dataset of record rec's inputs (or
  * outputs) not met before.  rec is a copy: pushing may run finalizers, which
  * may add records (and move the array). */
-static void push_new_names(lua_State *L, struct names_met *m, struct step_decls *d, const struct step_decl *rec,
-                           bool outputs, int list)
+static void push_new_names(lua_State *L, int met_at, struct name_map *met, struct step_decls *d,
+                           const struct step_decl *rec, bool outputs, int list)
 {
     uint32_t n = step_io_count(rec, outputs), first = step_io_first(rec, outputs);
     for (uint32_t i = 0; i < n; i++) {
         name_id id = d->io[first + i].dataset;
-        if (met_before(L, m, d, id)) continue;
+        if (flow_name_map_has(L, met_at, met, d, id)) continue;
+        flow_name_map_set_integer(L, met_at, met, d, id, 1);
         lua_pushstring(L, step_decls_str(d, id));
         lua_rawseti(L, list, (lua_Integer)lua_rawlen(L, list) + 1);
     }
@@ -607,19 +581,15 @@ int flow_l_io_names(lua_State *L)
     int which = luaL_checkoption(L, 3, NULL, whiches);
     lua_settop(L, 3);
     lua_newtable(L);                    /* 4: the list */
-    lua_newtable(L);                    /* 5: the names met, of no store's bits */
-    struct names_met met = { { NULL, NULL, 0 }, 5 };
+    struct name_map *met = flow_name_map_new(L, NAME_MAP_INTEGERS);     /* 5: the names met */
     lua_Integer n = (lua_Integer)lua_rawlen(L, 2);
     for (lua_Integer k = 1; k <= n; k++) {
         struct step_decls *d;
         struct step_decl rec;
         flow_push_listed_node(L, 1, 2, k, "io_names", &d, &rec);
-        if (!met.bits.own) {
-            flow_name_bits_new(L, &met.bits, d);
-            lua_replace(L, 3);          /* (`which` is read) */
-        }
-        if (which != 1) push_new_names(L, &met, d, &rec, false, 4);
-        if (which != 0) push_new_names(L, &met, d, &rec, true, 4);
+        flow_name_map_meet(L, 5, met, d, -1);
+        if (which != 1) push_new_names(L, 5, met, d, &rec, false, 4);
+        if (which != 0) push_new_names(L, 5, met, d, &rec, true, 4);
         lua_pop(L, 1);
     }
     lua_settop(L, 4);

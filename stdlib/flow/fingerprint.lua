@@ -13,6 +13,7 @@
 local core = require("flow.core")
 local params_text = require("flow.params").text
 local cache = require("flow.cache")
+local is_node = require("flow.pipeline").is_node
 
 local M = {}
 
@@ -206,7 +207,8 @@ function Hasher:text(v)
   end
   if t == "boolean" or t == "nil" then return tostring(v) end
   if t == "function" then return "F" .. self:fn(v) end
-  if t == "table" then return "T" .. self:table(v) end
+  -- a node (a userdata: lua/node_decl.c) by its fields, as a table is
+  if t == "table" or (t == "userdata" and is_node(v)) then return "T" .. self:table(v) end
   return "U" .. t               -- userdata, thread: no stable content to hash
 end
 

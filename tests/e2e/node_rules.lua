@@ -2,10 +2,10 @@
 -- t_errors.sh compares the output with node_rules.expected, which the Lua
 -- implementation (before node{} moved to C) printed: messages, file:line and
 -- did-you-mean are a contract.
-local flow = require("flow")
+local flow, is_node = require("flow"), require("flow.pipeline").is_node  -- (a node: a userdata read as a table)
 local function show(v, depth)
   depth = depth or 0
-  if type(v) ~= "table" then return type(v) == "function" and "<function>" or tostring(v) end
+  if type(v) ~= "table" and not is_node(v) then return type(v) == "function" and "<function>" or tostring(v) end
   if depth > 3 then return "{...}" end
   local keys = {}
   for k in pairs(v) do keys[#keys + 1] = tostring(k) end

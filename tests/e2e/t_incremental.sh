@@ -174,6 +174,24 @@ L
     equals "$(ran)" "f " "after a global it names changed"
 }
 
+# A node a step's function holds (a userdata, lua/node_decl.c) is hashed by
+# its fields, as a table is: changing the node it names changes the step.
+test_a_node_held_in_an_upvalue_is_part_of_the_code() {
+    write pipeline.lua <<'L'
+local a = node{ func = function() return 1 end, outputs = "x", name = "a", retries = 1 }
+local b = node{ name = "b", inputs = "x", outputs = "y",
+                func = function(x) io.open("ran_b", "w"):close() return a.name .. x end }
+return pipeline{ a, b }
+L
+    run_flow 0 run
+    rm -f ran_*
+    run_flow 0 run
+    equals "$(ran)" "" "unchanged"
+    sed -i 's/retries = 1/retries = 2/' pipeline.lua
+    run_flow 0 run
+    equals "$(ran)" "b " "after the node it holds changed"
+}
+
 # What a step's values lead to is hashed too: a class's methods through the
 # metatable, defaults through __index, a field the script set in a project
 # module, an _ENV of its own, an integer past 2^53.
