@@ -99,8 +99,6 @@ static void keep_c_locale(lua_State *L)
     lua_pop(L, 1);
 }
 
-#define GC_PAUSE 120     /* the collector's pause, in %: see flow_state_new */
-
 lua_State *flow_state_new(char *err, size_t errlen)
 {
     struct loop *loop = loop_new(err, errlen);
@@ -120,20 +118,8 @@ lua_State *flow_state_new(char *err, size_t errlen)
      * (Lua's default) lets the heap grow to twice what is live before a
      * cycle ends, and the allocator keeps its peak (alloc.c): a first run of
      * 100,000 Lua steps peaked at 248 MB that way and at 225 MB with this,
-     * in the same time (bench/RESULTS.md, section 5).
-     *
-     * The pause first (set in incremental mode, the only way to set it, then
-     * back to generational while the heap is empty): while the live heap
-     * grows, as a first run's values pile up, a major collection frees too
-     * little, and Lua's generational collector falls back to full
-     * collections spaced by the pause, 200 % by default: the heap doubled
-     * with garbage between two, and which run fell into that regime moved
-     * with how much the plan kept alive before the run (a first run of
-     * 100,000 Lua steps peaked at 196-200 MB rather than 189-195 when
-     * dag.scan stopped making a table by name).  At 120 % the same run peaks
-     * at 181-186 MB, at 150 % at 187-191, for under 1 % more instructions
-     * (20,000 steps: 2,109 M at 200 %, 2,124 M at 120 %). */
-    lua_gc(L, LUA_GCINC, GC_PAUSE, 0, 0);
+     * in the same time (bench/RESULTS.md, section 5).  (The run sets the
+     * pause of its full collections: runner.lua's M.run.) */
     lua_gc(L, LUA_GCGEN, 0, 0);
     lua_setwarnf(L, warn_off, L);
     /* The main thread's extra space is copied into every new thread: NULL

@@ -43,6 +43,7 @@ local M = {}
 
 local DATA = values.DATA
 local GC_BEFORE_RUN_KB = 4096  -- a Lua heap this large is collected once before the run (M.run)
+local RUN_GC_PAUSE = 120      -- the collector's pause (%) from then on (M.run)
 
 
 -- Runs started by this process, so `flow run driver.lua` (a script that calls
@@ -528,7 +529,21 @@ function M.run(p, opts, level)
   -- the generational collector's next major cycle coming later.  Not for a
   -- small pipeline, whose heap (0.7 MB for one step) is mostly the stdlib:
   -- a one-step run paid 0.36 M instructions (4 %) for nothing.
-  if collectgarbage("count") > GC_BEFORE_RUN_KB then collectgarbage() end
+  --
+  -- The collection is the switch back to generational mode, after setting
+  -- the pause of the full collections Lua's generational collector falls
+  -- back to when a major one frees too little, as while a first run's values
+  -- pile up: the default 200 % let the heap double with garbage between two,
+  -- and which run fell into that regime moved with what the plan happened to
+  -- keep alive (100,000 Lua steps peaked at 196-200 MB rather than 189-195
+  -- when dag.scan stopped making a table by name; 181-186 MB at 120 %).  Set
+  -- here, not for the whole process: the script's and the plan's heap grows
+  -- as steps are declared, and at 120 % their collections were twice as
+  -- many instructions on a no-op rerun of 10,000 commands.
+  if collectgarbage("count") > GC_BEFORE_RUN_KB then
+    collectgarbage("incremental", RUN_GC_PAUSE)
+    collectgarbage("generational")
+  end
   state_mod.lock()
   local run_id = core.run_id(state_mod.RUNS)
   local st = tasks.shared("state", function() return M.running > 0 and running_state or state_mod.load(run_id) end)
