@@ -22,6 +22,7 @@
 
 #include <ctype.h>
 #include <lauxlib.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,11 +241,11 @@ static void push_command(lua_State *L, int spec, int level, int cls)
             fail(L, level, "flow.command: argument %d is a %s; arguments are strings or numbers", (int)(n + 1),
                  lua_typename(L, at));
         size_t alen;
-        const char *arg = luaL_tolstring(L, -1, &alen);
+        const char *arg = at == LUA_TSTRING ? lua_tolstring(L, -1, &alen) : luaL_tolstring(L, -1, &alen);
         if (memchr(arg, 0, alen))
             fail(L, level, "flow.command: argument %d holds a NUL byte (\\0), where it would end", (int)(n + 1));
         lua_rawseti(L, argv, ++n);
-        lua_pop(L, 1);
+        if (at != LUA_TSTRING) lua_pop(L, 1);   /* (a number's text was pushed above it) */
     }
     lua_pop(L, 1);
     lua_Integer len = luaL_len(L, spec);
@@ -275,12 +276,14 @@ static void push_command(lua_State *L, int spec, int level, int cls)
             lua_pop(L, 1);
         }
     }
-    lua_setfield(L, cmd, "env");
+    if (env != LUA_TNIL) lua_setfield(L, cmd, "env");
+    else lua_pop(L, 1);
     int cwd = lua_getfield(L, spec, "cwd");
     if (cwd != LUA_TNIL && (cwd != LUA_TSTRING || lua_rawlen(L, -1) == 0))
         fail(L, level, "flow.command: cwd must be a directory's path, got %s",
              cwd == LUA_TSTRING ? "\"\"" : lua_typename(L, cwd));
-    lua_setfield(L, cmd, "cwd");
+    if (cwd != LUA_TNIL) lua_setfield(L, cmd, "cwd");
+    else lua_pop(L, 1);
     lua_setfield(L, cmd, "argv");
     lua_pushvalue(L, cls);
     lua_setmetatable(L, cmd);
@@ -510,60 +513,67 @@ static void read_io_list(lua_State *L, struct draft *dr, int which, int v, const
 
 #define MAX_SORTED 32  /* keys sorted on the stack; a bigger map asks util.sorted_keys */
 
-/* The keys of the table at v, in util.sorted_keys order (tostring of each,
- * compared as Lua compares strings), as a new list. */
-static void push_sorted_keys(lua_State *L, int v)
+/* The keys of a table in util.sorted_keys order (tostring of each, compared
+ * as Lua compares strings).  A small map's keys stay where order_keys
+ * pushed them, with their texts, sorted by index in `order` (no list made:
+ * node{} orders each map it is given); a larger one's are util.sorted_keys's
+ * list.  push_key pushes the i-th (0-based). */
+struct key_order { int base, n; bool list; int order[MAX_SORTED]; };
+
+static void order_keys(lua_State *L, int v, struct key_order *o)
 {
-    int base = lua_gettop(L), n = 0;
+    o->base = lua_gettop(L);
+    o->n = 0;
+    o->list = false;
     luaL_checkstack(L, 2 * MAX_SORTED + 8, "node: too many keys");
     lua_pushnil(L);
     while (lua_next(L, v)) {           /* leaves key, tostring(key) pairs on the stack */
         lua_pop(L, 1);
-        if (n == MAX_SORTED) break;
+        if (o->n == MAX_SORTED) break;
         lua_pushvalue(L, -1);
         if (lua_type(L, -1) != LUA_TSTRING) {   /* (a string is its own text: no call) */
             push_tostring(L, -1);
             lua_replace(L, -2);
         }
         lua_pushvalue(L, -2);
-        n++;
+        o->n++;
     }
-    if (n == MAX_SORTED) {             /* a large map: the Lua sort */
-        lua_settop(L, base);
+    if (o->n == MAX_SORTED) {          /* a large map: the Lua sort */
+        lua_settop(L, o->base);
         lua_getfield(L, lua_upvalueindex(UP_UTIL), "sorted_keys");
         lua_pushvalue(L, v);
         lua_call(L, 1, 1);
+        o->list = true;
+        o->n = (int)(lua_rawlen(L, -1) < INT_MAX ? lua_rawlen(L, -1) : INT_MAX);
         return;
     }
-    int order[MAX_SORTED];
-    for (int i = 0; i < n; i++) {      /* insertion sort: a handful of keys */
+    for (int i = 0; i < o->n; i++) {   /* insertion sort: a handful of keys */
         size_t li, lj;
-        const char *ki = lua_tolstring(L, base + 2 + 2 * i, &li);
+        const char *ki = lua_tolstring(L, o->base + 2 + 2 * i, &li);
         int j = i;
         for (; j > 0; j--) {
-            const char *kj = lua_tolstring(L, base + 2 + 2 * order[j - 1], &lj);
+            const char *kj = lua_tolstring(L, o->base + 2 + 2 * o->order[j - 1], &lj);
             if (lua_strcmp(kj, lj, ki, li) <= 0) break;
-            order[j] = order[j - 1];
+            o->order[j] = o->order[j - 1];
         }
-        order[j] = i;
+        o->order[j] = i;
     }
-    lua_createtable(L, n, 0);
-    for (int i = 0; i < n; i++) {
-        lua_pushvalue(L, base + 1 + 2 * order[i]);
-        lua_rawseti(L, -2, i + 1);
-    }
-    lua_replace(L, base + 1);
-    lua_settop(L, base + 1);
+}
+
+static void push_key(lua_State *L, const struct key_order *o, int i)
+{
+    if (o->list) lua_rawgeti(L, o->base + 1, (lua_Integer)i + 1);
+    else lua_pushvalue(L, o->base + 1 + 2 * o->order[i]);
 }
 
 /* inputs/outputs as a map {arg = dataset}, in sorted key order. */
 static void read_io_map(lua_State *L, struct draft *dr, int which, int v, const char *what, int level)
 {
-    push_sorted_keys(L, v);
-    int keys = lua_gettop(L);
-    lua_Integer n = (lua_Integer)lua_rawlen(L, keys);
-    for (lua_Integer i = 1; i <= n; i++) {
-        lua_rawgeti(L, keys, i);
+    struct key_order keys;
+    order_keys(L, v, &keys);
+    int top = lua_gettop(L);
+    for (int i = 0; i < keys.n; i++) {
+        push_key(L, &keys, i);
         int k = lua_gettop(L);
         lua_pushvalue(L, k);
         lua_gettable(L, v);
@@ -577,9 +587,9 @@ static void read_io_map(lua_State *L, struct draft *dr, int which, int v, const 
         if (strlen(lua_tostring(L, k)) != lua_rawlen(L, k))
             fail(L, level, "node: %s: the name of an argument holds a NUL byte (\\0)", what);
         draft_io(L, dr, which, intern(L, dr, k), intern(L, dr, d));
-        lua_settop(L, keys);
+        lua_settop(L, top);
     }
-    lua_settop(L, keys - 1);
+    lua_settop(L, keys.base);
 }
 
 /* inputs (which 0) or outputs (1): a name, a list (positional, the
@@ -745,11 +755,11 @@ static void set_env(lua_State *L, struct draft *dr, int level)
         }
     }
     lua_pop(L, 1);
-    push_sorted_keys(L, S_ENV);        /* the first bad name is the same one every time */
-    int keys = lua_gettop(L);
-    lua_Integer n = (lua_Integer)lua_rawlen(L, keys);
-    for (lua_Integer i = 1; i <= n; i++) {
-        lua_rawgeti(L, keys, i);
+    struct key_order keys;             /* the first bad name is the same one every time */
+    order_keys(L, S_ENV, &keys);
+    int top = lua_gettop(L);
+    for (int i = 0; i < keys.n; i++) {
+        push_key(L, &keys, i);
         int k = lua_gettop(L);
         lua_pushvalue(L, k);
         lua_gettable(L, S_ENV);
@@ -773,9 +783,9 @@ static void set_env(lua_State *L, struct draft *dr, int level)
         lua_pushvalue(L, k);
         lua_pushvalue(L, v);
         lua_rawset(L, env);
-        lua_settop(L, keys);
+        lua_settop(L, top);
     }
-    lua_pop(L, 1);
+    lua_settop(L, keys.base);
     lua_setfield(L, copy, "env");
     lua_pushvalue(L, lua_upvalueindex(UP_COMMAND));
     lua_setmetatable(L, copy);

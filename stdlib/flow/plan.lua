@@ -159,8 +159,8 @@ end
 -- order, as the message names the first step found wanting.
 local function check_params(nodes, which, settings, params_of, templates, produced, refs)
   local reads_params = false
-  for _, d in ipairs(pipeline.io_names(nodes, which, "inputs")) do
-    if not produced[d] and type(params_of[d]) == "string" then reads_params = true break end
+  for _, d in ipairs(pipeline.io_names(nodes, which, "inputs", produced)) do     -- (those no step produces)
+    if type(params_of[d]) == "string" then reads_params = true break end
   end
   if not reads_params and #refs.params == 0 then return end
   local has_refs = {}
