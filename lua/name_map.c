@@ -104,20 +104,20 @@ static void set_other(lua_State *L, int idx, struct name_map *m, const char *s)
     else if (!has && had) m->n_other--;
 }
 
-/* Sets name s (its array slot, or NULL) to v in the array when it has a
- * slot and v is a number of the array (v_in_array), else in the table to
- * the value at the top (popped). */
-static void set(lua_State *L, int idx, struct name_map *m, const char *s, name_id *slot, name_id v, bool v_in_array)
+/* Sets name s to v in its array slot (the table's entry, if any, removed). */
+static void set_in_array(lua_State *L, int idx, struct name_map *m, const char *s, name_id *slot, name_id v)
 {
-    if (slot && v_in_array) {
-        *slot = v;
-        lua_pop(L, 1);
-        if (m->n_other) {
-            lua_pushnil(L);
-            set_other(L, idx, m, s);
-        }
-        return;
+    *slot = v;
+    if (m->n_other) {
+        lua_pushnil(L);
+        set_other(L, idx, m, s);
     }
+}
+
+/* Sets name s to the value at the top (popped) in the table (its array slot,
+ * if any, emptied). */
+static void set_in_table(lua_State *L, int idx, struct name_map *m, const char *s, name_id *slot)
+{
     if (slot) *slot = 0;
     set_other(L, idx, m, s);
 }
@@ -126,18 +126,28 @@ void flow_name_map_set_name(lua_State *L, int idx, struct name_map *m, const str
                             name_id value)
 {
     idx = lua_absindex(L, idx);
-    const char *s = step_decls_str(d, key), *vs = step_decls_str(d, value);
+    const char *s = step_decls_str(d, key);
     name_id *slot = slot_of_id(m, d, key), *own_value = slot ? slot_of_id(m, d, value) : NULL;
-    lua_pushstring(L, vs);
-    set(L, idx, m, s, slot, own_value ? (name_id)(own_value - m->by_id) : 0, own_value != NULL);
+    if (own_value) {                    /* (no Lua string: the common case) */
+        set_in_array(L, idx, m, s, slot, (name_id)(own_value - m->by_id));
+        return;
+    }
+    lua_pushstring(L, step_decls_str(d, value));
+    set_in_table(L, idx, m, s, slot);
 }
 
 void flow_name_map_set_integer(lua_State *L, int idx, struct name_map *m, const struct step_decls *d, name_id key,
                                uint32_t value)
 {
     idx = lua_absindex(L, idx);
+    const char *s = step_decls_str(d, key);
+    name_id *slot = slot_of_id(m, d, key);
+    if (slot) {
+        set_in_array(L, idx, m, s, slot, value);
+        return;
+    }
     lua_pushinteger(L, value);
-    set(L, idx, m, step_decls_str(d, key), slot_of_id(m, d, key), value, true);
+    set_in_table(L, idx, m, s, slot);
 }
 
 /* Pushes the value of name s (its slot, or NULL), or nil. */
@@ -204,7 +214,9 @@ static int map_newindex(lua_State *L)
     lua_Integer v = lua_isnil(L, 3) ? 0 : luaL_checkinteger(L, 3);
     luaL_argcheck(L, v >= 0 && v <= UINT32_MAX && (v > 0 || lua_isnil(L, 3)), 3, "a position");
     lua_settop(L, 3);
-    set(L, 1, m, s, slot_of(m, s), (name_id)v, true);
+    name_id *slot = slot_of(m, s);
+    if (slot) set_in_array(L, 1, m, s, slot, (name_id)v);
+    else set_in_table(L, 1, m, s, NULL);
     return 0;
 }
 
