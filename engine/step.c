@@ -150,12 +150,12 @@ static void flush_tick(void *arg)
     if (r->held.lines.len || r->held.n_steps) start_flush(r);
 }
 
-/* A journal line, held for the next batch; `durable`: it records work (a
- * step's start or end), so its batch is synced; a line that records only
- * that nothing ran waits for such a line's sync (journal_append). */
-/* A journal line is written at the end of the held lines (hold_begin's),
- * then ended (hold_end): not made in a buffer of its own and copied, which
- * was a malloc, two or three reallocs and a free a line, two lines a step. */
+/* A journal line, held for the next batch: written at the end of the held
+ * lines (hold_begin's), then ended (hold_end) -- not made in a buffer of its
+ * own and copied, which was a malloc, two or three reallocs and a free a
+ * line, two lines a step.  `durable`: it records work (a step's start or
+ * end), so its batch is synced; a line that records only that nothing ran
+ * waits for such a line's sync (journal_append). */
 static struct strbuf *hold_begin(struct step_runner *r)
 {
     return &r->held.lines;

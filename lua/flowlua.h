@@ -185,8 +185,9 @@ int flow_l_io_names(lua_State *L);
  * each (a table by name as Lua sees it), kept by name id.  Values are names
  * of the store (read as their strings) or whole numbers.  new pushes an
  * empty map; meet gives it d, the store of the node at `node`, the first
- * time (a name of another store is looked up in it by its text, or kept in
- * a Lua table when it has none).  set_name sets `key` to the name
+ * time, for a pass over about `steps` steps (a name of another store is
+ * looked up in it by its text, or kept in a Lua table when it has none; a
+ * store far larger than the pass is not taken: the table holds every name).  set_name sets `key` to the name
  * `value` (both of store d), set_integer to the number; push pushes the
  * value (nil for none) and returns its type. */
 enum name_map_values { NAME_MAP_NAMES, NAME_MAP_INTEGERS };
@@ -194,7 +195,8 @@ struct name_map;
 struct name_map *flow_name_map_new(lua_State *L, enum name_map_values values);
 struct name_map *flow_check_name_map(lua_State *L, int idx);
 int flow_l_name_positions(lua_State *L);
-void flow_name_map_meet(lua_State *L, int idx, struct name_map *m, const struct step_decls *d, int node);
+void flow_name_map_meet(lua_State *L, int idx, struct name_map *m, const struct step_decls *d, int node,
+                        size_t steps);
 void flow_name_map_set_name(lua_State *L, int idx, struct name_map *m, const struct step_decls *d, uint32_t key,
                             uint32_t value);
 void flow_name_map_set_integer(lua_State *L, int idx, struct name_map *m, const struct step_decls *d, uint32_t key,
@@ -202,7 +204,7 @@ void flow_name_map_set_integer(lua_State *L, int idx, struct name_map *m, const 
 int flow_name_map_push(lua_State *L, int idx, const struct name_map *m, const struct step_decls *d, uint32_t key);
 bool flow_name_map_has(lua_State *L, int idx, const struct name_map *m, const struct step_decls *d, uint32_t key);
 void flow_open_name_map(lua_State *L);
-/* For a pass over the steps nodes[i], i in the list `indices` (the tables at
+/* For a pass over the steps nodes[i], i in the list `indices` (the nodes at
  * those slots): pushes the k-th listed node, copies its record into *rec (a
  * copy: a finalizer run by a later Lua call may add records and move the
  * array) and its store into *d, and returns i; raises naming `who` if it is

@@ -393,6 +393,7 @@ static int l_scan(lua_State *L)
 {
     luaL_checktype(L, SC_NODES, LUA_TTABLE);
     lua_settop(L, SC_NODES);
+    lua_Unsigned n_nodes = lua_rawlen(L, SC_NODES);
     struct name_map *produced = flow_name_map_new(L, NAME_MAP_NAMES);          /* SC_PRODUCED */
     for (int k = SC_PENDING; k <= SC_KEEPERS; k++) lua_newtable(L);
     lua_Integer len[SC_KEEPERS + 1] = { 0 };
@@ -401,7 +402,7 @@ static int l_scan(lua_State *L)
         const struct step_decl *r = flow_node_decl(L, -1, &d, NULL);
         if (!r) return luaL_error(L, "scan: step %d is not a node{}", (int)i);
         struct step_decl rec = *r;      /* (pushing a string may run finalizers, which may add nodes) */
-        flow_name_map_meet(L, SC_PRODUCED, produced, d, -1);      /* (the first node's store) */
+        flow_name_map_meet(L, SC_PRODUCED, produced, d, -1, (size_t)n_nodes);  /* (the first node's store) */
         lua_settop(L, SC_KEEPERS);
         for (uint32_t k = 0; k < rec.n_inputs; k++) {
             name_id id = d->io[step_io_first(&rec, false) + k].dataset;

@@ -32,12 +32,19 @@ struct name_map {
     size_t n;                           /* by_id's length: own's names when met */
     size_t n_other;                     /* entries in the UV_OTHER table */
     enum name_map_values values;
+    bool declined;                      /* the store met was too large for the names: the table only */
 };
+
+/* A map over few steps of a large store (pipeline{ n } of one node of a
+ * script that declared 100,000) keeps its names in the table: an array as
+ * long as the store's names, made and cleared for each, made many small
+ * pipelines quadratic (100,000 of one node each: 3.7 s, against 0.2 s). */
+#define ARRAY_MIN_SHARE 16              /* the array when the steps are at least 1/16 of the store's names */
 
 struct name_map *flow_name_map_new(lua_State *L, enum name_map_values values)
 {
     struct name_map *m = lua_newuserdatauv(L, sizeof *m, N_UV);
-    *m = (struct name_map){ NULL, NULL, 0, 0, values };
+    *m = (struct name_map){ NULL, NULL, 0, 0, values, false };
     lua_newtable(L);
     lua_setiuservalue(L, -2, UV_OTHER);
     luaL_setmetatable(L, NAME_MAP_MT);
@@ -57,9 +64,14 @@ int flow_l_name_positions(lua_State *L)
     return 1;
 }
 
-void flow_name_map_meet(lua_State *L, int idx, struct name_map *m, const struct step_decls *d, int node)
+void flow_name_map_meet(lua_State *L, int idx, struct name_map *m, const struct step_decls *d, int node,
+                        size_t steps)
 {
-    if (m->own) return;
+    if (m->own || m->declined) return;
+    if (steps < d->n_strs / ARRAY_MIN_SHARE) {
+        m->declined = true;
+        return;
+    }
     idx = lua_absindex(L, idx);
     flow_push_node_store(L, node);
     lua_setiuservalue(L, idx, UV_STORE);

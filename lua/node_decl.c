@@ -8,9 +8,9 @@
  * The handle is a userdata, not a table {id, store}: the passes over
  * 100,000 steps each read every handle, and a table's two reads (its array
  * apart from it) were 7 % of a no-op rerun's time, its two blocks and the
- * collector's traversal of them as much again in node{}.  Lua code sees no
- * difference but type(): a node's fields, methods, pairs() and tostring()
- * are its class's.
+ * collector's traversal of them as much again in node{}.  A node's fields,
+ * methods, pairs() and tostring() are as they were; type() says "userdata",
+ * and the raw table functions (rawget, next, #) do not apply.
  *
  * The store is a userdata with two user values: bodies[id + 1], each step's
  * Lua function or command, and extras[id + 1], a table of the fields only a
@@ -553,7 +553,7 @@ lua_Integer flow_push_listed_node(lua_State *L, int nodes, int indices, lua_Inte
 }
 
 /* Appends to the list at `list` each dataset of record rec's inputs (or
- * outputs) not met before, nor held by the map `except` (0: none).  rec is a
+ * outputs) not met before, nor held by the map `except` (NULL: none).  rec is a
  * copy: pushing may run finalizers, which may add records (and move the
  * array). */
 static void push_new_names(lua_State *L, int met_at, struct name_map *met, int except_at, const struct name_map *except,
@@ -593,7 +593,7 @@ int flow_l_io_names(lua_State *L)
         struct step_decls *d;
         struct step_decl rec;
         flow_push_listed_node(L, 1, 2, k, "io_names", &d, &rec);
-        flow_name_map_meet(L, 6, met, d, -1);
+        flow_name_map_meet(L, 6, met, d, -1, (size_t)n);
         if (which != 1) push_new_names(L, 6, met, 4, except, d, &rec, false, 5);
         if (which != 0) push_new_names(L, 6, met, 4, except, d, &rec, true, 5);
         lua_pop(L, 1);

@@ -61,6 +61,7 @@ local function show(v, depth, seen)
     if info.what == "C" then return "<builtin function>" end
     return string.format("<function %s:%d>", info.short_src, info.linedefined)
   end
+  if pipeline_mod.is_node(v) then return M.step_line(v) end      -- (a userdata: lua/node_decl.c)
   if t ~= "table" then return tostring(v) end
   if pipeline_mod.is_pipeline(v) then
     local names = {}
@@ -68,7 +69,6 @@ local function show(v, depth, seen)
     return string.format("<pipeline: %d step%s: %s%s>", #v.nodes, #v.nodes == 1 and "" or "s",
                          table.concat(names, ", "), #v.nodes > 8 and ", …" or "")
   end
-  if pipeline_mod.is_node(v) then return M.step_line(v) end
   local mt = getmetatable(v)
   if mt and mt.__tostring then return tostring(v) end
   if seen[v] then return "<cycle>" end
@@ -229,10 +229,16 @@ end
 local KEYWORDS = { "and", "break", "do", "else", "elseif", "end", "false", "for", "function", "goto", "if", "in",
                    "local", "nil", "not", "or", "repeat", "return", "then", "true", "until", "while" }
 
+-- Whether t has keys to complete: a table, or a node (a userdata whose
+-- pairs() lists its fields).
+local function keyed(t)
+  return type(t) == "table" or pipeline_mod.is_node(t)
+end
+
 -- The keys of t and of the tables its metatables' __index chain holds.
 local function keys_of(t, methods)
   local out, seen, depth = {}, {}, 0
-  while type(t) == "table" and depth < 5 do
+  while keyed(t) and depth < 5 do
     for k, v in pairs(t) do
       if type(k) == "string" and k:match("^[%a_][%w_]*$") and not seen[k] and (not methods or type(v) == "function") then
         seen[k] = true
@@ -282,10 +288,10 @@ local function candidates(env, project, line, start, finish)
     if path then
       local t = env
       for part in path:gmatch("[^%.]+") do
-        if type(t) ~= "table" then t = nil break end
+        if not keyed(t) then t = nil break end
         t = t[part]
       end
-      pool = type(t) == "table" and keys_of(t, sep == ":") or {}
+      pool = keyed(t) and keys_of(t, sep == ":") or {}
     else
       pool = keys_of(env)
       for _, k in ipairs(KEYWORDS) do pool[#pool + 1] = k end

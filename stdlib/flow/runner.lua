@@ -43,7 +43,8 @@ local M = {}
 
 local DATA = values.DATA
 local GC_BEFORE_RUN_KB = 4096  -- a Lua heap this large is collected once before the run (M.run)
-local RUN_GC_PAUSE = 120      -- the collector's pause (%) from then on (M.run)
+local RUN_GC_PAUSE = 120      -- the collector's pause (%) while runs are under way (M.run)
+local pause_before_runs       -- what it was before
 
 
 -- Runs started by this process, so `flow run driver.lua` (a script that calls
@@ -529,21 +530,7 @@ function M.run(p, opts, level)
   -- the generational collector's next major cycle coming later.  Not for a
   -- small pipeline, whose heap (0.7 MB for one step) is mostly the stdlib:
   -- a one-step run paid 0.36 M instructions (4 %) for nothing.
-  --
-  -- The collection is the switch back to generational mode, after setting
-  -- the pause of the full collections Lua's generational collector falls
-  -- back to when a major one frees too little, as while a first run's values
-  -- pile up: the default 200 % let the heap double with garbage between two,
-  -- and which run fell into that regime moved with what the plan happened to
-  -- keep alive (100,000 Lua steps peaked at 196-200 MB rather than 189-195
-  -- when dag.scan stopped making a table by name; 181-186 MB at 120 %).  Set
-  -- here, not for the whole process: the script's and the plan's heap grows
-  -- as steps are declared, and at 120 % their collections were twice as
-  -- many instructions on a no-op rerun of 10,000 commands.
-  if collectgarbage("count") > GC_BEFORE_RUN_KB then
-    collectgarbage("incremental", RUN_GC_PAUSE)
-    collectgarbage("generational")
-  end
+  if collectgarbage("count") > GC_BEFORE_RUN_KB then collectgarbage() end
   state_mod.lock()
   local run_id = core.run_id(state_mod.RUNS)
   local st = tasks.shared("state", function() return M.running > 0 and running_state or state_mod.load(run_id) end)
@@ -560,9 +547,23 @@ function M.run(p, opts, level)
   self:start_journal(plan, opts)
   M.running = M.running + 1                          -- (start_journal moves latest only when none was under way)
   running_state = running_state or st
+  -- While runs are under way, the collector's pause is RUN_GC_PAUSE: the
+  -- pause spaces the full collections that Lua's generational collector
+  -- falls back to when a major one frees too little, as while a first
+  -- run's values pile up.  At the default 200 % the heap doubled with
+  -- garbage between two, and whether a run fell into that regime moved with
+  -- what the plan happened to keep alive: 100,000 Lua steps peaked at
+  -- 196-200 MB rather than 189-195 when dag.scan stopped making a table by
+  -- name, and at 181-193 MB at 120 %.  Not while a script declares its
+  -- steps (its heap grows as they are declared): at 120 % there, a no-op
+  -- rerun of 10,000 commands spent twice the collector's instructions.
+  if M.running == 1 then pause_before_runs = collectgarbage("setpause", RUN_GC_PAUSE) end
   local _running <close> = setmetatable({}, { __close = function()
     M.running = M.running - 1
-    if M.running == 0 then running_state = nil end
+    if M.running == 0 then
+      running_state = nil
+      collectgarbage("setpause", pause_before_runs)
+    end
   end })
   if opts.started then opts.started(run_id) end      -- (flow.sweep keeps the id of a sweep job's run)
   local jobs = opts.jobs or core.cpu_count()

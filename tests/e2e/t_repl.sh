@@ -58,6 +58,8 @@ test_completion() {
           'send string.up\t' 'expect string\.upper' 'send ("a")\n' 'expect "A"' \
           'send step("ev\t' 'expect evaluate' 'send ).kind\n' 'expect "command"' \
           'send load("rep\t' 'expect report' 'send \x03' 'expect > $' \
+          'send n = pipeline.nodes[1]\n' 'expect > $' 'send n.na\t' 'expect n\.name' 'send \n' 'expect "train"' \
+          "send n\\n" "expect <step 'train' \\(Lua function\\)" \
           'send \x04' 'exit 0'
 }
 
