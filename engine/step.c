@@ -102,16 +102,21 @@ static char *redacted(const char *text)
     return sb_detach(&sb);
 }
 
-/* s masked, as a JSON string, into sb.  The masked text is made in one
- * buffer kept for the process (on the loop thread, the only one that writes
- * these lines), not in a new one each time: a step's name is masked for each
- * of its journal lines. */
+/* s masked, in one buffer kept for the process and valid until the next
+ * call (on the loop thread, the only one that writes journal lines and
+ * records): a step's name is masked for each of its lines and its record,
+ * three times a step, and a copy each time was a malloc and a free. */
+static const char *masked(const char *s)
+{
+    static struct strbuf buf;
+    sb_truncate(&buf, 0);
+    ui_redact_span(s, strlen(s), true, &buf);
+    return buf.buf ? buf.buf : "";
+}
+
 static void json_redacted(struct strbuf *sb, const char *s)
 {
-    static struct strbuf masked;
-    sb_truncate(&masked, 0);
-    ui_redact_span(s, strlen(s), true, &masked);
-    json_string(sb, masked.buf ? masked.buf : "");
+    json_string(sb, masked(s));
 }
 
 static const char *step_name(const struct step_runner *r, size_t i)
@@ -334,15 +339,14 @@ static char *record_metrics(const struct life *l)
 static void put_record(struct step_runner *r, size_t i)
 {
     struct life *l = life_of(r, i);
-    char *name = redacted(step_name(r, i)), *metrics = record_metrics(l);
-    struct step_record rec = { .name = name, .fp = l->fp, .time = l->finished, .parts_json = l->parts,
-                               .outputs_json = l->outputs, .metrics_json = metrics };
+    char *metrics = record_metrics(l);
+    struct step_record rec = { .name = masked(step_name(r, i)), .fp = l->fp, .time = l->finished,
+                               .parts_json = l->parts, .outputs_json = l->outputs, .metrics_json = metrics };
     char err[512];
     if (step_record_put(r->state, &rec, err, sizeof err) != 0)
         ui_warn("%s: its record cannot be kept, so it runs again next time", err);
     else if (r->check)
         utd_mark_fresh(r->check, i, l->fp);
-    free(name);
     free(metrics);
     free(l->fp);
     free(l->parts);

@@ -187,9 +187,9 @@ int flow_l_io_names(lua_State *L);
  * empty map; meet gives it d, the store of the node at `node`, the first
  * time, for a pass over about `steps` steps (a name of another store is
  * looked up in it by its text, or kept in a Lua table when it has none; a
- * store far larger than the pass is not taken: the table holds every name).  set_name sets `key` to the name
- * `value` (both of store d), set_integer to the number; push pushes the
- * value (nil for none) and returns its type. */
+ * store far larger than the pass is not taken: the table holds every name).
+ * set_name sets `key` to the name `value` (both of store d), set_integer to
+ * the number; has says whether `key` has a value. */
 enum name_map_values { NAME_MAP_NAMES, NAME_MAP_INTEGERS };
 struct name_map;
 struct name_map *flow_name_map_new(lua_State *L, enum name_map_values values);
@@ -201,7 +201,6 @@ void flow_name_map_set_name(lua_State *L, int idx, struct name_map *m, const str
                             uint32_t value);
 void flow_name_map_set_integer(lua_State *L, int idx, struct name_map *m, const struct step_decls *d, uint32_t key,
                                uint32_t value);
-int flow_name_map_push(lua_State *L, int idx, const struct name_map *m, const struct step_decls *d, uint32_t key);
 bool flow_name_map_has(lua_State *L, int idx, const struct name_map *m, const struct step_decls *d, uint32_t key);
 void flow_open_name_map(lua_State *L);
 /* For a pass over the steps nodes[i], i in the list `indices` (the nodes at

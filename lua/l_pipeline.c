@@ -1021,12 +1021,13 @@ static int l_take_nodes(lua_State *L)
     lua_Integer count = luaL_checkinteger(L, 4);
     struct name_map *by_name = flow_check_name_map(L, 5);
     lua_settop(L, 5);
+    size_t n_items = (size_t)lua_rawlen(L, 1);
     for (; lua_geti(L, 1, i) != LUA_TNIL && has_class(L, 6, 1); i++) {
         struct step_decls *d;
         const struct step_decl *r = flow_node_decl(L, 6, &d, NULL);
         if (!r) break;                                   /* (a Node is a node) */
         name_id name = r->name;                          /* (r may move when the map allocates) */
-        flow_name_map_meet(L, 5, by_name, d, 6, (size_t)lua_rawlen(L, 1));
+        flow_name_map_meet(L, 5, by_name, d, 6, n_items);
         if (flow_name_map_has(L, 5, by_name, d, name)) break;     /* a name met before: compose's add_step */
         if (count >= UINT32_MAX - 1) return luaL_error(L, "pipeline: more than 4,294,967,294 steps");
         lua_pushvalue(L, 6);

@@ -51,12 +51,19 @@ static int decls_gc(lua_State *L)
     return 0;
 }
 
+/* The userdata at idx when it is `size` bytes that start with `magic`, or
+ * NULL (a store's and a node's handle are told apart this way). */
+static void *marked(lua_State *L, int idx, size_t size, uint64_t magic)
+{
+    const uint64_t *u = lua_touserdata(L, idx);          /* (a light userdata's rawlen is 0) */
+    return u && lua_rawlen(L, idx) == size && *u == magic ? (void *)u : NULL;
+}
+
 /* The store at idx, or NULL. */
 static struct step_decls *to_decls(lua_State *L, int idx)
 {
-    struct decls_ud *u = lua_touserdata(L, idx);         /* (a light userdata's rawlen is 0) */
-    if (!u || lua_rawlen(L, idx) != sizeof *u || u->magic != DECLS_MAGIC) return NULL;
-    return &u->d;
+    struct decls_ud *u = marked(L, idx, sizeof *u, DECLS_MAGIC);
+    return u ? &u->d : NULL;
 }
 
 /* Pushes a new, empty store. */
@@ -104,9 +111,7 @@ int flow_l_new_store(lua_State *L)
 /* The handle at idx, or NULL. */
 static const struct node_ud *to_node(lua_State *L, int idx)
 {
-    const struct node_ud *u = lua_touserdata(L, idx);  /* (a light userdata's rawlen is 0) */
-    if (!u || lua_rawlen(L, idx) != sizeof *u || u->magic != NODE_MAGIC) return NULL;
-    return u;
+    return marked(L, idx, sizeof(struct node_ud), NODE_MAGIC);
 }
 
 const struct step_decl *flow_node_decl(lua_State *L, int idx, struct step_decls **decls, uint32_t *id)
