@@ -84,6 +84,7 @@ struct step_runner {
     struct life *lives;
     enum step_state *states;     /* kept by step_runner_finish */
     struct batch held;
+    struct strbuf spare_lines;   /* the last written batch's buffer, empty, for the next (keep_lines) */
     double flushed_at;           /* monotonic */
     struct flush_job *in_flight; /* a flush whose outputs are being synced */
     bool flush_wanted;           /* another flush asked for while one is in flight */
@@ -135,12 +136,25 @@ static void batch_release(struct batch *b)
     *b = (struct batch){ .lines = STRBUF_INIT };
 }
 
-/* What is held, handed over; the runner holds nothing after. */
+/* What is held, handed over; the runner holds nothing after but the buffer
+ * a written batch left (keep_lines). */
 static struct batch take_held(struct step_runner *r)
 {
     struct batch b = r->held;
-    r->held = (struct batch){ .lines = STRBUF_INIT };
+    r->held = (struct batch){ .lines = r->spare_lines };
+    r->spare_lines = (struct strbuf)STRBUF_INIT;
     return b;
+}
+
+/* A written batch's buffer holds the next one: a run's batches are of a
+ * size, and growing each from nothing again was a realloc chain and the
+ * page faults of fresh memory for every flush. */
+static void keep_lines(struct step_runner *r, struct batch *b)
+{
+    if (r->spare_lines.buf || !b->lines.buf) return;
+    sb_truncate(&b->lines, 0);
+    r->spare_lines = b->lines;
+    b->lines = (struct strbuf)STRBUF_INIT;
 }
 
 static void start_flush(struct step_runner *r);
@@ -243,6 +257,7 @@ static void flush_written(void *arg)
         end_recorded(r, i, false, why);
         free(why);
     }
+    keep_lines(r, &job->b);
     batch_release(&job->b);
     free(job);
     if (r->flush_wanted && !r->in_flight) {
@@ -537,6 +552,7 @@ static int exec_start(void *ctx, struct sched *s, size_t i)
             r->flushed_at = monotonic_seconds();
             char err[1024];
             int rc = journal_append(r->journal, b.lines.buf, b.lines.len, b.durable, err, sizeof err);
+            keep_lines(r, &b);
             batch_release(&b);
             if (rc != 0) {
                 char *msg = xasprintf("step '%s' did not start: %s", step_name(r, i), err);
@@ -670,6 +686,7 @@ void step_runner_free(struct step_runner *r)
         free(l->series);
     }
     batch_release(&r->held);
+    sb_release(&r->spare_lines);
     free(r->lives);
     free(r->specs);
     free(r->states);
