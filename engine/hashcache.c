@@ -390,13 +390,9 @@ static int dir_hash(struct hashcache *hc, const char *path, const atomic_bool *s
 
 /* The stat of what hashcache_hash hashes; -1 with a message if it is not a
  * file or a directory. */
-static int stat_hashable(const char *path, struct stat *st, enum hash_kind *kind,
-                         char *err, size_t errlen)
+/* What `st` (path's, following links) says path is: a file or a folder. */
+static int hashable_kind(const char *path, const struct stat *st, enum hash_kind *kind, char *err, size_t errlen)
 {
-    if (stat(path, st) != 0) {
-        errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
-        return -1;
-    }
     if (S_ISREG(st->st_mode)) *kind = HASH_KIND_FILE;
     else if (S_ISDIR(st->st_mode)) *kind = HASH_KIND_DIRECTORY;
     else {
@@ -404,6 +400,16 @@ static int stat_hashable(const char *path, struct stat *st, enum hash_kind *kind
         return -1;
     }
     return 0;
+}
+
+static int stat_hashable(const char *path, struct stat *st, enum hash_kind *kind,
+                         char *err, size_t errlen)
+{
+    if (stat(path, st) != 0) {
+        errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return hashable_kind(path, st, kind, err, errlen);
 }
 
 static int hash_until(struct hashcache *hc, const char *path, const atomic_bool *stop,
@@ -427,10 +433,18 @@ int hashcache_hash_cheap(struct hashcache *hc, const char *path, long long max_r
 {
     struct stat st;
     if (stat_hashable(path, &st, kind, err, errlen) != 0) return -1;
+    return hashcache_hash_cheap_stat(hc, path, &st, max_read, max_entries, hex, kind, err, errlen);
+}
+
+int hashcache_hash_cheap_stat(struct hashcache *hc, const char *path, const struct stat *st, long long max_read,
+                              size_t max_entries, char hex[SHA256_HEX_SIZE], enum hash_kind *kind,
+                              char *err, size_t errlen)
+{
+    if (hashable_kind(path, st, kind, err, errlen) != 0) return -1;
     if (*kind == HASH_KIND_DIRECTORY)
         return max_entries ? dir_hash(hc, path, NULL, max_entries, hex, err, errlen) : 1;
-    if (lookup(hc, path, &st, hex)) return 0;
-    if ((long long)st.st_size > max_read) return 1;
+    if (lookup(hc, path, st, hex)) return 0;
+    if ((long long)st->st_size > max_read) return 1;
     return hash_and_remember(hc, path, 0, NULL, hex, err, errlen);
 }
 

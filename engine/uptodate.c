@@ -2,6 +2,7 @@
 #include "uptodate.h"
 #include "hashcache.h"
 #include "json_text.h"
+#include "stat_prefetch.h"
 #include "statestore.h"
 #include "util.h"
 
@@ -55,7 +56,19 @@ struct utd {
     size_t n_steps;
     struct utd_stats stats;
     struct found_space space;
+    struct stat_prefetch *prefetch;   /* the records' output files stat-ed ahead (utd_prefetch_outputs), or NULL */
 };
+
+void utd_prefetch_outputs(struct utd *u)
+{
+    if (!u->prefetch) u->prefetch = stat_prefetch_start(u->store);
+}
+
+void utd_prefetch_stop(struct utd *u)
+{
+    stat_prefetch_stop(u->prefetch);
+    u->prefetch = NULL;
+}
 
 /* Step s's record in the store, or NULL: by its name the first time one is
  * there, by its slot after (a decision asks up to three times a step: its
@@ -113,6 +126,7 @@ struct utd *utd_new(size_t n_steps, struct hashcache *hc, struct state_store *st
 void utd_free(struct utd *u)
 {
     if (!u) return;
+    utd_prefetch_stop(u);
     for (size_t i = 0; i < u->n_steps; i++) clear_step(&u->steps[i]);
     free(u->steps);
     free(u->space.files);
@@ -270,6 +284,18 @@ static int hash_now(struct utd *u, const char *path, char hex[SHA256_HEX_SIZE])
     enum hash_kind kind;
     return hashcache_hash_cheap(u->hc, path, HASHCACHE_LOOP_MAX_READ, HASHCACHE_LOOP_MAX_ENTRIES, hex, &kind,
                                 err, sizeof err);
+}
+
+/* hash_now of output k of the record in `slot`, with its stat from the
+ * prefetch when that is there. */
+static int output_hash_now(struct utd *u, size_t slot, size_t k, const char *path, char hex[SHA256_HEX_SIZE])
+{
+    struct stat st;
+    if (!stat_prefetch_take(u->prefetch, slot, k, &st)) return hash_now(u, path, hex);
+    char err[256];
+    enum hash_kind kind;
+    return hashcache_hash_cheap_stat(u->hc, path, &st, HASHCACHE_LOOP_MAX_READ, HASHCACHE_LOOP_MAX_ENTRIES, hex,
+                                     &kind, err, sizeof err);
 }
 
 static const struct state_out *out_named(const struct state_rec *r, const char *dataset, size_t len)
@@ -434,7 +460,8 @@ static char *short_parts_json(const struct fp_parts *p)
  * Run:recompute), unless the step keeps its values now (`keeps`).  Anything
  * else (a value that could not be cached, a record from before values said
  * where they are, a damaged file) is the stdlib's to explain. */
-static bool outputs_hold(struct utd *u, const struct description *d, const struct state_rec *r, bool keeps)
+static bool outputs_hold(struct utd *u, const struct description *d, const struct state_rec *r, size_t slot,
+                         bool keeps)
 {
     for (size_t k = 0; k < d->n_outs; k++) {
         const struct state_out *o = out_named(r, d->outs[k], strlen(d->outs[k]));
@@ -442,7 +469,8 @@ static bool outputs_hold(struct utd *u, const struct description *d, const struc
         if (o->kind == 'v' || (o->kind == 't' && !keeps)) continue;
         if ((o->kind != 'f' && o->kind != 'c') || !o->path[0]) return false;
         char hex[SHA256_HEX_SIZE];
-        if (hash_now(u, o->path, hex) != 0 || strcmp(hex, o->hash) != 0) return false;
+        if (output_hash_now(u, slot, (size_t)(o - r->outs), o->path, hex) != 0 || strcmp(hex, o->hash) != 0)
+            return false;
     }
     return true;
 }
@@ -475,7 +503,8 @@ static enum utd_verdict decide(struct utd *u, size_t i)
     enum utd_verdict v = UTD_CANNOT_TELL;
     char hex[SHA256_HEX_SIZE];
     if (!r) v = no_record(u, s);
-    else if (utd_fingerprint(u, i, hex) == 0 && strcmp(hex, r->fp) == 0 && outputs_hold(u, s->d, r, s->keeps_values))
+    else if (utd_fingerprint(u, i, hex) == 0 && strcmp(hex, r->fp) == 0 &&
+             outputs_hold(u, s->d, r, s->slot_1 ? s->slot_1 - 1 : STATE_STORE_NO_SLOT, s->keeps_values))
         v = UTD_UP_TO_DATE;
     if (v == UTD_UP_TO_DATE) mark_fresh(s, r->fp);
     forget_description(s);              /* asked once a run: 100,000 descriptions are not kept to its end */

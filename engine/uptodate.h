@@ -58,6 +58,12 @@ struct utd;
 struct utd *utd_new(size_t n_steps, struct hashcache *hc, struct state_store *store);
 void utd_free(struct utd *u);
 
+/* The files of the store's records are stat-ed ahead on a thread of their
+ * own (stat_prefetch.h) until utd_prefetch_stop, which must come before the
+ * store changes (a step's record put) or goes; utd_free stops it too. */
+void utd_prefetch_outputs(struct utd *u);
+void utd_prefetch_stop(struct utd *u);
+
 /* Describes step i (everything copied but its name, which is the run's graph's
  * and must outlive the check, as utd_name_step's); a step never described is
  * never up to date here. */

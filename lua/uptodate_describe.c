@@ -23,7 +23,7 @@
 
 /* ctx's fields, at fixed stack slots of flow_uptodate_describe. */
 enum { X_NODES = 3, X_FN_MEMO, X_PROTOS, X_PARAMS, X_CODE_MEMO, X_REFS, X_CAT_MEMO, X_CAT_EXACT, X_DISTS, X_REMOTE,
-       X_FALLBACK, X_SWEEP, X_PATTERNS, X_TOP = X_PATTERNS };
+       X_FALLBACK, X_SWEEP, X_PATTERNS, X_PREFETCH, X_TOP = X_PREFETCH };
 static const char *const ctx_fields[] = { "nodes", "fn_memo", "protos", "params", "code_memo", "refs", "cat_memo",
                                           "cat_exact", "dists", "remote", "fallback", "sweep_step", "patterns" };
 
@@ -314,6 +314,33 @@ static void list_catalog_names(lua_State *L, struct checker *c)
     }
 }
 
+/* Ends the prefetch of the records' output files when chk:describe ends,
+ * by an error too: the thread reads the state store, which the run changes
+ * next (a step's record) and may free. */
+static int stop_prefetch(lua_State *L)
+{
+    struct checker **guard = lua_touserdata(L, 1);
+    if (*guard && (*guard)->u) utd_prefetch_stop((*guard)->u);
+    *guard = NULL;
+    return 0;
+}
+
+/* The check's stats of recorded outputs start on a thread of their own
+ * (stat_prefetch.h), stopped by the to-be-closed value at X_PREFETCH. */
+static void prefetch_outputs(lua_State *L, struct checker *c)
+{
+    struct checker **guard = lua_newuserdatauv(L, sizeof *guard, 0);
+    *guard = NULL;
+    if (luaL_newmetatable(L, "flow.uptodate.prefetch")) {
+        lua_pushcfunction(L, stop_prefetch);
+        lua_setfield(L, -2, "__close");
+    }
+    lua_setmetatable(L, -2);
+    lua_toclose(L, X_PREFETCH);
+    *guard = c;
+    utd_prefetch_outputs(c->u);
+}
+
 /* chk:describe(ctx) -> whether any step was described, and how many were
  * described here (without ctx.fallback).  Describes every
  * selected step, producers first: those describe_known can, in C; the
@@ -330,12 +357,13 @@ int flow_uptodate_describe(lua_State *L)
     struct checker *c = flow_uptodate_checker(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_settop(L, 2);
-    for (int k = X_NODES; k <= X_TOP; k++) {
+    for (int k = X_NODES; k <= X_PATTERNS; k++) {
         int t = lua_getfield(L, 2, ctx_fields[k - X_NODES]);
         if (k < X_FALLBACK) luaL_argexpected(L, t == LUA_TTABLE, 2, ctx_fields[k - X_NODES]);
         if (k == X_FALLBACK) luaL_argexpected(L, t == LUA_TFUNCTION, 2, "fallback");
     }
     luaL_checkstack(L, 48, "the up-to-date check");    /* describe_known pushes about 25 at most */
+    prefetch_outputs(L, c);
     list_catalog_names(L, c);
     bool described = false;
     lua_Integer here = 0;
@@ -355,6 +383,7 @@ int flow_uptodate_describe(lua_State *L)
         here += r == 1;
         if (r > 0) utd_decide_early(c->u, i);
     }
+    lua_closeslot(L, X_PREFETCH);
     lua_pushboolean(L, described);
     lua_pushinteger(L, here);
     return 2;

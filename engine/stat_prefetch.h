@@ -1,0 +1,40 @@
+/* stat_prefetch.h — the up-to-date check's stats of recorded outputs, taken
+ * ahead on a thread of its own.
+ *
+ * A no-op rerun of 10,000 command steps stats each step's recorded output
+ * files to learn that they are as their records say: an eighth of the run
+ * on its one busy core, the kernel walking each path.  While the check
+ * works out fingerprints on the loop's thread, this thread stats the files
+ * of the store's records in the store's order (the order their steps
+ * ended: near the check's own), so that each stat is usually there when
+ * the check comes to it.  A stat taken a few milliseconds early is as good
+ * as one taken now: the check has no order among the steps it passes, and a
+ * file that changes while it runs may be seen either way whichever stats it.
+ *
+ * The thread only reads the store: stop it (stat_prefetch_stop) before the
+ * store changes or goes.  Nothing here knows Lua. */
+#ifndef FLOW_STAT_PREFETCH_H
+#define FLOW_STAT_PREFETCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/stat.h>
+
+struct state_store;
+struct stat_prefetch;
+
+/* Starts stat-ing the outputs of s's records that are files ('f', and the
+ * cached values, 'c'); NULL when there is none, or no thread could start
+ * (then each stat is the caller's, as without it). */
+struct stat_prefetch *stat_prefetch_start(const struct state_store *s);
+
+/* The stat of output k of the record in slot `slot`, when the thread has
+ * taken it and it succeeded: true with *st (its type, size, times, inode and
+ * device: what the hash cache reads; the rest zero).  False: stat it yourself (not
+ * taken yet, failed, or not a file output).  Each is handed out once. */
+bool stat_prefetch_take(struct stat_prefetch *p, size_t slot, size_t k, struct stat *st);
+
+/* Stops the thread where it is, waits for it and frees everything. */
+void stat_prefetch_stop(struct stat_prefetch *p);
+
+#endif
