@@ -231,6 +231,13 @@ struct state_store *flow_check_state_store(lua_State *L, int idx);
 struct hashcache;
 struct hashcache *flow_check_hashcache(lua_State *L, int idx);
 
+/* flow.cache.preload (l_preload.c): adds `preload` to the module table on
+ * top of the stack.  What it read ahead of the state file or the hash cache
+ * at path, when it still stands (the caller owns it), or NULL. */
+void flow_open_preload(lua_State *L);
+struct state_store *flow_preloaded_state(lua_State *L, const char *path, const char **warning);
+struct hashcache *flow_preloaded_hashes(lua_State *L, const char *path);
+
 /* flow.cache.uptodate (l_uptodate.c): adds `uptodate` to the module table on
  * top of the stack.  flow_check_uptodate: the check at idx (raises if it is
  * not one, or is closed). */

@@ -154,7 +154,7 @@ static int l_hashes(lua_State *L)
     struct hashcache **box = lua_newuserdatauv(L, sizeof *box, 0);
     *box = NULL;
     luaL_setmetatable(L, HASHCACHE_CLASS);
-    *box = hashcache_load(path);
+    if (!(*box = flow_preloaded_hashes(L, path))) *box = hashcache_load(path);
     return 1;
 }
 
@@ -596,6 +596,7 @@ int luaopen_flow_cache(lua_State *L)
     lua_pushinteger(L, FP_SHORT);             /* fingerprint.short's length: one constant */
     lua_setfield(L, -2, "FP_SHORT");
     flow_open_state_store(L);
+    flow_open_preload(L);
     flow_open_uptodate(L);
     return 1;
 }

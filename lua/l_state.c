@@ -39,7 +39,9 @@ static int l_state_open(lua_State *L)
     luaL_setmetatable(L, STATE_CLASS);
     char err[1024];
     const char *warning;
-    if (!(*box = state_store_open(path, &warning, err, sizeof err))) return flow_raise_fs(L, err);
+    if (!(*box = flow_preloaded_state(L, path, &warning)) &&
+        !(*box = state_store_open(path, &warning, err, sizeof err)))
+        return flow_raise_fs(L, err);
     if (warning) lua_pushstring(L, warning); else lua_pushnil(L);
     return 2;
 }

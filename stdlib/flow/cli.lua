@@ -600,6 +600,12 @@ local function load_pipeline(path, name, describing)
     core.chdir(dir)
   end
   runner.defaults.script = base or path
+  if not describing and not runner.child then
+    -- a run reads these before its check: read ahead while the script runs
+    -- (engine/preload.h; taken only when the files did not change meanwhile)
+    local state_mod = require("flow.state")
+    require("flow.cache").preload(state_mod.STATE, state_mod.CACHE .. "/hashes")
+  end
   know_secrets()
   local flow = require("flow")
   for _, k in ipairs({ "node", "pipeline", "distributed_job", "Framework" }) do _G[k] = flow[k] end

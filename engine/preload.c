@@ -1,0 +1,131 @@
+/* preload.c — see preload.h. */
+#include "preload.h"
+#include "hashcache.h"
+#include "statestore.h"
+#include "util.h"
+#include "work.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* What a file was when the thread began: its stat, or that there was none. */
+struct stamp {
+    bool exists;
+    struct stat st;
+};
+
+struct preloaded {
+    char *path;
+    struct stamp before;
+    void *what;                  /* a state_store or a hashcache, until taken */
+};
+
+struct preload {
+    char *cwd;
+    pthread_t thread;
+    bool joined;
+    struct preloaded state, hashes;
+    const char *state_warning;
+};
+
+/* The state file is opened without following a link (statestore.c), the
+ * hash cache through one (read_file). */
+static struct stamp stamp_of(const char *path, bool follow)
+{
+    struct stamp s = { 0 };
+    s.exists = (follow ? stat(path, &s.st) : lstat(path, &s.st)) == 0;
+    return s;
+}
+
+static bool same_stamp(const struct stamp *a, const struct stamp *b)
+{
+    if (a->exists != b->exists) return false;
+    if (!a->exists) return true;
+    return a->st.st_dev == b->st.st_dev && a->st.st_ino == b->st.st_ino && a->st.st_size == b->st.st_size &&
+           a->st.st_mode == b->st.st_mode && a->st.st_mtim.tv_sec == b->st.st_mtim.tv_sec &&
+           a->st.st_mtim.tv_nsec == b->st.st_mtim.tv_nsec && a->st.st_ctim.tv_sec == b->st.st_ctim.tv_sec &&
+           a->st.st_ctim.tv_nsec == b->st.st_ctim.tv_nsec;
+}
+
+static void *read_ahead(void *arg)
+{
+    struct preload *p = arg;
+    char err[512];
+    p->state.before = stamp_of(p->state.path, false);
+    p->state.what = state_store_open(p->state.path, &p->state_warning, err, sizeof err);   /* NULL: the run's error */
+    p->hashes.before = stamp_of(p->hashes.path, true);
+    p->hashes.what = hashcache_load(p->hashes.path);
+    return NULL;
+}
+
+struct preload *preload_start(const char *state_path, const char *hashes_path)
+{
+    struct preload *p = xcalloc(1, sizeof *p);
+    p->cwd = getcwd(NULL, 0);
+    p->state.path = xstrdup(state_path);
+    p->hashes.path = xstrdup(hashes_path);
+    if (!p->cwd || start_quiet_thread(&p->thread, read_ahead, p) != 0) {
+        p->joined = true;
+        preload_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void join(struct preload *p)
+{
+    if (p->joined) return;
+    pthread_join(p->thread, NULL);
+    p->joined = true;
+}
+
+/* What was read of path, when it still stands: the caller's from now.
+ * Asked once: what does not stand is dropped then (drop), not kept in
+ * memory to the run's end. */
+static void *take(struct preload *p, struct preloaded *x, const char *path, bool follow, void (*drop)(void *))
+{
+    if (!p || strcmp(x->path, path) != 0) return NULL;
+    join(p);
+    void *what = x->what;
+    x->what = NULL;
+    if (!what) return NULL;
+    char *cwd = getcwd(NULL, 0);
+    bool here = cwd && strcmp(cwd, p->cwd) == 0;
+    free(cwd);
+    struct stamp now = stamp_of(path, follow);
+    if (here && same_stamp(&x->before, &now)) return what;
+    drop(what);
+    return NULL;
+}
+
+static void drop_state(void *s) { state_store_free(s); }
+static void drop_hashes(void *hc) { hashcache_free(hc); }
+
+struct state_store *preload_take_state(struct preload *p, const char *path, const char **warning)
+{
+    struct state_store *s = take(p, p ? &p->state : NULL, path, false, drop_state);
+    if (s && warning) *warning = p->state_warning;
+    return s;
+}
+
+struct hashcache *preload_take_hashes(struct preload *p, const char *path)
+{
+    return take(p, p ? &p->hashes : NULL, path, true, drop_hashes);
+}
+
+void preload_free(struct preload *p)
+{
+    if (!p) return;
+    join(p);
+    state_store_free(p->state.what);
+    hashcache_free(p->hashes.what);
+    free(p->state.path);
+    free(p->hashes.path);
+    free(p->cwd);
+    free(p);
+}

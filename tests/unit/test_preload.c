@@ -1,0 +1,144 @@
+/* test_preload.c — the state file and hash cache read ahead: handed over
+ * when the file is as the thread found it, read again by the caller when it
+ * changed, was replaced, or the working directory moved; another path is
+ * not this preload's; each is handed out once; a missing file and a file
+ * that is not a state file read as the run would read them. */
+#include "check.h"
+#include "hashcache.h"
+#include "preload.h"
+#include "statestore.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char root[64];
+static char err[1024];
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static void append_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "a");
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A state file with one record, and a hash cache with one entry. */
+static void make_files(const char *state, const char *hashes)
+{
+    struct state_store *s = state_store_open(state, NULL, err, sizeof err);
+    struct state_out out = { 'v', "d", "", "h" };
+    CHECK(state_store_put(s, &(struct state_rec){ .name = "step", .fp = "fp1", .body = "{}", .body_len = 2,
+                                                  .n_outs = 1, .outs = &out }, err, sizeof err) == 0);
+    CHECK(state_store_save(s, err, sizeof err) == 0);
+    state_store_free(s);
+    write_text("f.txt", "hello\n");
+    struct hashcache *hc = hashcache_load(hashes);
+    char hex[SHA256_HEX_SIZE];
+    enum hash_kind kind;
+    CHECK(hashcache_hash(hc, "f.txt", hex, &kind, err, sizeof err) == 0);
+    CHECK(hashcache_save(hc, err, sizeof err) == 0);
+    hashcache_free(hc);
+}
+
+static void test_what_still_stands_is_handed_over_once(void)
+{
+    make_files("s1.log", "h1");
+    struct preload *p = preload_start("s1.log", "h1");
+    CHECK(p != NULL);
+    CHECK(preload_take_state(p, "other.log", NULL) == NULL);     /* not this preload's: it stays */
+    const char *warning = "unset";
+    struct state_store *s = preload_take_state(p, "s1.log", &warning);
+    CHECK(s && !warning && state_store_count(s) == 1);
+    const struct state_rec *r = s ? state_store_get(s, "step") : NULL;
+    CHECK(r && strcmp(r->fp, "fp1") == 0);
+    CHECK(preload_take_state(p, "s1.log", NULL) == NULL);        /* once */
+    struct hashcache *hc = preload_take_hashes(p, "h1");
+    CHECK(hc && hashcache_count(hc) == 1);
+    CHECK(preload_take_hashes(p, "h1") == NULL);
+    preload_free(p);
+    state_store_free(s);
+    hashcache_free(hc);
+    preload_free(NULL);
+    CHECK(preload_take_state(NULL, "s1.log", NULL) == NULL && preload_take_hashes(NULL, "h1") == NULL);
+}
+
+/* A file written after the thread read it (another run, before this one
+ * took the lock) is read again by the caller. */
+static void test_a_changed_file_is_read_again(void)
+{
+    make_files("s2.log", "h2");
+    struct preload *p = preload_start("s2.log", "h2");
+    hashcache_free(preload_take_hashes(p, "h2"));                 /* (waits for the thread: both are read) */
+    append_text("s2.log", "x");                                   /* a torn record's first byte */
+    CHECK(preload_take_state(p, "s2.log", NULL) == NULL);
+    preload_free(p);
+
+    make_files("s3.log", "h3");
+    p = preload_start("s3.log", "h3");
+    struct state_store *s = preload_take_state(p, "s3.log", NULL);
+    CHECK(s != NULL);
+    state_store_free(s);
+    CHECK(rename("h1", "h3") == 0);                               /* replaced: another inode */
+    CHECK(preload_take_hashes(p, "h3") == NULL);
+    preload_free(p);
+}
+
+static void test_another_working_directory_reads_again(void)
+{
+    make_files("s4.log", "h4");
+    struct preload *p = preload_start("s4.log", "h4");
+    CHECK(mkdir("sub", 0755) == 0 && chdir("sub") == 0);
+    make_files("s4.log", "h4");                                   /* the same names, other files */
+    CHECK(preload_take_state(p, "s4.log", NULL) == NULL);
+    CHECK(preload_take_hashes(p, "h4") == NULL);
+    CHECK(chdir("..") == 0);
+    preload_free(p);
+}
+
+/* As the run would read them: a missing state file is an empty store, one
+ * that is not a state file comes with state_store_open's warning. */
+static void test_missing_and_foreign_files(void)
+{
+    struct preload *p = preload_start("none.log", "no-hashes");
+    const char *warning = "unset";
+    struct state_store *s = preload_take_state(p, "none.log", &warning);
+    CHECK(s && !warning && state_store_count(s) == 0);
+    struct hashcache *hc = preload_take_hashes(p, "no-hashes");
+    CHECK(hc && hashcache_count(hc) == 0);
+    preload_free(p);
+    state_store_free(s);
+    hashcache_free(hc);
+
+    write_text("foreign.log", "not a state file at all\n");
+    p = preload_start("foreign.log", "no-hashes");
+    s = preload_take_state(p, "foreign.log", &warning);
+    CHECK(s && warning && strstr(warning, "not a flow state file"));
+    state_store_free(s);
+    preload_free(p);                                              /* the hash cache never asked for */
+}
+
+int main(void)
+{
+    snprintf(root, sizeof root, "/tmp/flow-test-preload-XXXXXX");
+    if (!mkdtemp(root) || chdir(root) != 0) { perror("mkdtemp"); return 1; }
+    RUN(test_what_still_stands_is_handed_over_once);
+    RUN(test_a_changed_file_is_read_again);
+    RUN(test_another_working_directory_reads_again);
+    RUN(test_missing_and_foreign_files);
+    if (chdir("/") == 0) {
+        char *cmd = xasprintf("rm -rf '%s'", root);
+        if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
+        free(cmd);
+    }
+    return CHECK_DONE("preload");
+}
