@@ -12,37 +12,70 @@ static int by_key(const void *a, const void *b)
     return bytes_compare(x->s, x->len, y->s, y->len);
 }
 
-static void add(struct hasher *h, struct fp_str s, bool *first)
+/* Where the items go: a buffer on the stack, hashed once at the end (a
+ * step's items are a few hundred bytes: a dozen SHA256_Update calls and a
+ * hasher's malloc were most of fp_combine), or a hasher from the first byte
+ * that does not fit. */
+#define FP_BUF 2048
+
+struct sink {
+    unsigned char buf[FP_BUF];
+    size_t n;
+    struct hasher *h;
+};
+
+static void put(struct sink *k, const void *s, size_t len)
 {
-    if (!*first) hasher_update(h, "", 1);       /* the NUL between items */
+    if (!k->h && len <= FP_BUF - k->n) {
+        memcpy(k->buf + k->n, s, len);
+        k->n += len;
+        return;
+    }
+    if (!k->h) {
+        k->h = hasher_new();
+        hasher_update(k->h, k->buf, k->n);
+    }
+    hasher_update(k->h, s, len);
+}
+
+static void add(struct sink *k, struct fp_str s, bool *first)
+{
+    if (!*first) put(k, "", 1);                 /* the NUL between items */
     *first = false;
-    hasher_update(h, s.s, s.len);
+    put(k, s.s, s.len);
 }
 
 static struct fp_str lit(const char *s) { return (struct fp_str){ s, strlen(s) }; }
 
-static void add_map(struct hasher *h, const char *name, struct fp_kv *kv, size_t n, bool *first)
+static void add_map(struct sink *k, const char *name, struct fp_kv *kv, size_t n, bool *first)
 {
     if (n == 0) return;
     if (n > 1) qsort(kv, n, sizeof *kv, by_key);
-    add(h, lit(name), first);
+    add(k, lit(name), first);
     for (size_t i = 0; i < n; i++) {
-        add(h, kv[i].key, first);
-        add(h, kv[i].value, first);
+        add(k, kv[i].key, first);
+        add(k, kv[i].value, first);
     }
 }
 
 void fp_combine(struct fp_parts *p, char hex[SHA256_HEX_SIZE])
 {
-    struct hasher *h = hasher_new();
+    struct sink k;
+    k.n = 0;
+    k.h = NULL;
     bool first = true;
-    add(h, lit(FP_VERSION), &first);
-    add(h, p->code, &first);
-    add(h, p->dist.s ? p->dist : lit("-"), &first);
-    add(h, p->outputs, &first);
-    add_map(h, "files", p->files, p->n_files, &first);
-    add_map(h, "params", p->params, p->n_params, &first);
-    add_map(h, "inputs", p->inputs, p->n_inputs, &first);
-    hasher_finish(h, hex);
-    hasher_free(h);
+    add(&k, lit(FP_VERSION), &first);
+    add(&k, p->code, &first);
+    add(&k, p->dist.s ? p->dist : lit("-"), &first);
+    add(&k, p->outputs, &first);
+    add_map(&k, "files", p->files, p->n_files, &first);
+    add_map(&k, "params", p->params, p->n_params, &first);
+    add_map(&k, "inputs", p->inputs, p->n_inputs, &first);
+    if (k.h) {
+        hasher_finish(k.h, hex);
+        hasher_free(k.h);
+    } else {
+        sha256_hex(k.buf, k.n, hex);
+    }
+    wipe(k.buf, k.n);                          /* a command's text may hold what a secret became */
 }

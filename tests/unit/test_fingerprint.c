@@ -31,9 +31,28 @@ static void test_minimal_parts_vector(void)
     CHECK_STR(hex, "59dd148fa97c75feb3ad75c4b5750f4ab5537ee60d5c556ae42971aea2139fa7");
 }
 
+/* Parts longer than fp_combine's buffer go to a hasher, from the start or
+ * from an item part of the way in: the same rule either way. */
+static void test_long_parts_vectors(void)
+{
+    static char x[3001], y[2021];
+    memset(x, 'x', 3000);
+    memset(y, 'y', 2020);
+    struct fp_kv params[] = { { S("lr"), S("p1") } };
+    struct fp_parts p = { .code = { x, 3000 }, .outputs = S("o"), .params = params, .n_params = 1 };
+    char hex[SHA256_HEX_SIZE];
+    /* python: sha256("\0".join(["flow-fingerprint-1", "x" * 3000, "-", "o", "params", "lr", "p1"])) */
+    fp_combine(&p, hex);
+    CHECK_STR(hex, "f8a3ad92159578e0daeff749f73bc1b117844842f6a1fd856e3cc670eed3143f");
+    p.code = (struct fp_str){ y, 2020 };                     /* "params" is the item that does not fit */
+    fp_combine(&p, hex);
+    CHECK_STR(hex, "6f21b72e31216e4385f7b8111cde81a2ecdc44f1019141f3cfde6876daed7225");
+}
+
 int main(void)
 {
     RUN(test_full_parts_vector);
     RUN(test_minimal_parts_vector);
+    RUN(test_long_parts_vectors);
     return CHECK_DONE("fingerprint");
 }
