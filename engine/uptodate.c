@@ -5,8 +5,12 @@
 #include "stat_prefetch.h"
 #include "statestore.h"
 #include "util.h"
+#include "work.h"
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -57,6 +61,7 @@ struct utd {
     struct utd_stats stats;
     struct found_space space;
     struct stat_prefetch *prefetch;   /* the records' output files stat-ed ahead (utd_prefetch_outputs), or NULL */
+    struct early *early;              /* the thread deciding early (utd_early_begin), or NULL */
 };
 
 void utd_prefetch_outputs(struct utd *u)
@@ -126,6 +131,7 @@ struct utd *utd_new(size_t n_steps, struct hashcache *hc, struct state_store *st
 void utd_free(struct utd *u)
 {
     if (!u) return;
+    utd_early_end(u);
     utd_prefetch_stop(u);
     for (size_t i = 0; i < u->n_steps; i++) clear_step(&u->steps[i]);
     free(u->steps);
@@ -540,9 +546,8 @@ enum utd_verdict utd_decide(struct utd *u, size_t i)
     return s->d ? account(u, s, decide(u, i)) : UTD_CANNOT_TELL;
 }
 
-bool utd_decide_early(struct utd *u, size_t i)
+static bool decide_early_now(struct utd *u, size_t i)
 {
-    if (i >= u->n_steps || !u->steps[i].d || u->steps[i].early) return false;
     /* one without a record would hold the fingerprint and parts it runs with
      * from now until it starts (a first run of 100,000 independent steps:
      * all of them at once): it is decided when asked, as a slot frees */
@@ -555,6 +560,112 @@ bool utd_decide_early(struct utd *u, size_t i)
     }
     u->steps[i].early = (unsigned char)(1 + decide(u, i));
     return true;
+}
+
+/* ---- early decisions on a thread of their own ----------------------------- */
+
+/* The describer (the loop's thread) queues each step it described; the
+ * thread decides them in that order, producers first as they were
+ * described.  A queued step is the thread's until utd_early_end: the
+ * describer writes only the steps it has not queued yet (their producers
+ * are queued before them), and the thread's decisions of a step read only
+ * it and its producers.  Producer and consumer share `n`; the thread spins
+ * a little before it sleeps, so that the describer rarely has to wake it. */
+#define EARLY_SPINS 2000
+
+struct early {
+    struct utd *u;
+    pthread_t thread;
+    uint32_t *queue;             /* n_steps entries */
+    atomic_size_t n;             /* queued so far */
+    atomic_bool closed, sleeping;
+    pthread_mutex_t mu;
+    pthread_cond_t more;
+};
+
+static void *decide_queued(void *arg)
+{
+    struct early *e = arg;
+    size_t done = 0;
+    for (int spins = 0;;) {
+        size_t n = atomic_load(&e->n);
+        if (done < n) {
+            for (; done < n; done++) decide_early_now(e->u, e->queue[done]);
+            spins = 0;
+            continue;
+        }
+        if (atomic_load(&e->closed)) {
+            if (done == atomic_load(&e->n)) return NULL;
+            continue;
+        }
+        if (++spins < EARLY_SPINS) continue;
+        pthread_mutex_lock(&e->mu);
+        atomic_store(&e->sleeping, true);             /* then n looked at again: a queue seen, or a wake-up */
+        while (atomic_load(&e->n) == done && !atomic_load(&e->closed)) pthread_cond_wait(&e->more, &e->mu);
+        atomic_store(&e->sleeping, false);
+        pthread_mutex_unlock(&e->mu);
+        spins = 0;
+    }
+}
+
+static void wake(struct early *e)
+{
+    if (!atomic_load(&e->sleeping)) return;
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_signal(&e->more);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void utd_early_begin(struct utd *u)
+{
+    if (u->early || u->n_steps == 0 || u->n_steps > UINT32_MAX) return;
+    struct early *e = xcalloc(1, sizeof *e);
+    e->u = u;
+    e->queue = xmalloc(u->n_steps * sizeof *e->queue);
+    atomic_init(&e->n, 0);
+    atomic_init(&e->closed, false);
+    atomic_init(&e->sleeping, false);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->more, NULL);
+    if (start_quiet_thread(&e->thread, decide_queued, e) != 0) {
+        pthread_cond_destroy(&e->more);
+        pthread_mutex_destroy(&e->mu);
+        free(e->queue);
+        free(e);
+        return;
+    }
+    u->early = e;
+}
+
+void utd_early_end(struct utd *u)
+{
+    struct early *e = u->early;
+    if (!e) return;
+    atomic_store(&e->closed, true);
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_signal(&e->more);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    pthread_cond_destroy(&e->more);
+    pthread_mutex_destroy(&e->mu);
+    free(e->queue);
+    free(e);
+    u->early = NULL;
+}
+
+bool utd_decide_early(struct utd *u, size_t i)
+{
+    if (i >= u->n_steps || !u->steps[i].d || u->steps[i].early) return false;
+    struct early *e = u->early;
+    if (!e) return decide_early_now(u, i);
+    /* (what the thread would find first, found here: a first run queues
+     * nothing, and the thread sleeps through it) */
+    if (!record_of(u, &u->steps[i])) return false;
+    size_t n = atomic_load_explicit(&e->n, memory_order_relaxed);    /* (only this thread writes it) */
+    e->queue[n] = (uint32_t)i;
+    atomic_store(&e->n, n + 1);
+    wake(e);
+    return false;
 }
 
 bool utd_take_fingerprint(struct utd *u, size_t i, char **fp, char **parts_json)

@@ -121,6 +121,18 @@ enum utd_verdict utd_decide(struct utd *u, size_t i);
  * Whether it decided. */
 bool utd_decide_early(struct utd *u, size_t i);
 
+/* From utd_early_begin to utd_early_end, utd_decide_early queues the step
+ * for a thread of its own, which decides the queued steps in order while
+ * the caller describes the next ones (a no-op rerun's check, half of it
+ * fingerprints, on two cores); utd_decide_early returns false then, and a
+ * queued step is the thread's until utd_early_end, which waits for every
+ * decision (utd_free ends it too).  Steps are queued producers first (the
+ * graph's order), and nothing describes or names a step whose consumer is
+ * queued: the thread reads a queued step's producers.  Without a thread, decisions are made
+ * at once as before. */
+void utd_early_begin(struct utd *u);
+void utd_early_end(struct utd *u);
+
 /* Whether utd_decide said step i is up to date; that it has no record. */
 bool utd_passed(const struct utd *u, size_t i);
 bool utd_no_record(const struct utd *u, size_t i);

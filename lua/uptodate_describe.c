@@ -23,7 +23,7 @@
 
 /* ctx's fields, at fixed stack slots of flow_uptodate_describe. */
 enum { X_NODES = 3, X_FN_MEMO, X_PROTOS, X_PARAMS, X_CODE_MEMO, X_REFS, X_CAT_MEMO, X_CAT_EXACT, X_DISTS, X_REMOTE,
-       X_FALLBACK, X_SWEEP, X_PATTERNS, X_PREFETCH, X_TOP = X_PREFETCH };
+       X_FALLBACK, X_SWEEP, X_PATTERNS, X_HELPERS, X_TOP = X_HELPERS };
 static const char *const ctx_fields[] = { "nodes", "fn_memo", "protos", "params", "code_memo", "refs", "cat_memo",
                                           "cat_exact", "dists", "remote", "fallback", "sweep_step", "patterns" };
 
@@ -314,31 +314,36 @@ static void list_catalog_names(lua_State *L, struct checker *c)
     }
 }
 
-/* Ends the prefetch of the records' output files when chk:describe ends,
- * by an error too: the thread reads the state store, which the run changes
- * next (a step's record) and may free. */
-static int stop_prefetch(lua_State *L)
+/* Ends the check's threads when chk:describe ends, by an error too: they
+ * read the state store, which the run changes next (a step's record) and
+ * may free, and the early decisions must all be made. */
+static int stop_helpers(lua_State *L)
 {
     struct checker **guard = lua_touserdata(L, 1);
-    if (*guard && (*guard)->u) utd_prefetch_stop((*guard)->u);
+    if (*guard && (*guard)->u) {
+        utd_early_end((*guard)->u);
+        utd_prefetch_stop((*guard)->u);
+    }
     *guard = NULL;
     return 0;
 }
 
-/* The check's stats of recorded outputs start on a thread of their own
- * (stat_prefetch.h), stopped by the to-be-closed value at X_PREFETCH. */
-static void prefetch_outputs(lua_State *L, struct checker *c)
+/* The check's threads (the stats of recorded outputs, stat_prefetch.h; the
+ * early decisions, utd_early_begin), stopped by the to-be-closed value at
+ * X_HELPERS. */
+static void start_helpers(lua_State *L, struct checker *c)
 {
     struct checker **guard = lua_newuserdatauv(L, sizeof *guard, 0);
     *guard = NULL;
-    if (luaL_newmetatable(L, "flow.uptodate.prefetch")) {
-        lua_pushcfunction(L, stop_prefetch);
+    if (luaL_newmetatable(L, "flow.uptodate.helpers")) {
+        lua_pushcfunction(L, stop_helpers);
         lua_setfield(L, -2, "__close");
     }
     lua_setmetatable(L, -2);
-    lua_toclose(L, X_PREFETCH);
+    lua_toclose(L, X_HELPERS);
     *guard = c;
     utd_prefetch_outputs(c->u);
+    utd_early_begin(c->u);
 }
 
 /* chk:describe(ctx) -> whether any step was described, and how many were
@@ -363,7 +368,7 @@ int flow_uptodate_describe(lua_State *L)
         if (k == X_FALLBACK) luaL_argexpected(L, t == LUA_TFUNCTION, 2, "fallback");
     }
     luaL_checkstack(L, 48, "the up-to-date check");    /* describe_known pushes about 25 at most */
-    prefetch_outputs(L, c);
+    start_helpers(L, c);
     list_catalog_names(L, c);
     bool described = false;
     lua_Integer here = 0;
@@ -383,7 +388,7 @@ int flow_uptodate_describe(lua_State *L)
         here += r == 1;
         if (r > 0) utd_decide_early(c->u, i);
     }
-    lua_closeslot(L, X_PREFETCH);
+    lua_closeslot(L, X_HELPERS);
     lua_pushboolean(L, described);
     lua_pushinteger(L, here);
     return 2;

@@ -319,6 +319,63 @@ static void test_a_step_is_decided_early_once_its_producers_are_fresh(void)
     hashcache_free(hc);
 }
 
+/* With utd_early_begin the thread makes the same early decisions, in the
+ * order the steps were described (producers first): a producer that passes
+ * lets its consumer pass, one that fails leaves it to the question; a step
+ * without a record is not queued; utd_early_end waits for them all, and
+ * utd_free ends a thread never ended. */
+static void test_early_decisions_on_their_thread(void)
+{
+    struct hashcache *hc;
+    struct state_store *st;
+    struct utd *u = two_steps("state-early-thread.log", &hc, &st);
+    char fp0[SHA256_HEX_SIZE], fp1[SHA256_HEX_SIZE];
+    CHECK(utd_fingerprint(u, 0, fp0) == 0);
+    record(st, "make", fp0, "o", "out.txt");
+    utd_mark_fresh(u, 0, fp0);
+    CHECK(utd_fingerprint(u, 1, fp1) == 0);
+    record(st, "use", fp1, "p", "p.txt");
+    utd_free(u);
+
+    for (int round = 0; round < 50; round++) {           /* (the thread's timing varies) */
+        u = utd_new(2, hc, st);
+        utd_early_begin(u);
+        describe_step(u, 0);
+        CHECK(!utd_decide_early(u, 0));                   /* queued: decided on the thread */
+        describe_step(u, 1);
+        CHECK(!utd_decide_early(u, 1));
+        utd_early_end(u);
+        CHECK(utd_decide(u, 0) == UTD_UP_TO_DATE && utd_decide(u, 1) == UTD_UP_TO_DATE);
+        CHECK(utd_stats(u).passed == 2);
+        utd_free(u);
+
+        /* a producer that fails the check leaves its consumer to the question */
+        write_text("out.txt", "changed\n");
+        u = utd_new(2, hc, st);
+        utd_early_begin(u);
+        describe_step(u, 0);
+        utd_decide_early(u, 0);
+        describe_step(u, 1);
+        utd_decide_early(u, 1);
+        utd_early_end(u);
+        CHECK(utd_decide(u, 0) == UTD_CANNOT_TELL);
+        CHECK(decide(u, 1) == UTD_CANNOT_TELL);           /* asked: its producer did not pass */
+        CHECK(utd_stats(u).undecided == 2);
+        utd_free(u);
+        write_text("out.txt", "made\n");
+    }
+
+    /* no record: not queued, decided when asked; a thread left running is ended by utd_free */
+    u = utd_new(2, hc, st);
+    utd_early_begin(u);
+    utd_set_step(u, 0, &(struct utd_step){ .name = "new", .code = S("c"), .outputs = S("o") });
+    CHECK(!utd_decide_early(u, 0));
+    CHECK(utd_decide(u, 0) == UTD_NO_RECORD);
+    utd_free(u);
+    state_store_free(st);
+    hashcache_free(hc);
+}
+
 /* utd_mark_ran: a producer that ran in this run, its record still to come
  * (its outputs not yet flushed), gives its consumer the input hash its end
  * reported: the same fingerprint the record gives once put; nothing
@@ -367,6 +424,7 @@ int main(void)
     RUN(test_only_a_whole_fingerprint_makes_a_step_fresh);
     RUN(test_a_step_is_decided_early_once_its_producers_are_fresh);
     RUN(test_a_producer_that_ran_speaks_before_its_record);
+    RUN(test_early_decisions_on_their_thread);
     if (chdir("/") == 0) {
         char *cmd = xasprintf("rm -rf '%s'", root);
         if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
