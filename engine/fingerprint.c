@@ -60,6 +60,13 @@ static void add_map(struct sink *k, const char *name, struct fp_kv *kv, size_t n
 
 void fp_combine(struct fp_parts *p, char hex[SHA256_HEX_SIZE])
 {
+    unsigned char md[SHA256_SIZE];
+    fp_combine_md(p, md);
+    sha256_to_hex(md, hex);
+}
+
+void fp_combine_md(struct fp_parts *p, unsigned char md[SHA256_SIZE])
+{
     struct sink k;
     k.n = 0;
     k.h = NULL;
@@ -72,10 +79,10 @@ void fp_combine(struct fp_parts *p, char hex[SHA256_HEX_SIZE])
     add_map(&k, "params", p->params, p->n_params, &first);
     add_map(&k, "inputs", p->inputs, p->n_inputs, &first);
     if (k.h) {
-        hasher_finish(k.h, hex);
+        hasher_finish_md(k.h, md);
         hasher_free(k.h);
     } else {
-        sha256_hex(k.buf, k.n, hex);
+        sha256_md(k.buf, k.n, md);
     }
     wipe(k.buf, k.n);                          /* a command's text may hold what a secret became */
 }

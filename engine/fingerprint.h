@@ -29,5 +29,6 @@ struct fp_parts {
  * map in the order files, params, inputs: its name and each key and value by
  * key (bytewise) — every item followed by a NUL but the last. */
 void fp_combine(struct fp_parts *p, char hex[SHA256_HEX_SIZE]);
+void fp_combine_md(struct fp_parts *p, unsigned char md[SHA256_SIZE]);     /* the digest's bytes */
 
 #endif

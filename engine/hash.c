@@ -137,9 +137,8 @@ static bool take_small_budget(size_t len)
 }
 
 /* SHA-256 of a small buffer: libmd's, or OpenSSL's once the budget is spent. */
-static void small_sha256(const void *data, size_t len, char hex[SHA256_HEX_SIZE])
+static void small_sha256_md(const void *data, size_t len, unsigned char md[SHA256_SIZE])
 {
-    unsigned char md[SHA256_DIGEST_LENGTH];
     if (take_small_budget(len)) {
         SHA2_CTX ctx;
         SHA256Init(&ctx);
@@ -155,17 +154,21 @@ static void small_sha256(const void *data, size_t len, char hex[SHA256_HEX_SIZE]
             no_sha256("SHA256_*");
         wipe(&ctx, sizeof ctx);
     }
-    sha256_to_hex(md, hex);
 }
 
 void hasher_finish(struct hasher *h, char hex[SHA256_HEX_SIZE])
 {
+    unsigned char md[SHA256_SIZE];
+    hasher_finish_md(h, md);
+    sha256_to_hex(md, hex);
+}
+
+void hasher_finish_md(struct hasher *h, unsigned char md[SHA256_SIZE])
+{
     if (h->big) {
-        unsigned char md[SHA256_DIGEST_LENGTH];
         if (crypto_lib()->SHA256_Final(md, &h->ctx) != 1) no_sha256("SHA256_Final");
-        sha256_to_hex(md, hex);
     } else {
-        small_sha256(h->small, h->n_small, hex);
+        small_sha256_md(h->small, h->n_small, md);
     }
     if (h->keeps) wipe(h->small, h->n_small);
     h->big = false;                    /* and reusable: empty again */
@@ -197,16 +200,23 @@ void hasher_free(struct hasher *h)
     free(h);
 }
 
-void sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_SIZE])
+void sha256_md(const void *data, size_t len, unsigned char md[SHA256_SIZE])
 {
-    if (len <= HASHER_SMALL) {         /* no hasher and its buffer: the common case */
-        small_sha256(data, len, hex);
+    if (len <= HASHER_SMALL) {
+        small_sha256_md(data, len, md);
         return;
     }
     struct hasher *h = hasher_new();
     hasher_update(h, data, len);
-    hasher_finish(h, hex);
+    hasher_finish_md(h, md);
     hasher_free(h);
+}
+
+void sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_SIZE])
+{
+    unsigned char md[SHA256_SIZE];
+    sha256_md(data, len, md);
+    sha256_to_hex(md, hex);
 }
 
 int hash_fd(int fd, char hex[SHA256_HEX_SIZE])

@@ -22,12 +22,14 @@ struct hasher *hasher_new(void);
 void hasher_update(struct hasher *h, const void *data, size_t len);
 /* Writes the digest of everything added and starts over (the hasher is reusable). */
 void hasher_finish(struct hasher *h, char hex[SHA256_HEX_SIZE]);
+void hasher_finish_md(struct hasher *h, unsigned char md[SHA256_SIZE]);     /* the digest's bytes */
 void hasher_free(struct hasher *h);
 /* Makes dst continue from where src is: what was added to src counts for
  * both (SHA-256's state after a shared prefix, hashed once). */
 void hasher_copy(struct hasher *dst, const struct hasher *src);
 
 void sha256_hex(const void *data, size_t len, char hex[SHA256_HEX_SIZE]);
+void sha256_md(const void *data, size_t len, unsigned char md[SHA256_SIZE]);
 /* A digest's bytes as the hex this file writes, and back: false for any text
  * but 64 lowercase hex digits (so two digests' texts are equal exactly when
  * their bytes are). */

@@ -405,12 +405,21 @@ static int find_parts(struct utd *u, const struct description *d, struct fp_part
     return 0;
 }
 
-int utd_fingerprint(struct utd *u, size_t i, char hex[SHA256_HEX_SIZE])
+/* utd_fingerprint's, as the digest's bytes. */
+static int fingerprint_md(struct utd *u, size_t i, unsigned char md[SHA256_SIZE])
 {
     if (i >= u->n_steps || !u->steps[i].d) return 1;
     struct fp_parts p;
     int rc = find_parts(u, u->steps[i].d, &p);
-    if (rc == 0) fp_combine(&p, hex);
+    if (rc == 0) fp_combine_md(&p, md);
+    return rc;
+}
+
+int utd_fingerprint(struct utd *u, size_t i, char hex[SHA256_HEX_SIZE])
+{
+    unsigned char md[SHA256_SIZE];
+    int rc = fingerprint_md(u, i, md);
+    if (rc == 0) sha256_to_hex(md, hex);
     return rc;
 }
 /* "name":"its first FP_SHORT bytes" — a part as fingerprint.short keeps it,
@@ -507,13 +516,25 @@ static enum utd_verdict decide(struct utd *u, size_t i)
     struct step *s = &u->steps[i];
     const struct state_rec *r = record_of(u, s);
     enum utd_verdict v = UTD_CANNOT_TELL;
-    char hex[SHA256_HEX_SIZE];
+    unsigned char md[SHA256_SIZE], recorded[SHA256_SIZE];     /* (bytes: no hex made and compared a step) */
     if (!r) v = no_record(u, s);
-    else if (utd_fingerprint(u, i, hex) == 0 && strcmp(hex, r->fp) == 0 &&
+    else if (fingerprint_md(u, i, md) == 0 && sha256_from_hex(r->fp, recorded) &&
+             memcmp(md, recorded, SHA256_SIZE) == 0 &&
              outputs_hold(u, s->d, r, s->slot_1 ? s->slot_1 - 1 : STATE_STORE_NO_SLOT, s->keeps_values))
         v = UTD_UP_TO_DATE;
-    if (v == UTD_UP_TO_DATE) mark_fresh(s, r->fp);
-    forget_description(s);              /* asked once a run: 100,000 descriptions are not kept to its end */
+    if (v == UTD_UP_TO_DATE) {
+        s->fresh = true;
+        memcpy(s->fresh_fp, md, SHA256_SIZE);
+    }
+    return v;                           /* (its description is the caller's to forget: decided_once) */
+}
+
+/* decide, once: asked once a run, a step's description goes with the
+ * answer (100,000 descriptions are not kept to the run's end). */
+static enum utd_verdict decided_once(struct utd *u, size_t i)
+{
+    enum utd_verdict v = decide(u, i);
+    forget_description(&u->steps[i]);
     return v;
 }
 
@@ -543,10 +564,14 @@ enum utd_verdict utd_decide(struct utd *u, size_t i)
         s->early = 0;
         return account(u, s, v);
     }
-    return s->d ? account(u, s, decide(u, i)) : UTD_CANNOT_TELL;
+    return s->d ? account(u, s, decided_once(u, i)) : UTD_CANNOT_TELL;
 }
 
-static bool decide_early_now(struct utd *u, size_t i)
+/* The early decision of step i, if it can be made now.  `forget`: its
+ * description goes with it; else the describer's thread frees it
+ * (forget_decided: a block that thread allocated, freed on another, took
+ * glibc's arena lock against its next malloc, two futex calls a step). */
+static bool decide_early_now(struct utd *u, size_t i, bool forget)
 {
     /* one without a record would hold the fingerprint and parts it runs with
      * from now until it starts (a first run of 100,000 independent steps:
@@ -558,7 +583,7 @@ static bool decide_early_now(struct utd *u, size_t i)
         if (p != UTD_NO_PRODUCER && (p >= u->n_steps || (!u->steps[p].fresh && !u->steps[p].ran)))
             return false;
     }
-    u->steps[i].early = (unsigned char)(1 + decide(u, i));
+    u->steps[i].early = (unsigned char)(1 + (forget ? decided_once(u, i) : decide(u, i)));
     return true;
 }
 
@@ -570,14 +595,20 @@ static bool decide_early_now(struct utd *u, size_t i)
  * describer writes only the steps it has not queued yet (their producers
  * are queued before them), and the thread's decisions of a step read only
  * it and its producers.  Producer and consumer share `n`; the thread spins
- * a little before it sleeps, so that the describer rarely has to wake it. */
+ * a little before it sleeps, and the describer wakes it only once it has
+ * queued EARLY_BATCH more: woken for each step, it cost a futex call and a
+ * context switch a step (13,000 and 1,000 of a no-op of 100,000). */
 #define EARLY_SPINS 2000
+#define EARLY_BATCH 256
 
 struct early {
     struct utd *u;
     pthread_t thread;
     uint32_t *queue;             /* n_steps entries */
     atomic_size_t n;             /* queued so far */
+    atomic_size_t decided;       /* the queue's first `decided` are the thread's no more */
+    size_t forgotten;            /* of those, the descriptions freed (forget_decided) */
+    atomic_size_t slept_at;      /* what the thread had decided when it went to sleep */
     atomic_bool closed, sleeping;
     pthread_mutex_t mu;
     pthread_cond_t more;
@@ -590,7 +621,11 @@ static void *decide_queued(void *arg)
     for (int spins = 0;;) {
         size_t n = atomic_load(&e->n);
         if (done < n) {
-            for (; done < n; done++) decide_early_now(e->u, e->queue[done]);
+            for (; done < n; done++) {
+                decide_early_now(e->u, e->queue[done], false);
+                if (done % 64 == 63) atomic_store(&e->decided, done + 1);
+            }
+            atomic_store(&e->decided, done);
             spins = 0;
             continue;
         }
@@ -600,6 +635,7 @@ static void *decide_queued(void *arg)
         }
         if (++spins < EARLY_SPINS) continue;
         pthread_mutex_lock(&e->mu);
+        atomic_store(&e->slept_at, done);
         atomic_store(&e->sleeping, true);             /* then n looked at again: a queue seen, or a wake-up */
         while (atomic_load(&e->n) == done && !atomic_load(&e->closed)) pthread_cond_wait(&e->more, &e->mu);
         atomic_store(&e->sleeping, false);
@@ -608,9 +644,20 @@ static void *decide_queued(void *arg)
     }
 }
 
-static void wake(struct early *e)
+/* On the describer's thread: the descriptions of the steps the thread has
+ * decided, freed (one it could not decide keeps its own for the question). */
+static void forget_decided(struct early *e)
 {
-    if (!atomic_load(&e->sleeping)) return;
+    size_t upto = atomic_load(&e->decided);
+    for (; e->forgotten < upto; e->forgotten++) {
+        struct step *s = &e->u->steps[e->queue[e->forgotten]];
+        if (s->early) forget_description(s);
+    }
+}
+
+static void wake(struct early *e, size_t n)
+{
+    if (!atomic_load(&e->sleeping) || n - atomic_load(&e->slept_at) < EARLY_BATCH) return;
     pthread_mutex_lock(&e->mu);
     pthread_cond_signal(&e->more);
     pthread_mutex_unlock(&e->mu);
@@ -625,6 +672,8 @@ void utd_early_begin(struct utd *u)
     atomic_init(&e->n, 0);
     atomic_init(&e->closed, false);
     atomic_init(&e->sleeping, false);
+    atomic_init(&e->slept_at, 0);
+    atomic_init(&e->decided, 0);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->more, NULL);
     if (start_quiet_thread(&e->thread, decide_queued, e) != 0) {
@@ -646,6 +695,7 @@ void utd_early_end(struct utd *u)
     pthread_cond_signal(&e->more);
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
+    forget_decided(e);
     pthread_cond_destroy(&e->more);
     pthread_mutex_destroy(&e->mu);
     free(e->queue);
@@ -657,14 +707,15 @@ bool utd_decide_early(struct utd *u, size_t i)
 {
     if (i >= u->n_steps || !u->steps[i].d || u->steps[i].early) return false;
     struct early *e = u->early;
-    if (!e) return decide_early_now(u, i);
+    if (!e) return decide_early_now(u, i, true);
+    forget_decided(e);
     /* (what the thread would find first, found here: a first run queues
      * nothing, and the thread sleeps through it) */
     if (!record_of(u, &u->steps[i])) return false;
     size_t n = atomic_load_explicit(&e->n, memory_order_relaxed);    /* (only this thread writes it) */
     e->queue[n] = (uint32_t)i;
     atomic_store(&e->n, n + 1);
-    wake(e);
+    wake(e, n + 1);
     return false;
 }
 
