@@ -388,9 +388,8 @@ static int dir_hash(struct hashcache *hc, const char *path, const atomic_bool *s
     return rc;
 }
 
-/* The stat of what hashcache_hash hashes; -1 with a message if it is not a
- * file or a directory. */
-/* What `st` (path's, following links) says path is: a file or a folder. */
+/* What `st` (path's, following links) says path is: a file or a folder;
+ * -1 with a message for anything else. */
 static int hashable_kind(const char *path, const struct stat *st, enum hash_kind *kind, char *err, size_t errlen)
 {
     if (S_ISREG(st->st_mode)) *kind = HASH_KIND_FILE;
@@ -402,6 +401,8 @@ static int hashable_kind(const char *path, const struct stat *st, enum hash_kind
     return 0;
 }
 
+/* The stat of what hashcache_hash hashes; -1 with a message if it is not a
+ * file or a directory. */
 static int stat_hashable(const char *path, struct stat *st, enum hash_kind *kind,
                          char *err, size_t errlen)
 {

@@ -255,6 +255,17 @@ static void test_memory_outputs(void)
     CHECK(!passes_with_output('c', "", h));
 }
 
+/* Records for both steps, with the fingerprints the check computes. */
+static void record_both(struct utd *u, struct state_store *st)
+{
+    char fp0[SHA256_HEX_SIZE], fp1[SHA256_HEX_SIZE];
+    CHECK(utd_fingerprint(u, 0, fp0) == 0);
+    record(st, "make", fp0, "o", "out.txt");
+    utd_mark_fresh(u, 0, fp0);
+    CHECK(utd_fingerprint(u, 1, fp1) == 0);
+    record(st, "use", fp1, "p", "p.txt");
+}
+
 /* utd_decide_early: a step is decided as it is described when its
  * producers are fresh, and the scheduler's question later gets that
  * verdict; one whose producer has not passed, or without a record, waits
@@ -267,12 +278,7 @@ static void test_a_step_is_decided_early_once_its_producers_are_fresh(void)
     struct state_store *st;
     struct utd *u = two_steps("state-early.log", &hc, &st);
     CHECK(!utd_decide_early(u, 0));                /* no record: decided when asked */
-    char fp0[SHA256_HEX_SIZE], fp1[SHA256_HEX_SIZE];
-    CHECK(utd_fingerprint(u, 0, fp0) == 0);
-    record(st, "make", fp0, "o", "out.txt");
-    utd_mark_fresh(u, 0, fp0);
-    CHECK(utd_fingerprint(u, 1, fp1) == 0);
-    record(st, "use", fp1, "p", "p.txt");
+    record_both(u, st);
     utd_free(u);
 
     /* the next run: both decided as described, producer first */
@@ -330,12 +336,7 @@ static void test_early_decisions_on_their_thread(void)
     struct hashcache *hc;
     struct state_store *st;
     struct utd *u = two_steps("state-early-thread.log", &hc, &st);
-    char fp0[SHA256_HEX_SIZE], fp1[SHA256_HEX_SIZE];
-    CHECK(utd_fingerprint(u, 0, fp0) == 0);
-    record(st, "make", fp0, "o", "out.txt");
-    utd_mark_fresh(u, 0, fp0);
-    CHECK(utd_fingerprint(u, 1, fp1) == 0);
-    record(st, "use", fp1, "p", "p.txt");
+    record_both(u, st);
     utd_free(u);
 
     for (int round = 0; round < 50; round++) {           /* (the thread's timing varies) */
