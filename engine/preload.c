@@ -23,6 +23,7 @@ struct preloaded {
     char *path;
     struct stamp before;
     void *what;                  /* a state_store or a hashcache, until taken */
+    bool asked;
 };
 
 struct preload {
@@ -84,6 +85,16 @@ static void join(struct preload *p)
     p->joined = true;
 }
 
+void preload_wait(struct preload *p)
+{
+    if (p) join(p);
+}
+
+bool preload_done(const struct preload *p)
+{
+    return p && p->state.asked && p->hashes.asked;
+}
+
 /* What was read of path, when it still stands: the caller's from now.
  * Asked once: what does not stand is dropped then (drop), not kept in
  * memory to the run's end. */
@@ -91,6 +102,7 @@ static void *take(struct preload *p, struct preloaded *x, const char *path, bool
 {
     if (!p || strcmp(x->path, path) != 0) return NULL;
     join(p);
+    x->asked = true;
     void *what = x->what;
     x->what = NULL;
     if (!what) return NULL;

@@ -13,6 +13,8 @@
 #ifndef FLOW_PRELOAD_H
 #define FLOW_PRELOAD_H
 
+#include <stdbool.h>
+
 struct preload;
 struct state_store;
 struct hashcache;
@@ -27,6 +29,12 @@ struct preload *preload_start(const char *state_path, const char *hashes_path);
  * each is handed out once. */
 struct state_store *preload_take_state(struct preload *p, const char *path, const char **warning);
 struct hashcache *preload_take_hashes(struct preload *p, const char *path);
+
+/* Waits for the thread (before the working directory changes: the thread
+ * reads relative to it). */
+void preload_wait(struct preload *p);
+/* Whether both were asked for (the preload can go). */
+bool preload_done(const struct preload *p);
 
 /* Waits for the thread, frees what was not taken. */
 void preload_free(struct preload *p);

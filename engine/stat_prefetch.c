@@ -9,11 +9,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* What the hash cache reads of a stat (a whole struct stat is 144 bytes:
  * 10,000 of them were 1.4 MB of a no-op rerun's peak). */
 struct entry {
     struct timespec mtime, ctime;
+    uint32_t at_ms;              /* when it was taken (ms since the start) */
     off_t size;
     ino_t ino;
     dev_t dev;
@@ -22,8 +24,15 @@ struct entry {
     bool taken;                  /* handed out (the caller's thread only) */
 };
 
+/* A stat older than this is not handed out: the check stats the file again.
+ * The thread goes in the store's order, not the check's, and a check of many
+ * steps (or slow Lua descriptions) could otherwise decide on a stat taken
+ * long before; 10,000 outputs take the thread about 15 ms. */
+#define MAX_AGE_MS 100
+
 struct stat_prefetch {
     const struct state_store *s;
+    struct timespec start;
     size_t n_slots;
     uint32_t *first;             /* slot i's file outputs are entries first[i] .. first[i + 1] - 1 */
     struct entry *e;
@@ -31,6 +40,14 @@ struct stat_prefetch {
     atomic_bool stop;
     pthread_t thread;
 };
+
+static uint32_t ms_since(const struct timespec *start)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    long long ms = (now.tv_sec - start->tv_sec) * 1000LL + (now.tv_nsec - start->tv_nsec) / 1000000;
+    return ms < 0 ? 0 : ms > UINT32_MAX ? UINT32_MAX : (uint32_t)ms;
+}
 
 static bool is_file(const struct state_out *o)
 {
@@ -60,8 +77,8 @@ static void *prefetch(void *arg)
             if (is_file(&r->outs[k])) {
                 struct stat st;
                 if (stat(r->outs[k].path, &st) == 0)        /* (calloc's zeros say "failed") */
-                    *e = (struct entry){ st.st_mtim, st.st_ctim, st.st_size, st.st_ino, st.st_dev, st.st_mode,
-                                         .ok = true };
+                    *e = (struct entry){ st.st_mtim, st.st_ctim, ms_since(&p->start), st.st_size, st.st_ino,
+                                         st.st_dev, st.st_mode, .ok = true };
                 e++;
             }
         atomic_store_explicit(&p->done, i + 1, memory_order_release);
@@ -76,6 +93,7 @@ struct stat_prefetch *stat_prefetch_start(const struct state_store *s)
     struct stat_prefetch *p = xcalloc(1, sizeof *p);
     p->s = s;
     p->n_slots = n;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &p->start);
     p->first = xmalloc((n + 1) * sizeof *p->first);
     atomic_init(&p->done, 0);
     atomic_init(&p->stop, false);
@@ -95,7 +113,7 @@ bool stat_prefetch_take(struct stat_prefetch *p, size_t slot, size_t k, struct s
     size_t rank = 0;                              /* the files before it in its record */
     for (size_t j = 0; j < k; j++) rank += is_file(&r->outs[j]);
     struct entry *e = &p->e[p->first[slot] + rank];
-    if (!e->ok || e->taken) return false;
+    if (!e->ok || e->taken || ms_since(&p->start) - e->at_ms > MAX_AGE_MS) return false;
     e->taken = true;
     memset(st, 0, sizeof *st);
     st->st_mtim = e->mtime;

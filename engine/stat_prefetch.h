@@ -7,9 +7,11 @@
  * works out fingerprints on the loop's thread, this thread stats the files
  * of the store's records in the store's order (the order their steps
  * ended: near the check's own), so that each stat is usually there when
- * the check comes to it.  A stat taken a few milliseconds early is as good
- * as one taken now: the check has no order among the steps it passes, and a
- * file that changes while it runs may be seen either way whichever stats it.
+ * the check comes to it.  A stat taken a little early is as good as one
+ * taken now: the check has no order among the steps it passes, and a file
+ * that changes while it runs may be seen either way whichever stats it.  A
+ * stat more than 0.1 s old is not handed out (the check stats the file
+ * again), so that a long check never decides on an old one.
  *
  * The thread only reads the store: stop it (stat_prefetch_stop) before the
  * store changes or goes.  Nothing here knows Lua. */
@@ -29,9 +31,10 @@ struct stat_prefetch;
 struct stat_prefetch *stat_prefetch_start(const struct state_store *s);
 
 /* The stat of output k of the record in slot `slot`, when the thread has
- * taken it and it succeeded: true with *st (its type, size, times, inode and
- * device: what the hash cache reads; the rest zero).  False: stat it yourself (not
- * taken yet, failed, or not a file output).  Each is handed out once. */
+ * taken it, it succeeded and it is at most 0.1 s old: true with *st (its
+ * type, size, times, inode and device: what the hash cache reads; the rest
+ * zero).  False: stat it yourself (not taken yet, failed, too old, or not a
+ * file output).  Each is handed out once. */
 bool stat_prefetch_take(struct stat_prefetch *p, size_t slot, size_t k, struct stat *st);
 
 /* Stops the thread where it is, waits for it and frees everything. */

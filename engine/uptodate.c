@@ -665,7 +665,9 @@ static void wake(struct early *e, size_t n)
 
 void utd_early_begin(struct utd *u)
 {
-    if (u->early || u->n_steps == 0 || u->n_steps > UINT32_MAX) return;
+    /* (a first run has no record to decide early: no thread) */
+    if (u->early || u->n_steps == 0 || u->n_steps > UINT32_MAX || !u->store || state_store_count(u->store) == 0)
+        return;
     struct early *e = xcalloc(1, sizeof *e);
     e->u = u;
     e->queue = xmalloc(u->n_steps * sizeof *e->queue);

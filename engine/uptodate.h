@@ -118,7 +118,8 @@ enum utd_verdict utd_decide(struct utd *u, size_t i);
  * command steps: the run's peak).  Not a step without a record, whose
  * fingerprint would wait in memory until it starts.  Only for a check the
  * scheduler will ask about every described step (not with --force).
- * Whether it decided. */
+ * Whether it decided now: always false while utd_early_begin's thread runs
+ * (the step is queued for it). */
 bool utd_decide_early(struct utd *u, size_t i);
 
 /* From utd_early_begin to utd_early_end, utd_decide_early queues the step

@@ -237,6 +237,8 @@ struct hashcache *flow_check_hashcache(lua_State *L, int idx);
 void flow_open_preload(lua_State *L);
 struct state_store *flow_preloaded_state(lua_State *L, const char *path, const char **warning);
 struct hashcache *flow_preloaded_hashes(lua_State *L, const char *path);
+/* Waits for a preload's thread, if one runs (before a chdir). */
+void flow_preload_wait(lua_State *L);
 
 /* flow.cache.uptodate (l_uptodate.c): adds `uptodate` to the module table on
  * top of the stack.  flow_check_uptodate: the check at idx (raises if it is

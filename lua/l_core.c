@@ -596,6 +596,7 @@ static int l_cwd(lua_State *L)
 static int l_chdir(lua_State *L)
 {
     const char *dir = luaL_checkstring(L, 1);
+    flow_preload_wait(L);           /* its thread reads relative to the working directory */
     if (chdir(dir) != 0) return luaL_error(L, "cannot change to %s: %s", dir, strerror(errno));
     return 0;
 }

@@ -2,7 +2,9 @@
  * and hash cache read ahead on a thread (engine/preload.h) while the script
  * runs; cache.state and cache.hashes take what it read when it still
  * stands.  One preload at a time, kept in the registry until both are
- * asked for, or the next preload, or the state's end (its __gc). */
+ * asked for, or the next preload, or the state's end (its __gc).
+ * core.chdir waits for its thread first (flow_preload_wait): the thread
+ * reads relative to the working directory. */
 #include "flowlua.h"
 #include "preload.h"
 
@@ -46,16 +48,38 @@ static int l_preload(lua_State *L)
     return 0;
 }
 
+/* Once both were asked for, the preload goes. */
+static void drop_if_done(lua_State *L, struct preload **box)
+{
+    if (!preload_done(*box)) return;
+    preload_free(*box);
+    *box = NULL;
+    lua_pushnil(L);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &preload_key);
+}
+
 struct state_store *flow_preloaded_state(lua_State *L, const char *path, const char **warning)
 {
     struct preload **box = current(L);
-    return box ? preload_take_state(*box, path, warning) : NULL;
+    if (!box) return NULL;
+    struct state_store *s = preload_take_state(*box, path, warning);
+    drop_if_done(L, box);
+    return s;
 }
 
 struct hashcache *flow_preloaded_hashes(lua_State *L, const char *path)
 {
     struct preload **box = current(L);
-    return box ? preload_take_hashes(*box, path) : NULL;
+    if (!box) return NULL;
+    struct hashcache *hc = preload_take_hashes(*box, path);
+    drop_if_done(L, box);
+    return hc;
+}
+
+void flow_preload_wait(lua_State *L)
+{
+    struct preload **box = current(L);
+    if (box) preload_wait(*box);
 }
 
 /* Adds preload to the module table on top of the stack. */

@@ -23,7 +23,7 @@
 
 /* ctx's fields, at fixed stack slots of flow_uptodate_describe. */
 enum { X_NODES = 3, X_FN_MEMO, X_PROTOS, X_PARAMS, X_CODE_MEMO, X_REFS, X_CAT_MEMO, X_CAT_EXACT, X_DISTS, X_REMOTE,
-       X_FALLBACK, X_SWEEP, X_PATTERNS, X_HELPERS, X_TOP = X_HELPERS };
+       X_FALLBACK, X_SWEEP, X_PATTERNS, X_TOP = X_PATTERNS };
 static const char *const ctx_fields[] = { "nodes", "fn_memo", "protos", "params", "code_memo", "refs", "cat_memo",
                                           "cat_exact", "dists", "remote", "fallback", "sweep_step", "patterns" };
 
@@ -314,61 +314,12 @@ static void list_catalog_names(lua_State *L, struct checker *c)
     }
 }
 
-/* Ends the check's threads when chk:describe ends, by an error too: they
- * read the state store, which the run changes next (a step's record) and
- * may free, and the early decisions must all be made. */
-static int stop_helpers(lua_State *L)
-{
-    struct checker **guard = lua_touserdata(L, 1);
-    if (*guard && (*guard)->u) {
-        utd_early_end((*guard)->u);
-        utd_prefetch_stop((*guard)->u);
-    }
-    *guard = NULL;
-    return 0;
-}
-
-/* The check's threads (the stats of recorded outputs, stat_prefetch.h; the
- * early decisions, utd_early_begin), stopped by the to-be-closed value at
- * X_HELPERS. */
-static void start_helpers(lua_State *L, struct checker *c)
-{
-    struct checker **guard = lua_newuserdatauv(L, sizeof *guard, 0);
-    *guard = NULL;
-    if (luaL_newmetatable(L, "flow.uptodate.helpers")) {
-        lua_pushcfunction(L, stop_helpers);
-        lua_setfield(L, -2, "__close");
-    }
-    lua_setmetatable(L, -2);
-    lua_toclose(L, X_HELPERS);
-    *guard = c;
-    utd_prefetch_outputs(c->u);
-    utd_early_begin(c->u);
-}
-
-/* chk:describe(ctx) -> whether any step was described, and how many were
- * described here (without ctx.fallback).  Describes every
- * selected step, producers first: those describe_known can, in C; the
- * others through ctx.fallback(i) -> described (which names a step it cannot
- * describe).  A step whose producers in the run are all fresh by then is
- * decided at once (utd_decide_early): the check's steps are the run's, and
- * the scheduler asks about each (with its keepers marked before this).
- * ctx = {nodes =, fn_memo = hasher.memo, protos = hasher.protos, params =
- * {key = hash}, code_memo =, refs =, cat_memo =, cat_exact =, patterns =
- * whether the catalog has patterns, dists =, remote =, sweep_step =
- * name|nil, fallback =}. */
-int flow_uptodate_describe(lua_State *L)
+/* Describes every selected step (chk:describe's loop), with the stack as
+ * chk:describe left it: the checker, ctx and ctx's fields at X_*. */
+static int describe_steps(lua_State *L)
 {
     struct checker *c = flow_uptodate_checker(L, 1);
-    luaL_checktype(L, 2, LUA_TTABLE);
-    lua_settop(L, 2);
-    for (int k = X_NODES; k <= X_PATTERNS; k++) {
-        int t = lua_getfield(L, 2, ctx_fields[k - X_NODES]);
-        if (k < X_FALLBACK) luaL_argexpected(L, t == LUA_TTABLE, 2, ctx_fields[k - X_NODES]);
-        if (k == X_FALLBACK) luaL_argexpected(L, t == LUA_TFUNCTION, 2, "fallback");
-    }
     luaL_checkstack(L, 48, "the up-to-date check");    /* describe_known pushes about 25 at most */
-    start_helpers(L, c);
     list_catalog_names(L, c);
     bool described = false;
     lua_Integer here = 0;
@@ -388,9 +339,49 @@ int flow_uptodate_describe(lua_State *L)
         here += r == 1;
         if (r > 0) utd_decide_early(c->u, i);
     }
-    lua_closeslot(L, X_HELPERS);
     lua_pushboolean(L, described);
     lua_pushinteger(L, here);
     return 2;
 }
 
+/* chk:describe(ctx) -> whether any step was described, and how many were
+ * described here (without ctx.fallback).  Describes every
+ * selected step, producers first: those describe_known can, in C; the
+ * others through ctx.fallback(i) -> described (which names a step it cannot
+ * describe).  A step whose producers in the run are all fresh by then is
+ * decided at once (utd_decide_early): the check's steps are the run's, and
+ * the scheduler asks about each (with its keepers marked before this).
+ * ctx = {nodes =, fn_memo = hasher.memo, protos = hasher.protos, params =
+ * {key = hash}, code_memo =, refs =, cat_memo =, cat_exact =, patterns =
+ * whether the catalog has patterns, dists =, remote =, sweep_step =
+ * name|nil, fallback =}.
+ *
+ * Meanwhile two threads help: one stats the recorded output files ahead
+ * (not for a selection of the steps, which would stat them all;
+ * stat_prefetch.h), the other decides the described steps
+ * (utd_early_begin).  They read the state store, which the run changes next
+ * (a step's record), so they stop when the description ends, by an error
+ * too: the loop runs protected, and an error is raised again once they have
+ * stopped (a to-be-closed value would not do: a task's coroutine that dies
+ * by an error is not unwound, flow.tasks). */
+int flow_uptodate_describe(lua_State *L)
+{
+    struct checker *c = flow_uptodate_checker(L, 1);
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_settop(L, 2);
+    for (int k = X_NODES; k <= X_TOP; k++) {
+        int t = lua_getfield(L, 2, ctx_fields[k - X_NODES]);
+        if (k < X_FALLBACK) luaL_argexpected(L, t == LUA_TTABLE, 2, ctx_fields[k - X_NODES]);
+        if (k == X_FALLBACK) luaL_argexpected(L, t == LUA_TFUNCTION, 2, "fallback");
+    }
+    luaL_checkstack(L, X_TOP + 2, "the up-to-date check");
+    lua_pushcfunction(L, describe_steps);
+    for (int k = 1; k <= X_TOP; k++) lua_pushvalue(L, k);
+    if (!c->selected) utd_prefetch_outputs(c->u);
+    utd_early_begin(c->u);
+    int rc = lua_pcall(L, X_TOP, 2, 0);
+    utd_early_end(c->u);
+    utd_prefetch_stop(c->u);
+    if (rc != LUA_OK) return lua_error(L);
+    return 2;
+}

@@ -62,7 +62,9 @@ static void test_what_still_stands_is_handed_over_once(void)
     const struct state_rec *r = s ? state_store_get(s, "step") : NULL;
     CHECK(r && strcmp(r->fp, "fp1") == 0);
     CHECK(preload_take_state(p, "s1.log", NULL) == NULL);        /* once */
+    CHECK(!preload_done(p));
     struct hashcache *hc = preload_take_hashes(p, "h1");
+    CHECK(preload_done(p));
     CHECK(hc && hashcache_count(hc) == 1);
     CHECK(preload_take_hashes(p, "h1") == NULL);
     preload_free(p);

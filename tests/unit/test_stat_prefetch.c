@@ -1,6 +1,6 @@
 /* test_stat_prefetch.c — the up-to-date check's stats taken ahead: each
  * record's file outputs (and only those) stat-ed as stat(2) says, handed out
- * once; a file that cannot be stat-ed left to the caller; a stop while the
+ * once and only while fresh; a file that cannot be stat-ed left to the caller; a stop while the
  * thread runs; and the check's verdicts the same with the prefetch as
  * without it. */
 #include "check.h"
@@ -77,6 +77,14 @@ static void test_file_outputs_are_stat_ed_once(void)
     stat_prefetch_stop(NULL);
     CHECK(!stat_prefetch_take(NULL, files, 1, &got));
 
+    /* a stat more than 0.1 s old is the caller's to take again */
+    p = stat_prefetch_start(st);
+    struct stat first;
+    CHECK(take_waiting(p, files, 3, &first));
+    nanosleep(&(struct timespec){ 0, 250000000 }, NULL);
+    CHECK(!stat_prefetch_take(p, files, 1, &got));
+    stat_prefetch_stop(p);
+
     /* a store without file outputs, or without records: nothing to start */
     struct state_store *empty = state_store_open("state-empty.log", NULL, err, sizeof err);
     CHECK(stat_prefetch_start(empty) == NULL);
@@ -142,7 +150,7 @@ static void test_the_check_decides_the_same(void)
         describe_two(u);
         if (prefetch) {
             utd_prefetch_outputs(u);
-            nanosleep(&(struct timespec){ 0, 100000000 }, NULL);  /* (usually done with two records by then) */
+            nanosleep(&(struct timespec){ 0, 20000000 }, NULL);   /* (usually done with two records by then) */
         }
         CHECK(utd_decide(u, 0) == UTD_UP_TO_DATE);
         CHECK(utd_decide(u, 1) == UTD_CANNOT_TELL);
