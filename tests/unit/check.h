@@ -43,6 +43,30 @@ static inline char *check_repo_root(void)
     return strdup(exe);
 }
 
+/* Writes text to path (a test's fixture file). */
+static inline void check_write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) { perror(path); exit(2); }
+    fputs(text, f);
+    fclose(f);
+}
+
+/* A test run in a directory of its own: made under /tmp from `prefix` and
+ * entered (dir holds its path), then removed with everything in it. */
+static inline void check_enter_scratch(char *dir, size_t size, const char *prefix)
+{
+    snprintf(dir, size, "/tmp/%s-XXXXXX", prefix);
+    if (!mkdtemp(dir) || chdir(dir) != 0) { perror("mkdtemp"); exit(2); }
+}
+
+static inline void check_leave_scratch(const char *dir)
+{
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (chdir("/") != 0 || system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", dir);
+}
+
 #define CHECK_DONE(suite) (printf("%s: %d passed, %d failed\n", (suite), check_passed, check_failed), \
                            check_failed ? 1 : 0)
 #endif

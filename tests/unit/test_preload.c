@@ -18,13 +18,6 @@
 static char root[64];
 static char err[1024];
 
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
-}
-
 static void append_text(const char *path, const char *text)
 {
     FILE *f = fopen(path, "a");
@@ -41,7 +34,7 @@ static void make_files(const char *state, const char *hashes)
                                                   .n_outs = 1, .outs = &out }, err, sizeof err) == 0);
     CHECK(state_store_save(s, err, sizeof err) == 0);
     state_store_free(s);
-    write_text("f.txt", "hello\n");
+    check_write_text("f.txt", "hello\n");
     struct hashcache *hc = hashcache_load(hashes);
     char hex[SHA256_HEX_SIZE];
     enum hash_kind kind;
@@ -121,7 +114,7 @@ static void test_missing_and_foreign_files(void)
     state_store_free(s);
     hashcache_free(hc);
 
-    write_text("foreign.log", "not a state file at all\n");
+    check_write_text("foreign.log", "not a state file at all\n");
     p = preload_start("foreign.log", "no-hashes");
     s = preload_take_state(p, "foreign.log", &warning);
     CHECK(s && warning && strstr(warning, "not a flow state file"));
@@ -131,16 +124,11 @@ static void test_missing_and_foreign_files(void)
 
 int main(void)
 {
-    snprintf(root, sizeof root, "/tmp/flow-test-preload-XXXXXX");
-    if (!mkdtemp(root) || chdir(root) != 0) { perror("mkdtemp"); return 1; }
+    check_enter_scratch(root, sizeof root, "flow-test-preload");
     RUN(test_what_still_stands_is_handed_over_once);
     RUN(test_a_changed_file_is_read_again);
     RUN(test_another_working_directory_reads_again);
     RUN(test_missing_and_foreign_files);
-    if (chdir("/") == 0) {
-        char *cmd = xasprintf("rm -rf '%s'", root);
-        if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
-        free(cmd);
-    }
+    check_leave_scratch(root);
     return CHECK_DONE("preload");
 }

@@ -19,13 +19,6 @@
 static char root[64];
 static char err[1024];
 
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
-}
-
 static void put(struct state_store *st, const char *name, struct state_out *outs, size_t n)
 {
     CHECK(state_store_put(st, &(struct state_rec){ .name = name, .fp = "fp", .body = "{}", .body_len = 2,
@@ -53,8 +46,8 @@ static bool same_stat(const struct stat *a, const struct stat *b)
 
 static void test_file_outputs_are_stat_ed_once(void)
 {
-    write_text("a.txt", "aaa\n");
-    write_text("b.txt", "bbbbbb\n");
+    check_write_text("a.txt", "aaa\n");
+    check_write_text("b.txt", "bbbbbb\n");
     struct state_store *st = state_store_open("state1.log", NULL, err, sizeof err);
     put(st, "mem", (struct state_out[]){ { 'v', "m", "", "h1" } }, 1);
     put(st, "files", (struct state_out[]){ { 'v', "m2", "", "h2" }, { 'f', "a", "a.txt", "h3" },
@@ -124,8 +117,8 @@ static void describe_two(struct utd *u)
  * send it to read the file again). */
 static void test_the_check_decides_the_same(void)
 {
-    write_text("out.txt", "made\n");
-    write_text("out2.txt", "made too\n");
+    check_write_text("out.txt", "made\n");
+    check_write_text("out2.txt", "made too\n");
     /* the hash cache trusts no entry of a file changed as it was hashed (its clock is coarse) */
     nanosleep(&(struct timespec){ 0, 50000000 }, NULL);
     struct hashcache *hc = hashcache_load(".hashes");
@@ -164,15 +157,10 @@ static void test_the_check_decides_the_same(void)
 
 int main(void)
 {
-    snprintf(root, sizeof root, "/tmp/flow-test-prefetch-XXXXXX");
-    if (!mkdtemp(root) || chdir(root) != 0) { perror("mkdtemp"); return 1; }
+    check_enter_scratch(root, sizeof root, "flow-test-prefetch");
     RUN(test_file_outputs_are_stat_ed_once);
     RUN(test_a_stop_while_it_runs);
     RUN(test_the_check_decides_the_same);
-    if (chdir("/") == 0) {
-        char *cmd = xasprintf("rm -rf '%s'", root);
-        if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
-        free(cmd);
-    }
+    check_leave_scratch(root);
     return CHECK_DONE("stat_prefetch");
 }

@@ -20,13 +20,6 @@
 static char root[64];
 static char err[1024];
 
-static void write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
-}
-
 static struct fp_str S(const char *s) { return (struct fp_str){ s, strlen(s) }; }
 
 /* step 0 "make": writes out.txt, names tool.sh; step 1 "use": reads its
@@ -74,7 +67,7 @@ static void record(struct state_store *st, const char *name, const char *fp, con
 
 static void test_fingerprint_is_the_combine_rule(void)
 {
-    write_text("tool.sh", "echo hi\n");
+    check_write_text("tool.sh", "echo hi\n");
     struct hashcache *hc = hashcache_load(".hashes");
     struct state_store *st = state_store_open("state.log", NULL, err, sizeof err);
     struct utd *u = utd_new(2, hc, st);
@@ -100,10 +93,10 @@ static void test_fingerprint_is_the_combine_rule(void)
  * state store of its own. */
 static struct utd *two_steps(const char *state_path, struct hashcache **hc, struct state_store **st)
 {
-    write_text("tool.sh", "echo hi\n");
-    write_text("out.txt", "made\n");
-    write_text("p.txt", "used\n");
-    write_text("raw.txt", "raw\n");
+    check_write_text("tool.sh", "echo hi\n");
+    check_write_text("out.txt", "made\n");
+    check_write_text("p.txt", "used\n");
+    check_write_text("raw.txt", "raw\n");
     *hc = hashcache_load(".hashes");
     *st = state_store_open(state_path, NULL, err, sizeof err);
     struct utd *u = utd_new(2, *hc, *st);
@@ -144,15 +137,15 @@ static void test_passes_only_with_record_and_outputs(void)
 
     /* next run: a changed output, then a changed named file */
     u = utd_new(2, hc, st);
-    write_text("out.txt", "changed\n");
+    check_write_text("out.txt", "changed\n");
     CHECK(decide(u, 0) == UTD_CANNOT_TELL && !utd_passed(u, 0));
     CHECK(decide(u, 1) == UTD_CANNOT_TELL);        /* its producer did not pass */
-    write_text("out.txt", "made\n");
-    write_text("tool.sh", "echo bye\n");
+    check_write_text("out.txt", "made\n");
+    check_write_text("tool.sh", "echo bye\n");
     CHECK(decide(u, 0) == UTD_CANNOT_TELL);
-    write_text("tool.sh", "echo hi\n");
+    check_write_text("tool.sh", "echo hi\n");
     CHECK(decide(u, 0) == UTD_UP_TO_DATE);
-    write_text("raw.txt", "new raw\n");
+    check_write_text("raw.txt", "new raw\n");
     CHECK(decide(u, 1) == UTD_CANNOT_TELL);        /* an outside input changed */
     CHECK(utd_stats(u).undecided == 4);
     utd_free(u);
@@ -173,7 +166,7 @@ static void test_a_record_another_run_replaced_is_not_trusted(void)
     record(st, "make", fp0, "o", "out.txt");
     utd_mark_fresh(u, 0, fp0);                     /* this run put it */
     CHECK(utd_fingerprint(u, 1, fp1) == 0);
-    write_text("other.txt", "another run's\n");
+    check_write_text("other.txt", "another run's\n");
     char other_fp[SHA256_HEX_SIZE];
     sha256_hex("another run", 11, other_fp);
     record(st, "make", other_fp, "o", "other.txt");  /* a run beside it put its own */
@@ -246,9 +239,9 @@ static void test_memory_outputs(void)
     CHECK(!passes_with_output('v', "", ""));           /* no hash: nothing a reader could use */
     CHECK(!passes_with_output('m', "", h));
     CHECK(!passes_with_output('u', "", ""));
-    write_text("value.lua", "return 1");
+    check_write_text("value.lua", "return 1");
     CHECK(passes_with_output('c', "value.lua", h));
-    write_text("value.lua", "return 2");               /* edited behind flow's back */
+    check_write_text("value.lua", "return 2");               /* edited behind flow's back */
     CHECK(!passes_with_output('c', "value.lua", h));
     unlink("value.lua");
     CHECK(!passes_with_output('c', "value.lua", h));
@@ -289,7 +282,7 @@ static void test_a_step_is_decided_early_once_its_producers_are_fresh(void)
     CHECK(utd_decide_early(u, 0));
     CHECK(!utd_passed(u, 0) && utd_stats(u).passed == 0);   /* not asked yet */
     CHECK(utd_decide_early(u, 1));                 /* now it can be */
-    write_text("out.txt", "changed after the check\n");   /* (asked later, the verdict stands) */
+    check_write_text("out.txt", "changed after the check\n");   /* (asked later, the verdict stands) */
     CHECK(utd_decide(u, 0) == UTD_UP_TO_DATE && utd_passed(u, 0));
     CHECK(utd_decide(u, 1) == UTD_UP_TO_DATE);
     CHECK(utd_decide(u, 1) == UTD_CANNOT_TELL);    /* asked once */
@@ -303,7 +296,7 @@ static void test_a_step_is_decided_early_once_its_producers_are_fresh(void)
     describe_step(u, 1);
     CHECK(!utd_decide_early(u, 1));
     CHECK(utd_decide(u, 0) == UTD_CANNOT_TELL);
-    write_text("out.txt", "made\n");
+    check_write_text("out.txt", "made\n");
     utd_free(u);
 
     /* a keeper stays one when described after utd_keeps_values: its memory
@@ -352,7 +345,7 @@ static void test_early_decisions_on_their_thread(void)
         utd_free(u);
 
         /* a producer that fails the check leaves its consumer to the question */
-        write_text("out.txt", "changed\n");
+        check_write_text("out.txt", "changed\n");
         u = utd_new(2, hc, st);
         utd_early_begin(u);
         describe_step(u, 0);
@@ -364,7 +357,7 @@ static void test_early_decisions_on_their_thread(void)
         CHECK(decide(u, 1) == UTD_CANNOT_TELL);           /* asked: its producer did not pass */
         CHECK(utd_stats(u).undecided == 2);
         utd_free(u);
-        write_text("out.txt", "made\n");
+        check_write_text("out.txt", "made\n");
     }
 
     /* a chain of 3,000 steps, each reading the one before: all pass, the
@@ -454,8 +447,7 @@ static void test_a_producer_that_ran_speaks_before_its_record(void)
 
 int main(void)
 {
-    snprintf(root, sizeof root, "/tmp/flow-test-uptodate-XXXXXX");
-    if (!mkdtemp(root) || chdir(root) != 0) { perror("mkdtemp"); return 1; }
+    check_enter_scratch(root, sizeof root, "flow-test-uptodate");
     RUN(test_fingerprint_is_the_combine_rule);
     RUN(test_passes_only_with_record_and_outputs);
     RUN(test_memory_outputs);
@@ -464,10 +456,6 @@ int main(void)
     RUN(test_a_step_is_decided_early_once_its_producers_are_fresh);
     RUN(test_a_producer_that_ran_speaks_before_its_record);
     RUN(test_early_decisions_on_their_thread);
-    if (chdir("/") == 0) {
-        char *cmd = xasprintf("rm -rf '%s'", root);
-        if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", root);
-        free(cmd);
-    }
+    check_leave_scratch(root);
     return CHECK_DONE("uptodate");
 }
