@@ -38,15 +38,10 @@
 #include <time.h>
 #include <unistd.h>
 
-struct stamp {
-    long long size, mtime_ns, ctime_ns;
-    unsigned long long ino, dev;
-};
-
 struct entry {
     char *path;
     char hex[SHA256_HEX_SIZE];
-    struct stamp st;
+    struct file_stamp st;
     long long hashed_at_ns;        /* coarse wall clock just before the content was read */
 };
 
@@ -59,23 +54,6 @@ struct hashcache {
     bool dirty;
     size_t files_read;
 };
-
-static struct stamp stamp_of(const struct stat *st)
-{
-    return (struct stamp){
-        .size = (long long)st->st_size,
-        .mtime_ns = (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec,
-        .ctime_ns = (long long)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec,
-        .ino = (unsigned long long)st->st_ino,
-        .dev = (unsigned long long)st->st_dev,
-    };
-}
-
-static bool stamp_equal(const struct stamp *a, const struct stamp *b)
-{
-    return a->size == b->size && a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns &&
-           a->ino == b->ino && a->dev == b->dev;
-}
 
 /* The clock file timestamps are taken from, so "earlier than" compares like with like. */
 static long long coarse_now_ns(void)
@@ -91,14 +69,14 @@ static long long coarse_now_ns(void)
  * nanoseconds is trusted only once the hash is a whole second younger. */
 static long long stamp_grain(long long ns) { return ns % 1000000000LL == 0 ? 1000000000LL : 0; }
 
-static bool entry_trusted(const struct entry *e, const struct stamp *now)
+static bool entry_trusted(const struct entry *e, const struct file_stamp *now)
 {
-    return stamp_equal(&e->st, now) && e->st.mtime_ns + stamp_grain(e->st.mtime_ns) < e->hashed_at_ns &&
+    return file_stamp_equal(&e->st, now) && e->st.mtime_ns + stamp_grain(e->st.mtime_ns) < e->hashed_at_ns &&
            e->st.ctime_ns + stamp_grain(e->st.ctime_ns) < e->hashed_at_ns;
 }
 
 static void remember(struct hashcache *hc, const char *path, const char *hex,
-                     const struct stamp *st, long long hashed_at_ns)
+                     const struct file_stamp *st, long long hashed_at_ns)
 {
     size_t i;
     if (!strmap_get(&hc->index, path, &i)) {
@@ -167,7 +145,7 @@ static bool parse_hex(char **p, char hex[SHA256_HEX_SIZE])
 static bool parse_line(char *line, struct hashcache *hc)
 {
     char hex[SHA256_HEX_SIZE];
-    struct stamp st;
+    struct file_stamp st;
     long long hashed_at;
     char *p = line;
     if (!parse_hex(&p, hex) || !parse_signed(&p, &st.size) || !parse_signed(&p, &st.mtime_ns) ||
@@ -243,7 +221,7 @@ static int hash_and_remember(struct hashcache *hc, const char *path, int extra_f
         return -1;
     }
     close(fd);
-    struct stamp stamp = stamp_of(&st);
+    struct file_stamp stamp = file_stamp_of(&st);
     pthread_mutex_lock(&hc->mu);
     hc->files_read++;
     remember(hc, path, hex, &stamp, hashed_at);
@@ -251,14 +229,13 @@ static int hash_and_remember(struct hashcache *hc, const char *path, int extra_f
     return 0;
 }
 
-/* The trusted hash of the file at `path` with stat `st`, copied into hex. */
-static bool lookup(struct hashcache *hc, const char *path, const struct stat *st,
+/* The trusted hash of the file at `path` as `now` stamps it, copied into hex. */
+static bool lookup(struct hashcache *hc, const char *path, const struct file_stamp *now,
                    char hex[SHA256_HEX_SIZE])
 {
-    struct stamp now = stamp_of(st);
     size_t i;
     pthread_mutex_lock(&hc->mu);
-    bool hit = strmap_get(&hc->index, path, &i) && entry_trusted(&hc->entries[i], &now);
+    bool hit = strmap_get(&hc->index, path, &i) && entry_trusted(&hc->entries[i], now);
     if (hit) memcpy(hex, hc->entries[i].hex, SHA256_HEX_SIZE);
     pthread_mutex_unlock(&hc->mu);
     return hit;
@@ -268,7 +245,8 @@ static bool lookup(struct hashcache *hc, const char *path, const struct stat *st
 static int file_hash(struct hashcache *hc, const char *path, const struct stat *st, int extra_flags,
                      const atomic_bool *stop, char hex[SHA256_HEX_SIZE], char *err, size_t errlen)
 {
-    if (lookup(hc, path, st, hex)) return 0;
+    struct file_stamp now = file_stamp_of(st);
+    if (lookup(hc, path, &now, hex)) return 0;
     return hash_and_remember(hc, path, extra_flags, stop, hex, err, errlen);
 }
 
@@ -318,7 +296,8 @@ static int tree_entry(struct tree_walk *w, struct hasher *h)
     if (S_ISREG(st.st_mode)) {
         type = 'f';
         if (w->cached_only) {
-            if (!lookup(w->hc, w->path.buf, &st, hex)) return 1;
+            struct file_stamp now = file_stamp_of(&st);
+            if (!lookup(w->hc, w->path.buf, &now, hex)) return 1;
         } else if (file_hash(w->hc, w->path.buf, &st, O_NOFOLLOW, w->stop, hex, w->err, w->errlen) != 0) {
             return -1;
         }
@@ -390,10 +369,10 @@ static int dir_hash(struct hashcache *hc, const char *path, const atomic_bool *s
 
 /* What `st` (path's, following links) says path is: a file or a folder;
  * -1 with a message for anything else. */
-static int hashable_kind(const char *path, const struct stat *st, enum hash_kind *kind, char *err, size_t errlen)
+static int hashable_kind(const char *path, mode_t mode, enum hash_kind *kind, char *err, size_t errlen)
 {
-    if (S_ISREG(st->st_mode)) *kind = HASH_KIND_FILE;
-    else if (S_ISDIR(st->st_mode)) *kind = HASH_KIND_DIRECTORY;
+    if (S_ISREG(mode)) *kind = HASH_KIND_FILE;
+    else if (S_ISDIR(mode)) *kind = HASH_KIND_DIRECTORY;
     else {
         errf(err, errlen, "cannot read %s: not a file or a directory", path);
         return -1;
@@ -410,7 +389,7 @@ static int stat_hashable(const char *path, struct stat *st, enum hash_kind *kind
         errf(err, errlen, "cannot read %s: %s", path, strerror(errno));
         return -1;
     }
-    return hashable_kind(path, st, kind, err, errlen);
+    return hashable_kind(path, st->st_mode, kind, err, errlen);
 }
 
 static int hash_until(struct hashcache *hc, const char *path, const atomic_bool *stop,
@@ -434,18 +413,19 @@ int hashcache_hash_cheap(struct hashcache *hc, const char *path, long long max_r
 {
     struct stat st;
     if (stat_hashable(path, &st, kind, err, errlen) != 0) return -1;
-    return hashcache_hash_cheap_stat(hc, path, &st, max_read, max_entries, hex, kind, err, errlen);
+    struct file_stamp stamp = file_stamp_of(&st);
+    return hashcache_hash_cheap_stamp(hc, path, &stamp, st.st_mode, max_read, max_entries, hex, kind, err, errlen);
 }
 
-int hashcache_hash_cheap_stat(struct hashcache *hc, const char *path, const struct stat *st, long long max_read,
-                              size_t max_entries, char hex[SHA256_HEX_SIZE], enum hash_kind *kind,
-                              char *err, size_t errlen)
+int hashcache_hash_cheap_stamp(struct hashcache *hc, const char *path, const struct file_stamp *stamp, mode_t mode,
+                               long long max_read, size_t max_entries, char hex[SHA256_HEX_SIZE],
+                               enum hash_kind *kind, char *err, size_t errlen)
 {
-    if (hashable_kind(path, st, kind, err, errlen) != 0) return -1;
+    if (hashable_kind(path, mode, kind, err, errlen) != 0) return -1;
     if (*kind == HASH_KIND_DIRECTORY)
         return max_entries ? dir_hash(hc, path, NULL, max_entries, hex, err, errlen) : 1;
-    if (lookup(hc, path, st, hex)) return 0;
-    if ((long long)st->st_size > max_read) return 1;
+    if (lookup(hc, path, stamp, hex)) return 0;
+    if (stamp->size > max_read) return 1;
     return hash_and_remember(hc, path, 0, NULL, hex, err, errlen);
 }
 
@@ -504,8 +484,8 @@ static bool entry_current(const struct entry *e)
 {
     struct stat st;
     if (stat(e->path, &st) != 0) return false;
-    struct stamp now = stamp_of(&st);
-    return stamp_equal(&e->st, &now);
+    struct file_stamp now = file_stamp_of(&st);
+    return file_stamp_equal(&e->st, &now);
 }
 
 static size_t prune_locked(struct hashcache *hc)

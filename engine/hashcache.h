@@ -10,7 +10,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-struct stat;
+#include <sys/types.h>
+
+struct file_stamp;
 
 enum hash_kind { HASH_KIND_FILE, HASH_KIND_DIRECTORY };
 
@@ -49,11 +51,11 @@ int hashcache_hash(struct hashcache *hc, const char *path, char hex[SHA256_HEX_S
 int hashcache_hash_cheap(struct hashcache *hc, const char *path, long long max_read,
                          size_t max_entries, char hex[SHA256_HEX_SIZE], enum hash_kind *kind,
                          char *err, size_t errlen);
-/* The same with `st`, a stat of path (following links) the caller took a
- * moment ago (stat_prefetch.h). */
-int hashcache_hash_cheap_stat(struct hashcache *hc, const char *path, const struct stat *st, long long max_read,
-                              size_t max_entries, char hex[SHA256_HEX_SIZE], enum hash_kind *kind,
-                              char *err, size_t errlen);
+/* The same with path's stamp and mode (following links) as the caller
+ * took them a moment ago (stat_prefetch.h). */
+int hashcache_hash_cheap_stamp(struct hashcache *hc, const char *path, const struct file_stamp *stamp, mode_t mode,
+                               long long max_read, size_t max_entries, char hex[SHA256_HEX_SIZE],
+                               enum hash_kind *kind, char *err, size_t errlen);
 
 /* hashcache_hash as a work pool job: work_submit(pool, hashcache_job_run, done, job).
  * hc and path must outlive the job; setting `cancel` (from any thread) stops

@@ -13,10 +13,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* What a file was when the thread began: its stat, or that there was none. */
+/* What a file was when the thread began, or that there was none. */
 struct stamp {
     bool exists;
-    struct stat st;
+    struct file_stamp at;
 };
 
 struct preloaded {
@@ -38,19 +38,16 @@ struct preload {
  * hash cache through one (read_file). */
 static struct stamp stamp_of(const char *path, bool follow)
 {
+    struct stat st;
     struct stamp s = { 0 };
-    s.exists = (follow ? stat(path, &s.st) : lstat(path, &s.st)) == 0;
+    s.exists = (follow ? stat(path, &st) : lstat(path, &st)) == 0;
+    if (s.exists) s.at = file_stamp_of(&st);
     return s;
 }
 
 static bool same_stamp(const struct stamp *a, const struct stamp *b)
 {
-    if (a->exists != b->exists) return false;
-    if (!a->exists) return true;
-    return a->st.st_dev == b->st.st_dev && a->st.st_ino == b->st.st_ino && a->st.st_size == b->st.st_size &&
-           a->st.st_mode == b->st.st_mode && a->st.st_mtim.tv_sec == b->st.st_mtim.tv_sec &&
-           a->st.st_mtim.tv_nsec == b->st.st_mtim.tv_nsec && a->st.st_ctim.tv_sec == b->st.st_ctim.tv_sec &&
-           a->st.st_ctim.tv_nsec == b->st.st_ctim.tv_nsec;
+    return a->exists == b->exists && (!a->exists || file_stamp_equal(&a->at, &b->at));
 }
 
 static void *read_ahead(void *arg)

@@ -8,18 +8,15 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* What the hash cache reads of a stat (a whole struct stat is 144 bytes:
  * 10,000 of them were 1.4 MB of a no-op rerun's peak). */
 struct entry {
-    struct timespec mtime, ctime;
-    uint32_t at_ms;              /* when it was taken (ms since the start) */
-    off_t size;
-    ino_t ino;
-    dev_t dev;
+    struct file_stamp stamp;
     mode_t mode;
+    uint32_t at_ms;              /* when it was taken (ms since the start) */
     bool ok;                     /* stat succeeded (set by the thread before `done` passes it) */
     bool taken;                  /* handed out (the caller's thread only) */
 };
@@ -77,8 +74,7 @@ static void *prefetch(void *arg)
             if (is_file(&r->outs[k])) {
                 struct stat st;
                 if (stat(r->outs[k].path, &st) == 0)        /* (calloc's zeros say "failed") */
-                    *e = (struct entry){ st.st_mtim, st.st_ctim, ms_since(&p->start), st.st_size, st.st_ino,
-                                         st.st_dev, st.st_mode, .ok = true };
+                    *e = (struct entry){ file_stamp_of(&st), st.st_mode, ms_since(&p->start), .ok = true };
                 e++;
             }
         atomic_store_explicit(&p->done, i + 1, memory_order_release);
@@ -105,7 +101,7 @@ struct stat_prefetch *stat_prefetch_start(const struct state_store *s)
     return p;
 }
 
-bool stat_prefetch_take(struct stat_prefetch *p, size_t slot, size_t k, struct stat *st)
+bool stat_prefetch_take(struct stat_prefetch *p, size_t slot, size_t k, struct file_stamp *stamp, mode_t *mode)
 {
     if (!p || slot >= atomic_load_explicit(&p->done, memory_order_acquire)) return false;
     const struct state_rec *r = state_store_at(p->s, slot);
@@ -115,13 +111,8 @@ bool stat_prefetch_take(struct stat_prefetch *p, size_t slot, size_t k, struct s
     struct entry *e = &p->e[p->first[slot] + rank];
     if (!e->ok || e->taken || ms_since(&p->start) - e->at_ms > MAX_AGE_MS) return false;
     e->taken = true;
-    memset(st, 0, sizeof *st);
-    st->st_mtim = e->mtime;
-    st->st_ctim = e->ctime;
-    st->st_size = e->size;
-    st->st_ino = e->ino;
-    st->st_dev = e->dev;
-    st->st_mode = e->mode;
+    *stamp = e->stamp;
+    *mode = e->mode;
     return true;
 }
 

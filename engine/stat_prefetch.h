@@ -20,10 +20,11 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-#include <sys/stat.h>
+#include <sys/types.h>
 
 struct state_store;
 struct stat_prefetch;
+struct file_stamp;
 
 /* Starts stat-ing the outputs of s's records that are files ('f', and the
  * cached values, 'c'); NULL when there is none, or no thread could start
@@ -31,11 +32,10 @@ struct stat_prefetch;
 struct stat_prefetch *stat_prefetch_start(const struct state_store *s);
 
 /* The stat of output k of the record in slot `slot`, when the thread has
- * taken it, it succeeded and it is at most 0.1 s old: true with *st (its
- * type, size, times, inode and device: what the hash cache reads; the rest
- * zero).  False: stat it yourself (not taken yet, failed, too old, or not a
- * file output).  Each is handed out once. */
-bool stat_prefetch_take(struct stat_prefetch *p, size_t slot, size_t k, struct stat *st);
+ * taken it, it succeeded and it is at most 0.1 s old: true with its stamp
+ * and mode (what the hash cache reads).  False: stat it yourself (not taken
+ * yet, failed, too old, or not a file output).  Each is handed out once. */
+bool stat_prefetch_take(struct stat_prefetch *p, size_t slot, size_t k, struct file_stamp *stamp, mode_t *mode);
 
 /* Stops the thread where it is, waits for it and frees everything. */
 void stat_prefetch_stop(struct stat_prefetch *p);

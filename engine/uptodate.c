@@ -296,12 +296,13 @@ static int hash_now(struct utd *u, const char *path, char hex[SHA256_HEX_SIZE])
  * prefetch when that is there. */
 static int output_hash_now(struct utd *u, size_t slot, size_t k, const char *path, char hex[SHA256_HEX_SIZE])
 {
-    struct stat st;
-    if (!stat_prefetch_take(u->prefetch, slot, k, &st)) return hash_now(u, path, hex);
+    struct file_stamp stamp;
+    mode_t mode;
+    if (!stat_prefetch_take(u->prefetch, slot, k, &stamp, &mode)) return hash_now(u, path, hex);
     char err[256];
     enum hash_kind kind;
-    return hashcache_hash_cheap_stat(u->hc, path, &st, HASHCACHE_LOOP_MAX_READ, HASHCACHE_LOOP_MAX_ENTRIES, hex,
-                                     &kind, err, sizeof err);
+    return hashcache_hash_cheap_stamp(u->hc, path, &stamp, mode, HASHCACHE_LOOP_MAX_READ, HASHCACHE_LOOP_MAX_ENTRIES,
+                                      hex, &kind, err, sizeof err);
 }
 
 static const struct state_out *out_named(const struct state_rec *r, const char *dataset, size_t len)

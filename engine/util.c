@@ -329,6 +329,23 @@ double wall_seconds(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+struct file_stamp file_stamp_of(const struct stat *st)
+{
+    return (struct file_stamp){
+        .size = (long long)st->st_size,
+        .mtime_ns = (long long)st->st_mtim.tv_sec * 1000000000LL + st->st_mtim.tv_nsec,
+        .ctime_ns = (long long)st->st_ctim.tv_sec * 1000000000LL + st->st_ctim.tv_nsec,
+        .ino = (unsigned long long)st->st_ino,
+        .dev = (unsigned long long)st->st_dev,
+    };
+}
+
+bool file_stamp_equal(const struct file_stamp *a, const struct file_stamp *b)
+{
+    return a->size == b->size && a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns &&
+           a->ino == b->ino && a->dev == b->dev;
+}
+
 int bytes_compare(const char *a, size_t alen, const char *b, size_t blen)
 {
     int d = memcmp(a, b, alen < blen ? alen : blen);

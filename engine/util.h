@@ -91,6 +91,16 @@ void dir_list_free(char **names, size_t n);
 /* Byte strings in bytewise order, a prefix first (NUL bytes compare as bytes):
  * the order of a step's output parts in its fingerprint, whatever the locale. */
 int bytes_compare(const char *a, size_t alen, const char *b, size_t blen);
+
+/* Which file, at which version, as stat says: what the hash cache trusts a
+ * hash by, and what tells a file read ahead from one changed since. */
+struct stat;
+struct file_stamp {
+    long long size, mtime_ns, ctime_ns;
+    unsigned long long ino, dev;
+};
+struct file_stamp file_stamp_of(const struct stat *st);
+bool file_stamp_equal(const struct file_stamp *a, const struct file_stamp *b);
 /* A file name made from a dataset or step name, a different one for every
  * name: bytes other than [A-Za-z0-9._-] and those of UTF-8 (>= 0x80) are
  * percent-encoded ("m/n" is "m%2Fn", '%' is "%25"), as is a leading '.' (never

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,23 +26,33 @@ static void put(struct state_store *st, const char *name, struct state_out *outs
                                                    .n_outs = n, .outs = outs }, err, sizeof err) == 0);
 }
 
-/* The stat of output k of slot's record once the thread has come to it
- * (false after 10 s: it never did, or it has nothing for that output). */
-static bool take_waiting(struct stat_prefetch *p, size_t slot, size_t k, struct stat *st)
+/* What stat_prefetch_take hands out. */
+struct taken {
+    struct file_stamp stamp;
+    mode_t mode;
+};
+
+static bool take(struct stat_prefetch *p, size_t slot, size_t k, struct taken *t)
+{
+    return stat_prefetch_take(p, slot, k, &t->stamp, &t->mode);
+}
+
+/* What output k of slot's record was stat-ed as, once the thread has come to
+ * it (false after 10 s: it never did, or it has nothing for that output). */
+static bool take_waiting(struct stat_prefetch *p, size_t slot, size_t k, struct taken *t)
 {
     for (int i = 0; i < 10000; i++) {
-        if (stat_prefetch_take(p, slot, k, st)) return true;
+        if (take(p, slot, k, t)) return true;
         nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
     }
     return false;
 }
 
-static bool same_stat(const struct stat *a, const struct stat *b)
+/* What stat(2) says of the same file. */
+static bool same_stat(const struct taken *t, const struct stat *st)
 {
-    return a->st_size == b->st_size && a->st_ino == b->st_ino && a->st_dev == b->st_dev &&
-           a->st_mode == b->st_mode && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
-           a->st_mtim.tv_nsec == b->st_mtim.tv_nsec && a->st_ctim.tv_sec == b->st_ctim.tv_sec &&
-           a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
+    struct file_stamp want = file_stamp_of(st);
+    return file_stamp_equal(&t->stamp, &want) && t->mode == st->st_mode;
 }
 
 static void test_file_outputs_are_stat_ed_once(void)
@@ -53,29 +64,30 @@ static void test_file_outputs_are_stat_ed_once(void)
     put(st, "files", (struct state_out[]){ { 'v', "m2", "", "h2" }, { 'f', "a", "a.txt", "h3" },
                                            { 'f', "gone", "missing.txt", "h4" }, { 'c', "b", "b.txt", "h5" } }, 4);
     size_t mem = state_store_slot(st, "mem"), files = state_store_slot(st, "files");
-    struct stat want_a, want_b, got;
+    struct stat want_a, want_b;
+    struct taken got;
     CHECK(stat("a.txt", &want_a) == 0 && stat("b.txt", &want_b) == 0);
 
     struct stat_prefetch *p = stat_prefetch_start(st);
     CHECK(p != NULL);
     CHECK(take_waiting(p, files, 3, &got) && same_stat(&got, &want_b));    /* a cached value's file: 'c' */
-    CHECK(!stat_prefetch_take(p, files, 3, &got));                         /* once */
-    CHECK(stat_prefetch_take(p, files, 1, &got) && same_stat(&got, &want_a));
-    CHECK(!stat_prefetch_take(p, files, 2, &got));                         /* missing: the caller's */
-    CHECK(!stat_prefetch_take(p, files, 0, &got));                         /* a value: nothing to stat */
-    CHECK(!stat_prefetch_take(p, mem, 0, &got));
-    CHECK(!stat_prefetch_take(p, files, 4, &got));                         /* no such output */
-    CHECK(!stat_prefetch_take(p, STATE_STORE_NO_SLOT, 0, &got));
+    CHECK(!take(p, files, 3, &got));                                       /* once */
+    CHECK(take(p, files, 1, &got) && same_stat(&got, &want_a));
+    CHECK(!take(p, files, 2, &got));                                       /* missing: the caller's */
+    CHECK(!take(p, files, 0, &got));                                       /* a value: nothing to stat */
+    CHECK(!take(p, mem, 0, &got));
+    CHECK(!take(p, files, 4, &got));                                       /* no such output */
+    CHECK(!take(p, STATE_STORE_NO_SLOT, 0, &got));
     stat_prefetch_stop(p);
     stat_prefetch_stop(NULL);
-    CHECK(!stat_prefetch_take(NULL, files, 1, &got));
+    CHECK(!take(NULL, files, 1, &got));
 
     /* a stat more than 0.1 s old is the caller's to take again */
     p = stat_prefetch_start(st);
-    struct stat first;
+    struct taken first;
     CHECK(take_waiting(p, files, 3, &first));
     nanosleep(&(struct timespec){ 0, 250000000 }, NULL);
-    CHECK(!stat_prefetch_take(p, files, 1, &got));
+    CHECK(!take(p, files, 1, &got));
     stat_prefetch_stop(p);
 
     /* a store without file outputs, or without records: nothing to start */
@@ -83,7 +95,7 @@ static void test_file_outputs_are_stat_ed_once(void)
     CHECK(stat_prefetch_start(empty) == NULL);
     put(empty, "mem", (struct state_out[]){ { 'v', "m", "", "h1" } }, 1);
     p = stat_prefetch_start(empty);                                        /* (a thread that finds nothing) */
-    CHECK(!stat_prefetch_take(p, 0, 0, &got));
+    CHECK(!take(p, 0, 0, &got));
     stat_prefetch_stop(p);
     state_store_free(empty);
     state_store_free(st);
