@@ -558,52 +558,46 @@ lua_Integer flow_push_listed_node(lua_State *L, int nodes, int indices, lua_Inte
 }
 
 /* Appends to the list at `list` each dataset of record rec's inputs (or
- * outputs) not met before, nor held by the map `except` (NULL: none).  rec is a
- * copy: pushing may run finalizers, which may add records (and move the
- * array). */
-static void push_new_names(lua_State *L, int met_at, struct name_map *met, int except_at, const struct name_map *except,
-                           struct step_decls *d, const struct step_decl *rec, bool outputs, int list)
+ * outputs) not met before.  rec is a copy: pushing may run finalizers, which
+ * may add records (and move the array). */
+static void push_new_names(lua_State *L, int met_at, struct name_map *met, struct step_decls *d,
+                           const struct step_decl *rec, bool outputs, int list)
 {
     uint32_t n = step_io_count(rec, outputs), first = step_io_first(rec, outputs);
     for (uint32_t i = 0; i < n; i++) {
         name_id id = d->io[first + i].dataset;
         if (flow_name_map_has(L, met_at, met, d, id)) continue;
         flow_name_map_set_integer(L, met_at, met, d, id, 1);
-        if (except && flow_name_map_has(L, except_at, except, d, id)) continue;
         lua_pushstring(L, step_decls_str(d, id));
         lua_rawseti(L, list, (lua_Integer)lua_rawlen(L, list) + 1);
     }
 }
 
-/* io_names(nodes, indices, which [, except]) -> {dataset, ...}: the datasets
- * the steps nodes[i] (i in the list `indices`) read ("inputs"), write
- * ("outputs") or both ("all": a step's inputs, then its outputs), each once,
- * in the order first met, but those the name map `except` holds (dag.scan's
- * `produced`: the plan asks for the inputs no step produces, a few of
- * 20,000, without a Lua string of the others).  For the plan's checks, which
- * would otherwise make a list per step (io_datasets) only to find the same
- * names again and again. */
+/* io_names(nodes, indices, which) -> {dataset, ...}: the datasets the steps
+ * nodes[i] (i in the list `indices`) read ("inputs"), write ("outputs") or
+ * both ("all": a step's inputs, then its outputs), each once, in the order
+ * first met.  For the plan's checks, which would otherwise make a list per
+ * step (io_datasets) only to find the same names again and again. */
 int flow_l_io_names(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
     luaL_checktype(L, 2, LUA_TTABLE);
     static const char *const whiches[] = { "inputs", "outputs", "all", NULL };
     int which = luaL_checkoption(L, 3, NULL, whiches);
-    const struct name_map *except = lua_isnoneornil(L, 4) ? NULL : flow_check_name_map(L, 4);
-    lua_settop(L, 4);
-    lua_newtable(L);                    /* 5: the list */
-    struct name_map *met = flow_name_map_new(L, NAME_MAP_INTEGERS);     /* 6: the names met */
+    lua_settop(L, 3);
+    lua_newtable(L);                    /* 4: the list */
+    struct name_map *met = flow_name_map_new(L, NAME_MAP_INTEGERS);     /* 5: the names met */
     lua_Integer n = (lua_Integer)lua_rawlen(L, 2);
     for (lua_Integer k = 1; k <= n; k++) {
         struct step_decls *d;
         struct step_decl rec;
         flow_push_listed_node(L, 1, 2, k, "io_names", &d, &rec);
-        flow_name_map_meet(L, 6, met, d, -1, (size_t)n);
-        if (which != 1) push_new_names(L, 6, met, 4, except, d, &rec, false, 5);
-        if (which != 0) push_new_names(L, 6, met, 4, except, d, &rec, true, 5);
+        flow_name_map_meet(L, 5, met, d, -1, (size_t)n);
+        if (which != 1) push_new_names(L, 5, met, d, &rec, false, 4);
+        if (which != 0) push_new_names(L, 5, met, d, &rec, true, 4);
         lua_pop(L, 1);
     }
-    lua_settop(L, 5);
+    lua_settop(L, 4);
     return 1;
 }
 

@@ -45,10 +45,9 @@ M.new_store = pipeline_c.new_store
 -- io_datasets(n, outputs): n's input (or output) dataset names, a new list;
 -- has_arg(n, outputs, key): whether one of them is named key.  From the
 -- record, for the checks that walk every command step (n.inputs would make
--- lists that stay with the node).  io_names(nodes, indices, which [, except]):
--- the datasets the steps nodes[i] read ("inputs"), write ("outputs") or both
--- ("all"), each once, in the order first met: one list for a whole check;
--- `except`, dag.scan's `produced`, leaves out the datasets a step produces.
+-- lists that stay with the node).  io_names(nodes, indices, which): the
+-- datasets the steps nodes[i] read ("inputs"), write ("outputs") or both
+-- ("all"), each once, in the order first met: one list for a whole check.
 M.io_datasets = pipeline_c.io_datasets
 M.io_names = pipeline_c.io_names
 -- data_file_clash(nodes, commands, skip) -> nil or file, first, second: the

@@ -154,14 +154,11 @@ end
 -- (After the graph is built: a dataset some step produces is no parameter.)
 -- `which`: the indices of the steps that can read one (commands, "params:" readers);
 -- `refs`: pipeline.command_refs's answer (its .params: the command steps with
--- a ${params.} reference).  Only those steps are looked at, and the inputs
--- only when one of the names read is a parameter's: each step in `which`
+-- a ${params.} reference); `reads_params`: whether a step reads a "params:"
+-- input (catalog_inputs found its readers).  Only those steps are looked at,
+-- and the inputs only when one reads a parameter: each step in `which`
 -- order, as the message names the first step found wanting.
-local function check_params(nodes, which, settings, params_of, templates, produced, refs)
-  local reads_params = false
-  for _, d in ipairs(pipeline.io_names(nodes, which, "inputs", produced)) do     -- (those no step produces)
-    if type(params_of[d]) == "string" then reads_params = true break end
-  end
+local function check_params(nodes, which, settings, params_of, templates, produced, refs, reads_params)
   if not reads_params and #refs.params == 0 then return end
   local has_refs = {}
   for _, i in ipairs(refs.params) do has_refs[i] = true end
@@ -799,7 +796,8 @@ function M.prepare(p, opts, defaults, level)
   local g = M.build_graph(nodes, dists, declared)
   local refs = {}
   refs.wrong, refs.params, refs.credentials = pipeline.command_refs(nodes, sc.commands)
-  check_params(nodes, merged(sc.commands, param_readers), settings, params_of, templates, produced, refs)
+  check_params(nodes, merged(sc.commands, param_readers), settings, params_of, templates, produced, refs,
+               #param_readers > 0)
   check_pools(nodes, sc.pooled, settings)
   if refs.wrong then check_templates(nodes[refs.wrong], templates) end
   local selected = select_steps(p.nodes, g, opts, level)
