@@ -298,15 +298,28 @@ end
 -- steps with one name are both kept: the graph reports them with the
 -- lines that declared each.
 local function add_step(n, out, count, by_name)
-  local at = by_name[n.name]
+  local name = n.name
+  local at = by_name[name]
   if at and same_step(out[at], n) then
     out[at] = with_tags(out[at], n.tags)
     return count
   end
   count = count + 1
   out[count] = n
-  by_name[n.name] = by_name[n.name] or count
+  if not at then by_name[name] = count end
   return count
+end
+
+-- Appends the nodes of the list `nodes` as add_step does: runs of nodes with
+-- names not met yet in C (take_nodes), the others one by one.
+local function add_steps(nodes, out, count, by_name)
+  local j = 0
+  while true do
+    count, j = take_nodes(nodes, j + 1, out, count, by_name)
+    local n = nodes[j]
+    if n == nil then return count end
+    count = add_step(n, out, count, by_name)
+  end
 end
 
 -- Appends the steps of `items` (flattened, each once) to out[count + 1 ...];
@@ -326,7 +339,7 @@ local function collect(items, out, count, by_name, level, path)
     if class == Node then
       count = add_step(item, out, count, by_name)
     elseif class == Pipeline then
-      for _, n in ipairs(item.nodes) do count = add_step(n, out, count, by_name) end
+      count = add_steps(item.nodes, out, count, by_name)     -- (a pipeline of pipelines: their nodes in C too)
     elseif type(item) == "table" and not class and (util.is_list(item) or first_hole(item)) then
       count = collect(item, out, count, by_name, level + 1, item_name(i, path))
     else
