@@ -1,6 +1,7 @@
 /* preload.c — see preload.h. */
 #include "preload.h"
 #include "hashcache.h"
+#include "stat_prefetch.h"
 #include "statestore.h"
 #include "util.h"
 #include "work.h"
@@ -32,6 +33,7 @@ struct preload {
     bool joined;
     struct preloaded state, hashes;
     const char *state_warning;
+    struct stat_prefetch *ahead;       /* the state's recorded files stat-ed ahead, until taken with it */
 };
 
 /* The state file is opened without following a link (statestore.c), the
@@ -56,6 +58,7 @@ static void *read_ahead(void *arg)
     char err[512];
     p->state.before = stamp_of(p->state.path, false);
     p->state.what = state_store_open(p->state.path, &p->state_warning, err, sizeof err);   /* NULL: the run's error */
+    p->ahead = stat_prefetch_start(p->state.what);     /* (NULL for no store or no record) */
     p->hashes.before = stamp_of(p->hashes.path, true);
     p->hashes.what = hashcache_load(p->hashes.path);
     return NULL;
@@ -92,11 +95,12 @@ bool preload_done(const struct preload *p)
     return p && p->state.asked && p->hashes.asked;
 }
 
-/* What was read of path, when it still stands: the caller's from now.
- * Asked once: what does not stand is dropped then (drop), not kept in
- * memory to the run's end. */
-static void *take(struct preload *p, struct preloaded *x, const char *path, bool follow, void (*drop)(void *))
+/* What was read of path, NULL when there is none, with whether it still
+ * stands (*stands): the caller's from now, to keep or to drop.  Asked once:
+ * what does not stand is dropped then, not kept in memory to the run's end. */
+static void *take(struct preload *p, struct preloaded *x, const char *path, bool follow, bool *stands)
 {
+    *stands = false;
     if (!p || strcmp(x->path, path) != 0) return NULL;
     join(p);
     x->asked = true;
@@ -107,30 +111,45 @@ static void *take(struct preload *p, struct preloaded *x, const char *path, bool
     bool here = cwd && strcmp(cwd, p->cwd) == 0;
     free(cwd);
     struct stamp now = stamp_of(path, follow);
-    if (here && same_stamp(&x->before, &now)) return what;
-    drop(what);
-    return NULL;
+    *stands = here && same_stamp(&x->before, &now);
+    return what;
 }
 
-static void drop_state(void *s) { state_store_free(s); }
-static void drop_hashes(void *hc) { hashcache_free(hc); }
-
-struct state_store *preload_take_state(struct preload *p, const char *path, const char **warning)
+struct state_store *preload_take_state(struct preload *p, const char *path, const char **warning,
+                                       struct stat_prefetch **ahead)
 {
-    struct state_store *s = take(p, p ? &p->state : NULL, path, false, drop_state);
-    if (s && warning) *warning = p->state_warning;
+    bool stands;
+    struct state_store *s = take(p, p ? &p->state : NULL, path, false, &stands);
+    if (!s) return NULL;
+    struct stat_prefetch *a = p->ahead;     /* it reads the store: it goes with it */
+    p->ahead = NULL;
+    if (!stands) {
+        stat_prefetch_stop(a);
+        state_store_free(s);
+        return NULL;
+    }
+    if (warning) *warning = p->state_warning;
+    if (ahead) *ahead = a;
+    else stat_prefetch_stop(a);
     return s;
 }
 
 struct hashcache *preload_take_hashes(struct preload *p, const char *path)
 {
-    return take(p, p ? &p->hashes : NULL, path, true, drop_hashes);
+    bool stands;
+    struct hashcache *hc = take(p, p ? &p->hashes : NULL, path, true, &stands);
+    if (hc && !stands) {
+        hashcache_free(hc);
+        return NULL;
+    }
+    return hc;
 }
 
 void preload_free(struct preload *p)
 {
     if (!p) return;
     join(p);
+    stat_prefetch_stop(p->ahead);            /* (before the store it reads) */
     state_store_free(p->state.what);
     hashcache_free(p->hashes.what);
     free(p->state.path);

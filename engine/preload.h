@@ -9,13 +9,16 @@
  * began (device, inode, size, times) and the working directory is the
  * same, which holds unless something wrote the file meanwhile — another
  * flow run, before this one took the project's lock; then the run reads it
- * again itself.  Nothing here knows Lua. */
+ * again itself.  Once the state is read, the thread starts the stats of its
+ * records' output files (stat_prefetch.h), which the up-to-date check takes
+ * later.  Nothing here knows Lua. */
 #ifndef FLOW_PRELOAD_H
 #define FLOW_PRELOAD_H
 
 #include <stdbool.h>
 
 struct preload;
+struct stat_prefetch;
 struct state_store;
 struct hashcache;
 
@@ -26,8 +29,12 @@ struct preload *preload_start(const char *state_path, const char *hashes_path);
 /* What the thread read of `path`, when it is the path it read and that file
  * has not changed since: the caller owns it (and *warning is
  * state_store_open's).  NULL: read it yourself.  Waits for the thread;
- * each is handed out once. */
-struct state_store *preload_take_state(struct preload *p, const char *path, const char **warning);
+ * each is handed out once.  With the state comes the stat of its records'
+ * files, started as soon as it was read (stat_prefetch.h; *ahead, NULL if
+ * none): the caller stops it before the store changes or goes.  With
+ * ahead NULL it is stopped here. */
+struct state_store *preload_take_state(struct preload *p, const char *path, const char **warning,
+                                       struct stat_prefetch **ahead);
 struct hashcache *preload_take_hashes(struct preload *p, const char *path);
 
 /* Waits for the thread (before the working directory changes: the thread

@@ -3,15 +3,17 @@
  *
  * A no-op rerun of 10,000 command steps stats each step's recorded output
  * files to learn that they are as their records say: an eighth of the run
- * on its one busy core, the kernel walking each path.  While the check
- * works out fingerprints on the loop's thread, this thread stats the files
- * of the store's records in the store's order (the order their steps
- * ended: near the check's own), so that each stat is usually there when
- * the check comes to it.  A stat taken a little early is as good as one
- * taken now: the check has no order among the steps it passes, and a file
- * that changes while it runs may be seen either way whichever stats it.  A
- * stat more than 0.1 s old is not handed out (the check stats the file
- * again), so that a long check never decides on an old one.
+ * on its one busy core, the kernel walking each path.  A run starts the
+ * thread as soon as the state file is read, while the script still runs
+ * (preload.h); it stats the files of the store's records in the store's
+ * order (the order their steps ended: near the check's own), so that each
+ * stat is there when the check comes to it.  A stat taken a little early is
+ * as good as one taken now: the check has no order among the steps it
+ * passes, and a file that changes while it runs may be seen either way
+ * whichever stats it.  A stat more than 0.5 s old is not handed out (the
+ * check stats the file again), so that a long script or check never
+ * decides on an old one.  Paths are taken relative to the working
+ * directory of the start, as the store's are, whatever chdir comes later.
  *
  * The thread only reads the store: stop it (stat_prefetch_stop) before the
  * store changes or goes.  Nothing here knows Lua. */
@@ -32,7 +34,7 @@ struct file_stamp;
 struct stat_prefetch *stat_prefetch_start(const struct state_store *s);
 
 /* The stat of output k of the record in slot `slot`, when the thread has
- * taken it, it succeeded and it is at most 0.1 s old: true with its stamp
+ * taken it, it succeeded and it is at most 0.5 s old: true with its stamp
  * and mode (what the hash cache reads).  False: stat it yourself (not taken
  * yet, failed, too old, or not a file output).  Each is handed out once. */
 bool stat_prefetch_take(struct stat_prefetch *p, size_t slot, size_t k, struct file_stamp *stamp, mode_t *mode);

@@ -64,6 +64,12 @@ struct utd {
     struct early *early;              /* the thread deciding early (utd_early_begin), or NULL */
 };
 
+void utd_prefetch_adopt(struct utd *u, struct stat_prefetch *p)
+{
+    if (u->prefetch) stat_prefetch_stop(p);
+    else u->prefetch = p;
+}
+
 void utd_prefetch_outputs(struct utd *u)
 {
     if (!u->prefetch) u->prefetch = stat_prefetch_start(u->store);

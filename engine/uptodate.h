@@ -53,6 +53,7 @@ struct utd_step {
 };
 
 struct utd;
+struct stat_prefetch;
 
 /* hc and store must outlive the checker. */
 struct utd *utd_new(size_t n_steps, struct hashcache *hc, struct state_store *store);
@@ -60,7 +61,11 @@ void utd_free(struct utd *u);
 
 /* The files of the store's records are stat-ed ahead on a thread of their
  * own (stat_prefetch.h) until utd_prefetch_stop, which must come before the
- * store changes (a step's record put) or goes; utd_free stops it too. */
+ * store changes (a step's record put) or goes; utd_free stops it too.
+ * utd_prefetch_adopt takes over one already started on this store (the
+ * preload's, started while the script ran): utd_prefetch_outputs then
+ * starts none. */
+void utd_prefetch_adopt(struct utd *u, struct stat_prefetch *p);
 void utd_prefetch_outputs(struct utd *u);
 void utd_prefetch_stop(struct utd *u);
 

@@ -224,9 +224,16 @@ int flow_l_new_store(lua_State *L);
 
 /* flow.cache.state (l_state.c): adds `state` to the module table on top of the stack. */
 void flow_open_state_store(lua_State *L);
-/* The state store userdata at idx (flow.cache.state), raising if closed. */
+/* The state store userdata at idx (flow.cache.state), raising if closed:
+ * to read (flow_check_state_store), or to change (..._to_change, which
+ * first stops the stats of its files taken ahead: they read the store).
+ * flow_state_store_take_ahead hands those stats over (NULL: none, or
+ * stopped), to the up-to-date check. */
 struct state_store;
+struct stat_prefetch;
 struct state_store *flow_check_state_store(lua_State *L, int idx);
+struct state_store *flow_check_state_store_to_change(lua_State *L, int idx);
+struct stat_prefetch *flow_state_store_take_ahead(lua_State *L, int idx);
 /* The hash cache userdata at idx (flow.cache.hashes), raising if closed. */
 struct hashcache;
 struct hashcache *flow_check_hashcache(lua_State *L, int idx);
@@ -235,7 +242,8 @@ struct hashcache *flow_check_hashcache(lua_State *L, int idx);
  * top of the stack.  What it read ahead of the state file or the hash cache
  * at path, when it still stands (the caller owns it), or NULL. */
 void flow_open_preload(lua_State *L);
-struct state_store *flow_preloaded_state(lua_State *L, const char *path, const char **warning);
+struct state_store *flow_preloaded_state(lua_State *L, const char *path, const char **warning,
+                                         struct stat_prefetch **ahead);
 struct hashcache *flow_preloaded_hashes(lua_State *L, const char *path);
 /* Waits for a preload's thread, if one runs (before a chdir). */
 void flow_preload_wait(lua_State *L);

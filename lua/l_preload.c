@@ -58,11 +58,12 @@ static void drop_if_done(lua_State *L, struct preload **box)
     lua_rawsetp(L, LUA_REGISTRYINDEX, &preload_key);
 }
 
-struct state_store *flow_preloaded_state(lua_State *L, const char *path, const char **warning)
+struct state_store *flow_preloaded_state(lua_State *L, const char *path, const char **warning,
+                                         struct stat_prefetch **ahead)
 {
     struct preload **box = current(L);
     if (!box) return NULL;
-    struct state_store *s = preload_take_state(*box, path, warning);
+    struct state_store *s = preload_take_state(*box, path, warning, ahead);
     drop_if_done(L, box);
     return s;
 }

@@ -536,7 +536,7 @@ static struct run *make_run(lua_State *L, lua_State *thread)
         ropt.pool = flow_work_pool(L);
     }
     /* the state store and the check: held by opts */
-    if (lua_getfield(L, 2, "state") != LUA_TNIL) ropt.state = flow_check_state_store(L, -1);
+    if (lua_getfield(L, 2, "state") != LUA_TNIL) ropt.state = flow_check_state_store_to_change(L, -1);
     struct utd *check = lua_getfield(L, 2, "check") != LUA_TNIL ? flow_check_uptodate(L, -1) : NULL;
     ropt.check = check;
     lua_getfield(L, 2, "run_id");

@@ -14,6 +14,7 @@
  *   st:save()                     raises a file-system error
  *   st:stats()                    -> {records =, damaged =, torn_bytes =, file_bytes =} */
 #include "flowlua.h"
+#include "stat_prefetch.h"
 #include "statestore.h"
 #include "step_record.h"
 
@@ -24,23 +25,51 @@
 
 #define STATE_CLASS "flow.StateStore"
 
+/* The store, and the stats of its records' files that the preload started
+ * (preload.h) until the check takes them or the store changes. */
+struct state_box {
+    struct state_store *s;
+    struct stat_prefetch *ahead;
+};
+
+static struct state_box *check_box(lua_State *L, int idx)
+{
+    struct state_box *box = luaL_checkudata(L, idx, STATE_CLASS);
+    if (!box->s) luaL_error(L, "the state store is closed");
+    return box;
+}
+
 struct state_store *flow_check_state_store(lua_State *L, int idx)
 {
-    struct state_store **box = luaL_checkudata(L, idx, STATE_CLASS);
-    if (!*box) luaL_error(L, "the state store is closed");
-    return *box;
+    return check_box(L, idx)->s;
+}
+
+struct state_store *flow_check_state_store_to_change(lua_State *L, int idx)
+{
+    struct state_box *box = check_box(L, idx);
+    stat_prefetch_stop(box->ahead);
+    box->ahead = NULL;
+    return box->s;
+}
+
+struct stat_prefetch *flow_state_store_take_ahead(lua_State *L, int idx)
+{
+    struct state_box *box = check_box(L, idx);
+    struct stat_prefetch *ahead = box->ahead;
+    box->ahead = NULL;
+    return ahead;
 }
 
 static int l_state_open(lua_State *L)
 {
     const char *path = luaL_checkstring(L, 1);
-    struct state_store **box = lua_newuserdatauv(L, sizeof *box, 0);
-    *box = NULL;
+    struct state_box *box = lua_newuserdatauv(L, sizeof *box, 0);
+    *box = (struct state_box){ NULL, NULL };
     luaL_setmetatable(L, STATE_CLASS);
     char err[1024];
     const char *warning;
-    if (!(*box = flow_preloaded_state(L, path, &warning)) &&
-        !(*box = state_store_open(path, &warning, err, sizeof err)))
+    if (!(box->s = flow_preloaded_state(L, path, &warning, &box->ahead)) &&
+        !(box->s = state_store_open(path, &warning, err, sizeof err)))
         return flow_raise_fs(L, err);
     if (warning) lua_pushstring(L, warning); else lua_pushnil(L);
     return 2;
@@ -90,7 +119,7 @@ static const char *opt_text(lua_State *L, int idx, const char *what)
 
 static int l_state_put(lua_State *L)
 {
-    struct state_store *s = flow_check_state_store(L, 1);
+    struct state_store *s = flow_check_state_store_to_change(L, 1);
     struct step_record rec = {
         .name = luaL_checkstring(L, 2),
         .fp = luaL_checkstring(L, 3),
@@ -134,7 +163,7 @@ static int l_state_count(lua_State *L)
 static int l_state_save(lua_State *L)
 {
     char err[1024];
-    if (state_store_save(flow_check_state_store(L, 1), err, sizeof err) != 0) return flow_raise_fs(L, err);
+    if (state_store_save(flow_check_state_store_to_change(L, 1), err, sizeof err) != 0) return flow_raise_fs(L, err);
     return 0;
 }
 
@@ -151,9 +180,10 @@ static int l_state_stats(lua_State *L)
 
 static int l_state_gc(lua_State *L)
 {
-    struct state_store **box = luaL_checkudata(L, 1, STATE_CLASS);
-    state_store_free(*box);
-    *box = NULL;
+    struct state_box *box = luaL_checkudata(L, 1, STATE_CLASS);
+    stat_prefetch_stop(box->ahead);          /* (before the store it reads) */
+    state_store_free(box->s);
+    *box = (struct state_box){ NULL, NULL };
     return 0;
 }
 

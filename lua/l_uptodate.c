@@ -21,6 +21,7 @@
  *   chk:no_record(i)     -> whether the check found step i without a record (it ran)
  *   chk:stats()          -> {passed =, undecided =, no_record =} */
 #include "uptodate_checker.h"
+#include "stat_prefetch.h"
 
 #include <lauxlib.h>
 #include <stdlib.h>
@@ -80,6 +81,11 @@ static int l_uptodate(lua_State *L)
         lua_setiuservalue(L, -2, UV_SELECTED);
     }
     c->u = utd_new(dag->n_steps, hc, store);
+    /* the stats of the store's files started while the script ran: not for
+     * a selection of the steps, which would stat them all (as describe) */
+    struct stat_prefetch *ahead = flow_state_store_take_ahead(L, 3);
+    if (c->selected) stat_prefetch_stop(ahead);
+    else utd_prefetch_adopt(c->u, ahead);
     return 1;
 }
 
