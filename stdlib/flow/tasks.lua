@@ -75,6 +75,11 @@ function M.wait_all(list)
     local function settle(t, rok, v, ...)
       if not rok then
         t.status, t.message, t.error = "failed", v, debug.traceback(t.co, tostring(v))
+        -- A coroutine that dies by an error is not unwound: its to-be-closed
+        -- values (a run's count of runs under way, its collector pause, its
+        -- claims of catalog paths) stay open until it is closed.  (After the
+        -- traceback, which reads its stack; the error stays the task's.)
+        coroutine.close(t.co)
       elseif coroutine.status(t.co) == "dead" then
         t.status, t.values = "done", table.pack(v, ...)
       elseif sched.is_run(v) then

@@ -659,6 +659,28 @@ Y
     contains "$ERR" "2 done, 1 up to date, 1 skipped"
 }
 
+# A task whose run raised (here its `started` callback) is closed: the run's
+# to-be-closed values ran, so no run is left under way in the process: the
+# next run is the latest (.flow/runs/latest moves only when no other run is
+# under way) and has a state of its own, and the collector's pause is back.
+test_a_task_whose_run_raised_leaves_no_run_under_way() {
+    write pipeline.lua <<'L'
+local p = pipeline{ node{ func = function() return 1 end, outputs = "a", name = "a" } }
+local ok, err = pcall(flow.wait_all, { flow.spawn(flow.run, p, { started = function() error("boom") end }) })
+print("caught " .. tostring(ok) .. " " .. tostring(err):match("boom"))
+local second
+flow.run(p, { started = function(id) second = id end })
+print("second " .. second)
+print("pause " .. collectgarbage("setpause", 200))
+L
+    run_flow 0 run pipeline.lua
+    contains "$OUT" "caught false boom"
+    local second
+    second=$(sed -n 's/^second //p' <<<"$OUT")
+    equals "$(readlink .flow/runs/latest)" "$second" "the latest run"
+    contains "$OUT" "pause 200"
+}
+
 # Two runs at once (flow.spawn) whose steps would write one catalog file:
 # the second step to start fails (the first run's evaluate read the other
 # run's model, and its record said its own: later runs trusted it); the
