@@ -15,7 +15,8 @@
  * that writes a file at load), and the check would take the old stat for
  * the file as recorded.  So each file's directory is watched (inotify)
  * before the file is stat-ed, and the check takes none of the stats when
- * anything changed in those directories since (stat_prefetch_unchanged).
+ * anything changed in those directories since (stat_prefetch_unchanged;
+ * a directory renamed or replaced above them is not seen).
  * A stat more than 0.5 s old is not handed out either (the check stats the
  * file again), so that a long script or check never decides on an old
  * one.  Paths are taken relative to the working directory of the start, as

@@ -38,7 +38,7 @@ static void rehash(struct strmap *m, size_t cap)
 {
     struct strmap old = *m;
     m->cap = cap;
-    m->slots = xcalloc(m->cap, sizeof *m->slots);
+    m->slots = xcalloc_written(m->cap, sizeof *m->slots);     /* (probed: read first) */
     for (size_t i = 0; i < old.cap; i++) {
         if (!old.slots[i].key) continue;
         *find_slot(m, old.slots[i].key, old.slots[i].hash) = old.slots[i];
@@ -122,7 +122,7 @@ static void ptr_grow(struct ptrmap *m)
 {
     struct ptrmap old = *m;
     m->cap = old.cap ? old.cap * 2 : 64;
-    m->slots = xcalloc(m->cap, sizeof *m->slots);
+    m->slots = xcalloc_written(m->cap, sizeof *m->slots);
     for (size_t i = 0; i < old.cap; i++)
         if (old.slots[i].key) *ptr_slot(m, old.slots[i].key) = old.slots[i];
     free(old.slots);

@@ -130,7 +130,7 @@ struct utd *utd_new(size_t n_steps, struct hashcache *hc, struct state_store *st
     u->hc = hc;
     u->store = store;
     u->n_steps = n_steps;
-    u->steps = xcalloc(n_steps + 1, sizeof *u->steps);
+    u->steps = xcalloc_written(n_steps + 1, sizeof *u->steps);     /* (each slot cleared, so read, first) */
     return u;
 }
 

@@ -27,30 +27,21 @@ void *xmalloc(size_t n)
     return p;
 }
 
-/* A large calloc is fresh pages from mmap, which calloc leaves unwritten.
- * The first read of such a page maps the kernel's shared zero page, and the
- * first write after it copies that page and must flush it from the TLB of
- * every core the process runs on: an interprocessor interrupt a page once
- * a second thread runs, and a VM exit in a virtual machine.  A hash table's
- * probes read before they write, and so does a step array cleared slot by
- * slot: a no-op rerun of 10,000 command steps spent 6 % of its loop
- * thread's time in those copies.  So a large block is written (zeroed) at
- * once: one fault a page, none copied, no flush. */
-#define XCALLOC_WRITTEN_FROM (64 * 1024)
-
 void *xcalloc(size_t count, size_t size)
+{
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) out_of_memory(count * size);
+    return p;
+}
+
+void *xcalloc_written(size_t count, size_t size)
 {
     if (!count) count = 1;
     if (!size) size = 1;
     if (count > SIZE_MAX / size) out_of_memory(SIZE_MAX);
     size_t n = count * size;
-    if (n >= XCALLOC_WRITTEN_FROM) {
-        void *p = xmalloc(n);
-        explicit_bzero(p, n);           /* (a memset after malloc, GCC makes a calloc again) */
-        return p;
-    }
-    void *p = calloc(count, size);
-    if (!p) out_of_memory(n);
+    void *p = xmalloc(n);
+    explicit_bzero(p, n);               /* (a memset after malloc, GCC makes a calloc again) */
     return p;
 }
 
