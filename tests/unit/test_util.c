@@ -268,6 +268,8 @@ static void test_strmap_borrowed_keys(void)
     bool same = false;
     for (size_t i = 0; i < m.cap; i++) same = same || m.slots[i].key == keys[42];
     CHECK(same);
+    char other[] = "k42";                       /* equal, not the same pointer: found by its bytes */
+    CHECK(strmap_get(&m, other, &v) && v == 42);
     CHECK(!strmap_get(&m, "k100", NULL));
     strmap_free(&m);                            /* the keys are the arena's */
     arena_free(&a);
@@ -525,6 +527,21 @@ static void test_sha256_small_and_big_agree(void)
 }
 
 /* wipe() zeroes what it is given, and takes NULL. */
+/* xcalloc_written's blocks are zeros, small and large (where it writes
+ * them itself rather than leave fresh pages to calloc). */
+static void test_xcalloc_written(void)
+{
+    size_t sizes[] = { 1, 100, 64 * 1024, 3 * 1024 * 1024 + 5 };
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        unsigned char *p = xcalloc_written(sizes[k], 1);
+        size_t nonzero = 0;
+        for (size_t i = 0; i < sizes[k]; i++) nonzero += p[i] != 0;
+        CHECK(nonzero == 0);
+        free(p);
+    }
+    free(xcalloc_written(0, 0));                /* (a block all the same) */
+}
+
 static void test_wipe(void)
 {
     char secret[] = "client-secret";
@@ -585,5 +602,6 @@ int main(void)
     RUN(test_json_indent_is_cjson_print);
     RUN(test_crypto_lib_open);
     RUN(test_wipe);
+    RUN(test_xcalloc_written);
     return CHECK_DONE("util");
 }
