@@ -33,6 +33,10 @@ struct preload {
     bool joined;
     struct preloaded state, hashes;
     const char *state_warning;
+    /* The stats start when both the state is read and the script has run:
+     * whichever thread comes second starts them. */
+    pthread_mutex_t mu;
+    bool state_read, stats_wanted;
     struct stat_prefetch *ahead;       /* the state's recorded files stat-ed ahead, until taken with it */
 };
 
@@ -58,7 +62,10 @@ static void *read_ahead(void *arg)
     char err[512];
     p->state.before = stamp_of(p->state.path, false);
     p->state.what = state_store_open(p->state.path, &p->state_warning, err, sizeof err);   /* NULL: the run's error */
-    p->ahead = stat_prefetch_start(p->state.what);     /* (NULL for no store or no record) */
+    pthread_mutex_lock(&p->mu);
+    p->state_read = true;
+    if (p->stats_wanted) p->ahead = stat_prefetch_start(p->state.what);   /* (NULL for no store or no record) */
+    pthread_mutex_unlock(&p->mu);
     p->hashes.before = stamp_of(p->hashes.path, true);
     p->hashes.what = hashcache_load(p->hashes.path);
     return NULL;
@@ -67,6 +74,7 @@ static void *read_ahead(void *arg)
 struct preload *preload_start(const char *state_path, const char *hashes_path)
 {
     struct preload *p = xcalloc(1, sizeof *p);
+    pthread_mutex_init(&p->mu, NULL);
     p->cwd = getcwd(NULL, 0);
     p->state.path = xstrdup(state_path);
     p->hashes.path = xstrdup(hashes_path);
@@ -83,6 +91,15 @@ static void join(struct preload *p)
     if (p->joined) return;
     pthread_join(p->thread, NULL);
     p->joined = true;
+}
+
+void preload_stat_outputs(struct preload *p)
+{
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    if (!p->stats_wanted && p->state_read && !p->state.asked) p->ahead = stat_prefetch_start(p->state.what);
+    p->stats_wanted = true;
+    pthread_mutex_unlock(&p->mu);
 }
 
 void preload_wait(struct preload *p)
@@ -155,5 +172,6 @@ void preload_free(struct preload *p)
     free(p->state.path);
     free(p->hashes.path);
     free(p->cwd);
+    pthread_mutex_destroy(&p->mu);
     free(p);
 }

@@ -3,24 +3,19 @@
  *
  * A no-op rerun of 10,000 command steps stats each step's recorded output
  * files to learn that they are as their records say: an eighth of the run
- * on its one busy core, the kernel walking each path.  A run starts the
- * thread as soon as the state file is read, while the script still runs
- * (preload.h); it stats the files of the store's records in the store's
- * order (the order their steps ended: near the check's own), so that each
- * stat is there when the check comes to it.  A stat taken a little early is
- * as good as one taken now: the check has no order among the steps it
- * passes, and a file that changes while it runs may be seen either way
- * whichever stats it.  A stat taken while the script ran is another
- * matter: the script may change an output after its stat (a pipeline.lua
- * that writes a file at load), and the check would take the old stat for
- * the file as recorded.  So each file's directory is watched (inotify)
- * before the file is stat-ed, and the check takes none of the stats when
- * anything changed in those directories since (stat_prefetch_unchanged;
- * a directory renamed or replaced above them is not seen).
- * A stat more than 0.5 s old is not handed out either (the check stats the
- * file again), so that a long script or check never decides on an old
- * one.  Paths are taken relative to the working directory of the start, as
- * the store's are, whatever chdir comes later.
+ * on its one busy core, the kernel walking each path.  A run starts this
+ * thread once its script has run, while it plans the run (preload.h): it
+ * stats the files of the store's records in the store's order (the order
+ * their steps ended: near the check's own), so that each stat is there
+ * when the check comes to it.  A stat taken a little early is as good as
+ * one taken now: the check has no order among the steps it passes, and a
+ * file that changes while it runs may be seen either way whichever stats
+ * it; nothing but flow's own planning runs between.  (Not before the
+ * script has run: a pipeline.lua may write an output as it loads, after a
+ * stat taken meanwhile.)  A stat more than 0.5 s old is not handed out
+ * (the check stats the file again), so that a long plan or check never
+ * decides on an old one.  Paths are taken relative to the working
+ * directory of the start, as the store's are, whatever chdir comes later.
  *
  * The thread only reads the store: stop it (stat_prefetch_stop) before the
  * store changes or goes.  Nothing here knows Lua. */
@@ -45,14 +40,6 @@ struct stat_prefetch *stat_prefetch_start(const struct state_store *s);
  * and mode (what the hash cache reads).  False: stat it yourself (not taken
  * yet, failed, too old, or not a file output).  Each is handed out once. */
 bool stat_prefetch_take(struct stat_prefetch *p, size_t slot, size_t k, struct file_stamp *stamp, mode_t *mode);
-
-/* Whether no file in the directories of the files stat-ed so far has
- * changed since its stat (an inotify watch on each directory, added before
- * the first stat in it; any change there counts, and a directory that could
- * not be watched).  Stats the thread took while the script ran may predate
- * a change the script made: the check asks this before it takes any, and
- * stats afresh when the answer is no. */
-bool stat_prefetch_unchanged(struct stat_prefetch *p);
 
 /* Stops the thread where it is, waits for it and frees everything. */
 void stat_prefetch_stop(struct stat_prefetch *p);

@@ -66,7 +66,7 @@ struct utd {
 
 void utd_prefetch_adopt(struct utd *u, struct stat_prefetch *p)
 {
-    if (u->prefetch || !stat_prefetch_unchanged(p)) stat_prefetch_stop(p);   /* (then a fresh one) */
+    if (u->prefetch) stat_prefetch_stop(p);
     else u->prefetch = p;
 }
 

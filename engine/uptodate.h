@@ -63,9 +63,8 @@ void utd_free(struct utd *u);
  * own (stat_prefetch.h) until utd_prefetch_stop, which must come before the
  * store changes (a step's record put) or goes; utd_free stops it too.
  * utd_prefetch_adopt takes over one already started on this store (the
- * preload's, started while the script ran) when nothing changed in its
- * files' directories since (stat_prefetch_unchanged), else stops it:
- * utd_prefetch_outputs starts one only when none was taken over. */
+ * preload's, started once the script had run): utd_prefetch_outputs then
+ * starts none. */
 void utd_prefetch_adopt(struct utd *u, struct stat_prefetch *p);
 void utd_prefetch_outputs(struct utd *u);
 void utd_prefetch_stop(struct utd *u);

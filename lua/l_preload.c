@@ -1,7 +1,8 @@
 /* l_preload.c — cache.preload(state_path, hashes_path): the run's state file
  * and hash cache read ahead on a thread (engine/preload.h) while the script
- * runs; cache.state and cache.hashes take what it read when it still
- * stands.  One preload at a time, kept in the registry until both are
+ * runs; cache.preload_stats(), once the script has run, starts the stats of
+ * the state's recorded output files; cache.state and cache.hashes take what
+ * was read (and stat-ed) when it still stands.  One preload at a time, kept in the registry until both are
  * asked for, or the next preload, or the state's end (its __gc).
  * core.chdir waits for its thread first (flow_preload_wait): the thread
  * reads relative to the working directory. */
@@ -48,6 +49,14 @@ static int l_preload(lua_State *L)
     return 0;
 }
 
+/* preload_stats(): the script has run (engine/preload.h). */
+static int l_preload_stats(lua_State *L)
+{
+    struct preload **box = current(L);
+    if (box) preload_stat_outputs(*box);
+    return 0;
+}
+
 /* Once both were asked for, the preload goes. */
 static void drop_if_done(lua_State *L, struct preload **box)
 {
@@ -89,4 +98,6 @@ void flow_open_preload(lua_State *L)
     flow_new_class(L, PRELOAD_CLASS, no_methods, l_preload_gc);
     lua_pushcfunction(L, l_preload);
     lua_setfield(L, -2, "preload");
+    lua_pushcfunction(L, l_preload_stats);
+    lua_setfield(L, -2, "preload_stats");
 }

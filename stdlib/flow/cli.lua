@@ -622,6 +622,9 @@ local function load_pipeline(path, name, describing)
   runner.describing = nil
   if not ok and (util.is_fs_error(ret) or util.is_setup_error(ret)) then error(ret, 0) end
   if not ok then script_error(util.user_traceback(ret)) end
+  -- the recorded outputs stat-ed while the run is planned: not before, when
+  -- the script might yet change one after its stat (engine/stat_prefetch.h)
+  if not describing and not runner.child then require("flow.cache").preload_stats() end
   if ret ~= nil then
     if pipeline.is_node(ret) then ret = pipeline.pipeline({ ret }) end
     if not pipeline.is_pipeline(ret) then

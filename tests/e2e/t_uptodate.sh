@@ -121,11 +121,10 @@ test_a_changed_output_is_noticed() {
     equals "$(cat data/report.txt)" "hi"
 }
 
-# The recorded outputs are stat-ed from the moment the state file is read,
-# while the script runs (engine/stat_prefetch.c): an output the script
-# itself changes after its stat was taken is still noticed (the stats are
-# dropped when anything changed in their directories since) and its step
-# runs again.
+# The recorded outputs are stat-ed ahead of the check while the run is
+# planned (engine/stat_prefetch.c), once the script has run: an output the
+# script itself changes as it loads, well after the state file was read, is
+# noticed and its step runs again.
 test_an_output_the_script_changes_is_noticed() {
     write conf/base/catalog.yml <<'Y'
 report: {type: text, path: data/report.txt}

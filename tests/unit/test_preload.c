@@ -3,8 +3,8 @@
  * changed, was replaced, or the working directory moved; another path is
  * not this preload's; each is handed out once; a missing file and a file
  * that is not a state file read as the run would read them; the state
- * comes with its records' files stat-ed ahead, which go with it when it
- * does not stand. */
+ * comes with its records' files stat-ed ahead once the script has run,
+ * which go with it when it does not stand. */
 #include "check.h"
 #include "hashcache.h"
 #include "preload.h"
@@ -126,9 +126,10 @@ static void test_missing_and_foreign_files(void)
     preload_free(p);                                              /* the hash cache never asked for */
 }
 
-/* A state whose record has a file output, and the stat the preload took of
- * it (the check's, later): as stat(2) says, from the directory the preload
- * began in. */
+/* A state whose record has a file output, and the stat taken of it once
+ * the script has run (preload_stat_outputs: before the thread has read the
+ * state, or after): as stat(2) says, from the directory the preload began
+ * in.  Not asked for, none is taken. */
 static void test_the_state_comes_with_its_files_stat_ed(void)
 {
     check_write_text("out.txt", "an output\n");
@@ -141,30 +142,44 @@ static void test_the_state_comes_with_its_files_stat_ed(void)
     struct stat want;
     CHECK(stat("out.txt", &want) == 0);
 
-    struct preload *p = preload_start("s5.log", "h5");
-    struct stat_prefetch *ahead = NULL;
-    struct state_store *s = preload_take_state(p, "s5.log", NULL, &ahead);
-    CHECK(s != NULL && ahead != NULL);
-    struct file_stamp stamp, expect = file_stamp_of(&want);
-    mode_t mode = 0;
-    bool got = false;
-    for (int i = 0; i < 10000 && !(got = stat_prefetch_take(ahead, 0, 0, &stamp, &mode)); i++)
-        nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
-    CHECK(got && file_stamp_equal(&stamp, &expect) && mode == want.st_mode);
-    stat_prefetch_stop(ahead);                                    /* (before the store it reads) */
-    state_store_free(s);
-    preload_free(p);
+    for (int when = 0; when < 3; when++) {        /* asked at once, after the read, never */
+        struct preload *p = preload_start("s5.log", "h5");
+        if (when == 0) preload_stat_outputs(p);
+        if (when == 1) {
+            preload_wait(p);
+            preload_stat_outputs(p);
+            preload_stat_outputs(p);                                /* (once is enough) */
+        }
+        struct stat_prefetch *ahead = NULL;
+        struct state_store *s = preload_take_state(p, "s5.log", NULL, &ahead);
+        CHECK(s != NULL && (ahead != NULL) == (when < 2));
+        if (ahead) {
+            struct file_stamp stamp, expect = file_stamp_of(&want);
+            mode_t mode = 0;
+            bool got = false;
+            for (int i = 0; i < 10000 && !(got = stat_prefetch_take(ahead, 0, 0, &stamp, &mode)); i++)
+                nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+            CHECK(got && file_stamp_equal(&stamp, &expect) && mode == want.st_mode);
+        }
+        stat_prefetch_stop(ahead);                                  /* (before the store it reads) */
+        state_store_free(s);
+        preload_stat_outputs(p);                                    /* taken: nothing to start */
+        preload_free(p);
+    }
 
     /* a state that does not stand: its stats are stopped with it */
-    p = preload_start("s5.log", "h5");
+    struct preload *p = preload_start("s5.log", "h5");
+    preload_stat_outputs(p);
     preload_wait(p);
     append_text("s5.log", "x");
-    ahead = NULL;
+    struct stat_prefetch *ahead = NULL;
     CHECK(preload_take_state(p, "s5.log", NULL, &ahead) == NULL && ahead == NULL);
     preload_free(p);
     /* and one never taken, with the preload */
     p = preload_start("s5.log", "h5");
+    preload_stat_outputs(p);
     preload_free(p);
+    preload_stat_outputs(NULL);
 }
 
 int main(void)

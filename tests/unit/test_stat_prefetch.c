@@ -2,7 +2,7 @@
  * record's file outputs (and only those) stat-ed as stat(2) says, handed out
  * once and only while fresh; a file that cannot be stat-ed left to the caller; a stop while the
  * thread runs; and the check's verdicts the same with the prefetch as
- * without it; a change after a stat seen. */
+ * without it. */
 #include "check.h"
 #include "hashcache.h"
 #include "stat_prefetch.h"
@@ -10,7 +10,6 @@
 #include "uptodate.h"
 #include "util.h"
 
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,46 +177,12 @@ static void test_the_check_decides_the_same(void)
     hashcache_free(hc);
 }
 
-/* A change to a stat-ed file, or beside it in its directory, after the
- * stat (the script's, the prefetch having begun before it ran) is seen:
- * the check then stats afresh.  A read is not a change. */
-static void test_a_change_after_the_stat_is_seen(void)
-{
-    CHECK(mkdir("w", 0755) == 0);
-    check_write_text("w/x.txt", "x\n");
-    check_write_text("w/y.txt", "y\n");
-    struct state_store *st = state_store_open("state4.log", NULL, err, sizeof err);
-    put(st, "s", (struct state_out[]){ { 'f', "x", "w/x.txt", "h1" }, { 'f', "y", "w/y.txt", "h2" } }, 2);
-    struct taken got;
-    const char *changes[] = { "content", "touch", "replaced", "sibling" };
-    for (size_t c = 0; c < sizeof changes / sizeof *changes; c++) {
-        struct stat_prefetch *p = stat_prefetch_start(st);
-        CHECK(take_waiting(p, 0, 1, &got));                   /* the record's files are stat-ed */
-        free(read_file("w/x.txt", NULL));                     /* (a read changes nothing) */
-        CHECK(stat_prefetch_unchanged(p));
-        if (c == 0) check_write_text("w/x.txt", "changed\n");
-        if (c == 1) CHECK(utimensat(AT_FDCWD, "w/x.txt", NULL, 0) == 0);
-        if (c == 2) {
-            check_write_text("w/x.new", "new\n");
-            CHECK(rename("w/x.new", "w/x.txt") == 0);
-        }
-        if (c == 3) check_write_text("w/other.txt", "beside it\n");
-        bool unchanged = stat_prefetch_unchanged(p);
-        if (unchanged) fprintf(stderr, "  not seen: %s\n", changes[c]);
-        CHECK(!unchanged && !stat_prefetch_unchanged(p));     /* (and it stays so) */
-        stat_prefetch_stop(p);
-    }
-    CHECK(!stat_prefetch_unchanged(NULL));
-    state_store_free(st);
-}
-
 int main(void)
 {
     check_enter_scratch(root, sizeof root, "flow-test-prefetch");
     RUN(test_file_outputs_are_stat_ed_once);
     RUN(test_a_stop_while_it_runs);
     RUN(test_the_check_decides_the_same);
-    RUN(test_a_change_after_the_stat_is_seen);
     check_leave_scratch(root);
     return CHECK_DONE("stat_prefetch");
 }
