@@ -2,8 +2,9 @@
  * and hash cache read ahead on a thread (engine/preload.h) while the script
  * runs; cache.preload_stats(), once the script has run, starts the stats of
  * the state's recorded output files; cache.state and cache.hashes take what
- * was read (and stat-ed) when it still stands.  One preload at a time, kept in the registry until both are
- * asked for, or the next preload, or the state's end (its __gc).
+ * was read (and stat-ed) when it still stands.  One preload at a time, kept
+ * in the registry until both are asked for, or the next preload, or the
+ * state's end (its __gc).
  * core.chdir waits for its thread first (flow_preload_wait): the thread
  * reads relative to the working directory. */
 #include "flowlua.h"

@@ -21,7 +21,6 @@
  *   chk:no_record(i)     -> whether the check found step i without a record (it ran)
  *   chk:stats()          -> {passed =, undecided =, no_record =} */
 #include "uptodate_checker.h"
-#include "stat_prefetch.h"
 
 #include <lauxlib.h>
 #include <stdlib.h>
@@ -81,11 +80,7 @@ static int l_uptodate(lua_State *L)
         lua_setiuservalue(L, -2, UV_SELECTED);
     }
     c->u = utd_new(dag->n_steps, hc, store);
-    /* the stats of the store's files started while the script ran: not for
-     * a selection of the steps, which would stat them all (as describe) */
-    struct stat_prefetch *ahead = flow_state_store_take_ahead(L, 3);
-    if (c->selected) stat_prefetch_stop(ahead);
-    else utd_prefetch_adopt(c->u, ahead);
+    utd_prefetch_adopt(c->u, flow_state_store_take_ahead(L, 3));     /* (the preload's: chk:describe's then) */
     return 1;
 }
 

@@ -357,13 +357,13 @@ static int describe_steps(lua_State *L)
  * name|nil, fallback =}.
  *
  * Meanwhile two threads help: one stats the recorded output files ahead
- * (not for a selection of the steps, which would stat them all;
+ * (the one the preload started, taken over with the store, or one started
+ * here; none for a selection of the steps, which would stat them all:
  * stat_prefetch.h), the other decides the described steps
  * (utd_early_begin).  They read the state store, which the run changes next
  * (a step's record), so they stop when the description ends, by an error
  * too: the loop runs protected, and an error is raised again once they have
- * stopped (a to-be-closed value would not do: a task's coroutine that dies
- * by an error is not unwound, flow.tasks). */
+ * stopped, whoever catches it. */
 int flow_uptodate_describe(lua_State *L)
 {
     struct checker *c = flow_uptodate_checker(L, 1);
@@ -377,7 +377,8 @@ int flow_uptodate_describe(lua_State *L)
     luaL_checkstack(L, X_TOP + 2, "the up-to-date check");
     lua_pushcfunction(L, describe_steps);
     for (int k = 1; k <= X_TOP; k++) lua_pushvalue(L, k);
-    if (!c->selected) utd_prefetch_outputs(c->u);
+    if (c->selected) utd_prefetch_stop(c->u);
+    else utd_prefetch_outputs(c->u);
     utd_early_begin(c->u);
     int rc = lua_pcall(L, X_TOP, 2, 0);
     utd_early_end(c->u);

@@ -600,7 +600,8 @@ local function load_pipeline(path, name, describing)
     core.chdir(dir)
   end
   runner.defaults.script = base or path
-  if not describing and not runner.child then
+  local runs = not describing and not runner.child       -- (flow run's, not flow list's nor a step's)
+  if runs then
     -- a run reads these before its check: read ahead while the script runs
     -- (engine/preload.h; taken only when the files did not change meanwhile)
     local state_mod = require("flow.state")
@@ -624,7 +625,7 @@ local function load_pipeline(path, name, describing)
   if not ok then script_error(util.user_traceback(ret)) end
   -- the recorded outputs stat-ed while the run is planned: not before, when
   -- the script might yet change one after its stat (engine/stat_prefetch.h)
-  if not describing and not runner.child then require("flow.cache").preload_stats() end
+  if runs then require("flow.cache").preload_stats() end
   if ret ~= nil then
     if pipeline.is_node(ret) then ret = pipeline.pipeline({ ret }) end
     if not pipeline.is_pipeline(ret) then
