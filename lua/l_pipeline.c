@@ -29,7 +29,8 @@
 
 /* Upvalues of the closures bind() returns, then node's cache of its last
  * where() string. */
-enum { UP_NODE = 1, UP_COMMAND, UP_DISTRIBUTED, UP_UTIL, N_UP = UP_UTIL, UP_WHERE_KEY, UP_WHERE, N_NODE_UP = UP_WHERE };
+enum { UP_NODE = 1, UP_COMMAND, UP_DISTRIBUTED, UP_UTIL, N_UP = UP_UTIL, UP_WHERE_KEY, UP_WHERE, UP_LAST_COMMAND,
+       N_NODE_UP = UP_LAST_COMMAND };
 
 /* What the cached where() string was made of, and its id in the store
  * (by serial) that interned it last: a loop of node{} calls asks for the
@@ -204,13 +205,77 @@ static void check_name(lua_State *L, int idx, const char *prefix, const char *wh
 
 static const char *const command_fields[] = { "env", "cwd" };
 
+/* Raises for a key of the command spec at idx (an argument list of `len`)
+ * that is neither an argument nor env or cwd. */
+static void check_command_keys(lua_State *L, int spec, lua_Integer len, int level)
+{
+    lua_pushnil(L);
+    while (lua_next(L, spec)) {
+        lua_pop(L, 1);
+        if (lua_type(L, -1) != LUA_TNUMBER) {
+            const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+            if (!k || (strcmp(k, "env") != 0 && strcmp(k, "cwd") != 0)) {
+                const char *shown = push_tostring(L, -1);
+                push_did_you_mean(L, shown, command_fields, 2);
+                fail(L, level, "flow.command: unknown field '%s'%s", shown, lua_tostring(L, -1));
+            }
+        } else if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > len) {
+            fail(L, level, "flow.command: the argument list has a hole at [%s]", push_tostring(L, -1));
+        }
+    }
+}
+
+/* Whether the command spec at idx (a shell line, or an argument list
+ * without a hole) says what the Command at `made` says, and has neither env
+ * nor cwd: the same line, or the same strings in the same order (a number
+ * is not compared: its text would have to be made).  The raw strings are
+ * compared (a short string by its pointer, Lua interns them). */
+static bool same_command(lua_State *L, int spec, int made)
+{
+    if (lua_type(L, made) != LUA_TTABLE) return false;
+    if (lua_type(L, spec) == LUA_TSTRING) {
+        bool same = lua_getfield(L, made, "shell") == LUA_TSTRING && lua_rawequal(L, -1, spec);
+        lua_pop(L, 1);
+        return same;
+    }
+    if (lua_getfield(L, made, "argv") != LUA_TTABLE) {
+        lua_pop(L, 1);
+        return false;
+    }
+    int argv = lua_gettop(L);
+    bool same = true;
+    for (lua_Integer k = 1; same; k++) {
+        int at = lua_geti(L, spec, k);                  /* as push_command reads it: through __index */
+        same = lua_rawgeti(L, argv, k) == at && (at == LUA_TNIL || (at == LUA_TSTRING && lua_rawequal(L, -1, -2)));
+        lua_pop(L, 2);
+        if (at == LUA_TNIL) break;
+    }
+    lua_pop(L, 1);
+    if (!same) return false;
+    same = lua_getfield(L, spec, "env") == LUA_TNIL && lua_getfield(L, spec, "cwd") == LUA_TNIL;
+    lua_settop(L, argv - 1);
+    return same;
+}
+
 /* command(spec) with the user's frame at `level`; `cls` is the Command class.
- * Pushes the command. */
-static void push_command(lua_State *L, int spec, int level, int cls)
+ * Pushes the command.  `last` (0 for none) is a slot that keeps the last
+ * Command made without env or cwd: a spec that says the same is given that
+ * Command again, as a user who wrote `local c = command{...}` once and
+ * named it in each node{} would have.  A generated pipeline names one
+ * command line in thousands of node{}s ({ "python3", "prep.py",
+ * "${inputs.raw}", "${outputs.clean}" }, a command's references being the
+ * step's own); it then holds one Command, not two tables a step, and the
+ * plan's walks over commands meet one (lua/uptodate_describe.c memoises
+ * by it). */
+static void push_command(lua_State *L, int spec, int level, int cls, int last)
 {
     spec = lua_absindex(L, spec);
     int t = lua_type(L, spec);
     if (t == LUA_TSTRING) {
+        if (last && same_command(L, spec, last)) {
+            lua_pushvalue(L, last);
+            return;
+        }
         size_t len;
         const char *s = lua_tolstring(L, spec, &len);
         size_t i = 0;
@@ -222,12 +287,21 @@ static void push_command(lua_State *L, int spec, int level, int cls)
         lua_setfield(L, -2, "shell");
         lua_pushvalue(L, cls);
         lua_setmetatable(L, -2);
+        if (last) {
+            lua_pushvalue(L, -1);
+            lua_replace(L, last);
+        }
         return;
     }
     if (t != LUA_TTABLE)
         fail(L, level, "flow.command: expected a list of arguments or a command string, got %s", luaL_typename(L, spec));
     lua_Integer hole = first_hole(L, spec);
     if (hole) fail(L, level, "flow.command: argument %d is nil (a misspelt or unset variable?)", (int)hole);
+    if (last && same_command(L, spec, last)) {
+        check_command_keys(L, spec, luaL_len(L, spec), level);
+        lua_pushvalue(L, last);
+        return;
+    }
     lua_createtable(L, 0, 3);
     int cmd = lua_gettop(L);
     size_t hint = lua_rawlen(L, spec);          /* (a table that grows as it is filled is rebuilt each doubling) */
@@ -248,21 +322,7 @@ static void push_command(lua_State *L, int spec, int level, int cls)
         if (at != LUA_TSTRING) lua_pop(L, 1);   /* (a number's text was pushed above it) */
     }
     lua_pop(L, 1);
-    lua_Integer len = luaL_len(L, spec);
-    lua_pushnil(L);
-    while (lua_next(L, spec)) {
-        lua_pop(L, 1);
-        if (lua_type(L, -1) != LUA_TNUMBER) {
-            const char *k = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
-            if (!k || (strcmp(k, "env") != 0 && strcmp(k, "cwd") != 0)) {
-                const char *shown = push_tostring(L, -1);
-                push_did_you_mean(L, shown, command_fields, 2);
-                fail(L, level, "flow.command: unknown field '%s'%s", shown, lua_tostring(L, -1));
-            }
-        } else if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 1 || lua_tointeger(L, -1) > len) {
-            fail(L, level, "flow.command: the argument list has a hole at [%s]", push_tostring(L, -1));
-        }
-    }
+    check_command_keys(L, spec, luaL_len(L, spec), level);
     if (n == 0) fail(L, level, "flow.command: empty argument list");
     int env = lua_getfield(L, spec, "env");
     if (env != LUA_TNIL && env != LUA_TTABLE) fail(L, level, "flow.command: env must be a table of NAME = value");
@@ -287,6 +347,10 @@ static void push_command(lua_State *L, int spec, int level, int cls)
     lua_setfield(L, cmd, "argv");
     lua_pushvalue(L, cls);
     lua_setmetatable(L, cmd);
+    if (last && env == LUA_TNIL && cwd == LUA_TNIL) {
+        lua_pushvalue(L, cmd);
+        lua_replace(L, last);
+    }
 }
 
 /* flow.command(spec [, level]) */
@@ -294,7 +358,7 @@ static int l_command(lua_State *L)
 {
     int level = (int)luaL_optinteger(L, 2, 1);
     lua_settop(L, 1);
-    push_command(L, 1, level, lua_upvalueindex(1));
+    push_command(L, 1, level, lua_upvalueindex(1), 0);
     return 1;
 }
 
@@ -459,7 +523,7 @@ static void set_body(lua_State *L, struct draft *dr, int level)
     }
     bool is_cmd = has_class(L, S_BODY, UP_COMMAND);
     if (t == LUA_TSTRING || (t == LUA_TTABLE && !is_cmd && has_command)) {
-        push_command(L, S_BODY, level, lua_upvalueindex(UP_COMMAND));
+        push_command(L, S_BODY, level, lua_upvalueindex(UP_COMMAND), lua_upvalueindex(UP_LAST_COMMAND));
     } else if (is_cmd) {
         lua_pushvalue(L, S_BODY);
     } else {
@@ -962,6 +1026,7 @@ static int l_bind(lua_State *L)
     key->src[0] = '\0';
     key->decls = 0;                    /* no store's serial */
     lua_pushliteral(L, "?");
+    lua_pushnil(L);                    /* no command made yet (push_command) */
     lua_pushcclosure(L, l_node, N_NODE_UP);
     return 1;
 }

@@ -23,7 +23,7 @@
 
 /* ctx's fields, at fixed stack slots of flow_uptodate_describe. */
 enum { X_NODES = 3, X_FN_MEMO, X_PROTOS, X_PARAMS, X_CODE_MEMO, X_REFS, X_CAT_MEMO, X_CAT_EXACT, X_DISTS, X_REMOTE,
-       X_FALLBACK, X_SWEEP, X_PATTERNS, X_TOP = X_PATTERNS };
+       X_FALLBACK, X_SWEEP, X_PATTERNS, X_BY_COMMAND, X_TOP = X_BY_COMMAND };
 static const char *const ctx_fields[] = { "nodes", "fn_memo", "protos", "params", "code_memo", "refs", "cat_memo",
                                           "cat_exact", "dists", "remote", "fallback", "sweep_step", "patterns" };
 
@@ -170,12 +170,25 @@ static bool outputs_part(lua_State *L, struct checker *c, const struct dag_step 
     return true;
 }
 
+/* The code memo's {code, names} entry at the top of the stack: its code. */
+static const char *entry_code(lua_State *L, size_t *len)
+{
+    if (lua_rawgeti(L, -1, 1) != LUA_TSTRING) return NULL;
+    const char *code = lua_tolstring(L, -1, len);
+    lua_pop(L, 1);                                   /* held by the memo's entry, left on the stack */
+    return code;
+}
+
 /* A command's code and project file names, as fingerprint.command_code
  * memoised them by the command's text (a command with a cwd or env is never
  * memoised): pushes the memo's {code, names} entry and returns its code, or
- * NULL.  The text key is built in c->part. */
+ * NULL.  The text key is built in c->part, once per Command (X_BY_COMMAND
+ * keeps the entry by the Command itself: node{} gives the steps of one
+ * command line one Command). */
 static const char *known_command_code(lua_State *L, struct checker *c, int cmd, size_t *len)
 {
+    lua_pushvalue(L, cmd);
+    if (lua_rawget(L, X_BY_COMMAND) == LUA_TTABLE) return entry_code(L, len);
     if (lua_getfield(L, cmd, "cwd") != LUA_TNIL || lua_getfield(L, cmd, "env") != LUA_TNIL) return NULL;
     sb_truncate(&c->part, 0);
     if (field_string(L, cmd, "shell")) {
@@ -193,9 +206,12 @@ static const char *known_command_code(lua_State *L, struct checker *c, int cmd, 
     }
     lua_pushlstring(L, c->part.buf ? c->part.buf : "", c->part.len);
     if (lua_rawget(L, X_CODE_MEMO) != LUA_TTABLE) return NULL;
-    if (lua_rawgeti(L, -1, 1) != LUA_TSTRING) return NULL;
-    const char *code = lua_tolstring(L, -1, len);
-    lua_pop(L, 1);                                   /* held by the memo's entry, left on the stack */
+    const char *code = entry_code(L, len);
+    if (code) {
+        lua_pushvalue(L, cmd);
+        lua_pushvalue(L, -2);
+        lua_rawset(L, X_BY_COMMAND);
+    }
     return code;
 }
 
@@ -369,12 +385,13 @@ int flow_uptodate_describe(lua_State *L)
     struct checker *c = flow_uptodate_checker(L, 1);
     luaL_checktype(L, 2, LUA_TTABLE);
     lua_settop(L, 2);
-    for (int k = X_NODES; k <= X_TOP; k++) {
+    luaL_checkstack(L, X_TOP + 2, "the up-to-date check");
+    for (int k = X_NODES; k <= X_PATTERNS; k++) {
         int t = lua_getfield(L, 2, ctx_fields[k - X_NODES]);
         if (k < X_FALLBACK) luaL_argexpected(L, t == LUA_TTABLE, 2, ctx_fields[k - X_NODES]);
         if (k == X_FALLBACK) luaL_argexpected(L, t == LUA_TFUNCTION, 2, "fallback");
     }
-    luaL_checkstack(L, X_TOP + 2, "the up-to-date check");
+    lua_newtable(L);                                 /* X_BY_COMMAND */
     lua_pushcfunction(L, describe_steps);
     for (int k = 1; k <= X_TOP; k++) lua_pushvalue(L, k);
     if (c->selected) utd_prefetch_stop(c->u);

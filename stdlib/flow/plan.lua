@@ -552,8 +552,6 @@ local function check_paths(nodes, commands, cat, produced, project_files)
     local e = cat.exact[name]
     if catalog.persisted(e) then claim(key_of(e.path), e.path, name, e) end
   end
-  local by_command = {}
-  for _, d in ipairs(pipeline.io_names(nodes, commands, "outputs")) do by_command[d] = true end
   -- Only a pattern or a command gives a dataset a path not claimed above:
   -- a Lua step's memory values (most datasets, often) need no look.  A
   -- dataset's places depend only on its name and on whether a command reads
@@ -575,8 +573,12 @@ local function check_paths(nodes, commands, cat, produced, project_files)
     if o and o ~= d then clash(o, data_entry[file], d, e, DATA .. "/" .. file) end
     data_owner[file], data_entry[file] = d, e
   end
-  local placed = {}
+  local placed, by_command = {}, nil       -- by_command: the commands' outputs, a set made when first asked
   local function place(d, command)
+    if not by_command then
+      by_command = {}
+      for _, o in ipairs(pipeline.io_names(nodes, commands, "outputs")) do by_command[o] = true end
+    end
     local want = command and 2 or 1
     if (placed[d] or 0) >= want then return end
     placed[d] = want

@@ -248,6 +248,47 @@ L
     contains "$OUT" "namespaced	ns.y	y	x"
 }
 
+# The steps of one command line share one Command, as if the script had
+# made it once with flow.command and named it in each node{} (a generated
+# pipeline: one table, not two a step, and the plan walks it once): an
+# argument list or a shell line the same as the last one's, without env or
+# cwd of its own.  A number in the list, env, cwd, or another word makes
+# its own; a node's env makes a copy; a misspelt field is still refused;
+# and each step's references are still checked against its own names.
+test_the_steps_of_one_command_line_share_one_command() {
+    write pipeline.lua <<'L'
+local function touch(name) return node{ command = { "touch", "${outputs.o}" }, outputs = { o = name }, name = name } end
+local a, b = touch("a"), touch("b")
+local s1 = node{ command = "echo ${outputs.o} > ${outputs.o}", outputs = { o = "s1" }, name = "s1" }
+local s2 = node{ command = "echo ${outputs.o} > ${outputs.o}", outputs = { o = "s2" }, name = "s2" }
+local e = node{ command = { "touch", "${outputs.o}", env = { A = "1" } }, outputs = { o = "e" }, name = "e" }
+local n1, n2 = node{ command = { "true", 0 }, name = "n1" }, node{ command = { "true", 0 }, name = "n2" }
+local x = node{ command = { "touch", "${outputs.o}", "x" }, outputs = { o = "x" }, name = "x" }
+local ne = node{ command = { "touch", "${outputs.o}" }, env = { B = "2" }, outputs = { o = "ne" }, name = "ne" }
+print("shared", rawequal(a.cmd, b.cmd), rawequal(s1.cmd, s2.cmd))
+print("own", rawequal(a.cmd, e.cmd), rawequal(n1.cmd, n2.cmd), rawequal(a.cmd, x.cmd), rawequal(a.cmd, ne.cmd),
+      a.cmd.env, ne.cmd.env.B)
+print("typo", select(2, pcall(node, { command = { "touch", "${outputs.o}", evn = {} }, outputs = { o = "t" }, name = "t" })))
+return pipeline{ a, b, s1, s2, e, x, ne }
+L
+    run_flow 0 run
+    contains "$OUT" "shared	true	true"
+    contains "$OUT" "own	false	false	false	false	nil	2"
+    contains "$OUT" "typo	flow.command: unknown field 'evn' (did you mean 'env'?)"
+    equals "$(cd .flow/data && echo *)" "a b e ne s1 s2 x" "the outputs"
+    run_flow 0 run
+    contains "$ERR" "0 done, 7 up to date"
+    write bad.lua <<'L'
+local nodes = {}
+for i = 1, 3 do nodes[i] = node{ command = { "touch", "${outputs.o}" }, outputs = { o = "d" .. i }, name = "s" .. i } end
+nodes[4] = node{ command = { "touch", "${outputs.o}" }, outputs = { out = "d4" }, name = "wrong" }
+return pipeline(nodes)
+L
+    run_flow 2 run bad.lua
+    contains "$ERR" "step 'wrong' (bad.lua:3): \${outputs.o}: the step has no output named 'o' (its outputs: out)"
+    no_crash
+}
+
 # A node is a read-only handle on its record in C: every field reads as
 # node{} was given it (a table field is the same table at each read), pairs()
 # lists the fields it has, and writing one is an error naming what to do.
