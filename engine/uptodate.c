@@ -574,6 +574,11 @@ enum utd_verdict utd_decide(struct utd *u, size_t i)
     return s->d ? account(u, s, decided_once(u, i)) : UTD_CANNOT_TELL;
 }
 
+bool utd_early_up_to_date(const struct utd *u, size_t i)
+{
+    return i < u->n_steps && u->steps[i].early == 1 + UTD_UP_TO_DATE;
+}
+
 /* The early decision of step i, if it can be made now.  `forget`: its
  * description goes with it; else the describer's thread frees it
  * (forget_decided: a block that thread allocated, freed on another, took

@@ -139,6 +139,10 @@ bool utd_decide_early(struct utd *u, size_t i);
 void utd_early_begin(struct utd *u);
 void utd_early_end(struct utd *u);
 
+/* Whether step i was decided up to date early (utd_decide_early), its
+ * verdict not asked for yet: after utd_early_end, the run will not run it. */
+bool utd_early_up_to_date(const struct utd *u, size_t i);
+
 /* Whether utd_decide said step i is up to date; that it has no record. */
 bool utd_passed(const struct utd *u, size_t i);
 bool utd_no_record(const struct utd *u, size_t i);

@@ -235,6 +235,19 @@ static int l_passed(lua_State *L)
     return 1;
 }
 
+/* chk:all_up_to_date() -> whether every step of the check (every selected
+ * one) was decided up to date as chk:describe went: a run in which no step
+ * will run. */
+static int l_all_up_to_date(lua_State *L)
+{
+    struct checker *c = flow_uptodate_checker(L, 1);
+    bool all = true;
+    for (size_t i = 0; i < c->dag->n_steps && all; i++)
+        if (!c->selected || c->selected[i]) all = utd_early_up_to_date(c->u, i);
+    lua_pushboolean(L, all);
+    return 1;
+}
+
 static int l_no_record(lua_State *L)
 {
     lua_pushboolean(L, utd_no_record(flow_uptodate_checker(L, 1)->u, check_step(L, 2)));
@@ -281,6 +294,7 @@ static const luaL_Reg uptodate_methods[] = {
     { "fresh", l_fresh },
     { "passed", l_passed },
     { "no_record", l_no_record },
+    { "all_up_to_date", l_all_up_to_date },
     { "stats", l_stats },
     { NULL, NULL }
 };
