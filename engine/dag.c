@@ -11,7 +11,8 @@
 struct dag *dag_new(void)
 {
     struct dag *dag = xcalloc(1, sizeof(struct dag));
-    dag->step_index.borrowed_keys = dag->dataset_index.borrowed_keys = true;
+    dag->own_keys.borrowed_keys = true;
+    dag->keys = &dag->own_keys;
     return dag;
 }
 
@@ -22,8 +23,9 @@ void dag_free(struct dag *dag)
     free(dag->datasets);
     free(dag->order);
     free(dag->read);
-    strmap_free(&dag->step_index);
-    strmap_free(&dag->dataset_index);
+    strmap_free(&dag->own_keys);
+    free(dag->step_of_key);
+    free(dag->dataset_of_key);
     arena_free(&dag->mem);
     free(dag);
 }
@@ -68,8 +70,78 @@ void dag_reserve(struct dag *dag, size_t n_steps)
         dag->datasets = xrealloc(dag->datasets, n_steps * sizeof *dag->datasets);
         dag->cap_datasets = n_steps;
     }
-    strmap_reserve(&dag->step_index, n_steps);
-    strmap_reserve(&dag->dataset_index, n_steps);
+    if (dag->keys == &dag->own_keys) strmap_reserve(&dag->own_keys, 2 * n_steps);   /* (a name and an output a step) */
+}
+
+/* ---- names as keys (dag.h) ------------------------------------------------ */
+
+/* Room for key k in the arrays. */
+static void key_room(struct dag *dag, uint32_t k)
+{
+    if (k < dag->n_keys) return;
+    size_t n = dag->n_keys ? dag->n_keys : 64;
+    while (n <= k) n *= 2;
+    dag->step_of_key = xrealloc(dag->step_of_key, n * sizeof *dag->step_of_key);
+    dag->dataset_of_key = xrealloc(dag->dataset_of_key, n * sizeof *dag->dataset_of_key);
+    memset(dag->step_of_key + dag->n_keys, 0, (n - dag->n_keys) * sizeof *dag->step_of_key);
+    memset(dag->dataset_of_key + dag->n_keys, 0, (n - dag->n_keys) * sizeof *dag->dataset_of_key);
+    dag->n_keys = n;
+}
+
+void dag_key_names(struct dag *dag, const struct strmap *ids, size_t n_keys)
+{
+    dag->keys = ids;
+    free(dag->step_of_key);
+    free(dag->dataset_of_key);
+    /* (read before they are written, as a hash map's slots: xcalloc_written) */
+    dag->step_of_key = xcalloc_written(n_keys + 1, sizeof *dag->step_of_key);
+    dag->dataset_of_key = xcalloc_written(n_keys + 1, sizeof *dag->dataset_of_key);
+    dag->n_keys = n_keys + 1;
+}
+
+/* The key of `name`, if the graph has met it. */
+static bool find_key(const struct dag *dag, const char *name, uint32_t *k)
+{
+    size_t v;
+    if (!strmap_get(dag->keys, name, &v) || v >= dag->n_keys) return false;
+    *k = (uint32_t)v;
+    return true;
+}
+
+/* The graph's own key of `name`, a string it keeps: made if it is new. */
+static uint32_t own_key(struct dag *dag, const char *name)
+{
+    struct strmap_slot *slot = strmap_slot(&dag->own_keys, name);
+    if (!slot->key) strmap_fill(&dag->own_keys, slot, name, dag->own_keys.count);
+    uint32_t k = slot->value;
+    key_room(dag, k);
+    return k;
+}
+
+/* Step s's keys (its name's, then its inputs' and outputs'), in the graph's
+ * arena: the caller's, or the graph's own made from the strings s keeps. */
+static uint32_t *keep_keys(struct dag *dag, const struct dag_step *s, const uint32_t *given)
+{
+    size_t n = 1 + s->n_inputs + s->n_outputs;
+    uint32_t *keys = arena_calloc(&dag->mem, n, sizeof *keys);
+    if (dag->keys != &dag->own_keys) {
+        memcpy(keys, given, n * sizeof *keys);
+        for (size_t k = 0; k < n; k++) key_room(dag, keys[k]);
+        return keys;
+    }
+    keys[0] = own_key(dag, s->name);
+    for (size_t k = 0; k < s->n_inputs; k++) keys[1 + k] = own_key(dag, s->inputs[k].dataset);
+    for (size_t k = 0; k < s->n_outputs; k++) keys[1 + s->n_inputs + k] = own_key(dag, s->outputs[k].dataset);
+    return keys;
+}
+
+/* The index of the step named as spec is, or -1. */
+static long step_named(const struct dag *dag, const struct dag_step *spec)
+{
+    uint32_t k;
+    if (dag->keys != &dag->own_keys) k = spec->keys[0];
+    else if (!find_key(dag, spec->name, &k)) return -1;
+    return k < dag->n_keys ? (long)dag->step_of_key[k] - 1 : -1;
 }
 
 /* A copy of s for the graph: s itself when the caller's strings outlive it.
@@ -92,22 +164,36 @@ static struct dag_io *copy_io(struct dag *dag, const struct dag_io *io, size_t n
     return c;
 }
 
-/* `name` lives as long as the graph (in its arena): the dataset keeps it. */
-static size_t intern_dataset(struct dag *dag, char *name)
+/* The dataset of key k, named `name` when it is new: a string that lives as
+ * long as the graph (the dataset keeps it). */
+static size_t intern_dataset(struct dag *dag, char *name, uint32_t k)
 {
-    struct strmap_slot *slot = strmap_slot(&dag->dataset_index, name);
-    if (slot->key) return slot->value;
+    uint32_t *slot = &dag->dataset_of_key[k];
+    if (*slot) return *slot - 1;
     ARRAY_GROW(dag->datasets, dag->n_datasets, dag->cap_datasets);
     size_t idx = dag->n_datasets++;
     dag->datasets[idx] = (struct dag_dataset){ name, -1, false };
-    strmap_fill(&dag->dataset_index, slot, name, idx);
+    *slot = (uint32_t)idx + 1;
     return idx;
+}
+
+/* A dataset the caller's keys do not name (one the catalog declares that no
+ * step reads or writes), found by name in own_keys, which holds such names
+ * (with their dataset's index) when the keys are the caller's. */
+static size_t unkeyed_dataset(struct dag *dag, const char *name)
+{
+    struct strmap_slot *slot = strmap_slot(&dag->own_keys, name);
+    if (slot->key) return slot->value;
+    char *kept = arena_strdup(&dag->mem, name);
+    ARRAY_GROW(dag->datasets, dag->n_datasets, dag->cap_datasets);
+    dag->datasets[dag->n_datasets] = (struct dag_dataset){ kept, -1, false };
+    strmap_fill(&dag->own_keys, slot, kept, dag->n_datasets);
+    return dag->n_datasets++;
 }
 
 long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_t errlen)
 {
-    struct strmap_slot *slot = strmap_slot(&dag->step_index, spec->name);   /* (filled last) */
-    if (slot->key) {
+    if (step_named(dag, spec) >= 0) {
         errf(err, errlen, "two steps are named '%s': step names must be unique "
              "(give one of them name = \"...\")", spec->name);
         return -1;
@@ -141,27 +227,40 @@ long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_
     s->dist.processes_per_node_ref = arena_strdup(mem, spec->dist.processes_per_node_ref);
     s->deps = s->dependents = NULL;
     s->n_deps = s->n_dependents = 0;
-    strmap_fill(&dag->step_index, slot, s->name, dag->n_steps);
+    s->keys = keep_keys(dag, s, spec->keys);
+    if (dag->n_steps >= UINT32_MAX) out_of_memory(dag->n_steps);
+    dag->step_of_key[s->keys[0]] = (uint32_t)dag->n_steps + 1;
     return (long)dag->n_steps++;
 }
 
 void dag_declare_dataset(struct dag *dag, const char *name)
 {
-    long known = dag_find_dataset(dag, name);
-    size_t di = known >= 0 ? (size_t)known : intern_dataset(dag, arena_strdup(&dag->mem, name));
+    uint32_t k;
+    size_t di;
+    if (find_key(dag, name, &k)) {
+        di = dag->dataset_of_key[k] ? dag->dataset_of_key[k] - 1 : intern_dataset(dag, arena_strdup(&dag->mem, name), k);
+    } else if (dag->keys == &dag->own_keys) {
+        char *kept = arena_strdup(&dag->mem, name);
+        di = intern_dataset(dag, kept, own_key(dag, kept));
+    } else {
+        di = unkeyed_dataset(dag, name);
+    }
     dag->datasets[di].declared = true;
 }
 
 long dag_find_step(const struct dag *dag, const char *name)
 {
-    size_t idx;
-    return strmap_get(&dag->step_index, name, &idx) ? (long)idx : -1;
+    uint32_t k;
+    return find_key(dag, name, &k) ? (long)dag->step_of_key[k] - 1 : -1;
 }
 
 long dag_find_dataset(const struct dag *dag, const char *name)
 {
-    size_t idx;
-    return strmap_get(&dag->dataset_index, name, &idx) ? (long)idx : -1;
+    uint32_t k;
+    size_t di;
+    if (find_key(dag, name, &k)) return (long)dag->dataset_of_key[k] - 1;
+    if (dag->keys != &dag->own_keys && strmap_get(&dag->own_keys, name, &di)) return (long)di;
+    return -1;
 }
 
 const bool *dag_read_flags(struct dag *dag)
@@ -271,7 +370,7 @@ static int assign_producers(struct dag *dag, char *err, size_t errlen)
                      step_ref(&who, s), s->outputs[o].dataset);
                 goto fail;
             }
-            size_t di = s->outputs[o].di = intern_dataset(dag, s->outputs[o].dataset);   /* may realloc */
+            size_t di = s->outputs[o].di = intern_dataset(dag, s->outputs[o].dataset, s->keys[1 + s->n_inputs + o]);
             struct dag_dataset *d = &dag->datasets[di];
             if (d->producer == (long)i) {
                 errf(err, errlen, "step %s lists output '%s' twice", step_ref(&who, s), d->name);
@@ -305,7 +404,8 @@ static int check_missing_inputs(struct dag *dag, char *err, size_t errlen)
     for (size_t i = 0; i < dag->n_steps; i++)        /* every input gets its index first */
         for (size_t k = 0; k < dag->steps[i].n_inputs; k++) {
             struct dag_io *in = &dag->steps[i].inputs[k];
-            in->di = dag_is_param_input(in->dataset) ? DAG_NO_DATASET : intern_dataset(dag, in->dataset);
+            in->di = dag_is_param_input(in->dataset) ? DAG_NO_DATASET
+                                                     : intern_dataset(dag, in->dataset, dag->steps[i].keys[1 + k]);
         }
     bool *reported = xcalloc(dag->n_datasets + 1, sizeof *reported);
     for (size_t i = 0; i < dag->n_steps; i++) {

@@ -8,6 +8,7 @@
 #include "strmap.h"
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 enum step_kind { STEP_FUNC, STEP_COMMAND };
 enum dist_framework { DIST_NONE, DIST_PYTORCH, DIST_TENSORFLOW, DIST_MPI };
@@ -64,6 +65,10 @@ struct dag_step {
     int retries;                    /* further attempts after a failure, 0 to 1,000,000 */
     double timeout;                 /* seconds per attempt; 0: none */
     int udata;                      /* the owner's handle for this step */
+    /* The keys of its name, its inputs' datasets and its outputs' (in that
+     * order): given to dag_add_step when the graph's names are keyed by the
+     * caller (dag_key_names), else made by it; the graph's copy after. */
+    uint32_t *keys;
     /* Filled by dag_finalize: unique upstream and downstream step indices
      * (slices of one array in the graph's arena). */
     size_t *deps, *dependents;
@@ -81,7 +86,18 @@ struct dag {
     size_t n_steps, cap_steps;
     struct dag_dataset *datasets;
     size_t n_datasets, cap_datasets;
-    struct strmap step_index, dataset_index;     /* keys: the names in `mem` */
+    /* Every name the graph meets has a key, and its steps and datasets are
+     * found by key: step_of_key[k] and dataset_of_key[k] are 1 + the index
+     * of the step or dataset named by key k, or 0.  The keys are the ids of
+     * the caller's interned names (dag_key_names: each a step's record's,
+     * so the graph hashes no name) or, by default, the graph's own, given
+     * in order as names are first met (own_keys, whose keys are the names
+     * the graph keeps). */
+    const struct strmap *keys;      /* name -> key: &own_keys, or the caller's */
+    struct strmap own_keys;         /* (with the caller's keys: a declared dataset's name that
+                                     * none of them names -> its index) */
+    uint32_t *step_of_key, *dataset_of_key;
+    size_t n_keys;                  /* the two arrays' length */
     struct arena mem;               /* every step's and dataset's strings and lists */
     bool borrowed_names;            /* set before the first step: the strings of the steps given
                                      * (names, where, inputs, outputs, tags) are the caller's and
@@ -95,6 +111,11 @@ struct dag *dag_new(void);
 void dag_free(struct dag *dag);
 /* Room for n_steps steps (and as many datasets) before any is added. */
 void dag_reserve(struct dag *dag, size_t n_steps);
+/* Before any step is added: the graph's names are keyed by `ids` (name ->
+ * key, each key below n_keys; the caller's, outliving the graph, each name
+ * one key), and each step given to dag_add_step comes with its keys.  A
+ * dataset declared by a name `ids` does not hold is one no step names. */
+void dag_key_names(struct dag *dag, const struct strmap *ids, size_t n_keys);
 
 /* Deep-copies `spec` into the graph's arena (its deps/dependents are
  * ignored).  Returns the new step's index, or -1 with a message when the name

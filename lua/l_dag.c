@@ -1,5 +1,6 @@
-/* l_dag.c — module flow.dag: the stdlib hands over plain step tables, C builds
- * and validates the graph.  The userdata owns the struct dag. */
+/* l_dag.c — module flow.dag: the stdlib hands over the nodes, C builds and
+ * validates the graph from their records (node_decl.c), its names keyed by
+ * the ids their store interned them with.  The userdata owns the struct dag. */
 #include "flowlua.h"
 #include "dag.h"
 #include "step_decl.h"
@@ -33,7 +34,7 @@ static long read_count(lua_State *L, int idx, const char *key)
  * at fixed stack slots of l_build, reused from step to step and replaced by
  * a larger one when a step needs more.  The collector owns them, so a field
  * read that raises (a step table's __index, out of memory) leaks nothing. */
-enum { SCRATCH_INPUTS, SCRATCH_OUTPUTS, SCRATCH_TAGS, N_SCRATCH };
+enum { SCRATCH_INPUTS, SCRATCH_OUTPUTS, SCRATCH_TAGS, SCRATCH_KEYS, N_SCRATCH };
 struct scratch { int base; size_t cap[N_SCRATCH]; void *p[N_SCRATCH]; };
 
 static void *scratch(lua_State *L, struct scratch *sc, int which, size_t n, size_t size)
@@ -84,10 +85,26 @@ static struct dag_io *read_io(lua_State *L, struct scratch *sc, int which, const
     return io;
 }
 
+/* The keys of record `rec` of store d as the graph takes them (dag.h): the
+ * ids of its name and of its inputs' and outputs' datasets. */
+static uint32_t *read_keys(lua_State *L, struct scratch *sc, const struct step_decls *d, struct step_decl rec)
+{
+    uint32_t n_in = step_io_count(&rec, false), n_out = step_io_count(&rec, true);
+    uint32_t *keys = scratch(L, sc, SCRATCH_KEYS, 1 + (size_t)n_in + n_out, sizeof *keys);
+    keys[0] = rec.name;
+    for (uint32_t i = 0; i < n_in; i++) keys[1 + i] = d->io[step_io_first(&rec, false) + i].dataset;
+    for (uint32_t i = 0; i < n_out; i++) keys[1 + n_in + i] = d->io[step_io_first(&rec, true) + i].dataset;
+    return keys;
+}
+
+#define ANOTHER_STORE (-2)
+
 /* Adds the node at `idx` (its record), whose distribution is the value at
- * `dist`; on error leaves a message in err. */
-static long add_step(lua_State *L, struct scratch *sc, struct dag *dag, int idx, int dist, int udata, char *err,
-                     size_t errlen)
+ * `dist`; on error leaves a message in err.  `keyed`: the graph's names are
+ * the ids of that store's names, and a node of another store is
+ * ANOTHER_STORE. */
+static long add_step(lua_State *L, struct scratch *sc, struct dag *dag, int idx, int dist, int udata,
+                     const struct step_decls *keyed, char *err, size_t errlen)
 {
     struct step_decls *d;
     const struct step_decl *r = flow_node_decl(L, idx, &d, NULL);
@@ -95,6 +112,7 @@ static long add_step(lua_State *L, struct scratch *sc, struct dag *dag, int idx,
         errf(err, errlen, "step %d is not a node{}", udata);
         return -1;
     }
+    if (keyed && d != keyed) return ANOTHER_STORE;
     struct step_decl rec = *r;          /* (a scratch array's allocation may run finalizers, which may add nodes) */
     struct dag_step spec = {
         .name = (char *)step_decls_str(d, rec.name),
@@ -111,7 +129,57 @@ static long add_step(lua_State *L, struct scratch *sc, struct dag *dag, int idx,
     spec.tags = scratch(L, sc, SCRATCH_TAGS, rec.n_tags, sizeof *spec.tags);
     for (uint32_t i = 0; i < rec.n_tags; i++) spec.tags[i] = (char *)step_decls_str(d, d->tags[rec.tags + i]);
     read_dist(L, dist, &spec.dist);
+    if (keyed) spec.keys = read_keys(L, sc, d, rec);
     return dag_add_step(dag, &spec, err, errlen);
+}
+
+/* The steps of nodes (at 1) into a new graph in *ud (any graph there
+ * before freed), its names keyed by the first node's store (dag.h: no name
+ * hashed again) when `keyed`; 0, or -1 with a message in err, or
+ * ANOTHER_STORE: a node was declared in another Lua state's store (a
+ * pipeline of nodes of two scripts), whose ids are not the same names'. */
+static int add_steps(lua_State *L, struct dag **ud, bool keyed, char *err, size_t errlen)
+{
+    dag_free(*ud);
+    *ud = NULL;
+    *ud = dag_new();
+    (*ud)->borrowed_names = true;       /* the records' strings: their stores are kept below */
+    lua_newtable(L);                    /* {store = true}, the graph's user value */
+    lua_pushvalue(L, -1);
+    lua_setiuservalue(L, 4, 1);
+    int stores = lua_gettop(L);
+    size_t n = lua_rawlen(L, 1);
+    const struct step_decls *key_store = NULL;
+    if (keyed && n > 0) {
+        lua_rawgeti(L, 1, 1);
+        struct step_decls *d;
+        if (flow_node_decl(L, -1, &d, NULL)) key_store = d;
+        lua_pop(L, 1);
+        if (key_store) dag_key_names(*ud, &key_store->ids, key_store->n_strs);
+    }
+    dag_reserve(*ud, n);
+    bool dists = lua_istable(L, 3);
+    struct scratch sc = { .base = lua_gettop(L) + 1 };
+    for (int k = 0; k < N_SCRATCH; k++) lua_pushnil(L);
+    const void *last_store = NULL;      /* (a pipeline's steps mostly share one) */
+    for (size_t i = 1; i <= n; i++) {
+        lua_rawgeti(L, 1, (lua_Integer)i);
+        int step = lua_gettop(L);
+        if (dists) lua_rawgeti(L, 3, (lua_Integer)i);
+        else lua_getfield(L, step, "dist");
+        long rc = add_step(L, &sc, *ud, step, step + 1, (int)i, key_store, err, errlen);
+        if (rc >= 0) {
+            flow_push_node_store(L, step);
+            if (lua_topointer(L, -1) != last_store) {
+                last_store = lua_topointer(L, -1);
+                lua_pushboolean(L, 1);
+                lua_rawset(L, stores);
+            }
+        }
+        lua_settop(L, step - 1);
+        if (rc < 0) return (int)(rc == ANOTHER_STORE ? ANOTHER_STORE : -1);
+    }
+    return 0;
 }
 
 /* build(nodes, declared_datasets [, dists]) -> dag | raises "message".  Each
@@ -123,37 +191,14 @@ static int l_build(lua_State *L)
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_settop(L, 3);
     struct dag **ud = lua_newuserdatauv(L, sizeof *ud, 1);      /* 4 */
-    *ud = dag_new();
+    *ud = NULL;
     luaL_setmetatable(L, DAG_MT);
-    (*ud)->borrowed_names = true;       /* the records' strings: their stores are kept below */
-    lua_newtable(L);                    /* 5: {store = true}, the graph's user value */
-    lua_pushvalue(L, -1);
-    lua_setiuservalue(L, 4, 1);
     char err[4096];
-    size_t n = lua_rawlen(L, 1);
-    dag_reserve(*ud, n);
-    bool dists = lua_istable(L, 3);
-    struct scratch sc = { .base = lua_gettop(L) + 1 };
-    for (int k = 0; k < N_SCRATCH; k++) lua_pushnil(L);
-    const void *last_store = NULL;      /* (a pipeline's steps mostly share one) */
-    for (size_t i = 1; i <= n; i++) {
-        lua_rawgeti(L, 1, (lua_Integer)i);
-        int step = lua_gettop(L);
-        if (dists) lua_rawgeti(L, 3, (lua_Integer)i);
-        else lua_getfield(L, step, "dist");
-        long rc = add_step(L, &sc, *ud, step, step + 1, (int)i, err, sizeof err);
-        if (rc >= 0) {
-            flow_push_node_store(L, step);
-            if (lua_topointer(L, -1) != last_store) {
-                last_store = lua_topointer(L, -1);
-                lua_pushboolean(L, 1);
-                lua_rawset(L, 5);
-            }
-        }
-        lua_settop(L, step - 1);
-        if (rc < 0) return flow_raise(L, err);
-    }
+    int rc = add_steps(L, ud, true, err, sizeof err);
+    lua_settop(L, 4);
+    if (rc == ANOTHER_STORE) rc = add_steps(L, ud, false, err, sizeof err);
     lua_settop(L, 4);               /* the graph on top */
+    if (rc != 0) return flow_raise(L, err);
     if (lua_istable(L, 2))
         for (lua_Integer i = 1; i <= (lua_Integer)lua_rawlen(L, 2); i++) {
             lua_rawgeti(L, 2, i);

@@ -7,6 +7,42 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Every test runs twice: with the graph's own keys for its names, and with
+ * keys of the caller's (dag_key_names), as flow.dag.build gives the ids of
+ * the names node{} interned: `ids` stands for that store, which has every
+ * name a step gives (a declared dataset's only if a step names it). */
+static bool keyed;
+static struct strmap ids;
+
+static struct dag *new_dag(void)
+{
+    struct dag *d = dag_new();
+    if (keyed) dag_key_names(d, &ids, ids.count);
+    return d;
+}
+
+static uint32_t key_of(const char *name)
+{
+    struct strmap_slot *slot = strmap_slot(&ids, name);
+    if (!slot->key) strmap_fill(&ids, slot, name, ids.count);
+    return slot->value;
+}
+
+/* dag_add_step, with the step's keys when the graph takes them. */
+static long add_spec(struct dag *d, struct dag_step *s, char *err, size_t errlen)
+{
+    uint32_t keys[40];
+    if (keyed) {
+        keys[0] = key_of(s->name);
+        for (size_t k = 0; k < s->n_inputs; k++) keys[1 + k] = key_of(s->inputs[k].dataset);
+        for (size_t k = 0; k < s->n_outputs; k++) keys[1 + s->n_inputs + k] = key_of(s->outputs[k].dataset);
+        s->keys = keys;
+    }
+    long rc = dag_add_step(d, s, err, errlen);
+    s->keys = NULL;
+    return rc;
+}
+
 /* Adds a step declared at `where` (NULL: unknown): ins and outs are
  * NULL-terminated dataset lists. */
 static long add_at(struct dag *d, const char *name, const char *where, const char *const *ins,
@@ -20,7 +56,7 @@ static long add_at(struct dag *d, const char *name, const char *where, const cha
     for (; outs && outs[s.n_outputs]; s.n_outputs++) out[s.n_outputs].dataset = (char *)outs[s.n_outputs];
     s.inputs = in;
     s.outputs = out;
-    return dag_add_step(d, &s, err, errlen);
+    return add_spec(d, &s, err, errlen);
 }
 
 static long add(struct dag *d, const char *name, const char *const *ins, const char *const *outs,
@@ -46,7 +82,7 @@ static const char *order_names(struct dag *d)
 
 static void test_linear_order(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     add(d, "c", L("y"), L("z"), err, sizeof err);
     add(d, "b", L("x"), L("y"), err, sizeof err);
     add(d, "a", NULL, L("x"), err, sizeof err);
@@ -60,7 +96,7 @@ static void test_linear_order(void)
 /* Among ready steps, declaration order decides. */
 static void test_stable_order(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     add(d, "late_root", NULL, L("r2"), err, sizeof err);
     add(d, "join", L("r1", "r2"), L("j"), err, sizeof err);
     add(d, "early_root", NULL, L("r1"), err, sizeof err);
@@ -72,7 +108,7 @@ static void test_stable_order(void)
 
 static void test_diamond_deps_unique(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     add(d, "src", NULL, L("a", "b"), err, sizeof err);
     add(d, "use", L("a", "b", "a"), L("c"), err, sizeof err);
     CHECK(dag_finalize(d, err, sizeof err) == 0);
@@ -88,7 +124,7 @@ static void test_diamond_deps_unique(void)
  * and is freed whole. */
 static void test_edges_and_copies(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     char name[16], ds[16];
     strcpy(name, "p");
     strcpy(ds, "x");
@@ -114,7 +150,7 @@ static void test_edges_and_copies(void)
     CHECK(dag_find_step(d, "q") == 1 && dag_find_dataset(d, "u3") >= 0 && dag_find_step(d, "zzzz") < 0);
     dag_free(d);
 
-    d = dag_new();
+    d = new_dag();
     add(d, "a", L("b_out"), L("a_out"), err, sizeof err);
     add(d, "b", L("a_out"), L("b_out"), err, sizeof err);
     CHECK(dag_finalize(d, err, sizeof err) != 0);
@@ -125,7 +161,7 @@ static void test_edges_and_copies(void)
 
 static void test_cycle_path(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     add(d, "start", NULL, L("s"), err, sizeof err);
     add(d, "a", L("s", "c_out"), L("a_out"), err, sizeof err);
     add(d, "b", L("a_out"), L("b_out"), err, sizeof err);
@@ -137,7 +173,7 @@ static void test_cycle_path(void)
 
 static void test_self_cycle(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     add(d, "loop", L("x"), L("x"), err, sizeof err);
     CHECK(dag_finalize(d, err, sizeof err) != 0);
     CHECK_CONTAINS(err, "cycle: loop -> loop");
@@ -146,7 +182,7 @@ static void test_self_cycle(void)
 
 static void test_produced_twice(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     add(d, "first", NULL, L("model"), err, sizeof err);
     add(d, "second", NULL, L("model"), err, sizeof err);
     CHECK(dag_finalize(d, err, sizeof err) != 0);
@@ -158,7 +194,7 @@ static void test_produced_twice(void)
  * and a count past the twentieth. */
 static void test_produced_twice_lists_every_clash(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     add(d, "a", NULL, L("x", "y"), err, sizeof err);
     add(d, "b", NULL, L("x", "y"), err, sizeof err);
     add(d, "c", NULL, L("x"), err, sizeof err);
@@ -168,7 +204,7 @@ static void test_produced_twice_lists_every_clash(void)
     CHECK_CONTAINS(err, "'y', by 'a' and 'b'");
     dag_free(d);
 
-    d = dag_new();
+    d = new_dag();
     add(d, "m", NULL, L("model"), err, sizeof err);
     add(d, "n", NULL, L("model"), err, sizeof err);
     add(d, "o", NULL, L("model"), err, sizeof err);
@@ -176,7 +212,7 @@ static void test_produced_twice_lists_every_clash(void)
     CHECK_CONTAINS(err, "dataset 'model' is produced by several steps, 'm', 'n' and 'o'");
     dag_free(d);
 
-    d = dag_new();
+    d = new_dag();
     char name[32], out[32];
     for (int i = 0; i < 25; i++) {
         snprintf(out, sizeof out, "d%d", i);
@@ -195,7 +231,7 @@ static void test_produced_twice_lists_every_clash(void)
 
 static void test_output_twice_in_one_step(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     add(d, "s", NULL, L("m", "m"), err, sizeof err);
     CHECK(dag_finalize(d, err, sizeof err) != 0);
     CHECK_CONTAINS(err, "step 's' lists output 'm' twice");
@@ -205,21 +241,21 @@ static void test_output_twice_in_one_step(void)
 /* Every graph error names each step it blames with where the step was declared. */
 static void test_errors_name_where_steps_are(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     add_at(d, "a", "p.lua:3", L("y"), L("x"), err, sizeof err);
     add_at(d, "b", "p.lua:4", L("x"), L("y"), err, sizeof err);
     CHECK(dag_finalize(d, err, sizeof err) != 0);
     CHECK_CONTAINS(err, "the pipeline has a cycle: a (p.lua:3) -> b (p.lua:4) -> a\n");
     dag_free(d);
 
-    d = dag_new();
+    d = new_dag();
     add_at(d, "a", "p.lua:3", NULL, L("x"), err, sizeof err);
     add_at(d, "b", "p.lua:4", NULL, L("x"), err, sizeof err);
     CHECK(dag_finalize(d, err, sizeof err) != 0);
     CHECK_CONTAINS(err, "dataset 'x' is produced by two steps, 'a' (p.lua:3) and 'b' (p.lua:4):");
     dag_free(d);
 
-    d = dag_new();
+    d = new_dag();
     add_at(d, "a", "p.lua:3", NULL, L("x", "y"), err, sizeof err);
     add_at(d, "b", "p.lua:4", NULL, L("x", "y"), err, sizeof err);
     add_at(d, "c", "p.lua:5", NULL, L("x"), err, sizeof err);
@@ -227,19 +263,19 @@ static void test_errors_name_where_steps_are(void)
     CHECK_CONTAINS(err, "'x', by 'a' (p.lua:3), 'b' (p.lua:4) and 'c' (p.lua:5)");
     dag_free(d);
 
-    d = dag_new();
+    d = new_dag();
     add_at(d, "s", "p.lua:7", NULL, L("m", "m"), err, sizeof err);
     CHECK(dag_finalize(d, err, sizeof err) != 0);
     CHECK_STR(err, "step 's' (p.lua:7) lists output 'm' twice");
     dag_free(d);
 
-    d = dag_new();
+    d = new_dag();
     add_at(d, "s", "p.lua:8", NULL, L("params:x"), err, sizeof err);
     CHECK(dag_finalize(d, err, sizeof err) != 0);
     CHECK_CONTAINS(err, "step 's' (p.lua:8) declares 'params:x' as an output");
     dag_free(d);
 
-    d = dag_new();
+    d = new_dag();
     add_at(d, "a", "p.lua:9", L("raw"), L("x"), err, sizeof err);
     CHECK(dag_finalize(d, err, sizeof err) != 0);
     CHECK_CONTAINS(err, "'raw', needed by 'a' (p.lua:9)");
@@ -248,7 +284,7 @@ static void test_errors_name_where_steps_are(void)
 
 static void test_missing_inputs(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     add(d, "a", L("raw"), L("x"), err, sizeof err);
     add(d, "b", L("raw", "other"), L("y"), err, sizeof err);
     add(d, "c", L("x", "params:lr", "parameters"), L("z"), err, sizeof err);
@@ -262,7 +298,7 @@ static void test_missing_inputs(void)
 
 static void test_declared_input_ok(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     add(d, "a", L("raw"), L("x"), err, sizeof err);
     dag_declare_dataset(d, "raw");
     CHECK(dag_finalize(d, err, sizeof err) == 0);
@@ -272,7 +308,7 @@ static void test_declared_input_ok(void)
 
 static void test_duplicate_name(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     CHECK(add(d, "same", NULL, L("a"), err, sizeof err) == 0);
     CHECK(add(d, "same", NULL, L("b"), err, sizeof err) == -1);
     CHECK_CONTAINS(err, "two steps are named 'same'");
@@ -282,7 +318,7 @@ static void test_duplicate_name(void)
 
 static void test_param_output_rejected(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     add(d, "s", NULL, L("params:x"), err, sizeof err);
     CHECK(dag_finalize(d, err, sizeof err) != 0);
     CHECK_CONTAINS(err, "parameters are read-only");
@@ -292,7 +328,7 @@ static void test_param_output_rejected(void)
 /* 100,000 steps in a chain: no recursion, no quadratic work. */
 static void test_large_chain(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     char name[32], in[32], out[32];
     for (int i = 0; i < 100000; i++) {
         snprintf(name, sizeof name, "s%d", i);
@@ -308,7 +344,7 @@ static void test_large_chain(void)
 /*  a -> b -> d,  a -> c -> d,  e alone */
 static struct dag *diamond(void)
 {
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     add(d, "a", NULL, L("x"), err, sizeof err);
     add(d, "b", L("x"), L("y"), err, sizeof err);
     add(d, "c", L("x"), L("z"), err, sizeof err);
@@ -382,21 +418,21 @@ static void test_dist_counts_bounded(void)
           == 10000LL * 1024 + 10000);
     CHECK(dag_local_processes(2, 2, 1) == 5);
 
-    struct dag *d = dag_new();
+    struct dag *d = new_dag();
     struct dag_step s = { .name = "ok", .dist = { .framework = DIST_MPI, .num_nodes = 2, .processes_per_node = 4 } };
-    CHECK(dag_add_step(d, &s, err, sizeof err) == 0);
+    CHECK(add_spec(d, &s, err, sizeof err) == 0);
     s.name = "wide", s.dist.processes_per_node = DIST_MAX_PROCESSES_PER_NODE + 1;
-    CHECK(dag_add_step(d, &s, err, sizeof err) < 0);
+    CHECK(add_spec(d, &s, err, sizeof err) < 0);
     CHECK_CONTAINS(err, "step 'wide': processes_per_node must be a whole number from 1 to 1024");
     s.name = "none", s.dist.num_nodes = 0, s.dist.processes_per_node = 1;
-    CHECK(dag_add_step(d, &s, err, sizeof err) < 0);
+    CHECK(add_spec(d, &s, err, sizeof err) < 0);
     CHECK_CONTAINS(err, "step 'none': num_nodes must be a whole number from 1 to 10000");
     s.name = "plain", s.dist = (struct dag_dist){ 0 };          /* not distributed: no counts */
-    CHECK(dag_add_step(d, &s, err, sizeof err) == 1);
+    CHECK(add_spec(d, &s, err, sizeof err) == 1);
     dag_free(d);
 }
 
-int main(void)
+static void run_all(void)
 {
     RUN(test_linear_order);
     RUN(test_stable_order);
@@ -417,5 +453,13 @@ int main(void)
     RUN(test_slicing_upstream);
     RUN(test_framework_names);
     RUN(test_dist_counts_bounded);
+}
+
+int main(void)
+{
+    run_all();
+    keyed = true;
+    run_all();
+    strmap_free(&ids);
     return CHECK_DONE("dag");
 }
