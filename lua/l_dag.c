@@ -141,7 +141,6 @@ static long add_step(lua_State *L, struct scratch *sc, struct dag *dag, int idx,
 static int add_steps(lua_State *L, struct dag **ud, bool keyed, char *err, size_t errlen)
 {
     dag_free(*ud);
-    *ud = NULL;
     *ud = dag_new();
     (*ud)->borrowed_names = true;       /* the records' strings: their stores are kept below */
     lua_newtable(L);                    /* {store = true}, the graph's user value */

@@ -257,6 +257,15 @@ static bool same_command(lua_State *L, int spec, int made)
     return same;
 }
 
+/* The Command at the top kept in the slot `last` (0: none) for the next
+ * spec that says the same (push_command). */
+static void keep_as_last(lua_State *L, int last)
+{
+    if (!last) return;
+    lua_pushvalue(L, -1);
+    lua_replace(L, last);
+}
+
 /* command(spec) with the user's frame at `level`; `cls` is the Command class.
  * Pushes the command.  `last` (0 for none) is a slot that keeps the last
  * Command made without env or cwd: a spec that says the same is given that
@@ -287,10 +296,7 @@ static void push_command(lua_State *L, int spec, int level, int cls, int last)
         lua_setfield(L, -2, "shell");
         lua_pushvalue(L, cls);
         lua_setmetatable(L, -2);
-        if (last) {
-            lua_pushvalue(L, -1);
-            lua_replace(L, last);
-        }
+        keep_as_last(L, last);
         return;
     }
     if (t != LUA_TTABLE)
@@ -347,10 +353,7 @@ static void push_command(lua_State *L, int spec, int level, int cls, int last)
     lua_setfield(L, cmd, "argv");
     lua_pushvalue(L, cls);
     lua_setmetatable(L, cmd);
-    if (last && env == LUA_TNIL && cwd == LUA_TNIL) {
-        lua_pushvalue(L, cmd);
-        lua_replace(L, last);
-    }
+    if (env == LUA_TNIL && cwd == LUA_TNIL) keep_as_last(L, last);     /* (the command is on top) */
 }
 
 /* flow.command(spec [, level]) */
