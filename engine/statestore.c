@@ -386,6 +386,11 @@ size_t state_store_slot(const struct state_store *s, const char *name)
     return strmap_get(&s->index, name, &i) ? i : STATE_STORE_NO_SLOT;
 }
 
+void state_store_prefetch(const struct state_store *s, const char *name)
+{
+    strmap_prefetch(&s->index, name);
+}
+
 const struct state_rec *state_store_get(const struct state_store *s, const char *name)
 {
     return state_store_at(s, state_store_slot(s, name));     /* (NO_SLOT is past the end: NULL) */

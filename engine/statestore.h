@@ -59,6 +59,9 @@ const struct state_rec *state_store_get(const struct state_store *s, const char 
  * run looks its name up once. */
 #define STATE_STORE_NO_SLOT ((size_t)-1)
 size_t state_store_slot(const struct state_store *s, const char *name);
+/* Asks the memory for the place state_store_slot will look `name` up first
+ * (strmap_prefetch): a pass over the steps asks a few steps ahead. */
+void state_store_prefetch(const struct state_store *s, const char *name);
 /* The body of rec (one of s's records, as get or at returned it): in the
  * mapped file, or read back for a record put by this process (valid until
  * the next call).  NULL with errno set when it cannot be read back, or its

@@ -34,16 +34,26 @@ static struct strmap_slot *find_slot(const struct strmap *m, const char *key, ui
     }
 }
 
+/* How far ahead rehash asks for the slots it will fill. */
+#define REHASH_AHEAD 8
+
 static void rehash(struct strmap *m, size_t cap)
 {
     struct strmap old = *m;
     m->cap = cap;
     m->slots = xcalloc_written(m->cap, sizeof *m->slots);     /* (probed: read first) */
     for (size_t i = 0; i < old.cap; i++) {
+        if (i + REHASH_AHEAD < old.cap && old.slots[i + REHASH_AHEAD].key)
+            __builtin_prefetch(&m->slots[old.slots[i + REHASH_AHEAD].hash & (cap - 1)], 1);
         if (!old.slots[i].key) continue;
         *find_slot(m, old.slots[i].key, old.slots[i].hash) = old.slots[i];
     }
     free(old.slots);
+}
+
+void strmap_prefetch(const struct strmap *m, const char *key)
+{
+    if (m->cap) __builtin_prefetch(&m->slots[hash_str(key) & (m->cap - 1)]);
 }
 
 static bool fits(size_t count, size_t cap) { return count * 10 <= cap * 7; }

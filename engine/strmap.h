@@ -29,6 +29,10 @@ bool strmap_get(const struct strmap *m, const char *key, size_t *value);
  * interning a name takes one probe, where a get and then a put take two. */
 struct strmap_slot *strmap_slot(struct strmap *m, const char *key);
 void strmap_fill(struct strmap *m, struct strmap_slot *slot, const char *key, size_t value);
+/* Asks the memory for key's first slot ahead of its lookup: in a map of
+ * hundreds of thousands of names that slot is a cache miss, and the misses
+ * of several keys asked for in turn overlap. */
+void strmap_prefetch(const struct strmap *m, const char *key);
 /* Room for n keys without growing (a map filled in a known count is not
  * rehashed at every doubling). */
 void strmap_reserve(struct strmap *m, size_t n);

@@ -717,6 +717,11 @@ void utd_early_end(struct utd *u)
     u->early = NULL;
 }
 
+void utd_prefetch_record(const struct utd *u, size_t i, const char *name)
+{
+    if (i < u->n_steps && !u->steps[i].slot_1 && name) state_store_prefetch(u->store, name);
+}
+
 bool utd_decide_early(struct utd *u, size_t i)
 {
     if (i >= u->n_steps || !u->steps[i].d || u->steps[i].early) return false;

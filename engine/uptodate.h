@@ -126,6 +126,10 @@ enum utd_verdict utd_decide(struct utd *u, size_t i);
  * Whether it decided now: always false while utd_early_begin's thread runs
  * (the step is queued for it). */
 bool utd_decide_early(struct utd *u, size_t i);
+/* Asks the memory for where step i, named `name`, will have its record
+ * looked up (a pass over the steps calls it a few steps ahead of describing
+ * them: each lookup was a cache miss in a map of 100,000 names). */
+void utd_prefetch_record(const struct utd *u, size_t i, const char *name);
 
 /* From utd_early_begin to utd_early_end, utd_decide_early queues the step
  * for a thread of its own, which decides the queued steps in order while

@@ -330,6 +330,12 @@ static void list_catalog_names(lua_State *L, struct checker *c)
     }
 }
 
+/* How many steps ahead describe_steps asks for a step's record
+ * (utd_prefetch_record): the memory answers while the steps in between are
+ * described (the lookups were 1.4 % of a no-op rerun of 100,000 Lua steps'
+ * samples, 0.4 % so). */
+#define RECORD_AHEAD 4
+
 /* Describes every selected step (chk:describe's loop), with the stack as
  * chk:describe left it: the checker, ctx and ctx's fields at X_*. */
 static int describe_steps(lua_State *L)
@@ -341,6 +347,10 @@ static int describe_steps(lua_State *L)
     lua_Integer here = 0;
     for (size_t k = 0; k < c->dag->n_steps; k++) {
         size_t i = c->dag->order[k];
+        if (k + RECORD_AHEAD < c->dag->n_steps) {
+            size_t ahead = c->dag->order[k + RECORD_AHEAD];
+            utd_prefetch_record(c->u, ahead, c->dag->steps[ahead].name);
+        }
         if (c->selected && !c->selected[i]) continue;
         int r = describe_known(L, c, i);
         lua_settop(L, X_TOP);

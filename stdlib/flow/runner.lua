@@ -595,7 +595,9 @@ function M.run(p, opts, level)
     attempt = function(i, k) return self:attempt_body(i, k) end,
     up_to_date = function(i) return self:up_to_date(i) end,
     fingerprint = function(i) return self:take_fingerprint(i) end,
-    plain = self:plain_body(plan),
+    -- (nothing to attempt when every step was found up to date: a no-op
+    -- rerun of 100,000 Lua steps spent 2 % of its time sorting them)
+    plain = not all_up_to_date and self:plain_body(plan) or nil,
   }
   -- one of several runs at once: flow.wait_all turns the loop (a task that
   -- cannot yield here, inside a C call such as string.gsub's, runs it itself)

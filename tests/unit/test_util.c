@@ -282,6 +282,7 @@ static void test_strmap_values_and_growth(void)
 {
     CHECK(sizeof(struct strmap_slot) == 16);
     struct strmap m = { 0 };
+    strmap_prefetch(&m, "max");         /* (an empty map has no slots to ask for) */
     strmap_put(&m, "max", UINT32_MAX);
     strmap_put(&m, "zero", 0);
     size_t v = 1;
@@ -292,6 +293,7 @@ static void test_strmap_values_and_growth(void)
     for (size_t i = 0; i < 100000; i++) {
         char buf[32];
         snprintf(buf, sizeof buf, "s_%zu_%zu", i / 1000, i % 1000);
+        strmap_prefetch(&m, buf);
         strmap_put(&m, buf, i);
     }
     size_t found = 0;
