@@ -171,6 +171,14 @@ void flow_node_add(lua_State *L, int decls, const struct step_decl *rec, int bod
  * the type pushed. */
 int flow_node_push_body(lua_State *L, int idx);
 int flow_node_push_extra(lua_State *L, int idx, const char *key);
+/* Pushes the table of the Lua strings of the names of the store of the node
+ * at idx, by id (made on first use); flow_push_store_names that of the store
+ * at `store`, and returns it (nil pushed and NULL for a value that is not a
+ * store).  flow_push_name_of pushes name `id` of store d from such a table at
+ * `names`, adding it there when it is not yet. */
+void flow_push_node_names(lua_State *L, int idx);
+struct step_decls *flow_push_store_names(lua_State *L, int store);
+void flow_push_name_of(lua_State *L, int names, const struct step_decls *d, uint32_t id);
 /* Makes the Node class at cls read its fields from records (__index, with
  * the empty tags list at no_tags) and refuse writes (__newindex). */
 void flow_node_class(lua_State *L, int cls, int no_tags);

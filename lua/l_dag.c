@@ -12,6 +12,10 @@
 #include <string.h>
 
 #define DAG_MT "flow.dag"
+/* The graph's user values: {store = true} for each store whose records' names
+ * it borrows, and the store whose name ids are its keys, or nil
+ * (dag_key_names: count_down finds its names' strings there). */
+enum { UV_STORES = 1, UV_KEY_STORE, N_UV = UV_KEY_STORE };
 
 static struct dag **check_dag(lua_State *L, int idx)
 {
@@ -145,7 +149,7 @@ static int add_steps(lua_State *L, struct dag **ud, bool keyed, char *err, size_
     (*ud)->borrowed_names = true;       /* the records' strings: their stores are kept below */
     lua_newtable(L);                    /* {store = true}, the graph's user value */
     lua_pushvalue(L, -1);
-    lua_setiuservalue(L, 4, 1);
+    lua_setiuservalue(L, 4, UV_STORES);
     int stores = lua_gettop(L);
     size_t n = lua_rawlen(L, 1);
     const struct step_decls *key_store = NULL;
@@ -153,8 +157,16 @@ static int add_steps(lua_State *L, struct dag **ud, bool keyed, char *err, size_
         lua_rawgeti(L, 1, 1);
         struct step_decls *d;
         if (flow_node_decl(L, -1, &d, NULL)) key_store = d;
+        if (key_store) {
+            dag_key_names(*ud, &key_store->ids, key_store->n_strs);
+            flow_push_node_store(L, -1);
+            lua_setiuservalue(L, 4, UV_KEY_STORE);
+        }
         lua_pop(L, 1);
-        if (key_store) dag_key_names(*ud, &key_store->ids, key_store->n_strs);
+    }
+    if (!key_store) {
+        lua_pushnil(L);
+        lua_setiuservalue(L, 4, UV_KEY_STORE);
     }
     dag_reserve(*ud, n);
     bool dists = lua_istable(L, 3);
@@ -189,7 +201,7 @@ static int l_build(lua_State *L)
 {
     luaL_checktype(L, 1, LUA_TTABLE);
     lua_settop(L, 3);
-    struct dag **ud = lua_newuserdatauv(L, sizeof *ud, 1);      /* 4 */
+    struct dag **ud = lua_newuserdatauv(L, sizeof *ud, N_UV);   /* 4 */
     *ud = NULL;
     luaL_setmetatable(L, DAG_MT);
     char err[4096];
@@ -356,17 +368,21 @@ static int l_count_down(lua_State *L)
     luaL_argcheck(L, c->dag == dag && c->n == dag->n_datasets, 3, "the counts of another graph");
     luaL_checktype(L, 4, LUA_TTABLE);
     lua_settop(L, 5);
+    lua_getiuservalue(L, 1, UV_KEY_STORE);
+    const struct step_decls *keyed = flow_push_store_names(L, 6);     /* 7: its names by key, or nil */
     for (size_t k = 0; k < s->n_inputs; k++) {
         size_t di = s->inputs[k].di;
         if (di >= c->n || c->left[di] == 0 || --c->left[di] > 0) continue;
-        lua_pushstring(L, s->inputs[k].dataset);            /* 6: its last reader has ended */
-        lua_pushvalue(L, 6);
+        /* 8: its last reader has ended (a key of the store's is its name's id) */
+        if (keyed) flow_push_name_of(L, 7, keyed, s->keys[1 + k]);
+        else lua_pushstring(L, s->inputs[k].dataset);
+        lua_pushvalue(L, 8);
         if (lua_rawget(L, 4) != LUA_TNIL) {
-            lua_pushvalue(L, 6);
+            lua_pushvalue(L, 8);
             lua_pushvalue(L, 5);
             lua_rawset(L, 4);
         }
-        lua_settop(L, 5);
+        lua_settop(L, 7);
     }
     return 0;
 }

@@ -46,7 +46,7 @@
 
 #define MAX_OUTPUTS 64
 
-enum { A_VALUES = 1, A_NODE, A_CAT, A_INLINE_MAX, A_RECOMPUTE, S_EXACT, S_MEMO };
+enum { A_VALUES = 1, A_NODE, A_CAT, A_INLINE_MAX, A_RECOMPUTE, S_EXACT, S_MEMO, S_NAMES };
 
 /* Whether field `key` of the table at idx is the string `want`. */
 static bool field_is(lua_State *L, int idx, const char *key, const char *want)
@@ -72,7 +72,7 @@ static bool view_of_node(lua_State *L, struct step_view *v)
 static void push_io_name(lua_State *L, const struct step_view *v, bool outputs, lua_Integer k, bool arg)
 {
     struct step_io io = v->d->io[step_io_first(&v->rec, outputs) + (uint32_t)k - 1];
-    lua_pushstring(L, step_decls_str(v->d, arg ? io.arg : io.dataset));
+    flow_push_name_of(L, S_NAMES, v->d, arg ? io.arg : io.dataset);
 }
 
 /* Every output a memory dataset. */
@@ -389,6 +389,7 @@ static int l_call(lua_State *L)
     lua_getfield(L, A_CAT, "memo");
     for (int i = S_EXACT; i <= S_MEMO; i++)
         if (!lua_istable(L, i)) return 0;
+    flow_push_node_names(L, A_NODE);                       /* S_NAMES */
     if (!outputs_in_memory(L, &v)) return 0;
     if (flow_node_push_body(L, A_NODE) != LUA_TFUNCTION) return 0;
     int base = lua_gettop(L) - 1, nargs;                   /* the results replace fn and its arguments */
