@@ -620,6 +620,30 @@ L
     contains "$ERR" "first try fails"
 }
 
+# A plain step's body finds its inputs' and outputs' names among the Lua
+# strings its store keeps by id (node_decl.c), an array as long as the
+# store's names when a run first asked: steps declared after that run have
+# names past its end, and still find their values, through C.
+test_steps_declared_after_a_run_find_their_values() {
+    write driver.lua <<'L'
+local function chain(prefix, n)
+  local nodes = {}
+  for i = 1, n do
+    nodes[i] = node{ name = "step_" .. prefix .. i, outputs = prefix .. i, inputs = i > 1 and prefix .. (i - 1) or nil,
+                     func = function(x) return (x or 0) + 10 * i end }
+  end
+  return pipeline(nodes)
+end
+local a = flow.run(chain("a", 3))
+local b = flow.run(chain("b", 4))
+print(a.status, a.outputs.a3, b.status, b.outputs.b4)
+L
+    FLOW_DEBUG_UPTODATE=1 run_flow 0 run -q driver.lua
+    equals "$OUT" "$(printf 'ok\t60\tok\t100')" "each run's last value"
+    equals "$(printf '%s\n' "$ERR" | grep "bodies in C")" "$(printf 'flow: Lua step bodies in C: 3\nflow: Lua step bodies in C: 4')" \
+        "the steps the C path took"
+}
+
 # A script may set a locale whose decimal point is a comma (os.setlocale):
 # the numbers flow keeps and writes still use a '.', so a value restored on
 # the next run is the value the step returned (it was kept as "return 0,5",
