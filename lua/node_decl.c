@@ -279,11 +279,14 @@ int flow_node_push_extra(lua_State *L, int idx, const char *key)
 /* ---- names as Lua strings ------------------------------------------------
  *
  * A plain Lua step's body in C (l_values.c) pushes its inputs' and outputs'
- * names to find their values.  Pushed as C strings, each was hashed and
+ * names to find their values, and the graph's count_down (l_dag.c) the
+ * names of the values it lets go.  Pushed as C strings, each was hashed and
  * looked up in Lua's string table again (a chain of cache misses), and an
  * output's, which the collector had taken since the script made it, made
- * anew.  The store keeps each name pushed this way, by id, in an array as
- * long as its names when first asked (3.2 MB for 200,000 names). */
+ * anew: Lua's string interning was 9.8 % of a first run of 100,000 Lua
+ * steps, 7.2 % so.  The store keeps each name pushed this way, by id, in an
+ * array as long as its names when first asked (3.2 MB for 200,000 names); a
+ * name interned since goes to the table's hash part. */
 
 struct step_decls *flow_push_store_names(lua_State *L, int store)
 {
