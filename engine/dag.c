@@ -164,17 +164,21 @@ static struct dag_io *copy_io(struct dag *dag, const struct dag_io *io, size_t n
     return c;
 }
 
-/* The dataset of key k, named `name` when it is new: a string that lives as
- * long as the graph (the dataset keeps it). */
+/* A new dataset named `name` (a string that lives as long as the graph: the
+ * dataset keeps it); its index. */
+static size_t append_dataset(struct dag *dag, char *name)
+{
+    ARRAY_GROW(dag->datasets, dag->n_datasets, dag->cap_datasets);
+    dag->datasets[dag->n_datasets] = (struct dag_dataset){ name, -1, false };
+    return dag->n_datasets++;
+}
+
+/* The dataset of key k, named `name` when it is new (append_dataset). */
 static size_t intern_dataset(struct dag *dag, char *name, uint32_t k)
 {
     uint32_t *slot = &dag->dataset_of_key[k];
-    if (*slot) return *slot - 1;
-    ARRAY_GROW(dag->datasets, dag->n_datasets, dag->cap_datasets);
-    size_t idx = dag->n_datasets++;
-    dag->datasets[idx] = (struct dag_dataset){ name, -1, false };
-    *slot = (uint32_t)idx + 1;
-    return idx;
+    if (!*slot) *slot = (uint32_t)append_dataset(dag, name) + 1;
+    return *slot - 1;
 }
 
 /* A dataset the caller's keys do not name (one the catalog declares that no
@@ -185,10 +189,9 @@ static size_t unkeyed_dataset(struct dag *dag, const char *name)
     struct strmap_slot *slot = strmap_slot(&dag->own_keys, name);
     if (slot->key) return slot->value;
     char *kept = arena_strdup(&dag->mem, name);
-    ARRAY_GROW(dag->datasets, dag->n_datasets, dag->cap_datasets);
-    dag->datasets[dag->n_datasets] = (struct dag_dataset){ kept, -1, false };
-    strmap_fill(&dag->own_keys, slot, kept, dag->n_datasets);
-    return dag->n_datasets++;
+    size_t di = append_dataset(dag, kept);
+    strmap_fill(&dag->own_keys, slot, kept, di);
+    return di;
 }
 
 long dag_add_step(struct dag *dag, const struct dag_step *spec, char *err, size_t errlen)
