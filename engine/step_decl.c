@@ -35,8 +35,12 @@ void step_decls_free(struct step_decls *r)
 
 name_id step_decls_intern(struct step_decls *r, const char *s)
 {
-    if (!s) return 0;
-    struct strmap_slot *slot = strmap_slot(&r->ids, s);
+    return s ? step_decls_intern_hashed(r, s, strmap_hash(s)) : 0;
+}
+
+name_id step_decls_intern_hashed(struct step_decls *r, const char *s, uint32_t hash)
+{
+    struct strmap_slot *slot = strmap_slot_hashed(&r->ids, s, hash);
     if (slot->key) return (name_id)slot->value;
     if (r->n_strs >= TOO_MANY) return 0;
     ARRAY_GROW(r->strs, r->n_strs, r->cap_strs);

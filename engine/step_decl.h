@@ -72,6 +72,8 @@ void step_decls_free(struct step_decls *r);
 /* The id of s (NUL-terminated), interning it the first time; 0 for NULL.
  * Returns 0 too past 2^32 - 1 strings (never in practice; callers refuse). */
 name_id step_decls_intern(struct step_decls *r, const char *s);
+/* The same, with s's strmap_hash given. */
+name_id step_decls_intern_hashed(struct step_decls *r, const char *s, uint32_t hash);
 static inline const char *step_decls_str(const struct step_decls *r, name_id id)
 {
     return r->strs[id];

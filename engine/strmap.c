@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint32_t hash_str(const char *s)
+uint32_t strmap_hash(const char *s)
 {
-    uint32_t h = 2166136261u;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 16777619u;
+    uint32_t h = STRMAP_HASH_SEED;
+    for (; *s; s++) h = strmap_hash_step(h, (unsigned char)*s);
     return h;
 }
 
@@ -53,7 +53,7 @@ static void rehash(struct strmap *m, size_t cap)
 
 void strmap_prefetch(const struct strmap *m, const char *key)
 {
-    if (m->cap) __builtin_prefetch(&m->slots[hash_str(key) & (m->cap - 1)]);
+    if (m->cap) __builtin_prefetch(&m->slots[strmap_hash(key) & (m->cap - 1)]);
 }
 
 static bool fits(size_t count, size_t cap) { return count * 10 <= cap * 7; }
@@ -75,7 +75,11 @@ void strmap_put(struct strmap *m, const char *key, size_t value)
 
 struct strmap_slot *strmap_slot(struct strmap *m, const char *key)
 {
-    uint32_t h = hash_str(key);
+    return strmap_slot_hashed(m, key, strmap_hash(key));
+}
+
+struct strmap_slot *strmap_slot_hashed(struct strmap *m, const char *key, uint32_t h)
+{
     struct strmap_slot *s = m->cap ? find_slot(m, key, h) : NULL;
     if (s && s->key) return s;         /* found: the map does not grow for a key it has */
     if (!fits(m->count + 1, m->cap)) {
@@ -97,7 +101,7 @@ void strmap_fill(struct strmap *m, struct strmap_slot *slot, const char *key, si
 bool strmap_get(const struct strmap *m, const char *key, size_t *value)
 {
     if (!m->cap) return false;
-    struct strmap_slot *s = find_slot(m, key, hash_str(key));
+    struct strmap_slot *s = find_slot(m, key, strmap_hash(key));
     if (!s->key) return false;
     if (value) *value = s->value;
     return true;

@@ -28,6 +28,14 @@ bool strmap_get(const struct strmap *m, const char *key, size_t *value);
  * one is filled with strmap_fill before any other change to the map:
  * interning a name takes one probe, where a get and then a put take two. */
 struct strmap_slot *strmap_slot(struct strmap *m, const char *key);
+/* The same, for a key whose strmap_hash the caller has (node{} computes it
+ * in the pass that checks a name's characters). */
+struct strmap_slot *strmap_slot_hashed(struct strmap *m, const char *key, uint32_t hash);
+/* A key's hash (FNV-1a over its bytes): strmap_hash, or made a byte at a
+ * time from STRMAP_HASH_SEED with strmap_hash_step. */
+#define STRMAP_HASH_SEED 2166136261u
+static inline uint32_t strmap_hash_step(uint32_t h, unsigned char c) { return (h ^ c) * 16777619u; }
+uint32_t strmap_hash(const char *key);
 void strmap_fill(struct strmap *m, struct strmap_slot *slot, const char *key, size_t value);
 /* Asks the memory for key's first slot ahead of its lookup: in a map of
  * hundreds of thousands of names that slot is a cache miss, and the misses

@@ -141,13 +141,23 @@ static bool is_c1(const char *s, size_t i, size_t len)
            (unsigned char)s[i + 1] <= 0x9f;
 }
 
-static const char *name_problem(const char *s, size_t len)
+/* name_problem, and the name's strmap_hash in *hash when it has none: node{}
+ * checks and interns every name it is given, and this is one pass over its
+ * bytes where the check, a search for "..", strlen and the map's hash were
+ * four. */
+static const char *name_problem_hashed(const char *s, size_t len, uint32_t *hash)
 {
     if (len == 0) return "is empty";
-    bool ascii = true;                  /* (every name node{} meets is checked: the common byte first) */
-    for (size_t i = 0; i < len; i++) {
+    bool ascii = true, two_dots = false;
+    unsigned char prev = 0;
+    uint32_t h = STRMAP_HASH_SEED;
+    for (size_t i = 0; i < len; prev = (unsigned char)s[i++]) {
         unsigned char c = (unsigned char)s[i];
-        if (c > ' ' && c < 0x7f && c != ',') continue;
+        h = strmap_hash_step(h, c);
+        if (c > ' ' && c < 0x7f && c != ',') {          /* (the common byte first) */
+            two_dots |= c == '.' && prev == '.';
+            continue;
+        }
         if (c < 0x20 || c == 0x7f) return "contains a control character";
         if (c == ',') return "contains a comma (--nodes, --tags, --from-inputs and --to-outputs split names at commas)";
         if (c == ' ') return "contains a space (a name is one word, so that --nodes, --tags and the other selections can give it)";
@@ -156,10 +166,17 @@ static const char *name_problem(const char *s, size_t len)
     }
     if (!ascii && !utf8_valid(s, len, NULL)) return "is not UTF-8 text";
     /* a dot joins a namespace to a name (ns.step): an empty part breaks that */
-    if (s[0] == '.' || s[len - 1] == '.' || memmem(s, len, "..", 2))
+    if (s[0] == '.' || s[len - 1] == '.' || two_dots)
         return "has an empty part between dots (a dot joins a namespace and a name: ns.name)";
     if (len == 7 && memcmp(s, "params:", 7) == 0) return "names no parameter (write params:key)";
+    *hash = h;
     return NULL;
+}
+
+static const char *name_problem(const char *s, size_t len)
+{
+    uint32_t hash;
+    return name_problem_hashed(s, len, &hash);
 }
 
 /* Raises "<prefix><what>: '<name>' <problem>" at `level` if the string at
@@ -373,10 +390,13 @@ static int l_command(lua_State *L)
 enum { S_FUNC = 3, S_COMMAND, S_INPUTS, S_OUTPUTS, S_NAME, S_TAGS, S_RETRIES, S_TIMEOUT, S_POOL,
        S_ENV, S_COMPUTE, S_ENVIRONMENT, S_INSTANCE_TYPE, S_SHM_SIZE, S_INPUT_MODE, S_OUTPUT_MODE, S_METRICS,
        S_DECLS, S_BODY, S_DIST, S_IOBUF, S_IOBUF_OUT, S_TAG_LIST };
-static const char *const node_fields[] = {
-    "func", "command", "inputs", "outputs", "name", "tags", "retries", "timeout", "pool", "env",
-    "compute", "environment", "instance_type", "shm_size", "input_mode", "output_mode", "metrics",
+#define FIELD(name) { name, sizeof name - 1 }
+static const struct node_field { const char *name; size_t len; } node_fields[] = {
+    FIELD("func"), FIELD("command"), FIELD("inputs"), FIELD("outputs"), FIELD("name"), FIELD("tags"),
+    FIELD("retries"), FIELD("timeout"), FIELD("pool"), FIELD("env"), FIELD("compute"), FIELD("environment"),
+    FIELD("instance_type"), FIELD("shm_size"), FIELD("input_mode"), FIELD("output_mode"), FIELD("metrics"),
 };
+#undef FIELD
 #define N_NODE_FIELDS (sizeof node_fields / sizeof *node_fields)
 
 /* After the fields' slots: the store the node goes to, its body (function or
@@ -405,6 +425,19 @@ static name_id intern(lua_State *L, struct draft *dr, int idx)
     return flow_decls_intern(L, dr->decls, idx);
 }
 
+/* check_name of the string at idx (node: <what>), then its id: the check's
+ * pass over its bytes hashes it for the store's map. */
+static name_id take_name(lua_State *L, struct draft *dr, int idx, const char *what, int level)
+{
+    size_t len;
+    const char *s = lua_tolstring(L, idx, &len);
+    uint32_t hash;
+    if (name_problem_hashed(s, len, &hash)) check_name(L, idx, "node: ", what, level);     /* (raises) */
+    name_id id = step_decls_intern_hashed(dr->decls, s, hash);   /* (no NUL: a control character) */
+    if (!id) luaL_error(L, "more than 4,294,967,294 names in one script's steps");
+    return id;
+}
+
 /* Adds an input (which 0) or an output (1) to the draft. */
 static void draft_io(lua_State *L, struct draft *dr, int which, name_id arg, name_id dataset)
 {
@@ -428,7 +461,7 @@ static int cmp_names(const void *a, const void *b)
 static void bad_field(lua_State *L, int level)
 {
     const char *sorted[N_NODE_FIELDS];
-    memcpy(sorted, node_fields, sizeof sorted);
+    for (size_t i = 0; i < N_NODE_FIELDS; i++) sorted[i] = node_fields[i].name;
     qsort(sorted, N_NODE_FIELDS, sizeof *sorted, cmp_names);
     bool named = lua_type(L, -1) == LUA_TSTRING;
     const char *k = push_tostring(L, -1);
@@ -446,10 +479,19 @@ static void bad_field(lua_State *L, int level)
     fail(L, level, "node: unknown field '%s'%s", k, lua_tostring(L, -1));
 }
 
+/* The fields a step declared in a loop gives (a bit a field, by its index in
+ * node_fields): when a spec has no other, node{} skips the checks of the
+ * rest, each of which would find its slot nil. */
+#define FIELD_BIT(slot) (1u << ((slot) - S_FUNC))
+#define COMMON_FIELDS (FIELD_BIT(S_FUNC) | FIELD_BIT(S_COMMAND) | FIELD_BIT(S_INPUTS) | FIELD_BIT(S_OUTPUTS) | \
+                       FIELD_BIT(S_NAME))
+
 /* util.check_fields: copies each field of spec to its slot; raises on any
- * other key.  A spec with a metatable is read through it (spec.func). */
-static void read_spec(lua_State *L, int level)
+ * other key.  A spec with a metatable is read through it (spec.func).
+ * Returns the fields given (FIELD_BIT), every one through a metatable. */
+static unsigned read_spec(lua_State *L, int level)
 {
+    unsigned given = 0;
     lua_settop(L, S_DECLS - 1);        /* absent fields read as nil */
     lua_pushnil(L);
     while (lua_next(L, 1)) {           /* key, value */
@@ -458,21 +500,24 @@ static void read_spec(lua_State *L, int level)
             size_t len;
             const char *k = lua_tolstring(L, -2, &len);
             for (size_t i = 0; i < N_NODE_FIELDS && !slot; i++)
-                if (strlen(node_fields[i]) == len && memcmp(node_fields[i], k, len) == 0) slot = S_FUNC + (int)i;
+                if (node_fields[i].len == len && memcmp(node_fields[i].name, k, len) == 0) slot = S_FUNC + (int)i;
         }
         if (!slot) {
             lua_pop(L, 1);
             bad_field(L, level);
         }
         lua_replace(L, slot);
+        given |= FIELD_BIT(slot);
     }
     if (lua_getmetatable(L, 1)) {      /* spec.func and the others through __index */
         lua_pop(L, 1);
         for (int i = 0; i < (int)N_NODE_FIELDS; i++) {
-            lua_getfield(L, 1, node_fields[i]);
+            lua_getfield(L, 1, node_fields[i].name);
             lua_replace(L, S_FUNC + i);
         }
+        given = ~0u;
     }
+    return given;
 }
 
 /* The user's frame, and where() into the draft: "short_src:line", or "?". */
@@ -570,8 +615,7 @@ static void read_io_list(lua_State *L, struct draft *dr, int which, int v, const
         if (!nonempty_string(L, name))
             fail(L, level, "node: %s[%d] must be a dataset name (a non-empty string), got %s", what, (int)i,
                  shown_kind(L, name));
-        check_name(L, name, "node: ", what, level);
-        name_id id = intern(L, dr, name);
+        name_id id = take_name(L, dr, name, what, level);
         draft_io(L, dr, which, id, id);
         lua_pop(L, 1);
     }
@@ -650,10 +694,10 @@ static void read_io_map(lua_State *L, struct draft *dr, int which, int v, const 
             fail(L, level, "node: %s must map names to dataset names (strings); %s = %s is not", what, ks,
                  shown_kind(L, d));
         }
-        check_name(L, d, "node: ", what, level);
+        name_id dataset = take_name(L, dr, d, what, level);
         if (strlen(lua_tostring(L, k)) != lua_rawlen(L, k))
             fail(L, level, "node: %s: the name of an argument holds a NUL byte (\\0)", what);
-        draft_io(L, dr, which, intern(L, dr, k), intern(L, dr, d));
+        draft_io(L, dr, which, intern(L, dr, k), dataset);
         lua_settop(L, top);
     }
     lua_settop(L, keys.base);
@@ -668,8 +712,7 @@ static void set_io(lua_State *L, struct draft *dr, int which, int v, const char 
     int t = lua_type(L, v);
     if (t == LUA_TNIL) return;
     if (t == LUA_TSTRING) {
-        check_name(L, v, "node: ", what, level);
-        name_id id = intern(L, dr, v);
+        name_id id = take_name(L, dr, v, what, level);
         draft_io(L, dr, which, id, id);
     } else if (t != LUA_TTABLE) {
         fail(L, level, "node: %s must be a dataset name, a list of names or a map, got %s", what, lua_typename(L, t));
@@ -762,14 +805,13 @@ static void set_name(lua_State *L, struct draft *dr, lua_Debug *ar, bool have_fr
 {
     if (!lua_isnil(L, S_NAME)) {
         if (!nonempty_string(L, S_NAME)) fail(L, level, "node: name must be a non-empty string");
-        check_name(L, S_NAME, "node: ", "name", level);
-        lua_pushvalue(L, S_NAME);
-    } else {
-        int body = !lua_isnil(L, S_FUNC) && lua_toboolean(L, S_FUNC) ? S_FUNC : S_COMMAND;
-        if (!push_variable_name(L, ar, have_frame, body))
-            fail(L, level, "node: this step has no name and its %s is not held in a variable: add name = \"...\"",
-                 dr->rec.kind == STEP_DECL_FUNC ? "function" : "command");
+        dr->rec.name = take_name(L, dr, S_NAME, "name", level);
+        return;
     }
+    int body = !lua_isnil(L, S_FUNC) && lua_toboolean(L, S_FUNC) ? S_FUNC : S_COMMAND;
+    if (!push_variable_name(L, ar, have_frame, body))
+        fail(L, level, "node: this step has no name and its %s is not held in a variable: add name = \"...\"",
+             dr->rec.kind == STEP_DECL_FUNC ? "function" : "command");
     dr->rec.name = intern(L, dr, -1);
     lua_pop(L, 1);
 }
@@ -973,7 +1015,7 @@ static int l_node(lua_State *L)
     if (lua_type(L, 1) != LUA_TTABLE || has_class(L, 1, UP_NODE))
         fail(L, level, "node: expected node{func = ..., inputs = ..., outputs = ...}, got %s",
              has_class(L, 1, UP_NODE) ? "a node" : luaL_typename(L, 1));
-    read_spec(L, level);
+    bool more = read_spec(L, level) & ~COMMON_FIELDS;            /* fields past the common ones */
     struct draft dr = { .decls = flow_push_current_decls(L) };   /* S_DECLS */
     prefetch_names(L, dr.decls);
     for (int k = 0; k < 2; k++) {
@@ -984,17 +1026,19 @@ static int l_node(lua_State *L)
     lua_Debug ar;
     bool have_frame = user_frame(L, level, &ar, &dr);
     set_body(L, &dr, level);
-    set_env(L, &dr, level);
+    if (more) set_env(L, &dr, level);
     set_io(L, &dr, 0, S_INPUTS, "inputs", level);
     set_io(L, &dr, 1, S_OUTPUTS, "outputs", level);
-    if (!lua_isnil(L, S_TAGS)) {
+    if (more && !lua_isnil(L, S_TAGS)) {
         push_tags(L, S_TAGS, "node", level);
         lua_replace(L, S_TAG_LIST);
     }
     set_name(L, &dr, &ar, have_frame, level);
-    set_limits(L, &dr, level);
-    set_azureml(L, &dr, level);
-    set_metrics(L, &dr, level);
+    if (more) {
+        set_limits(L, &dr, level);
+        set_azureml(L, &dr, level);
+        set_metrics(L, &dr, level);
+    }
     add_record(L, &dr);
     return 1;
 }
