@@ -37,7 +37,9 @@ const char *dag_param_key(const char *dataset)
 
 bool dag_is_param_input(const char *dataset)
 {
-    return dag_param_key(dataset) || strcmp(dataset, "parameters") == 0;
+    /* (asked of every input, twice, when a graph is finalized: most names
+     * are told by their first byte) */
+    return dataset[0] == 'p' && (dag_param_key(dataset) || strcmp(dataset, "parameters") == 0);
 }
 
 long dag_count_max(enum dist_count c)

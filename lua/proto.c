@@ -57,9 +57,16 @@ static const void *read_proto(lua_State *L, int idx)
     idx = lua_absindex(L, idx);
     const struct lclosure_mirror *cl = lua_topointer(L, idx);
     if (!cl || cl->tt != TAG_LUA_CLOSURE) return NULL;
-    lua_Debug ar;
-    lua_pushvalue(L, idx);
-    if (!lua_getinfo(L, ">u", &ar) || ar.nups != cl->nupvalues) return NULL;
+    /* its upvalue count: upvalue n exists and n + 1 does not (as
+     * lua_getinfo's "u" says, which made flow_proto_id 447 instructions a
+     * call, 343 so: the up-to-date check asks it of every Lua step) */
+    unsigned n = cl->nupvalues;
+    if (n > 0 && !lua_getupvalue(L, idx, (int)n)) return NULL;
+    if (n > 0) lua_pop(L, 1);
+    if (lua_getupvalue(L, idx, (int)n + 1)) {
+        lua_pop(L, 1);
+        return NULL;
+    }
     if (cl->nupvalues > 0) {
         if (cl->upvals[0] != lua_upvalueid(L, idx, 1)) return NULL;
         void *last;                    /* upvals is declared [1]: read the last one as Lua does, past it */

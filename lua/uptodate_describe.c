@@ -96,12 +96,14 @@ static int compare_spans(const void *a, const void *b)
 /* Input d's part, as incremental.lua's input_part makes it, added to
  * c->part: "<" d \0 type, then \0v when versioned, for a dataset the catalog
  * declares (by name or by a pattern); nothing for a memory value or a
- * parameter.  *added says which; false when only cat:entry can tell. */
-static bool add_input_part(lua_State *L, struct checker *c, const char *d, bool *added)
+ * parameter (the graph's DAG_NO_DATASET).  *added says which; false when
+ * only cat:entry can tell. */
+static bool add_input_part(lua_State *L, struct checker *c, const struct dag_io *in, bool *added)
 {
     *added = false;
     bool patterns = lua_toboolean(L, X_PATTERNS);
-    if (dag_is_param_input(d) || (!patterns && !strmap_get(&c->cat_names, d, NULL))) return true;
+    const char *d = in->dataset;
+    if (in->di == DAG_NO_DATASET || (!patterns && !strmap_get(&c->cat_names, d, NULL))) return true;
     int top = lua_gettop(L);
     lua_pushstring(L, d);
     if (!flow_push_known_entry(L, X_CAT_EXACT, X_CAT_MEMO, -1, patterns)) return false;
@@ -155,7 +157,7 @@ static bool outputs_part(lua_State *L, struct checker *c, const struct dag_step 
     for (size_t k = 0; k < step->n_inputs; k++) {
         size_t at = c->part.len;
         bool added;
-        if (!add_input_part(L, c, step->inputs[k].dataset, &added)) return false;
+        if (!add_input_part(L, c, &step->inputs[k], &added)) return false;
         if (added) c->spans[n_in++] = (struct span){ at, c->part.len - at, NULL };
     }
     if (step->n_outputs < 2 && n_in == step->n_outputs) {
@@ -224,7 +226,9 @@ static const char *known_command_code(lua_State *L, struct checker *c, int cmd, 
 static long known_params(lua_State *L, struct checker *c, const struct dag_step *step, int n, int templates)
 {
     size_t np = 0;
-    int renames = flow_node_push_extra(L, n, "cmd_params") == LUA_TTABLE ? lua_gettop(L) : 0;
+    /* (the renames are of a command's template references: a Lua step has
+     * none to look up, a tenth of describing one) */
+    int renames = templates && flow_node_push_extra(L, n, "cmd_params") == LUA_TTABLE ? lua_gettop(L) : 0;
     bool line = templates && lua_type(L, templates) == LUA_TSTRING;
     size_t n_templates = !templates ? 0 : line ? 1 : (size_t)lua_rawlen(L, templates);
     for (size_t t = 0; t < n_templates + step->n_inputs; t++) {
@@ -238,8 +242,9 @@ static long known_params(lua_State *L, struct checker *c, const struct dag_step 
             refs = lua_gettop(L);
             keys = (size_t)lua_rawlen(L, refs);
         } else {
-            const char *d = step->inputs[t - n_templates].dataset;
-            if (!dag_is_param_input(d)) continue;
+            const struct dag_io *in = &step->inputs[t - n_templates];
+            if (in->di != DAG_NO_DATASET) continue;          /* (dag_finalize's mark of a parameter) */
+            const char *d = in->dataset;
             if (!(key = dag_param_key(d))) return -1;   /* "parameters": all of them */
         }
         for (size_t k = 0; k < keys; k++) {
