@@ -37,8 +37,8 @@ const char *dag_param_key(const char *dataset)
 
 bool dag_is_param_input(const char *dataset)
 {
-    /* (asked of every input, twice, when a graph is finalized: most names
-     * are told by their first byte) */
+    /* (asked of every input and output when a graph is finalized: most
+     * names are told by their first byte) */
     return dataset[0] == 'p' && (dag_param_key(dataset) || strcmp(dataset, "parameters") == 0);
 }
 

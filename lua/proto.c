@@ -19,9 +19,10 @@
  * two ids, and a C function none; if it fails, proto_id is nil for every
  * function of that state and the fingerprint hashes every closure (correct,
  * only slower).  And every call checks what the public API can confirm: the
- * closure's type tag, its upvalue count against lua_getinfo's, its first and
- * last upvalue pointers against lua_upvalueid's (the field just after `p`),
- * and the type tag of the prototype `p` points to; any mismatch gives nil. */
+ * closure's type tag, its upvalue count against lua_getupvalue's (upvalue n
+ * exists, n + 1 does not), its first and last upvalue pointers against
+ * lua_upvalueid's (the field just after `p`), and the type tag of the
+ * prototype `p` points to; any mismatch gives nil. */
 #include "flowlua.h"
 
 #include <lauxlib.h>
