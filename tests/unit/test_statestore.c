@@ -348,6 +348,22 @@ static void test_a_step_record_from_its_json(void)
     CHECK(r && r->body_len == strlen("{\"parts\":{\"code\":\"ab\"}}") &&
           memcmp(body_of(s, r), "{\"parts\":{\"code\":\"ab\"}}", r->body_len) == 0);
 
+    /* more outputs than step_record_put keeps on its stack: each one read */
+    char many[1024] = "{";
+    for (int k = 0; k < 12; k++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%s\"o%d\":{\"hash\":\"k%d\"%s}", k ? "," : "", k, k,
+                 k % 2 ? ",\"cached\":true" : ",\"value\":\"1\"");
+    strcat(many, "}");
+    rec.name = "wide";
+    rec.outputs_json = many;
+    CHECK(step_record_put(s, &rec, err, sizeof err) == 0);
+    r = state_store_get(s, "wide");
+    CHECK(r && r->n_outs == 12);
+    o = out_named(r, "o11");
+    CHECK(o && o->kind == 'c' && strcmp(o->path, ".flow/cache/values/k11") == 0 && strcmp(o->hash, "k11") == 0);
+    o = out_named(r, "o10");
+    CHECK(o && o->kind == 'v' && strcmp(o->path, "") == 0 && strcmp(o->hash, "k10") == 0);
+
     /* no outputs, no parts */
     rec.name = "noop";
     rec.outputs_json = rec.parts_json = NULL;
