@@ -63,8 +63,10 @@ static const void *read_proto(lua_State *L, int idx)
      * instructions a call with it, 343 so, and the up-to-date check asks it
      * of every Lua step) */
     unsigned n = cl->nupvalues;
-    if (n > 0 && !lua_getupvalue(L, idx, (int)n)) return NULL;
-    if (n > 0) lua_pop(L, 1);
+    if (n > 0) {
+        if (!lua_getupvalue(L, idx, (int)n)) return NULL;
+        lua_pop(L, 1);
+    }
     if (lua_getupvalue(L, idx, (int)n + 1)) {
         lua_pop(L, 1);
         return NULL;
