@@ -557,7 +557,9 @@ L
     contains "$(cat trace.txt)" "fdatasync(" "a run that does work"
     strace -f -e trace=fsync,fdatasync,mkdir,mkdirat -o trace.txt "$FLOW" run >/dev/null 2>&1
     equals "$(grep -cE 'fsync\(|fdatasync\(' trace.txt || true)" 0 "syncs of a no-op rerun"
-    equals "$(grep -cE 'mkdir' trace.txt || true)" 1 "directories a no-op rerun makes"
+    # (a call another thread interrupts is two lines, "mkdirat(... <unfinished ...>"
+    # and "<... mkdirat resumed>": count the calls, not the lines)
+    equals "$(grep -cE 'mkdir(at)?\(' trace.txt || true)" 1 "directories a no-op rerun makes"
     run_flow 0 status
     contains "$OUT" "up to date"
     run_flow 0 runs
