@@ -592,10 +592,13 @@ end
 -- the last one left: at the default 200 % a no-op rerun of 100,000 Lua
 -- steps made 16 of them, 94-97 ms, the heap growing about 1.4 times from
 -- one to the next.  At 400 % it grows about 2.1 times: 10 collections,
--- 48-50 ms (a first run: 145-160 ms -> 81-84), for 4-8 MB more at the peak
--- (the garbage the run's first collection frees: runner.lua's M.run).
--- The ratio, not where the thresholds fall, is what changes, so this holds
--- at any number of steps.
+-- 48-50 ms (a first run: 145-160 ms -> 81-84), for about 7 MB more at a
+-- first run's peak (the allocator keeps the slabs the extra garbage took:
+-- lua/alloc.c).  The ratio is what changes, so there are fewer collections
+-- at any number of steps; the time saved also depends on how large the
+-- heap is when the last one falls (300 % made 13 here, 91 ms).  A driver
+-- script's own code between its runs keeps this pause too (a run sets its
+-- own: runner.lua's M.run).
 local SCRIPT_GC_PAUSE = 400
 
 -- Load the script, run its top level, return the chosen pipeline.
