@@ -185,6 +185,9 @@ void flow_node_class(lua_State *L, int cls, int no_tags);
 /* The id of the string at idx in store d; raises when it is not a string
  * without NUL bytes, or past 2^32 - 1 names. */
 uint32_t flow_decls_intern(lua_State *L, struct step_decls *d, int idx);
+/* The same for s (checked by the caller: no NUL byte), whose strmap_hash is
+ * `hash`. */
+uint32_t flow_decls_intern_hashed(lua_State *L, struct step_decls *d, const char *s, uint32_t hash);
 int flow_l_derive(lua_State *L);
 int flow_l_same_decl(lua_State *L);
 int flow_l_io_datasets(lua_State *L);

@@ -433,9 +433,7 @@ static name_id take_name(lua_State *L, struct draft *dr, int idx, const char *wh
     const char *s = lua_tolstring(L, idx, &len);
     uint32_t hash;
     if (name_problem_hashed(s, len, &hash)) check_name(L, idx, "node: ", what, level);     /* (raises) */
-    name_id id = step_decls_intern_hashed(dr->decls, s, hash);   /* (no NUL: a control character) */
-    if (!id) luaL_error(L, "more than 4,294,967,294 names in one script's steps");
-    return id;
+    return flow_decls_intern_hashed(L, dr->decls, s, hash);      /* (no NUL: a control character) */
 }
 
 /* Adds an input (which 0) or an output (1) to the draft. */

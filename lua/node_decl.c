@@ -479,7 +479,12 @@ name_id flow_decls_intern(lua_State *L, struct step_decls *d, int idx)
     size_t len;
     const char *s = lua_type(L, idx) == LUA_TSTRING ? lua_tolstring(L, idx, &len) : NULL;
     if (!s || strlen(s) != len) luaL_error(L, "a step's name, dataset, argument or tag must be a string without NUL bytes");
-    name_id id = step_decls_intern(d, s);
+    return flow_decls_intern_hashed(L, d, s, strmap_hash(s));
+}
+
+name_id flow_decls_intern_hashed(lua_State *L, struct step_decls *d, const char *s, uint32_t hash)
+{
+    name_id id = step_decls_intern_hashed(d, s, hash);
     if (!id) luaL_error(L, "more than 4,294,967,294 names in one script's steps");
     return id;
 }
