@@ -146,6 +146,27 @@ bool flow_field_bool(lua_State *L, int idx, const char *key);
  * or nil for a memory dataset no pattern can match; false, with nothing
  * pushed, when only a search of the patterns can tell. */
 bool flow_push_known_entry(lua_State *L, int exact, int memo, int d, bool patterns);
+/* The run's values table (values_table.c): dataset d's entry at 1 + its
+ * index in the graph, names mapped by the metatable for Lua. */
+enum catalog_kind {
+    CATALOG_UNNAMED,      /* no exact entry: a memory dataset unless a pattern matches it */
+    CATALOG_MEMORY,       /* an exact entry of type memory */
+    CATALOG_KEPT,         /* an exact entry the catalog keeps (a file, a datastore) */
+};
+struct values_keys {
+    const struct dag *dag;          /* the graph whose indices key it; NULL: a table by name */
+    const unsigned char *kinds;     /* a dataset's enum catalog_kind by index, or NULL */
+    bool patterns;                  /* whether the catalog has patterns */
+};
+/* What C needs of the table at t: its graph, and with `exact` (the stack
+ * index of a catalog's exact entries; 0: not asked) the kinds read from
+ * them when the table was made for that catalog.  Both live as long as t. */
+struct values_keys flow_values_keys(lua_State *L, int t, int exact);
+/* Pushes the raw entry of dataset di (named `name`) of the table at t: by
+ * index when `by` is its graph, else by name; returns its type. */
+int flow_values_get(lua_State *L, int t, const struct dag *by, size_t di, const char *name);
+/* Adds table() and on_miss() to the module table on top (flow.values_c). */
+void flow_values_table_open(lua_State *L);
 /* A userdata metatable `name` with `methods` as __index and `gc` as __gc. */
 void flow_new_class(lua_State *L, const char *name, const struct luaL_Reg *methods, lua_CFunction gc);
 

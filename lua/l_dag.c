@@ -359,7 +359,8 @@ static int l_outputs_all_read(lua_State *L)
 /* dag:count_down(i, left, values, let_go): step i has ended well; for each
  * of its inputs d that `left` (reader_counts's) counts, one reader less, and
  * at the last one, when values holds d, values[d] = let_go.  (flow.values'
- * release_inputs, over the graph's own lists.) */
+ * release_inputs, over the graph's own lists; a values table of this graph
+ * is read and written by index, values_table.c.) */
 static int l_count_down(lua_State *L)
 {
     struct dag *dag = *check_dag(L, 1);
@@ -368,6 +369,18 @@ static int l_count_down(lua_State *L)
     luaL_argcheck(L, c->dag == dag && c->n == dag->n_datasets, 3, "the counts of another graph");
     luaL_checktype(L, 4, LUA_TTABLE);
     lua_settop(L, 5);
+    if (flow_values_keys(L, 4, 0).dag == dag) {
+        for (size_t k = 0; k < s->n_inputs; k++) {
+            size_t di = s->inputs[k].di;
+            if (di >= c->n || c->left[di] == 0 || --c->left[di] > 0) continue;
+            if (lua_rawgeti(L, 4, (lua_Integer)di + 1) != LUA_TNIL) {
+                lua_pushvalue(L, 5);
+                lua_rawseti(L, 4, (lua_Integer)di + 1);
+            }
+            lua_pop(L, 1);
+        }
+        return 0;
+    }
     lua_getiuservalue(L, 1, UV_KEY_STORE);
     const struct step_decls *keyed = flow_push_store_names(L, 6);     /* 7: its names by key, or nil */
     for (size_t k = 0; k < s->n_inputs; k++) {

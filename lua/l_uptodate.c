@@ -125,8 +125,7 @@ static bool input_source(lua_State *L, const struct checker *c, const struct dag
         return true;
     }
     lua_getiuservalue(L, 1, UV_VALUES);
-    lua_pushstring(L, d);
-    if (lua_rawget(L, -2) == LUA_TTABLE) {
+    if (flow_values_get(L, -1, flow_values_keys(L, -1, 0).dag == c->dag ? c->dag : NULL, io->di, d) == LUA_TTABLE) {
         in->hash = raw_string_field(L, "hash");
         in->path = in->hash ? NULL : raw_string_field(L, "path");
     }

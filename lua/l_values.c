@@ -5,7 +5,7 @@
  * serialised, hashed and recorded): a handful of tables a step, and the
  * collector's work on them.
  *
- * call(values, n, cat, inline_max [, namer]) takes a step whose inputs are all in
+ * call(values, n, cat, inline_max [, namer [, i]]) takes a step whose inputs are all in
  * memory (values[d].loaded) and whose outputs are all memory datasets, calls
  * n.fn on the inputs' values, and when the results are what the outputs ask
  * for and each serialises to at most inline_max bytes, records them as the
@@ -31,9 +31,14 @@
  * the step's code sees a difference: error(msg, 2) names no position (its
  * caller is C, not the stdlib's run_function), and a traceback shows the
  * function as "function <file:line>" rather than "field 'fn'".
+ * With i, the step's index in the graph of a values table by index
+ * (values_table.c), its inputs are read and its outputs written there by
+ * the graph's dataset indices, and the catalog's verdict on its outputs is
+ * the table's: no name is made as a Lua string.
  * FLOW_DEBUG_LUA_BODIES=1 sends every step the stdlib's way; t_outputs.sh
  * runs both and compares what they record. */
 #include "flowlua.h"
+#include "dag.h"
 #include "hash.h"
 #include "json_text.h"
 #include "serialize.h"
@@ -46,7 +51,7 @@
 
 #define MAX_OUTPUTS 64
 
-enum { A_VALUES = 1, A_NODE, A_CAT, A_INLINE_MAX, A_RECOMPUTE, S_EXACT, S_MEMO, S_NAMES };
+enum { A_VALUES = 1, A_NODE, A_CAT, A_INLINE_MAX, A_RECOMPUTE, A_STEP, S_EXACT, S_MEMO, S_NAMES };
 
 /* Whether field `key` of the table at idx is the string `want`. */
 static bool field_is(lua_State *L, int idx, const char *key, const char *want)
@@ -56,14 +61,41 @@ static bool field_is(lua_State *L, int idx, const char *key, const char *want)
 }
 
 /* The step: its record (read from the node's, not from Lua lists that a
- * read of n.inputs would make), a copy, and its store. */
-struct step_view { struct step_decls *d; struct step_decl rec; };
+ * read of n.inputs would make), a copy, and its store; and when the values
+ * table keeps its entries by the graph's dataset index (values_table.c)
+ * and the step's index was given, the graph's step, whose inputs and
+ * outputs give those indices (else NULL: values by name). */
+struct step_view {
+    struct step_decls *d;
+    struct step_decl rec;
+    struct values_keys keys;
+    const struct dag_step *step;
+};
 
-static bool view_of_node(lua_State *L, struct step_view *v)
+/* The graph's step i (argument A_STEP) when it is the node's, as a values
+ * table by index needs it. */
+static const struct dag_step *graph_step(lua_State *L, const struct step_view *v)
+{
+    const struct dag *dag = v->keys.dag;
+    lua_Integer i = lua_isinteger(L, A_STEP) ? lua_tointeger(L, A_STEP) : 0;
+    if (!dag || i < 1 || (uint64_t)i > dag->n_steps) return NULL;
+    const struct dag_step *s = &dag->steps[i - 1];
+    if (s->n_inputs != v->rec.n_inputs || s->n_outputs != v->rec.n_outputs ||
+        strcmp(s->name, step_decls_str(v->d, v->rec.name)) != 0)
+        return NULL;
+    for (size_t k = 0; k < s->n_outputs; k++)
+        if (s->outputs[k].di >= dag->n_datasets) return NULL;
+    return s;
+}
+
+/* exact: the stack index of the catalog's exact entries, or 0. */
+static bool view_of_node(lua_State *L, struct step_view *v, int exact)
 {
     const struct step_decl *r = flow_node_decl(L, A_NODE, &v->d, NULL);
     if (!r) return false;
     v->rec = *r;                        /* (pushing a string may run finalizers, which may add records) */
+    v->keys = flow_values_keys(L, A_VALUES, exact);
+    v->step = graph_step(L, v);
     return true;
 }
 
@@ -72,16 +104,26 @@ static bool view_of_node(lua_State *L, struct step_view *v)
 static void push_io_name(lua_State *L, const struct step_view *v, bool outputs, lua_Integer k, bool arg)
 {
     struct step_io io = v->d->io[step_io_first(&v->rec, outputs) + (uint32_t)k - 1];
+    if (lua_isnil(L, S_NAMES)) {                  /* the store's names, when a step first needs one */
+        flow_push_node_names(L, A_NODE);
+        lua_replace(L, S_NAMES);
+    }
     flow_push_name_of(L, S_NAMES, v->d, arg ? io.arg : io.dataset);
 }
 
-/* Every output a memory dataset. */
+/* Every output a memory dataset: by the kinds the values table read from
+ * the catalog when it has them, else (or when a pattern may match) by name. */
 static bool outputs_in_memory(lua_State *L, const struct step_view *v)
 {
     lua_getfield(L, A_CAT, "patterns");
     bool patterns = lua_istable(L, -1) && lua_rawlen(L, -1) > 0;
     lua_pop(L, 1);
     for (lua_Integer k = 1; k <= v->rec.n_outputs; k++) {
+        if (v->step && v->keys.kinds) {
+            enum catalog_kind kind = v->keys.kinds[v->step->outputs[k - 1].di];
+            if (kind == CATALOG_KEPT) return false;
+            if (kind == CATALOG_MEMORY || !v->keys.patterns) continue;
+        }
         push_io_name(L, v, true, k, false);
         if (!flow_push_known_entry(L, S_EXACT, S_MEMO, -1, patterns)) {
             lua_pop(L, 1);
@@ -183,8 +225,15 @@ static bool push_inputs(lua_State *L, const struct step_view *v, int *nargs)
     if (n_in > 1000000 || !lua_checkstack(L, (int)n_in + 8)) return false;    /* the stdlib says why */
     if (map) lua_createtable(L, 0, (int)(n_in > 64 ? 64 : n_in));
     for (lua_Integer k = 1; k <= n_in; k++) {
-        push_io_name(L, v, false, k, false);
-        if (lua_rawget(L, A_VALUES) != LUA_TTABLE || lua_getfield(L, -1, "loaded") != LUA_TBOOLEAN ||
+        int type;
+        if (v->step) {
+            size_t di = v->step->inputs[k - 1].di;           /* (a parameter has none: the stdlib's) */
+            type = di < v->keys.dag->n_datasets ? lua_rawgeti(L, A_VALUES, (lua_Integer)di + 1) : LUA_TNONE;
+        } else {
+            push_io_name(L, v, false, k, false);
+            type = lua_rawget(L, A_VALUES);
+        }
+        if (type != LUA_TTABLE || lua_getfield(L, -1, "loaded") != LUA_TBOOLEAN ||
             !lua_toboolean(L, -1)) {
             lua_settop(L, top);
             return false;
@@ -316,7 +365,7 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
      * (what hand_over needs first, then the values and their texts) */
     luaL_checkstack(L, 8, "too many results");
     struct step_view v;
-    if (!view_of_node(L, &v)) return luaL_error(L, "internal error: a step's node went while it ran");
+    if (!view_of_node(L, &v, 0)) return luaL_error(L, "internal error: a step's node went while it ran");
     lua_Integer n_out = v.rec.n_outputs;
     lua_Integer inline_max = lua_tointeger(L, A_INLINE_MAX);
     bool map = v.rec.flags & STEP_OUTPUTS_MAP;
@@ -357,8 +406,13 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
         size_t len;
         struct ready *o = &r[k - 1];
         o->text = lua_tolstring(L, val + 1, &len);
-        push_io_name(L, &v, true, k, false);
-        o->d = lua_tostring(L, -1);                         /* kept alive as a key of A_VALUES */
+        const struct dag_io *io = v.step ? &v.step->outputs[k - 1] : NULL;
+        if (io) {
+            o->d = io->dataset;                             /* the graph's, which A_VALUES keeps alive */
+        } else {
+            push_io_name(L, &v, true, k, false);
+            o->d = lua_tostring(L, -1);                     /* kept alive as a key of A_VALUES */
+        }
         if (o->text) sha256_hex(o->text, len, o->hash);
         else recompute_key(L, fp, o->d, o->hash);
         lua_createtable(L, 0, 3);
@@ -368,28 +422,29 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
         lua_setfield(L, -2, "value");
         lua_pushboolean(L, 1);
         lua_setfield(L, -2, "loaded");
-        lua_rawset(L, A_VALUES);
+        if (io) lua_rawseti(L, A_VALUES, (lua_Integer)io->di + 1);
+        else lua_rawset(L, A_VALUES);
     }
     push_records_json(L, r, (size_t)n_out);
     return 1;
 }
 
-/* call(values, n, cat, inline_max [, namer]) -> records JSON | nil, results | nothing (see above) */
+/* call(values, n, cat, inline_max [, namer [, i]]) -> records JSON | nil, results | nothing (see above) */
 static int l_call(lua_State *L)
 {
-    lua_settop(L, A_RECOMPUTE);
+    lua_settop(L, A_STEP);
     luaL_checktype(L, A_VALUES, LUA_TTABLE);
     luaL_checktype(L, A_NODE, LUA_TUSERDATA);
     luaL_checktype(L, A_CAT, LUA_TTABLE);
     luaL_argcheck(L, luaL_checkinteger(L, A_INLINE_MAX) > 0, A_INLINE_MAX, "a positive size");
     if (!lua_isnoneornil(L, A_RECOMPUTE)) luaL_checktype(L, A_RECOMPUTE, LUA_TFUNCTION);
-    struct step_view v;
-    if (!view_of_node(L, &v)) return 0;
     lua_getfield(L, A_CAT, "exact");
     lua_getfield(L, A_CAT, "memo");
     for (int i = S_EXACT; i <= S_MEMO; i++)
         if (!lua_istable(L, i)) return 0;
-    flow_push_node_names(L, A_NODE);                       /* S_NAMES */
+    struct step_view v;
+    if (!view_of_node(L, &v, S_EXACT)) return 0;
+    lua_pushnil(L);                                        /* S_NAMES: made by push_io_name */
     if (!outputs_in_memory(L, &v)) return 0;
     if (flow_node_push_body(L, A_NODE) != LUA_TFUNCTION) return 0;
     int base = lua_gettop(L) - 1, nargs;                   /* the results replace fn and its arguments */
@@ -424,5 +479,6 @@ static const luaL_Reg values_funcs[] = {
 int luaopen_flow_values_c(lua_State *L)
 {
     luaL_newlib(L, values_funcs);
+    flow_values_table_open(L);
     return 1;
 }

@@ -12,7 +12,7 @@
  * step keeps its values between runs (Run:keeps_values, whose rule is
  * keeps_values below: the one spelling of it).  An attempt of a plain step
  * (plain_attempt's closure, body.plain.attempt of flow.sched) runs
- *   sched.guard(on_step_error, values_c.call, values, node, cat, inline_max, namer)
+ *   sched.guard(on_step_error, values_c.call, values, node, cat, inline_max, namer, i)
  * -- the stdlib's own guard and body, so that cancellation, timeouts and
  * errors are caught as for any step -- and when that recorded the step's
  * outputs (the JSON text), lets its inputs go (graph:count_down) and returns
@@ -157,7 +157,8 @@ static int attempt(lua_State *L)
     lua_pushvalue(L, UP(U_INLINE_MAX));
     if (steps[i - 1] == PLAIN_NAMED) lua_pushvalue(L, UP(U_NAMER));
     else lua_pushnil(L);
-    lua_callk(L, 7, LUA_MULTRET, 0, called);
+    lua_pushinteger(L, i);
+    lua_callk(L, 8, LUA_MULTRET, 0, called);
     return called(L, LUA_OK, 0);
 }
 

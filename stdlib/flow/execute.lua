@@ -62,7 +62,7 @@ function Run:run_function(n, i)
   local dist = self.mode == "local" and self.dists[i]
   local namer = self:unkept_namer(n, i)      -- its large values are not kept (flow.values)
   if not dist and not n.metrics and not M.lua_bodies then
-    local json, results = values_c.call(self.values, n, self.cat, INLINE_MAX, namer)
+    local json, results = values_c.call(self.values, n, self.cat, INLINE_MAX, namer, i)
     if json then
       self.bodies_in_c = (self.bodies_in_c or 0) + 1
       self.records[n.name].outputs_json = json

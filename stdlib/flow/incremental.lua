@@ -16,6 +16,7 @@ local fingerprint = require("flow.fingerprint")
 local state_mod = require("flow.state")
 local failure = require("flow.failure")
 local cache = require("flow.cache")
+local values_c = require("flow.values_c")
 local remote = require("flow.remote")
 
 local first_line = failure.first_line
@@ -247,7 +248,7 @@ function Run:engine_check(plan)
   self.described_in_c = in_c          -- (FLOW_DEBUG_UPTODATE's line, runner.lua)
   if not described then return nil end
   local state = self.state
-  setmetatable(self.values, { __index = function(values, d)
+  values_c.on_miss(self.values, function(values, d)
     local p = type(d) == "string" and g:producer(d)
     if not (p and chk:passed(p)) then return nil end
     local n = nodes[p]
@@ -255,9 +256,9 @@ function Run:engine_check(plan)
     local out = rec and rec.outputs[d]
     if not out then return nil end
     local v = value_from_record(out, self.cat:entry(d))
-    rawset(values, d, v)
+    values[d] = v
     return v
-  end })
+  end)
   return chk
 end
 

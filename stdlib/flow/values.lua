@@ -26,7 +26,9 @@ M.methods = Run
 local DATA = ".flow/data"
 M.DATA = DATA
 
--- self.values[d]: what the run knows of dataset d —
+-- self.values[d]: what the run knows of dataset d (the table is
+-- values_c.table's: kept by the graph's dataset index for C, read and
+-- written by name here, pairs() giving names) —
 --   value, loaded   the Lua value (loaded = true once it is in memory)
 --   path            where it is on disk (a persisted or command-written dataset)
 --   hash            its content hash (inputs' hashes go into fingerprints)
@@ -772,7 +774,7 @@ end
 -- {dataset = value entry}, or raises listing everything missing.
 function M.outside_inputs(plan, st)
   local nodes, g, selected, cat = plan.nodes, plan.graph, plan.selected, plan.cat
-  local values, missing, seen, unselected_producer = {}, {}, {}, false
+  local values, missing, seen, unselected_producer = values_c.table(g, cat), {}, {}, false
   local readers = selected and nodes or plan.free_readers     -- without a selection only free inputs are outside
   for i, n in ipairs(readers) do
     if not selected or selected[i] then

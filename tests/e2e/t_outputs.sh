@@ -644,6 +644,45 @@ L
         "the steps the C path took"
 }
 
+# The run's values table (lua/values_table.c) keeps a dataset of the graph
+# at its index, where C reads and writes it, and answers Lua by name: reads,
+# writes, pairs() (names, with a name the graph does not know kept under
+# itself), on_miss's first use; the catalog's word on each dataset is read
+# from its exact entries once (a kept output sends the step the stdlib's
+# way, which t_outputs' comparisons of the two paths cover).
+test_the_values_table_keeps_datasets_by_index_and_answers_by_name() {
+    write check.lua <<'L'
+local dag, values_c = require("flow.dag"), require("flow.values_c")
+local f = function() end
+local g = dag.build({ node{ name = "p", outputs = "a", func = f }, node{ name = "q", inputs = "a", outputs = "b", func = f } }, {})
+local v = values_c.table(g, { exact = { b = { type = "json" } }, patterns = {} })
+local out = {}
+local function say(...) out[#out + 1] = table.concat({ ... }, " ") end
+v.a = { value = 1 }
+v.other = { value = 2 }
+say("a", v.a.value, tostring(rawget(v, "a")), "other", v.other.value, tostring(rawget(v, "other") ~= nil))
+say("missing", tostring(v.b), tostring(v.nothing))
+local names = {}
+for d, e in pairs(v) do names[#names + 1] = d .. "=" .. e.value end
+table.sort(names)
+say("pairs", table.concat(names, ","))
+values_c.on_miss(v, function(t, d) if d == "b" then t[d] = { value = "made" } return t[d] end end)
+say("miss", v.b.value, tostring(v.nothing))
+v.a = nil
+say("gone", tostring(v.a))
+say("refused", tostring(pcall(values_c.on_miss, {}, f)))
+io.open("result", "w"):write(table.concat(out, "\n")):close()
+return pipeline{}
+L
+    run_flow 0 run check.lua
+    equals "$(cat result)" "a 1 nil other 2 true
+missing nil nil
+pairs a=1,other=2
+miss made nil
+gone nil
+refused false"
+}
+
 # A script may set a locale whose decimal point is a comma (os.setlocale):
 # the numbers flow keeps and writes still use a '.', so a value restored on
 # the next run is the value the step returned (it was kept as "return 0,5",
