@@ -223,7 +223,8 @@ static void flush_outputs(void *arg)
     free(parents);
 }
 
-static void end_recorded(struct step_runner *r, size_t i, bool written, const char *why);
+static void end_recorded(struct step_runner *r, size_t i, bool written, const char *why,
+                         const struct step_outcome *o);
 
 /* On the loop's thread: the outputs are durable (or could not be made so);
  * now the lines, then the steps that waited for them. */
@@ -249,12 +250,12 @@ static void flush_written(void *arg)
     for (size_t k = 0; k < job->b.n_steps; k++) {
         size_t i = job->b.steps[k];
         if (owner == SIZE_MAX || owner == i) {
-            end_recorded(r, i, rc == 0, err);
+            end_recorded(r, i, rc == 0, err, NULL);
             continue;
         }
         char *why = xasprintf("its journal line was in one batch with the end of step '%s', whose output could "
                               "not be made durable (%s)", step_name(r, owner), err);
-        end_recorded(r, i, false, why);
+        end_recorded(r, i, false, why, NULL);
         free(why);
     }
     keep_lines(r, &job->b);
@@ -350,13 +351,16 @@ static char *record_metrics(const struct life *l)
 /* A step whose end is recorded: its state record (step_record.h) goes into
  * the store, which makes it the step's last successful run for the next
  * run's check, and for this run's (its consumers may now use its hashes).
- * A record the store refuses costs the next run a rerun of the step. */
-static void put_record(struct step_runner *r, size_t i)
+ * A record the store refuses costs the next run a rerun of the step.  o:
+ * the outcome, when it is recorded as it ends (its outputs as fields, if
+ * the body gave them), else NULL. */
+static void put_record(struct step_runner *r, size_t i, const struct step_outcome *o)
 {
     struct life *l = life_of(r, i);
     char *metrics = record_metrics(l);
     struct step_record rec = { .name = masked(step_name(r, i)), .fp = l->fp, .time = l->finished,
-                               .parts_json = l->parts, .outputs_json = l->outputs, .metrics_json = metrics };
+                               .parts_json = l->parts, .outputs_json = l->outputs, .metrics_json = metrics,
+                               .outs = o ? o->outs : NULL, .n_outs = o ? o->n_outs : 0 };
     char err[512];
     if (step_record_put(r->state, &rec, err, sizeof err) != 0)
         ui_warn("%s: its record cannot be kept, so it runs again next time", err);
@@ -371,10 +375,11 @@ static void put_record(struct step_runner *r, size_t i)
 
 /* The step's end is written (or could not be): it is over.  A step the
  * scheduler was told of already (held) fails now if its end was lost. */
-static void end_recorded(struct step_runner *r, size_t i, bool written, const char *why)
+static void end_recorded(struct step_runner *r, size_t i, bool written, const char *why,
+                         const struct step_outcome *o)
 {
     struct life *l = life_of(r, i);
-    if (l->ok && written && l->fp && r->state) put_record(r, i);
+    if (l->ok && written && l->fp && r->state) put_record(r, i, o);
     bool was_ok = l->ok;
     if (l->ok && !written) {
         /* Its outputs are in place, but with no record of them the step is not done. */
@@ -409,7 +414,7 @@ static void end_step(struct step_runner *r, size_t i, const struct step_outcome 
         report(r, i);
     }
     if (o->ok && r->state && l->fp) set_string(&l->outputs, o->outputs_json);
-    if (!r->journal) { end_recorded(r, i, true, NULL); return; }
+    if (!r->journal) { end_recorded(r, i, true, NULL, o); return; }
     step_end_line(r, i, hold_begin(r), o->ok ? o->outputs_json : NULL, interrupted);
     hold_end(r, true);
     if (o->ok)
@@ -424,7 +429,7 @@ static void end_step(struct step_runner *r, size_t i, const struct step_outcome 
      * is out. */
     bool flush = r->specs[i].command || l->finished - l->started >= FLUSH_EVERY || !o->ok || o->n_paths > 0 ||
                  monotonic_seconds() - r->flushed_at >= FLUSH_EVERY;
-    if (!flush) { end_recorded(r, i, true, NULL); return; }
+    if (!flush) { end_recorded(r, i, true, NULL, o); return; }
     ARRAY_GROW(r->held.steps, r->held.n_steps, r->held.cap_steps);
     r->held.steps[r->held.n_steps++] = i;
     if (!o->ok) {

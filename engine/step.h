@@ -49,6 +49,7 @@
 #include <stddef.h>
 
 struct step_runner;
+struct state_out;
 
 /* What step i is, for its life (the body knows the rest). */
 struct step_spec {
@@ -64,6 +65,10 @@ struct step_outcome {
      * NULL; and the files and trees it put in place, flushed before its end is
      * journaled */
     const char *outputs_json;
+    /* outputs_json's outputs as the state record has them, when the body
+     * had them as fields (step_record.h; valid for this call), or NULL */
+    const struct state_out *outs;
+    size_t n_outs;
     const char *const *paths;
     size_t n_paths;
     /* on failure: the message (its first line goes into the records), what to

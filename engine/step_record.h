@@ -1,6 +1,8 @@
 /* step_record.h — a step's successful run as its state record
  * (statestore.h): what the record's fields and body hold, made from the JSON
- * texts the step's end already has (its journal line's).  One rule for both
+ * texts the step's end already has (its journal line's), or with the
+ * outputs' fields given by whoever wrote the text (a Lua step's body in C),
+ * which are then not read from it again.  One rule for both
  * writers: the engine, when a step's end is recorded (step.c), and the
  * stdlib, when it folds an earlier run's journal in (flow.state's put).
  *
@@ -27,6 +29,13 @@ struct step_record {
     double time;                 /* its step_end's */
     /* JSON texts, masked by whoever made them; NULL: none */
     const char *parts_json, *outputs_json, *metrics_json;
+    /* outputs_json's outputs as the record has them, in its order, when
+     * whoever made the text had them as fields (a Lua step's body in C:
+     * values inline, or not kept, so no path); NULL: read from the text.
+     * FLOW_DEBUG_RECORD_FIELDS=1 reads the text too and refuses a record
+     * whose fields differ (t_outputs.sh). */
+    const struct state_out *outs;
+    size_t n_outs;
 };
 
 /* Puts the record into the store (state_store_put).  -1 with a message when

@@ -77,6 +77,14 @@ int flow_step_can_yield(lua_State *co);
  * flow_step_wake, which takes it off the list and resumes the step. */
 struct step_wait;
 void flow_step_wait(lua_State *co, struct step_wait *w);
+/* A step's body in C (l_values.c) gives the outputs of the outputs text
+ * `json` it returns as the state record's fields (statestore.h; strings
+ * that live as long as the run, the hashes copied): the attempt's end then
+ * puts the record without reading the text.  Nothing when co is not a
+ * step's coroutine or there are more than FLOW_KEPT_OUTPUTS_MAX. */
+#define FLOW_KEPT_OUTPUTS_MAX 64
+struct state_out;
+void flow_step_keep_outputs(lua_State *co, const char *json, const struct state_out *outs, size_t n);
 void flow_step_wake(lua_State *co, struct step_wait *w);
 void flow_step_resume(lua_State *co, int nargs);
 /* The journal userdata at idx (flow.cache.journal), raising if closed; the

@@ -11,8 +11,10 @@
  * a thread that swallowed it some other way (a load() reader, a __close), and
  * sched.guard reports the cancellation whatever the code made of it. */
 #include "flowlua.h"
+#include "hash.h"
 #include "proc.h"
 #include "sched.h"
+#include "statestore.h"
 #include "step.h"
 #include "step_wait.h"
 #include "loop.h"
@@ -47,6 +49,17 @@ struct step_run {
     double next_look;              /* look_before_switch: next look at the signals */
 };
 
+/* The outputs a step's body in C gave as fields (flow_step_keep_outputs),
+ * for the outputs text `json` of step `owner`'s attempt: one set a run, for
+ * the step whose attempt ends next. */
+struct kept_outputs {
+    const struct step_run *owner;  /* NULL: none */
+    const char *json;
+    size_t n;
+    struct state_out outs[FLOW_KEPT_OUTPUTS_MAX];
+    char hash[FLOW_KEPT_OUTPUTS_MAX][SHA256_HEX_SIZE];
+};
+
 struct run {
     lua_State *L;                  /* where the callbacks run: the caller's, or the run's own thread (start) */
     struct sched *sched;
@@ -70,6 +83,7 @@ struct run {
     int check_fn_ref;              /* its up_to_date(i), or LUA_NOREF */
     int fingerprint_fn_ref;        /* its fingerprint(i), or LUA_NOREF */
     struct step_run *steps;
+    struct kept_outputs kept;
     /* Finished coroutines, ready for the next step: a new thread per step
      * would be most of the cost of 100,000 tiny Lua steps. */
     struct { lua_State *co; int ref; } *idle;
@@ -202,16 +216,39 @@ static void release(struct step_run *st)
     step_wait_list_clear(&st->waits);     /* their owners (the coroutine's userdata) free them */
 }
 
+void flow_step_keep_outputs(lua_State *co, const char *json, const struct state_out *outs, size_t n)
+{
+    struct step_run *st = step_of(co);
+    if (!st || n > FLOW_KEPT_OUTPUTS_MAX) return;
+    struct kept_outputs *k = &st->run->kept;
+    for (size_t i = 0; i < n; i++) {
+        k->outs[i] = outs[i];
+        snprintf(k->hash[i], sizeof k->hash[i], "%s", outs[i].hash);
+        k->outs[i].hash = k->hash[i];
+    }
+    k->n = n;
+    k->json = json;
+    k->owner = st;
+}
+
 /* The attempt's results on the coroutine's stack, `ok, info` (see
  * runner.lua's Run:attempt_body), as an outcome whose strings live on that
  * stack.  Nothing here may raise (it runs inside the scheduler): the paths'
  * array is C memory the caller frees. */
-static void read_outcome(lua_State *co, int nres, struct step_outcome *o)
+static void read_outcome(struct step_run *st, int nres, struct step_outcome *o)
 {
+    lua_State *co = st->co;
     int top = lua_gettop(co), t = top - nres + 2;
     o->ok = nres > 0 && lua_toboolean(co, top - nres + 1);
     if (o->ok && nres >= 2 && lua_type(co, t) == LUA_TSTRING) {     /* a plain step's: its outputs */
         o->outputs_json = lua_tostring(co, t);
+        /* their fields, when the body in C gave them for this very text (a
+         * string on the stack since: the same address is the same string) */
+        const struct kept_outputs *k = &st->run->kept;
+        if (k->owner == st && k->json == o->outputs_json) {
+            o->outs = k->outs;
+            o->n_outs = k->n;
+        }
         return;
     }
     if (nres < 2 || !lua_istable(co, t)) {
@@ -288,8 +325,9 @@ static void resume(struct step_run *st, int nargs)
         return;
     }
     struct step_outcome o = { 0 };
-    read_outcome(st->co, nres, &o);
+    read_outcome(st, nres, &o);
     step_attempt_done(st->run->runner, st->index, &o);     /* copies what it keeps */
+    st->run->kept.owner = NULL;
     free((void *)o.paths);
     release(st);
 }
@@ -332,6 +370,7 @@ static void body_attempt(void *ctx, struct step_runner *r, size_t i, int attempt
         return;
     }
     *(struct step_run **)lua_getextraspace(st->co) = st;
+    if (run->kept.owner == st) run->kept.owner = NULL;
     st->guarded = 0;
     st->cancel = CANCEL_NONE;
     st->next_look = 0;

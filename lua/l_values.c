@@ -42,6 +42,7 @@
 #include "hash.h"
 #include "json_text.h"
 #include "serialize.h"
+#include "statestore.h"
 #include "step_decl.h"
 
 #include <lauxlib.h>
@@ -49,7 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_OUTPUTS 64
+#define MAX_OUTPUTS FLOW_KEPT_OUTPUTS_MAX
 
 enum { A_VALUES = 1, A_NODE, A_CAT, A_INLINE_MAX, A_RECOMPUTE, A_STEP, S_EXACT, S_MEMO, S_NAMES };
 
@@ -426,6 +427,13 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
         else lua_rawset(L, A_VALUES);
     }
     push_records_json(L, r, (size_t)n_out);
+    if (v.step) {               /* the datasets' names are the graph's: they outlive the run's records */
+        struct state_out outs[MAX_OUTPUTS];
+        for (lua_Integer k = 0; k < n_out; k++)      /* (in the text's order: push_records_json sorted r) */
+            outs[k] = (struct state_out){ .kind = r[k].text ? 'v' : 't', .dataset = r[k].d, .path = "",
+                                          .hash = r[k].hash };
+        flow_step_keep_outputs(L, lua_tostring(L, -1), outs, (size_t)n_out);
+    }
     return 1;
 }
 

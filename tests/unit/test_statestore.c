@@ -307,6 +307,39 @@ static const struct state_out *out_named(const struct state_rec *r, const char *
     return NULL;
 }
 
+/* A record whose outputs come as fields (a Lua step's body in C) is the
+ * record its text gives; under FLOW_DEBUG_RECORD_FIELDS (set for this whole
+ * program, as t_outputs.sh sets it for a run) fields that say otherwise
+ * than the text are refused. */
+static void test_a_step_record_from_its_fields(void)
+{
+    const char *w;
+    CHECK(mkdir_p(".flow/cache", 0755) == 0);
+    struct state_store *s = reopen(".flow/cache/fields.log", &w);
+    const char *json = "{\"a\":{\"hash\":\"h1\",\"value\":\"return 1\"},\"b\":{\"hash\":\"h2\",\"recompute\":true}}";
+    struct state_out outs[] = { { 'v', "a", "", "h1" }, { 't', "b", "", "h2" } };
+    struct step_record rec = { .name = "text", .fp = "fp", .time = 1, .parts_json = "{\"code\":\"c\"}",
+                               .outputs_json = json };
+    CHECK(step_record_put(s, &rec, err, sizeof err) == 0);
+    rec.name = "fields";
+    rec.outs = outs;
+    rec.n_outs = 2;
+    CHECK(step_record_put(s, &rec, err, sizeof err) == 0);
+    const struct state_rec *t = state_store_get(s, "text"), *f = state_store_get(s, "fields");
+    CHECK(t && f && f->n_outs == 2 && t->n_outs == 2);
+    for (size_t k = 0; t && f && k < 2; k++)
+        CHECK(f->outs[k].kind == t->outs[k].kind && strcmp(f->outs[k].dataset, t->outs[k].dataset) == 0 &&
+              strcmp(f->outs[k].path, t->outs[k].path) == 0 && strcmp(f->outs[k].hash, t->outs[k].hash) == 0);
+    char *tb = t ? xstrndup(body_of(s, t), t->body_len) : NULL;
+    CHECK(tb && f && f->body_len == t->body_len && memcmp(body_of(s, f), tb, f->body_len) == 0);
+    free(tb);
+    outs[1].hash = "h3";                         /* not what the text says */
+    rec.name = "wrong";
+    CHECK(step_record_put(s, &rec, err, sizeof err) == -1 && strstr(err, "not those of its output records") &&
+          !state_store_get(s, "wrong"));
+    state_store_free(s);
+}
+
 static void test_a_step_record_from_its_json(void)
 {
     const char *w;
@@ -642,6 +675,7 @@ int main(void)
 {
     snprintf(root, sizeof root, "/tmp/flow-test-state-XXXXXX");
     if (!mkdtemp(root) || chdir(root) != 0) { perror("mkdtemp"); return 1; }
+    setenv("FLOW_DEBUG_RECORD_FIELDS", "1", 1);     /* (test_a_step_record_from_its_fields) */
     RUN(test_crc32);
     RUN(test_round_trip);
     RUN(test_torn_tail_is_ignored);
@@ -654,6 +688,7 @@ int main(void)
     RUN(test_an_oversize_record_is_refused);
     RUN(test_a_record_at_the_limit_is_kept);
     RUN(test_a_step_record_from_its_json);
+    RUN(test_a_step_record_from_its_fields);
     RUN(test_a_large_save_is_written_in_chunks);
     RUN(test_a_failed_append_makes_the_next_save_rewrite);
     RUN(test_records_are_written_as_they_come);
