@@ -85,6 +85,9 @@ void flow_step_wait(lua_State *co, struct step_wait *w);
 #define FLOW_KEPT_OUTPUTS_MAX 64
 struct state_out;
 void flow_step_keep_outputs(lua_State *co, const char *json, const struct state_out *outs, size_t n);
+/* Forgets them: the attempt goes on in the stdlib, whose text may be
+ * another (its address that of the first, once that is collected). */
+void flow_step_forget_outputs(lua_State *co);
 void flow_step_wake(lua_State *co, struct step_wait *w);
 void flow_step_resume(lua_State *co, int nargs);
 /* The journal userdata at idx (flow.cache.journal), raising if closed; the

@@ -231,6 +231,12 @@ void flow_step_keep_outputs(lua_State *co, const char *json, const struct state_
     k->owner = st;
 }
 
+void flow_step_forget_outputs(lua_State *co)
+{
+    struct step_run *st = step_of(co);
+    if (st && st->run->kept.owner == st) st->run->kept.owner = NULL;
+}
+
 /* The attempt's results on the coroutine's stack, `ok, info` (see
  * runner.lua's Run:attempt_body), as an outcome whose strings live on that
  * stack.  Nothing here may raise (it runs inside the scheduler): the paths'
@@ -242,8 +248,9 @@ static void read_outcome(struct step_run *st, int nres, struct step_outcome *o)
     o->ok = nres > 0 && lua_toboolean(co, top - nres + 1);
     if (o->ok && nres >= 2 && lua_type(co, t) == LUA_TSTRING) {     /* a plain step's: its outputs */
         o->outputs_json = lua_tostring(co, t);
-        /* their fields, when the body in C gave them for this very text (a
-         * string on the stack since: the same address is the same string) */
+        /* their fields, when the body in C gave them for this very text
+         * (plain_step.c returned it as values_c.call did, or forgot them:
+         * the same address is the same string, on the stack since) */
         const struct kept_outputs *k = &st->run->kept;
         if (k->owner == st && k->json == o->outputs_json) {
             o->outs = k->outs;

@@ -133,6 +133,7 @@ static int called(lua_State *L, int status, lua_KContext ctx)
         return 2;
     }
     lua_settop(L, top);
+    flow_step_forget_outputs(L);             /* (the stdlib's text, if any, is not the body's) */
     lua_pushvalue(L, UP(U_TAIL));
     lua_insert(L, 1);
     lua_callk(L, top, LUA_MULTRET, 0, tail_done);
