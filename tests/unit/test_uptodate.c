@@ -127,6 +127,8 @@ static void test_passes_only_with_record_and_outputs(void)
     free(parts);
     CHECK(!utd_take_fingerprint(u, 0, &fp, &parts) && !fp && !parts);     /* handed over once */
     CHECK(utd_stats(u).no_record == 1);
+    /* (a record put into a store that was empty, not by a step of the
+     * check's: decide looks for it all the same) */
     record(st, "make", fp0, "o", "out.txt");
     CHECK(decide(u, 0) == UTD_UP_TO_DATE && utd_passed(u, 0));
     CHECK(utd_fingerprint(u, 1, fp1) == 0);        /* its producer is fresh now */
