@@ -173,9 +173,10 @@ struct values_keys {
  * index of a catalog's exact entries; 0: not asked) the kinds read from
  * them when the table was made for that catalog.  Both live as long as t. */
 struct values_keys flow_values_keys(lua_State *L, int t, int exact);
-/* Pushes the raw entry of dataset di (named `name`) of the table at t: by
- * index when `by` is its graph, else by name; returns its type. */
-int flow_values_get(lua_State *L, int t, const struct dag *by, size_t di, const char *name);
+/* Pushes the raw entry of dataset di of graph dag (named `name`) of the
+ * table at t: by index when t is that graph's values table, else by name;
+ * returns its type. */
+int flow_values_get(lua_State *L, int t, const struct dag *dag, size_t di, const char *name);
 /* Adds table() and on_miss() to the module table on top (flow.values_c). */
 void flow_values_table_open(lua_State *L);
 /* A userdata metatable `name` with `methods` as __index and `gc` as __gc. */

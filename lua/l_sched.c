@@ -214,6 +214,7 @@ static void release(struct step_run *st)
     }
     st->co = NULL;
     step_wait_list_clear(&st->waits);     /* their owners (the coroutine's userdata) free them */
+    if (run->kept.owner == st) run->kept.owner = NULL;     /* (its outputs' fields went with its end) */
 }
 
 void flow_step_keep_outputs(lua_State *co, const char *json, const struct state_out *outs, size_t n)
@@ -334,7 +335,6 @@ static void resume(struct step_run *st, int nargs)
     struct step_outcome o = { 0 };
     read_outcome(st, nres, &o);
     step_attempt_done(st->run->runner, st->index, &o);     /* copies what it keeps */
-    st->run->kept.owner = NULL;
     free((void *)o.paths);
     release(st);
 }
@@ -377,7 +377,6 @@ static void body_attempt(void *ctx, struct step_runner *r, size_t i, int attempt
         return;
     }
     *(struct step_run **)lua_getextraspace(st->co) = st;
-    if (run->kept.owner == st) run->kept.owner = NULL;
     st->guarded = 0;
     st->cancel = CANCEL_NONE;
     st->next_look = 0;

@@ -125,7 +125,7 @@ static bool input_source(lua_State *L, const struct checker *c, const struct dag
         return true;
     }
     lua_getiuservalue(L, 1, UV_VALUES);
-    if (flow_values_get(L, -1, flow_values_keys(L, -1, 0).dag == c->dag ? c->dag : NULL, io->di, d) == LUA_TTABLE) {
+    if (flow_values_get(L, -1, c->dag, io->di, d) == LUA_TTABLE) {
         in->hash = raw_string_field(L, "hash");
         in->path = in->hash ? NULL : raw_string_field(L, "path");
     }

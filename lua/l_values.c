@@ -52,7 +52,7 @@
 
 #define MAX_OUTPUTS FLOW_KEPT_OUTPUTS_MAX
 
-enum { A_VALUES = 1, A_NODE, A_CAT, A_INLINE_MAX, A_RECOMPUTE, A_STEP, S_EXACT, S_MEMO, S_NAMES };
+enum { A_VALUES = 1, A_NODE, A_CAT, A_INLINE_MAX, A_RECOMPUTE, A_STEP, S_EXACT, S_MEMO, S_NAMES, S_GRAPH_STEP };
 
 /* Whether field `key` of the table at idx is the string `want`. */
 static bool field_is(lua_State *L, int idx, const char *key, const char *want)
@@ -89,14 +89,14 @@ static const struct dag_step *graph_step(lua_State *L, const struct step_view *v
     return s;
 }
 
-/* exact: the stack index of the catalog's exact entries, or 0. */
-static bool view_of_node(lua_State *L, struct step_view *v, int exact)
+/* The node's record and store (keys and step: the caller's to find). */
+static bool view_of_node(lua_State *L, struct step_view *v)
 {
     const struct step_decl *r = flow_node_decl(L, A_NODE, &v->d, NULL);
     if (!r) return false;
     v->rec = *r;                        /* (pushing a string may run finalizers, which may add records) */
-    v->keys = flow_values_keys(L, A_VALUES, exact);
-    v->step = graph_step(L, v);
+    v->keys = (struct values_keys){ 0 };
+    v->step = NULL;
     return true;
 }
 
@@ -366,7 +366,10 @@ static int finish(lua_State *L, int status, lua_KContext ctx)
      * (what hand_over needs first, then the values and their texts) */
     luaL_checkstack(L, 8, "too many results");
     struct step_view v;
-    if (!view_of_node(L, &v, 0)) return luaL_error(L, "internal error: a step's node went while it ran");
+    if (!view_of_node(L, &v)) return luaL_error(L, "internal error: a step's node went while it ran");
+    /* the graph's step l_call found, or NULL (the values table at A_VALUES
+     * keeps the graph alive) */
+    v.step = lua_touserdata(L, S_GRAPH_STEP);
     lua_Integer n_out = v.rec.n_outputs;
     lua_Integer inline_max = lua_tointeger(L, A_INLINE_MAX);
     bool map = v.rec.flags & STEP_OUTPUTS_MAP;
@@ -451,8 +454,11 @@ static int l_call(lua_State *L)
     for (int i = S_EXACT; i <= S_MEMO; i++)
         if (!lua_istable(L, i)) return 0;
     struct step_view v;
-    if (!view_of_node(L, &v, S_EXACT)) return 0;
+    if (!view_of_node(L, &v)) return 0;
+    v.keys = flow_values_keys(L, A_VALUES, S_EXACT);
+    v.step = graph_step(L, &v);
     lua_pushnil(L);                                        /* S_NAMES: made by push_io_name */
+    lua_pushlightuserdata(L, (void *)v.step);              /* S_GRAPH_STEP: for finish */
     if (!outputs_in_memory(L, &v)) return 0;
     if (flow_node_push_body(L, A_NODE) != LUA_TFUNCTION) return 0;
     int base = lua_gettop(L) - 1, nargs;                   /* the results replace fn and its arguments */

@@ -124,9 +124,9 @@ struct values_keys flow_values_keys(lua_State *L, int t, int exact)
     return keys;
 }
 
-int flow_values_get(lua_State *L, int t, const struct dag *by, size_t di, const char *name)
+int flow_values_get(lua_State *L, int t, const struct dag *dag, size_t di, const char *name)
 {
-    if (by && di < by->n_datasets) return lua_rawgeti(L, t, (lua_Integer)di + 1);
+    if (di < dag->n_datasets && flow_values_keys(L, t, 0).dag == dag) return lua_rawgeti(L, t, (lua_Integer)di + 1);
     t = lua_absindex(L, t);
     lua_pushstring(L, name);
     return lua_rawget(L, t);
