@@ -9,6 +9,7 @@
 #define FLOW_CONFIG_INTERNAL
 #include "config.h"
 #include "suggest.h"
+#include "ui.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -92,8 +93,11 @@ void cfg_add_secret(struct config *cfg, const char *s)
     for (size_t i = 0; i < cfg->nsecrets; i++)
         if (strcmp(cfg->secrets[i], s) == 0)
             return;
+    char *copy = xstrdup(s);
+    ui_redactor_change();                  /* (the redactor may be reading the list on another thread: ui.h) */
     ARRAY_GROW(cfg->secrets, cfg->nsecrets, cfg->capsecrets);
-    cfg->secrets[cfg->nsecrets++] = xstrdup(s);
+    cfg->secrets[cfg->nsecrets++] = copy;
+    ui_redactor_unlock();
 }
 
 void config_add_secret(struct config *cfg, const char *text) { cfg_add_secret(cfg, text); }

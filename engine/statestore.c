@@ -69,8 +69,11 @@ struct state_store {
     bool rewrite;                       /* the file is missing, unusable or has a torn tail */
     bool streaming;                     /* puts are written before the save (state_store_stream) */
     bool unsynced;                      /* frames written since the last fdatasync */
+    uint64_t unstarted;                 /* bytes appended since their writeback was last started (write_pend) */
     bool streaming_failed;              /* a write before the save failed: the save tries again */
     struct state_store_stats stats;
+    void (*claim)(void *arg, bool change);   /* state_store_set_claim's, or NULL */
+    void *claim_arg;
 };
 
 /* ---- CRC-32 (IEEE), for telling a damaged record from a good one ----------- */
@@ -365,6 +368,19 @@ struct state_store *state_store_open(const char *path, const char **warning, cha
     return s;
 }
 
+bool state_store_set_claim(struct state_store *s, void (*claim)(void *arg, bool change), void *arg)
+{
+    if (claim && s->claim) return false;
+    s->claim = claim;
+    s->claim_arg = arg;
+    return true;
+}
+
+void state_store_claim(struct state_store *s, bool change)
+{
+    if (s && s->claim) s->claim(s->claim_arg, change);
+}
+
 void state_store_free(struct state_store *s)
 {
     if (!s) return;
@@ -650,6 +666,14 @@ static int write_pend(struct state_store *s, char *err, size_t errlen)
     }
     s->file_end += s->pend.len;
     s->file_records += s->n_pend;
+    /* the disk starts on what is written as it adds up, so that the save's
+     * sync waits for the last of it only (a first run of 100,000 steps
+     * streams 42 MB: its sync was 28 ms of the run's end, 2.5 ms so) */
+    s->unstarted = s->unstarted + s->pend.len <= s->file_end ? s->unstarted + s->pend.len : s->pend.len;
+    if (s->unstarted >= WRITEBACK_BYTES) {
+        writeback_start(s->fd, s->file_end, s->unstarted);
+        s->unstarted = 0;
+    }
     sb_truncate(&s->pend, 0);
     s->n_pend = 0;
     s->unsynced = true;

@@ -92,6 +92,16 @@ bool state_store_unsaved(const struct state_store *s);
  * link under .flow.  -1 with a message naming the file. */
 int state_store_save(struct state_store *s, char *err, size_t errlen);
 
+/* While a thread other than its opener's uses the store (step.c's recorder
+ * puts a first run's records), everyone else on the opener's thread -- the
+ * Lua side through lua/l_state.c, the up-to-date check, another run sharing
+ * the store -- claims it before each use: claim(arg, change) returns once
+ * that thread has let go of it for now; `change`: the caller will change
+ * it.  One claim at a time: false (nothing set) while another is set.  A
+ * NULL claim clears it. */
+bool state_store_set_claim(struct state_store *s, void (*claim)(void *arg, bool change), void *arg);
+void state_store_claim(struct state_store *s, bool change);
+
 /* The CRC-32 (IEEE, as zlib's crc32) each record's frame carries. */
 uint32_t state_store_crc32(const void *data, size_t n);
 /* What opening found, for tests and --explain of the store itself. */

@@ -8,6 +8,7 @@
 #include "json_text.h"
 #include "commit.h"
 #include "nofollow.h"
+#include "serial.h"
 #include "statestore.h"
 #include "step_record.h"
 #include "ui.h"
@@ -18,6 +19,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,7 @@
 #define HELD_PATHS_MAX 4096     /* outputs a batch may hold before it is flushed, whatever the time */
 #define BACKOFF_MAX 60.0
 #define PRETTY_MAX 1000         /* run.json is indented up to this many steps */
+#define RECORDED_MAX 512        /* quick steps the recorder may have to record before a flush, whatever the time */
 
 enum phase { PHASE_IDLE, PHASE_ATTEMPT, PHASE_BACKOFF, PHASE_ENDING, PHASE_OVER };
 
@@ -44,6 +47,7 @@ struct life {
     char *error;                 /* the first line of the last failure, redacted */
     char *report;                /* what to print of it, or NULL */
     char *fp, *parts;            /* from the body at the start; freed once its record is put */
+    bool fp_deferred;            /* the recorder works fp and parts out: read them after recorder_sync */
     char *outputs;               /* its output records (JSON), from its end to its record */
     char *remote;                /* the remote job the last attempt ran as (JSON), or NULL */
     char *metrics, *series;      /* what the step reported of itself (JSON objects), or NULL */
@@ -93,6 +97,19 @@ struct step_runner {
     bool stopping;               /* a step failed and the run stops (exec_stopping): no more retries */
     bool failed_late;            /* ... because a step's end could not be recorded, -k or not */
     bool detached;               /* the scheduler is gone (step_runner_detach) */
+    /* A first run's recorder (uptodate.h: fingerprints deferred): from
+     * step_runner_new to deferral_end, a thread that works out the
+     * fingerprint of each step whose START it is given and writes its start
+     * line, and for each quick step's END its end line and its record, while
+     * this thread runs the next steps.  The store and the check's records
+     * are the recorder's meanwhile: this thread reads them after
+     * recorder_sync.  The lines and warnings it made so far (rec_lines,
+     * rec_warnings, under rec_mu) are taken whenever (recorder_collect). */
+    bool deferring;
+    struct serial *rec;              /* started by the first deferred step; NULL: none (yet) */
+    size_t rec_ends;                 /* ENDs given it since the last flush */
+    pthread_mutex_t rec_mu;
+    struct strbuf rec_lines, rec_warnings, rec_mask;
 };
 
 /* text with the configuration's secrets masked (ui.h's redactor); caller frees */
@@ -103,21 +120,22 @@ static char *redacted(const char *text)
     return sb_detach(&sb);
 }
 
-/* s masked, in one buffer kept for the process and valid until the next
- * call (on the loop thread, the only one that writes journal lines and
- * records): a step's name is masked for each of its lines and its record,
- * three times a step, and a copy each time was a malloc and a free. */
-static const char *masked(const char *s)
+/* s masked, in `buf`, valid until its next use: a step's name is masked
+ * for each of its lines and its record, three times a step, and a copy each
+ * time was a malloc and a free.  The loop's thread masks in loop_mask, the
+ * recorder in its rec_mask. */
+static const char *masked(struct strbuf *buf, const char *s)
 {
-    static struct strbuf buf;
-    sb_truncate(&buf, 0);
-    ui_redact_span(s, strlen(s), true, &buf);
-    return buf.buf ? buf.buf : "";
+    sb_truncate(buf, 0);
+    ui_redact_span(s, strlen(s), true, buf);
+    return buf->buf ? buf->buf : "";
 }
 
-static void json_redacted(struct strbuf *sb, const char *s)
+static struct strbuf loop_mask;
+
+static void json_redacted(struct strbuf *sb, struct strbuf *mask, const char *s)
 {
-    json_string(sb, masked(s));
+    json_string(sb, masked(mask, s));
 }
 
 static const char *step_name(const struct step_runner *r, size_t i)
@@ -135,6 +153,9 @@ static void batch_release(struct batch *b)
     free(b->steps);
     *b = (struct batch){ .lines = STRBUF_INIT };
 }
+
+static void recorder_sync(struct step_runner *r);
+static void recorder_collect(struct step_runner *r);
 
 /* What is held, handed over; the runner holds nothing after but the buffer
  * a written batch left (keep_lines). */
@@ -166,6 +187,7 @@ static void flush_tick(void *arg)
 {
     struct step_runner *r = arg;
     r->flush_timer = 0;
+    recorder_collect(r);
     if (r->held.lines.len || r->held.n_steps) start_flush(r);
 }
 
@@ -177,14 +199,20 @@ static void flush_tick(void *arg)
  * waits for such a line's sync (journal_append). */
 static struct strbuf *hold_begin(struct step_runner *r)
 {
+    recorder_sync(r);                           /* (its lines go before this one) */
     return &r->held.lines;
+}
+
+static void start_flush_timer(struct step_runner *r)
+{
+    if (!r->flush_timer) r->flush_timer = loop_add_timer(r->loop, FLUSH_EVERY, flush_tick, r);
 }
 
 static void hold_end(struct step_runner *r, bool durable)
 {
     sb_addc(&r->held.lines, '\n');              /* (a batch ending in one is appended as it is) */
     r->held.durable = r->held.durable || durable;
-    if (!r->flush_timer) r->flush_timer = loop_add_timer(r->loop, FLUSH_EVERY, flush_tick, r);
+    start_flush_timer(r);
 }
 
 static void stop_flush_timer(struct step_runner *r)
@@ -267,10 +295,14 @@ static void flush_written(void *arg)
     }
 }
 
-/* Writes what is held: through the pool when outputs must be flushed first. */
+/* Writes what is held, with the lines the recorder has made so far (those
+ * it has still to make go with the next batch): through the pool when
+ * outputs must be flushed first. */
 static void start_flush(struct step_runner *r)
 {
     if (r->in_flight) { r->flush_wanted = true; return; }
+    recorder_collect(r);
+    r->rec_ends = 0;
     r->flushed_at = monotonic_seconds();
     struct flush_job *job = xcalloc(1, sizeof *job);
     job->r = r;
@@ -297,7 +329,8 @@ static void first_line_of(char **slot, const char *message)
     free(line);
 }
 
-static void step_end_line(struct step_runner *r, size_t i, struct strbuf *sb, const char *outputs, bool interrupted)
+static void step_end_line(struct step_runner *r, size_t i, struct strbuf *sb, struct strbuf *mask, const char *outputs,
+                          bool interrupted)
 {
     struct life *l = life_of(r, i);
     sb_addc(sb, '{');
@@ -319,9 +352,23 @@ static void step_end_line(struct step_runner *r, size_t i, struct strbuf *sb, co
     if (l->ok && l->series) { sb_adds(sb, ",\"series\":"); sb_adds(sb, l->series); }
     sb_adds(sb, l->ok ? ",\"status\":\"ok\"" : interrupted ? ",\"status\":\"interrupted\"" : ",\"status\":\"failed\"");
     sb_adds(sb, ",\"step\":");
-    json_redacted(sb, step_name(r, i));
+    json_redacted(sb, mask, step_name(r, i));
     sb_adds(sb, ",\"time\":");
     json_seconds(sb, l->finished);
+    sb_addc(sb, '}');
+}
+
+static void start_line(struct step_runner *r, size_t i, struct strbuf *sb, struct strbuf *mask)
+{
+    struct life *l = life_of(r, i);
+    sb_adds(sb, "{\"event\":\"step_start\",\"step\":");
+    json_redacted(sb, mask, step_name(r, i));
+    sb_adds(sb, ",\"time\":");
+    json_seconds(sb, l->started);
+    if (l->fp) {
+        sb_adds(sb, ",\"fingerprint\":");
+        json_string(sb, l->fp);
+    }
     sb_addc(sb, '}');
 }
 
@@ -351,21 +398,26 @@ static char *record_metrics(const struct life *l)
 /* A step whose end is recorded: its state record (step_record.h) goes into
  * the store, which makes it the step's last successful run for the next
  * run's check, and for this run's (its consumers may now use its hashes).
- * A record the store refuses costs the next run a rerun of the step.  o:
- * the outcome, when it is recorded as it ends (its outputs as fields, if
- * the body gave them), else NULL. */
-static void put_record(struct step_runner *r, size_t i, const struct step_outcome *o)
+ * A record the store refuses costs the next run a rerun of the step.  On
+ * either thread (the recorder's: rec_end): its outputs as JSON and, when
+ * the body gave them, as fields (else NULL); its name masked in `mask`; a
+ * refusal's warning printed, or added to `warnings` (NULL: printed). */
+static void put_record(struct step_runner *r, size_t i, const char *outputs_json, const struct state_out *outs,
+                       size_t n_outs, struct strbuf *mask, struct strbuf *warnings)
 {
     struct life *l = life_of(r, i);
     char *metrics = record_metrics(l);
-    struct step_record rec = { .name = masked(step_name(r, i)), .fp = l->fp, .time = l->finished,
-                               .parts_json = l->parts, .outputs_json = l->outputs, .metrics_json = metrics,
-                               .outs = o ? o->outs : NULL, .n_outs = o ? o->n_outs : 0 };
+    struct step_record rec = { .name = masked(mask, step_name(r, i)), .fp = l->fp, .time = l->finished,
+                               .parts_json = l->parts, .outputs_json = outputs_json, .metrics_json = metrics,
+                               .outs = outs, .n_outs = n_outs };
     char err[512];
-    if (step_record_put(r->state, &rec, err, sizeof err) != 0)
+    if (step_record_put(r->state, &rec, err, sizeof err) == 0) {
+        if (r->check) utd_mark_fresh(r->check, i, l->fp);
+    } else if (warnings) {
+        sb_addf(warnings, "%s: its record cannot be kept, so it runs again next time\n", err);
+    } else {
         ui_warn("%s: its record cannot be kept, so it runs again next time", err);
-    else if (r->check)
-        utd_mark_fresh(r->check, i, l->fp);
+    }
     free(metrics);
     free(l->fp);
     free(l->parts);
@@ -379,7 +431,12 @@ static void end_recorded(struct step_runner *r, size_t i, bool written, const ch
                          const struct step_outcome *o)
 {
     struct life *l = life_of(r, i);
-    if (l->ok && written && l->fp && r->state) put_record(r, i, o);
+    if (l->ok && written && r->state) {
+        /* the store: this run's recorder's meanwhile, or another run's */
+        if (r->deferring) recorder_sync(r);
+        else state_store_claim(r->state, true);
+        if (l->fp) put_record(r, i, l->outputs, o ? o->outs : NULL, o ? o->n_outs : 0, &loop_mask, NULL);
+    }
     bool was_ok = l->ok;
     if (l->ok && !written) {
         /* Its outputs are in place, but with no record of them the step is not done. */
@@ -402,6 +459,213 @@ static void end_recorded(struct step_runner *r, size_t i, bool written, const ch
     sched_unhold(r->sched, i);
 }
 
+/* ---- the recorder: a first run's fingerprints, lines and records ---- */
+
+/* What a quick step's END job needs of its outcome, as its data (serial.h):
+ * this head, then its outputs record (n_json bytes with the NUL), then each
+ * output field's kind and texts (dataset, path, hash, each with its NUL). */
+struct ending {
+    size_t n_json;               /* 0: no outputs record */
+    size_t n_outs;
+    bool fields;                 /* false: the body gave no output fields (n_outs 0) */
+};
+
+static char *copy_into(char *at, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    memcpy(at, s, n);
+    return at + n;
+}
+
+/* What push_end wrote: the outputs record, and the fields into outs (n of
+ * them, at most `room`; else a block the caller frees), or NULL. */
+static const char *read_end(const void *data, struct state_out *few, size_t room, struct state_out **outs, size_t *n)
+{
+    struct ending e;
+    memcpy(&e, data, sizeof e);
+    const char *at = (const char *)data + sizeof e, *json = e.n_json ? at : NULL;
+    at += e.n_json;
+    *n = e.n_outs;
+    *outs = !e.fields ? NULL : e.n_outs <= room ? few : xmalloc(e.n_outs * sizeof **outs);
+    for (size_t k = 0; k < e.n_outs; k++) {
+        struct state_out *out = &(*outs)[k];
+        out->kind = *at++;
+        out->dataset = at;
+        at += strlen(at) + 1;
+        out->path = at;
+        at += strlen(at) + 1;
+        out->hash = at;
+        at += strlen(at) + 1;
+    }
+    return json;
+}
+
+/* Whether each output of o has a hash its consumers' fingerprints can take. */
+static bool outputs_hashed(const struct step_outcome *o)
+{
+    if (!o->outputs_json) return true;
+    if (!o->outs) return utd_outputs_json_hashed(o->outputs_json);     /* (a body in the stdlib: rarer) */
+    for (size_t k = 0; k < o->n_outs; k++)
+        if (!o->outs[k].hash[0] || o->outs[k].kind == 'u') return false;
+    return true;
+}
+
+/* Step i ended as o: its consumers' fingerprints may be deferred when each
+ * input they take of it has a hash, in its record (put by the recorder, or
+ * here) or in what utd_mark_ran keeps of it until then, and that record
+ * will be found: under the step's name (a name a secret masks is kept
+ * under the masked one, which no check looks up) and within the store's
+ * size.  (Else the check of a consumer, undeferred, tells the stdlib's.) */
+static void tell_hashed(struct step_runner *r, size_t i, const struct step_outcome *o)
+{
+    if (!r->deferring || !outputs_hashed(o)) return;
+    const char *name = step_name(r, i);
+    size_t size = (o->outputs_json ? strlen(o->outputs_json) : 0) + (o->metrics_json ? strlen(o->metrics_json) : 0) +
+                  (o->series_json ? strlen(o->series_json) : 0);
+    if (size < STATE_STORE_MAX_RECORD / 2 && strcmp(masked(&loop_mask, name), name) == 0)
+        utd_outputs_hashed(r->check, i);
+}
+
+/* Jobs, on the recorder's thread.  START: the step's fingerprint, as the
+ * check would have worked it out at its start (its producers' records are
+ * in: their ENDs came first), and its start line. */
+static void rec_start(void *ctx, size_t i, const void *data, size_t len)
+{
+    (void)data;
+    (void)len;
+    struct step_runner *r = ctx;
+    struct life *l = life_of(r, i);
+    utd_take_deferred_fingerprint(r->check, i, &l->fp, &l->parts);
+    ui_redactor_share();
+    pthread_mutex_lock(&r->rec_mu);
+    start_line(r, i, &r->rec_lines, &r->rec_mask);
+    sb_addc(&r->rec_lines, '\n');
+    pthread_mutex_unlock(&r->rec_mu);
+    ui_redactor_unlock();
+}
+
+/* END of a quick step that succeeded: its end line, then its record. */
+static void rec_end(void *ctx, size_t i, const void *data, size_t len)
+{
+    (void)len;
+    struct step_runner *r = ctx;
+    struct state_out few[8], *outs;
+    size_t n_outs;
+    const char *json = read_end(data, few, sizeof few / sizeof *few, &outs, &n_outs);
+    struct strbuf warning = STRBUF_INIT;
+    ui_redactor_share();
+    pthread_mutex_lock(&r->rec_mu);
+    step_end_line(r, i, &r->rec_lines, &r->rec_mask, json, false);
+    sb_addc(&r->rec_lines, '\n');
+    pthread_mutex_unlock(&r->rec_mu);
+    if (life_of(r, i)->fp) put_record(r, i, json, outs, n_outs, &r->rec_mask, &warning);
+    ui_redactor_unlock();
+    if (warning.len) {
+        pthread_mutex_lock(&r->rec_mu);
+        sb_add(&r->rec_warnings, warning.buf, warning.len);
+        pthread_mutex_unlock(&r->rec_mu);
+    }
+    sb_release(&warning);
+    if (outs != few) free(outs);
+}
+
+/* END of step i, with what it needs of o, for the recorder. */
+static void push_end(struct step_runner *r, size_t i, const struct step_outcome *o)
+{
+    struct ending e = { .n_json = o->outputs_json ? strlen(o->outputs_json) + 1 : 0,
+                        .n_outs = o->outs ? o->n_outs : 0, .fields = o->outs != NULL };
+    size_t len = sizeof e + e.n_json;
+    for (size_t k = 0; k < e.n_outs; k++)
+        len += 1 + strlen(o->outs[k].dataset) + strlen(o->outs[k].path) + strlen(o->outs[k].hash) + 3;
+    char *at = serial_push_space(r->rec, rec_end, i, len);
+    memcpy(at, &e, sizeof e);
+    at += sizeof e;
+    if (e.n_json) at = copy_into(at, o->outputs_json);
+    for (size_t k = 0; k < e.n_outs; k++) {
+        *at++ = o->outs[k].kind;
+        at = copy_into(copy_into(copy_into(at, o->outs[k].dataset), o->outs[k].path), o->outs[k].hash);
+    }
+}
+
+/* Whether steps may go to the recorder: it is started with the first. */
+static bool recorder_ready(struct step_runner *r)
+{
+    if (r->deferring && !r->rec) r->rec = serial_new(r);
+    return r->rec != NULL;
+}
+
+/* The lines the recorder has made so far go into what is held (after
+ * every line held before: this thread holds one only after a sync), its
+ * warnings are printed; it goes on meanwhile. */
+static void recorder_collect(struct step_runner *r)
+{
+    if (!r->rec) return;
+    struct strbuf warnings = STRBUF_INIT;
+    pthread_mutex_lock(&r->rec_mu);
+    if (r->rec_lines.len) {
+        if (r->held.lines.len) {
+            sb_add(&r->held.lines, r->rec_lines.buf, r->rec_lines.len);
+        } else {
+            struct strbuf t = r->held.lines;
+            r->held.lines = r->rec_lines;
+            r->rec_lines = t;
+        }
+        sb_truncate(&r->rec_lines, 0);
+        r->held.durable = true;
+    }
+    if (r->rec_warnings.len) {
+        warnings = r->rec_warnings;
+        r->rec_warnings = (struct strbuf)STRBUF_INIT;
+    }
+    pthread_mutex_unlock(&r->rec_mu);
+    for (char *line = warnings.buf, *end; line && (end = strchr(line, '\n')); line = end + 1)
+        ui_warn("%.*s", (int)(end - line), line);
+    sb_release(&warnings);
+}
+
+/* Waits for the recorder to have done every job given, and collects. */
+static void recorder_sync(struct step_runner *r)
+{
+    if (!r->rec) return;
+    serial_sync(r->rec);
+    recorder_collect(r);
+}
+
+/* The run's deferral is over (its end, or a change to the store from Lua):
+ * the recorder's jobs done, its thread ended; this thread does it all now. */
+static void deferral_end(struct step_runner *r)
+{
+    if (!r->deferring) return;
+    recorder_sync(r);
+    serial_free(r->rec);
+    r->rec = NULL;
+    r->deferring = false;
+    utd_defer_end(r->check);
+    state_store_set_claim(r->state, NULL, NULL);
+}
+
+/* The store's claim (statestore.h): a change from anyone else ends the deferral. */
+static void claim_store(void *arg, bool change)
+{
+    if (change) deferral_end(arg);
+    else recorder_sync(arg);
+}
+
+/* A quick step that succeeded, its fingerprint the recorder's: its end
+ * goes there too (rec_end), and it is done for its dependents now. */
+static void end_later(struct step_runner *r, size_t i, const struct step_outcome *o)
+{
+    tell_hashed(r, i, o);
+    push_end(r, i, o);
+    start_flush_timer(r);
+    life_of(r, i)->phase = PHASE_OVER;
+    /* (the lines of 50 ms of quick steps were 8 MB buffers, three of them:
+     * a flush each RECORDED_MAX steps keeps them small; it takes what the
+     * recorder has made by then, without waiting for it) */
+    if (++r->rec_ends >= RECORDED_MAX) start_flush(r);
+    sched_step_done(r->sched, i, true);
+}
+
 static void end_step(struct step_runner *r, size_t i, const struct step_outcome *o)
 {
     struct life *l = life_of(r, i);
@@ -413,22 +677,27 @@ static void end_step(struct step_runner *r, size_t i, const struct step_outcome 
         l->timed_out = o->timed_out;
         report(r, i);
     }
+    /* A record of a step must never name an output the disk may lose: its
+     * line is written with its batch, once the batch's outputs are flushed,
+     * and its record put then (end_recorded).  Only a quick step with
+     * nothing to flush (memory values) has its record put before its line
+     * is out: by the recorder, when it has the step's fingerprint to make. */
+    bool flush = r->specs[i].command || l->finished - l->started >= FLUSH_EVERY || !o->ok || o->n_paths > 0 ||
+                 monotonic_seconds() - r->flushed_at >= FLUSH_EVERY;
+    if (l->fp_deferred) {
+        if (!flush && r->rec) { end_later(r, i, o); return; }
+        recorder_sync(r);                        /* its fingerprint, and its start line, are in now */
+    }
+    if (o->ok && l->fp) tell_hashed(r, i, o);
     if (o->ok && r->state && l->fp) set_string(&l->outputs, o->outputs_json);
     if (!r->journal) { end_recorded(r, i, true, NULL, o); return; }
-    step_end_line(r, i, hold_begin(r), o->ok ? o->outputs_json : NULL, interrupted);
+    step_end_line(r, i, hold_begin(r), &loop_mask, o->ok ? o->outputs_json : NULL, interrupted);
     hold_end(r, true);
     if (o->ok)
         for (size_t k = 0; k < o->n_paths; k++) {
             ARRAY_GROW(r->held.paths, r->held.n_paths, r->held.cap_paths);
             r->held.paths[r->held.n_paths++] = (struct held_path){ xstrdup(o->paths[k]), i };
         }
-    /* A record of a step must never name an output the disk may lose: its
-     * line is written with its batch, once the batch's outputs are flushed,
-     * and its record put then (end_recorded).  Only a quick step with
-     * nothing to flush (memory values) has its record put before its line
-     * is out. */
-    bool flush = r->specs[i].command || l->finished - l->started >= FLUSH_EVERY || !o->ok || o->n_paths > 0 ||
-                 monotonic_seconds() - r->flushed_at >= FLUSH_EVERY;
     if (!flush) { end_recorded(r, i, true, NULL, o); return; }
     ARRAY_GROW(r->held.steps, r->held.n_steps, r->held.cap_steps);
     r->held.steps[r->held.n_steps++] = i;
@@ -525,20 +794,6 @@ static void backoff_done(struct step_wait *w, void *arg)
     run_attempt(r, i);
 }
 
-static void start_line(struct step_runner *r, size_t i, struct strbuf *sb)
-{
-    struct life *l = life_of(r, i);
-    sb_adds(sb, "{\"event\":\"step_start\",\"step\":");
-    json_redacted(sb, step_name(r, i));
-    sb_adds(sb, ",\"time\":");
-    json_seconds(sb, l->started);
-    if (l->fp) {
-        sb_adds(sb, ",\"fingerprint\":");
-        json_string(sb, l->fp);
-    }
-    sb_addc(sb, '}');
-}
-
 static int exec_start(void *ctx, struct sched *s, size_t i)
 {
     struct step_runner *r = ctx;
@@ -546,15 +801,33 @@ static int exec_start(void *ctx, struct sched *s, size_t i)
     r->any_started = true;
     struct life *l = life_of(r, i);
     l->started = wall_seconds();
-    if (r->body.fingerprint) r->body.fingerprint(r->body.ctx, i, &l->fp, &l->parts);
-    if (r->journal) {
-        start_line(r, i, hold_begin(r));
-        hold_end(r, true);
-        if (monotonic_seconds() - r->flushed_at >= FLUSH_EVERY && !r->in_flight && !r->held.n_paths &&
-            !r->held.n_steps) {
+    bool deferred = r->check && utd_deferred(r->check, i);
+    if (deferred && recorder_ready(r)) {
+        l->fp_deferred = true;                   /* its fingerprint and start line: rec_start */
+        serial_push(r->rec, rec_start, i, NULL, 0);
+        start_flush_timer(r);
+    } else {
+        if (deferred) utd_take_deferred_fingerprint(r->check, i, &l->fp, &l->parts);
+        else if (r->body.fingerprint) r->body.fingerprint(r->body.ctx, i, &l->fp, &l->parts);
+        if (r->journal) {
+            start_line(r, i, hold_begin(r), &loop_mask);
+            hold_end(r, true);
+        }
+        /* its record's place in the store's map, fetched while the body runs
+         * (a miss at the put was 1.2 % of a first run of 100,000 Lua steps; a
+         * name a secret masks is another key: a hint lost, nothing more) */
+        if (r->state && l->fp) {
+            if (!r->deferring) state_store_claim(r->state, false);     /* (another run's recorder) */
+            state_store_prefetch(r->state, step_name(r, i));
+        }
+    }
+    if (r->journal && monotonic_seconds() - r->flushed_at >= FLUSH_EVERY) {
+        if (!r->in_flight && !r->held.n_paths && !r->held.n_steps) {
             /* a step whose start cannot be recorded does not run */
+            recorder_sync(r);                    /* (its start line, the recorder's) */
             struct batch b = take_held(r);
             r->flushed_at = monotonic_seconds();
+            r->rec_ends = 0;
             char err[1024];
             int rc = journal_append(r->journal, b.lines.buf, b.lines.len, b.durable, err, sizeof err);
             keep_lines(r, &b);
@@ -568,14 +841,10 @@ static int exec_start(void *ctx, struct sched *s, size_t i)
                 free(msg);
                 return 0;
             }
-        } else if (monotonic_seconds() - r->flushed_at >= FLUSH_EVERY) {
+        } else {
             start_flush(r);
         }
     }
-    /* its record's place in the store's map, fetched while the body runs
-     * (a miss at the put was 1.2 % of a first run of 100,000 Lua steps; a
-     * name a secret masks is another key: a hint lost, nothing more) */
-    if (r->state && l->fp) state_store_prefetch(r->state, step_name(r, i));
     run_attempt(r, i);
     return 0;
 }
@@ -614,6 +883,7 @@ static void exec_quiet(void *ctx, struct sched *s)
 {
     struct step_runner *r = ctx;
     (void)s;
+    recorder_sync(r);                            /* (every line goes out now) */
     if (r->held.n_steps || r->held.lines.len) start_flush(r);
 }
 
@@ -625,7 +895,7 @@ static bool exec_up_to_date(void *ctx, struct sched *s, size_t i)
     if (r->journal) {
         struct strbuf *line = hold_begin(r);
         sb_adds(line, "{\"event\":\"step_end\",\"step\":");
-        json_redacted(line, step_name(r, i));
+        json_redacted(line, &loop_mask, step_name(r, i));
         sb_adds(line, ",\"status\":\"up to date\"}");
         hold_end(r, false);                            /* nothing ran */
         /* a no-op rerun decides its steps without turning the loop: its lines
@@ -663,11 +933,21 @@ struct step_runner *step_runner_new(const struct dag *dag, struct loop *loop, co
     r->lives = xcalloc(n + 1, sizeof *r->lives);
     r->flushed_at = -1e9;
     r->backoff = opt->backoff > 0 ? opt->backoff : 1.0;
+    pthread_mutex_init(&r->rec_mu, NULL);
+    /* a first run: fingerprints and records on the recorder's thread
+     * (FLOW_DEBUG_NO_RECORDER: all on this one, for tests/e2e/t_outputs.sh
+     * to compare) */
+    if (r->journal && r->state && r->check && !getenv("FLOW_DEBUG_NO_RECORDER") &&
+        state_store_set_claim(r->state, claim_store, r)) {
+        r->deferring = utd_defer_begin(r->check);
+        if (!r->deferring) state_store_set_claim(r->state, NULL, NULL);
+    }
     return r;
 }
 
 void step_runner_detach(struct step_runner *r)
 {
+    deferral_end(r);
     stop_flush_timer(r);
     if (r->in_flight) r->in_flight->r = NULL;
     r->in_flight = NULL;
@@ -678,6 +958,7 @@ void step_runner_detach(struct step_runner *r)
 void step_runner_free(struct step_runner *r)
 {
     if (!r) return;
+    deferral_end(r);
     stop_flush_timer(r);
     /* a flush still on the pool (a run released before step_runner_finish)
      * completes on its own: its lines are not written, its steps not ended */
@@ -696,6 +977,10 @@ void step_runner_free(struct step_runner *r)
     }
     batch_release(&r->held);
     sb_release(&r->spare_lines);
+    sb_release(&r->rec_lines);
+    sb_release(&r->rec_warnings);
+    sb_release(&r->rec_mask);
+    pthread_mutex_destroy(&r->rec_mu);
     free(r->lives);
     free(r->specs);
     free(r->states);
@@ -703,7 +988,11 @@ void step_runner_free(struct step_runner *r)
     free(r);
 }
 
-const char *step_runner_fingerprint(const struct step_runner *r, size_t i) { return r->lives[i].fp; }
+const char *step_runner_fingerprint(struct step_runner *r, size_t i)
+{
+    recorder_sync(r);                            /* (the recorder may have it to work out still) */
+    return r->lives[i].fp;
+}
 
 size_t step_runner_n_steps(const struct step_runner *r)
 {
@@ -727,6 +1016,7 @@ bool step_runner_any_started(const struct step_runner *r)
 
 int step_runner_finish(struct step_runner *r, const struct sched *s, int code, char *err, size_t errlen)
 {
+    deferral_end(r);
     size_t n = r->dag->n_steps;
     free(r->states);
     r->states = xcalloc(n + 1, sizeof *r->states);
@@ -777,7 +1067,7 @@ static void integer_or_null(struct strbuf *sb, const char *k, size_t klen, bool 
 static void redacted_or_null(struct strbuf *sb, const char *k, size_t klen, const char *text)
 {
     sb_add(sb, k, klen);
-    if (text) json_redacted(sb, text);
+    if (text) json_redacted(sb, &loop_mask, text);
     else sb_add(sb, NULL_LIT);
 }
 
@@ -876,10 +1166,16 @@ static int write_summary_stream(int fd, void *ctx)
     summary_before_name(&blank.before, &nothing);
     summary_after_name(&blank.after, &nothing);
     int rc = 0;
+    uint64_t written = 0, started = 0;     /* (the disk started on them as they add up: writeback_start) */
     for (size_t i = 0; i < n && rc == 0; i++) {
         if (i > 0) sb_addc(&sb, ',');
         summary_step(&sb, s->r, i, &blank);
-        if (n > PRETTY_MAX) rc = sb_write_some(&sb, fd, SUMMARY_CHUNK, NULL);
+        if (n <= PRETTY_MAX) continue;
+        rc = sb_write_some(&sb, fd, SUMMARY_CHUNK, &written);
+        if (written - started >= WRITEBACK_BYTES) {
+            writeback_start(fd, written, written - started);
+            started = written;
+        }
     }
     sb_release(&blank.before);
     sb_release(&blank.after);
@@ -896,8 +1192,9 @@ static int write_summary_stream(int fd, void *ctx)
 
 void step_runner_set_metrics(struct step_runner *r, size_t i, const char *metrics_json, const char *series_json)
 {
-    set_string(&r->lives[i].metrics, metrics_json);
-    set_string(&r->lives[i].series, series_json);
+    struct life *l = &r->lives[i];
+    if (metrics_json || l->metrics) set_string(&l->metrics, metrics_json);   /* (most steps report none) */
+    if (series_json || l->series) set_string(&l->series, series_json);
 }
 
 int step_runner_write_summary(const struct step_runner *r, const char *path, const struct step_summary *sum,

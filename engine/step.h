@@ -142,7 +142,7 @@ double step_runner_deadline(const struct step_runner *r, size_t i);
 /* The attempt in flight (or the last one), from 1; 0 before the first. */
 int step_runner_attempt(const struct step_runner *r, size_t i);
 /* Step i's fingerprint (from the body, at its start), until its record is put; or NULL. */
-const char *step_runner_fingerprint(const struct step_runner *r, size_t i);
+const char *step_runner_fingerprint(struct step_runner *r, size_t i);
 /* The number of steps (the DAG's). */
 size_t step_runner_n_steps(const struct step_runner *r);
 /* Whether any step started. */

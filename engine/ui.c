@@ -6,6 +6,7 @@
 #include "json_text.h"
 #include "util.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,11 +93,20 @@ static const char *paint(const char *code) { return color ? code : ""; }
 
 static ui_redact_fn redactor;
 static void *redactor_ctx;
+/* (writers first: the recorder takes it for each job, and a secret added
+ * meanwhile must not wait for it to fall idle) */
+static pthread_rwlock_t redactor_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+
+void ui_redactor_share(void) { pthread_rwlock_rdlock(&redactor_lock); }
+void ui_redactor_change(void) { pthread_rwlock_wrlock(&redactor_lock); }
+void ui_redactor_unlock(void) { pthread_rwlock_unlock(&redactor_lock); }
 
 void ui_set_redactor(ui_redact_fn redact, void *ctx)
 {
+    ui_redactor_change();
     redactor = redact;
     redactor_ctx = ctx;
+    ui_redactor_unlock();
 }
 
 void *ui_redactor_ctx(void) { return redactor_ctx; }

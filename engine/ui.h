@@ -43,6 +43,14 @@ typedef size_t (*ui_redact_fn)(void *ctx, const char *buf, size_t len, bool fina
 void ui_set_redactor(ui_redact_fn redact, void *ctx);
 void *ui_redactor_ctx(void);
 size_t ui_redact_span(const char *buf, size_t len, bool final, struct strbuf *out);
+/* A thread other than the one that sets the redactor (step.c's recorder)
+ * masks text between ui_redactor_share and ui_redactor_unlock; a change to
+ * the redactor or to what it reads (ui_set_redactor, a secret added to the
+ * configuration) waits for it, between ui_redactor_change and
+ * ui_redactor_unlock.  The setting thread reads without the lock. */
+void ui_redactor_share(void);
+void ui_redactor_change(void);
+void ui_redactor_unlock(void);
 
 /* A run's progress: begun before its scheduler is made (the observer is the
  * scheduler's), ended after it ran (the summary line; frees it).  Several

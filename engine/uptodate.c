@@ -37,6 +37,7 @@ struct step {
     unsigned char early;                    /* 1 + utd_decide_early's verdict, until asked; or 0 */
     bool keeps_values;                      /* utd_keeps_values: a value not kept does not stand */
     bool fresh;                             /* fresh_fp holds the fingerprint of the record that made it fresh */
+    bool deferred;                          /* its fingerprint waits for utd_take_deferred_fingerprint */
     unsigned char fresh_fp[SHA256_SIZE];      /* (its bytes: sha256_from_hex) */
     uint32_t slot_1;                        /* 1 + its record's state_store_slot; 0: not found yet */
     const char *name;                       /* the graph's (not copied) */
@@ -70,6 +71,11 @@ struct utd {
     bool store_was_empty;
     size_t n_marked;
     struct early *early;              /* the thread deciding early (utd_early_begin), or NULL */
+    bool deferring;                   /* utd_defer_begin's: fingerprints may be deferred */
+    /* utd_outputs_hashed's, a byte a step: apart from the steps, which the
+     * recorder writes as the loop's thread reads this (a line between two
+     * cores was 1.5 % of a first run of 100,000 Lua steps) */
+    unsigned char *hashed;
 };
 
 void utd_prefetch_adopt(struct utd *u, struct stat_prefetch *p)
@@ -150,6 +156,7 @@ void utd_free(struct utd *u)
     utd_prefetch_stop(u);
     for (size_t i = 0; i < u->n_steps; i++) clear_step(&u->steps[i]);
     free(u->steps);
+    free(u->hashed);
     free(u->space.files);
     free(u->space.inputs);
     free(u->space.params);
@@ -261,6 +268,27 @@ void utd_mark_fresh(struct utd *u, size_t i, const char *fp)
     if (s->name && !s->slot_1) (void)record_of(u, s);
 }
 
+/* What input_hash takes from output record o: a hash, of anything but a
+ * value that could not be cached (step_record.c's kind 'u'); or NULL. */
+static const char *output_hash(const cJSON *o)
+{
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "hash");
+    const cJSON *unc = cJSON_GetObjectItemCaseSensitive(o, "uncacheable");
+    bool uncached = !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "path")) && unc && !cJSON_IsNull(unc) &&
+                    !cJSON_IsFalse(unc);
+    if (!o->string || !cJSON_IsString(h) || !h->valuestring[0] || uncached) return NULL;
+    return h->valuestring;
+}
+
+bool utd_outputs_json_hashed(const char *outputs_json)
+{
+    cJSON *outs = cJSON_Parse(outputs_json);
+    bool all = cJSON_IsObject(outs);
+    for (const cJSON *o = all ? outs->child : NULL; o && all; o = o->next) all = output_hash(o) != NULL;
+    cJSON_Delete(outs);
+    return all;
+}
+
 void utd_mark_ran(struct utd *u, size_t i, const char *outputs_json)
 {
     if (i >= u->n_steps || !outputs_json) return;
@@ -270,14 +298,8 @@ void utd_mark_ran(struct utd *u, size_t i, const char *outputs_json)
     size_t n = (size_t)cJSON_GetArraySize(outs);
     s->ran = xcalloc(n + 1, sizeof *s->ran);
     for (const cJSON *o = cJSON_IsObject(outs) ? outs->child : NULL; o; o = o->next) {
-        /* what input_hash takes from a record: a hash, of anything but a
-         * value that could not be cached (step_record.c's kind 'u') */
-        const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "hash");
-        const cJSON *unc = cJSON_GetObjectItemCaseSensitive(o, "uncacheable");
-        bool uncached = !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "path")) && unc &&
-                        !cJSON_IsNull(unc) && !cJSON_IsFalse(unc);
-        if (!o->string || !cJSON_IsString(h) || !h->valuestring[0] || uncached) continue;
-        s->ran[s->n_ran++] = (struct ran_out){ xstrdup(o->string), xstrdup(h->valuestring) };
+        const char *h = output_hash(o);
+        if (h) s->ran[s->n_ran++] = (struct ran_out){ xstrdup(o->string), xstrdup(h) };
     }
     cJSON_Delete(outs);
 }
@@ -512,22 +534,27 @@ static bool outputs_hold(struct utd *u, const struct description *d, const struc
     return true;
 }
 
+/* The fingerprint and parts of a step without a record (the caller frees
+ * both): false when this check cannot work them out. */
+static bool fingerprint_new(struct utd *u, const struct description *d, char **fp, char **parts_json)
+{
+    struct fp_parts p;
+    if (!d || find_parts(u, d, &p) != 0) return false;
+    char hex[SHA256_HEX_SIZE];
+    fp_combine(&p, hex);                       /* sorts the maps: the JSON is in key order too */
+    *fp = xstrdup(hex);
+    *parts_json = short_parts_json(&p);
+    return true;
+}
+
 /* A step without a record runs: its fingerprint and parts are kept for
  * its new record, when this check can work them out. */
 static enum utd_verdict no_record(struct utd *u, struct step *s)
 {
-    struct fp_parts p;
-    enum utd_verdict v = UTD_CANNOT_TELL;
-    if (find_parts(u, s->d, &p) == 0) {
-        char hex[SHA256_HEX_SIZE];
-        fp_combine(&p, hex);                   /* sorts the maps: the JSON is in key order too */
-        free(s->fp);
-        free(s->parts_json);
-        s->fp = xstrdup(hex);
-        s->parts_json = short_parts_json(&p);
-        v = UTD_NO_RECORD;
-    }
-    return v;
+    free(s->fp);
+    free(s->parts_json);
+    s->fp = s->parts_json = NULL;
+    return fingerprint_new(u, s->d, &s->fp, &s->parts_json) ? UTD_NO_RECORD : UTD_CANNOT_TELL;
 }
 
 /* Step i's verdict, its description freed.  Up to date marks it fresh at
@@ -587,7 +614,75 @@ enum utd_verdict utd_decide(struct utd *u, size_t i)
         s->early = 0;
         return account(u, s, v);
     }
-    return s->d ? account(u, s, decided_once(u, i)) : UTD_CANNOT_TELL;
+    if (!s->d) return UTD_CANNOT_TELL;
+    utd_claim(u);                              /* (decide reads the store) */
+    return account(u, s, decided_once(u, i));
+}
+
+/* ---- a first run's fingerprints, deferred ---- */
+
+bool utd_defer_begin(struct utd *u)
+{
+    if (!u->store_was_empty || state_store_count(u->store) != u->n_marked || u->early) return false;
+    u->deferring = true;
+    if (!u->hashed) u->hashed = xcalloc(u->n_steps + 1, 1);
+    return true;
+}
+
+void utd_defer_end(struct utd *u)
+{
+    u->deferring = false;
+}
+
+void utd_claim(struct utd *u)
+{
+    if (u) state_store_claim(u->store, false);
+}
+
+/* Whether step s's fingerprint can wait: nothing in it but its code,
+ * parameters and the hashes of inputs known now or made by steps whose
+ * outputs were all hashed (their records, put by the recorder before it
+ * works out s's, hold them).  Reads only what the loop's thread writes. */
+static bool deferrable(const struct utd *u, const struct step *s)
+{
+    const struct description *d = s->d;
+    if (!d || d->n_files) return false;
+    for (size_t k = 0; k < d->n_inputs; k++) {
+        size_t p = d->inputs[k].producer;
+        if (p == UTD_NO_PRODUCER ? !d->inputs[k].hash : p >= u->n_steps || !u->hashed[p]) return false;
+    }
+    return true;
+}
+
+enum utd_verdict utd_decide_may_defer(struct utd *u, size_t i)
+{
+    if (i < u->n_steps && u->deferring && !u->steps[i].early && deferrable(u, &u->steps[i])) {
+        /* (no record: the store holds only this run's, and none of this step's) */
+        u->steps[i].deferred = true;
+        u->stats.deferred++;
+        return account(u, &u->steps[i], UTD_NO_RECORD);
+    }
+    return utd_decide(u, i);
+}
+
+bool utd_deferred(const struct utd *u, size_t i)
+{
+    return i < u->n_steps && u->steps[i].deferred;
+}
+
+void utd_take_deferred_fingerprint(struct utd *u, size_t i, char **fp, char **parts_json)
+{
+    *fp = *parts_json = NULL;
+    if (!utd_deferred(u, i)) return;
+    struct step *s = &u->steps[i];
+    s->deferred = false;
+    (void)fingerprint_new(u, s->d, fp, parts_json);
+    forget_description(s);
+}
+
+void utd_outputs_hashed(struct utd *u, size_t i)
+{
+    if (i < u->n_steps && u->hashed) u->hashed[i] = 1;
 }
 
 bool utd_early_up_to_date(const struct utd *u, size_t i)

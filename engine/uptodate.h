@@ -157,7 +157,39 @@ bool utd_no_record(const struct utd *u, size_t i);
  * over once (the caller frees both): false (both NULL) for any other step. */
 bool utd_take_fingerprint(struct utd *u, size_t i, char **fp, char **parts_json);
 
-struct utd_stats { size_t passed, undecided, no_record; };
+/* ---- a first run's fingerprints, worked out off the loop's thread ----
+ *
+ * In a run whose store held no record (a first run) and holds only those
+ * of its own steps since, a step without a record need not wait for its
+ * fingerprint to start: step.c's recorder works it out, on a thread of its
+ * own, after its producers' records are put.  From utd_defer_begin (true:
+ * the store is such) to utd_defer_end, the recorder owns the store (its
+ * claim: statestore.h) and the check's records and fingerprints; whoever
+ * else would read them claims the store first: utd_decide does for any
+ * step it does not defer, the Lua side (lua/l_uptodate.c: utd_claim, and
+ * lua/l_state.c) for each use. */
+bool utd_defer_begin(struct utd *u);
+void utd_defer_end(struct utd *u);
+void utd_claim(struct utd *u);
+
+/* utd_decide, but a step deferring allows (its inputs all made by this
+ * run's steps whose outputs were hashed, or known: utd_outputs_hashed; no
+ * project file to hash) is UTD_NO_RECORD with its fingerprint deferred. */
+enum utd_verdict utd_decide_may_defer(struct utd *u, size_t i);
+/* Whether step i's fingerprint waits for utd_take_deferred_fingerprint. */
+bool utd_deferred(const struct utd *u, size_t i);
+/* Step i's deferred fingerprint and parts (the caller frees both), worked
+ * out now, by the store's owner, as utd_decide would have; NULLs when its
+ * inputs' hashes are not to be had after all (a producer's record refused). */
+void utd_take_deferred_fingerprint(struct utd *u, size_t i, char **fp, char **parts_json);
+/* Step i ran in this run, and each of its outputs has a hash its consumers
+ * may take (no value that could not be cached): they may be deferred. */
+void utd_outputs_hashed(struct utd *u, size_t i);
+/* Whether each output record of outputs_json (a step's end's) has such a hash. */
+bool utd_outputs_json_hashed(const char *outputs_json);
+
+/* no_record counts the deferred steps too (FLOW_DEBUG_UPTODATE's numbers) */
+struct utd_stats { size_t passed, undecided, no_record, deferred; };
 struct utd_stats utd_stats(const struct utd *u);
 
 #endif

@@ -217,6 +217,11 @@ int sb_write_some(struct strbuf *sb, int fd, size_t at_least, uint64_t *written)
     return 0;
 }
 
+void writeback_start(int fd, uint64_t end, uint64_t len)
+{
+    if (len) (void)sync_file_range(fd, (off_t)(end - len), (off_t)len, SYNC_FILE_RANGE_WRITE);
+}
+
 int sb_write_last(struct strbuf *sb, int fd, int rc)
 {
     if (rc == 0) rc = sb_write_some(sb, fd, 0, NULL);

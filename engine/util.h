@@ -88,6 +88,11 @@ int write_all(int fd, const void *buf, size_t len);
  * sb_write_last then writes what is left if rc is 0, releases sb, and
  * returns rc with errno as the write left it. */
 int sb_write_some(struct strbuf *sb, int fd, size_t at_least, uint64_t *written);
+/* The disk started on the `len` bytes written before offset `end` of fd
+ * (sync_file_range, without waiting): a large file synced once written then
+ * waits at its sync for its last part only.  Failures are the sync's. */
+#define WRITEBACK_BYTES ((uint64_t)4 << 20)     /* what a writer lets add up before it starts the disk */
+void writeback_start(int fd, uint64_t end, uint64_t len);
 int sb_write_last(struct strbuf *sb, int fd, int rc);
 /* The entries of dir but "." and "..", sorted bytewise; NULL with errno on
  * failure.  The directory is closed on return, so a walk holds no fds. */

@@ -420,7 +420,8 @@ static bool body_up_to_date(void *ctx, size_t i)
     /* a step the engine's check finds up to date never enters Lua, nor one it
      * finds without a record: that one runs, with the fingerprint the check
      * computed (body_fingerprint takes it: uptodate.h) */
-    switch (run->check ? utd_decide(run->check, i) : UTD_CANNOT_TELL) {
+    bool plain = run->plain_steps && run->plain_steps[i];    /* (in this process: its fingerprint may wait) */
+    switch (!run->check ? UTD_CANNOT_TELL : plain ? utd_decide_may_defer(run->check, i) : utd_decide(run->check, i)) {
     case UTD_UP_TO_DATE: return true;
     case UTD_NO_RECORD: return false;
     case UTD_CANNOT_TELL: break;

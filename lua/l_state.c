@@ -39,14 +39,18 @@ static struct state_box *check_box(lua_State *L, int idx)
     return box;
 }
 
+/* (A run's recorder may be using the store: each use from Lua claims it.) */
 struct state_store *flow_check_state_store(lua_State *L, int idx)
 {
-    return check_box(L, idx)->s;
+    struct state_store *s = check_box(L, idx)->s;
+    state_store_claim(s, false);
+    return s;
 }
 
 struct state_store *flow_check_state_store_to_change(lua_State *L, int idx)
 {
     struct state_box *box = check_box(L, idx);
+    state_store_claim(box->s, true);
     stat_prefetch_stop(box->ahead);
     box->ahead = NULL;
     return box->s;

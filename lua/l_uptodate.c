@@ -52,6 +52,7 @@ struct checker *flow_uptodate_checker(lua_State *L, int idx)
 {
     struct checker *c = luaL_checkudata(L, idx, UPTODATE_CLASS);
     if (!c->u) luaL_error(L, "the up-to-date check is closed");
+    utd_claim(c->u);                /* (a run's recorder may be using it: uptodate.h) */
     return c;
 }
 
@@ -256,13 +257,15 @@ static int l_no_record(lua_State *L)
 static int l_stats(lua_State *L)
 {
     struct utd_stats st = utd_stats(flow_uptodate_checker(L, 1)->u);
-    lua_createtable(L, 0, 3);
+    lua_createtable(L, 0, 4);
     lua_pushinteger(L, (lua_Integer)st.passed);
     lua_setfield(L, -2, "passed");
     lua_pushinteger(L, (lua_Integer)st.undecided);
     lua_setfield(L, -2, "undecided");
     lua_pushinteger(L, (lua_Integer)st.no_record);
     lua_setfield(L, -2, "no_record");
+    lua_pushinteger(L, (lua_Integer)st.deferred);
+    lua_setfield(L, -2, "deferred");
     return 1;
 }
 

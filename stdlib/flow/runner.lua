@@ -43,7 +43,7 @@ local M = {}
 
 local DATA = values.DATA
 local GC_BEFORE_RUN_KB = 4096  -- a Lua heap this large is collected once before the run (M.run)
-local RUN_GC_PAUSE = 120      -- the collector's pause (%) while runs are under way (M.run)
+local RUN_GC_PAUSE = 200      -- the collector's pause (%) while runs are under way (M.run)
 local pause_before_runs       -- what it was before
 
 
@@ -541,11 +541,11 @@ function M.run(p, opts, level)
   -- While runs are under way, the collector's pause is RUN_GC_PAUSE: the
   -- pause spaces the full collections that Lua's generational collector
   -- falls back to when a major one frees too little, as while a first
-  -- run's values pile up.  At the default 200 % the heap doubled with
-  -- garbage between two, and whether a run fell into that regime moved with
-  -- what the plan happened to keep alive: 100,000 Lua steps peaked at
-  -- 196-200 MB rather than 189-195 when dag.scan stopped making a table by
-  -- name, and at 181-193 MB at 120 %.  Not while a script declares its
+  -- run's values pile up.  At 200 % the heap may double with garbage
+  -- between two, and at 120 % a first run of 100,000 Lua steps collected
+  -- 5 % more often for 8 MB less of its peak (173 against 181 MB, since
+  -- one malloc arena serves every thread: lua/main.c); at 160 % it peaked
+  -- between the two, and no faster.  Not while a script declares its
   -- steps (its heap grows as they are declared): at 120 % there, a no-op
   -- rerun of 10,000 commands spent twice the collector's instructions.
   if M.running == 1 then pause_before_runs = collectgarbage("setpause", RUN_GC_PAUSE) end
@@ -622,6 +622,9 @@ function M.run(p, opts, level)
                                     st.passed, st.undecided,
                                     st.no_record > 0 and string.format(", %d without a record", st.no_record) or ""))
       if all_up_to_date then io.stderr:write("flow: every step found up to date before the run\n") end
+      if st.deferred > 0 then       -- (a first run's recorder, engine/step.c; t_outputs.sh)
+        io.stderr:write(string.format("flow: fingerprints and records made beside the loop: %d\n", st.deferred))
+      end
     end
   end
   -- Record what ran: each of these is tried even when one before it failed.

@@ -513,6 +513,102 @@ L
     contains "$second" '"status":"ok","step":"yields"'
 }
 
+# ---- a first run's recorder ----------------------------------------------
+
+# A first run works its Lua steps' fingerprints, journal lines and state
+# records out on a thread of its own (engine/step.c's recorder), while the
+# loop's runs the next steps; FLOW_DEBUG_NO_RECORDER=1 does it all on the
+# loop's.  Both write the same lines and records; the recorder's come in the
+# order the steps started and ended (each producer's end before its
+# consumers' start), its step names masked as the loop's are; a step that
+# asks its own fingerprint gets the one its lines have; steps that are not
+# its (slow, a file output, a command) are recorded on the loop among its.
+RECORDER_SECRET=hunter2SECRETvalue
+
+recorder_project() {
+    write conf/local/credentials.yml <<Y
+api:
+  key: "$RECORDER_SECRET"
+Y
+    write conf/base/parameters.yml <<'Y'
+k: 3
+Y
+    write conf/base/catalog.yml <<'Y'
+file: {type: text, path: data/file.txt}
+Y
+    write pipeline.lua <<'L'
+local sched = require("flow.sched")
+local nodes = {}
+for c = 1, 8 do                  -- 8 chains of 250 quick steps: more than a flush's worth between flushes
+  for j = 1, 250 do
+    nodes[#nodes + 1] = node{ name = "s" .. c .. "_" .. j, outputs = "v" .. c .. "_" .. j,
+                              inputs = j > 1 and { "v" .. c .. "_" .. (j - 1), "params:k" } or "params:k",
+                              func = function(a, k) return k and a + k or a end }
+  end
+end
+nodes[#nodes + 1] = node{ name = "fp", inputs = "v1_10", outputs = "fpv", func = function() return sched.fingerprint() end }
+nodes[#nodes + 1] = node{ name = "slow", inputs = "v2_10", outputs = "sl",
+                          func = function(v) flow.sh("sleep 0.2") return v end }
+nodes[#nodes + 1] = node{ name = "file", inputs = "v3_10", outputs = "file", func = function(v) return "v=" .. v end }
+nodes[#nodes + 1] = node{ name = "cmd", inputs = { a = "sl", f = "file" }, outputs = "c",
+                          command = "cat ${inputs.f} > ${outputs.c}; echo ${credentials.api.key} > /dev/null" }
+nodes[#nodes + 1] = node{ name = "after_hunter2SECRETvalue", inputs = { "c", "v8_250", "sl" }, outputs = "z",
+                          func = function(c, v, sl) return v + sl end }
+nodes[#nodes + 1] = node{ name = "last", inputs = { "z", "fpv" }, outputs = "e", func = function(z) return z end }
+return pipeline(nodes)
+L
+}
+
+# The journal's step lines in the order written, without what differs from
+# run to run (its id, times)
+step_lines() {
+    grep -E '"event":"step_(start|end)"' .flow/runs/latest/journal.jsonl |
+        sed -E 's/"(elapsed|time)":[0-9.e+-]+,?//g; s/"run":"[^"]*",?//; s/,}/}/'
+}
+
+test_a_first_runs_recorder_records_what_the_loop_records() {
+    recorder_project
+    FLOW_DEBUG_UPTODATE=1 run_flow 0 run
+    # (every step but the command, and the one after the step whose name holds the secret)
+    contains "$ERR" "flow: fingerprints and records made beside the loop: 2004"
+    not_contains "$ERR" "cannot be kept"
+    local lines
+    lines=$(step_lines)
+    equals "$(printf '%s\n' "$lines" | wc -l)" 4012 "two lines a step"
+    # in order: each step's start after its producer's end, its end after its start
+    printf '%s\n' "$lines" | awk '
+        { if (!match($0, /"step":"[^"]*"/)) next
+          name = substr($0, RSTART + 8, RLENGTH - 9)
+          if ($0 ~ /"step_start"/) started[name] = NR; else ended[name] = NR }
+        END { bad = 0
+              for (c = 1; c <= 8; c++) for (j = 1; j <= 250; j++) {
+                  s = "s" c "_" j; p = "s" c "_" (j - 1)
+                  if (!(s in started) || ended[s] < started[s] || (j > 1 && started[s] < ended[p])) { print "out of order: " s; bad = 1 } }
+              if (ended["fp"] < started["fp"] || started["fp"] < ended["s1_10"] || started["last"] < ended["fp"]) { print "out of order: fp"; bad = 1 }
+              exit bad }' || return 1
+    # the step that asked its fingerprint got the one its lines have
+    local fp_end fp
+    fp_end=$(printf '%s\n' "$lines" | grep '"step_end".*"step":"fp"')
+    fp=$(printf '%s\n' "$fp_end" | sed -E 's/.*"fingerprint":"([0-9a-f]{64})".*/\1/')
+    equals "${#fp}" 64 "the fingerprint's length"
+    contains "$fp_end" "\"value\":\"return \\\"$fp\\\"\"" "the value the step returned"
+    # its step name masked, the secret nowhere
+    contains "$lines" '"step":"after_***"'
+    equals "$(grep -rlF "$RECORDER_SECRET" .flow --exclude-dir=data || true)" "" "files under .flow/ holding the secret"
+    # its records stand: the rerun runs only the step whose name holds the
+    # secret (its record is kept under the masked name, which no check
+    # looks up, the recorder's or not)
+    run_flow 0 run
+    contains "$ERR" "flow: 1 done, 2005 up to date"
+    # ... and are the loop's own
+    rm -rf .flow data
+    FLOW_DEBUG_NO_RECORDER=1 FLOW_DEBUG_UPTODATE=1 run_flow 0 run
+    not_contains "$ERR" "beside the loop"
+    equals "$(step_lines | sort)" "$(printf '%s\n' "$lines" | sort)" "the journal's step lines, without the recorder"
+    run_flow 0 run
+    contains "$ERR" "flow: 1 done, 2005 up to date"
+}
+
 # A plain step's attempt is C's (lua/plain_step.c) unless it ends in
 # something rare: its print() (the log to close), a retry after an error,
 # results the stdlib saves (a value with a metatable, too few results), a
@@ -557,8 +653,8 @@ L
     contains "$ends" '"kb":{"cached":true'
     contains "$ends" '"recompute":true'
     FLOW_DEBUG_UPTODATE=1 FLOW_DEBUG_LUA_BODIES=1 plain_step_runs
-    equals "$(printf '%s\n' "$MSGS" | grep -v 'bodies in C')" "$(printf '%s\n' "$msgs" | grep -v 'bodies in C')" \
-        "the messages"
+    equals "$(printf '%s\n' "$MSGS" | grep -v 'bodies in C\|beside the loop')" \
+        "$(printf '%s\n' "$msgs" | grep -v 'bodies in C\|beside the loop')" "the messages"
     equals "$LOGS" "$logs" "the logs"
     equals "$ENDS" "$ends" "the journal's step_end lines"
 }
