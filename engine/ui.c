@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -72,12 +73,63 @@ static void json_field(struct strbuf *sb, const char *key, const char *value)
     json_string_utf8(sb, value);        /* a step's output may be any bytes */
 }
 
+/* ---- progress lines, written in batches ----------------------------------
+ *
+ * A step's lines ("started", "done", or its JSON events) are kept and
+ * written PROGRESS_MAX bytes at a time, or PROGRESS_EVERY after the first
+ * was kept, and before anything else flow writes (a message, a step's
+ * output, print's text, a run's summary, the process's exit): written a line
+ * each, 100,000 quick steps made 200,000 writes, 15 % of their run.  What a
+ * step wrote to stdout itself (io.write) stays in its place among them: a
+ * line is kept only while stdout holds nothing (else what is kept goes out,
+ * then stdout), so whatever stdout holds came after every line kept. */
+#define PROGRESS_MAX (16 * 1024)
+#define PROGRESS_EVERY 0.05
+
+static struct {
+    struct strbuf lines;
+    struct loop *loop;               /* the runs' (ui_run_begin), for the timer */
+    unsigned long timer;
+} progress;
+
+void ui_flush(void)
+{
+    if (progress.timer) loop_cancel_timer(progress.loop, progress.timer);
+    progress.timer = 0;
+    if (progress.lines.len) fwrite(progress.lines.buf, 1, progress.lines.len, stderr);
+    sb_truncate(&progress.lines, 0);
+    fflush(stdout);                              /* (all of it came after them) */
+}
+
+static void progress_tick(void *arg)
+{
+    (void)arg;
+    progress.timer = 0;
+    ui_flush();
+}
+
+/* Where a progress line is added (then progress_kept). */
+static struct strbuf *progress_line(void)
+{
+    if (__fpending(stdout)) ui_flush();
+    return &progress.lines;
+}
+
+/* A line added to progress.lines is kept until the next write. */
+static void progress_kept(void)
+{
+    if (progress.lines.len >= PROGRESS_MAX || !progress.loop) ui_flush();
+    else if (!progress.timer) progress.timer = loop_add_timer(progress.loop, PROGRESS_EVERY, progress_tick, NULL);
+}
+
+/* A JSON line ended and kept with the progress lines (the caller flushes
+ * what must go out at once). */
 static void json_end(struct strbuf *sb)
 {
     sb_adds(sb, "}\n");
-    fflush(stdout);
-    fwrite(sb->buf, 1, sb->len, stderr);
+    sb_add(progress_line(), sb->buf, sb->len);
     sb_release(sb);
+    progress_kept();
 }
 
 enum ui_level ui_level(void) { return level; }
@@ -213,10 +265,12 @@ static void vmessage(const char *tag, const char *tagcolor, const char *fmt, va_
         json_field(&line, "level", *tag == 'e' ? "error" : *tag == 'w' ? "warning" : "info");
         json_field(&line, "message", clean.buf ? clean.buf : "");
         json_end(&line);
+        ui_flush();
         sb_release(&clean);
         sb_release(&sb);
         return;
     }
+    ui_flush();
     fflush(stdout);
     clear_region();
     fprintf(stderr, "flow: %s%s%s%s\n", tagcolor, tag, RESET, clean.buf ? clean.buf : "");
@@ -252,6 +306,7 @@ void ui_info(const char *fmt, ...)
 
 void ui_stdout(const char *text, size_t len)
 {
+    ui_flush();
     struct strbuf clean = STRBUF_INIT;
     ui_redact_span(text, len, true, &clean);
     if (live_state.lines_drawn && isatty(1)) {       /* same screen: write above the display */
@@ -286,6 +341,7 @@ static void json_output(const char *prefix, const char *buf, size_t len)
         free(text);
         at = end + 1;
     }
+    ui_flush();
     sb_release(&source);
 }
 
@@ -309,6 +365,7 @@ void ui_step_output(const char *prefix, const char *buf, size_t len)
         if (nl && i < len) sb_add(&out, prefix, plen);
     }
     if (len && buf[len - 1] != '\n') sb_addc(&out, '\n');
+    ui_flush();
     fflush(stdout);
     clear_region();
     fwrite(out.buf, 1, out.len, stderr);
@@ -347,13 +404,13 @@ static void plain_line(const struct ui_run *run, const struct sched *s, size_t i
         return;
     }
     const char *prefix = run->prefix;
-    fflush(stdout);
-    if (strcmp(word, "started") == 0) {
-        fprintf(stderr, "  %s%s%-7s%s  %s\n", prefix, DIM, word, RESET, sched_dag(s)->steps[i].name);
-        return;
-    }
-    fprintf(stderr, "  %s%s%-7s%s  %s %s(%.2fs)%s\n", prefix, wcolor, word, RESET, sched_dag(s)->steps[i].name,
-            DIM, sched_elapsed(s, i), RESET);
+    if (strcmp(word, "started") == 0)
+        sb_addf(progress_line(), "  %s%s%-7s%s  %s\n", prefix, DIM, word, RESET, sched_dag(s)->steps[i].name);
+    else
+        sb_addf(progress_line(), "  %s%s%-7s%s  %s %s(%.2fs)%s\n", prefix, wcolor, word, RESET,
+                sched_dag(s)->steps[i].name, DIM, sched_elapsed(s, i), RESET);
+    progress_kept();
+    if (failure) ui_flush();
 }
 
 /* Step i, counted done, failed after all: its end could not be recorded. */
@@ -389,9 +446,9 @@ static void step_up_to_date(struct ui_run *run, const struct sched *s, size_t i)
     live_state.dirty = true;
     if (json && level != UI_QUIET) json_step(run, s, i, false);
     else if (!live && level == UI_VERBOSE) {
-        fflush(stdout);
-        fprintf(stderr, "  %s%s%-7s%s  %s\n", run->prefix, DIM, "up to date", RESET,
+        sb_addf(progress_line(), "  %s%s%-7s%s  %s\n", run->prefix, DIM, "up to date", RESET,
                 sched_dag(s)->steps[i].name);
+        progress_kept();
     }
 }
 
@@ -434,6 +491,7 @@ struct ui_run *ui_run_begin(const struct dag *dag, const bool *selected, struct 
     run->label = label ? xstrdup(label) : NULL;
     run->prefix = label ? xasprintf("%s: ", label) : xstrdup("");
     run->started = monotonic_seconds();
+    progress.loop = loop;
     for (size_t i = 0; i < dag->n_steps; i++) {
         if (!selected || selected[i]) run->queued++;
         else run->skipped++;
@@ -471,6 +529,7 @@ static void run_summary(const struct ui_run *run, const struct sched *s)
         json_seconds(&line, monotonic_seconds() - run->started);
         sb_addf(&line, ",\"interrupted\":%s", sched_interrupted(s) ? "true" : "false");
         json_end(&line);
+        ui_flush();
         return;
     }
     struct strbuf sb = STRBUF_INIT;
@@ -488,6 +547,7 @@ static void run_summary(const struct ui_run *run, const struct sched *s)
 
 void ui_run_end(struct ui_run *run, const struct sched *s)
 {
+    ui_flush();
     clear_region();
     run_summary(run, s);
     for (struct ui_run **p = &live_state.runs; *p; p = &(*p)->next)

@@ -31,6 +31,9 @@ void ui_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * stderr (-v; masked by the caller), each line prefixed; both written without
  * disturbing the live display. */
 void ui_stdout(const char *text, size_t len);
+/* Steps' progress lines are written in batches (and before anything else
+ * flow writes): what is kept goes out now, as before the process exits. */
+void ui_flush(void);
 void ui_step_output(const char *prefix, const char *buf, size_t len);
 
 /* Everything flow writes goes through `redact` (when set) first: messages,

@@ -105,6 +105,7 @@ int main(int argc, char **argv)
     }
     /* Interrupted by a closed terminal: 128 + SIGHUP, as a shell reports it. */
     if (code == 130 && loop_first_signal(flow_state_loop(L)) == SIGHUP) code = 129;
+    ui_flush();                   /* (progress lines kept: engine/ui.c) */
     code = check_stdout(code);
     proc_stop_lingering(NULL);    /* a stopped step's group is not left to its grace period */
 #if defined(__SANITIZE_ADDRESS__) || defined(FLOW_FREE_AT_EXIT)

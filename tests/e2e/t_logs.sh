@@ -67,6 +67,46 @@ L
     contains "$(cat .flow/runs/latest/logs/talker.log)" $'hello\tfrom-lua'
 }
 
+# A step's "started" and "done" lines on a stderr that is not a terminal
+# are written in batches (engine/ui.c), yet in one file with stdout they
+# keep their order with what the steps print, through flow or io.write
+# straight to stdout, and with flow's own messages; none is lost.
+test_progress_lines_keep_their_order_with_what_steps_print() {
+    write pipeline.lua <<'L'
+local nodes = {}
+for i = 1, 3000 do
+  nodes[#nodes + 1] = node{ name = "s" .. i, outputs = "v" .. i, inputs = i > 1 and "v" .. (i - 1) or nil,
+                            func = function(a) return (a or 0) + 1 end }
+end
+nodes[#nodes + 1] = node{ name = "p", inputs = "v1500", outputs = "pv",
+                          func = function(a) print("hello from p " .. a) return a end }
+nodes[#nodes + 1] = node{ name = "q", inputs = "pv", outputs = "qv",
+                          func = function(a) io.stdout:write("written by q\n") return a end }
+nodes[#nodes + 1] = node{ name = "r", inputs = "qv", outputs = "rv", retries = 1,
+                          func = function(a) if not flow_retried then flow_retried = true error("once") end return a end }
+return pipeline(nodes)
+L
+    "$FLOW" run > all.txt 2>&1 || { cat all.txt | tail; return 1; }
+    equals "$(grep -c '^  started  ' all.txt)" 3003 "started lines"
+    equals "$(grep -c '^  done     ' all.txt)" 3003 "done lines"
+    equals "$(sed -n '/^  started  p$/,/^  done     q /p' all.txt | sed 's/ (.*s)$//')" "  started  p
+hello from p 1500
+  done     p
+  started  q
+written by q
+  done     q" "what p and q printed, between their lines"
+    equals "$(sed -n '/^  started  r$/,/^  done     r /p' all.txt | sed 's/ (.*s)$//; s/retrying in .*/retrying/')" \
+        "  started  r
+flow: warning: step 'r' failed: pipeline.lua:11: once (attempt 1 of 2); retrying
+  done     r" "the retry's warning, between r's lines"
+    contains "$(tail -n 1 all.txt)" "flow: 3003 done in "
+    # each step of the chain starts after its producer is done
+    awk '/^  (started|done) +s[0-9]+/ { n = substr($2, 2) + 0
+             if ($1 == "started" && n > 1 && !((n - 1) in done)) { print "started before its producer: s" n; bad = 1 }
+             if ($1 == "done") done[n] = 1 }
+         END { exit bad }' all.txt
+}
+
 test_retries_keep_every_attempt_in_the_log() {
     write pipeline.lua <<'L'
 return pipeline{ node{ command = "echo x >> tries; n=$(wc -l < tries); echo out-$n; echo boom-$n >&2; [ $n -ge 3 ]",
