@@ -31,7 +31,15 @@
  * - once a step's end is recorded, its state record (step_record.h: its
  *   fingerprint, parts and output records, as its step_end line has them)
  *   goes into the state store, and the up-to-date check may use it for the
- *   step's consumers; the store is saved at the run's end.
+ *   step's consumers; the store is saved at the run's end;
+ * - in a first run (uptodate.h: fingerprints deferred), a step run in this
+ *   process has its fingerprint worked out, its lines made and its record
+ *   put by the recorder, a thread of the runner's (serial.h), in the order
+ *   the loop's thread started and ended the steps, while that thread runs
+ *   the next; a quick one is done for its dependents as soon as it ended,
+ *   its lines go with the next batch (one at least every 512 such steps),
+ *   and whatever else reads the store waits for the recorder first
+ *   (statestore.h's claim).  FLOW_DEBUG_NO_RECORDER=1: none.
  *
  * Every string written (step names, errors) goes through the UI's redactor
  * (ui.h); the outputs record comes from the body as JSON text already

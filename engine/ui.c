@@ -98,27 +98,33 @@ void ui_flush(void)
     progress.timer = 0;
     if (progress.lines.len) fwrite(progress.lines.buf, 1, progress.lines.len, stderr);
     sb_truncate(&progress.lines, 0);
-    fflush(stdout);                              /* (all of it came after them) */
+}
+
+/* The kept lines, then what stdout holds (all of it came after them). */
+static void flush_all(void)
+{
+    ui_flush();
+    fflush(stdout);
 }
 
 static void progress_tick(void *arg)
 {
     (void)arg;
     progress.timer = 0;
-    ui_flush();
+    flush_all();
 }
 
 /* Where a progress line is added (then progress_kept). */
 static struct strbuf *progress_line(void)
 {
-    if (__fpending(stdout)) ui_flush();
+    if (__fpending(stdout)) flush_all();
     return &progress.lines;
 }
 
 /* A line added to progress.lines is kept until the next write. */
 static void progress_kept(void)
 {
-    if (progress.lines.len >= PROGRESS_MAX || !progress.loop) ui_flush();
+    if (progress.lines.len >= PROGRESS_MAX || !progress.loop) flush_all();
     else if (!progress.timer) progress.timer = loop_add_timer(progress.loop, PROGRESS_EVERY, progress_tick, NULL);
 }
 
@@ -265,13 +271,12 @@ static void vmessage(const char *tag, const char *tagcolor, const char *fmt, va_
         json_field(&line, "level", *tag == 'e' ? "error" : *tag == 'w' ? "warning" : "info");
         json_field(&line, "message", clean.buf ? clean.buf : "");
         json_end(&line);
-        ui_flush();
+        flush_all();
         sb_release(&clean);
         sb_release(&sb);
         return;
     }
-    ui_flush();
-    fflush(stdout);
+    flush_all();
     clear_region();
     fprintf(stderr, "flow: %s%s%s%s\n", tagcolor, tag, RESET, clean.buf ? clean.buf : "");
     draw_region();
@@ -306,7 +311,7 @@ void ui_info(const char *fmt, ...)
 
 void ui_stdout(const char *text, size_t len)
 {
-    ui_flush();
+    flush_all();
     struct strbuf clean = STRBUF_INIT;
     ui_redact_span(text, len, true, &clean);
     if (live_state.lines_drawn && isatty(1)) {       /* same screen: write above the display */
@@ -341,7 +346,7 @@ static void json_output(const char *prefix, const char *buf, size_t len)
         free(text);
         at = end + 1;
     }
-    ui_flush();
+    flush_all();
     sb_release(&source);
 }
 
@@ -365,8 +370,7 @@ void ui_step_output(const char *prefix, const char *buf, size_t len)
         if (nl && i < len) sb_add(&out, prefix, plen);
     }
     if (len && buf[len - 1] != '\n') sb_addc(&out, '\n');
-    ui_flush();
-    fflush(stdout);
+    flush_all();
     clear_region();
     fwrite(out.buf, 1, out.len, stderr);
     draw_region();
@@ -410,7 +414,7 @@ static void plain_line(const struct ui_run *run, const struct sched *s, size_t i
         sb_addf(progress_line(), "  %s%s%-7s%s  %s %s(%.2fs)%s\n", prefix, wcolor, word, RESET,
                 sched_dag(s)->steps[i].name, DIM, sched_elapsed(s, i), RESET);
     progress_kept();
-    if (failure) ui_flush();
+    if (failure) flush_all();
 }
 
 /* Step i, counted done, failed after all: its end could not be recorded. */
@@ -529,7 +533,7 @@ static void run_summary(const struct ui_run *run, const struct sched *s)
         json_seconds(&line, monotonic_seconds() - run->started);
         sb_addf(&line, ",\"interrupted\":%s", sched_interrupted(s) ? "true" : "false");
         json_end(&line);
-        ui_flush();
+        flush_all();
         return;
     }
     struct strbuf sb = STRBUF_INIT;
@@ -547,7 +551,7 @@ static void run_summary(const struct ui_run *run, const struct sched *s)
 
 void ui_run_end(struct ui_run *run, const struct sched *s)
 {
-    ui_flush();
+    flush_all();
     clear_region();
     run_summary(run, s);
     for (struct ui_run **p = &live_state.runs; *p; p = &(*p)->next)

@@ -32,7 +32,9 @@ void ui_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * disturbing the live display. */
 void ui_stdout(const char *text, size_t len);
 /* Steps' progress lines are written in batches (and before anything else
- * flow writes): what is kept goes out now, as before the process exits. */
+ * flow writes): what is kept goes out now, as before the process exits
+ * (stdout, which holds only what came after them, is the caller's to
+ * flush: lua/main.c checks that flush). */
 void ui_flush(void);
 void ui_step_output(const char *prefix, const char *buf, size_t len);
 
