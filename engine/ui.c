@@ -512,7 +512,8 @@ struct ui_run *ui_run_begin(const struct dag *dag, const bool *selected, struct 
     return run;
 }
 
-/* The last line of a run: its counts, in JSON or plain text. */
+/* The last line of a run: its counts, in JSON or plain text (ui_run_end
+ * has written what was kept, and stdout, before it). */
 static void run_summary(const struct ui_run *run, const struct sched *s)
 {
     size_t not_run = 0;
@@ -543,7 +544,6 @@ static void run_summary(const struct ui_run *run, const struct sched *s)
     if (not_run) sb_addf(&sb, ", %zu not run", not_run);
     if (run->up_to_date) sb_addf(&sb, ", %zu up to date", run->up_to_date);
     if (run->skipped) sb_addf(&sb, ", %zu skipped", run->skipped);
-    fflush(stdout);
     fprintf(stderr, "flow: %s%s%s%s in %.2fs%s\n", run->prefix, BOLD, sb.buf, RESET,
             monotonic_seconds() - run->started, sched_interrupted(s) ? " (interrupted)" : "");
     sb_release(&sb);
